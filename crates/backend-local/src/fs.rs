@@ -1,0 +1,404 @@
+//! The blocking filesystem work of the local backend.
+
+use std::ffi::OsStr;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::PathBuf;
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use rustix::fs::{AtFlags, FileType, FlockOperation, Mode, OFlags, ResolveFlags};
+use rustix::io::Errno;
+use treesync_core::backend::{DirEntry, Error, LockGuard, TargetState};
+use treesync_core::path::STATE_DIR;
+use treesync_core::source::{BlobError, BlobSource};
+use treesync_core::{Op, RelPath};
+
+const TMP_DIR: &str = ".treesync/tmp";
+const STATE_FILE: &str = ".treesync/state";
+const LOCK_FILE: &str = ".treesync/lock";
+
+pub(crate) struct Target {
+    pub(crate) root: PathBuf,
+    fsync: bool,
+    umask: u32,
+    root_fd: OnceLock<OwnedFd>,
+    tmp_fd: OnceLock<OwnedFd>,
+    counter: AtomicU64,
+}
+
+fn io(e: Errno) -> std::io::Error {
+    std::io::Error::from_raw_os_error(e.raw_os_error())
+}
+
+/// The process umask, read without changing it where the kernel tells it.
+fn read_umask() -> u32 {
+    if let Ok(status) = std::fs::read_to_string("/proc/self/status") {
+        if let Some(line) = status.lines().find(|l| l.starts_with("Umask:")) {
+            if let Ok(m) = u32::from_str_radix(line["Umask:".len()..].trim(), 8) {
+                return m;
+            }
+        }
+    }
+    0o022
+}
+
+impl Target {
+    pub(crate) fn new(root: PathBuf, fsync: bool) -> Self {
+        Target {
+            root,
+            fsync,
+            umask: read_umask(),
+            root_fd: OnceLock::new(),
+            tmp_fd: OnceLock::new(),
+            counter: AtomicU64::new(0),
+        }
+    }
+
+    fn root_display(&self) -> String {
+        self.root.display().to_string()
+    }
+
+    fn root_fd(&self) -> Result<BorrowedFd<'_>, Error> {
+        if let Some(fd) = self.root_fd.get() {
+            return Ok(fd.as_fd());
+        }
+        let fd = rustix::fs::open(&self.root, OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())
+            .map_err(|e| Error::io("open target directory", self.root_display(), io(e)))?;
+        let _ = self.root_fd.set(fd);
+        Ok(self.root_fd.get().expect("just set").as_fd())
+    }
+
+    fn tmp_fd(&self) -> Result<BorrowedFd<'_>, Error> {
+        if let Some(fd) = self.tmp_fd.get() {
+            return Ok(fd.as_fd());
+        }
+        let root = self.root_fd()?;
+        for dir in [STATE_DIR, TMP_DIR] {
+            match rustix::fs::mkdirat(root, dir, Mode::from_raw_mode(0o777)) {
+                Ok(()) | Err(Errno::EXIST) => {}
+                Err(e) => return Err(Error::io("create", self.root.join(dir).display(), io(e))),
+            }
+        }
+        let fd = self.open_beneath(root, TMP_DIR.as_bytes(), OFlags::DIRECTORY | OFlags::RDONLY)
+            .map_err(|e| Error::io("open", self.root.join(TMP_DIR).display(), io(e)))?;
+        let _ = self.tmp_fd.set(fd);
+        Ok(self.tmp_fd.get().expect("just set").as_fd())
+    }
+
+    /// Open `rel` below `dir` without following any symlink and without leaving `dir`.
+    fn open_beneath(&self, dir: BorrowedFd<'_>, rel: &[u8], flags: OFlags) -> Result<OwnedFd, Errno> {
+        let flags = flags | OFlags::CLOEXEC | OFlags::NOFOLLOW;
+        match rustix::fs::openat2(
+            dir,
+            OsStr::from_bytes(rel),
+            flags,
+            Mode::empty(),
+            ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS,
+        ) {
+            Err(Errno::NOSYS) => {
+                // Kernels before 5.6: walk component by component with O_NOFOLLOW.
+                let mut fd = rustix::io::fcntl_dupfd_cloexec(dir, 0)?;
+                let parts: Vec<&[u8]> = rel.split(|b| *b == b'/').filter(|c| !c.is_empty()).collect();
+                for (i, c) in parts.iter().enumerate() {
+                    if *c == b".." {
+                        return Err(Errno::XDEV);
+                    }
+                    let last = i + 1 == parts.len();
+                    let f = if last { flags } else { OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC };
+                    fd = rustix::fs::openat(&fd, OsStr::from_bytes(c), f, Mode::empty())?;
+                }
+                Ok(fd)
+            }
+            r => r,
+        }
+    }
+
+    fn open_dir(&self, rel: &[u8]) -> Result<OwnedFd, Errno> {
+        let root = self.root_fd().map_err(|_| Errno::NOENT)?;
+        if rel.is_empty() {
+            return rustix::io::fcntl_dupfd_cloexec(root, 0);
+        }
+        self.open_beneath(root, rel, OFlags::PATH | OFlags::DIRECTORY)
+    }
+
+    fn file_mode(&self, executable: bool) -> u32 {
+        (if executable { 0o777 } else { 0o666 }) & !self.umask
+    }
+
+    fn tmp_name(&self) -> String {
+        format!("{}.{}", std::process::id(), self.counter.fetch_add(1, Ordering::Relaxed))
+    }
+
+    pub(crate) fn run_batch(&self, ops: &[Op], blobs: &dyn BlobSource) -> Result<(), Error> {
+        // Ops of a batch are sorted by path, so neighbours mostly share their directory.
+        let mut cached: Option<(Vec<u8>, Result<OwnedFd, Errno>)> = None;
+        for op in ops {
+            let path = op.path();
+            let (parent, name) = path.split_last();
+            if cached.as_ref().is_none_or(|(p, _)| p.as_slice() != parent) {
+                cached = Some((parent.to_vec(), self.open_dir(parent)));
+            }
+            let dir = &cached.as_ref().expect("set above").1;
+            let dir = match (dir, op) {
+                (Ok(fd), _) => fd.as_fd(),
+                // The parent is gone (or is no directory any more): so is what we should remove.
+                (Err(Errno::NOENT | Errno::NOTDIR | Errno::LOOP | Errno::XDEV), Op::Unlink { .. } | Op::Rmdir { .. }) => {
+                    continue;
+                }
+                (Err(Errno::LOOP | Errno::XDEV | Errno::NOTDIR), _) => {
+                    return Err(Error::NotBeneath { path: path.display() });
+                }
+                (Err(e), _) => return Err(Error::io("open the directory of", path, io(*e))),
+            };
+            self.run_op(dir, name, op, blobs)?;
+        }
+        Ok(())
+    }
+
+    fn run_op(&self, dir: BorrowedFd<'_>, name: &[u8], op: &Op, blobs: &dyn BlobSource) -> Result<(), Error> {
+        let name = OsStr::from_bytes(name);
+        let path = op.path();
+        match op {
+            Op::Mkdir { .. } => match rustix::fs::mkdirat(dir, name, Mode::from_raw_mode(0o777)) {
+                Ok(()) => Ok(()),
+                Err(Errno::EXIST) => match rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW) {
+                    Ok(st) if FileType::from_raw_mode(st.st_mode) == FileType::Directory => Ok(()),
+                    Ok(_) => Err(Error::io(
+                        "create directory",
+                        path,
+                        std::io::Error::new(std::io::ErrorKind::AlreadyExists, "something that is not a directory is in the way"),
+                    )),
+                    Err(e) => Err(Error::io("create directory", path, io(e))),
+                },
+                Err(e) => Err(Error::io("create directory", path, io(e))),
+            },
+            Op::Write { blob, executable, .. } => {
+                let tmp_dir = self.tmp_fd()?;
+                let tmp = self.tmp_name();
+                let result = self.write_tmp(tmp_dir, &tmp, *blob, *executable, blobs, path).and_then(|()| {
+                    rustix::fs::renameat(tmp_dir, tmp.as_str(), dir, name).map_err(|e| Error::io("write", path, io(e)))
+                });
+                if result.is_err() {
+                    let _ = rustix::fs::unlinkat(tmp_dir, tmp.as_str(), AtFlags::empty());
+                }
+                result
+            }
+            Op::Symlink { target, .. } => {
+                let tmp_dir = self.tmp_fd()?;
+                let tmp = self.tmp_name();
+                let result = rustix::fs::symlinkat(OsStr::from_bytes(target), tmp_dir, tmp.as_str())
+                    .and_then(|()| rustix::fs::renameat(tmp_dir, tmp.as_str(), dir, name))
+                    .map_err(|e| Error::io("create symlink", path, io(e)));
+                if result.is_err() {
+                    let _ = rustix::fs::unlinkat(tmp_dir, tmp.as_str(), AtFlags::empty());
+                }
+                result
+            }
+            Op::Chmod { executable, .. } => {
+                let fd = rustix::fs::openat(
+                    dir,
+                    name,
+                    OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC,
+                    Mode::empty(),
+                )
+                .map_err(|e| Error::io("change mode of", path, io(e)))?;
+                let st = rustix::fs::fstat(&fd).map_err(|e| Error::io("change mode of", path, io(e)))?;
+                if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
+                    return Err(Error::io(
+                        "change mode of",
+                        path,
+                        std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a regular file"),
+                    ));
+                }
+                rustix::fs::fchmod(&fd, Mode::from_raw_mode(self.file_mode(*executable)))
+                    .map_err(|e| Error::io("change mode of", path, io(e)))
+            }
+            Op::Unlink { .. } => match rustix::fs::unlinkat(dir, name, AtFlags::empty()) {
+                // Gone already, or a directory took its place (an interrupted sync made it).
+                Ok(()) | Err(Errno::NOENT | Errno::ISDIR) => Ok(()),
+                Err(e) => Err(Error::io("remove", path, io(e))),
+            },
+            Op::Rmdir { .. } => match rustix::fs::unlinkat(dir, name, AtFlags::REMOVEDIR) {
+                Ok(()) | Err(Errno::NOENT | Errno::NOTDIR) => Ok(()),
+                Err(Errno::NOTEMPTY | Errno::EXIST) => Err(Error::NotEmpty { path: path.display() }),
+                Err(e) => Err(Error::io("remove directory", path, io(e))),
+            },
+        }
+    }
+
+    fn write_tmp(
+        &self,
+        tmp_dir: BorrowedFd<'_>,
+        tmp: &str,
+        blob: treesync_core::ObjectId,
+        executable: bool,
+        blobs: &dyn BlobSource,
+        path: &RelPath,
+    ) -> Result<(), Error> {
+        let fd = rustix::fs::openat(
+            tmp_dir,
+            tmp,
+            OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::CLOEXEC,
+            Mode::from_raw_mode(if executable { 0o777 } else { 0o666 }),
+        )
+        .map_err(|e| Error::io("write", path, io(e)))?;
+        blobs
+            .read_blob(&blob, &mut |mut chunk| {
+                while !chunk.is_empty() {
+                    match rustix::io::write(&fd, chunk) {
+                        Ok(n) => chunk = &chunk[n..],
+                        Err(Errno::INTR) => {}
+                        Err(e) => return Err(io(e)),
+                    }
+                }
+                Ok(())
+            })
+            .map_err(|e| match e {
+                BlobError::Source(source) => Error::Blob { path: path.display(), source },
+                BlobError::Sink(e) => Error::io("write", path, e),
+            })?;
+        if self.fsync {
+            rustix::fs::fsync(&fd).map_err(|e| Error::io("fsync", path, io(e)))?;
+        }
+        Ok(())
+    }
+
+    pub(crate) fn prepare(&self, create: bool) -> Result<TargetState, Error> {
+        match std::fs::symlink_metadata(&self.root) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                if create {
+                    std::fs::create_dir(&self.root).map_err(|e| Error::io("create target directory", self.root_display(), e))?;
+                }
+                return Ok(TargetState::Empty);
+            }
+            Err(e) => return Err(Error::io("read target directory", self.root_display(), e)),
+            Ok(m) if !m.is_dir() => {
+                return Err(Error::io(
+                    "use target",
+                    self.root_display(),
+                    std::io::Error::new(std::io::ErrorKind::NotADirectory, "it exists and is not a directory"),
+                ));
+            }
+            Ok(_) => {}
+        }
+        let mut entries = std::fs::read_dir(&self.root).map_err(|e| Error::io("read target directory", self.root_display(), e))?;
+        let mut state = TargetState::Empty;
+        for e in entries.by_ref() {
+            let e = e.map_err(|e| Error::io("read target directory", self.root_display(), e))?;
+            if e.file_name() == STATE_DIR {
+                return Ok(TargetState::Managed);
+            }
+            state = TargetState::Unmanaged;
+        }
+        Ok(state)
+    }
+
+    pub(crate) fn read_dir(&self, rel: &RelPath) -> Result<Vec<DirEntry>, Error> {
+        let fd = self
+            .open_dir(rel.as_bytes())
+            .and_then(|fd| self.open_beneath(fd.as_fd(), b".", OFlags::RDONLY | OFlags::DIRECTORY))
+            .map_err(|e| Error::io("list", self.root.join(rel.to_path()).display(), io(e)))?;
+        let mut dir = rustix::fs::Dir::read_from(&fd).map_err(|e| Error::io("list", rel, io(e)))?;
+        let mut out = Vec::new();
+        while let Some(e) = dir.next() {
+            let e = e.map_err(|e| Error::io("list", rel, io(e)))?;
+            let name = e.file_name().to_bytes();
+            if name == b"." || name == b".." || (rel.is_root() && name == STATE_DIR.as_bytes()) {
+                continue;
+            }
+            let is_dir = match e.file_type() {
+                FileType::Unknown => rustix::fs::statat(&fd, e.file_name(), AtFlags::SYMLINK_NOFOLLOW)
+                    .map(|st| FileType::from_raw_mode(st.st_mode) == FileType::Directory)
+                    .map_err(|e| Error::io("list", rel, io(e)))?,
+                t => t == FileType::Directory,
+            };
+            out.push(DirEntry { name: name.to_vec(), is_dir });
+        }
+        out.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(out)
+    }
+
+    pub(crate) fn load_state(&self) -> Result<Option<Vec<u8>>, Error> {
+        let root = match self.root_fd() {
+            Ok(fd) => fd,
+            Err(_) => return Ok(None),
+        };
+        match self.open_beneath(root, STATE_FILE.as_bytes(), OFlags::RDONLY) {
+            Ok(fd) => {
+                let mut f = std::fs::File::from(fd);
+                let mut buf = Vec::new();
+                std::io::Read::read_to_end(&mut f, &mut buf).map_err(|e| Error::io("read", STATE_FILE, e))?;
+                Ok(Some(buf))
+            }
+            Err(Errno::NOENT) => Ok(None),
+            Err(e) => Err(Error::io("read", self.root.join(STATE_FILE).display(), io(e))),
+        }
+    }
+
+    pub(crate) fn store_state(&self, bytes: &[u8]) -> Result<(), Error> {
+        let tmp_dir = self.tmp_fd()?;
+        let root = self.root_fd()?;
+        let tmp = format!("state.{}", self.tmp_name());
+        let result = (|| {
+            let fd = rustix::fs::openat(
+                tmp_dir,
+                tmp.as_str(),
+                OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::CLOEXEC,
+                Mode::from_raw_mode(0o666),
+            )?;
+            let mut rest = bytes;
+            while !rest.is_empty() {
+                let n = rustix::io::write(&fd, rest)?;
+                rest = &rest[n..];
+            }
+            rustix::fs::fsync(&fd)?;
+            rustix::fs::renameat(tmp_dir, tmp.as_str(), root, STATE_FILE)
+        })();
+        if let Err(e) = result {
+            let _ = rustix::fs::unlinkat(tmp_dir, tmp.as_str(), AtFlags::empty());
+            return Err(Error::io("write", self.root.join(STATE_FILE).display(), io(e)));
+        }
+        Ok(())
+    }
+
+    pub(crate) fn lock(&self, holder: &str) -> Result<LockGuard, Error> {
+        let tmp_dir = self.tmp_fd()?;
+        let root = self.root_fd()?;
+        let lock_path = || self.root.join(LOCK_FILE).display().to_string();
+        let fd = rustix::fs::openat(
+            root,
+            LOCK_FILE,
+            OFlags::RDWR | OFlags::CREATE | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::from_raw_mode(0o666),
+        )
+        .map_err(|e| Error::io("open lock file", lock_path(), io(e)))?;
+        match rustix::fs::flock(&fd, FlockOperation::NonBlockingLockExclusive) {
+            Ok(()) => {}
+            Err(Errno::WOULDBLOCK) => {
+                let mut f = std::fs::File::from(fd);
+                let mut holder = String::new();
+                let _ = std::io::Read::read_to_string(&mut f, &mut holder);
+                let holder = holder.trim();
+                return Err(Error::Locked {
+                    holder: if holder.is_empty() { "holder unknown".into() } else { holder.to_string() },
+                });
+            }
+            Err(e) => return Err(Error::io("lock", lock_path(), io(e))),
+        }
+        rustix::fs::ftruncate(&fd, 0).map_err(|e| Error::io("write lock file", lock_path(), io(e)))?;
+        rustix::io::write(&fd, format!("{holder}\n").as_bytes()).map_err(|e| Error::io("write lock file", lock_path(), io(e)))?;
+        // Temporaries of runs that were killed: they are ours alone now that we hold the lock.
+        if let Ok(dfd) = self.open_beneath(tmp_dir, b".", OFlags::RDONLY | OFlags::DIRECTORY) {
+            if let Ok(mut dir) = rustix::fs::Dir::read_from(&dfd) {
+                while let Some(Ok(e)) = dir.next() {
+                    let n = e.file_name();
+                    if n.to_bytes() != b"." && n.to_bytes() != b".." {
+                        let _ = rustix::fs::unlinkat(tmp_dir, n, AtFlags::empty());
+                    }
+                }
+            }
+        }
+        Ok(LockGuard(Box::new(fd)))
+    }
+}

@@ -1,0 +1,55 @@
+//! The conformance suite on a real local directory.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use treesync_backend_local::{LocalBackend, Options};
+use treesync_core::Backend;
+use treesync_testkit::conformance::Fixture;
+use treesync_testkit::tree::{self, Node};
+
+struct Local {
+    _dir: tempfile::TempDir,
+    root: std::path::PathBuf,
+    options: Options,
+}
+
+impl Local {
+    fn new(options: Options) -> Self {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let root = dir.path().join("target");
+        Local { _dir: dir, root, options }
+    }
+}
+
+impl Fixture for Local {
+    fn backend(&self) -> Arc<dyn Backend> {
+        Arc::new(LocalBackend::new(&self.root, self.options.clone()))
+    }
+    fn read(&self) -> BTreeMap<String, Node> {
+        tree::read_dir(&self.root)
+    }
+    fn put_file(&self, path: &str, content: &[u8]) {
+        let p = self.root.join(path);
+        std::fs::create_dir_all(p.parent().expect("parent")).expect("mkdir");
+        std::fs::write(p, content).expect("write");
+    }
+    fn replace_dir_by_symlink(&self, path: &str, target: &std::path::Path) -> bool {
+        let p = self.root.join(path);
+        std::fs::remove_dir_all(&p).expect("rm -r");
+        std::os::unix::fs::symlink(target, &p).expect("symlink");
+        true
+    }
+}
+
+mod wide {
+    use super::*;
+    treesync_testkit::conformance_suite!(Local::new(Options::default()));
+}
+
+/// The same suite with one op per batch and one batch at a time: ordering bugs that wide
+/// batches hide show up here.
+mod serial {
+    use super::*;
+    treesync_testkit::conformance_suite!(Local::new(Options { jobs: 1, batch: 1, fsync: false }));
+}

@@ -1,0 +1,362 @@
+//! `treesync`: keep a read-only working tree in sync with a git repository without scanning it.
+
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use anyhow::Context;
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use treesync_core::{Backend, Repo, apply, backend, sync};
+
+const EXIT_CODES: &str = "\
+Exit codes:
+  0  success
+  2  error (bad repository or revision, I/O error, usage error); the message says what to do
+  3  another treesync holds the target's lock; try again later
+  4  refused: the target holds files treesync did not write (see --force), or the tree
+     contains an entry that must never be written (e.g. `..` or `.git`)";
+
+/// Keep a read-only working tree in sync with a git repository, touching only what changed.
+///
+/// treesync remembers which tree it last wrote into the target (in TARGET/.treesync/), diffs
+/// that tree against the new commit inside the object database, and applies only the
+/// difference. Unlike `git checkout` it never stats the unchanged files of the tree, so an
+/// update costs the same on a 100-file tree and a 100,000-file tree on a slow NAS.
+#[derive(Parser)]
+#[command(name = "treesync", version, after_help = EXIT_CODES, after_long_help = EXIT_CODES)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Bring the target to a commit of the repository.
+    ///
+    /// The first sync writes the whole tree; later ones apply only the difference to the
+    /// tree written last. An interrupted sync is finished by the next one.
+    ///
+    /// Example:
+    ///   treesync sync --repo /srv/git/site.git --ref main --target /mnt/nas/site
+    #[command(after_help = EXIT_CODES)]
+    Sync(SyncArgs),
+    /// Print what `sync` would do, changing nothing.
+    ///
+    /// Example:
+    ///   treesync plan --repo /srv/git/site.git --ref v2.1 --target /mnt/nas/site --json
+    #[command(after_help = EXIT_CODES)]
+    Plan(PlanArgs),
+    /// Show what is synced at a target, and whether a sync was interrupted or is running.
+    ///
+    /// Example:
+    ///   treesync status --target /mnt/nas/site
+    #[command(after_help = EXIT_CODES)]
+    Status(StatusArgs),
+}
+
+#[derive(Args)]
+struct Source {
+    /// The git repository: a bare repository, a .git directory, or a working tree holding one.
+    #[arg(long, value_name = "PATH")]
+    repo: PathBuf,
+    /// The revision to sync: branch, tag, commit id (full or short), or an expression like main~3.
+    #[arg(long = "ref", value_name = "REV")]
+    rev: String,
+}
+
+#[derive(Args)]
+struct TargetArgs {
+    /// The directory to keep in sync. Created if missing (its parent must exist).
+    #[arg(long, value_name = "DIR")]
+    target: PathBuf,
+    /// Storage backend. `auto` picks the backend for the target's storage (today: local).
+    #[arg(long, value_enum, default_value_t = BackendKind::Auto)]
+    backend: BackendKind,
+    /// Batches of operations in flight at once (default: the backend's policy, 8 for local).
+    #[arg(long, value_name = "N")]
+    jobs: Option<usize>,
+    /// Operations per batch (default: the backend's policy, 64 for local).
+    #[arg(long, value_name = "N", hide_short_help = true)]
+    batch: Option<usize>,
+    /// fsync every file before it is renamed into place (slower; survives power loss).
+    #[arg(long)]
+    fsync: bool,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum BackendKind {
+    /// Choose from the target (today always local).
+    Auto,
+    /// Local disks (ext4, xfs, tmpfs, …): wide parallelism, atomic rename into place.
+    Local,
+}
+
+#[derive(Args)]
+struct SyncArgs {
+    #[command(flatten)]
+    source: Source,
+    #[command(flatten)]
+    target: TargetArgs,
+    /// Take over a non-empty target that treesync did not write: write the tree there and
+    /// remove everything the tree does not have. This scans the target once.
+    #[arg(long)]
+    force: bool,
+    /// Only say what would be done.
+    #[arg(long)]
+    dry_run: bool,
+    /// Print the outcome as JSON on stdout (no progress bar).
+    #[arg(long)]
+    json: bool,
+    /// No progress bar and no summary line.
+    #[arg(long, short)]
+    quiet: bool,
+}
+
+#[derive(Args)]
+struct PlanArgs {
+    #[command(flatten)]
+    source: Source,
+    #[command(flatten)]
+    target: TargetArgs,
+    /// Plan a takeover of a non-empty target that treesync did not write.
+    #[arg(long)]
+    force: bool,
+    /// Print the plan as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
+struct StatusArgs {
+    /// The directory treesync keeps in sync.
+    #[arg(long, value_name = "DIR")]
+    target: PathBuf,
+    /// Print the status as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            let mut msg = String::new();
+            for cause in e.chain() {
+                let text = cause.to_string();
+                if !msg.contains(&text) {
+                    msg.push_str(if msg.is_empty() { "" } else { ": " });
+                    msg.push_str(&text);
+                }
+            }
+            eprintln!("treesync: error: {msg}");
+            ExitCode::from(exit_code(&e))
+        }
+    }
+}
+
+fn exit_code(e: &anyhow::Error) -> u8 {
+    for cause in e.chain() {
+        if let Some(e) = cause.downcast_ref::<sync::Error>() {
+            return match e {
+                sync::Error::Backend(backend::Error::Locked { .. }) => 3,
+                sync::Error::Unmanaged { .. } | sync::Error::Plan(treesync_core::plan::Error::Unsafe(_)) => 4,
+                _ => 2,
+            };
+        }
+    }
+    2
+}
+
+fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")
+}
+
+fn make_backend(args: &TargetArgs) -> (Arc<dyn Backend>, &'static str) {
+    match args.backend {
+        BackendKind::Auto | BackendKind::Local => {
+            let mut options = treesync_backend_local::Options { fsync: args.fsync, ..Default::default() };
+            if let Some(j) = args.jobs {
+                options.jobs = j.max(1);
+            }
+            if let Some(b) = args.batch {
+                options.batch = b.max(1);
+            }
+            (Arc::new(treesync_backend_local::LocalBackend::new(&args.target, options)), "local")
+        }
+    }
+}
+
+fn run(cli: Cli) -> anyhow::Result<()> {
+    match cli.command {
+        Command::Sync(args) => run_sync(args),
+        Command::Plan(args) => run_plan(args),
+        Command::Status(args) => run_status(args),
+    }
+}
+
+fn run_sync(args: SyncArgs) -> anyhow::Result<()> {
+    let repo = Repo::open(&args.source.repo)?;
+    let (backend, name) = make_backend(&args.target);
+    let options = sync::Options {
+        force: args.force,
+        dry_run: args.dry_run,
+        apply: apply::Options { jobs: args.target.jobs, batch: args.target.batch },
+        backend_name: name.into(),
+    };
+    let show_progress = !args.json && !args.quiet && std::io::stderr().is_terminal();
+    let bar = show_progress.then(|| {
+        let bar = indicatif::ProgressBar::new(0);
+        bar.set_style(
+            indicatif::ProgressStyle::with_template("{spinner} {msg:24} [{bar:30}] {pos}/{len} ops, {elapsed}")
+                .expect("valid template")
+                .progress_chars("=> "),
+        );
+        bar
+    });
+    let progress = |p: &apply::Progress<'_>| {
+        if let Some(bar) = &bar {
+            bar.set_length(p.ops_total);
+            bar.set_position(p.ops_done);
+            bar.set_message(p.phase.to_string());
+        }
+    };
+    let interrupt = Arc::new(AtomicBool::new(false));
+    let rt = runtime()?;
+    let outcome = rt.block_on(async {
+        let flag = interrupt.clone();
+        tokio::spawn(async move {
+            if tokio::signal::ctrl_c().await.is_ok() {
+                eprintln!("treesync: interrupted; finishing the operations in flight (press Ctrl-C again to abort)");
+                flag.store(true, Ordering::SeqCst);
+                if tokio::signal::ctrl_c().await.is_ok() {
+                    std::process::exit(130);
+                }
+            }
+        });
+        sync::sync(&repo, &args.source.rev, &*backend, &options, &progress, &interrupt).await
+    });
+    if let Some(bar) = &bar {
+        bar.finish_and_clear();
+    }
+    let outcome = outcome.with_context(|| format!("syncing {} to {}", args.source.rev, backend))?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&outcome)?);
+    } else if !args.quiet {
+        if let Some(r) = &outcome.resumed {
+            println!("finished an interrupted sync to {}", short(&r.to_commit));
+        }
+        let from = outcome.from.map(|s| short(&s.commit)).unwrap_or_else(|| "nothing".into());
+        let verb = if outcome.dry_run { "would sync" } else { "synced" };
+        let counts = if outcome.dry_run { outcome.planned } else { outcome.applied };
+        println!(
+            "{verb} {} {from} -> {}: {counts}, {} in {:.2}s{}",
+            backend,
+            short(&outcome.commit),
+            human_bytes(counts.bytes),
+            outcome.elapsed.as_secs_f64(),
+            if outcome.takeover { " (took over the target)" } else { "" },
+        );
+    }
+    Ok(())
+}
+
+fn run_plan(args: PlanArgs) -> anyhow::Result<()> {
+    let repo = Repo::open(&args.source.repo)?;
+    let (backend, _) = make_backend(&args.target);
+    let rt = runtime()?;
+    let prepared = rt
+        .block_on(sync::prepare(&repo, &args.source.rev, &*backend, args.force, false))
+        .with_context(|| format!("planning {} for {}", args.source.rev, backend))?;
+    if args.json {
+        let out = serde_json::json!({
+            "target": backend.to_string(),
+            "commit": prepared.to.commit.to_string(),
+            "tree": prepared.to.tree.to_string(),
+            "takeover": prepared.takeover,
+            "resume": prepared.resume.as_ref().map(|(_, p)| p),
+            "plan": prepared.main,
+        });
+        println!("{}", serde_json::to_string_pretty(&out)?);
+        return Ok(());
+    }
+    let mut plans = Vec::new();
+    if let Some((p, plan)) = &prepared.resume {
+        println!("first finish the interrupted sync to {}:", short(&p.to_commit));
+        plans.push(plan);
+    }
+    plans.push(&prepared.main);
+    for plan in plans {
+        for phase in &plan.phases {
+            println!("{} ({} ops)", phase.name, phase.ops.len());
+            for op in phase.ops.iter() {
+                match op {
+                    treesync_core::Op::Write { path, size, executable, .. } => {
+                        println!("  write   {path} ({}{})", human_bytes(*size), if *executable { ", executable" } else { "" })
+                    }
+                    treesync_core::Op::Symlink { path, target } => {
+                        println!("  symlink {path} -> {}", String::from_utf8_lossy(target))
+                    }
+                    treesync_core::Op::Chmod { path, executable } => {
+                        println!("  chmod   {path} ({})", if *executable { "+x" } else { "-x" })
+                    }
+                    op => println!("  {:7} {}", op.kind().name(), op.path()),
+                }
+            }
+        }
+        println!("total: {}, {}", plan.counts, human_bytes(plan.counts.bytes));
+    }
+    Ok(())
+}
+
+fn run_status(args: StatusArgs) -> anyhow::Result<()> {
+    let backend = treesync_backend_local::LocalBackend::new(&args.target, Default::default());
+    let rt = runtime()?;
+    let status = rt.block_on(sync::status(&backend)).with_context(|| format!("reading the status of {backend}"))?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&status)?);
+        return Ok(());
+    }
+    println!("target:  {backend} ({})", status.target);
+    match &status.state {
+        None => println!("synced:  nothing yet"),
+        Some(s) => {
+            match &s.synced {
+                Some(x) => println!("synced:  commit {} (tree {}) at unix time {}", x.commit, x.tree, x.at_unix),
+                None => println!("synced:  nothing yet"),
+            }
+            println!("backend: {}", s.backend);
+            if let Some(p) = &s.in_progress {
+                println!(
+                    "INTERRUPTED: a sync to commit {} started at unix time {} did not finish; the next `treesync sync` finishes it",
+                    p.to_commit, p.started_unix
+                );
+            }
+        }
+    }
+    if let Some(h) = &status.running {
+        println!("running: a sync holds the lock now ({h})");
+    }
+    Ok(())
+}
+
+fn short(id: &treesync_core::ObjectId) -> String {
+    id.to_hex_with_len(10).to_string()
+}
+
+fn human_bytes(n: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = n as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u + 1 < UNITS.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 { format!("{n} B") } else { format!("{v:.1} {}", UNITS[u]) }
+}

@@ -1,0 +1,70 @@
+//! Run a [`Plan`](crate::Plan) on a [`Backend`](crate::Backend), phase by phase, each phase as
+//! wide as the backend's [`Policy`](crate::backend::Policy) allows.
+
+mod function;
+pub use function::apply;
+
+use std::time::Duration;
+
+use crate::op::OpCounts;
+
+/// How to run a plan.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Options {
+    /// Batches in flight at once; `None` takes the backend's policy.
+    pub jobs: Option<usize>,
+    /// Ops per batch; `None` takes the backend's policy.
+    pub batch: Option<usize>,
+}
+
+/// Where a running apply is, reported after every batch.
+#[derive(Debug, Clone)]
+pub struct Progress<'a> {
+    /// Name of the current phase.
+    pub phase: &'a str,
+    /// Ops done so far, all phases.
+    pub ops_done: u64,
+    /// Ops in the plan.
+    pub ops_total: u64,
+    /// Bytes written so far.
+    pub bytes_done: u64,
+    /// Bytes the plan writes.
+    pub bytes_total: u64,
+}
+
+/// What an apply did.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct Outcome {
+    /// Ops done, by kind.
+    pub counts: OpCounts,
+    /// Wall time.
+    #[serde(serialize_with = "ser_secs")]
+    pub elapsed: Duration,
+}
+
+fn ser_secs<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_f64(d.as_secs_f64())
+}
+
+/// Applying stopped; ops before the failing batch are done, the journal still says "in progress".
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A backend op failed.
+    #[error("{source}")]
+    Backend {
+        /// Phase name.
+        phase: String,
+        /// What went wrong.
+        #[source]
+        source: crate::backend::Error,
+        /// What was done before it stopped.
+        done: OpCounts,
+    },
+    /// The interrupt flag was raised; the current batches finished first.
+    #[error("interrupted after {done} ops", done = done.total())]
+    Interrupted {
+        /// What was done.
+        done: OpCounts,
+    },
+}

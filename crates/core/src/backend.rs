@@ -1,0 +1,261 @@
+//! The [`Backend`] trait: where a plan's ops land (a local disk, an NFS mount, a bucket, memory).
+//!
+//! A backend executes single ops or batches of independent ops (all from one [`Phase`](crate::Phase)),
+//! keeps the small state folder, and hands out a lock. Concurrency and batching are described by its
+//! [`Policy`]; wrappers in [`crate::policy`] change or enforce it around any backend.
+
+use std::fmt;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+
+use crate::op::Op;
+use crate::path::RelPath;
+use crate::source::BlobSource;
+
+/// What a backend can represent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Capabilities {
+    /// Symbolic links are real links.
+    pub symlinks: bool,
+    /// The exec bit is kept.
+    pub exec_bit: bool,
+    /// Empty directories exist (for gitlinks).
+    pub empty_dirs: bool,
+    /// Names differing only by case are different entries.
+    pub case_sensitive: bool,
+}
+
+/// How a backend wants to be driven by the executor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Policy {
+    /// How many batches may be in flight at once.
+    pub jobs: usize,
+    /// How many ops of one phase go into one batch.
+    pub batch: usize,
+}
+
+impl Default for Policy {
+    fn default() -> Self {
+        Policy { jobs: 1, batch: 1 }
+    }
+}
+
+/// A slice of a phase's ops, cheap to clone and `'static` so backends can move it to a thread.
+#[derive(Clone)]
+pub struct Batch {
+    ops: Arc<[Op]>,
+    range: std::ops::Range<usize>,
+}
+
+impl Batch {
+    /// The ops `range` of `ops`.
+    pub fn new(ops: Arc<[Op]>, range: std::ops::Range<usize>) -> Self {
+        assert!(range.end <= ops.len(), "batch range within the phase");
+        Batch { ops, range }
+    }
+
+    /// A batch of all of `ops`.
+    pub fn all(ops: Arc<[Op]>) -> Self {
+        let n = ops.len();
+        Batch { ops, range: 0..n }
+    }
+
+    /// The first `n` ops of this batch.
+    pub fn prefix(&self, n: usize) -> Batch {
+        Batch { ops: self.ops.clone(), range: self.range.start..self.range.start + n.min(self.len()) }
+    }
+}
+
+impl std::ops::Deref for Batch {
+    type Target = [Op];
+    fn deref(&self) -> &[Op] {
+        &self.ops[self.range.clone()]
+    }
+}
+
+/// An entry found by [`Backend::read_dir`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DirEntry {
+    /// The name within its directory.
+    pub name: Vec<u8>,
+    /// Is it a directory (not following symlinks)?
+    pub is_dir: bool,
+}
+
+/// What is at the target root before a sync.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TargetState {
+    /// Nothing there (it will be created) or an empty directory.
+    Empty,
+    /// A directory with a `.treesync` folder.
+    Managed,
+    /// A directory with other content and no `.treesync` folder.
+    Unmanaged,
+}
+
+/// Held while a sync runs; dropping it releases the lock.
+pub struct LockGuard(pub Box<dyn Send + Sync>);
+
+/// A backend operation failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// An I/O error at a path.
+    #[error("cannot {op} {path}: {source}{}", hint(source))]
+    Io {
+        /// What was attempted (`write`, `create directory`, …).
+        op: &'static str,
+        /// Where (relative to the target, or the target itself).
+        path: String,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A directory that should be removed holds entries treesync did not write.
+    #[error("cannot remove directory {path}: it holds files treesync did not write\n  hint: someone changed the target; remove the extra entries and run sync again")]
+    NotEmpty {
+        /// Where.
+        path: String,
+    },
+    /// A path would be reached through a symbolic link or something that is not a directory.
+    #[error("refusing to write {path}: a parent of it is a symlink or not a directory on the target\n  hint: someone changed the target; treesync never writes through symlinks")]
+    NotBeneath {
+        /// Where.
+        path: String,
+    },
+    /// Another sync holds the target's lock.
+    #[error("another treesync is working on this target ({holder})\n  hint: wait for it to finish; a lock of a process that died is released by the OS automatically")]
+    Locked {
+        /// Who holds it.
+        holder: String,
+    },
+    /// Content could not be read from the repository.
+    #[error("cannot write {path}: {source}")]
+    Blob {
+        /// Where.
+        path: String,
+        /// Why.
+        #[source]
+        source: crate::source::Error,
+    },
+    /// A fault injected by [`crate::policy::Fail`].
+    #[error("injected fault after {after} ops (at {op} {path})")]
+    Injected {
+        /// How many ops ran before.
+        after: u64,
+        /// The op kind that failed.
+        op: &'static str,
+        /// Its path.
+        path: String,
+    },
+    /// The backend's state could not be understood.
+    #[error("{0}")]
+    State(String),
+}
+
+fn hint(e: &std::io::Error) -> &'static str {
+    use std::io::ErrorKind::*;
+    match e.kind() {
+        StorageFull => "\n  hint: the target's filesystem is full; free space and run sync again to finish",
+        ReadOnlyFilesystem => "\n  hint: the target's filesystem is mounted read-only",
+        PermissionDenied => "\n  hint: check the target's permissions (treesync needs to write there)",
+        _ => "",
+    }
+}
+
+impl Error {
+    /// An I/O error helper.
+    pub fn io(op: &'static str, path: impl fmt::Display, source: std::io::Error) -> Self {
+        Error::Io { op, path: path.to_string(), source }
+    }
+}
+
+/// Where ops land. See the [module docs](self).
+#[async_trait]
+pub trait Backend: Send + Sync + fmt::Display {
+    /// What this backend can represent.
+    fn capabilities(&self) -> Capabilities;
+
+    /// How the executor should drive this backend.
+    fn policy(&self) -> Policy;
+
+    /// Execute one op.
+    async fn execute(&self, op: &Op, blobs: &Arc<dyn BlobSource>) -> Result<(), Error>;
+
+    /// Execute a batch of independent ops. Stops at the first error; ops before it are done.
+    async fn execute_batch(&self, batch: Batch, blobs: &Arc<dyn BlobSource>) -> Result<(), Error> {
+        for op in batch.iter() {
+            self.execute(op, blobs).await?;
+        }
+        Ok(())
+    }
+
+    /// What the target root holds; with `create`, a missing root (not its parents) is created.
+    async fn prepare_target(&self, create: bool) -> Result<TargetState, Error>;
+
+    /// List a directory (not following symlinks); `.treesync` at the root is left out.
+    async fn read_dir(&self, dir: &RelPath) -> Result<Vec<DirEntry>, Error>;
+
+    /// Read the state file, if there is one.
+    async fn load_state(&self) -> Result<Option<Vec<u8>>, Error>;
+
+    /// Replace the state file atomically.
+    async fn store_state(&self, bytes: &[u8]) -> Result<(), Error>;
+
+    /// Take the target's lock, or fail fast with [`Error::Locked`]. `holder` describes this process.
+    async fn lock(&self, holder: &str) -> Result<LockGuard, Error>;
+}
+
+/// Forward every method of [`Backend`] to `self.inner`, except those listed; used by wrappers.
+#[macro_export]
+#[doc(hidden)]
+macro_rules! forward_backend {
+    (capabilities) => {
+        fn capabilities(&self) -> $crate::backend::Capabilities {
+            self.inner.capabilities()
+        }
+    };
+    (policy) => {
+        fn policy(&self) -> $crate::backend::Policy {
+            self.inner.policy()
+        }
+    };
+}
+
+macro_rules! impl_for_pointer {
+    ($ptr:ident) => {
+        #[async_trait]
+        impl<B: Backend + ?Sized> Backend for $ptr<B> {
+            fn capabilities(&self) -> Capabilities {
+                (**self).capabilities()
+            }
+            fn policy(&self) -> Policy {
+                (**self).policy()
+            }
+            async fn execute(&self, op: &Op, blobs: &Arc<dyn BlobSource>) -> Result<(), Error> {
+                (**self).execute(op, blobs).await
+            }
+            async fn execute_batch(&self, batch: Batch, blobs: &Arc<dyn BlobSource>) -> Result<(), Error> {
+                (**self).execute_batch(batch, blobs).await
+            }
+            async fn prepare_target(&self, create: bool) -> Result<TargetState, Error> {
+                (**self).prepare_target(create).await
+            }
+            async fn read_dir(&self, dir: &RelPath) -> Result<Vec<DirEntry>, Error> {
+                (**self).read_dir(dir).await
+            }
+            async fn load_state(&self) -> Result<Option<Vec<u8>>, Error> {
+                (**self).load_state().await
+            }
+            async fn store_state(&self, bytes: &[u8]) -> Result<(), Error> {
+                (**self).store_state(bytes).await
+            }
+            async fn lock(&self, holder: &str) -> Result<LockGuard, Error> {
+                (**self).lock(holder).await
+            }
+        }
+    };
+}
+impl_for_pointer!(Arc);
+impl_for_pointer!(Box);

@@ -1,0 +1,244 @@
+//! [`MemoryBackend`]: the reference backend. It keeps the tree in a map and enforces the
+//! same rules a real filesystem does (parents must be directories, nothing is written through
+//! a symlink, non-empty directories cannot be removed), which makes it the oracle for unit tests.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+
+use crate::backend::{Backend, Capabilities, DirEntry, Error, LockGuard, Policy, TargetState};
+use crate::op::Op;
+use crate::path::RelPath;
+use crate::source::BlobSource;
+
+/// An entry of a [`MemoryBackend`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MemNode {
+    /// A directory.
+    Dir,
+    /// A file.
+    File {
+        /// Content.
+        data: Vec<u8>,
+        /// Exec bit.
+        executable: bool,
+    },
+    /// A symlink.
+    Link {
+        /// Target.
+        target: Vec<u8>,
+    },
+}
+
+#[derive(Default)]
+struct Inner {
+    nodes: BTreeMap<Vec<u8>, MemNode>,
+    state: Option<Vec<u8>>,
+    lock: Option<String>,
+}
+
+/// An in-memory tree. Clones share the same tree.
+#[derive(Clone, Default)]
+pub struct MemoryBackend {
+    inner: Arc<Mutex<Inner>>,
+}
+
+impl fmt::Display for MemoryBackend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("memory")
+    }
+}
+
+fn io(op: &'static str, path: &RelPath, kind: std::io::ErrorKind, msg: &str) -> Error {
+    Error::io(op, path, std::io::Error::new(kind, msg.to_string()))
+}
+
+impl MemoryBackend {
+    /// An empty tree.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Everything in the tree, by path.
+    pub fn snapshot(&self) -> BTreeMap<Vec<u8>, MemNode> {
+        self.inner.lock().expect("never poisoned").nodes.clone()
+    }
+
+    /// Put an entry in place directly (to simulate someone changing the target).
+    pub fn insert(&self, path: &str, node: MemNode) {
+        self.inner.lock().expect("never poisoned").nodes.insert(path.as_bytes().to_vec(), node);
+    }
+
+    fn apply(&self, op: &Op, content: Option<Vec<u8>>) -> Result<(), Error> {
+        let mut inner = self.inner.lock().expect("never poisoned");
+        let nodes = &mut inner.nodes;
+        let path = op.path();
+        let parent_state = {
+            let mut ok = Ok(true);
+            let mut prefix = Vec::new();
+            for c in path.components().collect::<Vec<_>>().split_last().map(|x| x.1).unwrap_or(&[]) {
+                if !prefix.is_empty() {
+                    prefix.push(b'/');
+                }
+                prefix.extend_from_slice(c);
+                match nodes.get(&prefix) {
+                    Some(MemNode::Dir) => {}
+                    Some(_) => {
+                        ok = Err(Error::NotBeneath { path: path.display() });
+                        break;
+                    }
+                    None => {
+                        ok = Ok(false);
+                        break;
+                    }
+                }
+            }
+            ok
+        };
+        let key = path.as_bytes().to_vec();
+        match op {
+            Op::Unlink { .. } => {
+                if parent_state? && matches!(nodes.get(&key), Some(MemNode::File { .. } | MemNode::Link { .. })) {
+                    nodes.remove(&key);
+                }
+                return Ok(());
+            }
+            Op::Rmdir { .. } => {
+                if !parent_state? || !matches!(nodes.get(&key), Some(MemNode::Dir)) {
+                    return Ok(());
+                }
+                let mut child = key.clone();
+                child.push(b'/');
+                if nodes.range(child.clone()..).next().is_some_and(|(k, _)| k.starts_with(&child)) {
+                    return Err(Error::NotEmpty { path: path.display() });
+                }
+                nodes.remove(&key);
+                return Ok(());
+            }
+            _ => {}
+        }
+        if !parent_state? {
+            return Err(io("write into", path, std::io::ErrorKind::NotFound, "parent directory does not exist"));
+        }
+        match op {
+            Op::Mkdir { .. } => match nodes.get(&key) {
+                Some(MemNode::Dir) => {}
+                Some(_) => return Err(io("create directory", path, std::io::ErrorKind::AlreadyExists, "not a directory")),
+                None => {
+                    nodes.insert(key, MemNode::Dir);
+                }
+            },
+            Op::Write { executable, .. } => {
+                if matches!(nodes.get(&key), Some(MemNode::Dir)) {
+                    return Err(io("write", path, std::io::ErrorKind::IsADirectory, "is a directory"));
+                }
+                let data = content.expect("content is read for writes");
+                nodes.insert(key, MemNode::File { data, executable: *executable });
+            }
+            Op::Symlink { target, .. } => {
+                if matches!(nodes.get(&key), Some(MemNode::Dir)) {
+                    return Err(io("create symlink", path, std::io::ErrorKind::IsADirectory, "is a directory"));
+                }
+                nodes.insert(key, MemNode::Link { target: target.clone() });
+            }
+            Op::Chmod { executable, .. } => match nodes.get_mut(&key) {
+                Some(MemNode::File { executable: x, .. }) => *x = *executable,
+                _ => return Err(io("change mode of", path, std::io::ErrorKind::NotFound, "no such file")),
+            },
+            Op::Unlink { .. } | Op::Rmdir { .. } => unreachable!("handled above"),
+        }
+        Ok(())
+    }
+}
+
+struct MemLock(MemoryBackend);
+
+impl Drop for MemLock {
+    fn drop(&mut self) {
+        self.0.inner.lock().expect("never poisoned").lock = None;
+    }
+}
+
+#[async_trait]
+impl Backend for MemoryBackend {
+    fn capabilities(&self) -> Capabilities {
+        Capabilities { symlinks: true, exec_bit: true, empty_dirs: true, case_sensitive: true }
+    }
+
+    fn policy(&self) -> Policy {
+        Policy { jobs: 4, batch: 16 }
+    }
+
+    async fn execute(&self, op: &Op, blobs: &Arc<dyn BlobSource>) -> Result<(), Error> {
+        let content = match op {
+            Op::Write { blob, path, .. } => {
+                let mut data = Vec::new();
+                blobs
+                    .read_blob(blob, &mut |chunk| {
+                        data.extend_from_slice(chunk);
+                        Ok(())
+                    })
+                    .map_err(|e| match e {
+                        crate::source::BlobError::Source(source) => Error::Blob { path: path.display(), source },
+                        crate::source::BlobError::Sink(e) => Error::io("write", path, e),
+                    })?;
+                Some(data)
+            }
+            _ => None,
+        };
+        self.apply(op, content)
+    }
+
+    async fn prepare_target(&self, _create: bool) -> Result<TargetState, Error> {
+        let inner = self.inner.lock().expect("never poisoned");
+        Ok(if inner.state.is_some() {
+            TargetState::Managed
+        } else if inner.nodes.is_empty() {
+            TargetState::Empty
+        } else {
+            TargetState::Unmanaged
+        })
+    }
+
+    async fn read_dir(&self, dir: &RelPath) -> Result<Vec<DirEntry>, Error> {
+        let inner = self.inner.lock().expect("never poisoned");
+        let mut prefix = dir.as_bytes().to_vec();
+        if !prefix.is_empty() {
+            prefix.push(b'/');
+        }
+        Ok(inner
+            .nodes
+            .range(prefix.clone()..)
+            .take_while(|(k, _)| k.starts_with(&prefix))
+            .filter(|(k, _)| !k[prefix.len()..].contains(&b'/'))
+            .map(|(k, n)| DirEntry { name: k[prefix.len()..].to_vec(), is_dir: matches!(n, MemNode::Dir) })
+            .collect())
+    }
+
+    async fn load_state(&self) -> Result<Option<Vec<u8>>, Error> {
+        Ok(self.inner.lock().expect("never poisoned").state.clone())
+    }
+
+    async fn store_state(&self, bytes: &[u8]) -> Result<(), Error> {
+        self.inner.lock().expect("never poisoned").state = Some(bytes.to_vec());
+        Ok(())
+    }
+
+    async fn lock(&self, holder: &str) -> Result<LockGuard, Error> {
+        let mut inner = self.inner.lock().expect("never poisoned");
+        if let Some(h) = &inner.lock {
+            return Err(Error::Locked { holder: h.clone() });
+        }
+        inner.lock = Some(holder.to_string());
+        Ok(LockGuard(Box::new(MemLock(self.clone()))))
+    }
+}
+
+impl MemoryBackend {
+    /// Remove an entry directly (to simulate someone changing the target).
+    pub fn remove(&self, path: &str) {
+        self.inner.lock().expect("never poisoned").nodes.remove(path.as_bytes());
+    }
+}

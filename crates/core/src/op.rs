@@ -1,0 +1,268 @@
+//! [`Op`], [`Phase`] and [`Plan`]: what a sync will do, as data.
+
+use std::sync::Arc;
+
+use gix_hash::ObjectId;
+use serde::Serialize;
+
+use crate::path::RelPath;
+
+/// One abstract operation on the target. Every op is idempotent: running it again after it
+/// (or the plan around it) was interrupted gives the same result.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum Op {
+    /// Create a directory (fine if it exists as a directory).
+    Mkdir {
+        /// Where.
+        path: RelPath,
+    },
+    /// Write the blob's bytes to `path`, atomically replacing any non-directory there.
+    Write {
+        /// Where.
+        path: RelPath,
+        /// The blob to write.
+        #[serde(serialize_with = "ser_id")]
+        blob: ObjectId,
+        /// Its size in bytes.
+        size: u64,
+        /// Whether the file gets exec bits (`100755`).
+        executable: bool,
+    },
+    /// Create a symbolic link, atomically replacing any non-directory there.
+    Symlink {
+        /// Where.
+        path: RelPath,
+        /// The link target, verbatim from the blob.
+        #[serde(serialize_with = "ser_bytes")]
+        target: Vec<u8>,
+    },
+    /// Change only the exec bits of an existing file.
+    Chmod {
+        /// Where.
+        path: RelPath,
+        /// Whether the file becomes executable.
+        executable: bool,
+    },
+    /// Remove a file or symlink (fine if it is gone).
+    Unlink {
+        /// Where.
+        path: RelPath,
+    },
+    /// Remove an empty directory (fine if it is gone).
+    Rmdir {
+        /// Where.
+        path: RelPath,
+    },
+}
+
+fn ser_id<S: serde::Serializer>(id: &ObjectId, s: S) -> Result<S::Ok, S::Error> {
+    s.collect_str(id)
+}
+
+fn ser_bytes<S: serde::Serializer>(b: &[u8], s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(&String::from_utf8_lossy(b))
+}
+
+/// The kinds of [`Op`], for counting.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OpKind {
+    /// [`Op::Mkdir`]
+    Mkdir,
+    /// [`Op::Write`]
+    Write,
+    /// [`Op::Symlink`]
+    Symlink,
+    /// [`Op::Chmod`]
+    Chmod,
+    /// [`Op::Unlink`]
+    Unlink,
+    /// [`Op::Rmdir`]
+    Rmdir,
+}
+
+impl OpKind {
+    /// All kinds, in display order.
+    pub const ALL: [OpKind; 6] =
+        [OpKind::Mkdir, OpKind::Write, OpKind::Symlink, OpKind::Chmod, OpKind::Unlink, OpKind::Rmdir];
+
+    /// A short lowercase name.
+    pub fn name(self) -> &'static str {
+        match self {
+            OpKind::Mkdir => "mkdir",
+            OpKind::Write => "write",
+            OpKind::Symlink => "symlink",
+            OpKind::Chmod => "chmod",
+            OpKind::Unlink => "unlink",
+            OpKind::Rmdir => "rmdir",
+        }
+    }
+}
+
+impl Op {
+    /// The path this op works on.
+    pub fn path(&self) -> &RelPath {
+        match self {
+            Op::Mkdir { path }
+            | Op::Write { path, .. }
+            | Op::Symlink { path, .. }
+            | Op::Chmod { path, .. }
+            | Op::Unlink { path }
+            | Op::Rmdir { path } => path,
+        }
+    }
+
+    /// Its kind.
+    pub fn kind(&self) -> OpKind {
+        match self {
+            Op::Mkdir { .. } => OpKind::Mkdir,
+            Op::Write { .. } => OpKind::Write,
+            Op::Symlink { .. } => OpKind::Symlink,
+            Op::Chmod { .. } => OpKind::Chmod,
+            Op::Unlink { .. } => OpKind::Unlink,
+            Op::Rmdir { .. } => OpKind::Rmdir,
+        }
+    }
+
+    /// Bytes of content this op writes.
+    pub fn bytes(&self) -> u64 {
+        match self {
+            Op::Write { size, .. } => *size,
+            Op::Symlink { target, .. } => target.len() as u64,
+            _ => 0,
+        }
+    }
+}
+
+/// Counts of ops by kind, plus bytes written.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct OpCounts {
+    /// Directories created.
+    pub mkdir: u64,
+    /// Files written.
+    pub write: u64,
+    /// Symlinks created.
+    pub symlink: u64,
+    /// Files whose exec bit changed.
+    pub chmod: u64,
+    /// Files and symlinks removed.
+    pub unlink: u64,
+    /// Directories removed.
+    pub rmdir: u64,
+    /// Bytes of file content and link targets written.
+    pub bytes: u64,
+}
+
+impl OpCounts {
+    /// Count one op.
+    pub fn add(&mut self, op: &Op) {
+        *self.slot(op.kind()) += 1;
+        self.bytes += op.bytes();
+    }
+
+    /// Add another count.
+    pub fn merge(&mut self, other: &OpCounts) {
+        for k in OpKind::ALL {
+            *self.slot(k) += other.get(k);
+        }
+        self.bytes += other.bytes;
+    }
+
+    fn slot(&mut self, k: OpKind) -> &mut u64 {
+        match k {
+            OpKind::Mkdir => &mut self.mkdir,
+            OpKind::Write => &mut self.write,
+            OpKind::Symlink => &mut self.symlink,
+            OpKind::Chmod => &mut self.chmod,
+            OpKind::Unlink => &mut self.unlink,
+            OpKind::Rmdir => &mut self.rmdir,
+        }
+    }
+
+    /// The count for one kind.
+    pub fn get(&self, k: OpKind) -> u64 {
+        match k {
+            OpKind::Mkdir => self.mkdir,
+            OpKind::Write => self.write,
+            OpKind::Symlink => self.symlink,
+            OpKind::Chmod => self.chmod,
+            OpKind::Unlink => self.unlink,
+            OpKind::Rmdir => self.rmdir,
+        }
+    }
+
+    /// All ops, any kind.
+    pub fn total(&self) -> u64 {
+        OpKind::ALL.iter().map(|k| self.get(*k)).sum()
+    }
+}
+
+impl std::fmt::Display for OpCounts {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut first = true;
+        for k in OpKind::ALL {
+            let n = self.get(k);
+            if n > 0 {
+                if !first {
+                    f.write_str(", ")?;
+                }
+                write!(f, "{n} {}", k.name())?;
+                first = false;
+            }
+        }
+        if first {
+            f.write_str("no changes")?;
+        }
+        Ok(())
+    }
+}
+
+/// A set of ops that are independent of each other: a backend may run them in any order and
+/// as wide as its policy allows. Phases run one after another.
+#[derive(Debug, Clone, Serialize)]
+pub struct Phase {
+    /// What this phase does, e.g. `remove files` or `create directories (depth 2)`.
+    pub name: String,
+    /// The ops, sorted by path.
+    pub ops: Arc<[Op]>,
+}
+
+/// What a sync from one tree to another does to the target.
+#[derive(Debug, Clone, Serialize)]
+pub struct Plan {
+    /// The tree the target holds before (`None`: nothing, an initial checkout).
+    #[serde(serialize_with = "ser_opt_id")]
+    pub from: Option<ObjectId>,
+    /// The tree the target holds after.
+    #[serde(serialize_with = "ser_id")]
+    pub to: ObjectId,
+    /// The phases, in execution order.
+    pub phases: Vec<Phase>,
+    /// Ops by kind.
+    pub counts: OpCounts,
+}
+
+fn ser_opt_id<S: serde::Serializer>(id: &Option<ObjectId>, s: S) -> Result<S::Ok, S::Error> {
+    match id {
+        Some(id) => s.collect_str(id),
+        None => s.serialize_none(),
+    }
+}
+
+impl Plan {
+    /// Does this plan change nothing?
+    pub fn is_empty(&self) -> bool {
+        self.phases.iter().all(|p| p.ops.is_empty())
+    }
+
+    /// All ops in execution order.
+    pub fn ops(&self) -> impl Iterator<Item = &Op> {
+        self.phases.iter().flat_map(|p| p.ops.iter())
+    }
+
+    /// Number of ops.
+    pub fn len(&self) -> usize {
+        self.phases.iter().map(|p| p.ops.len()).sum()
+    }
+}

@@ -1,0 +1,189 @@
+//! [`RelPath`]: a validated path relative to the target root.
+//!
+//! Every component was checked with `gix-validate` the way git checks tree entries before
+//! writing them (no `.`/`..`, no separators or NUL, no `.git` in any spelling that git rejects
+//! with `core.protectNTFS` and `core.protectHFS`), so a value of this type cannot name anything
+//! outside the target or inside a `.git` directory.
+
+use std::fmt;
+
+use gix::bstr::{BStr, BString, ByteSlice};
+
+/// Name of the folder at the target root where treesync keeps its state. Reserved: a tree
+/// that has an entry of this name at its root is refused.
+pub const STATE_DIR: &str = ".treesync";
+
+/// Why a tree entry name was refused.
+#[derive(Debug, thiserror::Error)]
+#[error("unsafe tree entry {path:?}: {reason}")]
+pub struct UnsafeName {
+    /// The full path of the offending entry, lossily decoded for display.
+    pub path: String,
+    /// What is wrong with it.
+    pub reason: String,
+}
+
+/// A non-empty, validated, `/`-separated path relative to the target root.
+///
+/// The root itself is represented by [`RelPath::root()`] (empty), which is only used as the
+/// parent of top-level entries.
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct RelPath(BString);
+
+/// What kind of entry a validated name will become; symlinks get an extra check (`.gitmodules`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NameKind {
+    /// A symbolic link.
+    Symlink,
+    /// Anything else.
+    Other,
+}
+
+fn validate_options() -> gix_validate::path::component::Options {
+    gix_validate::path::component::Options {
+        // Linux allows `:` and trailing dots in ordinary names; what matters is that no
+        // spelling of `.git` gets through, which the NTFS and HFS checks below cover.
+        protect_windows: false,
+        protect_hfs: true,
+        protect_ntfs: true,
+    }
+}
+
+impl RelPath {
+    /// The target root.
+    pub fn root() -> Self {
+        RelPath(BString::default())
+    }
+
+    /// Is this the root?
+    pub fn is_root(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// Append a single entry `name` after validating it.
+    pub fn join(&self, name: &BStr, kind: NameKind) -> Result<RelPath, UnsafeName> {
+        let mode = match kind {
+            NameKind::Symlink => Some(gix_validate::path::component::Mode::Symlink),
+            NameKind::Other => None,
+        };
+        let mut reason = gix_validate::path::component(name, mode, validate_options())
+            .err()
+            .map(|e| e.to_string());
+        if reason.is_none() && name.find_byte(0).is_some() {
+            reason = Some("NUL bytes are not allowed in names".into());
+        }
+        if reason.is_none() && self.is_root() && name == STATE_DIR {
+            reason = Some(format!("{STATE_DIR} at the top of the tree is reserved for treesync's state"));
+        }
+        let mut path = self.0.clone();
+        if !path.is_empty() {
+            path.push(b'/');
+        }
+        path.extend_from_slice(name);
+        match reason {
+            Some(reason) => Err(UnsafeName { path: path.to_str_lossy().into_owned(), reason }),
+            None => Ok(RelPath(path)),
+        }
+    }
+
+    /// Parse a `/`-separated path, validating every component.
+    pub fn parse(path: &str) -> Result<RelPath, UnsafeName> {
+        let mut out = RelPath::root();
+        for c in path.split('/') {
+            out = out.join(c.into(), NameKind::Other)?;
+        }
+        Ok(out)
+    }
+
+    /// The raw bytes, `/`-separated.
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.0
+    }
+
+    /// The path as a `BStr`.
+    pub fn as_bstr(&self) -> &BStr {
+        self.0.as_bstr()
+    }
+
+    /// Number of components (`a/b` has depth 2, the root 0).
+    pub fn depth(&self) -> usize {
+        if self.0.is_empty() { 0 } else { self.0.iter().filter(|b| **b == b'/').count() + 1 }
+    }
+
+    /// The parent directory (the root for top-level entries) and the last component.
+    pub fn split_last(&self) -> (&[u8], &[u8]) {
+        match self.0.rfind_byte(b'/') {
+            Some(i) => (&self.0[..i], &self.0[i + 1..]),
+            None => (&[], &self.0[..]),
+        }
+    }
+
+    /// The components, in order.
+    pub fn components(&self) -> impl Iterator<Item = &[u8]> {
+        self.0.split(|b| *b == b'/').filter(|c| !c.is_empty())
+    }
+
+    /// Convert to an OS path relative to the root.
+    pub fn to_path(&self) -> &std::path::Path {
+        use std::os::unix::ffi::OsStrExt;
+        std::path::Path::new(std::ffi::OsStr::from_bytes(&self.0))
+    }
+
+    /// Lossy string form, for messages.
+    pub fn display(&self) -> String {
+        if self.is_root() { ".".into() } else { self.0.to_str_lossy().into_owned() }
+    }
+}
+
+impl fmt::Display for RelPath {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.display())
+    }
+}
+
+impl fmt::Debug for RelPath {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:?}", self.display())
+    }
+}
+
+impl serde::Serialize for RelPath {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.display())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bad(name: &str) -> bool {
+        RelPath::root().join(name.into(), NameKind::Other).is_err()
+    }
+
+    #[test]
+    fn git_spellings_and_relative_names_are_refused() {
+        for name in [
+            "..", ".", ".git", ".GIT", ".Git", ".git.", ".git ", "git~1", "GIT~1", ".git\u{200c}", "a/b", "", "a\0b",
+            ".treesync",
+        ] {
+            assert!(bad(name), "{name:?} must be refused");
+        }
+    }
+
+    #[test]
+    fn ordinary_names_pass() {
+        for name in ["a", ".gitignore", "foo.", "x:y", "with space", ".github", "..foo"] {
+            assert!(!bad(name), "{name:?} must pass");
+        }
+        let p = RelPath::parse("a/b/.treesync").expect("nested .treesync is an ordinary name");
+        assert_eq!(p.depth(), 3);
+        assert_eq!(p.split_last(), (&b"a/b"[..], &b".treesync"[..]));
+    }
+
+    #[test]
+    fn gitmodules_may_not_be_a_symlink() {
+        assert!(RelPath::root().join(".gitmodules".into(), NameKind::Symlink).is_err());
+        assert!(RelPath::root().join(".gitmodules".into(), NameKind::Other).is_ok());
+    }
+}

@@ -1,0 +1,354 @@
+use std::collections::{BTreeMap, HashMap};
+
+use gix::bstr::{BString, ByteSlice};
+use gix_hash::ObjectId;
+use gix_object::{Find, FindExt, tree::EntryKind};
+
+use super::Error;
+use crate::op::{Op, OpCounts, Phase, Plan};
+use crate::path::{NameKind, RelPath};
+
+/// Plan the ops that turn a target holding tree `from` (`None`: an empty target) into one
+/// holding tree `to`. Reads only the trees and symlink blobs on changed paths.
+pub fn plan(odb: &dyn Find, from: Option<ObjectId>, to: ObjectId) -> Result<Plan, Error> {
+    let mut p = Planner::new(odb);
+    p.diff_tree_contents(&RelPath::root(), from, Some(to))?;
+    Ok(p.finish(from, to))
+}
+
+/// What a target that treesync does not manage yet holds at one path (for `--force`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExistingKind {
+    /// A directory.
+    Dir,
+    /// A file, symlink or anything else that is not a directory.
+    NonDir,
+}
+
+/// One entry found by scanning an unmanaged target.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExistingEntry {
+    /// Where.
+    pub path: RelPath,
+    /// What.
+    pub kind: ExistingKind,
+}
+
+/// Plan the takeover of a target that holds `existing` entries (a full scan of it, parents
+/// before children) but no state: remove everything the tree `to` does not have (or has with
+/// another type), then write the whole tree.
+pub fn plan_takeover(odb: &dyn Find, existing: &[ExistingEntry], to: ObjectId) -> Result<Plan, Error> {
+    let mut p = Planner::new(odb);
+    p.diff_tree_contents(&RelPath::root(), None, Some(to))?;
+    let mut wanted: HashMap<RelPath, ExistingKind> = HashMap::new();
+    for op in p.ops_so_far() {
+        match op {
+            Op::Mkdir { path } => {
+                wanted.insert(path.clone(), ExistingKind::Dir);
+            }
+            Op::Write { path, .. } | Op::Symlink { path, .. } => {
+                wanted.insert(path.clone(), ExistingKind::NonDir);
+            }
+            _ => {}
+        }
+    }
+    for e in existing {
+        let keep = wanted.get(&e.path) == Some(&e.kind);
+        // A directory that goes away takes its content with it; the scan lists that content
+        // too, and it is removed because its own path is not wanted either.
+        if !keep {
+            match e.kind {
+                ExistingKind::Dir => p.rmdir(&e.path),
+                ExistingKind::NonDir => p.unlink(&e.path),
+            }
+        }
+    }
+    Ok(p.finish(None, to))
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Node {
+    File { id: ObjectId, executable: bool },
+    Link { id: ObjectId },
+    Tree { id: ObjectId },
+    Gitlink,
+}
+
+struct Planner<'a> {
+    odb: &'a dyn Find,
+    buf: Vec<u8>,
+    /// Whether a tree holds anything git would write (a tree of only empty trees makes no
+    /// directory in a checkout).
+    has_content: HashMap<ObjectId, bool>,
+    unlinks: Vec<Op>,
+    rmdirs: BTreeMap<usize, Vec<Op>>,
+    mkdirs: BTreeMap<usize, Vec<Op>>,
+    writes: Vec<Op>,
+    symlinks: Vec<Op>,
+}
+
+impl<'a> Planner<'a> {
+    fn new(odb: &'a dyn Find) -> Self {
+        Planner {
+            odb,
+            buf: Vec::new(),
+            has_content: HashMap::new(),
+            unlinks: Vec::new(),
+            rmdirs: BTreeMap::new(),
+            mkdirs: BTreeMap::new(),
+            writes: Vec::new(),
+            symlinks: Vec::new(),
+        }
+    }
+
+    fn ops_so_far(&self) -> impl Iterator<Item = &Op> {
+        self.unlinks
+            .iter()
+            .chain(self.rmdirs.values().flatten())
+            .chain(self.mkdirs.values().flatten())
+            .chain(self.writes.iter())
+            .chain(self.symlinks.iter())
+    }
+
+    fn finish(self, from: Option<ObjectId>, to: ObjectId) -> Plan {
+        let mut phases = Vec::new();
+        let mut counts = OpCounts::default();
+        let mut push = |name: String, mut ops: Vec<Op>| {
+            if ops.is_empty() {
+                return;
+            }
+            ops.sort_by(|a, b| a.path().cmp(b.path()));
+            ops.dedup();
+            for op in &ops {
+                counts.add(op);
+            }
+            phases.push(Phase { name, ops: ops.into() });
+        };
+        push("remove files".into(), self.unlinks);
+        for (depth, ops) in self.rmdirs.into_iter().rev() {
+            push(format!("remove directories (depth {depth})"), ops);
+        }
+        for (depth, ops) in self.mkdirs {
+            push(format!("create directories (depth {depth})"), ops);
+        }
+        push("write files".into(), self.writes);
+        push("create symlinks".into(), self.symlinks);
+        Plan { from, to, phases, counts }
+    }
+
+    fn unlink(&mut self, path: &RelPath) {
+        self.unlinks.push(Op::Unlink { path: path.clone() });
+    }
+
+    fn rmdir(&mut self, path: &RelPath) {
+        self.rmdirs.entry(path.depth()).or_default().push(Op::Rmdir { path: path.clone() });
+    }
+
+    fn mkdir(&mut self, path: &RelPath) {
+        self.mkdirs.entry(path.depth()).or_default().push(Op::Mkdir { path: path.clone() });
+    }
+
+    fn object_error(what: &'static str, id: ObjectId, path: &RelPath, e: impl std::fmt::Display) -> Error {
+        Error::Object(crate::source::Error::Object {
+            what,
+            id,
+            at: if path.is_root() { String::new() } else { format!(" (at {path})") },
+            message: e.to_string(),
+        })
+    }
+
+    /// The entries of a tree, sorted by name.
+    fn entries(&mut self, id: ObjectId, path: &RelPath) -> Result<Vec<(BString, Node)>, Error> {
+        let tree = self.odb.find_tree(&id, &mut self.buf).map_err(|e| Self::object_error("tree", id, path, e))?;
+        let mut out = Vec::with_capacity(tree.entries.len());
+        for e in &tree.entries {
+            let oid = e.oid.to_owned();
+            let node = match e.mode.kind() {
+                EntryKind::Tree => Node::Tree { id: oid },
+                EntryKind::Blob => Node::File { id: oid, executable: false },
+                EntryKind::BlobExecutable => Node::File { id: oid, executable: true },
+                EntryKind::Link => Node::Link { id: oid },
+                EntryKind::Commit => {
+                    if !e.mode.is_commit() {
+                        return Err(Error::Mode {
+                            tree: id,
+                            path: format!("{path}/{}", e.filename),
+                            mode: u32::from(e.mode.value()),
+                        });
+                    }
+                    Node::Gitlink
+                }
+            };
+            out.push((e.filename.to_owned(), node));
+        }
+        out.sort_by(|a, b| a.0.cmp(&b.0));
+        if let Some(w) = out.windows(2).find(|w| w[0].0 == w[1].0) {
+            return Err(Error::Unsafe(crate::path::UnsafeName {
+                path: if path.is_root() { w[0].0.to_string() } else { format!("{path}/{}", w[0].0) },
+                reason: format!("tree {id} lists this name twice"),
+            }));
+        }
+        Ok(out)
+    }
+
+    /// Would a checkout of this tree create anything (and so the directory holding it)?
+    fn tree_has_content(&mut self, id: ObjectId, path: &RelPath) -> Result<bool, Error> {
+        if let Some(v) = self.has_content.get(&id) {
+            return Ok(*v);
+        }
+        let entries = self.entries(id, path)?;
+        let v = self.entries_have_content(&entries, path)?;
+        self.has_content.insert(id, v);
+        Ok(v)
+    }
+
+    fn entries_have_content(&mut self, entries: &[(BString, Node)], path: &RelPath) -> Result<bool, Error> {
+        if entries.iter().any(|(_, n)| !matches!(n, Node::Tree { .. })) {
+            return Ok(true);
+        }
+        for (name, n) in entries {
+            if let Node::Tree { id } = n {
+                let child = path.join(name.as_bstr(), NameKind::Other)?;
+                if self.tree_has_content(*id, &child)? {
+                    return Ok(true);
+                }
+            }
+        }
+        Ok(false)
+    }
+
+    /// Diff the entries of two trees at `dir` (which exists, or is planned to), merge-joined by name.
+    fn diff_tree_contents(&mut self, dir: &RelPath, old: Option<ObjectId>, new: Option<ObjectId>) -> Result<(), Error> {
+        if old == new {
+            return Ok(());
+        }
+        let old = match old {
+            Some(id) => self.entries(id, dir)?,
+            None => Vec::new(),
+        };
+        let new = match new {
+            Some(id) => self.entries(id, dir)?,
+            None => Vec::new(),
+        };
+        let (mut i, mut j) = (0, 0);
+        while i < old.len() || j < new.len() {
+            let ord = match (old.get(i), new.get(j)) {
+                (Some(a), Some(b)) => a.0.cmp(&b.0),
+                (Some(_), None) => std::cmp::Ordering::Less,
+                (None, _) => std::cmp::Ordering::Greater,
+            };
+            let (name, o, n) = match ord {
+                std::cmp::Ordering::Less => {
+                    i += 1;
+                    (&old[i - 1].0, Some(old[i - 1].1), None)
+                }
+                std::cmp::Ordering::Greater => {
+                    j += 1;
+                    (&new[j - 1].0, None, Some(new[j - 1].1))
+                }
+                std::cmp::Ordering::Equal => {
+                    i += 1;
+                    j += 1;
+                    (&new[j - 1].0, Some(old[i - 1].1), Some(new[j - 1].1))
+                }
+            };
+            if o == n {
+                continue;
+            }
+            let kind = if matches!(n, Some(Node::Link { .. })) { NameKind::Symlink } else { NameKind::Other };
+            let path = dir.join(name.as_bstr(), kind)?;
+            self.diff_entry(&path, o, n)?;
+        }
+        Ok(())
+    }
+
+    fn diff_entry(&mut self, path: &RelPath, old: Option<Node>, new: Option<Node>) -> Result<(), Error> {
+        use Node::*;
+        // First take away what the old entry was, where the new one cannot simply replace it.
+        match (old, new) {
+            (Some(Tree { id: a }), Some(Tree { id: b })) => {
+                let had = self.tree_has_content(a, path)?;
+                let has = self.tree_has_content(b, path)?;
+                return match (had, has) {
+                    (true, true) => self.diff_tree_contents(path, Some(a), Some(b)),
+                    (true, false) => self.remove_tree(path, a),
+                    (false, true) => self.add_tree(path, b),
+                    (false, false) => Ok(()),
+                };
+            }
+            (Some(Tree { id }), _) => self.remove_tree(path, id)?,
+            (Some(Gitlink), Some(Gitlink)) => return Ok(()),
+            (Some(Gitlink), _) => self.rmdir(path),
+            (Some(File { .. } | Link { .. }), Some(Tree { .. } | Gitlink) | None) => self.unlink(path),
+            (Some(File { .. } | Link { .. }), Some(File { .. } | Link { .. })) | (None, _) => {}
+        }
+        // Then create the new one.
+        match new {
+            None => {}
+            Some(Tree { id }) => self.add_tree(path, id)?,
+            Some(Gitlink) => self.mkdir(path),
+            Some(File { id, executable }) => match old {
+                Some(File { id: old_id, executable: was }) if old_id == id => {
+                    if was != executable {
+                        self.writes.push(Op::Chmod { path: path.clone(), executable });
+                    }
+                }
+                _ => self.write(path, id, executable)?,
+            },
+            Some(Link { id }) => self.symlink(path, id)?,
+        }
+        Ok(())
+    }
+
+    fn write(&mut self, path: &RelPath, blob: ObjectId, executable: bool) -> Result<(), Error> {
+        let size = if blob.is_empty_blob() {
+            0
+        } else {
+            self.odb
+                .try_find(&blob, &mut self.buf)
+                .map_err(|e| Self::object_error("blob", blob, path, e))?
+                .ok_or_else(|| Self::object_error("blob", blob, path, "object not found"))
+                .and_then(|d| {
+                    if d.kind == gix_object::Kind::Blob {
+                        Ok(d.data.len() as u64)
+                    } else {
+                        Err(Self::object_error("blob", blob, path, format!("it is a {}, not a blob", d.kind)))
+                    }
+                })?
+        };
+        self.writes.push(Op::Write { path: path.clone(), blob, size, executable });
+        Ok(())
+    }
+
+    fn symlink(&mut self, path: &RelPath, id: ObjectId) -> Result<(), Error> {
+        let target = self.odb.find_blob(&id, &mut self.buf).map_err(|e| Self::object_error("blob", id, path, e))?;
+        if target.data.is_empty() || target.data.contains(&0) {
+            return Err(Error::Unsafe(crate::path::UnsafeName {
+                path: path.display(),
+                reason: "a symlink target must be non-empty and must not contain NUL".into(),
+            }));
+        }
+        let target = target.data.to_vec();
+        self.symlinks.push(Op::Symlink { path: path.clone(), target });
+        Ok(())
+    }
+
+    /// Plan the creation of tree `id` at `path` (and its directory, if a checkout would make one).
+    fn add_tree(&mut self, path: &RelPath, id: ObjectId) -> Result<(), Error> {
+        if !self.tree_has_content(id, path)? {
+            return Ok(());
+        }
+        self.mkdir(path);
+        self.diff_tree_contents(path, None, Some(id))
+    }
+
+    /// Plan the removal of tree `id` at `path`, content first.
+    fn remove_tree(&mut self, path: &RelPath, id: ObjectId) -> Result<(), Error> {
+        if !self.tree_has_content(id, path)? {
+            return Ok(());
+        }
+        self.diff_tree_contents(path, Some(id), None)?;
+        self.rmdir(path);
+        Ok(())
+    }
+}

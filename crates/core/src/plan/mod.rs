@@ -1,0 +1,32 @@
+//! Turn `old tree → new tree` into a [`Plan`](crate::Plan) without looking at the target.
+//!
+//! The diff walks both trees in the object database at once and never descends into a
+//! subtree whose id is the same on both sides, so its cost grows with the number of changed
+//! paths (times their depth), not with the size of the tree.
+
+mod function;
+pub use function::{plan, plan_takeover, ExistingEntry, ExistingKind};
+
+use gix_hash::ObjectId;
+
+/// Planning failed; nothing was written.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The new tree holds an entry that must never be written.
+    #[error("refusing to sync: {0}\n  hint: the repository contains a hostile or broken tree entry; nothing was written")]
+    Unsafe(#[from] crate::path::UnsafeName),
+    /// An object could not be read.
+    #[error(transparent)]
+    Object(#[from] crate::source::Error),
+    /// A tree entry has a mode git does not write.
+    #[error("tree {tree} has an entry {path:?} with unknown mode {mode:o}")]
+    Mode {
+        /// The tree.
+        tree: ObjectId,
+        /// The entry.
+        path: String,
+        /// Its mode.
+        mode: u32,
+    },
+}

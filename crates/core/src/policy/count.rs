@@ -1,0 +1,105 @@
+use std::fmt;
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+
+use crate::backend::{Backend, Batch, Error};
+use crate::op::{Op, OpCounts};
+use crate::source::BlobSource;
+
+/// Everything a [`Count`] wrapper saw.
+#[derive(Debug, Default, Clone)]
+pub struct Record {
+    /// Every op, in the order it was started.
+    pub ops: Vec<Op>,
+    /// Ops by kind.
+    pub counts: OpCounts,
+    /// Calls to `load_state`.
+    pub state_reads: u64,
+    /// Calls to `store_state`.
+    pub state_writes: u64,
+    /// Calls to `read_dir`.
+    pub dir_reads: u64,
+    /// Calls to `lock` and `prepare_target`.
+    pub setup_calls: u64,
+}
+
+impl Record {
+    /// Every call that touched the target: ops, state reads and writes, directory listings, setup.
+    pub fn total_calls(&self) -> u64 {
+        self.counts.total() + self.state_reads + self.state_writes + self.dir_reads + self.setup_calls
+    }
+}
+
+/// Records every op and every state call, for tests and cost summaries.
+pub struct Count<B> {
+    inner: B,
+    record: Arc<Mutex<Record>>,
+}
+
+impl<B: Backend> Count<B> {
+    /// Wrap `inner`.
+    pub fn new(inner: B) -> Self {
+        Count { inner, record: Default::default() }
+    }
+
+    /// A handle to what was recorded so far; stays valid after the wrapper is moved.
+    pub fn record(&self) -> Arc<Mutex<Record>> {
+        self.record.clone()
+    }
+
+    fn note(&self, f: impl FnOnce(&mut Record)) {
+        f(&mut self.record.lock().expect("record lock is never poisoned"));
+    }
+}
+
+impl<B: Backend> fmt::Display for Count<B> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Count({})", self.inner)
+    }
+}
+
+#[async_trait]
+impl<B: Backend> Backend for Count<B> {
+    crate::forward_backend!(capabilities);
+    crate::forward_backend!(policy);
+
+    async fn execute(&self, op: &Op, blobs: &Arc<dyn BlobSource>) -> Result<(), Error> {
+        self.note(|r| {
+            r.counts.add(op);
+            r.ops.push(op.clone());
+        });
+        self.inner.execute(op, blobs).await
+    }
+
+    async fn execute_batch(&self, batch: Batch, blobs: &Arc<dyn BlobSource>) -> Result<(), Error> {
+        self.note(|r| {
+            for op in batch.iter() {
+                r.counts.add(op);
+                r.ops.push(op.clone());
+            }
+        });
+        self.inner.execute_batch(batch, blobs).await
+    }
+
+    async fn prepare_target(&self, create: bool) -> Result<crate::backend::TargetState, Error> {
+        self.note(|r| r.setup_calls += 1);
+        self.inner.prepare_target(create).await
+    }
+    async fn read_dir(&self, dir: &crate::path::RelPath) -> Result<Vec<crate::backend::DirEntry>, Error> {
+        self.note(|r| r.dir_reads += 1);
+        self.inner.read_dir(dir).await
+    }
+    async fn load_state(&self) -> Result<Option<Vec<u8>>, Error> {
+        self.note(|r| r.state_reads += 1);
+        self.inner.load_state().await
+    }
+    async fn store_state(&self, bytes: &[u8]) -> Result<(), Error> {
+        self.note(|r| r.state_writes += 1);
+        self.inner.store_state(bytes).await
+    }
+    async fn lock(&self, holder: &str) -> Result<crate::backend::LockGuard, Error> {
+        self.note(|r| r.setup_calls += 1);
+        self.inner.lock(holder).await
+    }
+}

@@ -1,0 +1,10 @@
+//! Wrappers that compose over any [`Backend`](crate::Backend): each adds one concern and
+//! forwards everything else, so a stack reads like `Limit(4, Count(local:/srv/tree))`.
+
+mod count;
+mod fail;
+mod limit;
+
+pub use count::{Count, Record};
+pub use fail::Fail;
+pub use limit::Limit;

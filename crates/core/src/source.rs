@@ -1,0 +1,169 @@
+//! [`Repo`]: the git repository a tree is synced from — revision lookup and blob reading.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use gix_hash::ObjectId;
+use gix_object::{Find, FindExt};
+
+/// Errors while opening the repository or reading objects from it.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The repository could not be opened.
+    #[error("cannot open git repository at {path}: {message}\n  hint: --repo takes a bare repository or a working tree that has a .git")]
+    Open {
+        /// What was given.
+        path: PathBuf,
+        /// What gitoxide said.
+        message: String,
+    },
+    /// The revision does not name a commit.
+    #[error("cannot resolve revision {rev:?} in {repo}: {message}\n  hint: use a branch, tag, commit id or an expression like main~3 (git rev-parse {rev} should work)")]
+    Revision {
+        /// The revision.
+        rev: String,
+        /// The repository.
+        repo: PathBuf,
+        /// What gitoxide said.
+        message: String,
+    },
+    /// An object needed for the sync is missing, corrupt or of the wrong kind.
+    #[error("cannot read {what} {id}{at}: {message}\n  hint: the repository may be corrupt or incomplete; `git fsck` tells more")]
+    Object {
+        /// `tree`, `blob`, …
+        what: &'static str,
+        /// The object.
+        id: ObjectId,
+        /// ` (at path)` or empty.
+        at: String,
+        /// The underlying error.
+        message: String,
+    },
+}
+
+/// What a revision resolved to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Resolved {
+    /// The commit.
+    pub commit: ObjectId,
+    /// Its tree.
+    pub tree: ObjectId,
+}
+
+/// An opened repository. Cheap to clone; usable from many threads.
+#[derive(Clone)]
+pub struct Repo {
+    shared: gix::ThreadSafeRepository,
+    pool: Arc<Mutex<Vec<gix::Repository>>>,
+    path: PathBuf,
+}
+
+impl std::fmt::Debug for Repo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Repo").field("path", &self.path).finish()
+    }
+}
+
+impl Repo {
+    /// Open a bare repository, a `.git` directory, or a working tree holding a `.git`.
+    pub fn open(path: impl AsRef<Path>) -> Result<Repo, Error> {
+        let path = path.as_ref().to_path_buf();
+        if !path.exists() {
+            return Err(Error::Open { path, message: "no such file or directory".into() });
+        }
+        let repo = gix::open(&path).map_err(|e| Error::Open { path: path.clone(), message: e.to_string() })?;
+        Ok(Repo { shared: repo.into_sync(), pool: Default::default(), path })
+    }
+
+    /// The path this repository was opened from.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Resolve `rev` (branch, tag, full or short id, `main~3`, …) to a commit and its tree.
+    pub fn resolve(&self, rev: &str) -> Result<Resolved, Error> {
+        let err = |message: String| Error::Revision { rev: rev.into(), repo: self.path.clone(), message };
+        let repo = self.shared.to_thread_local();
+        let id = repo.rev_parse_single(rev).map_err(|e| err(e.to_string()))?;
+        let commit = id
+            .object()
+            .map_err(|e| err(e.to_string()))?
+            .peel_to_commit()
+            .map_err(|e| err(format!("it does not point to a commit: {e}")))?;
+        let tree = commit.tree_id().map_err(|e| err(e.to_string()))?.detach();
+        Ok(Resolved { commit: commit.id, tree })
+    }
+
+    /// Run `f` with an object finder for this thread (taken from a pool, returned afterwards).
+    pub fn with_objects<T>(&self, f: impl FnOnce(&dyn Find) -> T) -> T {
+        let repo = self
+            .pool
+            .lock()
+            .expect("pool lock is never poisoned: no code panics while holding it")
+            .pop()
+            .unwrap_or_else(|| self.shared.to_thread_local());
+        let out = f(&repo.objects);
+        self.pool.lock().expect("pool lock is never poisoned").push(repo);
+        out
+    }
+}
+
+/// Where the executor gets file contents from. The callback receives the content in one or
+/// more chunks, in order.
+pub trait BlobSource: Send + Sync {
+    /// Feed the bytes of blob `id` to `sink`.
+    fn read_blob(&self, id: &ObjectId, sink: &mut dyn FnMut(&[u8]) -> std::io::Result<()>) -> Result<(), BlobError>;
+}
+
+/// Reading a blob for the executor failed.
+#[derive(Debug, thiserror::Error)]
+pub enum BlobError {
+    /// The object database could not give the blob.
+    #[error(transparent)]
+    Source(#[from] Error),
+    /// The sink (the backend writing the file) failed.
+    #[error("{0}")]
+    Sink(#[source] std::io::Error),
+}
+
+impl BlobSource for Repo {
+    fn read_blob(&self, id: &ObjectId, sink: &mut dyn FnMut(&[u8]) -> std::io::Result<()>) -> Result<(), BlobError> {
+        thread_local! {
+            static BUF: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+        }
+        BUF.with(|buf| {
+            let mut buf = buf.borrow_mut();
+            let data = self.with_objects(|odb| {
+                odb.find_blob(id, &mut buf).map(|b| b.data.len()).map_err(|e| Error::Object {
+                    what: "blob",
+                    id: *id,
+                    at: String::new(),
+                    message: e.to_string(),
+                })
+            })?;
+            // Large buffers are not kept around between files.
+            let out = sink(&buf[..data]).map_err(BlobError::Sink);
+            if buf.capacity() > 8 << 20 {
+                *buf = Vec::new();
+            }
+            out
+        })
+    }
+}
+
+/// Blobs held in memory, for tests of backends without a repository.
+#[derive(Debug, Default, Clone)]
+pub struct MemoryBlobs(pub Arc<std::collections::HashMap<ObjectId, Vec<u8>>>);
+
+impl BlobSource for MemoryBlobs {
+    fn read_blob(&self, id: &ObjectId, sink: &mut dyn FnMut(&[u8]) -> std::io::Result<()>) -> Result<(), BlobError> {
+        let data = self.0.get(id).ok_or_else(|| Error::Object {
+            what: "blob",
+            id: *id,
+            at: String::new(),
+            message: "not in memory".into(),
+        })?;
+        sink(data).map_err(BlobError::Sink)
+    }
+}

@@ -1,0 +1,127 @@
+//! [`SyncState`]: what a target holds, kept in `.treesync/state` at its root.
+//!
+//! The journal is part of the state: before the first op of a sync the state says
+//! `in_progress: from X to Y`, after the last op it says `synced: Y`. A sync that finds
+//! `in_progress` finishes that transition first (every op is idempotent), so a killed run
+//! never leaves a tree that is neither commit without the next run knowing how to finish it.
+
+use gix_hash::ObjectId;
+use serde::{Deserialize, Serialize};
+
+/// The version of the state format written by this build.
+pub const VERSION: u32 = 1;
+
+/// A commit and its tree.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Synced {
+    /// The commit.
+    #[serde(with = "hex")]
+    pub commit: ObjectId,
+    /// Its tree.
+    #[serde(with = "hex")]
+    pub tree: ObjectId,
+    /// When it was reached (seconds since the epoch).
+    pub at_unix: u64,
+}
+
+/// A sync that started and has not finished.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InProgress {
+    /// The tree the target held when it started (`None`: empty or taken over).
+    #[serde(with = "hex_opt")]
+    pub from_tree: Option<ObjectId>,
+    /// The commit it was going to.
+    #[serde(with = "hex")]
+    pub to_commit: ObjectId,
+    /// That commit's tree.
+    #[serde(with = "hex")]
+    pub to_tree: ObjectId,
+    /// It was a takeover of an unmanaged target (`--force`), which must remove foreign entries.
+    pub takeover: bool,
+    /// When it started.
+    pub started_unix: u64,
+}
+
+/// The whole state file.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SyncState {
+    /// Format version.
+    pub version: u32,
+    /// What the target held after the last completed sync.
+    pub synced: Option<Synced>,
+    /// A sync that has not finished, if any.
+    pub in_progress: Option<InProgress>,
+    /// The backend that wrote it, e.g. `local`.
+    pub backend: String,
+}
+
+/// The state file could not be read.
+#[derive(Debug, thiserror::Error)]
+#[error("the state file .treesync/state is unreadable: {0}\n  hint: if the target was damaged, sync again with --force to take it over anew")]
+pub struct ParseError(String);
+
+impl SyncState {
+    /// Parse the state file.
+    pub fn parse(bytes: &[u8]) -> Result<SyncState, ParseError> {
+        let s: SyncState = serde_json::from_slice(bytes).map_err(|e| ParseError(e.to_string()))?;
+        if s.version > VERSION {
+            return Err(ParseError(format!(
+                "it has format version {}, this treesync understands up to {VERSION}; upgrade treesync",
+                s.version
+            )));
+        }
+        Ok(s)
+    }
+
+    /// Serialize the state file.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let mut v = serde_json::to_vec_pretty(self).expect("state serializes");
+        v.push(b'\n');
+        v
+    }
+
+    /// The tree the target is known to be based on: the synced tree, or for an interrupted
+    /// sync, the tree it started from.
+    pub fn base_tree(&self) -> Option<ObjectId> {
+        match &self.in_progress {
+            Some(p) => p.from_tree,
+            None => self.synced.map(|s| s.tree),
+        }
+    }
+}
+
+/// Seconds since the epoch.
+pub fn now_unix() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
+}
+
+mod hex {
+    use gix_hash::ObjectId;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(id: &ObjectId, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(id)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<ObjectId, D::Error> {
+        let s = String::deserialize(d)?;
+        ObjectId::from_hex(s.as_bytes()).map_err(serde::de::Error::custom)
+    }
+}
+
+mod hex_opt {
+    use gix_hash::ObjectId;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(id: &Option<ObjectId>, s: S) -> Result<S::Ok, S::Error> {
+        match id {
+            Some(id) => s.collect_str(id),
+            None => s.serialize_none(),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<ObjectId>, D::Error> {
+        let s = Option::<String>::deserialize(d)?;
+        s.map(|s| ObjectId::from_hex(s.as_bytes()).map_err(serde::de::Error::custom)).transpose()
+    }
+}

@@ -1,0 +1,356 @@
+//! [`sync()`]: the whole job — lock, read the journal, finish an interrupted sync, plan, apply,
+//! record. One small state read and two small writes per sync, nothing proportional to the tree.
+
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+use crate::apply::{self, Progress};
+use crate::backend::{self, Backend, TargetState};
+use crate::op::{OpCounts, Plan};
+use crate::path::RelPath;
+use crate::plan::{self, ExistingEntry, ExistingKind};
+use crate::source::{self, BlobSource, Repo, Resolved};
+use crate::state::{self, InProgress, SyncState, Synced};
+
+/// How to sync.
+#[derive(Debug, Clone, Default)]
+pub struct Options {
+    /// Take over a non-empty target that treesync did not write: write the tree and remove
+    /// everything the tree does not have.
+    pub force: bool,
+    /// Plan only; change nothing (not even the lock or a missing target root).
+    pub dry_run: bool,
+    /// Executor settings.
+    pub apply: apply::Options,
+    /// Name of the backend, recorded in the state (`local`, `memory`, …).
+    pub backend_name: String,
+}
+
+/// Syncing failed. The target is either unchanged or recorded as "in progress" in its journal,
+/// and the next sync finishes the job.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The repository or revision.
+    #[error(transparent)]
+    Source(#[from] source::Error),
+    /// Planning (hostile trees, corrupt objects).
+    #[error(transparent)]
+    Plan(#[from] plan::Error),
+    /// The target, outside of applying ops (lock, state, listing).
+    #[error(transparent)]
+    Backend(#[from] backend::Error),
+    /// The state file.
+    #[error(transparent)]
+    State(#[from] state::ParseError),
+    /// The target holds files treesync did not write.
+    #[error("target {target} is not empty and was not written by treesync\n  hint: pass --force to take it over: treesync writes the tree there and removes everything the tree does not have")]
+    Unmanaged {
+        /// The target, as the backend shows it.
+        target: String,
+    },
+    /// Applying stopped.
+    #[error("sync stopped during '{phase}' after {done} ops: {source}\n  hint: the journal in .treesync/state records the unfinished sync; run sync again to finish it", done = done.total())]
+    Apply {
+        /// Phase.
+        phase: String,
+        /// Done so far.
+        done: OpCounts,
+        /// Why.
+        #[source]
+        source: backend::Error,
+    },
+    /// Interrupted on request.
+    #[error("sync interrupted after {} ops; run sync again to finish it", done.total())]
+    Interrupted {
+        /// Done so far.
+        done: OpCounts,
+    },
+}
+
+impl From<apply::Error> for Error {
+    fn from(e: apply::Error) -> Self {
+        match e {
+            apply::Error::Backend { phase, source, done } => Error::Apply { phase, done, source },
+            apply::Error::Interrupted { done } => Error::Interrupted { done },
+        }
+    }
+}
+
+/// What [`prepare()`] found and planned.
+#[derive(Debug, Clone)]
+pub struct Prepared {
+    /// What the target's state said, if it has one.
+    pub state: Option<SyncState>,
+    /// What was at the target root.
+    pub target: TargetState,
+    /// An interrupted sync, and the plan that finishes it (run first).
+    pub resume: Option<(InProgress, Plan)>,
+    /// The plan to the requested commit.
+    pub main: Plan,
+    /// The requested commit.
+    pub to: Resolved,
+    /// `main` is a takeover of an unmanaged target.
+    pub takeover: bool,
+}
+
+/// What a sync did.
+#[derive(Debug, Clone, Serialize)]
+pub struct Outcome {
+    /// What the target held before (per its state).
+    pub from: Option<Synced>,
+    /// The commit synced to.
+    #[serde(serialize_with = "ser_id")]
+    pub commit: gix_hash::ObjectId,
+    /// Its tree.
+    #[serde(serialize_with = "ser_id")]
+    pub tree: gix_hash::ObjectId,
+    /// An interrupted sync that was finished first.
+    pub resumed: Option<InProgress>,
+    /// The target was taken over (`--force`).
+    pub takeover: bool,
+    /// Nothing was changed (`--dry-run`).
+    pub dry_run: bool,
+    /// Ops planned (resume and main plan together).
+    pub planned: OpCounts,
+    /// Ops done.
+    pub applied: OpCounts,
+    /// Calls to the state file (reads and writes).
+    pub state_writes: u32,
+    /// Wall time.
+    #[serde(serialize_with = "ser_secs")]
+    pub elapsed: Duration,
+}
+
+fn ser_id<S: serde::Serializer>(id: &gix_hash::ObjectId, s: S) -> Result<S::Ok, S::Error> {
+    s.collect_str(id)
+}
+
+fn ser_secs<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_f64(d.as_secs_f64())
+}
+
+/// Read the target's state and plan, without writing anything.
+pub async fn prepare(repo: &Repo, rev: &str, backend: &dyn Backend, force: bool, create: bool) -> Result<Prepared, Error> {
+    let target = backend.prepare_target(create).await?;
+    prepare_at(repo, rev, backend, force, target).await
+}
+
+async fn prepare_at(
+    repo: &Repo,
+    rev: &str,
+    backend: &dyn Backend,
+    force: bool,
+    mut target: TargetState,
+) -> Result<Prepared, Error> {
+    let to = repo.resolve(rev)?;
+    let state = match backend.load_state().await? {
+        Some(bytes) => Some(SyncState::parse(&bytes)?),
+        None => None,
+    };
+    if target == TargetState::Managed && state.is_none() {
+        // A first sync that died before its journal was written leaves only the lock file.
+        target = if backend.read_dir(&RelPath::root()).await?.is_empty() {
+            TargetState::Empty
+        } else {
+            TargetState::Unmanaged
+        };
+    }
+
+    let mut resume = None;
+    let mut takeover = false;
+    let base = match &state {
+        Some(SyncState { in_progress: Some(p), .. }) => {
+            let plan = if p.takeover {
+                let existing = scan(backend).await?;
+                repo.with_objects(|odb| plan::plan_takeover(odb, &existing, p.to_tree))?
+            } else {
+                repo.with_objects(|odb| plan::plan(odb, p.from_tree, p.to_tree))?
+            };
+            resume = Some((*p, plan));
+            Some(p.to_tree)
+        }
+        Some(SyncState { synced, .. }) => synced.map(|s| s.tree),
+        None => match target {
+            TargetState::Empty | TargetState::Managed => None,
+            TargetState::Unmanaged if force => {
+                takeover = true;
+                None
+            }
+            TargetState::Unmanaged => return Err(Error::Unmanaged { target: backend.to_string() }),
+        },
+    };
+    let main = if takeover {
+        let existing = scan(backend).await?;
+        repo.with_objects(|odb| plan::plan_takeover(odb, &existing, to.tree))?
+    } else {
+        repo.with_objects(|odb| plan::plan(odb, base, to.tree))?
+    };
+    Ok(Prepared { state, target, resume, main, to, takeover })
+}
+
+/// List everything in the target (parents before children), for a takeover.
+async fn scan(backend: &dyn Backend) -> Result<Vec<ExistingEntry>, Error> {
+    let mut out = Vec::new();
+    let mut queue = std::collections::VecDeque::from([RelPath::root()]);
+    while let Some(dir) = queue.pop_front() {
+        for e in backend.read_dir(&dir).await? {
+            let path = dir.join(e.name.as_slice().into(), crate::path::NameKind::Other);
+            // Names no tree could have (e.g. `.git`) are still foreign entries to remove; we
+            // cannot represent them as a RelPath, so refuse clearly instead.
+            let path = path.map_err(|e| {
+                Error::Backend(backend::Error::State(format!(
+                    "cannot take over the target: it holds {:?} ({}); remove it by hand",
+                    e.path, e.reason
+                )))
+            })?;
+            if e.is_dir {
+                queue.push_back(path.clone());
+                out.push(ExistingEntry { path, kind: ExistingKind::Dir });
+            } else {
+                out.push(ExistingEntry { path, kind: ExistingKind::NonDir });
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Describe this process, for the lock file.
+pub fn holder() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_else(|_| "unknown host".into());
+    format!("pid {} on {host}, started at unix time {}", std::process::id(), state::now_unix())
+}
+
+/// Sync `backend` to `rev` of `repo`. See the [module docs](self).
+pub async fn sync(
+    repo: &Repo,
+    rev: &str,
+    backend: &dyn Backend,
+    options: &Options,
+    progress: &(dyn Fn(&Progress<'_>) + Send + Sync),
+    interrupt: &AtomicBool,
+) -> Result<Outcome, Error> {
+    let start = Instant::now();
+    // Resolve first: a typo in the revision must not create the target or its lock.
+    repo.resolve(rev)?;
+    let target = backend.prepare_target(!options.dry_run).await?;
+    let _lock = if options.dry_run { None } else { Some(backend.lock(&holder()).await?) };
+    let prepared = prepare_at(repo, rev, backend, options.force, target).await?;
+    let Prepared { state, resume, main, to, takeover, .. } = prepared;
+    let from = state.as_ref().and_then(|s| s.synced);
+    let mut planned = main.counts;
+    if let Some((_, plan)) = &resume {
+        planned.merge(&plan.counts);
+    }
+    let mut outcome = Outcome {
+        from,
+        commit: to.commit,
+        tree: to.tree,
+        resumed: resume.as_ref().map(|r| r.0),
+        takeover,
+        dry_run: options.dry_run,
+        planned,
+        applied: OpCounts::default(),
+        state_writes: 0,
+        elapsed: Duration::ZERO,
+    };
+    if options.dry_run {
+        outcome.elapsed = start.elapsed();
+        return Ok(outcome);
+    }
+
+    let blobs: Arc<dyn BlobSource> = Arc::new(repo.clone());
+    let mut current = state.unwrap_or(SyncState {
+        version: state::VERSION,
+        synced: None,
+        in_progress: None,
+        backend: options.backend_name.clone(),
+    });
+    current.version = state::VERSION;
+    current.backend = options.backend_name.clone();
+
+    if let Some((p, plan)) = &resume {
+        // The journal already says "in progress" for this transition.
+        let done = apply::apply(plan, backend, &blobs, options.apply, progress, interrupt).await;
+        let done = done.map_err(|e| add_counts(e.into(), &outcome.applied))?;
+        outcome.applied.merge(&done.counts);
+        current.synced = Some(Synced { commit: p.to_commit, tree: p.to_tree, at_unix: state::now_unix() });
+        current.in_progress = None;
+        if main.is_empty() && p.to_commit == to.commit {
+            backend.store_state(&current.to_bytes()).await?;
+            outcome.state_writes += 1;
+        }
+    }
+
+    let already = current.synced.is_some_and(|s| s.commit == to.commit) && current.in_progress.is_none();
+    if !main.is_empty() {
+        current.in_progress = Some(InProgress {
+            from_tree: if takeover { None } else { current.synced.map(|s| s.tree) },
+            to_commit: to.commit,
+            to_tree: to.tree,
+            takeover,
+            started_unix: state::now_unix(),
+        });
+        backend.store_state(&current.to_bytes()).await?;
+        outcome.state_writes += 1;
+        let done = apply::apply(&main, backend, &blobs, options.apply, progress, interrupt).await;
+        let done = done.map_err(|e| add_counts(e.into(), &outcome.applied))?;
+        outcome.applied.merge(&done.counts);
+    }
+    if !main.is_empty() || !already {
+        current.synced = Some(Synced { commit: to.commit, tree: to.tree, at_unix: state::now_unix() });
+        current.in_progress = None;
+        backend.store_state(&current.to_bytes()).await?;
+        outcome.state_writes += 1;
+    }
+    outcome.elapsed = start.elapsed();
+    Ok(outcome)
+}
+
+fn add_counts(mut e: Error, before: &OpCounts) -> Error {
+    match &mut e {
+        Error::Apply { done, .. } | Error::Interrupted { done } => done.merge(before),
+        _ => {}
+    }
+    e
+}
+
+/// What `treesync status` reports.
+#[derive(Debug, Clone, Serialize)]
+pub struct Status {
+    /// The state file, if any.
+    pub state: Option<SyncState>,
+    /// Whether the target root is managed, empty or foreign.
+    pub target: &'static str,
+    /// The holder of the lock, when a sync is running now.
+    pub running: Option<String>,
+}
+
+/// Read a target's status without changing it (the lock is only probed).
+pub async fn status(backend: &dyn Backend) -> Result<Status, Error> {
+    let target = backend.prepare_target(false).await?;
+    let state = match backend.load_state().await? {
+        Some(bytes) => Some(SyncState::parse(&bytes)?),
+        None => None,
+    };
+    let running = if target == TargetState::Managed {
+        match backend.lock("treesync status (probe)").await {
+            Ok(_guard) => None,
+            Err(backend::Error::Locked { holder }) => Some(holder),
+            Err(e) => return Err(e.into()),
+        }
+    } else {
+        None
+    };
+    let target = match target {
+        TargetState::Empty => "empty",
+        TargetState::Managed => "managed",
+        TargetState::Unmanaged => "unmanaged",
+    };
+    Ok(Status { state, target, running })
+}

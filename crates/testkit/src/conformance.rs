@@ -1,0 +1,296 @@
+//! The conformance suite: the same behaviour checked on every backend.
+//!
+//! A backend's test file provides a [`Fixture`] and calls [`conformance_suite!`](crate::conformance_suite),
+//! which makes one test per case. Every case compares the target with `git archive` of the
+//! commit it was synced to.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+
+use treesync_core::policy::{Count, Fail};
+use treesync_core::{Backend, Repo, backend, sync};
+
+use crate::history::{self, Entry, Model};
+use crate::tree::{self, Node};
+use crate::{BareRepo, Rng};
+
+/// One target of the backend under test.
+pub trait Fixture: Send + Sync {
+    /// A backend for the target (a fresh handle each call; all handles share the target).
+    fn backend(&self) -> Arc<dyn Backend>;
+    /// Read the whole target back.
+    fn read(&self) -> BTreeMap<String, Node>;
+    /// Put a foreign file into the target, bypassing treesync.
+    fn put_file(&self, path: &str, content: &[u8]);
+    /// Replace the directory at `path` by a symlink to `target` (which may be outside), bypassing treesync.
+    /// Returns `false` if the backend has no symlinks.
+    fn replace_dir_by_symlink(&self, path: &str, target: &std::path::Path) -> bool;
+}
+
+/// Sync `backend` to `rev`.
+pub async fn sync_to(repo: &Repo, rev: &str, backend: &dyn Backend) -> Result<sync::Outcome, sync::Error> {
+    sync_with(repo, rev, backend, false).await
+}
+
+/// Sync `backend` to `rev`, optionally with `--force`.
+pub async fn sync_with(repo: &Repo, rev: &str, backend: &dyn Backend, force: bool) -> Result<sync::Outcome, sync::Error> {
+    let options = sync::Options { force, backend_name: "test".into(), ..Default::default() };
+    sync::sync(repo, rev, backend, &options, &|_| {}, &AtomicBool::new(false)).await
+}
+
+/// A bare repository holding a random history, and `git archive` of each commit read back.
+pub struct History {
+    /// The repository.
+    pub bare: BareRepo,
+    /// The opened repository.
+    pub repo: Repo,
+    /// Commit ids, oldest first.
+    pub commits: Vec<String>,
+    expected: std::sync::Mutex<HashMap<usize, BTreeMap<String, Node>>>,
+}
+
+impl History {
+    /// A repository with `trees` as its history on `main`.
+    pub fn from_trees(trees: &[Model]) -> History {
+        let bare = BareRepo::new();
+        let commits = history::import(&bare.path, "main", trees);
+        assert_eq!(commits.len(), trees.len(), "fast-import made one commit per tree");
+        let repo = Repo::open(&bare.path).expect("open generated repo");
+        History { bare, repo, commits, expected: Default::default() }
+    }
+
+    /// A random history of `n` commits.
+    pub fn random(seed: u64, n: usize) -> History {
+        Self::from_trees(&history::random_history(seed, n))
+    }
+
+    /// What `git archive` of commit `i` holds.
+    pub fn expected(&self, i: usize) -> BTreeMap<String, Node> {
+        let mut cache = self.expected.lock().expect("never poisoned");
+        cache
+            .entry(i)
+            .or_insert_with(|| {
+                let dir = tempfile::tempdir().expect("tempdir");
+                let dest = dir.path().join("x");
+                self.bare.archive(&self.commits[i], &dest);
+                tree::read_dir(&dest)
+            })
+            .clone()
+    }
+
+    /// Panic with a readable diff unless the fixture holds commit `i`.
+    pub fn assert_matches(&self, f: &dyn Fixture, i: usize, context: &str) {
+        if let Some(d) = tree::diff(&self.expected(i), &f.read()) {
+            panic!("{context}: target differs from `git archive {}`:\n{d}", self.commits[i]);
+        }
+    }
+}
+
+/// Walk a random history of 24 commits in a random order (forward, backward, far jumps),
+/// checking the target against `git archive` after every step, and that planning again is empty.
+pub async fn random_walk_matches_git(f: &dyn Fixture, seed: u64) {
+    let h = History::random(seed, 24);
+    let mut rng = Rng::new(seed ^ 0xABCD);
+    let n = h.commits.len();
+    let mut order: Vec<usize> = (0..n).collect();
+    order.extend((0..20).map(|_| rng.below(n)));
+    order.extend((0..n).rev());
+    let backend = f.backend();
+    for (step, &i) in order.iter().enumerate() {
+        sync_to(&h.repo, &h.commits[i], &*backend)
+            .await
+            .unwrap_or_else(|e| panic!("seed {seed} step {step}: sync to commit {i} failed: {e}"));
+        h.assert_matches(f, i, &format!("seed {seed} step {step} (commit {i})"));
+        let again = sync::prepare(&h.repo, &h.commits[i], &*backend, false, false).await.expect("prepare");
+        assert!(again.main.is_empty(), "seed {seed} step {step}: planning again is not empty: {:?}", again.main.counts);
+        assert!(again.resume.is_none());
+    }
+}
+
+/// The first sync writes exactly `git archive`.
+pub async fn initial_sync_matches_git_archive(f: &dyn Fixture) {
+    let h = History::random(7, 2);
+    let out = sync_to(&h.repo, &h.commits[1], &*f.backend()).await.expect("sync");
+    assert!(out.from.is_none());
+    h.assert_matches(f, 1, "initial sync");
+}
+
+/// File ↔ directory ↔ symlink changes in both directions, gitlinks, exec bits, empty-after-delete.
+pub async fn type_changes_match_git(f: &dyn Fixture) {
+    let file = |s: &str| Entry::File { content: s.as_bytes().to_vec(), executable: false };
+    let mut a = Model::default();
+    a.insert("f2d", file("file"));
+    a.insert("d2f/x", file("x"));
+    a.insert("d2f/sub/y", file("y"));
+    a.insert("l2d", Entry::Link { target: "f2d".into() });
+    a.insert("d2l/z", file("z"));
+    a.insert("f2l", file("f"));
+    a.insert("l2f", Entry::Link { target: "nowhere".into() });
+    a.insert("mode", file("m"));
+    a.insert("gone/deep/only", file("o"));
+    a.insert("sub", Entry::Gitlink { commit: "1111111111111111111111111111111111111111".into() });
+    a.insert("sub2d", Entry::Gitlink { commit: "2222222222222222222222222222222222222222".into() });
+    let mut b = Model::default();
+    b.insert("f2d/inner", file("now a dir"));
+    b.insert("d2f", file("now a file"));
+    b.insert("l2d/x", file("x"));
+    b.insert("d2l", Entry::Link { target: "../escape".into() });
+    b.insert("f2l", Entry::Link { target: "mode".into() });
+    b.insert("l2f", file("file now"));
+    b.insert("mode", Entry::File { content: b"m".to_vec(), executable: true });
+    b.insert("sub", Entry::Gitlink { commit: "3333333333333333333333333333333333333333".into() });
+    b.insert("sub2d/file", file("in dir"));
+    let h = History::from_trees(&[a, b]);
+    let backend = f.backend();
+    for (step, i) in [0usize, 1, 0, 1].into_iter().enumerate() {
+        sync_to(&h.repo, &h.commits[i], &*backend).await.unwrap_or_else(|e| panic!("step {step}: {e}"));
+        h.assert_matches(f, i, &format!("type changes, step {step}"));
+    }
+    // An exec-bit flip alone is a chmod, not a rewrite.
+    let plan = sync::prepare(&h.repo, &h.commits[0], &*backend, false, false).await.expect("prepare");
+    assert!(plan.main.ops().any(|op| matches!(op, treesync_core::Op::Chmod { path, .. } if path.display() == "mode")));
+}
+
+/// A sync stopped after M ops (several M) is reported as interrupted and finished by the next run.
+pub async fn interrupted_sync_is_finished_by_next_run(f: &dyn Fixture) {
+    let h = History::random(11, 6);
+    let backend = f.backend();
+    sync_to(&h.repo, &h.commits[0], &*backend).await.expect("first sync");
+    let mut current = 0;
+    // (commit to sync to, which fraction of its plan runs before the fault, commit the next run goes to)
+    for (round, (target, percent, next)) in [(5, 0, 5), (3, 33, 3), (0, 50, 0), (5, 99, 1)].into_iter().enumerate() {
+        let total = sync::prepare(&h.repo, &h.commits[target], &*backend, false, false).await.expect("plan").main.len();
+        assert!(total > 1, "round {round}: the test needs a plan of some size, got {total} ops from {current} to {target}");
+        let m = (total * percent / 100).min(total - 1);
+        let failing = Fail::after(f.backend(), m as u64);
+        let err = sync_to(&h.repo, &h.commits[target], &failing).await.expect_err("the fault stops the sync");
+        assert!(matches!(err, sync::Error::Apply { .. }), "unexpected error {err}");
+        let status = sync::status(&*backend).await.expect("status");
+        let p = status.state.and_then(|s| s.in_progress).expect("status reports the interrupted sync");
+        assert_eq!(p.to_commit.to_string(), h.commits[target]);
+        // Finish it, to the same commit or to another one.
+        let out = sync_to(&h.repo, &h.commits[next], &*backend).await.expect("the next sync finishes");
+        assert!(out.resumed.is_some());
+        h.assert_matches(f, next, &format!("round {round}: after interruption at op {m} of {total}"));
+        current = next;
+    }
+    let status = sync::status(&*backend).await.expect("status");
+    assert!(status.state.expect("state").in_progress.is_none());
+    assert_eq!(current, 1);
+}
+
+/// An incremental sync touches only changed paths: ops ≤ 4 per changed path, no op elsewhere,
+/// one state read and at most two state writes.
+pub async fn incremental_sync_touches_only_changed_paths(f: &dyn Fixture) {
+    let mut a = Model::default();
+    for d in 0..20 {
+        for i in 0..50 {
+            a.insert(&format!("d{d}/f{i}"), Entry::File { content: format!("{d}/{i}\n").into_bytes(), executable: false });
+        }
+    }
+    let mut b = a.clone();
+    let changed = ["d1/f1", "d2/f2", "d3/new", "d19/f49"];
+    for p in changed {
+        b.insert(p, Entry::File { content: b"changed\n".to_vec(), executable: false });
+    }
+    b.0.remove("d5/f5");
+    let h = History::from_trees(&[a, b]);
+    sync_to(&h.repo, &h.commits[0], &*f.backend()).await.expect("initial");
+    let counting = Count::new(f.backend());
+    let record = counting.record();
+    sync_to(&h.repo, &h.commits[1], &counting).await.expect("incremental");
+    let r = record.lock().expect("record").clone();
+    let touched: Vec<String> = r.ops.iter().map(|o| o.path().display()).collect();
+    for p in &touched {
+        assert!(changed.contains(&p.as_str()) || p == "d5/f5", "op on unchanged path {p}");
+    }
+    assert_eq!(r.counts.total(), 5, "ops: {touched:?}");
+    assert_eq!(r.state_reads, 1);
+    assert_eq!(r.state_writes, 2);
+    assert_eq!(r.dir_reads, 0, "no listing of the target");
+    h.assert_matches(f, 1, "incremental");
+}
+
+/// A second sync of a locked target fails fast with `Locked`, naming the holder.
+pub async fn locked_target_is_refused(f: &dyn Fixture) {
+    let h = History::random(3, 2);
+    let backend = f.backend();
+    sync_to(&h.repo, &h.commits[0], &*backend).await.expect("first sync");
+    let guard = backend.lock("pid 4242 on testhost").await.expect("lock");
+    let err = sync_to(&h.repo, &h.commits[1], &*f.backend()).await.expect_err("locked");
+    match err {
+        sync::Error::Backend(backend::Error::Locked { holder }) => assert!(holder.contains("4242"), "holder: {holder}"),
+        e => panic!("expected Locked, got {e}"),
+    }
+    drop(guard);
+    sync_to(&h.repo, &h.commits[1], &*backend).await.expect("after unlock");
+    h.assert_matches(f, 1, "after the lock was released");
+}
+
+/// A target that someone changed so that a directory is a symlink: nothing is written through it.
+pub async fn never_writes_through_a_symlink(f: &dyn Fixture) {
+    let outside = tempfile::tempdir().expect("tempdir");
+    let file = |s: &str| Entry::File { content: s.as_bytes().to_vec(), executable: false };
+    let mut a = Model::default();
+    a.insert("d/x", file("x"));
+    let mut b = a.clone();
+    b.insert("d/y", file("y"));
+    let h = History::from_trees(&[a, b]);
+    let backend = f.backend();
+    sync_to(&h.repo, &h.commits[0], &*backend).await.expect("first sync");
+    if !f.replace_dir_by_symlink("d", outside.path()) {
+        return;
+    }
+    let err = sync_to(&h.repo, &h.commits[1], &*backend).await.expect_err("must refuse");
+    assert!(
+        matches!(err, sync::Error::Apply { source: backend::Error::NotBeneath { .. }, .. }),
+        "unexpected error: {err}"
+    );
+    assert_eq!(std::fs::read_dir(outside.path()).expect("outside").count(), 0, "something was written outside");
+}
+
+/// A non-empty target that treesync did not write is refused without `--force`, taken over with it.
+pub async fn unmanaged_target_needs_force(f: &dyn Fixture) {
+    let h = History::random(5, 2);
+    f.put_file("foreign.txt", b"not from git\n");
+    let err = sync_to(&h.repo, &h.commits[1], &*f.backend()).await.expect_err("refused");
+    assert!(matches!(err, sync::Error::Unmanaged { .. }), "unexpected error: {err}");
+    assert!(f.read().contains_key("foreign.txt"), "nothing may be removed without --force");
+    let out = sync_with(&h.repo, &h.commits[1], &*f.backend(), true).await.expect("takeover");
+    assert!(out.takeover);
+    h.assert_matches(f, 1, "after takeover");
+    sync_to(&h.repo, &h.commits[0], &*f.backend()).await.expect("incremental after takeover");
+    h.assert_matches(f, 0, "incremental after takeover");
+}
+
+/// Make one `#[test]` per conformance case for the fixture built by `$make` (an expression
+/// returning `impl Fixture`).
+#[macro_export]
+macro_rules! conformance_suite {
+    ($make:expr) => {
+        $crate::conformance_suite!(@case $make, initial_sync_matches_git_archive);
+        $crate::conformance_suite!(@case $make, type_changes_match_git);
+        $crate::conformance_suite!(@case $make, interrupted_sync_is_finished_by_next_run);
+        $crate::conformance_suite!(@case $make, incremental_sync_touches_only_changed_paths);
+        $crate::conformance_suite!(@case $make, locked_target_is_refused);
+        $crate::conformance_suite!(@case $make, never_writes_through_a_symlink);
+        $crate::conformance_suite!(@case $make, unmanaged_target_needs_force);
+        #[test]
+        fn random_walk_matches_git() {
+            let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
+            for seed in 1..=3 {
+                let f = $make;
+                rt.block_on($crate::conformance::random_walk_matches_git(&f, seed));
+            }
+        }
+    };
+    (@case $make:expr, $name:ident) => {
+        #[test]
+        fn $name() {
+            let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
+            let f = $make;
+            rt.block_on($crate::conformance::$name(&f));
+        }
+    };
+}

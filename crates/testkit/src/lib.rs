@@ -1,0 +1,126 @@
+//! Test support for treesync: repositories generated with the real `git`, random histories,
+//! comparison of a target with `git archive`, and the conformance suite every backend runs.
+
+pub mod conformance;
+pub mod history;
+pub mod tree;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+/// Run git in `dir` and return its stdout; panics with git's stderr on failure.
+pub fn git(dir: &Path, args: &[&str]) -> String {
+    let out = Command::new("git")
+        .current_dir(dir)
+        .args(args)
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .output()
+        .expect("git runs");
+    assert!(out.status.success(), "git {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// Run git with `input` on stdin.
+pub fn git_stdin(dir: &Path, args: &[&str], input: &[u8]) -> String {
+    use std::io::Write;
+    let mut child = Command::new("git")
+        .current_dir(dir)
+        .args(args)
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("git runs");
+    let mut stdin = child.stdin.take().expect("piped");
+    let input = input.to_vec();
+    let writer = std::thread::spawn(move || stdin.write_all(&input));
+    let out = child.wait_with_output().expect("git finishes");
+    writer.join().expect("writer thread").expect("stdin written");
+    assert!(out.status.success(), "git {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// A bare repository in a temporary directory.
+pub struct BareRepo {
+    _dir: tempfile::TempDir,
+    /// Its path.
+    pub path: PathBuf,
+}
+
+impl BareRepo {
+    /// A new empty bare repository.
+    pub fn new() -> Self {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("repo.git");
+        std::fs::create_dir(&path).expect("mkdir");
+        git(&path, &["init", "-q", "--bare", "-b", "main"]);
+        BareRepo { _dir: dir, path }
+    }
+
+    /// Extract `git archive REV` into `dest` (which must not exist).
+    pub fn archive(&self, rev: &str, dest: &Path) {
+        std::fs::create_dir_all(dest).expect("mkdir");
+        let archive = Command::new("git")
+            .current_dir(&self.path)
+            .args(["archive", "--format=tar", rev])
+            .output()
+            .expect("git archive runs");
+        assert!(archive.status.success(), "git archive {rev}: {}", String::from_utf8_lossy(&archive.stderr));
+        let mut tar = Command::new("tar")
+            .current_dir(dest)
+            .args(["-xf", "-"])
+            .stdin(Stdio::piped())
+            .spawn()
+            .expect("tar runs");
+        {
+            use std::io::Write;
+            tar.stdin.take().expect("piped").write_all(&archive.stdout).expect("tar input");
+        }
+        assert!(tar.wait().expect("tar finishes").success(), "tar -x failed");
+    }
+}
+
+impl Default for BareRepo {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// A small deterministic PRNG (xorshift64*), so histories are reproducible from a seed.
+#[derive(Debug, Clone)]
+pub struct Rng(u64);
+
+impl Rng {
+    /// Seeded generator.
+    pub fn new(seed: u64) -> Self {
+        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
+    }
+
+    /// Next 64 random bits.
+    pub fn next_u64(&mut self) -> u64 {
+        let mut x = self.0;
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        self.0 = x;
+        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    /// Uniform in `0..n` (n > 0).
+    pub fn below(&mut self, n: usize) -> usize {
+        (self.next_u64() % n as u64) as usize
+    }
+
+    /// True with probability `p` percent.
+    pub fn percent(&mut self, p: u32) -> bool {
+        self.below(100) < p as usize
+    }
+
+    /// A random element.
+    pub fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
+        &items[self.below(items.len())]
+    }
+}

@@ -1,0 +1,35 @@
+//! The conformance suite on the reference in-memory backend.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use treesync_core::memory::{MemNode, MemoryBackend};
+use treesync_core::Backend;
+use treesync_testkit::conformance::Fixture;
+use treesync_testkit::tree::{self, Node};
+
+struct Memory(MemoryBackend);
+
+impl Fixture for Memory {
+    fn backend(&self) -> Arc<dyn Backend> {
+        Arc::new(self.0.clone())
+    }
+    fn read(&self) -> BTreeMap<String, Node> {
+        tree::read_memory(&self.0.snapshot())
+    }
+    fn put_file(&self, path: &str, content: &[u8]) {
+        self.0.insert(path, MemNode::File { data: content.to_vec(), executable: false });
+    }
+    fn replace_dir_by_symlink(&self, path: &str, target: &std::path::Path) -> bool {
+        let prefix = format!("{path}/");
+        for (k, _) in self.0.snapshot() {
+            if k.starts_with(prefix.as_bytes()) {
+                self.0.remove(std::str::from_utf8(&k).expect("utf8"));
+            }
+        }
+        self.0.insert(path, MemNode::Link { target: target.to_string_lossy().as_bytes().to_vec() });
+        true
+    }
+}
+
+treesync_testkit::conformance_suite!(Memory(MemoryBackend::new()));
