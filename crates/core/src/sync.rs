@@ -135,18 +135,18 @@ fn ser_secs<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error>
 
 /// Read the target's state and plan, without writing anything.
 pub async fn prepare(repo: &Repo, rev: &str, backend: &dyn Backend, force: bool, create: bool) -> Result<Prepared, Error> {
+    let to = repo.resolve(rev)?;
     let target = backend.prepare_target(create).await?;
-    prepare_at(repo, rev, backend, force, target).await
+    prepare_at(repo, to, backend, force, target).await
 }
 
 async fn prepare_at(
     repo: &Repo,
-    rev: &str,
+    to: Resolved,
     backend: &dyn Backend,
     force: bool,
     mut target: TargetState,
 ) -> Result<Prepared, Error> {
-    let to = repo.resolve(rev)?;
     let state = match backend.load_state().await? {
         Some(bytes) => Some(SyncState::parse(&bytes)?),
         None => None,
@@ -237,10 +237,10 @@ pub async fn sync(
 ) -> Result<Outcome, Error> {
     let start = Instant::now();
     // Resolve first: a typo in the revision must not create the target or its lock.
-    repo.resolve(rev)?;
+    let to = repo.resolve(rev)?;
     let target = backend.prepare_target(!options.dry_run).await?;
     let _lock = if options.dry_run { None } else { Some(backend.lock(&holder()).await?) };
-    let prepared = prepare_at(repo, rev, backend, options.force, target).await?;
+    let prepared = prepare_at(repo, to, backend, options.force, target).await?;
     let Prepared { state, resume, main, to, takeover, .. } = prepared;
     let from = state.as_ref().and_then(|s| s.synced);
     let mut planned = main.counts;

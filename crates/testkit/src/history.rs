@@ -268,3 +268,89 @@ impl std::fmt::Write for Stream<'_> {
         Ok(())
     }
 }
+
+/// A wide deterministic tree: `files` files of 100–2,000 bytes spread over about `files / 100`
+/// directories two levels deep (the benchmark shape).
+pub fn wide_tree(files: usize, seed: u64) -> Model {
+    let mut rng = Rng::new(seed);
+    let dirs = (files / 100).max(1);
+    let mut m = Model::default();
+    for i in 0..files {
+        let d = i % dirs;
+        let path = format!("dir{:03}/sub{:02}/file{i:06}.txt", d / 10, d % 10);
+        let len = 100 + rng.below(1900);
+        let mut content = format!("file {i}\n").into_bytes();
+        content.resize(len, b'a' + (i % 26) as u8);
+        m.0.insert(path, Entry::File { content, executable: i % 50 == 0 });
+    }
+    m
+}
+
+/// `base` with `modified` files changed, `added` files added and `deleted` files removed, spread
+/// over the tree. Returns the new tree and the changed paths.
+pub fn change_some(base: &Model, modified: usize, added: usize, deleted: usize, seed: u64) -> (Model, Vec<String>) {
+    let mut rng = Rng::new(seed);
+    let keys: Vec<String> = base.0.keys().cloned().collect();
+    let mut m = base.clone();
+    let mut changed = Vec::new();
+    let step = keys.len() / (modified + deleted + 1).max(1);
+    let mut idx = rng.below(step.max(1));
+    for _ in 0..modified {
+        let k = &keys[idx % keys.len()];
+        m.0.insert(k.clone(), Entry::File { content: format!("modified {}\n", rng.next_u64()).into_bytes(), executable: false });
+        changed.push(k.clone());
+        idx += step;
+    }
+    for _ in 0..deleted {
+        let k = &keys[idx % keys.len()];
+        m.0.remove(k);
+        changed.push(k.clone());
+        idx += step;
+    }
+    for i in 0..added {
+        let k = format!("dir000/sub00/added{i}.txt");
+        m.0.insert(k.clone(), Entry::File { content: b"added\n".to_vec(), executable: false });
+        changed.push(k);
+    }
+    (m, changed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn random_history_covers_every_kind_of_change() {
+        let mut seen_exec = false;
+        let mut seen_link = false;
+        let mut seen_gitlink = false;
+        let mut seen_file_to_dir = false;
+        let mut seen_dir_to_leaf = false;
+        for seed in 1..=3 {
+            let h = random_history(seed, 24);
+            for w in h.windows(2) {
+                let (a, b) = (&w[0], &w[1]);
+                for (k, e) in &b.0 {
+                    seen_exec |= matches!(e, Entry::File { executable: true, .. });
+                    seen_link |= matches!(e, Entry::Link { .. });
+                    seen_gitlink |= matches!(e, Entry::Gitlink { .. });
+                    seen_dir_to_leaf |= a.dirs().contains(k);
+                }
+                for d in b.dirs() {
+                    seen_file_to_dir |= a.0.contains_key(&d);
+                }
+            }
+        }
+        assert!(seen_exec && seen_link && seen_gitlink && seen_file_to_dir && seen_dir_to_leaf);
+    }
+
+    #[test]
+    fn change_some_changes_what_it_says() {
+        let base = wide_tree(1000, 1);
+        let (b, changed) = change_some(&base, 10, 2, 2, 2);
+        assert_eq!(changed.len(), 14);
+        assert_eq!(b.0.len(), 1000);
+        let differing = base.0.iter().filter(|(k, v)| b.0.get(*k) != Some(v)).count() + b.0.keys().filter(|k| !base.0.contains_key(*k)).count();
+        assert_eq!(differing, 14);
+    }
+}

@@ -1,0 +1,309 @@
+//! The `treesync` binary, end to end: exit codes, messages, hostile trees, syscall counts.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use treesync_testkit::history::{self, Entry, Model};
+use treesync_testkit::{BareRepo, git, git_stdin, tree};
+
+fn treesync(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_treesync")).args(args).output().expect("treesync runs")
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().expect("utf8 path")
+}
+
+fn sync(repo: &Path, rev: &str, target: &Path) -> Output {
+    treesync(&["sync", "--repo", s(repo), "--ref", rev, "--target", s(target)])
+}
+
+fn small_repo() -> (BareRepo, Vec<String>) {
+    let bare = BareRepo::new();
+    let trees = history::random_history(42, 3);
+    let commits = history::import(&bare.path, "main", &trees);
+    (bare, commits)
+}
+
+/// One line on stderr that starts with `treesync: error:`, plus at most a hint line or two.
+fn assert_clear_error(o: &Output, code: i32, needle: &str) {
+    let err = stderr(o);
+    assert_eq!(o.status.code(), Some(code), "stderr: {err}");
+    assert!(err.starts_with("treesync: error: "), "stderr: {err}");
+    assert!(err.contains(needle), "stderr should mention {needle:?}: {err}");
+    assert!(err.lines().count() <= 3, "error should be short: {err}");
+    assert!(!err.contains("panicked") && !err.contains("backtrace"), "{err}");
+}
+
+fn assert_target_is(bare: &BareRepo, commit: &str, target: &Path) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let expected = dir.path().join("expected");
+    bare.archive(commit, &expected);
+    if let Some(d) = tree::diff(&tree::read_dir(&expected), &tree::read_dir(target)) {
+        panic!("target differs from git archive {commit}:\n{d}");
+    }
+}
+
+#[test]
+fn sync_then_status_then_noop() {
+    let (bare, commits) = small_repo();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let target = dir.path().join("t");
+    let o = sync(&bare.path, "main~2", &target);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_target_is(&bare, &commits[0], &target);
+    let o = sync(&bare.path, "main", &target);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_target_is(&bare, &commits[2], &target);
+
+    let o = treesync(&["status", "--target", s(&target), "--json"]);
+    assert!(o.status.success());
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("status --json is JSON");
+    assert_eq!(v["state"]["synced"]["commit"], commits[2].as_str());
+    assert_eq!(v["state"]["in_progress"], serde_json::Value::Null);
+
+    let o = treesync(&["sync", "--repo", s(&bare.path), "--ref", "main", "--target", s(&target), "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("sync --json is JSON");
+    assert_eq!(v["applied"]["write"], 0);
+    assert_eq!(v["state_writes"], 0, "a sync to the commit already there writes nothing");
+}
+
+#[test]
+fn plan_json_lists_phases_and_changes_nothing() {
+    let (bare, _) = small_repo();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let target = dir.path().join("t");
+    let o = treesync(&["plan", "--repo", s(&bare.path), "--ref", "main", "--target", s(&target), "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("plan --json is JSON");
+    let phases = v["plan"]["phases"].as_array().expect("phases");
+    assert!(phases.iter().any(|p| p["name"] == "write files"));
+    assert!(v["plan"]["counts"]["write"].as_u64().expect("count") > 0);
+    assert!(!target.exists(), "plan must not create the target");
+    let o = treesync(&["sync", "--dry-run", "--repo", s(&bare.path), "--ref", "main", "--target", s(&target)]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("would sync"));
+    assert!(!target.exists(), "--dry-run must not create the target");
+}
+
+#[test]
+fn bad_input_gets_one_clear_line() {
+    let (bare, _) = small_repo();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let target = dir.path().join("t");
+
+    let o = sync(&bare.path, "no-such-branch", &target);
+    assert_clear_error(&o, 2, "cannot resolve revision \"no-such-branch\"");
+    assert!(!target.exists(), "a bad revision must not create the target");
+
+    let o = sync(&dir.path().join("missing.git"), "main", &target);
+    assert_clear_error(&o, 2, "cannot open git repository");
+
+    let file = dir.path().join("file");
+    std::fs::write(&file, "x").expect("write");
+    let o = sync(&bare.path, "main", &file);
+    assert_clear_error(&o, 2, "not a directory");
+
+    let o = sync(&bare.path, "main", &dir.path().join("no/parent/here"));
+    assert_clear_error(&o, 2, "cannot create target directory");
+
+    std::fs::create_dir(&target).expect("mkdir");
+    std::fs::write(target.join("precious.txt"), "mine").expect("write");
+    let o = sync(&bare.path, "main", &target);
+    assert_clear_error(&o, 4, "--force");
+    assert_eq!(std::fs::read_to_string(target.join("precious.txt")).expect("kept"), "mine");
+}
+
+#[test]
+fn unwritable_target_is_a_clear_error() {
+    let (bare, _) = small_repo();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ro = dir.path().join("ro");
+    std::fs::create_dir(&ro).expect("mkdir");
+    // Root ignores permission bits, so use a read-only mount.
+    let mounted = Command::new("mount").args(["-t", "tmpfs", "-o", "ro,size=1m", "tmpfs"]).arg(&ro).status();
+    if !mounted.is_ok_and(|s| s.success()) {
+        eprintln!("skipped: cannot mount a read-only tmpfs here (not root?)");
+        return;
+    }
+    struct Unmount(PathBuf);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+        }
+    }
+    let _guard = Unmount(ro.clone());
+    let o = sync(&bare.path, "main", &ro);
+    assert_clear_error(&o, 2, "read-only");
+}
+
+/// Write a tree object with exactly these raw entries (mode, name, id), bypassing git's checks.
+fn raw_tree(repo: &Path, entries: &[(&str, &[u8], &str)]) -> String {
+    let mut body = Vec::new();
+    for (mode, name, id) in entries {
+        body.extend_from_slice(mode.as_bytes());
+        body.push(b' ');
+        body.extend_from_slice(name);
+        body.push(0);
+        for i in 0..20 {
+            body.push(u8::from_str_radix(&id[2 * i..2 * i + 2], 16).expect("hex"));
+        }
+    }
+    git_stdin(repo, &["hash-object", "-t", "tree", "-w", "--literally", "--stdin"], &body)
+}
+
+fn commit_tree(repo: &Path, tree: &str) -> String {
+    git(repo, &["-c", "user.name=t", "-c", "user.email=t@t", "commit-tree", tree, "-m", "hostile"])
+}
+
+#[test]
+fn hostile_tree_entries_are_refused_before_any_write() {
+    let bare = BareRepo::new();
+    let blob = git_stdin(&bare.path, &["hash-object", "-w", "--stdin"], b"evil\n");
+    let good = raw_tree(&bare.path, &[("100644", b"ok.txt", &blob)]);
+    let sub = raw_tree(&bare.path, &[("100644", b"config", &blob)]);
+    for name in [&b".."[..], b".", b".git", b".GIT", b".git.", b"GIT~1", b".gi\xe2\x80\x8ct", b".treesync"] {
+        // The hostile name as a directory (so `name/config` would be written) and as a file.
+        for (mode, id) in [("40000", sub.as_str()), ("100644", blob.as_str())] {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let target = dir.path().join("t");
+            let tree = raw_tree(&bare.path, &[("100644", b"a-first.txt", &blob), ("40000", b"dir", &good), (mode, name, id)]);
+            let commit = commit_tree(&bare.path, &tree);
+            let o = sync(&bare.path, &commit, &target);
+            assert_clear_error(&o, 4, "refusing to sync");
+            let written: Vec<_> = std::fs::read_dir(&target)
+                .map(|d| d.filter_map(Result::ok).map(|e| e.file_name()).filter(|n| n != ".treesync").collect())
+                .unwrap_or_default();
+            assert!(written.is_empty(), "{name:?}: nothing may be written, found {written:?}");
+            let beside: Vec<_> = std::fs::read_dir(dir.path()).expect("ls").filter_map(Result::ok).map(|e| e.file_name()).collect();
+            assert_eq!(beside, vec![std::ffi::OsString::from("t")], "nothing may appear beside the target");
+        }
+    }
+}
+
+#[test]
+fn a_tree_naming_one_entry_twice_is_refused() {
+    // `a` as a symlink to the outside and `a` as a directory holding `b`, in the same tree.
+    let bare = BareRepo::new();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let outside = dir.path().join("outside");
+    std::fs::create_dir(&outside).expect("mkdir");
+    let link = git_stdin(&bare.path, &["hash-object", "-w", "--stdin"], s(&outside).as_bytes());
+    let blob = git_stdin(&bare.path, &["hash-object", "-w", "--stdin"], b"evil\n");
+    let sub = raw_tree(&bare.path, &[("100644", b"b", &blob)]);
+    let tree = raw_tree(&bare.path, &[("120000", b"a", &link), ("40000", b"a", &sub)]);
+    let commit = commit_tree(&bare.path, &tree);
+    let o = sync(&bare.path, &commit, &dir.path().join("t"));
+    assert_clear_error(&o, 4, "lists this name twice");
+    assert_eq!(std::fs::read_dir(&outside).expect("outside").count(), 0);
+}
+
+#[test]
+fn symlink_replaced_by_directory_is_like_git_and_writes_nothing_outside() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let outside = dir.path().join("outside");
+    std::fs::create_dir(&outside).expect("mkdir");
+    let mut a = Model::default();
+    a.insert("a", Entry::Link { target: outside.to_string_lossy().into_owned() });
+    a.insert("keep", Entry::File { content: b"k".to_vec(), executable: false });
+    let mut b = a.clone();
+    b.insert("a/b", Entry::File { content: b"inside\n".to_vec(), executable: false });
+    let bare = BareRepo::new();
+    let commits = history::import(&bare.path, "main", &[a, b]);
+    let target = dir.path().join("t");
+    for c in [&commits[0], &commits[1], &commits[0], &commits[1]] {
+        let o = sync(&bare.path, c, &target);
+        assert!(o.status.success(), "{}", stderr(&o));
+        assert_target_is(&bare, c, &target);
+    }
+    assert!(std::fs::symlink_metadata(target.join("a")).expect("a").is_dir());
+    assert_eq!(std::fs::read_dir(&outside).expect("outside").count(), 0, "nothing written through the old symlink");
+}
+
+#[test]
+fn interrupted_sync_is_reported_by_status_and_finished_by_sync() {
+    use std::sync::atomic::AtomicBool;
+    use treesync_core::{policy::Fail, sync as sy};
+    let (bare, commits) = small_repo();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let target = dir.path().join("t");
+    let repo = treesync_core::Repo::open(&bare.path).expect("open");
+    let backend = treesync_backend_local::LocalBackend::new(&target, Default::default());
+    let failing = Fail::after(backend, 5);
+    let options = sy::Options { backend_name: "local".into(), ..Default::default() };
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let result = rt.block_on(sy::sync(&repo, &commits[2], &failing, &options, &|_| {}, &AtomicBool::new(false)));
+    assert!(result.is_err());
+
+    let o = treesync(&["status", "--target", s(&target)]);
+    assert!(o.status.success());
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("INTERRUPTED") && out.contains(&commits[2]), "{out}");
+
+    let o = sync(&bare.path, "main", &target);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("finished an interrupted sync"));
+    assert_target_is(&bare, &commits[2], &target);
+}
+
+#[test]
+fn second_concurrent_sync_fails_fast_naming_the_holder() {
+    use treesync_core::Backend;
+    let (bare, _) = small_repo();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let target = dir.path().join("t");
+    assert!(sync(&bare.path, "main~1", &target).status.success());
+    let backend = treesync_backend_local::LocalBackend::new(&target, Default::default());
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let guard = rt.block_on(backend.lock("pid 777 on buildhost")).expect("lock");
+    let o = sync(&bare.path, "main", &target);
+    assert_clear_error(&o, 3, "pid 777 on buildhost");
+    drop(guard);
+    assert!(sync(&bare.path, "main", &target).status.success());
+}
+
+/// At N=20,000 files and 14 changed paths, the CLI's stat-family syscalls (on the repository
+/// and the target together) stay ≤ 100.
+#[test]
+fn incremental_sync_makes_few_stat_calls() {
+    if Command::new("strace").arg("-V").output().is_err() {
+        eprintln!("skipped: strace is not installed (.ci/run installs it)");
+        return;
+    }
+    let base = history::wide_tree(20_000, 1);
+    let (next, _) = history::change_some(&base, 10, 2, 2, 9);
+    let bare = BareRepo::new();
+    let commits = history::import(&bare.path, "main", &[base, next]);
+    git(&bare.path, &["repack", "-adq"]);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let target = dir.path().join("t");
+    assert!(sync(&bare.path, &commits[0], &target).status.success());
+    let summary = dir.path().join("strace.txt");
+    let o = Command::new("strace")
+        .args(["-f", "-c", "-e", "trace=/^(stat|lstat|fstat|newfstatat|statx|fstatat64|stat64|lstat64|fstat64)$", "-o"])
+        .arg(&summary)
+        .arg(env!("CARGO_BIN_EXE_treesync"))
+        // cargo's library path makes the dynamic loader probe dozens of directories at start.
+        .env_remove("LD_LIBRARY_PATH")
+        .args(["sync", "--repo"])
+        .arg(&bare.path)
+        .args(["--ref", &commits[1], "--target"])
+        .arg(&target)
+        .output()
+        .expect("strace runs");
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = std::fs::read_to_string(&summary).expect("strace summary");
+    let total: u64 = text
+        .lines()
+        .find(|l| l.trim_end().ends_with("total"))
+        .and_then(|l| l.split_whitespace().nth(3))
+        .and_then(|n| n.parse().ok())
+        .expect("strace -c prints a total line");
+    assert!(total <= 100, "stat-family syscalls: {total}\n{text}");
+    eprintln!("stat-family syscalls of an incremental sync at N=20,000: {total}\n{text}");
+    assert_target_is(&bare, &commits[1], &target);
+}
