@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use rustix::fs::{AtFlags, FileType, FlockOperation, Mode, OFlags, ResolveFlags};
 use rustix::io::Errno;
 use treesync_core::backend::{DirEntry, Error, LockGuard, TargetState};
-use treesync_core::path::STATE_DIR;
+use treesync_core::path::{STATE_DIR, TMP_PREFIX};
 use treesync_core::source::{BlobError, BlobSource};
 use treesync_core::{Op, RelPath};
 
@@ -130,6 +130,36 @@ impl Target {
         format!("{}.{}", std::process::id(), self.counter.fetch_add(1, Ordering::Relaxed))
     }
 
+    /// The temporary name a file is written under, next to its final name. It is the same on
+    /// every run, so replaying an interrupted plan reuses (and so removes) what a killed run
+    /// left; the planner refuses tree entries with this prefix.
+    fn sibling_tmp(name: &[u8]) -> Vec<u8> {
+        let mut tmp = TMP_PREFIX.as_bytes().to_vec();
+        if name.len() + tmp.len() <= 255 {
+            tmp.extend_from_slice(name);
+        } else {
+            // Keep within NAME_MAX: a stable hash of the name instead.
+            let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+            for b in name {
+                h = (h ^ u64::from(*b)).wrapping_mul(0x100_0000_01b3);
+            }
+            tmp.extend_from_slice(format!("long-{h:016x}").as_bytes());
+        }
+        tmp
+    }
+
+    /// Create `tmp` in `dir` exclusively with `mode` (masked by the umask), replacing a leftover.
+    fn create_tmp(dir: BorrowedFd<'_>, tmp: &OsStr, mode: u32) -> Result<OwnedFd, Errno> {
+        let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        match rustix::fs::openat(dir, tmp, flags, Mode::from_raw_mode(mode)) {
+            Err(Errno::EXIST) => {
+                rustix::fs::unlinkat(dir, tmp, AtFlags::empty())?;
+                rustix::fs::openat(dir, tmp, flags, Mode::from_raw_mode(mode))
+            }
+            r => r,
+        }
+    }
+
     pub(crate) fn run_batch(&self, ops: &[Op], blobs: &dyn BlobSource) -> Result<(), Error> {
         // Ops of a batch are sorted by path, so neighbours mostly share their directory.
         let mut cached: Option<(Vec<u8>, Result<OwnedFd, Errno>)> = None;
@@ -174,24 +204,29 @@ impl Target {
                 Err(e) => Err(Error::io("create directory", path, io(e))),
             },
             Op::Write { blob, executable, .. } => {
-                let tmp_dir = self.tmp_fd()?;
-                let tmp = self.tmp_name();
-                let result = self.write_tmp(tmp_dir, &tmp, *blob, *executable, blobs, path).and_then(|()| {
-                    rustix::fs::renameat(tmp_dir, tmp.as_str(), dir, name).map_err(|e| Error::io("write", path, io(e)))
+                let tmp = Self::sibling_tmp(name.as_bytes());
+                let tmp = OsStr::from_bytes(&tmp);
+                let result = self.write_tmp(dir, tmp, *blob, *executable, blobs, path).and_then(|()| {
+                    rustix::fs::renameat(dir, tmp, dir, name).map_err(|e| Error::io("write", path, io(e)))
                 });
                 if result.is_err() {
-                    let _ = rustix::fs::unlinkat(tmp_dir, tmp.as_str(), AtFlags::empty());
+                    // Never leave a temporary behind (a full disk must not fill up further).
+                    let _ = rustix::fs::unlinkat(dir, tmp, AtFlags::empty());
                 }
                 result
             }
             Op::Symlink { target, .. } => {
-                let tmp_dir = self.tmp_fd()?;
-                let tmp = self.tmp_name();
-                let result = rustix::fs::symlinkat(OsStr::from_bytes(target), tmp_dir, tmp.as_str())
-                    .and_then(|()| rustix::fs::renameat(tmp_dir, tmp.as_str(), dir, name))
-                    .map_err(|e| Error::io("create symlink", path, io(e)));
+                let tmp = Self::sibling_tmp(name.as_bytes());
+                let tmp = OsStr::from_bytes(&tmp);
+                let make = || rustix::fs::symlinkat(OsStr::from_bytes(target), dir, tmp);
+                let result = match make() {
+                    Err(Errno::EXIST) => rustix::fs::unlinkat(dir, tmp, AtFlags::empty()).and_then(|()| make()),
+                    r => r,
+                }
+                .and_then(|()| rustix::fs::renameat(dir, tmp, dir, name))
+                .map_err(|e| Error::io("create symlink", path, io(e)));
                 if result.is_err() {
-                    let _ = rustix::fs::unlinkat(tmp_dir, tmp.as_str(), AtFlags::empty());
+                    let _ = rustix::fs::unlinkat(dir, tmp, AtFlags::empty());
                 }
                 result
             }
@@ -229,20 +264,15 @@ impl Target {
 
     fn write_tmp(
         &self,
-        tmp_dir: BorrowedFd<'_>,
-        tmp: &str,
+        dir: BorrowedFd<'_>,
+        tmp: &OsStr,
         blob: treesync_core::ObjectId,
         executable: bool,
         blobs: &dyn BlobSource,
         path: &RelPath,
     ) -> Result<(), Error> {
-        let fd = rustix::fs::openat(
-            tmp_dir,
-            tmp,
-            OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::CLOEXEC,
-            Mode::from_raw_mode(if executable { 0o777 } else { 0o666 }),
-        )
-        .map_err(|e| Error::io("write", path, io(e)))?;
+        let fd = Self::create_tmp(dir, tmp, if executable { 0o777 } else { 0o666 })
+            .map_err(|e| Error::io("write", path, io(e)))?;
         blobs
             .read_blob(&blob, &mut |mut chunk| {
                 while !chunk.is_empty() {

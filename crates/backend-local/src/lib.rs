@@ -2,9 +2,11 @@
 //!
 //! Executes treesync plans on a local filesystem (ext4, xfs, tmpfs, …) with wide parallelism.
 //!
-//! * Every file and symlink is first created under `.treesync/tmp/` on the target and then
-//!   renamed into place, so a reader sees the old file or the new one, never a partial one, and
-//!   a killed run leaves its temporaries in one place that the next run empties.
+//! * Every file and symlink is first created under a temporary name in its own directory
+//!   (`.treesync-tmp.NAME`) and then renamed into place, so a reader sees the old file or the
+//!   new one, never a partial one. The name is the same on every run: the next run replays the
+//!   interrupted plan and so reuses, and removes, whatever a killed run left behind. The
+//!   planner refuses tree entries with that prefix, as git refuses `.git`.
 //! * Every path is resolved from the target root with `openat2(RESOLVE_BENEATH |
 //!   RESOLVE_NO_SYMLINKS)`: nothing is ever written through a symlink or outside the target,
 //!   whatever someone put into the tree.

@@ -13,6 +13,10 @@ use gix::bstr::{BStr, BString, ByteSlice};
 /// that has an entry of this name at its root is refused.
 pub const STATE_DIR: &str = ".treesync";
 
+/// Prefix of the temporary names backends write next to a file before renaming it into place.
+/// Tree entries with this prefix are refused, like `.git`, so they can never collide.
+pub const TMP_PREFIX: &str = ".treesync-tmp.";
+
 /// Why a tree entry name was refused.
 #[derive(Debug, thiserror::Error)]
 #[error("unsafe tree entry {path:?}: {reason}")]
@@ -71,6 +75,9 @@ impl RelPath {
             .map(|e| e.to_string());
         if reason.is_none() && name.find_byte(0).is_some() {
             reason = Some("NUL bytes are not allowed in names".into());
+        }
+        if reason.is_none() && name.starts_with(TMP_PREFIX.as_bytes()) {
+            reason = Some(format!("names starting with {TMP_PREFIX} are reserved for treesync's temporary files"));
         }
         if reason.is_none() && self.is_root() && name == STATE_DIR {
             reason = Some(format!("{STATE_DIR} at the top of the tree is reserved for treesync's state"));
@@ -166,6 +173,7 @@ mod tests {
         for name in [
             "..", ".", ".git", ".GIT", ".Git", ".git.", ".git ", "git~1", "GIT~1", ".git\u{200c}", "a/b", "", "a\0b",
             ".treesync",
+            ".treesync-tmp.x",
         ] {
             assert!(bad(name), "{name:?} must be refused");
         }

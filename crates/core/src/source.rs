@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use gix_hash::ObjectId;
-use gix_object::{Find, FindExt};
+use gix_object::{FindExt, FindObjectOrHeader};
 
 /// Errors while opening the repository or reading objects from it.
 #[derive(Debug, thiserror::Error)]
@@ -96,7 +96,7 @@ impl Repo {
     }
 
     /// Run `f` with an object finder for this thread (taken from a pool, returned afterwards).
-    pub fn with_objects<T>(&self, f: impl FnOnce(&dyn Find) -> T) -> T {
+    pub fn with_objects<T>(&self, f: impl FnOnce(&dyn FindObjectOrHeader) -> T) -> T {
         let repo = self
             .pool
             .lock()

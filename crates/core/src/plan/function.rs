@@ -2,7 +2,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use gix::bstr::{BString, ByteSlice};
 use gix_hash::ObjectId;
-use gix_object::{Find, FindExt, tree::EntryKind};
+use gix_object::{FindExt, FindObjectOrHeader, tree::EntryKind};
 
 use super::Error;
 use crate::op::{Op, OpCounts, Phase, Plan};
@@ -10,7 +10,7 @@ use crate::path::{NameKind, RelPath};
 
 /// Plan the ops that turn a target holding tree `from` (`None`: an empty target) into one
 /// holding tree `to`. Reads only the trees and symlink blobs on changed paths.
-pub fn plan(odb: &dyn Find, from: Option<ObjectId>, to: ObjectId) -> Result<Plan, Error> {
+pub fn plan(odb: &dyn FindObjectOrHeader, from: Option<ObjectId>, to: ObjectId) -> Result<Plan, Error> {
     let mut p = Planner::new(odb);
     p.diff_tree_contents(&RelPath::root(), from, Some(to))?;
     Ok(p.finish(from, to))
@@ -37,7 +37,7 @@ pub struct ExistingEntry {
 /// Plan the takeover of a target that holds `existing` entries (a full scan of it, parents
 /// before children) but no state: remove everything the tree `to` does not have (or has with
 /// another type), then write the whole tree.
-pub fn plan_takeover(odb: &dyn Find, existing: &[ExistingEntry], to: ObjectId) -> Result<Plan, Error> {
+pub fn plan_takeover(odb: &dyn FindObjectOrHeader, existing: &[ExistingEntry], to: ObjectId) -> Result<Plan, Error> {
     let mut p = Planner::new(odb);
     p.diff_tree_contents(&RelPath::root(), None, Some(to))?;
     let mut wanted: HashMap<RelPath, ExistingKind> = HashMap::new();
@@ -75,7 +75,7 @@ enum Node {
 }
 
 struct Planner<'a> {
-    odb: &'a dyn Find,
+    odb: &'a dyn FindObjectOrHeader,
     buf: Vec<u8>,
     /// Whether a tree holds anything git would write (a tree of only empty trees makes no
     /// directory in a checkout).
@@ -88,7 +88,7 @@ struct Planner<'a> {
 }
 
 impl<'a> Planner<'a> {
-    fn new(odb: &'a dyn Find) -> Self {
+    fn new(odb: &'a dyn FindObjectOrHeader) -> Self {
         Planner {
             odb,
             buf: Vec::new(),
@@ -304,15 +304,16 @@ impl<'a> Planner<'a> {
         let size = if blob.is_empty_blob() {
             0
         } else {
+            // Only the header: the content is read once, when the executor writes the file.
             self.odb
-                .try_find(&blob, &mut self.buf)
+                .try_header(&blob)
                 .map_err(|e| Self::object_error("blob", blob, path, e))?
                 .ok_or_else(|| Self::object_error("blob", blob, path, "object not found"))
-                .and_then(|d| {
-                    if d.kind == gix_object::Kind::Blob {
-                        Ok(d.data.len() as u64)
+                .and_then(|h| {
+                    if h.kind == gix_object::Kind::Blob {
+                        Ok(h.size)
                     } else {
-                        Err(Self::object_error("blob", blob, path, format!("it is a {}, not a blob", d.kind)))
+                        Err(Self::object_error("blob", blob, path, format!("it is a {}, not a blob", h.kind)))
                     }
                 })?
         };
