@@ -1,1 +1,36 @@
-fn main(){}
+//! Development tasks for treesync: `cargo xtask <task>`.
+
+mod bench;
+mod ci;
+mod util;
+
+const HELP: &str = "\
+cargo xtask <task> [options]
+
+Tasks:
+  bench   Benchmark treesync against git on a generated repository and rewrite BENCHMARKS.md
+          options: --files N (100000)  --runs R (5)  --dir DIR (/tmp/treesync-bench)
+                   --no-write (print the table only)
+  ci      Run what .ci/run runs (the whole test suite)
+";
+
+fn main() -> std::process::ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let result = match args.first().map(String::as_str) {
+        Some("bench") => bench::run(&args[1..]),
+        Some("ci") => ci::run(&args[1..]),
+        Some("bench-generate") => bench::generate(&args[1..]),
+        Some("help" | "--help" | "-h") | None => {
+            print!("{HELP}");
+            Ok(())
+        }
+        Some(other) => Err(format!("unknown task {other:?}\n\n{HELP}")),
+    };
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("xtask: error: {e}");
+            std::process::ExitCode::from(2)
+        }
+    }
+}

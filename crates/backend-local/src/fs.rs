@@ -382,7 +382,9 @@ impl Target {
                 let n = rustix::io::write(&fd, rest)?;
                 rest = &rest[n..];
             }
-            rustix::fs::fsync(&fd)?;
+            if self.fsync {
+                rustix::fs::fsync(&fd)?;
+            }
             rustix::fs::renameat(tmp_dir, tmp.as_str(), root, STATE_FILE)
         })();
         if let Err(e) = result {
@@ -429,6 +431,17 @@ impl Target {
                 }
             }
         }
-        Ok(LockGuard(Box::new(fd)))
+        Ok(LockGuard(Box::new(Lock(fd))))
+    }
+}
+
+/// Holds the flock. Unlocks explicitly on drop: closing alone is not enough when another
+/// thread of this process is spawning a child at that moment, since the child briefly holds a
+/// duplicate of the descriptor (until its exec closes it) and with it the lock.
+struct Lock(OwnedFd);
+
+impl Drop for Lock {
+    fn drop(&mut self) {
+        let _ = rustix::fs::flock(&self.0, FlockOperation::Unlock);
     }
 }

@@ -31,13 +31,17 @@ pub struct Options {
     pub jobs: usize,
     /// Ops per batch.
     pub batch: usize,
-    /// `fsync` every file before renaming it into place.
+    /// Ops per batch at least, when a small phase is spread over the jobs.
+    pub min_batch: usize,
+    /// `fsync` every file (and the state file) before renaming it into place. Without it a
+    /// killed process loses nothing (the journal is renamed into place after the ops), but a
+    /// power loss may.
     pub fsync: bool,
 }
 
 impl Default for Options {
     fn default() -> Self {
-        Options { jobs: 8, batch: 64, fsync: false }
+        Options { jobs: 8, batch: 64, min_batch: 16, fsync: false }
     }
 }
 
@@ -83,7 +87,7 @@ impl Backend for LocalBackend {
     }
 
     fn policy(&self) -> Policy {
-        Policy { jobs: self.options.jobs, batch: self.options.batch }
+        Policy { jobs: self.options.jobs, batch: self.options.batch, min_batch: self.options.min_batch.min(self.options.batch) }
     }
 
     async fn execute(&self, op: &Op, blobs: &Arc<dyn BlobSource>) -> Result<(), Error> {

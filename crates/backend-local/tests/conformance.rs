@@ -51,5 +51,5 @@ mod wide {
 /// batches hide show up here.
 mod serial {
     use super::*;
-    treesync_testkit::conformance_suite!(Local::new(Options { jobs: 1, batch: 1, fsync: false }));
+    treesync_testkit::conformance_suite!(Local::new(Options { jobs: 1, batch: 1, min_batch: 1, fsync: false }));
 }

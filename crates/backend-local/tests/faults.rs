@@ -34,7 +34,7 @@ fn temporaries_of_a_killed_run_are_consumed_by_the_next_run() {
     let root = dir.path().join("t");
     rt.block_on(sync_to(&h.repo, &h.commits[0], &LocalBackend::new(&root, Options::default()))).expect("initial");
     // A run that "dies" half-way, leaving temporaries as a SIGKILL between write and rename would.
-    let failing = Fail::after(LocalBackend::new(&root, Options { jobs: 1, batch: 1, fsync: false }), 20);
+    let failing = Fail::after(LocalBackend::new(&root, Options { jobs: 1, batch: 1, min_batch: 1, fsync: false }), 20);
     assert!(rt.block_on(sync_to(&h.repo, &h.commits[1], &failing)).is_err());
     for i in [25, 30, 35] {
         std::fs::write(root.join(format!("d{}/.treesync-tmp.f{i}", i % 4)), b"partial").expect("plant leftover");

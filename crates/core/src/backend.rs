@@ -31,13 +31,16 @@ pub struct Capabilities {
 pub struct Policy {
     /// How many batches may be in flight at once.
     pub jobs: usize,
-    /// How many ops of one phase go into one batch.
+    /// How many ops of one phase go into one batch, at most.
     pub batch: usize,
+    /// How many ops a batch gets at least when a small phase is spread over the jobs: on a
+    /// fast disk, fanning 10 ops out to 8 threads costs more than running them on one.
+    pub min_batch: usize,
 }
 
 impl Default for Policy {
     fn default() -> Self {
-        Policy { jobs: 1, batch: 1 }
+        Policy { jobs: 1, batch: 1, min_batch: 1 }
     }
 }
 

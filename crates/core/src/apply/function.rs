@@ -33,7 +33,7 @@ pub async fn apply(
     for phase in &plan.phases {
         let n = phase.ops.len();
         // Small phases are spread over all jobs rather than packed into one batch.
-        let size = batch_size.min(n.div_ceil(jobs)).max(1);
+        let size = batch_size.min(n.div_ceil(jobs).max(policy.min_batch)).max(1);
         let batches: Vec<Batch> =
             (0..n).step_by(size).map(|i| Batch::new(phase.ops.clone(), i..(i + size).min(n))).collect();
         let failed = AtomicBool::new(false);

@@ -1,0 +1,346 @@
+//! `cargo xtask bench`: treesync vs git on a generated repository, side by side in one run.
+//!
+//! Repository: N files (100–2,000 bytes) in N/100 directories, commit A, and commit B = A with
+//! 10 files modified, 2 added, 2 deleted. All work trees live on a tmpfs (local-disk creation
+//! times on these VMs are erratic); every figure is the median of R runs.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use treesync_testkit::history;
+
+use crate::util::{measure, median, project_root, run_quiet, run_status};
+
+struct Config {
+    files: usize,
+    runs: usize,
+    dir: PathBuf,
+    write: bool,
+}
+
+fn parse(args: &[String]) -> Result<Config, String> {
+    let mut c = Config { files: 100_000, runs: 5, dir: PathBuf::from("/tmp/treesync-bench"), write: true };
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        let mut value = || it.next().ok_or_else(|| format!("{a} needs a value"));
+        match a.as_str() {
+            "--files" => c.files = value()?.parse().map_err(|e| format!("--files: {e}"))?,
+            "--runs" => c.runs = value()?.parse().map_err(|e| format!("--runs: {e}"))?,
+            "--dir" => c.dir = PathBuf::from(value()?),
+            "--no-write" => c.write = false,
+            other => return Err(format!("unknown option {other:?} (see cargo xtask help)")),
+        }
+    }
+    if c.runs == 0 || c.files < 100 {
+        return Err("--runs must be ≥ 1 and --files ≥ 100".into());
+    }
+    Ok(c)
+}
+
+struct Row {
+    what: String,
+    tool: String,
+    time: Duration,
+    rss_kib: u64,
+    stats: Option<(u64, u64)>,
+}
+
+/// `bench-generate REPO N` (internal): write commits A and B into REPO, print their ids.
+pub fn generate(args: &[String]) -> Result<(), String> {
+    let [repo, n] = args else { return Err("bench-generate REPO N".into()) };
+    let n: usize = n.parse().map_err(|e| format!("N: {e}"))?;
+    let a = history::wide_tree(n, 1);
+    let (b, _) = history::change_some(&a, 10, 2, 2, 2);
+    for id in history::import(Path::new(repo), "main", &[a, b]) {
+        println!("{id}");
+    }
+    Ok(())
+}
+
+const STAT_REGEX: &str = "trace=/^(stat|lstat|fstat|newfstatat|statx|fstatat64|stat64|lstat64|fstat64)$";
+
+fn git(repo: &Path, work: &Path, index: &Path) -> Command {
+    let mut c = Command::new("git");
+    c.env("GIT_INDEX_FILE", index)
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .arg("--git-dir")
+        .arg(repo)
+        .arg("--work-tree")
+        .arg(work);
+    c
+}
+
+/// Make the index entries non-racy, as in a tree that has been there for a while.
+fn settle(repo: &Path, work: &Path, index: &Path) -> Result<(), String> {
+    std::thread::sleep(Duration::from_millis(1100));
+    run_quiet(git(repo, work, index).args(["update-index", "-q", "--refresh"])).map(|_| ())
+}
+
+/// Stat-family syscalls of the whole process, and syscalls of any kind that name a path or
+/// descriptor inside `target` (from `strace -y`, which prints the path behind each descriptor).
+fn stat_calls(cmd: &Command, target: &Path) -> Result<(u64, u64), String> {
+    let stats = strace(cmd, &["-f", "-c", "-e", STAT_REGEX])?;
+    let stats = stats
+        .lines()
+        .find(|l| l.trim_end().ends_with("total"))
+        .and_then(|l| l.split_whitespace().nth(3))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
+    let all = strace(cmd, &["-f", "-y"])?;
+    let needle = target.to_string_lossy().into_owned();
+    let on_target = all.lines().filter(|l| l.contains(needle.as_str())).count() as u64;
+    Ok((stats, on_target))
+}
+
+fn strace(cmd: &Command, flags: &[&str]) -> Result<String, String> {
+    let out = std::env::temp_dir().join(format!("xtask-strace-{}", std::process::id()));
+    let mut s = Command::new("strace");
+    s.args(flags).arg("-o").arg(&out).arg(cmd.get_program()).args(cmd.get_args());
+    for (k, v) in cmd.get_envs() {
+        match v {
+            Some(v) => s.env(k, v),
+            None => s.env_remove(k),
+        };
+    }
+    run_quiet(&mut s)?;
+    std::fs::read_to_string(&out).map_err(|e| format!("strace output: {e}"))
+}
+
+fn timed(runs: usize, mut setup: impl FnMut() -> Result<(), String>, mut cmd: impl FnMut() -> Command) -> Result<(Duration, u64), String> {
+    let mut times = Vec::new();
+    let mut rss = 0;
+    for _ in 0..runs {
+        setup()?;
+        let (t, r) = measure(&mut cmd())?;
+        times.push(t);
+        rss = rss.max(r);
+    }
+    Ok((median(times), rss))
+}
+
+pub fn run(args: &[String]) -> Result<(), String> {
+    let c = parse(args)?;
+    let root = project_root();
+    eprintln!("building treesync (release)…");
+    run_status(Command::new("cargo").current_dir(&root).args(["build", "--release", "--quiet", "-p", "treesync-cli"]))?;
+    let treesync = root.join("target/release/treesync");
+    let has_strace = Command::new("strace").arg("-V").output().is_ok();
+
+    std::fs::create_dir_all(&c.dir).map_err(|e| format!("{}: {e}", c.dir.display()))?;
+    let mounted_here = !is_mountpoint(&c.dir)
+        && Command::new("mount").args(["-t", "tmpfs", "-o", "size=8g", "tmpfs"]).arg(&c.dir).status().is_ok_and(|s| s.success());
+    let on_tmpfs = mounted_here || is_tmpfs(&c.dir);
+    let result = bench(&c, &treesync, has_strace, on_tmpfs);
+    if mounted_here {
+        let _ = Command::new("umount").arg("-l").arg(&c.dir).status();
+    }
+    let (table, rows_md) = result?;
+    println!("{table}");
+    if c.write {
+        write_benchmarks_md(&root.join("BENCHMARKS.md"), &rows_md, &c)?;
+        eprintln!("BENCHMARKS.md updated");
+    }
+    Ok(())
+}
+
+fn is_mountpoint(p: &Path) -> bool {
+    Command::new("mountpoint").arg("-q").arg(p).status().is_ok_and(|s| s.success())
+}
+
+fn is_tmpfs(p: &Path) -> bool {
+    run_quiet(Command::new("stat").args(["-f", "-c", "%T"]).arg(p)).is_ok_and(|t| t.trim() == "tmpfs")
+}
+
+fn bench(c: &Config, treesync: &Path, has_strace: bool, on_tmpfs: bool) -> Result<(String, String), String> {
+    let d = &c.dir;
+    let repo = d.join("repo.git");
+    let _ = std::fs::remove_dir_all(&repo);
+    std::fs::create_dir_all(&repo).map_err(|e| e.to_string())?;
+    run_quiet(Command::new("git").arg("init").arg("-q").arg("--bare").arg(&repo))?;
+    eprintln!("generating {} files…", c.files);
+    // In a child process, so that this process stays small: a spawned child's peak RSS starts
+    // from its parent's (vfork), and the generated model is large.
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let out = run_quiet(Command::new(exe).arg("bench-generate").arg(&repo).arg(c.files.to_string()))?;
+    let commits: Vec<String> = out.lines().map(str::to_string).collect();
+    if commits.len() != 2 {
+        return Err(format!("bench-generate printed {out:?}"));
+    }
+    run_quiet(Command::new("git").arg("-C").arg(&repo).args(["update-ref", "refs/tags/A", &commits[0]]))?;
+    run_quiet(Command::new("git").arg("-C").arg(&repo).args(["update-ref", "refs/tags/B", &commits[1]]))?;
+    run_quiet(Command::new("git").arg("-C").arg(&repo).args(["repack", "-adq"]))?;
+
+    let ts_target = d.join("ts");
+    let git_work = d.join("gitwork");
+    let git_index = d.join("git.index");
+    let rm = |p: &Path| {
+        let _ = std::fs::remove_dir_all(p);
+        let _ = std::fs::remove_file(p);
+    };
+    let ts = |rev: &str| {
+        let mut cmd = Command::new(treesync);
+        cmd.args(["sync", "-q", "--repo"]).arg(&repo).args(["--ref", rev, "--target"]).arg(&ts_target);
+        cmd
+    };
+    let mut rows = Vec::new();
+
+    eprintln!("initial checkout…");
+    let (t, r) = timed(c.runs, || Ok(rm(&ts_target)), || ts("A"))?;
+    rows.push(Row { what: "initial checkout of A".into(), tool: "treesync sync".into(), time: t, rss_kib: r, stats: None });
+    for (label, workers) in [("git checkout -f", None), ("git -c checkout.workers=0 checkout -f", Some("0"))] {
+        let (t, r) = timed(
+            c.runs,
+            || {
+                rm(&git_work);
+                rm(&git_index);
+                std::fs::create_dir(&git_work).map_err(|e| e.to_string())
+            },
+            || {
+                let mut g = git(&repo, &git_work, &git_index);
+                if let Some(w) = workers {
+                    g.args(["-c", &format!("checkout.workers={w}")]);
+                }
+                g.args(["checkout", "-q", "-f", "--detach", "A"]);
+                g
+            },
+        )?;
+        rows.push(Row { what: "initial checkout of A".into(), tool: label.into(), time: t, rss_kib: r, stats: None });
+    }
+    // The git work tree now holds A with its index; ts_target holds A too.
+    settle(&repo, &git_work, &git_index)?;
+
+    eprintln!("update A→B…");
+    let (t, r) = timed(c.runs, || run_quiet(&mut ts("A")).map(|_| ()), || ts("B"))?;
+    run_quiet(&mut ts("A"))?;
+    let stats = if has_strace { Some(stat_calls(&ts("B"), &ts_target)?) } else { None };
+    rows.push(Row { what: "update A→B".into(), tool: "treesync sync".into(), time: t, rss_kib: r, stats });
+
+    let read_tree = |from: &str, to: &str| {
+        let mut g = git(&repo, &git_work, &git_index);
+        g.args(["read-tree", "-m", "-u", from, to]);
+        g
+    };
+    let mut first = true;
+    let (t, r) = timed(
+        c.runs,
+        || {
+            if !first {
+                run_quiet(&mut read_tree("B", "A"))?;
+                settle(&repo, &git_work, &git_index)?;
+            }
+            first = false;
+            Ok(())
+        },
+        || read_tree("A", "B"),
+    )?;
+    run_quiet(&mut read_tree("B", "A"))?;
+    settle(&repo, &git_work, &git_index)?;
+    let stats = if has_strace { Some(stat_calls(&read_tree("A", "B"), &git_work)?) } else { None };
+    run_quiet(&mut read_tree("B", "A"))?;
+    settle(&repo, &git_work, &git_index)?;
+    rows.push(Row { what: "update A→B".into(), tool: "git read-tree -m -u A B".into(), time: t, rss_kib: r, stats });
+
+    let checkout = |rev: &str| {
+        let mut g = git(&repo, &git_work, &git_index);
+        g.args(["checkout", "-q", "--detach", rev]);
+        g
+    };
+    run_quiet(&mut checkout("A"))?;
+    settle(&repo, &git_work, &git_index)?;
+    let mut first = true;
+    let (t, r) = timed(
+        c.runs,
+        || {
+            if !first {
+                run_quiet(&mut checkout("A"))?;
+                settle(&repo, &git_work, &git_index)?;
+            }
+            first = false;
+            Ok(())
+        },
+        || checkout("B"),
+    )?;
+    run_quiet(&mut checkout("A"))?;
+    settle(&repo, &git_work, &git_index)?;
+    let stats = if has_strace { Some(stat_calls(&checkout("B"), &git_work)?) } else { None };
+    rows.push(Row { what: "update A→B".into(), tool: "git checkout B".into(), time: t, rss_kib: r, stats });
+
+    // Both trees must be the same in the end.
+    run_quiet(&mut ts("B"))?;
+    let diff = Command::new("diff").args(["-r", "--no-dereference", "-x", ".treesync"]).arg(&ts_target).arg(&git_work).output();
+    let same = diff.as_ref().is_ok_and(|o| o.status.success());
+    if !same {
+        return Err(format!(
+            "treesync's tree and git's differ after the benchmark: {}",
+            diff.map(|o| String::from_utf8_lossy(&o.stdout).chars().take(2000).collect::<String>()).unwrap_or_default()
+        ));
+    }
+    rm(&ts_target);
+    rm(&git_work);
+    rm(&git_index);
+    rm(&repo);
+    Ok(render(&rows, c, on_tmpfs))
+}
+
+fn render(rows: &[Row], c: &Config, on_tmpfs: bool) -> (String, String) {
+    let mut md = String::new();
+    let _ = writeln!(
+        md,
+        "N = {} files in {} directories, K = 10 modified + 2 added + 2 deleted; medians of {} runs; work trees on {}; {} cores.\n",
+        c.files,
+        c.files / 100,
+        c.runs,
+        if on_tmpfs { "tmpfs" } else { "the local disk (not tmpfs)" },
+        std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
+    );
+    let _ = writeln!(
+        md,
+        "Stat-family syscalls count every `stat`/`lstat`/`fstat`/`newfstatat`/`statx` of the process (repository included); \
+         syscalls on the work tree count every syscall of any kind whose path or descriptor lies in the work tree (`strace -f -y`).\n"
+    );
+    let _ = writeln!(md, "| case | tool | wall time | time ÷ treesync's | peak RSS | stat-family syscalls (process) | syscalls on the work tree |");
+    let _ = writeln!(md, "|---|---|---:|---:|---:|---:|---:|");
+    for what in ["initial checkout of A", "update A→B"] {
+        let ours = rows.iter().find(|r| r.what == what && r.tool.starts_with("treesync")).expect("treesync row");
+        for r in rows.iter().filter(|r| r.what == what) {
+            let ratio = if r.tool.starts_with("treesync") {
+                "1.00".to_string()
+            } else {
+                format!("{:.2}", r.time.as_secs_f64() / ours.time.as_secs_f64())
+            };
+            let _ = writeln!(
+                md,
+                "| {what} | `{}` | {} | {ratio} | {:.1} MiB | {} | {} |",
+                r.tool,
+                fmt_time(r.time),
+                r.rss_kib as f64 / 1024.0,
+                r.stats.map(|s| s.0.to_string()).unwrap_or_else(|| "–".into()),
+                r.stats.map(|s| s.1.to_string()).unwrap_or_else(|| "–".into())
+            );
+        }
+    }
+    (md.clone(), md)
+}
+
+fn fmt_time(d: Duration) -> String {
+    if d.as_secs_f64() >= 1.0 { format!("{:.2} s", d.as_secs_f64()) } else { format!("{:.1} ms", d.as_secs_f64() * 1000.0) }
+}
+
+const START: &str = "<!-- bench:local:start -->";
+const END: &str = "<!-- bench:local:end -->";
+
+fn write_benchmarks_md(path: &Path, table: &str, c: &Config) -> Result<(), String> {
+    let existing = std::fs::read_to_string(path).unwrap_or_default();
+    let block = format!(
+        "{START}\nReproduce: `cargo xtask bench --files {} --runs {}` (root, for the tmpfs mount).\n\n{table}{END}",
+        c.files, c.runs
+    );
+    let new = match (existing.find(START), existing.find(END)) {
+        (Some(s), Some(e)) if e > s => format!("{}{block}{}", &existing[..s], &existing[e + END.len()..]),
+        _ => format!("{existing}\n## Local disk: treesync vs git\n\n{block}\n"),
+    };
+    std::fs::write(path, new).map_err(|e| format!("{}: {e}", path.display()))
+}
