@@ -83,7 +83,7 @@ impl fmt::Display for LocalBackend {
 #[async_trait]
 impl Backend for LocalBackend {
     fn capabilities(&self) -> Capabilities {
-        Capabilities { symlinks: true, exec_bit: true, empty_dirs: true, case_sensitive: true }
+        Capabilities { symlinks: true, exec_bit: true, empty_dirs: true, case_sensitive: true, exclusive_lock: true }
     }
 
     fn policy(&self) -> Policy {

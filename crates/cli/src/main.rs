@@ -209,6 +209,8 @@ fn run_sync(args: SyncArgs) -> anyhow::Result<()> {
         dry_run: args.dry_run,
         apply: apply::Options { jobs: args.target.jobs, batch: args.target.batch },
         backend_name: name.into(),
+        lease: None,
+        break_lock: false,
     };
     let show_progress = !args.json && !args.quiet && std::io::stderr().is_terminal();
     let bar = show_progress.then(|| {
@@ -303,7 +305,7 @@ fn run_plan(args: PlanArgs) -> anyhow::Result<()> {
                     treesync_core::Op::Symlink { path, target } => {
                         println!("  symlink {path} -> {}", String::from_utf8_lossy(target))
                     }
-                    treesync_core::Op::Chmod { path, executable } => {
+                    treesync_core::Op::Chmod { path, executable, .. } => {
                         println!("  chmod   {path} ({})", if *executable { "+x" } else { "-x" })
                     }
                     op => println!("  {:7} {}", op.kind().name(), op.path()),

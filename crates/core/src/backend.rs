@@ -24,6 +24,9 @@ pub struct Capabilities {
     pub empty_dirs: bool,
     /// Names differing only by case are different entries.
     pub case_sensitive: bool,
+    /// [`Backend::lock`] excludes other processes. Without it (object stores), a journal entry
+    /// of another sync that is younger than the lease counts as that sync still running.
+    pub exclusive_lock: bool,
 }
 
 /// How a backend wants to be driven by the executor.
@@ -132,6 +135,12 @@ pub enum Error {
     Locked {
         /// Who holds it.
         holder: String,
+    },
+    /// A conditional write of the state failed: someone else changed it since it was read.
+    #[error("the target's state changed while this sync ran ({detail})\n  hint: another treesync is syncing the same target; only one of them may commit, run sync again when it is done")]
+    Conflict {
+        /// What the store said.
+        detail: String,
     },
     /// Content could not be read from the repository.
     #[error("cannot write {path}: {source}")]

@@ -164,7 +164,7 @@ impl Drop for MemLock {
 #[async_trait]
 impl Backend for MemoryBackend {
     fn capabilities(&self) -> Capabilities {
-        Capabilities { symlinks: true, exec_bit: true, empty_dirs: true, case_sensitive: true }
+        Capabilities { symlinks: true, exec_bit: true, empty_dirs: true, case_sensitive: true, exclusive_lock: true }
     }
 
     fn policy(&self) -> Policy {

@@ -37,12 +37,17 @@ pub enum Op {
         #[serde(serialize_with = "ser_bytes")]
         target: Vec<u8>,
     },
-    /// Change only the exec bits of an existing file.
+    /// Change only the exec bits of an existing file (content unchanged).
     Chmod {
         /// Where.
         path: RelPath,
         /// Whether the file becomes executable.
         executable: bool,
+        /// The file's blob, for backends that can only change modes by rewriting (object stores).
+        #[serde(serialize_with = "ser_id")]
+        blob: ObjectId,
+        /// Its size in bytes.
+        size: u64,
     },
     /// Remove a file or symlink (fine if it is gone).
     Unlink {

@@ -25,7 +25,7 @@ pub struct Synced {
 }
 
 /// A sync that started and has not finished.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct InProgress {
     /// The tree the target held when it started (`None`: empty or taken over).
     #[serde(with = "hex_opt")]
@@ -40,6 +40,9 @@ pub struct InProgress {
     pub takeover: bool,
     /// When it started.
     pub started_unix: u64,
+    /// Who is running it; `None` once it stopped with an error (so the next run need not wait).
+    #[serde(default)]
+    pub holder: Option<String>,
 }
 
 /// The whole state file.

@@ -27,7 +27,15 @@ pub struct Options {
     pub apply: apply::Options,
     /// Name of the backend, recorded in the state (`local`, `memory`, …).
     pub backend_name: String,
+    /// On backends without an exclusive lock (object stores), how long another sync's journal
+    /// entry counts as that sync still running. `None`: 10 minutes.
+    pub lease: Option<Duration>,
+    /// Take over an unfinished sync of another process even if its lease has not expired.
+    pub break_lock: bool,
 }
+
+/// The lease of [`Options::lease`] when none is given.
+pub const DEFAULT_LEASE: Duration = Duration::from_secs(600);
 
 /// Syncing failed. The target is either unchanged or recorded as "in progress" in its journal,
 /// and the next sync finishes the job.
@@ -170,7 +178,7 @@ async fn prepare_at(
             } else {
                 repo.with_objects(|odb| plan::plan(odb, p.from_tree, p.to_tree))?
             };
-            resume = Some((*p, plan));
+            resume = Some((p.clone(), plan));
             Some(p.to_tree)
         }
         Some(SyncState { synced, .. }) => synced.map(|s| s.tree),
@@ -238,10 +246,14 @@ pub async fn sync(
     let start = Instant::now();
     // Resolve first: a typo in the revision must not create the target or its lock.
     let to = repo.resolve(rev)?;
+    let me = holder();
     let target = backend.prepare_target(!options.dry_run).await?;
-    let _lock = if options.dry_run { None } else { Some(backend.lock(&holder()).await?) };
+    let _lock = if options.dry_run { None } else { Some(backend.lock(&me).await?) };
     let prepared = prepare_at(repo, to, backend, options.force, target).await?;
     let Prepared { state, resume, main, to, takeover, .. } = prepared;
+    if let Some((p, _)) = &resume {
+        check_lease(p, backend, options)?;
+    }
     let from = state.as_ref().and_then(|s| s.synced);
     let mut planned = main.counts;
     if let Some((_, plan)) = &resume {
@@ -251,7 +263,7 @@ pub async fn sync(
         from,
         commit: to.commit,
         tree: to.tree,
-        resumed: resume.as_ref().map(|r| r.0),
+        resumed: resume.as_ref().map(|r| r.0.clone()),
         takeover,
         dry_run: options.dry_run,
         planned,
@@ -275,9 +287,17 @@ pub async fn sync(
     current.backend = options.backend_name.clone();
 
     if let Some((p, plan)) = &resume {
-        // The journal already says "in progress" for this transition.
+        // The journal says "in progress" for this transition; it is ours now.
+        if p.holder.is_some() && !backend.capabilities().exclusive_lock {
+            current.in_progress = Some(InProgress { holder: Some(me.clone()), ..p.clone() });
+            backend.store_state(&current.to_bytes()).await?;
+            outcome.state_writes += 1;
+        }
         let done = apply::apply(plan, backend, &blobs, options.apply, progress, interrupt).await;
-        let done = done.map_err(|e| add_counts(e.into(), &outcome.applied))?;
+        let done = match done {
+            Ok(d) => d,
+            Err(e) => return Err(release(backend, current, add_counts(e.into(), &outcome.applied)).await),
+        };
         outcome.applied.merge(&done.counts);
         current.synced = Some(Synced { commit: p.to_commit, tree: p.to_tree, at_unix: state::now_unix() });
         current.in_progress = None;
@@ -295,11 +315,15 @@ pub async fn sync(
             to_tree: to.tree,
             takeover,
             started_unix: state::now_unix(),
+            holder: Some(me.clone()),
         });
         backend.store_state(&current.to_bytes()).await?;
         outcome.state_writes += 1;
         let done = apply::apply(&main, backend, &blobs, options.apply, progress, interrupt).await;
-        let done = done.map_err(|e| add_counts(e.into(), &outcome.applied))?;
+        let done = match done {
+            Ok(d) => d,
+            Err(e) => return Err(release(backend, current, add_counts(e.into(), &outcome.applied)).await),
+        };
         outcome.applied.merge(&done.counts);
     }
     if !main.is_empty() || !already {
@@ -310,6 +334,38 @@ pub async fn sync(
     }
     outcome.elapsed = start.elapsed();
     Ok(outcome)
+}
+
+/// Refuse to take over an unfinished sync whose holder may still be running (backends without
+/// an exclusive lock only).
+fn check_lease(p: &InProgress, backend: &dyn Backend, options: &Options) -> Result<(), Error> {
+    let Some(h) = &p.holder else { return Ok(()) };
+    if backend.capabilities().exclusive_lock || options.break_lock {
+        return Ok(());
+    }
+    let lease = options.lease.unwrap_or(DEFAULT_LEASE);
+    let age = state::now_unix().saturating_sub(p.started_unix);
+    if age < lease.as_secs() {
+        return Err(Error::Backend(backend::Error::Locked {
+            holder: format!(
+                "{h}; its sync started {age} s ago. If it died, run again after its lease of {} s, or pass --break-lock",
+                lease.as_secs()
+            ),
+        }));
+    }
+    Ok(())
+}
+
+/// After a failed apply, mark the journal entry as no longer held (best effort), so the next
+/// run can finish the job at once, then return the error.
+async fn release(backend: &dyn Backend, mut current: SyncState, e: Error) -> Error {
+    if let Some(p) = &mut current.in_progress {
+        if p.holder.is_some() && !backend.capabilities().exclusive_lock {
+            p.holder = None;
+            let _ = backend.store_state(&current.to_bytes()).await;
+        }
+    }
+    e
 }
 
 fn add_counts(mut e: Error, before: &OpCounts) -> Error {

@@ -3,6 +3,7 @@
 
 pub mod conformance;
 pub mod history;
+pub mod s3;
 pub mod tree;
 
 use std::path::{Path, PathBuf};

@@ -290,7 +290,8 @@ impl<'a> Planner<'a> {
             Some(File { id, executable }) => match old {
                 Some(File { id: old_id, executable: was }) if old_id == id => {
                     if was != executable {
-                        self.writes.push(Op::Chmod { path: path.clone(), executable });
+                        let size = self.blob_size(path, id)?;
+                        self.writes.push(Op::Chmod { path: path.clone(), executable, blob: id, size });
                     }
                 }
                 _ => self.write(path, id, executable)?,
@@ -301,7 +302,13 @@ impl<'a> Planner<'a> {
     }
 
     fn write(&mut self, path: &RelPath, blob: ObjectId, executable: bool) -> Result<(), Error> {
-        let size = if blob.is_empty_blob() {
+        let size = self.blob_size(path, blob)?;
+        self.writes.push(Op::Write { path: path.clone(), blob, size, executable });
+        Ok(())
+    }
+
+    fn blob_size(&mut self, path: &RelPath, blob: ObjectId) -> Result<u64, Error> {
+        Ok(if blob.is_empty_blob() {
             0
         } else {
             // Only the header: the content is read once, when the executor writes the file.
@@ -316,9 +323,7 @@ impl<'a> Planner<'a> {
                         Err(Self::object_error("blob", blob, path, format!("it is a {}, not a blob", h.kind)))
                     }
                 })?
-        };
-        self.writes.push(Op::Write { path: path.clone(), blob, size, executable });
-        Ok(())
+        })
     }
 
     fn symlink(&mut self, path: &RelPath, id: ObjectId) -> Result<(), Error> {

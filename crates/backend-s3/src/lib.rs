@@ -1,0 +1,387 @@
+//! # treesync-backend-s3
+//!
+//! Publishes a git tree to object storage — S3 and anything `object_store` speaks (`s3://`,
+//! `file://`, `memory://`) — doing only what the git diff says changed.
+//!
+//! * A file at path `P` is the object `PREFIX/P`. Directories are implicit: no marker objects,
+//!   an emptied "directory" simply has no keys left (so gitlinks, which are empty directories
+//!   in a checkout, leave nothing behind).
+//! * Modes and symlinks follow s3fs-fuse's convention: user metadata `mode` (the header
+//!   `x-amz-meta-mode`) holds the POSIX `st_mode` in decimal — `33188` (0100644) for files,
+//!   `33261` (0100755) for executables, `41471` (0120777) for symlinks, whose body is the link
+//!   target. A bucket mounted with s3fs shows the right exec bits and links. Stores without
+//!   user metadata (`file://`) keep content only.
+//! * Writes are PUTs, many in flight (default 32); files from 8 MiB on go up as multipart
+//!   uploads. A phase of removals becomes bulk `DeleteObjects` requests of up to 1,000 keys.
+//!   Mode changes rewrite the object (metadata cannot change in place).
+//! * State lives in `PREFIX/.treesync/state`, written with conditional PUTs (`If-None-Match`
+//!   on the first sync, `If-Match` with the ETag read before): two syncs of one prefix cannot
+//!   both commit. Object stores have no locks, so a journal entry of another sync younger than
+//!   its lease counts as that sync still running.
+//! * An incremental sync makes K PUTs (changed and added files) + ⌈D/1000⌉ bulk deletes + 3
+//!   requests for the state (one GET, two PUTs) — never a LIST or HEAD of unchanged keys.
+
+mod target;
+
+pub use target::{Config, open};
+
+use std::fmt;
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use futures::StreamExt;
+use object_store::path::Path;
+use object_store::{
+    Attribute, AttributeValue, Attributes, ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload, UpdateVersion,
+    WriteMultipart,
+};
+use tokio::sync::Semaphore;
+use treesync_core::backend::{Backend, Batch, Capabilities, DirEntry, Error, LockGuard, Policy, TargetState};
+use treesync_core::source::{BlobError, BlobSource};
+use treesync_core::{Op, RelPath};
+
+/// `st_mode` of a regular file (0100644), as s3fs-fuse stores it.
+pub const MODE_FILE: u32 = 0o100644;
+/// `st_mode` of an executable file (0100755).
+pub const MODE_EXEC: u32 = 0o100755;
+/// `st_mode` of a symlink (0120777).
+pub const MODE_LINK: u32 = 0o120777;
+/// The user-metadata key holding the mode (`x-amz-meta-mode` on S3).
+pub const MODE_KEY: &str = "mode";
+
+/// Options of the [`ObjectStoreBackend`].
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// PUTs in flight at once.
+    pub puts_in_flight: usize,
+    /// Files of this size or more are uploaded in parts.
+    pub multipart_threshold: u64,
+    /// Part size of multipart uploads.
+    pub part_size: usize,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options { puts_in_flight: 32, multipart_threshold: 8 << 20, part_size: 8 << 20 }
+    }
+}
+
+/// A prefix in an object store, as a treesync target.
+pub struct ObjectStoreBackend {
+    store: Arc<dyn ObjectStore>,
+    prefix: Path,
+    display: String,
+    metadata: bool,
+    conditional_update: bool,
+    options: Options,
+    puts: Arc<Semaphore>,
+    /// For `file://`: the directory behind the store, whose emptied directories are removed.
+    local_root: Option<std::path::PathBuf>,
+    /// The state as read by `prepare_target`, and the version to update it from.
+    state: Mutex<StateCache>,
+}
+
+#[derive(Default)]
+struct StateCache {
+    read: Option<Option<Bytes>>,
+    version: Option<UpdateVersion>,
+}
+
+fn store_error(op: &'static str, path: impl fmt::Display, e: object_store::Error) -> Error {
+    let kind = match &e {
+        object_store::Error::NotFound { .. } => std::io::ErrorKind::NotFound,
+        object_store::Error::PermissionDenied { .. } | object_store::Error::Unauthenticated { .. } => {
+            std::io::ErrorKind::PermissionDenied
+        }
+        _ => std::io::ErrorKind::Other,
+    };
+    Error::io(op, path, std::io::Error::new(kind, one_line(&e)))
+}
+
+/// object_store's messages nest their sources; keep them on one line.
+fn one_line(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut src = e.source();
+    while let Some(c) = src {
+        let t = c.to_string();
+        if !s.contains(&t) {
+            s.push_str(": ");
+            s.push_str(&t);
+        }
+        src = c.source();
+    }
+    s.replace('\n', " ")
+}
+
+impl ObjectStoreBackend {
+    /// A backend for `prefix` in `store`. `display` names it in messages (e.g. `s3://bucket/site`);
+    /// `metadata` says whether the store keeps user metadata (modes, symlinks);
+    /// `conditional_update` whether it supports `PutMode::Update`.
+    pub fn new(store: Arc<dyn ObjectStore>, prefix: Path, display: String, metadata: bool, conditional_update: bool, options: Options) -> Self {
+        let puts = Arc::new(Semaphore::new(options.puts_in_flight.max(1)));
+        ObjectStoreBackend {
+            store,
+            prefix,
+            display,
+            metadata,
+            conditional_update,
+            options,
+            puts,
+            local_root: None,
+            state: Default::default(),
+        }
+    }
+
+    /// For a store on a local directory (`file://`): remove directories that plans remove,
+    /// since the filesystem keeps them after their last object is gone.
+    pub fn with_local_root(mut self, root: std::path::PathBuf) -> Self {
+        self.local_root = Some(root);
+        self
+    }
+
+    /// The underlying store.
+    pub fn store(&self) -> &Arc<dyn ObjectStore> {
+        &self.store
+    }
+
+    /// The key of a target path: `PREFIX/PATH`, verbatim UTF-8 (as s3fs and the AWS tools
+    /// name objects). Names object_store cannot carry verbatim (ASCII control characters) are
+    /// percent-encoded, the same way on every run.
+    pub fn key(&self, path: &RelPath) -> Path {
+        let rel = String::from_utf8_lossy(path.as_bytes());
+        let raw = if self.prefix.as_ref().is_empty() { rel.to_string() } else { format!("{}/{rel}", self.prefix) };
+        if let Ok(key) = Path::parse(&raw) {
+            return key;
+        }
+        let mut key = self.prefix.clone();
+        for c in path.components() {
+            key = key.clone().join(String::from_utf8_lossy(c).as_ref());
+        }
+        key
+    }
+
+    fn state_key(&self) -> Path {
+        self.prefix.clone().join(treesync_core::path::STATE_DIR).join("state")
+    }
+
+    fn attributes(&self, mode: u32) -> Attributes {
+        let mut a = Attributes::new();
+        if self.metadata {
+            a.insert(Attribute::Metadata(MODE_KEY.into()), AttributeValue::from(mode.to_string()));
+        }
+        a
+    }
+
+    async fn put(&self, path: &RelPath, data: Bytes, mode: u32) -> Result<(), Error> {
+        let _permit = self.puts.acquire().await.expect("never closed");
+        let opts = PutOptions { attributes: self.attributes(mode), ..Default::default() };
+        self.store.put_opts(&self.key(path), PutPayload::from(data), opts).await.map_err(|e| store_error("upload", path, e))?;
+        Ok(())
+    }
+
+    async fn write_blob(&self, path: &RelPath, blob: treesync_core::ObjectId, size: u64, mode: u32, blobs: &Arc<dyn BlobSource>) -> Result<(), Error> {
+        let data = read_blob(path, blob, blobs).await?;
+        if size < self.options.multipart_threshold {
+            return self.put(path, data, mode).await;
+        }
+        let _permit = self.puts.acquire().await.expect("never closed");
+        let opts = object_store::PutMultipartOptions { attributes: self.attributes(mode), ..Default::default() };
+        let upload = self.store.put_multipart_opts(&self.key(path), opts).await.map_err(|e| store_error("start upload of", path, e))?;
+        let mut w = WriteMultipart::new_with_chunk_size(upload, self.options.part_size);
+        for chunk in data.chunks(self.options.part_size) {
+            w.wait_for_capacity(4).await.map_err(|e| store_error("upload", path, e))?;
+            w.put(data.slice_ref(chunk));
+        }
+        w.finish().await.map_err(|e| store_error("upload", path, e))?;
+        Ok(())
+    }
+
+    async fn run(&self, op: &Op, blobs: &Arc<dyn BlobSource>) -> Result<(), Error> {
+        match op {
+            // Directories are implicit.
+            Op::Mkdir { .. } => Ok(()),
+            Op::Rmdir { path } => {
+                if let Some(root) = &self.local_root {
+                    let dir = root.join(self.key(path).as_ref());
+                    match std::fs::remove_dir(&dir) {
+                        Err(e) if e.kind() != std::io::ErrorKind::NotFound && e.kind() != std::io::ErrorKind::DirectoryNotEmpty => {
+                            return Err(Error::io("remove directory", path, e));
+                        }
+                        _ => {}
+                    }
+                }
+                Ok(())
+            }
+            Op::Write { path, blob, size, executable } | Op::Chmod { path, blob, size, executable } => {
+                self.write_blob(path, *blob, *size, if *executable { MODE_EXEC } else { MODE_FILE }, blobs).await
+            }
+            Op::Symlink { path, target } => self.put(path, Bytes::from(target.clone()), MODE_LINK).await,
+            Op::Unlink { path } => match self.store.delete(&self.key(path)).await {
+                Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+                Err(e) => Err(store_error("delete", path, e)),
+            },
+        }
+    }
+
+    async fn delete_many(&self, paths: Vec<&RelPath>) -> Result<(), Error> {
+        let keys: Vec<object_store::Result<Path>> = paths.iter().map(|p| Ok(self.key(p))).collect();
+        let mut results = self.store.delete_stream(futures::stream::iter(keys).boxed());
+        while let Some(r) = results.next().await {
+            match r {
+                Ok(_) | Err(object_store::Error::NotFound { .. }) => {}
+                Err(e) => return Err(store_error("delete", paths.first().map(|p| p.display()).unwrap_or_default(), e)),
+            }
+        }
+        Ok(())
+    }
+}
+
+async fn read_blob(path: &RelPath, blob: treesync_core::ObjectId, blobs: &Arc<dyn BlobSource>) -> Result<Bytes, Error> {
+    let blobs = blobs.clone();
+    let p = path.clone();
+    tokio::task::spawn_blocking(move || {
+        let mut data = Vec::new();
+        blobs
+            .read_blob(&blob, &mut |chunk| {
+                data.extend_from_slice(chunk);
+                Ok(())
+            })
+            .map_err(|e| match e {
+                BlobError::Source(source) => Error::Blob { path: p.display(), source },
+                BlobError::Sink(e) => Error::io("read", &p, e),
+            })?;
+        Ok(Bytes::from(data))
+    })
+    .await
+    .unwrap_or_else(|e| Err(Error::State(format!("a worker thread failed: {e}"))))
+}
+
+impl fmt::Display for ObjectStoreBackend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.display)
+    }
+}
+
+#[async_trait]
+impl Backend for ObjectStoreBackend {
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            symlinks: self.metadata,
+            exec_bit: self.metadata,
+            empty_dirs: false,
+            case_sensitive: true,
+            exclusive_lock: false,
+        }
+    }
+
+    fn policy(&self) -> Policy {
+        // One batch is up to 1,000 ops: removals become one bulk delete per batch; writes
+        // inside a batch run concurrently, bounded by `puts_in_flight` across all batches.
+        Policy { jobs: 4, batch: 1000, min_batch: 1000 }
+    }
+
+    async fn execute(&self, op: &Op, blobs: &Arc<dyn BlobSource>) -> Result<(), Error> {
+        self.run(op, blobs).await
+    }
+
+    async fn execute_batch(&self, batch: Batch, blobs: &Arc<dyn BlobSource>) -> Result<(), Error> {
+        let unlinks: Vec<&RelPath> = batch.iter().filter_map(|op| matches!(op, Op::Unlink { .. }).then(|| op.path())).collect();
+        if !unlinks.is_empty() {
+            self.delete_many(unlinks).await?;
+        }
+        let others: Vec<Op> = batch.iter().filter(|op| !matches!(op, Op::Unlink { .. })).cloned().collect();
+        let mut runs = futures::stream::iter(others.into_iter().map(|op| async move { self.run(&op, blobs).await }))
+            .buffer_unordered(self.options.puts_in_flight.max(1));
+        while let Some(r) = runs.next().await {
+            r?;
+        }
+        Ok(())
+    }
+
+    async fn prepare_target(&self, _create: bool) -> Result<TargetState, Error> {
+        let state = self.fetch_state().await?;
+        if state.is_some() {
+            return Ok(TargetState::Managed);
+        }
+        // Only when there is no state: is anything else under the prefix? (one LIST)
+        let prefix = (!self.prefix.as_ref().is_empty()).then_some(&self.prefix);
+        let mut list = self.store.list(prefix);
+        Ok(match list.next().await {
+            None => TargetState::Empty,
+            Some(Ok(_)) => TargetState::Unmanaged,
+            Some(Err(e)) => return Err(store_error("list", &self.display, e)),
+        })
+    }
+
+    async fn read_dir(&self, dir: &RelPath) -> Result<Vec<DirEntry>, Error> {
+        let key = self.key(dir);
+        let prefix = (!key.as_ref().is_empty()).then_some(&key);
+        let list = self.store.list_with_delimiter(prefix).await.map_err(|e| store_error("list", dir, e))?;
+        let name = |p: &Path| p.filename().unwrap_or_default().as_bytes().to_vec();
+        let mut out: Vec<DirEntry> = list
+            .common_prefixes
+            .iter()
+            .map(|p| DirEntry { name: name(p), is_dir: true })
+            .chain(list.objects.iter().map(|o| DirEntry { name: name(&o.location), is_dir: false }))
+            .filter(|e| !(dir.is_root() && e.name == treesync_core::path::STATE_DIR.as_bytes()))
+            .collect();
+        out.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(out)
+    }
+
+    async fn load_state(&self) -> Result<Option<Vec<u8>>, Error> {
+        let cached = self.state.lock().expect("never poisoned").read.clone();
+        let bytes = match cached {
+            Some(b) => b,
+            None => self.fetch_state().await?,
+        };
+        Ok(bytes.map(|b| b.to_vec()))
+    }
+
+    async fn store_state(&self, bytes: &[u8]) -> Result<(), Error> {
+        let version = self.state.lock().expect("never poisoned").version.clone();
+        let mode = match version {
+            Some(v) if self.conditional_update => PutMode::Update(v),
+            Some(_) => PutMode::Overwrite,
+            None => PutMode::Create,
+        };
+        let opts = PutOptions { mode, ..Default::default() };
+        let key = self.state_key();
+        let r = self.store.put_opts(&key, PutPayload::from(bytes.to_vec()), opts).await.map_err(|e| match e {
+            object_store::Error::Precondition { .. } | object_store::Error::AlreadyExists { .. } => {
+                Error::Conflict { detail: one_line(&e) }
+            }
+            e => store_error("write state", &key, e),
+        })?;
+        let mut cache = self.state.lock().expect("never poisoned");
+        cache.version = Some(UpdateVersion { e_tag: r.e_tag, version: r.version });
+        cache.read = Some(Some(Bytes::copy_from_slice(bytes)));
+        Ok(())
+    }
+
+    async fn lock(&self, _holder: &str) -> Result<LockGuard, Error> {
+        // Object stores have no locks: conditional state writes and the journal's lease do
+        // the job (see the crate docs).
+        Ok(LockGuard(Box::new(())))
+    }
+}
+
+impl ObjectStoreBackend {
+    async fn fetch_state(&self) -> Result<Option<Bytes>, Error> {
+        let key = self.state_key();
+        let (bytes, version) = match self.store.get(&key).await {
+            Ok(r) => {
+                let version = UpdateVersion { e_tag: r.meta.e_tag.clone(), version: r.meta.version.clone() };
+                let bytes = r.bytes().await.map_err(|e| store_error("read state", &key, e))?;
+                (Some(bytes), Some(version))
+            }
+            Err(object_store::Error::NotFound { .. }) => (None, None),
+            Err(e) => return Err(store_error("read state", &key, e)),
+        };
+        let mut cache = self.state.lock().expect("never poisoned");
+        cache.read = Some(bytes.clone());
+        cache.version = version;
+        Ok(bytes)
+    }
+}

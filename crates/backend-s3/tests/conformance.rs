@@ -1,0 +1,142 @@
+//! The conformance suite on object stores: a real S3 server (moto on 127.0.0.1), `memory://`
+//! and `file://`. The target is read back with GETs, modes from the `mode` metadata.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use futures::StreamExt;
+use object_store::path::Path;
+use object_store::{Attribute, ObjectStore, ObjectStoreExt, PutPayload};
+use treesync_backend_s3::{Config, MODE_EXEC, MODE_LINK, ObjectStoreBackend, Options};
+use treesync_core::Backend;
+use treesync_testkit::conformance::Fixture;
+use treesync_testkit::s3::Moto;
+use treesync_testkit::tree::Node;
+
+struct Store {
+    store: Arc<dyn ObjectStore>,
+    prefix: Path,
+    #[allow(dead_code)]
+    metadata: bool,
+    make: Box<dyn Fn() -> ObjectStoreBackend + Send + Sync>,
+    _keep: Option<Box<dyn Send + Sync>>,
+}
+
+fn block<T>(f: impl std::future::Future<Output = T>) -> T {
+    tokio::task::block_in_place(|| tokio::runtime::Handle::current().block_on(f))
+}
+
+impl Fixture for Store {
+    fn backend(&self) -> Arc<dyn Backend> {
+        Arc::new((self.make)())
+    }
+    fn read(&self) -> BTreeMap<String, Node> {
+        block(async {
+            let mut out = BTreeMap::new();
+            let mut list = self.store.list(Some(&self.prefix));
+            while let Some(meta) = list.next().await {
+                let meta = meta.expect("list");
+                let rel: Vec<String> = meta.location.prefix_match(&self.prefix).expect("under prefix").map(|p| p.as_ref().to_string()).collect();
+                if rel.first().map(String::as_str) == Some(".treesync") {
+                    continue;
+                }
+                let got = self.store.get(&meta.location).await.expect("get");
+                let mode: Option<u32> = got.attributes.get(&Attribute::Metadata("mode".into())).and_then(|v| v.as_ref().parse().ok());
+                let data = got.bytes().await.expect("body").to_vec();
+                let node = match mode {
+                    Some(MODE_LINK) => Node::Link(data),
+                    Some(m) => Node::File(data, m == MODE_EXEC),
+                    None => Node::File(data, false),
+                };
+                for i in 1..rel.len() {
+                    out.insert(rel[..i].join("/"), Node::Dir);
+                }
+                out.insert(rel.join("/"), node);
+            }
+            out
+        })
+    }
+    fn put_file(&self, path: &str, content: &[u8]) {
+        let key = Path::parse(format!("{}/{path}", self.prefix)).expect("key");
+        block(self.store.put(&key, PutPayload::from(content.to_vec()))).expect("put");
+    }
+    fn replace_dir_by_symlink(&self, _: &str, _: &std::path::Path) -> bool {
+        false
+    }
+}
+
+fn memory() -> Store {
+    let store: Arc<dyn ObjectStore> = Arc::new(object_store::memory::InMemory::new());
+    let prefix = Path::from("site");
+    let (s, p) = (store.clone(), prefix.clone());
+    Store {
+        store,
+        prefix,
+        metadata: true,
+        make: Box::new(move || ObjectStoreBackend::new(s.clone(), p.clone(), "memory://site".into(), true, true, Options::default())),
+        _keep: None,
+    }
+}
+
+fn file() -> Store {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store: Arc<dyn ObjectStore> = Arc::new(object_store::local::LocalFileSystem::new_with_prefix(dir.path()).expect("fs store"));
+    let prefix = Path::from("site");
+    let (s, p) = (store.clone(), prefix.clone());
+    Store {
+        store,
+        prefix,
+        metadata: false,
+        make: {
+            let root = dir.path().to_path_buf();
+            Box::new(move || {
+                ObjectStoreBackend::new(s.clone(), p.clone(), "file://site".into(), false, false, Options::default())
+                    .with_local_root(root.clone())
+            })
+        },
+        _keep: Some(Box::new(dir)),
+    }
+}
+
+fn s3() -> Option<Store> {
+    let moto = Moto::start()?;
+    moto.create_bucket("bucket");
+    let config = Config {
+        endpoint: Some(moto.endpoint.clone()),
+        allow_http: true,
+        credentials: Some(("testing".into(), "testing".into())),
+        ..Default::default()
+    };
+    let reader = treesync_backend_s3::open("s3://bucket/site", &config, Options::default()).expect("open");
+    let store = reader.store().clone();
+    Some(Store {
+        store,
+        prefix: Path::from("site"),
+        metadata: true,
+        make: Box::new(move || treesync_backend_s3::open("s3://bucket/site", &config, Options::default()).expect("open")),
+        _keep: Some(Box::new(moto)),
+    })
+}
+
+mod in_memory {
+    use super::*;
+    treesync_testkit::conformance_suite!(memory());
+}
+
+mod local_files {
+    use super::*;
+    treesync_testkit::conformance_suite!(file());
+}
+
+mod moto_s3 {
+    use super::*;
+    macro_rules! or_skip {
+        () => {
+            match s3() {
+                Some(s) => s,
+                None => return,
+            }
+        };
+    }
+    treesync_testkit::conformance_suite!(or_skip!());
+}

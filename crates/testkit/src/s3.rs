@@ -1,0 +1,164 @@
+//! A real S3-compatible server for tests: `moto_server` on 127.0.0.1, started per test, with its
+//! request log parsed into counts by kind of request.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Where `moto_server` is: `$TREESYNC_MOTO_SERVER`, then `PATH`, then the venv `.ci/run` makes.
+pub fn moto_binary() -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("TREESYNC_MOTO_SERVER") {
+        return Some(p.into());
+    }
+    if let Some(path) = std::env::var_os("PATH") {
+        for dir in std::env::split_paths(&path) {
+            let p = dir.join("moto_server");
+            if p.is_file() {
+                return Some(p);
+            }
+        }
+    }
+    let venv = PathBuf::from("/opt/treesync-moto/bin/moto_server");
+    venv.is_file().then_some(venv)
+}
+
+/// A running moto server; killed on drop.
+pub struct Moto {
+    child: Child,
+    /// `http://127.0.0.1:PORT`.
+    pub endpoint: String,
+    log: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+/// Requests seen by the server, by kind.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Requests {
+    /// PUT of an object (including multipart part uploads).
+    pub put: u64,
+    /// GET of an object.
+    pub get: u64,
+    /// HEAD of an object.
+    pub head: u64,
+    /// Listings (GET on the bucket).
+    pub list: u64,
+    /// Bulk deletes (`POST ?delete`).
+    pub bulk_delete: u64,
+    /// Single DELETEs.
+    pub delete: u64,
+    /// Other POSTs (multipart create/complete).
+    pub post: u64,
+    /// Anything else.
+    pub other: u64,
+}
+
+impl Requests {
+    /// All requests.
+    pub fn total(&self) -> u64 {
+        self.put + self.get + self.head + self.list + self.bulk_delete + self.delete + self.post + self.other
+    }
+}
+
+impl Moto {
+    /// Start a server, or `None` (with a message) when moto is not installed outside CI.
+    /// In CI (`CI` set) a missing moto is a failure: `.ci/run` installs it.
+    pub fn start() -> Option<Moto> {
+        let Some(bin) = moto_binary() else {
+            if std::env::var_os("CI").is_some() {
+                panic!("moto_server not found; .ci/run installs it into /opt/treesync-moto");
+            }
+            eprintln!("skipped: moto_server not found (pip install 'moto[server]', or run .ci/run)");
+            return None;
+        };
+        let dir = tempfile::tempdir().expect("tempdir");
+        let log = dir.path().join("moto.log");
+        let port = {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").expect("free port");
+            l.local_addr().expect("addr").port()
+        };
+        let child = Command::new(&bin)
+            .args(["-H", "127.0.0.1", "-p", &port.to_string()])
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).expect("log file"))
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {}: {e}", bin.display()));
+        let moto = Moto { child, endpoint: format!("http://127.0.0.1:{port}"), log, _dir: dir };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(Instant::now() < deadline, "moto did not start: {}", moto.log_text());
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Some(moto)
+    }
+
+    fn port(&self) -> u16 {
+        self.endpoint.rsplit(':').next().and_then(|p| p.parse().ok()).expect("port")
+    }
+
+    /// Send one raw HTTP request and return the status code (moto does not check signatures).
+    pub fn raw(&self, method: &str, path: &str) -> u16 {
+        let mut s = TcpStream::connect(("127.0.0.1", self.port())).expect("connect");
+        write!(s, "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n", self.port()).expect("send");
+        let mut resp = String::new();
+        let _ = s.read_to_string(&mut resp);
+        resp.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0)
+    }
+
+    /// Create a bucket.
+    pub fn create_bucket(&self, name: &str) {
+        let code = self.raw("PUT", &format!("/{name}"));
+        assert_eq!(code, 200, "create bucket {name}: HTTP {code}");
+    }
+
+    /// The server's access log so far.
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// A mark in the log: requests after it are counted by [`Moto::requests_since`].
+    pub fn mark(&self) -> usize {
+        self.log_text().lines().count()
+    }
+
+    /// Requests logged after `mark`, by kind.
+    pub fn requests_since(&self, mark: usize) -> Requests {
+        let mut r = Requests::default();
+        for line in self.log_text().lines().skip(mark) {
+            let Some(req) = line.split('"').nth(1) else { continue };
+            let mut parts = req.split_whitespace();
+            let (Some(method), Some(target)) = (parts.next(), parts.next()) else { continue };
+            let (path, query) = target.split_once('?').unwrap_or((target, ""));
+            let object = path.trim_start_matches('/').contains('/');
+            match method {
+                "PUT" if object => r.put += 1,
+                "GET" if object => r.get += 1,
+                "GET" => r.list += 1,
+                "HEAD" if object => r.head += 1,
+                "POST" if query.starts_with("delete") => r.bulk_delete += 1,
+                "POST" => r.post += 1,
+                "DELETE" if object => r.delete += 1,
+                _ => r.other += 1,
+            }
+        }
+        r
+    }
+
+    /// The environment a client needs: dummy credentials, region; `AWS_CA_BUNDLE` removed.
+    pub fn env(&self) -> Vec<(&'static str, String)> {
+        vec![
+            ("AWS_ACCESS_KEY_ID", "testing".into()),
+            ("AWS_SECRET_ACCESS_KEY", "testing".into()),
+            ("AWS_REGION", "us-east-1".into()),
+            ("AWS_ENDPOINT_URL", self.endpoint.clone()),
+        ]
+    }
+}
+
+impl Drop for Moto {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
