@@ -111,7 +111,28 @@ fn one_line(e: &dyn std::error::Error) -> String {
         }
         src = c.source();
     }
-    s.replace('\n', " ")
+    let s = s.replace('\n', " ");
+    // S3 answers with an XML body: keep its code and message, drop the rest.
+    let tag = |t: &str| {
+        let open = format!("<{t}>");
+        let start = s.find(&open)? + open.len();
+        let end = s[start..].find(&format!("</{t}>"))? + start;
+        Some(s[start..end].to_string())
+    };
+    match (tag("Code"), tag("Message"), s.find("<?xml").or_else(|| s.find("<Error>"))) {
+        (Some(code), Some(message), Some(xml)) => {
+            let hint = match code.as_str() {
+                "NoSuchBucket" => " (check the bucket name, --endpoint and --region)",
+                "InvalidAccessKeyId" | "SignatureDoesNotMatch" => {
+                    " (check AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY or AWS_PROFILE)"
+                }
+                "AccessDenied" => " (the credentials may not write to this bucket or prefix)",
+                _ => "",
+            };
+            format!("{}{code}: {message}{hint}", s[..xml].trim_end_matches([' ', ':']).to_string() + ": ")
+        }
+        _ => s,
+    }
 }
 
 impl ObjectStoreBackend {
@@ -367,7 +388,42 @@ impl Backend for ObjectStoreBackend {
     }
 }
 
+/// One object read back by [`ObjectStoreBackend::read_all`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredObject {
+    /// Path below the prefix.
+    pub path: String,
+    /// The `mode` metadata, if any.
+    pub mode: Option<u32>,
+    /// The body.
+    pub data: Vec<u8>,
+}
+
 impl ObjectStoreBackend {
+    /// Read the whole prefix back, state folder excluded (one LIST per 1,000 keys and one GET
+    /// per object): for tests and checks, never used by a sync.
+    pub async fn read_all(&self) -> Result<Vec<StoredObject>, Error> {
+        let prefix = (!self.prefix.as_ref().is_empty()).then_some(&self.prefix);
+        let metas: Vec<_> = self.store.list(prefix).collect().await;
+        let mut out = Vec::new();
+        for meta in metas {
+            let meta = meta.map_err(|e| store_error("list", &self.display, e))?;
+            let rel: Vec<String> = match prefix {
+                Some(p) => meta.location.prefix_match(p).map(|it| it.map(|x| x.as_ref().to_string()).collect()).unwrap_or_default(),
+                None => meta.location.parts().map(|x| x.as_ref().to_string()).collect(),
+            };
+            if rel.first().map(String::as_str) == Some(treesync_core::path::STATE_DIR) {
+                continue;
+            }
+            let got = self.store.get(&meta.location).await.map_err(|e| store_error("read", &meta.location, e))?;
+            let mode = got.attributes.get(&Attribute::Metadata(MODE_KEY.into())).and_then(|v| v.as_ref().parse().ok());
+            let data = got.bytes().await.map_err(|e| store_error("read", &meta.location, e))?.to_vec();
+            out.push(StoredObject { path: rel.join("/"), mode, data });
+        }
+        out.sort_by(|a, b| a.path.cmp(&b.path));
+        Ok(out)
+    }
+
     async fn fetch_state(&self) -> Result<Option<Bytes>, Error> {
         let key = self.state_key();
         let (bytes, version) = match self.store.get(&key).await {

@@ -68,13 +68,15 @@ struct Source {
 
 #[derive(Args)]
 struct TargetArgs {
-    /// The directory to keep in sync. Created if missing (its parent must exist).
-    #[arg(long, value_name = "DIR")]
-    target: PathBuf,
-    /// Storage backend. `auto` picks the backend for the target's storage (today: local).
+    /// Where to keep the tree: a directory (created if missing; its parent must exist), or an
+    /// object-store URL: s3://BUCKET/PREFIX, file:///DIR, memory://.
+    #[arg(long, value_name = "DIR|URL")]
+    target: String,
+    /// Storage backend. `auto` infers it from the target: s3 for URLs, local for directories.
     #[arg(long, value_enum, default_value_t = BackendKind::Auto)]
     backend: BackendKind,
-    /// Batches of operations in flight at once (default: the backend's policy, 8 for local).
+    /// Operations in flight at once (default: the backend's policy: 8 batches for local,
+    /// 32 PUTs for s3).
     #[arg(long, value_name = "N")]
     jobs: Option<usize>,
     /// Operations per batch (default: the backend's policy, 64 for local).
@@ -83,14 +85,26 @@ struct TargetArgs {
     /// fsync every file before it is renamed into place (slower; survives power loss).
     #[arg(long)]
     fsync: bool,
+    /// S3 endpoint, e.g. http://127.0.0.1:9000 (default: $AWS_ENDPOINT_URL or AWS).
+    #[arg(long, value_name = "URL", help_heading = "Object storage")]
+    endpoint: Option<String>,
+    /// S3 region (default: $AWS_REGION, else us-east-1).
+    #[arg(long, value_name = "REGION", help_heading = "Object storage")]
+    region: Option<String>,
+    /// Allow a plain-HTTP endpoint (local test servers).
+    #[arg(long, help_heading = "Object storage")]
+    allow_http: bool,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
 enum BackendKind {
-    /// Choose from the target (today always local).
+    /// Choose from the target: s3 for URLs, local for directories.
     Auto,
     /// Local disks (ext4, xfs, tmpfs, …): wide parallelism, atomic rename into place.
     Local,
+    /// Object storage through object_store (s3://, file://, memory:// URLs): concurrent PUTs,
+    /// bulk deletes, conditional state writes.
+    S3,
 }
 
 #[derive(Args)]
@@ -112,6 +126,11 @@ struct SyncArgs {
     /// No progress bar and no summary line.
     #[arg(long, short)]
     quiet: bool,
+    /// Object stores have no locks: an unfinished sync of another process counts as running
+    /// for 10 minutes (unless it ran on this host and its process is gone). This takes over
+    /// at once.
+    #[arg(long)]
+    break_lock: bool,
 }
 
 #[derive(Args)]
@@ -130,9 +149,8 @@ struct PlanArgs {
 
 #[derive(Args)]
 struct StatusArgs {
-    /// The directory treesync keeps in sync.
-    #[arg(long, value_name = "DIR")]
-    target: PathBuf,
+    #[command(flatten)]
+    target: TargetArgs,
     /// Print the status as JSON.
     #[arg(long)]
     json: bool,
@@ -161,7 +179,7 @@ fn exit_code(e: &anyhow::Error) -> u8 {
     for cause in e.chain() {
         if let Some(e) = cause.downcast_ref::<sync::Error>() {
             return match e {
-                sync::Error::Backend(backend::Error::Locked { .. }) => 3,
+                sync::Error::Backend(backend::Error::Locked { .. } | backend::Error::Conflict { .. }) => 3,
                 sync::Error::Unmanaged { .. } | sync::Error::Plan(treesync_core::plan::Error::Unsafe(_)) => 4,
                 _ => 2,
             };
@@ -178,8 +196,27 @@ fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
         .context("cannot start the async runtime")
 }
 
-fn make_backend(args: &TargetArgs) -> (Arc<dyn Backend>, &'static str) {
+fn make_backend(args: &TargetArgs) -> anyhow::Result<(Arc<dyn Backend>, &'static str)> {
+    let is_url = args.target.contains("://");
     match args.backend {
+        BackendKind::S3 | BackendKind::Auto if is_url => {
+            let config = treesync_backend_s3::Config {
+                endpoint: args.endpoint.clone(),
+                region: args.region.clone(),
+                allow_http: args.allow_http,
+                ..Default::default()
+            };
+            let mut options = treesync_backend_s3::Options::default();
+            if let Some(j) = args.jobs {
+                options.puts_in_flight = j.max(1);
+            }
+            let b = treesync_backend_s3::open(&args.target, &config, options)?;
+            Ok((Arc::new(b), "s3"))
+        }
+        BackendKind::S3 => anyhow::bail!("--backend s3 needs a URL target such as s3://BUCKET/PREFIX, got {:?}", args.target),
+        BackendKind::Local if is_url => {
+            anyhow::bail!("--backend local needs a directory, got the URL {:?}", args.target)
+        }
         BackendKind::Auto | BackendKind::Local => {
             let mut options = treesync_backend_local::Options { fsync: args.fsync, ..Default::default() };
             if let Some(j) = args.jobs {
@@ -188,7 +225,7 @@ fn make_backend(args: &TargetArgs) -> (Arc<dyn Backend>, &'static str) {
             if let Some(b) = args.batch {
                 options.batch = b.max(1);
             }
-            (Arc::new(treesync_backend_local::LocalBackend::new(&args.target, options)), "local")
+            Ok((Arc::new(treesync_backend_local::LocalBackend::new(&args.target, options)), "local"))
         }
     }
 }
@@ -203,14 +240,14 @@ fn run(cli: Cli) -> anyhow::Result<()> {
 
 fn run_sync(args: SyncArgs) -> anyhow::Result<()> {
     let repo = Repo::open(&args.source.repo)?;
-    let (backend, name) = make_backend(&args.target);
+    let (backend, name) = make_backend(&args.target)?;
     let options = sync::Options {
         force: args.force,
         dry_run: args.dry_run,
         apply: apply::Options { jobs: args.target.jobs, batch: args.target.batch },
         backend_name: name.into(),
         lease: None,
-        break_lock: false,
+        break_lock: args.break_lock,
     };
     let show_progress = !args.json && !args.quiet && std::io::stderr().is_terminal();
     let bar = show_progress.then(|| {
@@ -271,7 +308,7 @@ fn run_sync(args: SyncArgs) -> anyhow::Result<()> {
 
 fn run_plan(args: PlanArgs) -> anyhow::Result<()> {
     let repo = Repo::open(&args.source.repo)?;
-    let (backend, _) = make_backend(&args.target);
+    let (backend, _) = make_backend(&args.target)?;
     let rt = runtime()?;
     let prepared = rt
         .block_on(sync::prepare(&repo, &args.source.rev, &*backend, args.force, false))
@@ -318,9 +355,9 @@ fn run_plan(args: PlanArgs) -> anyhow::Result<()> {
 }
 
 fn run_status(args: StatusArgs) -> anyhow::Result<()> {
-    let backend = treesync_backend_local::LocalBackend::new(&args.target, Default::default());
+    let (backend, _) = make_backend(&args.target)?;
     let rt = runtime()?;
-    let status = rt.block_on(sync::status(&backend)).with_context(|| format!("reading the status of {backend}"))?;
+    let status = rt.block_on(sync::status(&*backend)).with_context(|| format!("reading the status of {backend}"))?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&status)?);
         return Ok(());
@@ -339,6 +376,9 @@ fn run_status(args: StatusArgs) -> anyhow::Result<()> {
                     "INTERRUPTED: a sync to commit {} started at unix time {} did not finish; the next `treesync sync` finishes it",
                     p.to_commit, p.started_unix
                 );
+                if let Some(h) = &p.holder {
+                    println!("         it was run by {h}");
+                }
             }
         }
     }

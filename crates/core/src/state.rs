@@ -43,6 +43,12 @@ pub struct InProgress {
     /// Who is running it; `None` once it stopped with an error (so the next run need not wait).
     #[serde(default)]
     pub holder: Option<String>,
+    /// The host and process id of the holder, to tell a dead holder on this host.
+    #[serde(default)]
+    pub host: Option<String>,
+    /// See `host`.
+    #[serde(default)]
+    pub pid: Option<u32>,
 }
 
 /// The whole state file.

@@ -226,12 +226,14 @@ async fn scan(backend: &dyn Backend) -> Result<Vec<ExistingEntry>, Error> {
     Ok(out)
 }
 
+/// This machine's name.
+pub fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname").map(|h| h.trim().to_string()).unwrap_or_else(|_| "unknown host".into())
+}
+
 /// Describe this process, for the lock file.
 pub fn holder() -> String {
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|h| h.trim().to_string())
-        .unwrap_or_else(|_| "unknown host".into());
-    format!("pid {} on {host}, started at unix time {}", std::process::id(), state::now_unix())
+    format!("pid {} on {}, started at unix time {}", std::process::id(), hostname(), state::now_unix())
 }
 
 /// Sync `backend` to `rev` of `repo`. See the [module docs](self).
@@ -289,7 +291,8 @@ pub async fn sync(
     if let Some((p, plan)) = &resume {
         // The journal says "in progress" for this transition; it is ours now.
         if p.holder.is_some() && !backend.capabilities().exclusive_lock {
-            current.in_progress = Some(InProgress { holder: Some(me.clone()), ..p.clone() });
+            current.in_progress =
+                Some(InProgress { holder: Some(me.clone()), host: Some(hostname()), pid: Some(std::process::id()), ..p.clone() });
             backend.store_state(&current.to_bytes()).await?;
             outcome.state_writes += 1;
         }
@@ -316,6 +319,8 @@ pub async fn sync(
             takeover,
             started_unix: state::now_unix(),
             holder: Some(me.clone()),
+            host: Some(hostname()),
+            pid: Some(std::process::id()),
         });
         backend.store_state(&current.to_bytes()).await?;
         outcome.state_writes += 1;
@@ -342,6 +347,12 @@ fn check_lease(p: &InProgress, backend: &dyn Backend, options: &Options) -> Resu
     let Some(h) = &p.holder else { return Ok(()) };
     if backend.capabilities().exclusive_lock || options.break_lock {
         return Ok(());
+    }
+    // A holder on this machine whose process is gone died: no need to wait for its lease.
+    if let (Some(host), Some(pid)) = (&p.host, p.pid) {
+        if *host == hostname() && !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+            return Ok(());
+        }
     }
     let lease = options.lease.unwrap_or(DEFAULT_LEASE);
     let age = state::now_unix().saturating_sub(p.started_unix);

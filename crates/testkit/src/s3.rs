@@ -162,3 +162,95 @@ impl Drop for Moto {
         let _ = self.child.wait();
     }
 }
+
+/// An HTTP proxy in front of a server that answers every `every`-th request with
+/// `503 Slow Down` itself (S3's throttling answer) and forwards the rest.
+pub struct FaultProxy {
+    /// `http://127.0.0.1:PORT` of the proxy.
+    pub endpoint: String,
+    /// How many requests were answered with 503.
+    pub injected: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl FaultProxy {
+    /// Start a proxy to `upstream` (`http://127.0.0.1:PORT`).
+    pub fn start(upstream: &str, every: u64) -> FaultProxy {
+        use std::sync::Arc;
+        use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+        let up_port: u16 = upstream.rsplit(':').next().and_then(|p| p.parse().ok()).expect("upstream port");
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let endpoint = format!("http://{}", listener.local_addr().expect("addr"));
+        let injected = Arc::new(AtomicU64::new(0));
+        let stop = Arc::new(AtomicBool::new(false));
+        let seen = Arc::new(AtomicU64::new(0));
+        let (inj, st) = (injected.clone(), stop.clone());
+        listener.set_nonblocking(true).expect("nonblocking");
+        std::thread::spawn(move || {
+            while !st.load(Ordering::SeqCst) {
+                match listener.accept() {
+                    Ok((client, _)) => {
+                        let (inj, seen) = (inj.clone(), seen.clone());
+                        std::thread::spawn(move || {
+                            let _ = serve(client, up_port, every, &seen, &inj);
+                        });
+                    }
+                    Err(_) => std::thread::sleep(Duration::from_millis(5)),
+                }
+            }
+        });
+        FaultProxy { endpoint, injected, stop }
+    }
+}
+
+impl Drop for FaultProxy {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+fn read_message(s: &mut impl Read) -> std::io::Result<Option<Vec<u8>>> {
+    let mut buf = Vec::new();
+    let mut byte = [0u8; 1];
+    while !buf.ends_with(b"\r\n\r\n") {
+        if s.read(&mut byte)? == 0 {
+            return Ok(None);
+        }
+        buf.push(byte[0]);
+    }
+    let head = String::from_utf8_lossy(&buf).to_ascii_lowercase();
+    let len: usize = head
+        .lines()
+        .find_map(|l| l.strip_prefix("content-length:"))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0);
+    let mut body = vec![0u8; len];
+    s.read_exact(&mut body)?;
+    buf.extend_from_slice(&body);
+    Ok(Some(buf))
+}
+
+fn serve(
+    mut client: TcpStream,
+    up_port: u16,
+    every: u64,
+    seen: &std::sync::atomic::AtomicU64,
+    injected: &std::sync::atomic::AtomicU64,
+) -> std::io::Result<()> {
+    use std::sync::atomic::Ordering;
+    client.set_nonblocking(false)?;
+    while let Some(request) = read_message(&mut client)? {
+        let n = seen.fetch_add(1, Ordering::SeqCst) + 1;
+        if every > 0 && n % every == 0 {
+            injected.fetch_add(1, Ordering::SeqCst);
+            let body = "<Error><Code>SlowDown</Code><Message>injected</Message></Error>";
+            write!(client, "HTTP/1.1 503 Slow Down\r\nContent-Type: application/xml\r\nContent-Length: {}\r\n\r\n{body}", body.len())?;
+            continue;
+        }
+        let mut up = TcpStream::connect(("127.0.0.1", up_port))?;
+        up.write_all(&request)?;
+        let response = read_message(&mut up)?.unwrap_or_default();
+        client.write_all(&response)?;
+    }
+    Ok(())
+}
