@@ -18,10 +18,33 @@ struct Config {
     runs: usize,
     dir: PathBuf,
     write: bool,
+    local: bool,
+    s3: bool,
+    s3_files: usize,
 }
 
 fn parse(args: &[String]) -> Result<Config, String> {
-    let mut c = Config { files: 100_000, runs: 5, dir: PathBuf::from("/tmp/treesync-bench"), write: true };
+    let mut c = Config {
+        files: 100_000,
+        runs: 5,
+        dir: PathBuf::from("/tmp/treesync-bench"),
+        write: true,
+        local: true,
+        s3: true,
+        s3_files: 20_000,
+    };
+    let mut args = args;
+    match args.first().map(String::as_str) {
+        Some("local") => {
+            c.s3 = false;
+            args = &args[1..];
+        }
+        Some("s3") => {
+            c.local = false;
+            args = &args[1..];
+        }
+        _ => {}
+    }
     let mut it = args.iter();
     while let Some(a) = it.next() {
         let mut value = || it.next().ok_or_else(|| format!("{a} needs a value"));
@@ -30,6 +53,7 @@ fn parse(args: &[String]) -> Result<Config, String> {
             "--runs" => c.runs = value()?.parse().map_err(|e| format!("--runs: {e}"))?,
             "--dir" => c.dir = PathBuf::from(value()?),
             "--no-write" => c.write = false,
+            "--s3-files" => c.s3_files = value()?.parse().map_err(|e| format!("--s3-files: {e}"))?,
             other => return Err(format!("unknown option {other:?} (see cargo xtask help)")),
         }
     }
@@ -133,14 +157,30 @@ pub fn run(args: &[String]) -> Result<(), String> {
     let mounted_here = !is_mountpoint(&c.dir)
         && Command::new("mount").args(["-t", "tmpfs", "-o", "size=8g", "tmpfs"]).arg(&c.dir).status().is_ok_and(|s| s.success());
     let on_tmpfs = mounted_here || is_tmpfs(&c.dir);
-    let result = bench(&c, &treesync, has_strace, on_tmpfs);
+    let result = (|| -> Result<(), String> {
+        if c.local {
+            let (table, _) = bench(&c, &treesync, has_strace, on_tmpfs)?;
+            println!("{table}");
+            if c.write {
+                let block = format!("Reproduce: `cargo xtask bench local --files {} --runs {}` (root, for the tmpfs mount).\n\n{table}", c.files, c.runs);
+                write_section(&root.join("BENCHMARKS.md"), "local", "Local disk: treesync vs git", &block)?;
+            }
+        }
+        if c.s3 {
+            let table = crate::bench_s3::run(&crate::bench_s3::Config { files: c.s3_files }, &c.dir, &treesync)?;
+            println!("{table}");
+            if c.write {
+                let block = format!("Reproduce: `cargo xtask bench s3 --s3-files {}` (needs moto, rclone and awscli: see .ci/run and the Debian packages).\n\n{table}", c.s3_files);
+                write_section(&root.join("BENCHMARKS.md"), "s3", "Object storage: treesync vs rclone and aws s3 sync", &block)?;
+            }
+        }
+        Ok(())
+    })();
     if mounted_here {
         let _ = Command::new("umount").arg("-l").arg(&c.dir).status();
     }
-    let (table, rows_md) = result?;
-    println!("{table}");
+    result?;
     if c.write {
-        write_benchmarks_md(&root.join("BENCHMARKS.md"), &rows_md, &c)?;
         eprintln!("BENCHMARKS.md updated");
     }
     Ok(())
@@ -329,18 +369,14 @@ fn fmt_time(d: Duration) -> String {
     if d.as_secs_f64() >= 1.0 { format!("{:.2} s", d.as_secs_f64()) } else { format!("{:.1} ms", d.as_secs_f64() * 1000.0) }
 }
 
-const START: &str = "<!-- bench:local:start -->";
-const END: &str = "<!-- bench:local:end -->";
-
-fn write_benchmarks_md(path: &Path, table: &str, c: &Config) -> Result<(), String> {
+fn write_section(path: &Path, name: &str, title: &str, block: &str) -> Result<(), String> {
+    let start = format!("<!-- bench:{name}:start -->");
+    let end = format!("<!-- bench:{name}:end -->");
     let existing = std::fs::read_to_string(path).unwrap_or_default();
-    let block = format!(
-        "{START}\nReproduce: `cargo xtask bench --files {} --runs {}` (root, for the tmpfs mount).\n\n{table}{END}",
-        c.files, c.runs
-    );
-    let new = match (existing.find(START), existing.find(END)) {
-        (Some(s), Some(e)) if e > s => format!("{}{block}{}", &existing[..s], &existing[e + END.len()..]),
-        _ => format!("{existing}\n## Local disk: treesync vs git\n\n{block}\n"),
+    let block = format!("{start}\n{block}{end}");
+    let new = match (existing.find(&start), existing.find(&end)) {
+        (Some(s), Some(e)) if e > s => format!("{}{block}{}", &existing[..s], &existing[e + end.len()..]),
+        _ => format!("{existing}\n## {title}\n\n{block}\n"),
     };
     std::fs::write(path, new).map_err(|e| format!("{}: {e}", path.display()))
 }

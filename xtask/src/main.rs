@@ -1,6 +1,7 @@
 //! Development tasks for treesync: `cargo xtask <task>`.
 
 mod bench;
+mod bench_s3;
 mod ci;
 mod util;
 
@@ -8,9 +9,12 @@ const HELP: &str = "\
 cargo xtask <task> [options]
 
 Tasks:
-  bench   Benchmark treesync against git on a generated repository and rewrite BENCHMARKS.md
-          options: --files N (100000)  --runs R (5)  --dir DIR (/tmp/treesync-bench)
-                   --no-write (print the table only)
+  bench [local|s3]
+          Benchmark treesync against git (local) and against rclone and aws s3 sync on a
+          local moto server (s3), on generated repositories; rewrite BENCHMARKS.md.
+          Without local or s3, runs both.
+          options: --files N (100000)  --runs R (5)  --s3-files N (20000)
+                   --dir DIR (/tmp/treesync-bench)  --no-write (print the tables only)
   ci      Run what .ci/run runs (the whole test suite)
 ";
 
