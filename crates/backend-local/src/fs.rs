@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use rustix::fs::{AtFlags, FileType, FlockOperation, Mode, OFlags, ResolveFlags};
 use rustix::io::Errno;
-use treesync_core::backend::{DirEntry, Error, LockGuard, TargetState};
+use treesync_core::backend::{DirEntry, Error, FileStat, Found, FoundKind, LockGuard, TargetState};
 use treesync_core::path::{STATE_DIR, TMP_PREFIX};
 use treesync_core::source::{BlobError, BlobSource};
 use treesync_core::{Op, RelPath};
@@ -350,23 +350,157 @@ impl Target {
     }
 
     pub(crate) fn load_state(&self) -> Result<Option<Vec<u8>>, Error> {
+        self.load_file(STATE_FILE)
+    }
+
+    pub(crate) fn load_aux(&self, name: &str) -> Result<Option<Vec<u8>>, Error> {
+        self.load_file(&format!("{STATE_DIR}/{name}"))
+    }
+
+    pub(crate) fn store_aux(&self, name: &str, bytes: &[u8]) -> Result<(), Error> {
+        self.store_file(&format!("{STATE_DIR}/{name}"), bytes)
+    }
+
+    /// Walk the whole target with `jobs` threads: one readdir per directory, one lstat per
+    /// entry (`d_type` saves none of them: the stat data is what verify needs).
+    pub(crate) fn scan(&self, jobs: usize) -> Result<Vec<Found>, Error> {
+        use std::sync::Mutex;
+        let root = self.root_fd()?;
+        let queue = Mutex::new((vec![Vec::<u8>::new()], 0usize)); // (dirs to read, busy workers)
+        let out = Mutex::new(Vec::new());
+        let error = Mutex::new(None);
+        std::thread::scope(|s| {
+            for _ in 0..jobs.clamp(1, 8) {
+                s.spawn(|| loop {
+                    let dir = {
+                        let mut q = queue.lock().expect("never poisoned");
+                        match q.0.pop() {
+                            Some(d) => {
+                                q.1 += 1;
+                                d
+                            }
+                            None if q.1 == 0 => return,
+                            None => {
+                                drop(q);
+                                std::thread::yield_now();
+                                continue;
+                            }
+                        }
+                    };
+                    match self.scan_dir(root, &dir) {
+                        Ok((found, subdirs)) => {
+                            out.lock().expect("never poisoned").extend(found);
+                            let mut q = queue.lock().expect("never poisoned");
+                            q.0.extend(subdirs);
+                            q.1 -= 1;
+                        }
+                        Err(e) => {
+                            *error.lock().expect("never poisoned") = Some(e);
+                            let mut q = queue.lock().expect("never poisoned");
+                            q.0.clear();
+                            q.1 -= 1;
+                        }
+                    }
+                });
+            }
+        });
+        if let Some(e) = error.into_inner().expect("never poisoned") {
+            return Err(e);
+        }
+        Ok(out.into_inner().expect("never poisoned"))
+    }
+
+    fn scan_dir(&self, root: BorrowedFd<'_>, rel: &[u8]) -> Result<(Vec<Found>, Vec<Vec<u8>>), Error> {
+        let shown = || String::from_utf8_lossy(rel).into_owned();
+        let fd = if rel.is_empty() {
+            self.open_beneath(root, b".", OFlags::RDONLY | OFlags::DIRECTORY)
+        } else {
+            self.open_beneath(root, rel, OFlags::RDONLY | OFlags::DIRECTORY)
+        }
+        .map_err(|e| Error::io("list", shown(), io(e)))?;
+        let mut dir = rustix::fs::Dir::read_from(&fd).map_err(|e| Error::io("list", shown(), io(e)))?;
+        let mut found = Vec::new();
+        let mut subdirs = Vec::new();
+        while let Some(e) = dir.next() {
+            let e = e.map_err(|e| Error::io("list", shown(), io(e)))?;
+            let name = e.file_name().to_bytes();
+            if name == b"." || name == b".." || (rel.is_empty() && name == STATE_DIR.as_bytes()) {
+                continue;
+            }
+            let mut path = rel.to_vec();
+            if !path.is_empty() {
+                path.push(b'/');
+            }
+            path.extend_from_slice(name);
+            let st = match rustix::fs::statat(&fd, e.file_name(), AtFlags::SYMLINK_NOFOLLOW) {
+                Ok(st) => st,
+                Err(Errno::NOENT) => continue,
+                Err(err) => return Err(Error::io("stat", String::from_utf8_lossy(&path), io(err))),
+            };
+            let stat = FileStat {
+                mtime_secs: st.st_mtime,
+                mtime_nsecs: st.st_mtime_nsec as u32,
+                ctime_secs: st.st_ctime,
+                ctime_nsecs: st.st_ctime_nsec as u32,
+                dev: st.st_dev,
+                ino: st.st_ino,
+                uid: st.st_uid,
+                gid: st.st_gid,
+            };
+            let kind = match FileType::from_raw_mode(st.st_mode) {
+                FileType::Directory => {
+                    subdirs.push(path.clone());
+                    FoundKind::Dir
+                }
+                FileType::RegularFile => FoundKind::File {
+                    size: st.st_size as u64,
+                    executable: Some(st.st_mode & 0o100 != 0),
+                    stat: Some(stat),
+                    etag: None,
+                    typed: true,
+                },
+                FileType::Symlink => {
+                    let target = rustix::fs::readlinkat(&fd, e.file_name(), Vec::new())
+                        .map_err(|err| Error::io("read link", String::from_utf8_lossy(&path), io(err)))?;
+                    FoundKind::Link { target: target.into_bytes(), stat: Some(stat) }
+                }
+                _ => FoundKind::Other,
+            };
+            found.push(Found { path, kind });
+        }
+        Ok((found, subdirs))
+    }
+
+    pub(crate) fn read_file(&self, rel: &RelPath) -> Result<Vec<u8>, Error> {
+        let root = self.root_fd()?;
+        let fd = self.open_beneath(root, rel.as_bytes(), OFlags::RDONLY).map_err(|e| Error::io("read", rel, io(e)))?;
+        let mut buf = Vec::new();
+        std::io::Read::read_to_end(&mut std::fs::File::from(fd), &mut buf).map_err(|e| Error::io("read", rel, e))?;
+        Ok(buf)
+    }
+
+    fn load_file(&self, rel: &str) -> Result<Option<Vec<u8>>, Error> {
         let root = match self.root_fd() {
             Ok(fd) => fd,
             Err(_) => return Ok(None),
         };
-        match self.open_beneath(root, STATE_FILE.as_bytes(), OFlags::RDONLY) {
+        match self.open_beneath(root, rel.as_bytes(), OFlags::RDONLY) {
             Ok(fd) => {
                 let mut f = std::fs::File::from(fd);
                 let mut buf = Vec::new();
-                std::io::Read::read_to_end(&mut f, &mut buf).map_err(|e| Error::io("read", STATE_FILE, e))?;
+                std::io::Read::read_to_end(&mut f, &mut buf).map_err(|e| Error::io("read", rel, e))?;
                 Ok(Some(buf))
             }
             Err(Errno::NOENT) => Ok(None),
-            Err(e) => Err(Error::io("read", self.root.join(STATE_FILE).display(), io(e))),
+            Err(e) => Err(Error::io("read", self.root.join(rel).display(), io(e))),
         }
     }
 
     pub(crate) fn store_state(&self, bytes: &[u8]) -> Result<(), Error> {
+        self.store_file(STATE_FILE, bytes)
+    }
+
+    fn store_file(&self, rel: &str, bytes: &[u8]) -> Result<(), Error> {
         let tmp_dir = self.tmp_fd()?;
         let root = self.root_fd()?;
         let tmp = format!("state.{}", self.tmp_name());
@@ -385,11 +519,11 @@ impl Target {
             if self.fsync {
                 rustix::fs::fsync(&fd)?;
             }
-            rustix::fs::renameat(tmp_dir, tmp.as_str(), root, STATE_FILE)
+            rustix::fs::renameat(tmp_dir, tmp.as_str(), root, rel)
         })();
         if let Err(e) = result {
             let _ = rustix::fs::unlinkat(tmp_dir, tmp.as_str(), AtFlags::empty());
-            return Err(Error::io("write", self.root.join(STATE_FILE).display(), io(e)));
+            return Err(Error::io("write", self.root.join(rel).display(), io(e)));
         }
         Ok(())
     }

@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use treesync_core::backend::{Backend, Batch, Capabilities, DirEntry, Error, LockGuard, Policy, TargetState};
+use treesync_core::backend::{Backend, Batch, Capabilities, DirEntry, Error, Found, LockGuard, Policy, TargetState};
 use treesync_core::source::BlobSource;
 use treesync_core::{Op, RelPath};
 
@@ -120,5 +120,25 @@ impl Backend for LocalBackend {
     async fn lock(&self, holder: &str) -> Result<LockGuard, Error> {
         let holder = holder.to_string();
         self.blocking(move |t| t.lock(&holder)).await
+    }
+
+    async fn scan(&self) -> Result<Vec<Found>, Error> {
+        let jobs = self.options.jobs;
+        self.blocking(move |t| t.scan(jobs)).await
+    }
+
+    async fn read_file(&self, path: &RelPath) -> Result<Vec<u8>, Error> {
+        let path = path.clone();
+        self.blocking(move |t| t.read_file(&path)).await
+    }
+
+    async fn load_aux(&self, name: &str) -> Result<Option<Vec<u8>>, Error> {
+        let name = name.to_string();
+        self.blocking(move |t| t.load_aux(&name)).await
+    }
+
+    async fn store_aux(&self, name: &str, bytes: &[u8]) -> Result<(), Error> {
+        let (name, bytes) = (name.to_string(), bytes.to_vec());
+        self.blocking(move |t| t.store_aux(&name, &bytes)).await
     }
 }

@@ -37,7 +37,7 @@ use object_store::{
     WriteMultipart,
 };
 use tokio::sync::Semaphore;
-use treesync_core::backend::{Backend, Batch, Capabilities, DirEntry, Error, LockGuard, Policy, TargetState};
+use treesync_core::backend::{Backend, Batch, Capabilities, DirEntry, Error, Found, FoundKind, LockGuard, Policy, TargetState};
 use treesync_core::source::{BlobError, BlobSource};
 use treesync_core::{Op, RelPath};
 
@@ -379,6 +379,40 @@ impl Backend for ObjectStoreBackend {
         cache.version = Some(UpdateVersion { e_tag: r.e_tag, version: r.version });
         cache.read = Some(Some(Bytes::copy_from_slice(bytes)));
         Ok(())
+    }
+
+    async fn scan(&self) -> Result<Vec<Found>, Error> {
+        // One LIST request per 1,000 keys; the listing tells size and ETag, not the mode.
+        let prefix = (!self.prefix.as_ref().is_empty()).then_some(&self.prefix);
+        let metas: Vec<_> = self.store.list(prefix).collect().await;
+        let mut out = Vec::new();
+        for meta in metas {
+            let meta = meta.map_err(|e| store_error("list", &self.display, e))?;
+            let rel: Vec<String> = match prefix {
+                Some(p) => meta.location.prefix_match(p).map(|it| it.map(|x| x.as_ref().to_string()).collect()).unwrap_or_default(),
+                None => meta.location.parts().map(|x| x.as_ref().to_string()).collect(),
+            };
+            if rel.first().map(String::as_str) == Some(treesync_core::path::STATE_DIR) {
+                continue;
+            }
+            out.push(Found {
+                path: rel.join("/").into_bytes(),
+                kind: FoundKind::File {
+                    size: meta.size,
+                    executable: None,
+                    stat: None,
+                    etag: meta.e_tag.map(|e| e.trim_matches('"').to_string()),
+                    typed: false,
+                },
+            });
+        }
+        Ok(out)
+    }
+
+    async fn read_file(&self, path: &RelPath) -> Result<Vec<u8>, Error> {
+        let key = self.key(path);
+        let got = self.store.get(&key).await.map_err(|e| store_error("read", path, e))?;
+        Ok(got.bytes().await.map_err(|e| store_error("read", path, e))?.to_vec())
     }
 
     async fn lock(&self, _holder: &str) -> Result<LockGuard, Error> {

@@ -48,6 +48,15 @@ enum Command {
     ///   treesync plan --repo /srv/git/site.git --ref v2.1 --target /mnt/nas/site --json
     #[command(after_help = EXIT_CODES)]
     Plan(PlanArgs),
+    /// Prove that the target holds exactly the synced tree; with --repair, fix what differs.
+    ///
+    /// Exit 0 when clean (or repaired), 1 when drift was found, 2 on error.
+    ///
+    /// Examples:
+    ///   treesync verify --repo /srv/git/site.git --target /mnt/nas/site
+    ///   treesync verify --repo /srv/git/site.git --target /mnt/nas/site --level full --repair
+    #[command(after_help = VERIFY_EXIT_CODES)]
+    Verify(VerifyArgs),
     /// Show what is synced at a target, and whether a sync was interrupted or is running.
     ///
     /// Example:
@@ -156,10 +165,47 @@ struct StatusArgs {
     json: bool,
 }
 
+const VERIFY_EXIT_CODES: &str = "\
+Exit codes:
+  0  the target holds exactly the synced tree (after --repair: it does now)
+  1  drift was found (and not repaired)
+  2  error";
+
+#[derive(Clone, Copy, ValueEnum)]
+enum LevelArg {
+    /// Existence, type, exec bit and size.
+    Quick,
+    /// Also content: hash only files whose stat data (or S3 ETag) does not prove them.
+    Stat,
+    /// Hash every file.
+    Full,
+}
+
+#[derive(Args)]
+struct VerifyArgs {
+    /// The git repository the target was synced from.
+    #[arg(long, value_name = "PATH")]
+    repo: PathBuf,
+    #[command(flatten)]
+    target: TargetArgs,
+    /// How thoroughly to compare.
+    #[arg(long, value_enum, default_value_t = LevelArg::Stat)]
+    level: LevelArg,
+    /// Rewrite drifted files, restore missing ones, fix modes (through the same executor).
+    #[arg(long)]
+    repair: bool,
+    /// With --repair: also remove files and directories the tree does not have.
+    #[arg(long, requires = "repair")]
+    delete_extra: bool,
+    /// Print the report as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match run(cli) {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(code) => code,
         Err(e) => {
             let mut msg = String::new();
             for cause in e.chain() {
@@ -230,12 +276,78 @@ fn make_backend(args: &TargetArgs) -> anyhow::Result<(Arc<dyn Backend>, &'static
     }
 }
 
-fn run(cli: Cli) -> anyhow::Result<()> {
+fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Sync(args) => run_sync(args),
         Command::Plan(args) => run_plan(args),
         Command::Status(args) => run_status(args),
+        Command::Verify(args) => return run_verify(args),
     }
+    .map(|()| ExitCode::SUCCESS)
+}
+
+fn run_verify(args: VerifyArgs) -> anyhow::Result<ExitCode> {
+    use treesync_core::verify::{self, Level};
+    let repo = Repo::open(&args.repo)?;
+    let (backend, _) = make_backend(&args.target)?;
+    let level = match args.level {
+        LevelArg::Quick => Level::Quick,
+        LevelArg::Stat => Level::Stat,
+        LevelArg::Full => Level::Full,
+    };
+    let rt = runtime()?;
+    let ctx = || format!("verifying {backend}");
+    let report = rt.block_on(verify::verify(&repo, &*backend, level)).with_context(ctx)?;
+    let mut repaired = None;
+    let mut after = None;
+    if args.repair && !report.is_clean() {
+        let plan = rt.block_on(verify::repair_plan(&repo, &*backend, &report, args.delete_extra)).with_context(ctx)?;
+        let blobs: Arc<dyn treesync_core::source::BlobSource> = Arc::new(repo.clone());
+        let done = rt
+            .block_on(apply::apply(&plan, &*backend, &blobs, apply::Options::default(), &|_| {}, &AtomicBool::new(false)))
+            .with_context(|| format!("repairing {backend}"))?;
+        repaired = Some(done.counts);
+        after = Some(rt.block_on(verify::verify(&repo, &*backend, level)).with_context(ctx)?);
+    }
+    let final_clean = after.as_ref().unwrap_or(&report).is_clean();
+    if args.json {
+        let out = serde_json::json!({
+            "target": backend.to_string(),
+            "report": report,
+            "repaired": repaired,
+            "after_repair": after,
+            "clean": final_clean,
+        });
+        println!("{}", serde_json::to_string_pretty(&out)?);
+    } else {
+        for d in &report.drift {
+            let what = match d {
+                verify::Drift::Missing { .. } => "missing".to_string(),
+                verify::Drift::Extra { dir: true, .. } => "extra directory".into(),
+                verify::Drift::Extra { .. } => "extra".into(),
+                verify::Drift::TypeChanged { expected, found, .. } => format!("is a {found}, should be a {expected}"),
+                verify::Drift::ModeChanged { executable: true, .. } => "should be executable".into(),
+                verify::Drift::ModeChanged { .. } => "should not be executable".into(),
+                verify::Drift::ContentChanged { .. } => "content differs".into(),
+                verify::Drift::LinkChanged { .. } => "symlink target differs".into(),
+            };
+            println!("{:<40} {what}", d.path());
+        }
+        println!(
+            "{} {}: {} entries checked at level {:?}, {} hashed, {} proven by stat data: {}",
+            if report.is_clean() { "clean" } else { "DRIFT" },
+            backend,
+            report.expected,
+            report.level,
+            report.hashed,
+            report.proven_by_stat,
+            if report.is_clean() { "matches commit ".to_string() + &short(&report.commit) } else { format!("{} differences", report.drift.len()) },
+        );
+        if let Some(c) = repaired {
+            println!("repaired: {c}; verify afterwards: {}", if final_clean { "clean" } else { "STILL DRIFTING (extra entries need --delete-extra)" });
+        }
+    }
+    Ok(if final_clean { ExitCode::SUCCESS } else { ExitCode::from(1) })
 }
 
 fn run_sync(args: SyncArgs) -> anyhow::Result<()> {

@@ -89,6 +89,65 @@ pub struct DirEntry {
     pub is_dir: bool,
 }
 
+/// The stat data of a file as a filesystem reports it (what a git index records).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct FileStat {
+    /// Modification time, seconds.
+    pub mtime_secs: i64,
+    /// Modification time, nanoseconds.
+    pub mtime_nsecs: u32,
+    /// Status change time, seconds.
+    pub ctime_secs: i64,
+    /// Status change time, nanoseconds.
+    pub ctime_nsecs: u32,
+    /// Device.
+    pub dev: u64,
+    /// Inode.
+    pub ino: u64,
+    /// Owner.
+    pub uid: u32,
+    /// Group.
+    pub gid: u32,
+}
+
+/// What [`Backend::scan`] found at one path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FoundKind {
+    /// A directory.
+    Dir,
+    /// A file, or an object whose type the listing does not tell (see `typed`).
+    File {
+        /// Size in bytes.
+        size: u64,
+        /// Exec bit, where the listing tells it.
+        executable: Option<bool>,
+        /// Stat data, on filesystems.
+        stat: Option<FileStat>,
+        /// The object's ETag, on object stores (the MD5 of the content for single-part uploads).
+        etag: Option<String>,
+        /// `false` when the listing cannot tell files from symlinks (object-store listings).
+        typed: bool,
+    },
+    /// A symlink.
+    Link {
+        /// Its target.
+        target: Vec<u8>,
+        /// Stat data of the link itself, on filesystems.
+        stat: Option<FileStat>,
+    },
+    /// Something else (a FIFO, a device, …).
+    Other,
+}
+
+/// One entry of a [`Backend::scan`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Found {
+    /// `/`-separated path below the target root.
+    pub path: Vec<u8>,
+    /// What is there.
+    pub kind: FoundKind,
+}
+
 /// What is at the target root before a sync.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TargetState {
@@ -217,6 +276,24 @@ pub trait Backend: Send + Sync + fmt::Display {
 
     /// Take the target's lock, or fail fast with [`Error::Locked`]. `holder` describes this process.
     async fn lock(&self, holder: &str) -> Result<LockGuard, Error>;
+
+    /// Everything in the target (`.treesync` left out), for `verify`: one entry per file,
+    /// symlink and directory, with the cheapest metadata the storage gives (one readdir per
+    /// directory plus an lstat per entry on filesystems, one LIST per 1,000 keys on object stores).
+    async fn scan(&self) -> Result<Vec<Found>, Error>;
+
+    /// A file's content, for hashing during `verify`.
+    async fn read_file(&self, path: &RelPath) -> Result<Vec<u8>, Error>;
+
+    /// Read an auxiliary file of the state folder (e.g. `index`); `None` if absent or unsupported.
+    async fn load_aux(&self, _name: &str) -> Result<Option<Vec<u8>>, Error> {
+        Ok(None)
+    }
+
+    /// Write an auxiliary file of the state folder atomically; backends without one ignore it.
+    async fn store_aux(&self, _name: &str, _bytes: &[u8]) -> Result<(), Error> {
+        Ok(())
+    }
 }
 
 /// Forward every method of [`Backend`] to `self.inner`, except those listed; used by wrappers.
@@ -265,6 +342,18 @@ macro_rules! impl_for_pointer {
             }
             async fn lock(&self, holder: &str) -> Result<LockGuard, Error> {
                 (**self).lock(holder).await
+            }
+            async fn scan(&self) -> Result<Vec<Found>, Error> {
+                (**self).scan().await
+            }
+            async fn read_file(&self, path: &RelPath) -> Result<Vec<u8>, Error> {
+                (**self).read_file(path).await
+            }
+            async fn load_aux(&self, name: &str) -> Result<Option<Vec<u8>>, Error> {
+                (**self).load_aux(name).await
+            }
+            async fn store_aux(&self, name: &str, bytes: &[u8]) -> Result<(), Error> {
+                (**self).store_aux(name, bytes).await
             }
         }
     };

@@ -41,6 +41,7 @@ pub mod policy;
 pub mod source;
 pub mod state;
 pub mod sync;
+pub mod verify;
 
 pub use backend::Backend;
 pub use memory::MemoryBackend;

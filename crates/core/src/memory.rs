@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 
-use crate::backend::{Backend, Capabilities, DirEntry, Error, LockGuard, Policy, TargetState};
+use crate::backend::{Backend, Capabilities, DirEntry, Error, Found, FoundKind, LockGuard, Policy, TargetState};
 use crate::op::Op;
 use crate::path::RelPath;
 use crate::source::BlobSource;
@@ -224,6 +224,35 @@ impl Backend for MemoryBackend {
     async fn store_state(&self, bytes: &[u8]) -> Result<(), Error> {
         self.inner.lock().expect("never poisoned").state = Some(bytes.to_vec());
         Ok(())
+    }
+
+    async fn scan(&self) -> Result<Vec<Found>, Error> {
+        let inner = self.inner.lock().expect("never poisoned");
+        Ok(inner
+            .nodes
+            .iter()
+            .map(|(k, n)| Found {
+                path: k.clone(),
+                kind: match n {
+                    MemNode::Dir => FoundKind::Dir,
+                    MemNode::File { data, executable } => FoundKind::File {
+                        size: data.len() as u64,
+                        executable: Some(*executable),
+                        stat: None,
+                        etag: None,
+                        typed: true,
+                    },
+                    MemNode::Link { target } => FoundKind::Link { target: target.clone(), stat: None },
+                },
+            })
+            .collect())
+    }
+
+    async fn read_file(&self, path: &RelPath) -> Result<Vec<u8>, Error> {
+        match self.inner.lock().expect("never poisoned").nodes.get(path.as_bytes()) {
+            Some(MemNode::File { data, .. }) => Ok(data.clone()),
+            _ => Err(io("read", path, std::io::ErrorKind::NotFound, "no such file")),
+        }
     }
 
     async fn lock(&self, holder: &str) -> Result<LockGuard, Error> {

@@ -256,6 +256,49 @@ fn ser_opt_id<S: serde::Serializer>(id: &Option<ObjectId>, s: S) -> Result<S::Ok
 }
 
 impl Plan {
+    /// Order `ops` into phases of independent ops: files removed, directories removed deepest
+    /// first, directories created parents first, files written (and chmods), symlinks last.
+    pub fn from_ops(from: Option<ObjectId>, to: ObjectId, ops: impl IntoIterator<Item = Op>) -> Plan {
+        use std::collections::BTreeMap;
+        let mut unlinks = Vec::new();
+        let mut rmdirs: BTreeMap<usize, Vec<Op>> = BTreeMap::new();
+        let mut mkdirs: BTreeMap<usize, Vec<Op>> = BTreeMap::new();
+        let mut writes = Vec::new();
+        let mut symlinks = Vec::new();
+        for op in ops {
+            match &op {
+                Op::Unlink { .. } => unlinks.push(op),
+                Op::Rmdir { path } => rmdirs.entry(path.depth()).or_default().push(op),
+                Op::Mkdir { path } => mkdirs.entry(path.depth()).or_default().push(op),
+                Op::Write { .. } | Op::Chmod { .. } => writes.push(op),
+                Op::Symlink { .. } => symlinks.push(op),
+            }
+        }
+        let mut phases = Vec::new();
+        let mut counts = OpCounts::default();
+        let mut push = |name: String, mut ops: Vec<Op>| {
+            if ops.is_empty() {
+                return;
+            }
+            ops.sort_by(|a, b| a.path().cmp(b.path()));
+            ops.dedup();
+            for op in &ops {
+                counts.add(op);
+            }
+            phases.push(Phase { name, ops: ops.into() });
+        };
+        push("remove files".into(), unlinks);
+        for (depth, ops) in rmdirs.into_iter().rev() {
+            push(format!("remove directories (depth {depth})"), ops);
+        }
+        for (depth, ops) in mkdirs {
+            push(format!("create directories (depth {depth})"), ops);
+        }
+        push("write files".into(), writes);
+        push("create symlinks".into(), symlinks);
+        Plan { from, to, phases, counts }
+    }
+
     /// Does this plan change nothing?
     pub fn is_empty(&self) -> bool {
         self.phases.iter().all(|p| p.ops.is_empty())

@@ -5,7 +5,7 @@ use gix_hash::ObjectId;
 use gix_object::{FindExt, FindObjectOrHeader, tree::EntryKind};
 
 use super::Error;
-use crate::op::{Op, OpCounts, Phase, Plan};
+use crate::op::{Op, Plan};
 use crate::path::{NameKind, RelPath};
 
 /// Plan the ops that turn a target holding tree `from` (`None`: an empty target) into one
@@ -111,29 +111,14 @@ impl<'a> Planner<'a> {
     }
 
     fn finish(self, from: Option<ObjectId>, to: ObjectId) -> Plan {
-        let mut phases = Vec::new();
-        let mut counts = OpCounts::default();
-        let mut push = |name: String, mut ops: Vec<Op>| {
-            if ops.is_empty() {
-                return;
-            }
-            ops.sort_by(|a, b| a.path().cmp(b.path()));
-            ops.dedup();
-            for op in &ops {
-                counts.add(op);
-            }
-            phases.push(Phase { name, ops: ops.into() });
-        };
-        push("remove files".into(), self.unlinks);
-        for (depth, ops) in self.rmdirs.into_iter().rev() {
-            push(format!("remove directories (depth {depth})"), ops);
-        }
-        for (depth, ops) in self.mkdirs {
-            push(format!("create directories (depth {depth})"), ops);
-        }
-        push("write files".into(), self.writes);
-        push("create symlinks".into(), self.symlinks);
-        Plan { from, to, phases, counts }
+        let ops = self
+            .unlinks
+            .into_iter()
+            .chain(self.rmdirs.into_values().flatten())
+            .chain(self.mkdirs.into_values().flatten())
+            .chain(self.writes)
+            .chain(self.symlinks);
+        Plan::from_ops(from, to, ops)
     }
 
     fn unlink(&mut self, path: &RelPath) {

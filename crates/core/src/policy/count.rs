@@ -22,6 +22,10 @@ pub struct Record {
     pub dir_reads: u64,
     /// Calls to `lock` and `prepare_target`.
     pub setup_calls: u64,
+    /// Calls to `scan`.
+    pub scans: u64,
+    /// Calls to `read_file`.
+    pub file_reads: u64,
 }
 
 impl Record {
@@ -101,5 +105,19 @@ impl<B: Backend> Backend for Count<B> {
     async fn lock(&self, holder: &str) -> Result<crate::backend::LockGuard, Error> {
         self.note(|r| r.setup_calls += 1);
         self.inner.lock(holder).await
+    }
+    async fn scan(&self) -> Result<Vec<crate::backend::Found>, Error> {
+        self.note(|r| r.scans += 1);
+        self.inner.scan().await
+    }
+    async fn read_file(&self, path: &crate::path::RelPath) -> Result<Vec<u8>, Error> {
+        self.note(|r| r.file_reads += 1);
+        self.inner.read_file(path).await
+    }
+    async fn load_aux(&self, name: &str) -> Result<Option<Vec<u8>>, Error> {
+        self.inner.load_aux(name).await
+    }
+    async fn store_aux(&self, name: &str, bytes: &[u8]) -> Result<(), Error> {
+        self.inner.store_aux(name, bytes).await
     }
 }

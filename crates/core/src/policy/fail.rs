@@ -89,4 +89,16 @@ impl<B: Backend> Backend for Fail<B> {
     async fn lock(&self, holder: &str) -> Result<crate::backend::LockGuard, Error> {
         self.inner.lock(holder).await
     }
+    async fn scan(&self) -> Result<Vec<crate::backend::Found>, Error> {
+        self.inner.scan().await
+    }
+    async fn read_file(&self, path: &crate::path::RelPath) -> Result<Vec<u8>, Error> {
+        self.inner.read_file(path).await
+    }
+    async fn load_aux(&self, name: &str) -> Result<Option<Vec<u8>>, Error> {
+        self.inner.load_aux(name).await
+    }
+    async fn store_aux(&self, name: &str, bytes: &[u8]) -> Result<(), Error> {
+        self.inner.store_aux(name, bytes).await
+    }
 }

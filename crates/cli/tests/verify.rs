@@ -1,0 +1,206 @@
+//! `treesync verify` and `--repair`: drift of every kind at the right level, repair, the git
+//! index as a second opinion, and request counts on S3.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::process::{Command, Output};
+
+use treesync_testkit::history::{self, Entry, Model};
+use treesync_testkit::s3::Moto;
+use treesync_testkit::{BareRepo, tree};
+
+fn treesync(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_treesync")).args(args).output().expect("treesync runs")
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().expect("utf8")
+}
+
+fn verify(repo: &Path, target: &Path, extra: &[&str]) -> (i32, serde_json::Value) {
+    let mut args = vec!["verify", "--repo", s(repo), "--target", s(target), "--json"];
+    args.extend_from_slice(extra);
+    let o = treesync(&args);
+    let code = o.status.code().expect("exit code");
+    assert!(code == 0 || code == 1, "verify failed: {}", String::from_utf8_lossy(&o.stderr));
+    (code, serde_json::from_slice(&o.stdout).expect("JSON report"))
+}
+
+fn drift_paths(v: &serde_json::Value) -> Vec<String> {
+    drift_of(&v["report"])
+}
+
+fn drift_of(report: &serde_json::Value) -> Vec<String> {
+    report["drift"].as_array().expect("drift").iter().map(|d| format!("{}:{}", d["kind"].as_str().expect("kind"), d["path"].as_str().expect("path"))).collect()
+}
+
+fn file(s: &str) -> Entry {
+    Entry::File { content: s.as_bytes().to_vec(), executable: false }
+}
+
+fn fixture() -> (BareRepo, String, tempfile::TempDir) {
+    let mut m = Model::default();
+    for (p, c) in [("a.txt", "aaaa\n"), ("b.txt", "bbbbbbbb\n"), ("b2.txt", "b2\n"), ("s.txt", "hello\n"), ("t.txt", "touch me\n"), ("d/e.txt", "eee\n"), ("d/keep", "k\n")] {
+        m.insert(p, file(c));
+    }
+    m.insert("c.sh", Entry::File { content: b"#!/bin/sh\n".to_vec(), executable: true });
+    m.insert("link", Entry::Link { target: "a.txt".into() });
+    let bare = BareRepo::new();
+    let commits = history::import(&bare.path, "main", &[m]);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let o = treesync(&["sync", "-q", "--repo", s(&bare.path), "--ref", &commits[0], "--target", s(&dir.path().join("t"))]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    (bare, commits[0].clone(), dir)
+}
+
+#[test]
+fn drift_of_every_kind_is_found_at_the_right_level_and_repaired() {
+    let (bare, commit, dir) = fixture();
+    let t = dir.path().join("t");
+    let repo = bare.path.clone();
+
+    let (code, v) = verify(&repo, &t, &[]);
+    assert_eq!(code, 0, "{v}");
+    assert_eq!(v["report"]["hashed"], 8, "the first stat-level verify hashes every file: {v}");
+    let (code, v) = verify(&repo, &t, &[]);
+    assert_eq!(code, 0);
+    assert_eq!(v["report"]["hashed"], 0, "the second one proves every file by its stat: {v}");
+    assert_eq!(v["report"]["proven_by_stat"], 8);
+
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    std::fs::write(t.join("s.txt"), "HELLO\n").expect("same-size edit");
+    std::fs::write(t.join("b.txt"), "bb").expect("truncate");
+    std::fs::remove_file(t.join("d/e.txt")).expect("delete");
+    std::fs::write(t.join("x.new"), "extra").expect("extra file");
+    std::fs::set_permissions(t.join("c.sh"), std::fs::Permissions::from_mode(0o644)).expect("chmod -x");
+    std::fs::remove_file(t.join("a.txt")).expect("rm");
+    std::os::unix::fs::symlink("b.txt", t.join("a.txt")).expect("file -> symlink");
+    std::fs::remove_file(t.join("b2.txt")).expect("rm");
+    std::fs::create_dir(t.join("b2.txt")).expect("file -> dir");
+    std::fs::write(t.join("b2.txt/inner"), "x").expect("inside");
+    let touched = std::fs::File::options().append(true).open(t.join("t.txt")).expect("open");
+    touched.set_modified(std::time::SystemTime::now() + std::time::Duration::from_secs(5)).expect("touch");
+    drop(touched);
+
+    let mut quick = [
+        "content_changed:b.txt",
+        "extra:x.new",
+        "missing:d/e.txt",
+        "mode_changed:c.sh",
+        "type_changed:a.txt",
+        "type_changed:b2.txt",
+    ];
+    quick.sort();
+    let (code, v) = verify(&repo, &t, &["--level", "quick"]);
+    assert_eq!(code, 1);
+    let mut got = drift_paths(&v);
+    got.sort();
+    assert_eq!(got, quick, "{v}");
+    let mut stat: Vec<&str> = quick.to_vec();
+    stat.push("content_changed:s.txt");
+    stat.sort();
+    for level in ["stat", "full"] {
+        let (code, v) = verify(&repo, &t, &["--level", level]);
+        assert_eq!(code, 1);
+        let mut got = drift_paths(&v);
+        got.sort();
+        assert_eq!(got, stat, "level {level}: {v}");
+    }
+
+    // Repair without --delete-extra keeps the foreign file, so the tree still drifts.
+    let (code, v) = verify(&repo, &t, &["--repair"]);
+    assert_eq!(code, 1, "{v}");
+    assert_eq!(drift_of(&v["after_repair"]), ["extra:x.new"], "{v}");
+    assert!(t.join("x.new").exists());
+    let (code, v) = verify(&repo, &t, &["--repair", "--delete-extra"]);
+    assert_eq!(code, 0, "{v}");
+    let (code, v) = verify(&repo, &t, &["--level", "full"]);
+    assert_eq!(code, 0, "{v}");
+    let expected = dir.path().join("expected");
+    bare.archive(&commit, &expected);
+    assert_eq!(tree::diff(&tree::read_dir(&expected), &tree::read_dir(&t)), None);
+
+    // touch alone: hashed once, no rewrite.
+    let f = std::fs::File::options().append(true).open(t.join("t.txt")).expect("open");
+    f.set_modified(std::time::SystemTime::now() + std::time::Duration::from_secs(60)).expect("touch");
+    drop(f);
+    let (code, v) = verify(&repo, &t, &["--repair"]);
+    assert_eq!(code, 0, "{v}");
+    assert_eq!(v["report"]["hashed"], 1, "{v}");
+    assert_eq!(v["repaired"], serde_json::Value::Null, "touch must not cost a rewrite: {v}");
+}
+
+#[test]
+fn git_status_with_treesyncs_index_is_a_second_opinion() {
+    let (bare, _, dir) = fixture();
+    let t = dir.path().join("t");
+    let (code, _) = verify(&bare.path, &t, &[]);
+    assert_eq!(code, 0);
+    let status = || {
+        let o = Command::new("git")
+            .env("GIT_INDEX_FILE", t.join(".treesync/index"))
+            .arg("--git-dir")
+            .arg(&bare.path)
+            .arg("--work-tree")
+            .arg(&t)
+            .args(["status", "--porcelain", "-uno"])
+            .output()
+            .expect("git status");
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    assert_eq!(status(), "", "git sees a clean tree with treesync's index");
+    std::fs::write(t.join("d/e.txt"), "edited\n").expect("edit");
+    assert_eq!(status(), " M d/e.txt\n");
+}
+
+/// On S3, verify lists (⌈N/1000⌉ LIST requests) and proves unchanged objects by their ETag:
+/// no GET for them.
+#[test]
+fn s3_verify_lists_and_gets_only_what_differs() {
+    let Some(moto) = Moto::start() else { return };
+    moto.create_bucket("verify-bucket");
+    let mut m = Model::default();
+    for i in 0..1500 {
+        m.insert(&format!("d{}/f{i}", i % 9), file(&format!("content {i}\n")));
+    }
+    m.insert("x", Entry::File { content: b"exe\n".to_vec(), executable: true });
+    m.insert("l", Entry::Link { target: "x".into() });
+    let bare = BareRepo::new();
+    let commits = history::import(&bare.path, "main", &[m]);
+    let run = |args: &[&str]| {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_treesync"));
+        c.args(args).args(["--target", "s3://verify-bucket/site", "--endpoint", &moto.endpoint, "--allow-http"]);
+        for (k, v) in moto.env() {
+            c.env(k, v);
+        }
+        c.output().expect("runs")
+    };
+    let o = run(&["sync", "-q", "--repo", s(&bare.path), "--ref", &commits[0]]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let mark = moto.mark();
+    let o = run(&["verify", "--repo", s(&bare.path)]);
+    assert_eq!(o.status.code(), Some(0), "{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    let r = moto.requests_since(mark);
+    assert_eq!((r.list, r.get, r.head, r.put), (2, 1, 0, 0), "2 LIST pages + the state GET: {r:?}");
+    // Someone overwrites one object: found by its ETag, read once, repaired by one PUT.
+    {
+        use object_store::ObjectStoreExt;
+        let config = treesync_backend_s3::Config {
+            endpoint: Some(moto.endpoint.clone()),
+            allow_http: true,
+            credentials: Some(("testing".into(), "testing".into())),
+            ..Default::default()
+        };
+        let b = treesync_backend_s3::open("s3://verify-bucket/site", &config, Default::default()).expect("open");
+        let rt = tokio::runtime::Runtime::new().expect("runtime");
+        rt.block_on(b.store().put(&"site/d1/f1".into(), b"tampered\n".to_vec().into())).expect("overwrite");
+    }
+    let mark = moto.mark();
+    let o = run(&["verify", "--repo", s(&bare.path), "--repair"]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(o.status.code(), Some(0), "{out}");
+    assert!(out.contains("d1/f1") && out.contains("content differs"), "{out}");
+    let r = moto.requests_since(mark);
+    assert_eq!(r.put, 1, "{r:?}");
+}

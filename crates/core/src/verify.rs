@@ -1,0 +1,481 @@
+//! [`verify()`]: prove that a target holds exactly the tree its state records, and
+//! [`repair_plan()`]: turn what differs into the minimal ops.
+//!
+//! Levels: [`Level::Quick`] compares existence, type, exec bit and size; [`Level::Stat`] (the
+//! default) also compares each file's stat data with what the last verify recorded in a real
+//! git index (`.treesync/index`) and hashes only files whose stat differs or is unknown —
+//! on object stores it compares the listing's ETag with the MD5 of the blob instead;
+//! [`Level::Full`] hashes every file.
+//!
+//! Only `verify` writes the index, so a sync stays O(changed): files a sync rewrote since the
+//! last verify simply have a stat the index does not know, and are hashed once. The index
+//! is a real one, so `GIT_INDEX_FILE=T/.treesync/index git --git-dir=R --work-tree=T status -uno`
+//! gives a second opinion right after a verify.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use gix::bstr::{BStr, ByteSlice};
+use gix_hash::ObjectId;
+use gix_object::{FindExt, tree::EntryKind};
+use serde::Serialize;
+
+use crate::backend::{self, Backend, FileStat, FoundKind};
+use crate::op::{Op, Plan};
+use crate::path::{NameKind, RelPath};
+use crate::source::{self, Repo};
+
+/// How thoroughly to compare.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Level {
+    /// Existence, type, exec bit, size.
+    Quick,
+    /// Also content, hashing only files whose stat data (or ETag) does not prove it.
+    #[default]
+    Stat,
+    /// Hash every file.
+    Full,
+}
+
+/// One difference between the target and its recorded tree.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Drift {
+    /// In the tree, not in the target.
+    Missing {
+        /// Where.
+        path: String,
+    },
+    /// In the target, not in the tree.
+    Extra {
+        /// Where.
+        path: String,
+        /// `true` for a directory.
+        dir: bool,
+    },
+    /// A file where a directory should be, and the like.
+    TypeChanged {
+        /// Where.
+        path: String,
+        /// What the tree has.
+        expected: &'static str,
+        /// What the target has.
+        found: &'static str,
+    },
+    /// The exec bit differs.
+    ModeChanged {
+        /// Where.
+        path: String,
+        /// Whether the tree says executable.
+        executable: bool,
+    },
+    /// The content (or size) differs.
+    ContentChanged {
+        /// Where.
+        path: String,
+    },
+    /// A symlink points elsewhere.
+    LinkChanged {
+        /// Where.
+        path: String,
+    },
+}
+
+impl Drift {
+    /// The path.
+    pub fn path(&self) -> &str {
+        match self {
+            Drift::Missing { path }
+            | Drift::Extra { path, .. }
+            | Drift::TypeChanged { path, .. }
+            | Drift::ModeChanged { path, .. }
+            | Drift::ContentChanged { path }
+            | Drift::LinkChanged { path } => path,
+        }
+    }
+}
+
+/// What a verify found and did.
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    /// The commit the state records.
+    #[serde(serialize_with = "ser_id")]
+    pub commit: ObjectId,
+    /// The level.
+    pub level: Level,
+    /// Entries the tree has (files, symlinks, directories).
+    pub expected: u64,
+    /// Entries the scan found.
+    pub scanned: u64,
+    /// Files whose content was hashed.
+    pub hashed: u64,
+    /// Files proven by their stat data or ETag without reading them.
+    pub proven_by_stat: u64,
+    /// The differences, by path.
+    pub drift: Vec<Drift>,
+}
+
+impl Report {
+    /// No drift?
+    pub fn is_clean(&self) -> bool {
+        self.drift.is_empty()
+    }
+}
+
+fn ser_id<S: serde::Serializer>(id: &ObjectId, s: S) -> Result<S::Ok, S::Error> {
+    s.collect_str(id)
+}
+
+/// Verify failed (not: drift was found).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The target has no state to verify against.
+    #[error("{0} has no completed sync to verify against\n  hint: run `treesync sync` first (or finish the interrupted one)")]
+    NoState(String),
+    /// The repository.
+    #[error(transparent)]
+    Source(#[from] source::Error),
+    /// The target.
+    #[error(transparent)]
+    Backend(#[from] backend::Error),
+    /// The state file.
+    #[error(transparent)]
+    State(#[from] crate::state::ParseError),
+    /// Planning the repair.
+    #[error(transparent)]
+    Plan(#[from] crate::plan::Error),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Want {
+    Dir,
+    /// A submodule: an empty directory in the target, an entry in the index.
+    Gitlink { id: ObjectId },
+    File { id: ObjectId, executable: bool },
+    Link { id: ObjectId },
+}
+
+/// The recorded commit of a target, or an error if it has none.
+pub async fn recorded_commit(backend: &dyn Backend) -> Result<crate::state::Synced, Error> {
+    let state = match backend.load_state().await? {
+        Some(b) => crate::state::SyncState::parse(&b)?,
+        None => return Err(Error::NoState(backend.to_string())),
+    };
+    match (state.synced, state.in_progress) {
+        (Some(s), None) => Ok(s),
+        _ => Err(Error::NoState(backend.to_string())),
+    }
+}
+
+/// Every path of `tree` as a checkout would make it (directories only where they hold something).
+fn walk_tree(repo: &Repo, tree: ObjectId) -> Result<BTreeMap<Vec<u8>, Want>, Error> {
+    fn walk(
+        odb: &dyn gix_object::FindObjectOrHeader,
+        id: ObjectId,
+        prefix: &RelPath,
+        out: &mut BTreeMap<Vec<u8>, Want>,
+    ) -> Result<bool, Error> {
+        let mut buf = Vec::new();
+        let entries: Vec<(gix::bstr::BString, EntryKind, ObjectId)> = odb
+            .find_tree(&id, &mut buf)
+            .map_err(|e| source::Error::Object { what: "tree", id, at: format!(" (at {prefix})"), message: e.to_string() })?
+            .entries
+            .iter()
+            .map(|e| (e.filename.to_owned(), e.mode.kind(), e.oid.to_owned()))
+            .collect();
+        let mut any = false;
+        for (name, kind, oid) in entries {
+            let nk = if kind == EntryKind::Link { NameKind::Symlink } else { NameKind::Other };
+            let path = prefix.join(BStr::new(&name), nk).map_err(crate::plan::Error::from)?;
+            let key = path.as_bytes().to_vec();
+            match kind {
+                EntryKind::Tree => {
+                    if walk(odb, oid, &path, out)? {
+                        out.insert(key, Want::Dir);
+                        any = true;
+                    }
+                }
+                EntryKind::Blob | EntryKind::BlobExecutable => {
+                    out.insert(key, Want::File { id: oid, executable: kind == EntryKind::BlobExecutable });
+                    any = true;
+                }
+                EntryKind::Link => {
+                    out.insert(key, Want::Link { id: oid });
+                    any = true;
+                }
+                EntryKind::Commit => {
+                    out.insert(key, Want::Gitlink { id: oid });
+                    any = true;
+                }
+            }
+        }
+        Ok(any)
+    }
+    let mut out = BTreeMap::new();
+    repo.with_objects(|odb| walk(odb, tree, &RelPath::root(), &mut out))?;
+    Ok(out)
+}
+
+/// The stat index: path → (blob id, stat, size) as recorded by the last verify.
+type StatIndex = HashMap<Vec<u8>, (ObjectId, gix_index::entry::Stat)>;
+
+fn read_index(bytes: &[u8]) -> Option<StatIndex> {
+    let (state, _) = gix_index::State::from_bytes(
+        bytes,
+        std::time::SystemTime::UNIX_EPOCH.into(),
+        gix_hash::Kind::Sha1,
+        Default::default(),
+    )
+    .ok()?;
+    Some(state.entries().iter().map(|e| (e.path(&state).to_vec(), (e.id, e.stat))).collect())
+}
+
+fn index_stat(s: &FileStat, size: u64) -> gix_index::entry::Stat {
+    use gix_index::entry::stat::Time;
+    gix_index::entry::Stat {
+        mtime: Time { secs: s.mtime_secs as u32, nsecs: s.mtime_nsecs },
+        ctime: Time { secs: s.ctime_secs as u32, nsecs: s.ctime_nsecs },
+        dev: s.dev as u32,
+        ino: s.ino as u32,
+        uid: s.uid,
+        gid: s.gid,
+        size: size as u32,
+    }
+}
+
+fn write_index(entries: &BTreeMap<Vec<u8>, (ObjectId, gix_index::entry::Mode, gix_index::entry::Stat)>) -> Vec<u8> {
+    let mut state = gix_index::State::new(gix_hash::Kind::Sha1);
+    for (path, (id, mode, stat)) in entries {
+        state.dangerously_push_entry(*stat, *id, gix_index::entry::Flags::empty(), *mode, path.as_bstr());
+    }
+    state.sort_entries();
+    let mut out = Vec::new();
+    gix_index::File::from_state(state, "index")
+        .write_to(&mut out, Default::default())
+        .expect("writing an index to memory cannot fail");
+    out
+}
+
+fn blob_id(data: &[u8]) -> ObjectId {
+    gix_object::compute_hash(gix_hash::Kind::Sha1, gix_object::Kind::Blob, data).expect("sha1 of memory")
+}
+
+fn md5_hex(data: &[u8]) -> String {
+    use md5::Digest;
+    let d = md5::Md5::digest(data);
+    d.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn kind_name(k: &FoundKind) -> &'static str {
+    match k {
+        FoundKind::Dir => "directory",
+        FoundKind::File { .. } => "file",
+        FoundKind::Link { .. } => "symlink",
+        FoundKind::Other => "special file",
+    }
+}
+
+/// Compare `backend` with the tree its state records. Writes the stat index (where the backend
+/// keeps one) with what was proven, so the next verify hashes less.
+pub async fn verify(repo: &Repo, backend: &dyn Backend, level: Level) -> Result<Report, Error> {
+    let synced = recorded_commit(backend).await?;
+    let want = walk_tree(repo, synced.tree)?;
+    let caps = backend.capabilities();
+    let found: BTreeMap<Vec<u8>, FoundKind> = backend.scan().await?.into_iter().map(|f| (f.path, f.kind)).collect();
+    let index = match level {
+        Level::Stat => backend.load_aux("index").await?.and_then(|b| read_index(&b)).unwrap_or_default(),
+        _ => StatIndex::new(),
+    };
+    let mut report = Report {
+        commit: synced.commit,
+        level,
+        expected: want.len() as u64,
+        scanned: found.len() as u64,
+        hashed: 0,
+        proven_by_stat: 0,
+        drift: Vec::new(),
+    };
+    let mut new_index = BTreeMap::new();
+    let show = |p: &[u8]| String::from_utf8_lossy(p).into_owned();
+    let mut buf = Vec::new();
+    for (path, w) in &want {
+        if let Want::Gitlink { id } = w {
+            new_index.insert(path.clone(), (*id, gix_index::entry::Mode::COMMIT, gix_index::entry::Stat::default()));
+        }
+        let Some(f) = found.get(path) else {
+            if matches!(w, Want::Dir | Want::Gitlink { .. }) && !caps.empty_dirs {
+                continue; // implicit directories: their content is checked one by one
+            }
+            report.drift.push(Drift::Missing { path: show(path) });
+            continue;
+        };
+        match (w, f) {
+            (Want::Dir | Want::Gitlink { .. }, FoundKind::Dir) => {}
+            (Want::File { id, executable }, FoundKind::File { size, executable: x, stat, etag, .. }) => {
+                if caps.exec_bit && x.is_some_and(|x| x != *executable) {
+                    report.drift.push(Drift::ModeChanged { path: show(path), executable: *executable });
+                }
+                let want_size = repo.with_objects(|odb| odb.try_header(id).ok().flatten().map(|h| h.size));
+                if want_size != Some(*size) {
+                    report.drift.push(Drift::ContentChanged { path: show(path) });
+                    continue;
+                }
+                let mode = if *executable { gix_index::entry::Mode::FILE_EXECUTABLE } else { gix_index::entry::Mode::FILE };
+                let proven = match (level, stat, etag) {
+                    (Level::Quick, _, _) => true,
+                    (Level::Stat, Some(s), _) => {
+                        let st = index_stat(s, *size);
+                        index.get(path).is_some_and(|(i, recorded)| i == id && *recorded == st)
+                    }
+                    (Level::Stat, None, Some(etag)) => {
+                        let data = repo.with_objects(|odb| odb.find_blob(id, &mut buf).map(|b| md5_hex(b.data)).ok());
+                        data.as_deref() == Some(etag.as_str())
+                    }
+                    _ => false,
+                };
+                if proven {
+                    if level != Level::Quick {
+                        report.proven_by_stat += 1;
+                    }
+                } else {
+                    let rel = RelPath::parse(&show(path)).map_err(crate::plan::Error::from)?;
+                    let data = backend.read_file(&rel).await?;
+                    report.hashed += 1;
+                    if blob_id(&data) != *id {
+                        report.drift.push(Drift::ContentChanged { path: show(path) });
+                        continue;
+                    }
+                }
+                if let Some(s) = stat {
+                    new_index.insert(path.clone(), (*id, mode, index_stat(s, *size)));
+                }
+            }
+            (Want::Link { id }, FoundKind::Link { target, stat }) => {
+                let ok = repo.with_objects(|odb| odb.find_blob(id, &mut buf).map(|b| b.data == target.as_slice()).unwrap_or(false));
+                if !ok {
+                    report.drift.push(Drift::LinkChanged { path: show(path) });
+                } else if let Some(s) = stat {
+                    new_index.insert(path.clone(), (*id, gix_index::entry::Mode::SYMLINK, index_stat(s, target.len() as u64)));
+                }
+            }
+            // Listings that cannot tell a symlink from a file: compare the link target as content.
+            (Want::Link { id }, FoundKind::File { size, etag, typed: false, .. }) => {
+                let target = repo.with_objects(|odb| odb.find_blob(id, &mut buf).map(|b| b.data.to_vec()).unwrap_or_default());
+                let same = *size == target.len() as u64 && etag.as_deref().is_none_or(|e| e == md5_hex(&target));
+                if !same {
+                    report.drift.push(Drift::LinkChanged { path: show(path) });
+                }
+            }
+            (w, f) => report.drift.push(Drift::TypeChanged {
+                path: show(path),
+                expected: match w {
+                    Want::Dir | Want::Gitlink { .. } => "directory",
+                    Want::File { .. } => "file",
+                    Want::Link { .. } => "symlink",
+                },
+                found: kind_name(f),
+            }),
+        }
+    }
+    // Extra entries; below an extra directory only the directory is reported.
+    let mut extra_dirs: BTreeSet<Vec<u8>> = BTreeSet::new();
+    for (path, f) in &found {
+        if want.contains_key(path) {
+            continue;
+        }
+        let under_extra = extra_dirs.iter().any(|d| path.starts_with(d) && path.get(d.len()) == Some(&b'/'));
+        let under_file = {
+            // Below a path the tree has as a file (it was found as a directory): covered by TypeChanged.
+            let mut p = path.as_slice();
+            let mut covered = false;
+            while let Some(i) = p.rfind_byte(b'/') {
+                p = &p[..i];
+                if matches!(want.get(p), Some(Want::File { .. } | Want::Link { .. })) {
+                    covered = true;
+                    break;
+                }
+            }
+            covered
+        };
+        if under_extra || under_file {
+            continue;
+        }
+        if *f == FoundKind::Dir {
+            extra_dirs.insert(path.clone());
+        }
+        report.drift.push(Drift::Extra { path: show(path), dir: *f == FoundKind::Dir });
+    }
+    report.drift.sort_by(|a, b| a.path().cmp(b.path()));
+    if level != Level::Quick && !new_index.is_empty() {
+        backend.store_aux("index", &write_index(&new_index)).await?;
+    }
+    Ok(report)
+}
+
+/// The ops that turn the drift of `report` back into the recorded tree: rewrite what differs,
+/// restore what is missing, fix modes; remove extra entries only with `delete_extra`.
+pub async fn repair_plan(repo: &Repo, backend: &dyn Backend, report: &Report, delete_extra: bool) -> Result<Plan, Error> {
+    let synced = recorded_commit(backend).await?;
+    let want = walk_tree(repo, synced.tree)?;
+    let found: BTreeMap<Vec<u8>, FoundKind> = if report.drift.iter().any(|d| matches!(d, Drift::TypeChanged { .. } | Drift::Extra { .. })) {
+        backend.scan().await?.into_iter().map(|f| (f.path, f.kind)).collect()
+    } else {
+        BTreeMap::new()
+    };
+    let mut ops = Vec::new();
+    let mut buf = Vec::new();
+    let rel = |p: &str| RelPath::parse(p).map_err(crate::plan::Error::from);
+    let size_of = |id: &ObjectId| repo.with_objects(|odb| odb.try_header(id).ok().flatten().map(|h| h.size).unwrap_or(0));
+    let create = |ops: &mut Vec<Op>, path: RelPath, w: &Want, buf: &mut Vec<u8>| {
+        match w {
+            Want::Dir | Want::Gitlink { .. } => ops.push(Op::Mkdir { path }),
+            Want::File { id, executable } => ops.push(Op::Write { path, blob: *id, size: size_of(id), executable: *executable }),
+            Want::Link { id } => {
+                let target = repo.with_objects(|odb| odb.find_blob(id, buf).map(|b| b.data.to_vec()).unwrap_or_default());
+                ops.push(Op::Symlink { path, target });
+            }
+        }
+    };
+    // Remove everything at and below `path` that the scan found.
+    let remove_found = |ops: &mut Vec<Op>, path: &[u8]| {
+        for (p, k) in found.range(path.to_vec()..) {
+            if p.as_slice() != path && !(p.starts_with(path) && p.get(path.len()) == Some(&b'/')) {
+                if !p.starts_with(path) {
+                    break;
+                }
+                continue;
+            }
+            if let Ok(r) = RelPath::parse(&String::from_utf8_lossy(p)) {
+                ops.push(if *k == FoundKind::Dir { Op::Rmdir { path: r } } else { Op::Unlink { path: r } });
+            }
+        }
+    };
+    for d in &report.drift {
+        let key = d.path().as_bytes();
+        match d {
+            Drift::Missing { path } | Drift::ContentChanged { path } | Drift::LinkChanged { path } => {
+                if let Some(w) = want.get(key) {
+                    // A missing file's parents may be missing too; their own Missing entries make them.
+                    create(&mut ops, rel(path)?, w, &mut buf);
+                }
+            }
+            Drift::ModeChanged { path, executable } => {
+                if let Some(Want::File { id, .. }) = want.get(key) {
+                    ops.push(Op::Chmod { path: rel(path)?, executable: *executable, blob: *id, size: size_of(id) });
+                }
+            }
+            Drift::TypeChanged { path, .. } => {
+                remove_found(&mut ops, key);
+                if let Some(w) = want.get(key) {
+                    create(&mut ops, rel(path)?, w, &mut buf);
+                }
+            }
+            Drift::Extra { .. } if delete_extra => remove_found(&mut ops, key),
+            Drift::Extra { .. } => {}
+        }
+    }
+    // A type change from directory to file removes the directory's content: restore nothing
+    // there; from file to directory: the content under it was reported missing.
+    Ok(Plan::from_ops(Some(synced.tree), synced.tree, ops))
+}
