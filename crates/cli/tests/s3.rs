@@ -178,3 +178,22 @@ fn a_killed_sync_is_finished_by_the_next_run() {
     assert_ok(&sync(&moto, &bare.path, &commits[1], "s3://site/k"));
     assert_bucket_is(&moto, "s3://site/k", &bare, &commits[1]);
 }
+
+/// A file of 9 MiB goes up as a multipart upload (create, 2 parts, complete) and reads back whole.
+#[test]
+fn large_files_are_uploaded_in_parts() {
+    let Some(moto) = Moto::start() else { return };
+    moto.create_bucket("site");
+    let mut m = Model::default();
+    let big: Vec<u8> = (0..9 * 1024 * 1024u32).map(|i| (i % 251) as u8).collect();
+    m.insert("big.bin", Entry::File { content: big, executable: true });
+    m.insert("small", Entry::File { content: b"s\n".to_vec(), executable: false });
+    let bare = BareRepo::new();
+    let commits = history::import(&bare.path, "main", &[m]);
+    let mark = moto.mark();
+    assert_ok(&sync(&moto, &bare.path, &commits[0], "s3://site/m"));
+    let r = moto.requests_since(mark);
+    assert_eq!(r.post, 2, "create + complete multipart: {r:?}");
+    assert_eq!(r.put, 2 + 1 + 2, "2 parts + the small file + 2 state writes: {r:?}");
+    assert_bucket_is(&moto, "s3://site/m", &bare, &commits[0]);
+}
