@@ -57,6 +57,15 @@ enum Command {
     ///   treesync verify --repo /srv/git/site.git --target /mnt/nas/site --level full --repair
     #[command(after_help = VERIFY_EXIT_CODES)]
     Verify(VerifyArgs),
+    /// Keep the target following a ref: sync every new commit, verify on a schedule.
+    ///
+    /// Polls the ref (a loose ref file and packed-refs; never the target) every --interval,
+    /// logs one line per update, retries failures with backoff, and stops cleanly on SIGINT or
+    /// SIGTERM: the batches in flight finish and the journal records where it stopped.
+    ///
+    /// Example:
+    ///   treesync watch --repo /srv/git/site.git --ref main --target /mnt/nas/site --interval 5s --verify-every 24h
+    Watch(WatchArgs),
     /// Show what is synced at a target, and whether a sync was interrupted or is running.
     ///
     /// Example:
@@ -202,6 +211,158 @@ struct VerifyArgs {
     json: bool,
 }
 
+#[derive(Args)]
+struct WatchArgs {
+    #[command(flatten)]
+    source: Source,
+    #[command(flatten)]
+    target: TargetArgs,
+    /// How often to look at the ref (e.g. 500ms, 5s, 1m).
+    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_duration)]
+    interval: std::time::Duration,
+    /// Run `verify` (stat level) this often (e.g. 24h); off by default.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    verify_every: Option<std::time::Duration>,
+    /// With --verify-every: repair drift that verify finds.
+    #[arg(long)]
+    repair: bool,
+}
+
+fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
+    let s = s.trim();
+    let split = s.find(|c: char| !c.is_ascii_digit() && c != '.').unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let n: f64 = num.parse().map_err(|_| format!("{s:?} is not a duration like 500ms, 5s, 10m, 24h"))?;
+    let secs = match unit {
+        "ms" => n / 1000.0,
+        "" | "s" => n,
+        "m" => n * 60.0,
+        "h" => n * 3600.0,
+        "d" => n * 86400.0,
+        _ => return Err(format!("unknown unit {unit:?} in {s:?} (use ms, s, m, h or d)")),
+    };
+    Ok(std::time::Duration::from_secs_f64(secs))
+}
+
+/// `2026-11-30T00:25:36Z` for log lines.
+fn utc_now() -> String {
+    let secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+    let (days, rem) = (secs / 86400, secs % 86400);
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z", rem / 3600, rem % 3600 / 60, rem % 60)
+}
+
+fn run_watch(args: WatchArgs) -> anyhow::Result<ExitCode> {
+    use treesync_core::verify;
+    let repo = Repo::open(&args.source.repo)?;
+    let (backend, name) = make_backend(&args.target)?;
+    let options = sync::Options {
+        apply: apply::Options { jobs: args.target.jobs, batch: args.target.batch },
+        backend_name: name.into(),
+        ..Default::default()
+    };
+    let interrupt = Arc::new(AtomicBool::new(false));
+    let rt = runtime()?;
+    rt.block_on(async {
+        let flag = interrupt.clone();
+        tokio::spawn(async move {
+            use tokio::signal::unix::{SignalKind, signal};
+            let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else { return };
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = int.recv() => {}
+            }
+            flag.store(true, Ordering::SeqCst);
+        });
+        eprintln!("{} watching {} of {} for {backend} every {:?}", utc_now(), args.source.rev, args.source.repo.display(), args.interval);
+        let mut last: Option<treesync_core::ObjectId> = None;
+        let mut backoff = args.interval;
+        let mut last_verify = std::time::Instant::now();
+        while !interrupt.load(Ordering::SeqCst) {
+            let step: anyhow::Result<()> = async {
+                let to = repo.resolve(&args.source.rev)?;
+                if last != Some(to.commit) {
+                    let out = sync::sync(&repo, &args.source.rev, &*backend, &options, &|_| {}, &interrupt).await?;
+                    if out.applied.total() > 0 || out.resumed.is_some() || last.is_none() {
+                        let from = out.from.map(|s| short(&s.commit)).unwrap_or_else(|| "nothing".into());
+                        println!(
+                            "{} synced {from} -> {}: {}, {} in {:.2}s",
+                            utc_now(),
+                            short(&out.commit),
+                            out.applied,
+                            human_bytes(out.applied.bytes),
+                            out.elapsed.as_secs_f64()
+                        );
+                    }
+                    last = Some(out.commit);
+                }
+                if let Some(every) = args.verify_every {
+                    if last_verify.elapsed() >= every {
+                        last_verify = std::time::Instant::now();
+                        let report = verify::verify(&repo, &*backend, verify::Level::Stat).await?;
+                        if report.is_clean() {
+                            println!("{} verify: clean ({} entries, {} hashed)", utc_now(), report.expected, report.hashed);
+                        } else {
+                            println!("{} verify: DRIFT in {} paths, first: {}", utc_now(), report.drift.len(), report.drift[0].path());
+                            if args.repair {
+                                let plan = verify::repair_plan(&repo, &*backend, &report, false).await?;
+                                let blobs: Arc<dyn treesync_core::source::BlobSource> = Arc::new(repo.clone());
+                                let done = apply::apply(&plan, &*backend, &blobs, apply::Options::default(), &|_| {}, &interrupt).await?;
+                                println!("{} repaired: {}", utc_now(), done.counts);
+                            }
+                        }
+                    }
+                }
+                Ok(())
+            }
+            .await;
+            let wait = match step {
+                Ok(()) => {
+                    backoff = args.interval;
+                    args.interval
+                }
+                Err(e) if interrupt.load(Ordering::SeqCst) => {
+                    eprintln!("{} stopping: {}", utc_now(), one_line(&e));
+                    break;
+                }
+                Err(e) => {
+                    eprintln!("{} error: {}; retrying in {:?}", utc_now(), one_line(&e), backoff);
+                    let w = backoff;
+                    backoff = (backoff * 2).min(std::time::Duration::from_secs(300));
+                    w
+                }
+            };
+            let deadline = tokio::time::Instant::now() + wait;
+            while tokio::time::Instant::now() < deadline && !interrupt.load(Ordering::SeqCst) {
+                tokio::time::sleep(std::time::Duration::from_millis(50).min(wait)).await;
+            }
+        }
+        eprintln!("{} stopped", utc_now());
+    });
+    Ok(ExitCode::SUCCESS)
+}
+
+fn one_line(e: &anyhow::Error) -> String {
+    let mut msg = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if !msg.contains(&text) {
+            msg.push_str(if msg.is_empty() { "" } else { ": " });
+            msg.push_str(&text);
+        }
+    }
+    msg.replace('\n', " ")
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match run(cli) {
@@ -216,6 +377,7 @@ fn main() -> ExitCode {
                 }
             }
             eprintln!("treesync: error: {msg}");
+
             ExitCode::from(exit_code(&e))
         }
     }
@@ -282,6 +444,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Plan(args) => run_plan(args),
         Command::Status(args) => run_status(args),
         Command::Verify(args) => return run_verify(args),
+        Command::Watch(args) => return run_watch(args),
     }
     .map(|()| ExitCode::SUCCESS)
 }

@@ -1,0 +1,72 @@
+//! `treesync watch`: follows a ref as commits are pushed; SIGTERM mid-sync stops cleanly and the
+//! next run completes the job.
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use treesync_testkit::history::{self, Entry};
+use treesync_testkit::{BareRepo, git, tree};
+
+fn matches(bare: &BareRepo, commit: &str, target: &Path) -> bool {
+    let dir = tempfile::tempdir().expect("tempdir");
+    bare.archive(commit, &dir.path().join("x"));
+    target.exists() && tree::diff(&tree::read_dir(&dir.path().join("x")), &tree::read_dir(target)).is_none()
+}
+
+fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !f() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn watch_follows_pushes_and_stops_cleanly_on_sigterm() {
+    let mut trees = history::random_history(77, 4);
+    // A last commit big enough that SIGTERM lands in the middle of its sync.
+    let mut big = trees[3].clone();
+    for i in 0..12_000 {
+        big.insert(&format!("bulk/d{}/f{i}", i % 30), Entry::File { content: vec![b'x'; 2000 + i % 7], executable: false });
+    }
+    trees.push(big);
+    let bare = BareRepo::new();
+    let commits = history::import(&bare.path, "staging", &trees);
+    git(&bare.path, &["update-ref", "refs/heads/main", &commits[0]]);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let target = dir.path().join("t");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_treesync"))
+        .args(["watch", "--repo"])
+        .arg(&bare.path)
+        .args(["--ref", "main", "--target"])
+        .arg(&target)
+        .args(["--interval", "100ms", "--jobs", "1", "--batch", "1"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("watch starts");
+    wait_for("the first commit", || matches(&bare, &commits[0], &target));
+    for c in &commits[1..4] {
+        git(&bare.path, &["update-ref", "refs/heads/main", c]);
+        wait_for("the pushed commit", || matches(&bare, c, &target));
+    }
+    // Push the big commit and stop the watcher while it syncs.
+    git(&bare.path, &["update-ref", "refs/heads/main", &commits[4]]);
+    wait_for("the big sync to start", || target.join("bulk").exists());
+    let pid = child.id().to_string();
+    assert!(Command::new("kill").args(["-TERM", &pid]).status().expect("kill").success());
+    let out = child.wait_with_output().expect("watch exits");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "watch exits 0 on SIGTERM: {stderr}");
+    assert!(stderr.contains("stopped"), "{stderr}");
+    assert_eq!(stdout.lines().filter(|l| l.contains(" synced ")).count(), 4, "one line per update: {stdout}");
+
+    let o = Command::new(env!("CARGO_BIN_EXE_treesync")).args(["status", "--target"]).arg(&target).output().expect("status");
+    let status = String::from_utf8_lossy(&o.stdout);
+    assert!(status.contains("INTERRUPTED"), "SIGTERM came mid-sync, the journal knows: {status}\nwatch said: {stderr}");
+    let o = Command::new(env!("CARGO_BIN_EXE_treesync")).args(["sync", "-q", "--repo"]).arg(&bare.path).args(["--ref", "main", "--target"]).arg(&target).output().expect("sync");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(matches(&bare, &commits[4], &target));
+}
