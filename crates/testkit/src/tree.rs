@@ -24,23 +24,35 @@ pub fn read_dir(root: &Path) -> BTreeMap<String, Node> {
     out
 }
 
+/// Entries that vanish while we read (a sync running concurrently renames temporaries into
+/// place) are skipped; anything else that fails panics.
 fn walk(root: &Path, dir: &Path, out: &mut BTreeMap<String, Node>) {
-    for e in std::fs::read_dir(dir).unwrap_or_else(|e| panic!("read_dir {}: {e}", dir.display())) {
-        let e = e.expect("dir entry");
+    fn gone<T>(r: std::io::Result<T>, what: &Path) -> Option<T> {
+        match r {
+            Ok(v) => Some(v),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+            Err(e) => panic!("{}: {e}", what.display()),
+        }
+    }
+    let Some(entries) = gone(std::fs::read_dir(dir), dir) else { return };
+    for e in entries {
+        let Some(e) = gone(e, dir) else { continue };
         let path = e.path();
         let rel = path.strip_prefix(root).expect("below root").to_string_lossy().into_owned();
         if rel == ".treesync" {
             continue;
         }
-        let meta = std::fs::symlink_metadata(&path).expect("lstat");
+        let Some(meta) = gone(std::fs::symlink_metadata(&path), &path) else { continue };
         let node = if meta.file_type().is_symlink() {
             use std::os::unix::ffi::OsStrExt;
-            Node::Link(std::fs::read_link(&path).expect("readlink").as_os_str().as_bytes().to_vec())
+            let Some(t) = gone(std::fs::read_link(&path), &path) else { continue };
+            Node::Link(t.as_os_str().as_bytes().to_vec())
         } else if meta.is_dir() {
             walk(root, &path, out);
             Node::Dir
         } else {
-            Node::File(std::fs::read(&path).expect("read"), meta.permissions().mode() & 0o100 != 0)
+            let Some(data) = gone(std::fs::read(&path), &path) else { continue };
+            Node::File(data, meta.permissions().mode() & 0o100 != 0)
         };
         out.insert(rel, node);
     }
