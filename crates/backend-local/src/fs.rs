@@ -334,7 +334,7 @@ impl Target {
         while let Some(e) = dir.next() {
             let e = e.map_err(|e| Error::io("list", rel, io(e)))?;
             let name = e.file_name().to_bytes();
-            if name == b"." || name == b".." || (rel.is_root() && name == STATE_DIR.as_bytes()) {
+            if name == b"." || name == b".." || (rel.is_root() && (name == STATE_DIR.as_bytes() || name == b".git")) {
                 continue;
             }
             let is_dir = match e.file_type() {
@@ -424,7 +424,8 @@ impl Target {
         while let Some(e) = dir.next() {
             let e = e.map_err(|e| Error::io("list", shown(), io(e)))?;
             let name = e.file_name().to_bytes();
-            if name == b"." || name == b".." || (rel.is_empty() && name == STATE_DIR.as_bytes()) {
+            // `.git` at the root is the clone of an adopted tree (`--git-worktree`): never ours.
+            if name == b"." || name == b".." || (rel.is_empty() && (name == STATE_DIR.as_bytes() || name == b".git")) {
                 continue;
             }
             let mut path = rel.to_vec();

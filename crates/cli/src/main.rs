@@ -66,6 +66,15 @@ enum Command {
     /// Example:
     ///   treesync watch --repo /srv/git/site.git --ref main --target /mnt/nas/site --interval 5s --verify-every 24h
     Watch(WatchArgs),
+    /// Take over a working tree that git manages today, without touching its files.
+    ///
+    /// Reads TARGET/.git/index and HEAD to learn which commit the tree holds and records it as
+    /// treesync's state, so the first sync is incremental. Refused when the index has conflicts
+    /// or staged changes. Pair with `sync --git-worktree` to keep git's view consistent.
+    ///
+    /// Example:
+    ///   treesync adopt --target /mnt/nas/site && treesync sync --repo /srv/git/site.git --ref main --target /mnt/nas/site --git-worktree
+    Adopt(AdoptArgs),
     /// Show what is synced at a target, and whether a sync was interrupted or is running.
     ///
     /// Example:
@@ -144,6 +153,10 @@ struct SyncArgs {
     /// No progress bar and no summary line.
     #[arg(long, short)]
     quiet: bool,
+    /// The target is a git clone (see `adopt`): keep its .git/index and HEAD consistent with
+    /// what was synced, so `git status` there stays clean and `git pull` keeps working.
+    #[arg(long)]
+    git_worktree: bool,
     /// Object stores have no locks: an unfinished sync of another process counts as running
     /// for 10 minutes (unless it ran on this host and its process is gone). This takes over
     /// at once.
@@ -209,6 +222,44 @@ struct VerifyArgs {
     /// Print the report as JSON.
     #[arg(long)]
     json: bool,
+}
+
+#[derive(Args)]
+struct AdoptArgs {
+    /// The git working tree (a clone) to take over.
+    #[arg(long, value_name = "DIR")]
+    target: PathBuf,
+}
+
+fn run_adopt(args: AdoptArgs) -> anyhow::Result<ExitCode> {
+    use treesync_core::state::{SyncState, Synced, VERSION, now_unix};
+    let (resolved, entries) = treesync_core::gitworktree::adopt(&args.target)?;
+    let backend = treesync_backend_local::LocalBackend::new(&args.target, Default::default());
+    let rt = runtime()?;
+    rt.block_on(async {
+        let _lock = backend.lock(&sync::holder()).await?;
+        if let Some(bytes) = backend.load_state().await? {
+            let s = SyncState::parse(&bytes)?;
+            if s.synced.is_some() || s.in_progress.is_some() {
+                anyhow::bail!("{} is already managed by treesync (state in .treesync/state); nothing to adopt", args.target.display());
+            }
+        }
+        let state = SyncState {
+            version: VERSION,
+            synced: Some(Synced { commit: resolved.commit, tree: resolved.tree, at_unix: now_unix() }),
+            in_progress: None,
+            backend: "local".into(),
+        };
+        backend.store_state(&state.to_bytes()).await?;
+        anyhow::Ok(())
+    })?;
+    treesync_core::gitworktree::exclude_state_dir(&args.target)?;
+    println!(
+        "adopted {} at commit {} ({entries} index entries, no file read); the next sync is incremental. `treesync verify` proves the files match.",
+        args.target.display(),
+        short(&resolved.commit)
+    );
+    Ok(ExitCode::SUCCESS)
 }
 
 #[derive(Args)]
@@ -445,6 +496,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Status(args) => run_status(args),
         Command::Verify(args) => return run_verify(args),
         Command::Watch(args) => return run_watch(args),
+        Command::Adopt(args) => return run_adopt(args),
     }
     .map(|()| ExitCode::SUCCESS)
 }
@@ -560,6 +612,11 @@ fn run_sync(args: SyncArgs) -> anyhow::Result<()> {
         bar.finish_and_clear();
     }
     let outcome = outcome.with_context(|| format!("syncing {} to {}", args.source.rev, backend))?;
+    if args.git_worktree && !outcome.dry_run {
+        anyhow::ensure!(name == "local", "--git-worktree needs a local directory target");
+        treesync_core::gitworktree::update(std::path::Path::new(&args.target.target), &repo, outcome.commit, outcome.tree)
+            .context("updating the clone's index and HEAD")?;
+    }
     if args.json {
         println!("{}", serde_json::to_string_pretty(&outcome)?);
     } else if !args.quiet {

@@ -35,6 +35,7 @@ pub mod apply;
 pub mod backend;
 pub mod memory;
 pub mod op;
+pub mod gitworktree;
 pub mod path;
 pub mod plan;
 pub mod policy;

@@ -1,0 +1,87 @@
+//! `treesync adopt` and `sync --git-worktree`: take over a clone made by git, sync it
+//! incrementally, and keep `git status` there clean.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use treesync_testkit::{BareRepo, git, history, tree};
+
+fn treesync(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_treesync")).args(args).output().expect("treesync runs")
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().expect("utf8")
+}
+
+fn clone_at(bare: &BareRepo, commit: &str, dir: &Path) -> std::path::PathBuf {
+    git(&bare.path, &["update-ref", "refs/heads/main", commit]);
+    let t = dir.join("clone");
+    let o = Command::new("git").args(["clone", "-q", "--branch", "main"]).arg(&bare.path).arg(&t).output().expect("git clone");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    t
+}
+
+fn git_status(t: &Path) -> String {
+    let o = Command::new("git").arg("-C").arg(t).args(["status", "--porcelain"]).output().expect("git status");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+#[test]
+fn an_adopted_clone_syncs_incrementally_and_git_status_stays_clean() {
+    let trees = history::random_history(91, 6);
+    let bare = BareRepo::new();
+    let commits = history::import(&bare.path, "staging", &trees);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let t = clone_at(&bare, &commits[1], dir.path());
+    git(&bare.path, &["update-ref", "refs/heads/main", &commits[5]]);
+
+    let o = treesync(&["adopt", "--target", s(&t)]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("adopted"));
+    let o = treesync(&["status", "--target", s(&t), "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
+    assert_eq!(v["state"]["synced"]["commit"], commits[1].as_str());
+
+    for c in [&commits[3], &commits[5], &commits[2]] {
+        let o = treesync(&["sync", "--json", "--repo", s(&bare.path), "--ref", c, "--target", s(&t), "--git-worktree"]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
+        assert!(v["from"].is_object(), "incremental, not a full checkout: {v}");
+        let expected = dir.path().join(format!("expected-{c}"));
+        bare.archive(c, &expected);
+        let mut actual = tree::read_dir(&t);
+        actual.retain(|k, _| k != ".git" && !k.starts_with(".git/"));
+        assert_eq!(tree::diff(&tree::read_dir(&expected), &actual), None, "like git archive {c}");
+        assert_eq!(git_status(&t), "", "git status in the clone is clean after syncing to {c}");
+        assert_eq!(git(&t, &["rev-parse", "HEAD"]), *c, "HEAD moved");
+    }
+    // `verify` does not count the clone's .git as drift.
+    let o = treesync(&["verify", "--repo", s(&bare.path), "--target", s(&t)]);
+    assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stdout));
+    // And git itself can still move the tree.
+    let o = Command::new("git").arg("-C").arg(&t).args(["checkout", "-q", &commits[4]]).output().expect("git checkout");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+}
+
+#[test]
+fn adopt_refuses_staged_changes_and_bare_repositories() {
+    let trees = history::random_history(92, 2);
+    let bare = BareRepo::new();
+    let commits = history::import(&bare.path, "staging", &trees);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let t = clone_at(&bare, &commits[1], dir.path());
+    std::fs::write(t.join("staged-file"), "x").expect("write");
+    git(&t, &["add", "staged-file"]);
+    let o = treesync(&["adopt", "--target", s(&t)]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("records local changes") && err.contains("staged-file"), "{err}");
+    assert!(!t.join(".treesync").exists(), "nothing recorded");
+
+    let o = treesync(&["adopt", "--target", s(&bare.path)]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(err.contains("bare"), "{err}");
+}
