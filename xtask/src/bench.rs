@@ -310,6 +310,31 @@ fn bench(c: &Config, treesync: &Path, has_strace: bool, on_tmpfs: bool) -> Resul
 
     // Both trees must be the same in the end.
     run_quiet(&mut ts("B"))?;
+    run_quiet(&mut checkout("B"))?;
+    settle(&repo, &git_work, &git_index)?;
+
+    eprintln!("verify…");
+    let verify = || {
+        let mut cmd = Command::new(treesync);
+        cmd.args(["verify", "--repo"]).arg(&repo).arg("--target").arg(&ts_target);
+        cmd
+    };
+    // The first verify hashes everything and writes the stat index; the steady state is measured.
+    let (t_first, r_first) = measure(&mut verify())?;
+    rows.push(Row { what: "verify (first run, no stat index)".into(), tool: "treesync verify".into(), time: t_first, rss_kib: r_first, stats: None });
+    let (t, r) = timed(c.runs, || Ok(()), verify)?;
+    let stats = if has_strace { Some(stat_calls(&verify(), &ts_target)?) } else { None };
+    rows.push(Row { what: "verify (warm)".into(), tool: "treesync verify".into(), time: t, rss_kib: r, stats });
+    for (label, args) in [("git status", &["status", "--porcelain"][..]), ("git diff-files", &["diff-files", "--quiet"][..])] {
+        let cmd = || {
+            let mut g = git(&repo, &git_work, &git_index);
+            g.args(args);
+            g
+        };
+        let (t, r) = timed(c.runs, || Ok(()), cmd)?;
+        let stats = if has_strace { Some(stat_calls(&cmd(), &git_work)?) } else { None };
+        rows.push(Row { what: "verify (warm)".into(), tool: label.into(), time: t, rss_kib: r, stats });
+    }
     let diff = Command::new("diff").args(["-r", "--no-dereference", "-x", ".treesync"]).arg(&ts_target).arg(&git_work).output();
     let same = diff.as_ref().is_ok_and(|o| o.status.success());
     if !same {
@@ -343,7 +368,7 @@ fn render(rows: &[Row], c: &Config, on_tmpfs: bool) -> (String, String) {
     );
     let _ = writeln!(md, "| case | tool | wall time | time ÷ treesync's | peak RSS | stat-family syscalls (process) | syscalls on the work tree |");
     let _ = writeln!(md, "|---|---|---:|---:|---:|---:|---:|");
-    for what in ["initial checkout of A", "update A→B"] {
+    for what in ["initial checkout of A", "update A→B", "verify (first run, no stat index)", "verify (warm)"] {
         let ours = rows.iter().find(|r| r.what == what && r.tool.starts_with("treesync")).expect("treesync row");
         for r in rows.iter().filter(|r| r.what == what) {
             let ratio = if r.tool.starts_with("treesync") {

@@ -364,43 +364,54 @@ impl Target {
     /// Walk the whole target with `jobs` threads: one readdir per directory, one lstat per
     /// entry (`d_type` saves none of them: the stat data is what verify needs).
     pub(crate) fn scan(&self, jobs: usize) -> Result<Vec<Found>, Error> {
-        use std::sync::Mutex;
+        use std::sync::{Condvar, Mutex};
+        struct Queue {
+            dirs: Vec<Vec<u8>>,
+            busy: usize,
+            failed: bool,
+        }
         let root = self.root_fd()?;
-        let queue = Mutex::new((vec![Vec::<u8>::new()], 0usize)); // (dirs to read, busy workers)
+        let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+        let queue = Mutex::new(Queue { dirs: vec![Vec::new()], busy: 0, failed: false });
+        let wake = Condvar::new();
         let out = Mutex::new(Vec::new());
         let error = Mutex::new(None);
         std::thread::scope(|s| {
-            for _ in 0..jobs.clamp(1, 8) {
+            for _ in 0..jobs.min(cores).max(1) {
                 s.spawn(|| loop {
                     let dir = {
                         let mut q = queue.lock().expect("never poisoned");
-                        match q.0.pop() {
-                            Some(d) => {
-                                q.1 += 1;
-                                d
+                        loop {
+                            if q.failed {
+                                return;
                             }
-                            None if q.1 == 0 => return,
-                            None => {
-                                drop(q);
-                                std::thread::yield_now();
-                                continue;
+                            if let Some(d) = q.dirs.pop() {
+                                q.busy += 1;
+                                break d;
                             }
+                            if q.busy == 0 {
+                                wake.notify_all();
+                                return;
+                            }
+                            q = wake.wait(q).expect("never poisoned");
                         }
                     };
-                    match self.scan_dir(root, &dir) {
+                    let result = self.scan_dir(root, &dir);
+                    let mut q = queue.lock().expect("never poisoned");
+                    q.busy -= 1;
+                    match result {
                         Ok((found, subdirs)) => {
+                            q.dirs.extend(subdirs);
+                            drop(q);
                             out.lock().expect("never poisoned").extend(found);
-                            let mut q = queue.lock().expect("never poisoned");
-                            q.0.extend(subdirs);
-                            q.1 -= 1;
                         }
                         Err(e) => {
+                            q.failed = true;
+                            drop(q);
                             *error.lock().expect("never poisoned") = Some(e);
-                            let mut q = queue.lock().expect("never poisoned");
-                            q.0.clear();
-                            q.1 -= 1;
                         }
                     }
+                    wake.notify_all();
                 });
             }
         });
@@ -418,7 +429,9 @@ impl Target {
             self.open_beneath(root, rel, OFlags::RDONLY | OFlags::DIRECTORY)
         }
         .map_err(|e| Error::io("list", shown(), io(e)))?;
-        let mut dir = rustix::fs::Dir::read_from(&fd).map_err(|e| Error::io("list", shown(), io(e)))?;
+        // One getdents64 call returns a whole directory of ordinary size.
+        let mut buf = vec![std::mem::MaybeUninit::<u8>::uninit(); 64 * 1024];
+        let mut dir = rustix::fs::RawDir::new(&fd, &mut buf);
         let mut found = Vec::new();
         let mut subdirs = Vec::new();
         while let Some(e) = dir.next() {

@@ -204,3 +204,49 @@ fn s3_verify_lists_and_gets_only_what_differs() {
     let r = moto.requests_since(mark);
     assert_eq!(r.put, 1, "{r:?}");
 }
+
+/// A stat-level verify of N=3,000 files in 30 directories: one lstat per entry and about one
+/// readdir per directory (plus gitoxide opening the repository), and no file read once the
+/// stat index knows the files.
+#[test]
+fn verify_costs_one_readdir_per_directory_and_one_stat_per_entry() {
+    if Command::new("strace").arg("-V").output().is_err() {
+        eprintln!("skipped: strace is not installed (.ci/run installs it)");
+        return;
+    }
+    let mut m = Model::default();
+    for i in 0..3000 {
+        m.insert(&format!("d{:02}/f{i}", i % 30), file(&format!("{i}\n")));
+    }
+    let bare = BareRepo::new();
+    let commits = history::import(&bare.path, "main", &[m]);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let t = dir.path().join("t");
+    assert!(treesync(&["sync", "-q", "--repo", s(&bare.path), "--ref", &commits[0], "--target", s(&t)]).status.success());
+    assert_eq!(verify(&bare.path, &t, &[]).0, 0, "first verify writes the stat index");
+    let out = dir.path().join("strace.txt");
+    let o = Command::new("strace")
+        .args(["-f", "-c", "-e", "trace=/^(getdents64|statx|newfstatat|lstat|stat|fstat|openat|read)$", "-o"])
+        .arg(&out)
+        .arg(env!("CARGO_BIN_EXE_treesync"))
+        .env_remove("LD_LIBRARY_PATH")
+        .args(["verify", "--repo", s(&bare.path), "--target", s(&t)])
+        .output()
+        .expect("strace");
+    assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
+    let text = std::fs::read_to_string(&out).expect("summary");
+    let calls = |name: &str| -> u64 {
+        text.lines()
+            .find(|l| l.split_whitespace().last() == Some(name))
+            .and_then(|l| {
+                let f: Vec<&str> = l.split_whitespace().collect();
+                f.get(3).and_then(|n| n.parse().ok())
+            })
+            .unwrap_or(0)
+    };
+    let stats = calls("statx") + calls("newfstatat") + calls("lstat") + calls("stat") + calls("fstat");
+    let entries = 3000 + 30;
+    assert!(stats >= entries && stats <= entries + 120, "stat-family calls {stats} for {entries} entries:\n{text}");
+    assert!(calls("getdents64") <= 2 * 31 + 4, "one readdir (a listing, then the empty read that ends it) per directory:\n{text}");
+    assert!(calls("openat") <= 31 + 80, "no file opened for hashing:\n{text}");
+}

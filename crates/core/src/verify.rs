@@ -12,16 +12,15 @@
 //! is a real one, so `GIT_INDEX_FILE=T/.treesync/index git --git-dir=R --work-tree=T status -uno`
 //! gives a second opinion right after a verify.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use gix::bstr::{BStr, ByteSlice};
+use gix::bstr::ByteSlice;
 use gix_hash::ObjectId;
 use gix_object::{FindExt, tree::EntryKind};
 use serde::Serialize;
 
 use crate::backend::{self, Backend, FileStat, FoundKind};
 use crate::op::{Op, Plan};
-use crate::path::{NameKind, RelPath};
+use crate::path::RelPath;
 use crate::source::{self, Repo};
 
 /// How thoroughly to compare.
@@ -168,57 +167,63 @@ pub async fn recorded_commit(backend: &dyn Backend) -> Result<crate::state::Sync
     }
 }
 
-/// Every path of `tree` as a checkout would make it (directories only where they hold something).
-fn walk_tree(repo: &Repo, tree: ObjectId) -> Result<BTreeMap<Vec<u8>, Want>, Error> {
-    fn walk(
-        odb: &dyn gix_object::FindObjectOrHeader,
-        id: ObjectId,
-        prefix: &RelPath,
-        out: &mut BTreeMap<Vec<u8>, Want>,
-    ) -> Result<bool, Error> {
+/// Every path of `tree` as a checkout would make it (directories only where they hold
+/// something), sorted by path bytes. Names are not validated again: verify never writes, and
+/// repair validates the paths it writes.
+fn walk_tree(repo: &Repo, tree: ObjectId) -> Result<Vec<(Vec<u8>, Want)>, Error> {
+    fn walk(odb: &dyn gix_object::FindObjectOrHeader, id: ObjectId, prefix: &[u8], out: &mut Vec<(Vec<u8>, Want)>) -> Result<bool, Error> {
         let mut buf = Vec::new();
         let entries: Vec<(gix::bstr::BString, EntryKind, ObjectId)> = odb
             .find_tree(&id, &mut buf)
-            .map_err(|e| source::Error::Object { what: "tree", id, at: format!(" (at {prefix})"), message: e.to_string() })?
+            .map_err(|e| source::Error::Object {
+                what: "tree",
+                id,
+                at: format!(" (at {})", String::from_utf8_lossy(prefix)),
+                message: e.to_string(),
+            })?
             .entries
             .iter()
             .map(|e| (e.filename.to_owned(), e.mode.kind(), e.oid.to_owned()))
             .collect();
         let mut any = false;
         for (name, kind, oid) in entries {
-            let nk = if kind == EntryKind::Link { NameKind::Symlink } else { NameKind::Other };
-            let path = prefix.join(BStr::new(&name), nk).map_err(crate::plan::Error::from)?;
-            let key = path.as_bytes().to_vec();
+            let mut key = Vec::with_capacity(prefix.len() + 1 + name.len());
+            key.extend_from_slice(prefix);
+            if !prefix.is_empty() {
+                key.push(b'/');
+            }
+            key.extend_from_slice(&name);
             match kind {
                 EntryKind::Tree => {
-                    if walk(odb, oid, &path, out)? {
-                        out.insert(key, Want::Dir);
+                    if walk(odb, oid, &key, out)? {
+                        out.push((key, Want::Dir));
                         any = true;
                     }
                 }
                 EntryKind::Blob | EntryKind::BlobExecutable => {
-                    out.insert(key, Want::File { id: oid, executable: kind == EntryKind::BlobExecutable });
+                    out.push((key, Want::File { id: oid, executable: kind == EntryKind::BlobExecutable }));
                     any = true;
                 }
                 EntryKind::Link => {
-                    out.insert(key, Want::Link { id: oid });
+                    out.push((key, Want::Link { id: oid }));
                     any = true;
                 }
                 EntryKind::Commit => {
-                    out.insert(key, Want::Gitlink { id: oid });
+                    out.push((key, Want::Gitlink { id: oid }));
                     any = true;
                 }
             }
         }
         Ok(any)
     }
-    let mut out = BTreeMap::new();
-    repo.with_objects(|odb| walk(odb, tree, &RelPath::root(), &mut out))?;
+    let mut out = Vec::new();
+    repo.with_objects(|odb| walk(odb, tree, b"", &mut out))?;
+    out.sort_unstable_by(|a, b| a.0.cmp(&b.0));
     Ok(out)
 }
 
-/// The stat index: path → (blob id, stat, size) as recorded by the last verify.
-type StatIndex = HashMap<Vec<u8>, (ObjectId, gix_index::entry::Stat)>;
+/// The stat index: (path, blob id, stat) as recorded by the last verify, sorted by path.
+type StatIndex = Vec<(Vec<u8>, ObjectId, gix_index::entry::Stat)>;
 
 fn read_index(bytes: &[u8]) -> Option<StatIndex> {
     let (state, _) = gix_index::State::from_bytes(
@@ -228,7 +233,9 @@ fn read_index(bytes: &[u8]) -> Option<StatIndex> {
         Default::default(),
     )
     .ok()?;
-    Some(state.entries().iter().map(|e| (e.path(&state).to_vec(), (e.id, e.stat))).collect())
+    let mut v: StatIndex = state.entries().iter().map(|e| (e.path(&state).to_vec(), e.id, e.stat)).collect();
+    v.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+    Some(v)
 }
 
 fn index_stat(s: &FileStat, size: u64) -> gix_index::entry::Stat {
@@ -244,9 +251,9 @@ fn index_stat(s: &FileStat, size: u64) -> gix_index::entry::Stat {
     }
 }
 
-fn write_index(entries: &BTreeMap<Vec<u8>, (ObjectId, gix_index::entry::Mode, gix_index::entry::Stat)>) -> Vec<u8> {
+fn write_index(entries: &[(Vec<u8>, ObjectId, gix_index::entry::Mode, gix_index::entry::Stat)]) -> Vec<u8> {
     let mut state = gix_index::State::new(gix_hash::Kind::Sha1);
-    for (path, (id, mode, stat)) in entries {
+    for (path, id, mode, stat) in entries {
         state.dangerously_push_entry(*stat, *id, gix_index::entry::Flags::empty(), *mode, path.as_bstr());
     }
     state.sort_entries();
@@ -276,13 +283,18 @@ fn kind_name(k: &FoundKind) -> &'static str {
     }
 }
 
+fn lookup<'a, T>(v: &'a [(Vec<u8>, T)], path: &[u8]) -> Option<&'a T> {
+    v.binary_search_by(|e| e.0.as_slice().cmp(path)).ok().map(|i| &v[i].1)
+}
+
 /// Compare `backend` with the tree its state records. Writes the stat index (where the backend
 /// keeps one) with what was proven, so the next verify hashes less.
 pub async fn verify(repo: &Repo, backend: &dyn Backend, level: Level) -> Result<Report, Error> {
     let synced = recorded_commit(backend).await?;
     let want = walk_tree(repo, synced.tree)?;
     let caps = backend.capabilities();
-    let found: BTreeMap<Vec<u8>, FoundKind> = backend.scan().await?.into_iter().map(|f| (f.path, f.kind)).collect();
+    let mut found: Vec<(Vec<u8>, FoundKind)> = backend.scan().await?.into_iter().map(|f| (f.path, f.kind)).collect();
+    found.sort_unstable_by(|a, b| a.0.cmp(&b.0));
     let index = match level {
         Level::Stat => backend.load_aux("index").await?.and_then(|b| read_index(&b)).unwrap_or_default(),
         _ => StatIndex::new(),
@@ -296,14 +308,31 @@ pub async fn verify(repo: &Repo, backend: &dyn Backend, level: Level) -> Result<
         proven_by_stat: 0,
         drift: Vec::new(),
     };
-    let mut new_index = BTreeMap::new();
+    let mut new_index: Vec<(Vec<u8>, ObjectId, gix_index::entry::Mode, gix_index::entry::Stat)> = Vec::with_capacity(want.len());
     let show = |p: &[u8]| String::from_utf8_lossy(p).into_owned();
     let mut buf = Vec::new();
+    let mut extras: Vec<usize> = Vec::new();
+    let (mut fi, mut ii) = (0, 0);
+    // Both lists are sorted by path: one merge over them (and over the index) finds everything.
     for (path, w) in &want {
-        if let Want::Gitlink { id } = w {
-            new_index.insert(path.clone(), (*id, gix_index::entry::Mode::COMMIT, gix_index::entry::Stat::default()));
+        while fi < found.len() && found[fi].0 < *path {
+            extras.push(fi);
+            fi += 1;
         }
-        let Some(f) = found.get(path) else {
+        let f = if fi < found.len() && found[fi].0 == *path {
+            fi += 1;
+            Some(&found[fi - 1].1)
+        } else {
+            None
+        };
+        while ii < index.len() && index[ii].0 < *path {
+            ii += 1;
+        }
+        let recorded = index.get(ii).filter(|e| e.0 == *path).map(|e| (e.1, e.2));
+        if let Want::Gitlink { id } = w {
+            new_index.push((path.clone(), *id, gix_index::entry::Mode::COMMIT, gix_index::entry::Stat::default()));
+        }
+        let Some(f) = f else {
             if matches!(w, Want::Dir | Want::Gitlink { .. }) && !caps.empty_dirs {
                 continue; // implicit directories: their content is checked one by one
             }
@@ -316,18 +345,23 @@ pub async fn verify(repo: &Repo, backend: &dyn Backend, level: Level) -> Result<
                 if caps.exec_bit && x.is_some_and(|x| x != *executable) {
                     report.drift.push(Drift::ModeChanged { path: show(path), executable: *executable });
                 }
+                let mode = if *executable { gix_index::entry::Mode::FILE_EXECUTABLE } else { gix_index::entry::Mode::FILE };
+                // The common case first: the index proves the file (its stat includes the size).
+                if let (Level::Stat, Some(st)) = (level, stat) {
+                    let st = index_stat(st, *size);
+                    if recorded == Some((*id, st)) {
+                        report.proven_by_stat += 1;
+                        new_index.push((path.clone(), *id, mode, st));
+                        continue;
+                    }
+                }
                 let want_size = repo.with_objects(|odb| odb.try_header(id).ok().flatten().map(|h| h.size));
                 if want_size != Some(*size) {
                     report.drift.push(Drift::ContentChanged { path: show(path) });
                     continue;
                 }
-                let mode = if *executable { gix_index::entry::Mode::FILE_EXECUTABLE } else { gix_index::entry::Mode::FILE };
                 let proven = match (level, stat, etag) {
                     (Level::Quick, _, _) => true,
-                    (Level::Stat, Some(s), _) => {
-                        let st = index_stat(s, *size);
-                        index.get(path).is_some_and(|(i, recorded)| i == id && *recorded == st)
-                    }
                     (Level::Stat, None, Some(etag)) => {
                         let data = repo.with_objects(|odb| odb.find_blob(id, &mut buf).map(|b| md5_hex(b.data)).ok());
                         data.as_deref() == Some(etag.as_str())
@@ -348,7 +382,7 @@ pub async fn verify(repo: &Repo, backend: &dyn Backend, level: Level) -> Result<
                     }
                 }
                 if let Some(s) = stat {
-                    new_index.insert(path.clone(), (*id, mode, index_stat(s, *size)));
+                    new_index.push((path.clone(), *id, mode, index_stat(s, *size)));
                 }
             }
             (Want::Link { id }, FoundKind::Link { target, stat }) => {
@@ -356,7 +390,7 @@ pub async fn verify(repo: &Repo, backend: &dyn Backend, level: Level) -> Result<
                 if !ok {
                     report.drift.push(Drift::LinkChanged { path: show(path) });
                 } else if let Some(s) = stat {
-                    new_index.insert(path.clone(), (*id, gix_index::entry::Mode::SYMLINK, index_stat(s, target.len() as u64)));
+                    new_index.push((path.clone(), *id, gix_index::entry::Mode::SYMLINK, index_stat(s, target.len() as u64)));
                 }
             }
             // Listings that cannot tell a symlink from a file: compare the link target as content.
@@ -378,36 +412,38 @@ pub async fn verify(repo: &Repo, backend: &dyn Backend, level: Level) -> Result<
             }),
         }
     }
-    // Extra entries; below an extra directory only the directory is reported.
-    let mut extra_dirs: BTreeSet<Vec<u8>> = BTreeSet::new();
-    for (path, f) in &found {
-        if want.contains_key(path) {
+    extras.extend(fi..found.len());
+    // Extra entries; below an extra directory only the directory is reported, and below a
+    // path the tree has as a file or link (found as a directory) the type change covers it.
+    let mut extra_dirs: Vec<&[u8]> = Vec::new();
+    for i in extras {
+        let (path, f) = (&found[i].0, &found[i].1);
+        let below = |d: &[u8]| path.starts_with(d) && path.get(d.len()) == Some(&b'/');
+        if extra_dirs.iter().any(|d| below(d)) {
             continue;
         }
-        let under_extra = extra_dirs.iter().any(|d| path.starts_with(d) && path.get(d.len()) == Some(&b'/'));
-        let under_file = {
-            // Below a path the tree has as a file (it was found as a directory): covered by TypeChanged.
-            let mut p = path.as_slice();
-            let mut covered = false;
-            while let Some(i) = p.rfind_byte(b'/') {
-                p = &p[..i];
-                if matches!(want.get(p), Some(Want::File { .. } | Want::Link { .. })) {
-                    covered = true;
-                    break;
-                }
+        let mut p = path.as_slice();
+        let mut covered = false;
+        while let Some(i) = p.rfind_byte(b'/') {
+            p = &p[..i];
+            if matches!(lookup(&want, p), Some(Want::File { .. } | Want::Link { .. })) {
+                covered = true;
+                break;
             }
-            covered
-        };
-        if under_extra || under_file {
+        }
+        if covered {
             continue;
         }
         if *f == FoundKind::Dir {
-            extra_dirs.insert(path.clone());
+            extra_dirs.push(path);
         }
         report.drift.push(Drift::Extra { path: show(path), dir: *f == FoundKind::Dir });
     }
     report.drift.sort_by(|a, b| a.path().cmp(b.path()));
-    if level != Level::Quick && !new_index.is_empty() {
+    // Rewrite the index only when it learned something (a steady tree costs no write).
+    let unchanged = new_index.len() == index.len()
+        && new_index.iter().zip(&index).all(|(n, o)| n.0 == o.0 && n.1 == o.1 && n.3 == o.2);
+    if level != Level::Quick && !new_index.is_empty() && !unchanged {
         backend.store_aux("index", &write_index(&new_index)).await?;
     }
     Ok(report)
@@ -418,32 +454,32 @@ pub async fn verify(repo: &Repo, backend: &dyn Backend, level: Level) -> Result<
 pub async fn repair_plan(repo: &Repo, backend: &dyn Backend, report: &Report, delete_extra: bool) -> Result<Plan, Error> {
     let synced = recorded_commit(backend).await?;
     let want = walk_tree(repo, synced.tree)?;
-    let found: BTreeMap<Vec<u8>, FoundKind> = if report.drift.iter().any(|d| matches!(d, Drift::TypeChanged { .. } | Drift::Extra { .. })) {
+    let mut found: Vec<(Vec<u8>, FoundKind)> = if report.drift.iter().any(|d| matches!(d, Drift::TypeChanged { .. } | Drift::Extra { .. })) {
         backend.scan().await?.into_iter().map(|f| (f.path, f.kind)).collect()
     } else {
-        BTreeMap::new()
+        Vec::new()
     };
+    found.sort_unstable_by(|a, b| a.0.cmp(&b.0));
     let mut ops = Vec::new();
     let mut buf = Vec::new();
     let rel = |p: &str| RelPath::parse(p).map_err(crate::plan::Error::from);
     let size_of = |id: &ObjectId| repo.with_objects(|odb| odb.try_header(id).ok().flatten().map(|h| h.size).unwrap_or(0));
-    let create = |ops: &mut Vec<Op>, path: RelPath, w: &Want, buf: &mut Vec<u8>| {
-        match w {
-            Want::Dir | Want::Gitlink { .. } => ops.push(Op::Mkdir { path }),
-            Want::File { id, executable } => ops.push(Op::Write { path, blob: *id, size: size_of(id), executable: *executable }),
-            Want::Link { id } => {
-                let target = repo.with_objects(|odb| odb.find_blob(id, buf).map(|b| b.data.to_vec()).unwrap_or_default());
-                ops.push(Op::Symlink { path, target });
-            }
+    let create = |ops: &mut Vec<Op>, path: RelPath, w: &Want, buf: &mut Vec<u8>| match w {
+        Want::Dir | Want::Gitlink { .. } => ops.push(Op::Mkdir { path }),
+        Want::File { id, executable } => ops.push(Op::Write { path, blob: *id, size: size_of(id), executable: *executable }),
+        Want::Link { id } => {
+            let target = repo.with_objects(|odb| odb.find_blob(id, buf).map(|b| b.data.to_vec()).unwrap_or_default());
+            ops.push(Op::Symlink { path, target });
         }
     };
     // Remove everything at and below `path` that the scan found.
     let remove_found = |ops: &mut Vec<Op>, path: &[u8]| {
-        for (p, k) in found.range(path.to_vec()..) {
-            if p.as_slice() != path && !(p.starts_with(path) && p.get(path.len()) == Some(&b'/')) {
-                if !p.starts_with(path) {
-                    break;
-                }
+        let start = found.partition_point(|e| e.0.as_slice() < path);
+        for (p, k) in &found[start..] {
+            if !p.starts_with(path) {
+                break;
+            }
+            if p.as_slice() != path && p.get(path.len()) != Some(&b'/') {
                 continue;
             }
             if let Ok(r) = RelPath::parse(&String::from_utf8_lossy(p)) {
@@ -455,19 +491,19 @@ pub async fn repair_plan(repo: &Repo, backend: &dyn Backend, report: &Report, de
         let key = d.path().as_bytes();
         match d {
             Drift::Missing { path } | Drift::ContentChanged { path } | Drift::LinkChanged { path } => {
-                if let Some(w) = want.get(key) {
-                    // A missing file's parents may be missing too; their own Missing entries make them.
+                // A missing file's parents may be missing too; their own Missing entries make them.
+                if let Some(w) = lookup(&want, key) {
                     create(&mut ops, rel(path)?, w, &mut buf);
                 }
             }
             Drift::ModeChanged { path, executable } => {
-                if let Some(Want::File { id, .. }) = want.get(key) {
+                if let Some(Want::File { id, .. }) = lookup(&want, key) {
                     ops.push(Op::Chmod { path: rel(path)?, executable: *executable, blob: *id, size: size_of(id) });
                 }
             }
             Drift::TypeChanged { path, .. } => {
                 remove_found(&mut ops, key);
-                if let Some(w) = want.get(key) {
+                if let Some(w) = lookup(&want, key) {
                     create(&mut ops, rel(path)?, w, &mut buf);
                 }
             }
@@ -475,7 +511,5 @@ pub async fn repair_plan(repo: &Repo, backend: &dyn Backend, report: &Report, de
             Drift::Extra { .. } => {}
         }
     }
-    // A type change from directory to file removes the directory's content: restore nothing
-    // there; from file to directory: the content under it was reported missing.
     Ok(Plan::from_ops(Some(synced.tree), synced.tree, ops))
 }
