@@ -414,7 +414,18 @@ fn one_line(e: &anyhow::Error) -> String {
     msg.replace('\n', " ")
 }
 
+/// Die quietly on a closed pipe (`treesync plan | head`), like other Unix tools, instead of
+/// panicking on the next print.
+#[allow(unsafe_code)]
+fn restore_sigpipe() {
+    // SAFETY: setting a signal's disposition to the default at startup, before any thread exists.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+}
+
 fn main() -> ExitCode {
+    restore_sigpipe();
     let cli = Cli::parse();
     match run(cli) {
         Ok(code) => code,
@@ -448,8 +459,9 @@ fn exit_code(e: &anyhow::Error) -> u8 {
 }
 
 fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
+    // Blocking filesystem work runs on tokio's blocking pool; the async side is light, so one
+    // thread drives it (and a sync of ten files starts no worker threads it does not need).
+    tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .context("cannot start the async runtime")

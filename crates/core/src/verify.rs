@@ -222,8 +222,8 @@ fn walk_tree(repo: &Repo, tree: ObjectId) -> Result<Vec<(Vec<u8>, Want)>, Error>
     Ok(out)
 }
 
-/// The stat index: (path, blob id, stat) as recorded by the last verify, sorted by path.
-type StatIndex = Vec<(Vec<u8>, ObjectId, gix_index::entry::Stat)>;
+/// The stat index as recorded by the last verify (entries sorted by path).
+type StatIndex = gix_index::State;
 
 fn read_index(bytes: &[u8]) -> Option<StatIndex> {
     let (state, _) = gix_index::State::from_bytes(
@@ -233,9 +233,7 @@ fn read_index(bytes: &[u8]) -> Option<StatIndex> {
         Default::default(),
     )
     .ok()?;
-    let mut v: StatIndex = state.entries().iter().map(|e| (e.path(&state).to_vec(), e.id, e.stat)).collect();
-    v.sort_unstable_by(|a, b| a.0.cmp(&b.0));
-    Some(v)
+    Some(state)
 }
 
 fn index_stat(s: &FileStat, size: u64) -> gix_index::entry::Stat {
@@ -251,10 +249,10 @@ fn index_stat(s: &FileStat, size: u64) -> gix_index::entry::Stat {
     }
 }
 
-fn write_index(entries: &[(Vec<u8>, ObjectId, gix_index::entry::Mode, gix_index::entry::Stat)]) -> Vec<u8> {
+fn write_index(want: &[(Vec<u8>, Want)], entries: &[(usize, ObjectId, gix_index::entry::Mode, gix_index::entry::Stat)]) -> Vec<u8> {
     let mut state = gix_index::State::new(gix_hash::Kind::Sha1);
-    for (path, id, mode, stat) in entries {
-        state.dangerously_push_entry(*stat, *id, gix_index::entry::Flags::empty(), *mode, path.as_bstr());
+    for (i, id, mode, stat) in entries {
+        state.dangerously_push_entry(*stat, *id, gix_index::entry::Flags::empty(), *mode, want[*i].0.as_bstr());
     }
     state.sort_entries();
     let mut out = Vec::new();
@@ -296,9 +294,11 @@ pub async fn verify(repo: &Repo, backend: &dyn Backend, level: Level) -> Result<
     let mut found: Vec<(Vec<u8>, FoundKind)> = backend.scan().await?.into_iter().map(|f| (f.path, f.kind)).collect();
     found.sort_unstable_by(|a, b| a.0.cmp(&b.0));
     let index = match level {
-        Level::Stat => backend.load_aux("index").await?.and_then(|b| read_index(&b)).unwrap_or_default(),
-        _ => StatIndex::new(),
-    };
+        Level::Stat => backend.load_aux("index").await?.and_then(|b| read_index(&b)),
+        _ => None,
+    }
+    .unwrap_or_else(|| gix_index::State::new(gix_hash::Kind::Sha1));
+    let index_entries = index.entries();
     let mut report = Report {
         commit: synced.commit,
         level,
@@ -308,13 +308,14 @@ pub async fn verify(repo: &Repo, backend: &dyn Backend, level: Level) -> Result<
         proven_by_stat: 0,
         drift: Vec::new(),
     };
-    let mut new_index: Vec<(Vec<u8>, ObjectId, gix_index::entry::Mode, gix_index::entry::Stat)> = Vec::with_capacity(want.len());
+    // What the index will hold: (position in `want`, id, mode, stat) — no path copies.
+    let mut new_index: Vec<(usize, ObjectId, gix_index::entry::Mode, gix_index::entry::Stat)> = Vec::with_capacity(want.len());
     let show = |p: &[u8]| String::from_utf8_lossy(p).into_owned();
     let mut buf = Vec::new();
     let mut extras: Vec<usize> = Vec::new();
     let (mut fi, mut ii) = (0, 0);
     // Both lists are sorted by path: one merge over them (and over the index) finds everything.
-    for (path, w) in &want {
+    for (wi, (path, w)) in want.iter().enumerate() {
         while fi < found.len() && found[fi].0 < *path {
             extras.push(fi);
             fi += 1;
@@ -325,12 +326,12 @@ pub async fn verify(repo: &Repo, backend: &dyn Backend, level: Level) -> Result<
         } else {
             None
         };
-        while ii < index.len() && index[ii].0 < *path {
+        while ii < index_entries.len() && index_entries[ii].path(&index).as_bytes() < path.as_slice() {
             ii += 1;
         }
-        let recorded = index.get(ii).filter(|e| e.0 == *path).map(|e| (e.1, e.2));
+        let recorded = index_entries.get(ii).filter(|e| e.path(&index).as_bytes() == path.as_slice()).map(|e| (e.id, e.stat));
         if let Want::Gitlink { id } = w {
-            new_index.push((path.clone(), *id, gix_index::entry::Mode::COMMIT, gix_index::entry::Stat::default()));
+            new_index.push((wi, *id, gix_index::entry::Mode::COMMIT, gix_index::entry::Stat::default()));
         }
         let Some(f) = f else {
             if matches!(w, Want::Dir | Want::Gitlink { .. }) && !caps.empty_dirs {
@@ -351,7 +352,7 @@ pub async fn verify(repo: &Repo, backend: &dyn Backend, level: Level) -> Result<
                     let st = index_stat(st, *size);
                     if recorded == Some((*id, st)) {
                         report.proven_by_stat += 1;
-                        new_index.push((path.clone(), *id, mode, st));
+                        new_index.push((wi, *id, mode, st));
                         continue;
                     }
                 }
@@ -382,7 +383,7 @@ pub async fn verify(repo: &Repo, backend: &dyn Backend, level: Level) -> Result<
                     }
                 }
                 if let Some(s) = stat {
-                    new_index.push((path.clone(), *id, mode, index_stat(s, *size)));
+                    new_index.push((wi, *id, mode, index_stat(s, *size)));
                 }
             }
             (Want::Link { id }, FoundKind::Link { target, stat }) => {
@@ -390,7 +391,7 @@ pub async fn verify(repo: &Repo, backend: &dyn Backend, level: Level) -> Result<
                 if !ok {
                     report.drift.push(Drift::LinkChanged { path: show(path) });
                 } else if let Some(s) = stat {
-                    new_index.push((path.clone(), *id, gix_index::entry::Mode::SYMLINK, index_stat(s, target.len() as u64)));
+                    new_index.push((wi, *id, gix_index::entry::Mode::SYMLINK, index_stat(s, target.len() as u64)));
                 }
             }
             // Listings that cannot tell a symlink from a file: compare the link target as content.
@@ -441,10 +442,13 @@ pub async fn verify(repo: &Repo, backend: &dyn Backend, level: Level) -> Result<
     }
     report.drift.sort_by(|a, b| a.path().cmp(b.path()));
     // Rewrite the index only when it learned something (a steady tree costs no write).
-    let unchanged = new_index.len() == index.len()
-        && new_index.iter().zip(&index).all(|(n, o)| n.0 == o.0 && n.1 == o.1 && n.3 == o.2);
+    let unchanged = new_index.len() == index_entries.len()
+        && new_index
+            .iter()
+            .zip(index_entries)
+            .all(|(n, o)| want[n.0].0.as_slice() == o.path(&index).as_bytes() && n.1 == o.id && n.2 == o.mode && n.3 == o.stat);
     if level != Level::Quick && !new_index.is_empty() && !unchanged {
-        backend.store_aux("index", &write_index(&new_index)).await?;
+        backend.store_aux("index", &write_index(&want, &new_index)).await?;
     }
     Ok(report)
 }
