@@ -2,6 +2,7 @@
 
 mod bench;
 mod bench_s3;
+mod campaign;
 mod ci;
 mod util;
 
@@ -15,6 +16,10 @@ Tasks:
           Without local or s3, runs both.
           options: --files N (100000)  --runs R (5)  --s3-files N (20000)
                    --dir DIR (/tmp/treesync-bench)  --no-write (print the tables only)
+  campaign
+          Kill `treesync sync` with SIGKILL at random moments, check that the next sync
+          finishes the job like git archive, and record the figures in RELIABILITY.md
+          options: --trials N (200)  --seed N (7)  --no-write
   ci      Run what .ci/run runs (the whole test suite)
 ";
 
@@ -23,6 +28,7 @@ fn main() -> std::process::ExitCode {
     let result = match args.first().map(String::as_str) {
         Some("bench") => bench::run(&args[1..]),
         Some("ci") => ci::run(&args[1..]),
+        Some("campaign") => campaign::run(&args[1..]),
         Some("bench-generate") => bench::generate(&args[1..]),
         Some("help" | "--help" | "-h") | None => {
             print!("{HELP}");

@@ -289,9 +289,16 @@ fn lookup<'a, T>(v: &'a [(Vec<u8>, T)], path: &[u8]) -> Option<&'a T> {
 /// keeps one) with what was proven, so the next verify hashes less.
 pub async fn verify(repo: &Repo, backend: &dyn Backend, level: Level) -> Result<Report, Error> {
     let synced = recorded_commit(backend).await?;
-    let want = walk_tree(repo, synced.tree)?;
+    // Walking the tree (CPU, in the object database) overlaps with scanning the target
+    // (mostly waiting on the filesystem or the network).
+    let walker = {
+        let repo = repo.clone();
+        tokio::task::spawn_blocking(move || walk_tree(&repo, synced.tree))
+    };
     let caps = backend.capabilities();
-    let mut found: Vec<(Vec<u8>, FoundKind)> = backend.scan().await?.into_iter().map(|f| (f.path, f.kind)).collect();
+    let scanned = backend.scan().await;
+    let want = walker.await.map_err(|e| Error::Backend(backend::Error::State(format!("a worker thread failed: {e}"))))??;
+    let mut found: Vec<(Vec<u8>, FoundKind)> = scanned?.into_iter().map(|f| (f.path, f.kind)).collect();
     found.sort_unstable_by(|a, b| a.0.cmp(&b.0));
     let index = match level {
         Level::Stat => backend.load_aux("index").await?.and_then(|b| read_index(&b)),

@@ -2,6 +2,7 @@
 //! comparison of a target with `git archive`, and the conformance suite every backend runs.
 
 pub mod conformance;
+pub mod crash;
 pub mod history;
 pub mod s3;
 pub mod tree;

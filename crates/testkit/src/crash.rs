@@ -1,0 +1,125 @@
+//! The crash campaign: `treesync sync` killed with SIGKILL at random moments, during initial
+//! checkouts and incremental syncs (adds, deletes, renames, file↔directory changes); after
+//! every kill the next sync must complete and the target must equal `git archive`.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::history::{self, Entry, Model};
+use crate::{BareRepo, Rng, tree};
+
+/// What a campaign did.
+#[derive(Debug, Default, Clone)]
+pub struct Stats {
+    /// Trials run.
+    pub trials: u64,
+    /// Kills that landed while the sync was running.
+    pub killed_mid_sync: u64,
+    /// Kills that came after the sync had already finished.
+    pub finished_before_kill: u64,
+    /// Of the mid-sync kills, how many left a journal that `status` reported as interrupted.
+    pub reported_interrupted: u64,
+    /// Initial checkouts among the trials.
+    pub initial: u64,
+    /// Failures (must be zero): a description each.
+    pub failures: Vec<String>,
+}
+
+/// A history for the campaign: a bulky first commit, then changes of every kind.
+pub fn campaign_history(seed: u64) -> Vec<Model> {
+    let mut trees = history::random_history(seed, 6);
+    for t in trees.iter_mut() {
+        for i in 0..1500 {
+            t.insert(&format!("bulk/d{}/f{i}", i % 15), Entry::File { content: format!("{i}\n").repeat(20).into_bytes(), executable: i % 9 == 0 });
+        }
+    }
+    // A file↔directory flip of the bulk area between commits 2 and 3.
+    trees[3].remove_dir("bulk/d3");
+    trees[3].insert("bulk/d3", Entry::File { content: b"now a file\n".to_vec(), executable: false });
+    trees[4].remove_dir("bulk/d4");
+    trees
+}
+
+fn treesync(bin: &Path) -> Command {
+    let mut c = Command::new(bin);
+    c.stdout(Stdio::null()).stderr(Stdio::piped());
+    c
+}
+
+/// Run `trials` kill-and-recover trials with the `treesync` binary `bin`.
+pub fn run(bin: &Path, trials: u64, seed: u64) -> Stats {
+    let bare = BareRepo::new();
+    let trees = campaign_history(seed);
+    let commits = history::import(&bare.path, "main", &trees);
+    let mut expected: Vec<Option<std::collections::BTreeMap<String, tree::Node>>> = vec![None; commits.len()];
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut rng = Rng::new(seed);
+    let mut stats = Stats::default();
+    let mut target: PathBuf = dir.path().join("t0");
+    // How long an undisturbed sync takes, to spread the kills over it.
+    let t = Instant::now();
+    let o = treesync(bin)
+        .args(["sync", "-q", "--jobs", "1", "--batch", "1", "--repo"])
+        .arg(&bare.path)
+        .args(["--ref", &commits[0], "--target"])
+        .arg(dir.path().join("probe"))
+        .output()
+        .expect("runs");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let full = t.elapsed().max(Duration::from_millis(20));
+    for trial in 0..trials {
+        stats.trials += 1;
+        // Every 5th trial starts from an empty target (initial checkout).
+        if trial % 5 == 0 {
+            target = dir.path().join(format!("t{trial}"));
+            stats.initial += 1;
+        }
+        let to = rng.below(commits.len());
+        let mut child = treesync(bin)
+            // One op at a time, so the kill lands between ops as often as inside one.
+            .args(["sync", "-q", "--jobs", "1", "--batch", "1", "--repo"])
+            .arg(&bare.path)
+            .args(["--ref", &commits[to], "--target"])
+            .arg(&target)
+            .spawn()
+            .expect("spawn");
+        // Incremental syncs are much shorter than the initial checkout the scale comes from:
+        // square a uniform draw so that short delays are common.
+        let u = rng.below(10_000) as f64 / 10_000.0;
+        let delay = full.mul_f64(u * u);
+        std::thread::sleep(delay);
+        let killed = child.kill().is_ok();
+        let status = child.wait().expect("reaped");
+        let mid = killed && status.code().is_none();
+        if mid {
+            stats.killed_mid_sync += 1;
+            let o = treesync(bin).args(["status", "--json", "--target"]).arg(&target).stdout(Stdio::piped()).output().expect("status");
+            if String::from_utf8_lossy(&o.stdout).contains("\"to_commit\"") {
+                stats.reported_interrupted += 1;
+            }
+        } else {
+            stats.finished_before_kill += 1;
+        }
+        // The next run completes, to the same commit or another one.
+        let next = if rng.percent(50) { to } else { rng.below(commits.len()) };
+        let o = treesync(bin).args(["sync", "-q", "--repo"]).arg(&bare.path).args(["--ref", &commits[next], "--target"]).arg(&target).output().expect("sync");
+        if !o.status.success() {
+            stats.failures.push(format!("trial {trial}: the sync after the kill failed: {}", String::from_utf8_lossy(&o.stderr)));
+            continue;
+        }
+        let exp = expected[next].get_or_insert_with(|| {
+            let d = dir.path().join(format!("expected{next}"));
+            bare.archive(&commits[next], &d);
+            tree::read_dir(&d)
+        });
+        let actual = tree::read_dir(&target);
+        if let Some(d) = tree::diff(exp, &actual) {
+            stats.failures.push(format!("trial {trial}: after the kill (delay {delay:?}) and a sync to commit {next}, the target differs:\n{d}"));
+        }
+        if actual.keys().any(|k| k.rsplit('/').next().is_some_and(|n| n.starts_with(".treesync-tmp."))) {
+            stats.failures.push(format!("trial {trial}: temporaries left behind"));
+        }
+    }
+    stats
+}
