@@ -307,3 +307,24 @@ fn incremental_sync_makes_few_stat_calls() {
     eprintln!("stat-family syscalls of an incremental sync at N=20,000: {total}\n{text}");
     assert_target_is(&bare, &commits[1], &target);
 }
+
+/// Deep trees: 1,000 levels sync like git archive (the walk runs on a large stack); 10,000
+/// levels (a path far beyond PATH_MAX, deeper than git's core.maxTreeDepth) are refused before
+/// any write instead of overflowing the stack.
+#[test]
+fn deep_trees_sync_or_are_refused_clearly() {
+    let bare = BareRepo::new();
+    let mut ok = Model::default();
+    ok.insert(&format!("{}/leaf", vec!["d"; 1000].join("/")), Entry::File { content: b"deep\n".to_vec(), executable: false });
+    let mut too_deep = Model::default();
+    too_deep.insert(&format!("{}/leaf", vec!["d"; 10_000].join("/")), Entry::File { content: b"x\n".to_vec(), executable: false });
+    let commits = history::import(&bare.path, "main", &[ok, too_deep]);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let target = dir.path().join("t");
+    let o = sync(&bare.path, &commits[0], &target);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_target_is(&bare, &commits[0], &target);
+    let o = sync(&bare.path, &commits[1], &target);
+    assert_clear_error(&o, 4, "PATH_MAX");
+    assert_target_is(&bare, &commits[0], &target);
+}

@@ -174,9 +174,9 @@ async fn prepare_at(
         Some(SyncState { in_progress: Some(p), .. }) => {
             let plan = if p.takeover {
                 let existing = scan(backend).await?;
-                repo.with_objects(|odb| plan::plan_takeover(odb, &existing, p.to_tree))?
+                plan::with_big_stack(|| repo.with_objects(|odb| plan::plan_takeover(odb, &existing, p.to_tree)))?
             } else {
-                repo.with_objects(|odb| plan::plan(odb, p.from_tree, p.to_tree))?
+                plan::with_big_stack(|| repo.with_objects(|odb| plan::plan(odb, p.from_tree, p.to_tree)))?
             };
             resume = Some((p.clone(), plan));
             Some(p.to_tree)
@@ -193,9 +193,9 @@ async fn prepare_at(
     };
     let main = if takeover {
         let existing = scan(backend).await?;
-        repo.with_objects(|odb| plan::plan_takeover(odb, &existing, to.tree))?
+        plan::with_big_stack(|| repo.with_objects(|odb| plan::plan_takeover(odb, &existing, to.tree)))?
     } else {
-        repo.with_objects(|odb| plan::plan(odb, base, to.tree))?
+        plan::with_big_stack(|| repo.with_objects(|odb| plan::plan(odb, base, to.tree)))?
     };
     Ok(Prepared { state, target, resume, main, to, takeover })
 }

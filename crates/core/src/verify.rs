@@ -217,7 +217,7 @@ fn walk_tree(repo: &Repo, tree: ObjectId) -> Result<Vec<(Vec<u8>, Want)>, Error>
         Ok(any)
     }
     let mut out = Vec::new();
-    repo.with_objects(|odb| walk(odb, tree, b"", &mut out))?;
+    crate::plan::with_big_stack(|| repo.with_objects(|odb| walk(odb, tree, b"", &mut out)))?;
     out.sort_unstable_by(|a, b| a.0.cmp(&b.0));
     Ok(out)
 }

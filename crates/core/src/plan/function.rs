@@ -8,8 +8,31 @@ use super::Error;
 use crate::op::{Op, Plan};
 use crate::path::{NameKind, RelPath};
 
+/// The deepest tree accepted: git's default `core.maxTreeDepth`.
+pub const MAX_TREE_DEPTH: usize = 4096;
+
+/// The longest path accepted, in bytes (Linux's `PATH_MAX` less the terminating NUL).
+pub const MAX_PATH_BYTES: usize = 4095;
+
+/// Run `f` on a thread with a stack large enough for the deepest tree we accept, whatever
+/// thread (an async runtime's worker has 2 MiB) the caller is on.
+pub(crate) fn with_big_stack<T: Send>(f: impl FnOnce() -> T + Send) -> T {
+    std::thread::scope(|s| {
+        std::thread::Builder::new()
+            .name("treesync-tree-walk".into())
+            .stack_size(32 << 20)
+            .spawn_scoped(s, f)
+            .expect("a thread can be started")
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+    })
+}
+
 /// Plan the ops that turn a target holding tree `from` (`None`: an empty target) into one
 /// holding tree `to`. Reads only the trees and symlink blobs on changed paths.
+///
+/// The walk recurses once per tree level: for trees near [`MAX_TREE_DEPTH`] run it on a thread
+/// with a large stack (as `sync` does).
 pub fn plan(odb: &dyn FindObjectOrHeader, from: Option<ObjectId>, to: ObjectId) -> Result<Plan, Error> {
     let mut p = Planner::new(odb);
     p.diff_tree_contents(&RelPath::root(), from, Some(to))?;
@@ -242,6 +265,19 @@ impl<'a> Planner<'a> {
             }
             let kind = if matches!(n, Some(Node::Link { .. })) { NameKind::Symlink } else { NameKind::Other };
             let path = dir.join(name.as_bstr(), kind)?;
+            if n.is_some() {
+                let reason = if path.depth() > MAX_TREE_DEPTH {
+                    Some(format!("the tree is deeper than {MAX_TREE_DEPTH} levels (git's core.maxTreeDepth refuses it too)"))
+                } else if path.as_bytes().len() > MAX_PATH_BYTES {
+                    Some(format!("the path is longer than PATH_MAX ({} bytes)", MAX_PATH_BYTES + 1))
+                } else {
+                    None
+                };
+                if let Some(reason) = reason {
+                    let shown: String = path.display().chars().take(120).collect();
+                    return Err(Error::Unsafe(crate::path::UnsafeName { path: format!("{shown}…"), reason }));
+                }
+            }
             self.diff_entry(&path, o, n)?;
         }
         Ok(())

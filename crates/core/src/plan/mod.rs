@@ -5,7 +5,8 @@
 //! paths (times their depth), not with the size of the tree.
 
 mod function;
-pub use function::{plan, plan_takeover, ExistingEntry, ExistingKind};
+pub use function::{ExistingEntry, ExistingKind, MAX_PATH_BYTES, MAX_TREE_DEPTH, plan, plan_takeover};
+pub(crate) use function::with_big_stack;
 
 use gix_hash::ObjectId;
 
