@@ -328,3 +328,57 @@ fn deep_trees_sync_or_are_refused_clearly() {
     assert_clear_error(&o, 4, "PATH_MAX");
     assert_target_is(&bare, &commits[0], &target);
 }
+
+/// A corrupt object database: a missing blob and a tree entry whose object is a tree, not a
+/// blob. The error names the object and the path, nothing is written, the target keeps its
+/// commit, and once the repository is repaired the next sync finishes.
+#[test]
+fn corrupt_objects_are_named_and_nothing_is_written() {
+    let bare = BareRepo::new();
+    let mut a = Model::default();
+    a.insert("keep", Entry::File { content: b"keep\n".to_vec(), executable: false });
+    let mut b = a.clone();
+    b.insert("dir/new", Entry::File { content: b"a blob that will vanish\n".to_vec(), executable: false });
+    let commits = history::import(&bare.path, "main", &[a, b]);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let target = dir.path().join("t");
+    assert!(sync(&bare.path, &commits[0], &target).status.success());
+
+    // Rebuild the repository without that blob: keep everything else.
+    let blob = git(&bare.path, &["rev-parse", &format!("{}:dir/new", commits[1])]);
+    let broken = BareRepo::new();
+    let objects = git(&bare.path, &["cat-file", "--batch-all-objects", "--batch-check=%(objectname)"]);
+    let keep: String = objects.lines().filter(|o| *o != blob).map(|o| format!("{o}\n")).collect();
+    let out = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "cd {} && printf '%s' \"$KEEP\" | git pack-objects --stdout | git -C {} index-pack --stdin >/dev/null",
+            bare.path.display(),
+            broken.path.display()
+        ))
+        .env("KEEP", &keep)
+        .output()
+        .expect("repack");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    git(&broken.path, &["update-ref", "refs/heads/main", &commits[1]]);
+
+    let o = sync(&broken.path, "main", &target);
+    assert_clear_error(&o, 2, &blob);
+    assert!(stderr(&o).contains("dir/new"), "the path is named: {}", stderr(&o));
+    assert_target_is(&bare, &commits[0], &target);
+    let st = treesync(&["status", "--target", s(&target)]);
+    assert!(!String::from_utf8_lossy(&st.stdout).contains("INTERRUPTED"), "planning failed before any write");
+
+    // A tree entry claiming to be a file but pointing at a tree.
+    let tree_as_blob = raw_tree(&broken.path, &[("100644", b"keep", &git(&broken.path, &["rev-parse", &format!("{}^{{tree}}", commits[0])]))]);
+    let c = commit_tree(&broken.path, &tree_as_blob);
+    let o = sync(&broken.path, &c, &target);
+    assert_clear_error(&o, 2, "not a blob");
+    assert_target_is(&bare, &commits[0], &target);
+
+    // Repaired (the blob is back): the next sync finishes.
+    git_stdin(&broken.path, &["hash-object", "-w", "--stdin"], b"a blob that will vanish\n");
+    let o = sync(&broken.path, "main", &target);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_target_is(&bare, &commits[1], &target);
+}
