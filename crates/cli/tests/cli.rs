@@ -382,3 +382,27 @@ fn corrupt_objects_are_named_and_nothing_is_written() {
     assert!(o.status.success(), "{}", stderr(&o));
     assert_target_is(&bare, &commits[1], &target);
 }
+
+/// Names git accepts but that trip naive tools — newlines, tabs, escapes, leading dashes, spaces —
+/// sync like git archive; a `.gitmodules` symlink (CVE-2018-11235 territory) is refused.
+#[test]
+fn odd_names_sync_like_git_and_gitmodules_symlinks_are_refused() {
+    let bare = BareRepo::new();
+    let mut m = Model::default();
+    for name in ["new\nline", "tab\there", "esc\u{1b}[31m", "-rf", " spaced ", "back\\slash", "quote\"d", "ünïcødé"] {
+        m.insert(&format!("odd/{name}"), Entry::File { content: name.as_bytes().to_vec(), executable: false });
+    }
+    let commits = history::import(&bare.path, "main", &[m]);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let target = dir.path().join("t");
+    let o = sync(&bare.path, &commits[0], &target);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_target_is(&bare, &commits[0], &target);
+
+    let link = git_stdin(&bare.path, &["hash-object", "-w", "--stdin"], b"../../outside");
+    let blob = git_stdin(&bare.path, &["hash-object", "-w", "--stdin"], b"x\n");
+    let tree = raw_tree(&bare.path, &[("120000", b".gitmodules", &link), ("100644", b"z", &blob)]);
+    let c = commit_tree(&bare.path, &tree);
+    let o = sync(&bare.path, &c, &dir.path().join("t2"));
+    assert_clear_error(&o, 4, ".gitmodules");
+}

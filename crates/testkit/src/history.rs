@@ -256,8 +256,20 @@ pub fn import(repo: &Path, branch: &str, trees: &[Model]) -> Vec<String> {
     out.lines().map(|l| l.trim().to_string()).filter(|l| l.len() == 40).collect()
 }
 
+/// C-style quoting as fast-import reads it: `\\`, `\"` and octal escapes for control bytes;
+/// everything else (UTF-8 included) verbatim.
 fn quote(path: &str) -> String {
-    format!("\"{}\"", path.replace('\\', "\\\\").replace('"', "\\\""))
+    let mut bytes = vec![b'"'];
+    for b in path.bytes() {
+        match b {
+            b'\\' => bytes.extend_from_slice(b"\\\\"),
+            b'"' => bytes.extend_from_slice(b"\\\""),
+            0..=0x1f | 0x7f => bytes.extend_from_slice(format!("\\{b:03o}").as_bytes()),
+            _ => bytes.push(b),
+        }
+    }
+    bytes.push(b'"');
+    String::from_utf8(bytes).expect("escaping keeps UTF-8 valid")
 }
 
 struct Stream<'a>(&'a mut Vec<u8>);
