@@ -89,3 +89,42 @@ fn full_disk_is_a_clear_error_leaves_no_temporaries_and_the_rerun_finishes() {
         panic!("target differs from git archive:\n{d}");
     }
 }
+
+/// Faults of every kind storage reports, injected half-way through a sync: one clear line with
+/// a hint where one helps, the journal records the unfinished sync, and the rerun finishes.
+#[test]
+fn every_kind_of_storage_fault_is_clear_and_recoverable() {
+    use std::io::ErrorKind::*;
+    use treesync_core::policy::Fault;
+    let rt = runtime();
+    let h = History::random(31, 4);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let root = dir.path().join("t");
+    let local = || LocalBackend::new(&root, Options::default());
+    rt.block_on(sync_to(&h.repo, &h.commits[0], &local())).expect("initial");
+    for (i, (kind, hint)) in [
+        (Other, ""),
+        (StorageFull, "free space"),
+        (PermissionDenied, "permissions"),
+        (ReadOnlyFilesystem, "read-only"),
+        (TimedOut, ""),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let to = 1 + i % 3;
+        let plan = rt.block_on(sync::prepare(&h.repo, &h.commits[to], &local(), false, false)).expect("plan");
+        let half = (plan.main.len() / 2) as u64;
+        let failing = Fail::after(local(), half).with(Fault::Io(kind));
+        let err = rt.block_on(sync_to(&h.repo, &h.commits[to], &failing)).expect_err("the fault stops the sync");
+        let msg = err.to_string();
+        assert!(msg.lines().count() <= 3 && msg.contains("(injected)") && msg.contains(hint), "{kind:?}: {msg}");
+        assert!(msg.contains("run sync again"), "{kind:?}: says what to do: {msg}");
+        let status = rt.block_on(sync::status(&local())).expect("status");
+        assert!(status.state.expect("state").in_progress.is_some(), "{kind:?}: the journal knows");
+        rt.block_on(sync_to(&h.repo, &h.commits[to], &local())).expect("the rerun finishes");
+        if let Some(d) = tree::diff(&h.expected(to), &tree::read_dir(&root)) {
+            panic!("{kind:?}: target differs from git archive:\n{d}");
+        }
+    }
+}

@@ -8,20 +8,37 @@ use crate::backend::{Backend, Batch, Error};
 use crate::op::Op;
 use crate::source::BlobSource;
 
+/// What an injected fault looks like to the caller.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// [`Error::Injected`]: a plain "the process stopped here".
+    Stop,
+    /// An I/O error of this kind at the op's path, as the storage would report it
+    /// (`StorageFull`, `PermissionDenied`, `ReadOnlyFilesystem`, `TimedOut`, `Other` for EIO, …).
+    Io(std::io::ErrorKind),
+}
+
 /// Fault injection: the op after the first `after` ops fails (and every one after it), as if
-/// the process had died there. State writes are not counted and keep working unless
-/// [`Fail::also_state`] is set, so tests can check what the journal says.
+/// the storage or the process had failed there. State writes are not counted and keep working
+/// unless [`Fail::also_state`] is set, so tests can check what the journal says.
 pub struct Fail<B> {
     inner: B,
     after: u64,
     started: AtomicU64,
     state_too: bool,
+    fault: Fault,
 }
 
 impl<B: Backend> Fail<B> {
     /// Let `after` ops through, then fail.
     pub fn after(inner: B, after: u64) -> Self {
-        Fail { inner, after, started: AtomicU64::new(0), state_too: false }
+        Fail { inner, after, started: AtomicU64::new(0), state_too: false, fault: Fault::Stop }
+    }
+
+    /// Fail with `fault` instead of [`Fault::Stop`].
+    pub fn with(mut self, fault: Fault) -> Self {
+        self.fault = fault;
+        self
     }
 
     /// Once the fault has struck, also fail state writes (as if the process died).
@@ -31,7 +48,10 @@ impl<B: Backend> Fail<B> {
     }
 
     fn fault(&self, index: u64, op: &Op) -> Error {
-        Error::Injected { after: index, op: op.kind().name(), path: op.path().display() }
+        match self.fault {
+            Fault::Stop => Error::Injected { after: index, op: op.kind().name(), path: op.path().display() },
+            Fault::Io(kind) => Error::io(op.kind().name(), op.path(), std::io::Error::new(kind, format!("{kind} (injected)"))),
+        }
     }
 
     fn struck(&self) -> bool {

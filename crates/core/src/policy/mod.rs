@@ -6,5 +6,5 @@ mod fail;
 mod limit;
 
 pub use count::{Count, Record};
-pub use fail::Fail;
+pub use fail::{Fail, Fault};
 pub use limit::Limit;
