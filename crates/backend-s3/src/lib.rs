@@ -383,20 +383,10 @@ impl Backend for ObjectStoreBackend {
 
     async fn scan(&self) -> Result<Vec<Found>, Error> {
         // One LIST request per 1,000 keys; the listing tells size and ETag, not the mode.
-        let prefix = (!self.prefix.as_ref().is_empty()).then_some(&self.prefix);
-        let metas: Vec<_> = self.store.list(prefix).collect().await;
         let mut out = Vec::new();
-        for meta in metas {
-            let meta = meta.map_err(|e| store_error("list", &self.display, e))?;
-            let rel: Vec<String> = match prefix {
-                Some(p) => meta.location.prefix_match(p).map(|it| it.map(|x| x.as_ref().to_string()).collect()).unwrap_or_default(),
-                None => meta.location.parts().map(|x| x.as_ref().to_string()).collect(),
-            };
-            if rel.first().map(String::as_str) == Some(treesync_core::path::STATE_DIR) {
-                continue;
-            }
+        for (rel, meta) in self.list_tree().await? {
             out.push(Found {
-                path: rel.join("/").into_bytes(),
+                path: rel.into_bytes(),
                 kind: FoundKind::File {
                     size: meta.size,
                     executable: None,
@@ -434,25 +424,34 @@ pub struct StoredObject {
 }
 
 impl ObjectStoreBackend {
-    /// Read the whole prefix back, state folder excluded (one LIST per 1,000 keys and one GET
-    /// per object): for tests and checks, never used by a sync.
-    pub async fn read_all(&self) -> Result<Vec<StoredObject>, Error> {
+    /// Every object under the prefix (the state folder left out), with its path below the
+    /// prefix: one LIST request per 1,000 keys.
+    async fn list_tree(&self) -> Result<Vec<(String, object_store::ObjectMeta)>, Error> {
         let prefix = (!self.prefix.as_ref().is_empty()).then_some(&self.prefix);
         let metas: Vec<_> = self.store.list(prefix).collect().await;
-        let mut out = Vec::new();
+        let mut out = Vec::with_capacity(metas.len());
         for meta in metas {
             let meta = meta.map_err(|e| store_error("list", &self.display, e))?;
             let rel: Vec<String> = match prefix {
                 Some(p) => meta.location.prefix_match(p).map(|it| it.map(|x| x.as_ref().to_string()).collect()).unwrap_or_default(),
                 None => meta.location.parts().map(|x| x.as_ref().to_string()).collect(),
             };
-            if rel.first().map(String::as_str) == Some(treesync_core::path::STATE_DIR) {
-                continue;
+            if rel.first().map(String::as_str) != Some(treesync_core::path::STATE_DIR) {
+                out.push((rel.join("/"), meta));
             }
+        }
+        Ok(out)
+    }
+
+    /// Read the whole prefix back, state folder excluded (one LIST per 1,000 keys and one GET
+    /// per object): for tests and checks, never used by a sync.
+    pub async fn read_all(&self) -> Result<Vec<StoredObject>, Error> {
+        let mut out = Vec::new();
+        for (rel, meta) in self.list_tree().await? {
             let got = self.store.get(&meta.location).await.map_err(|e| store_error("read", &meta.location, e))?;
             let mode = got.attributes.get(&Attribute::Metadata(MODE_KEY.into())).and_then(|v| v.as_ref().parse().ok());
             let data = got.bytes().await.map_err(|e| store_error("read", &meta.location, e))?.to_vec();
-            out.push(StoredObject { path: rel.join("/"), mode, data });
+            out.push(StoredObject { path: rel, mode, data });
         }
         out.sort_by(|a, b| a.path.cmp(&b.path));
         Ok(out)

@@ -402,7 +402,9 @@ fn run_watch(args: WatchArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn one_line(e: &anyhow::Error) -> String {
+/// The error and its causes, each said once (our messages already include their sources),
+/// with hints on their own lines.
+fn error_text(e: &anyhow::Error) -> String {
     let mut msg = String::new();
     for cause in e.chain() {
         let text = cause.to_string();
@@ -411,7 +413,12 @@ fn one_line(e: &anyhow::Error) -> String {
             msg.push_str(&text);
         }
     }
-    msg.replace('\n', " ")
+    msg
+}
+
+/// [`error_text`] on one line, for logs.
+fn one_line(e: &anyhow::Error) -> String {
+    error_text(e).replace('\n', " ")
 }
 
 /// Die quietly on a closed pipe (`treesync plan | head`), like other Unix tools, instead of
@@ -430,15 +437,7 @@ fn main() -> ExitCode {
     match run(cli) {
         Ok(code) => code,
         Err(e) => {
-            let mut msg = String::new();
-            for cause in e.chain() {
-                let text = cause.to_string();
-                if !msg.contains(&text) {
-                    msg.push_str(if msg.is_empty() { "" } else { ": " });
-                    msg.push_str(&text);
-                }
-            }
-            eprintln!("treesync: error: {msg}");
+            eprintln!("treesync: error: {}", error_text(&e));
 
             ExitCode::from(exit_code(&e))
         }

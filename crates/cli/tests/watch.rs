@@ -36,7 +36,7 @@ fn watch_follows_pushes_and_stops_cleanly_on_sigterm() {
     git(&bare.path, &["update-ref", "refs/heads/main", &commits[0]]);
     let dir = tempfile::tempdir().expect("tempdir");
     let target = dir.path().join("t");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_treesync"))
+    let child = Command::new(env!("CARGO_BIN_EXE_treesync"))
         .args(["watch", "--repo"])
         .arg(&bare.path)
         .args(["--ref", "main", "--target"])
