@@ -133,7 +133,11 @@ fn strace(cmd: &Command, flags: &[&str]) -> Result<String, String> {
     std::fs::read_to_string(&out).map_err(|e| format!("strace output: {e}"))
 }
 
-fn timed(runs: usize, mut setup: impl FnMut() -> Result<(), String>, mut cmd: impl FnMut() -> Command) -> Result<(Duration, u64), String> {
+fn timed(
+    runs: usize,
+    mut setup: impl FnMut() -> Result<(), String>,
+    mut cmd: impl FnMut() -> Command,
+) -> Result<(Duration, u64), String> {
     let mut times = Vec::new();
     let mut rss = 0;
     for _ in 0..runs {
@@ -155,14 +159,21 @@ pub fn run(args: &[String]) -> Result<(), String> {
 
     std::fs::create_dir_all(&c.dir).map_err(|e| format!("{}: {e}", c.dir.display()))?;
     let mounted_here = !is_mountpoint(&c.dir)
-        && Command::new("mount").args(["-t", "tmpfs", "-o", "size=8g", "tmpfs"]).arg(&c.dir).status().is_ok_and(|s| s.success());
+        && Command::new("mount")
+            .args(["-t", "tmpfs", "-o", "size=8g", "tmpfs"])
+            .arg(&c.dir)
+            .status()
+            .is_ok_and(|s| s.success());
     let on_tmpfs = mounted_here || is_tmpfs(&c.dir);
     let result = (|| -> Result<(), String> {
         if c.local {
             let (table, _) = bench(&c, &treesync, has_strace, on_tmpfs)?;
             println!("{table}");
             if c.write {
-                let block = format!("Reproduce: `cargo xtask bench local --files {} --runs {}` (root, for the tmpfs mount).\n\n{table}", c.files, c.runs);
+                let block = format!(
+                    "Reproduce: `cargo xtask bench local --files {} --runs {}` (root, for the tmpfs mount).\n\n{table}",
+                    c.files, c.runs
+                );
                 write_section(&root.join("BENCHMARKS.md"), "local", "Local disk: treesync vs git", &block)?;
             }
         }
@@ -170,8 +181,16 @@ pub fn run(args: &[String]) -> Result<(), String> {
             let table = crate::bench_s3::run(&crate::bench_s3::Config { files: c.s3_files }, &c.dir, &treesync)?;
             println!("{table}");
             if c.write {
-                let block = format!("Reproduce: `cargo xtask bench s3 --s3-files {}` (needs moto, rclone and awscli: see .ci/run and the Debian packages).\n\n{table}", c.s3_files);
-                write_section(&root.join("BENCHMARKS.md"), "s3", "Object storage: treesync vs rclone and aws s3 sync", &block)?;
+                let block = format!(
+                    "Reproduce: `cargo xtask bench s3 --s3-files {}` (needs moto, rclone and awscli: see .ci/run and the Debian packages).\n\n{table}",
+                    c.s3_files
+                );
+                write_section(
+                    &root.join("BENCHMARKS.md"),
+                    "s3",
+                    "Object storage: treesync vs rclone and aws s3 sync",
+                    &block,
+                )?;
             }
         }
         Ok(())
@@ -228,8 +247,21 @@ fn bench(c: &Config, treesync: &Path, has_strace: bool, on_tmpfs: bool) -> Resul
     let mut rows = Vec::new();
 
     eprintln!("initial checkout…");
-    let (t, r) = timed(c.runs, || Ok(rm(&ts_target)), || ts("A"))?;
-    rows.push(Row { what: "initial checkout of A".into(), tool: "treesync sync".into(), time: t, rss_kib: r, stats: None });
+    let (t, r) = timed(
+        c.runs,
+        || {
+            let _: () = rm(&ts_target);
+            Ok(())
+        },
+        || ts("A"),
+    )?;
+    rows.push(Row {
+        what: "initial checkout of A".into(),
+        tool: "treesync sync".into(),
+        time: t,
+        rss_kib: r,
+        stats: None,
+    });
     for (label, workers) in [("git checkout -f", None), ("git -c checkout.workers=0 checkout -f", Some("0"))] {
         let (t, r) = timed(
             c.runs,
@@ -321,11 +353,19 @@ fn bench(c: &Config, treesync: &Path, has_strace: bool, on_tmpfs: bool) -> Resul
     };
     // The first verify hashes everything and writes the stat index; the steady state is measured.
     let (t_first, r_first) = measure(&mut verify())?;
-    rows.push(Row { what: "verify (first run, no stat index)".into(), tool: "treesync verify".into(), time: t_first, rss_kib: r_first, stats: None });
+    rows.push(Row {
+        what: "verify (first run, no stat index)".into(),
+        tool: "treesync verify".into(),
+        time: t_first,
+        rss_kib: r_first,
+        stats: None,
+    });
     let (t, r) = timed(c.runs, || Ok(()), verify)?;
     let stats = if has_strace { Some(stat_calls(&verify(), &ts_target)?) } else { None };
     rows.push(Row { what: "verify (warm)".into(), tool: "treesync verify".into(), time: t, rss_kib: r, stats });
-    for (label, args) in [("git status", &["status", "--porcelain"][..]), ("git diff-files", &["diff-files", "--quiet"][..])] {
+    for (label, args) in
+        [("git status", &["status", "--porcelain"][..]), ("git diff-files", &["diff-files", "--quiet"][..])]
+    {
         let cmd = || {
             let mut g = git(&repo, &git_work, &git_index);
             g.args(args);
@@ -335,7 +375,11 @@ fn bench(c: &Config, treesync: &Path, has_strace: bool, on_tmpfs: bool) -> Resul
         let stats = if has_strace { Some(stat_calls(&cmd(), &git_work)?) } else { None };
         rows.push(Row { what: "verify (warm)".into(), tool: label.into(), time: t, rss_kib: r, stats });
     }
-    let diff = Command::new("diff").args(["-r", "--no-dereference", "-x", ".treesync"]).arg(&ts_target).arg(&git_work).output();
+    let diff = Command::new("diff")
+        .args(["-r", "--no-dereference", "-x", ".treesync"])
+        .arg(&ts_target)
+        .arg(&git_work)
+        .output();
     let same = diff.as_ref().is_ok_and(|o| o.status.success());
     if !same {
         return Err(format!(
@@ -366,7 +410,10 @@ fn render(rows: &[Row], c: &Config, on_tmpfs: bool) -> (String, String) {
         "Stat-family syscalls count every `stat`/`lstat`/`fstat`/`newfstatat`/`statx` of the process (repository included); \
          syscalls on the work tree count every syscall of any kind whose path or descriptor lies in the work tree (`strace -f -y`).\n"
     );
-    let _ = writeln!(md, "| case | tool | wall time | time ÷ treesync's | peak RSS | stat-family syscalls (process) | syscalls on the work tree |");
+    let _ = writeln!(
+        md,
+        "| case | tool | wall time | time ÷ treesync's | peak RSS | stat-family syscalls (process) | syscalls on the work tree |"
+    );
     let _ = writeln!(md, "|---|---|---:|---:|---:|---:|---:|");
     for what in ["initial checkout of A", "update A→B", "verify (first run, no stat index)", "verify (warm)"] {
         let ours = rows.iter().find(|r| r.what == what && r.tool.starts_with("treesync")).expect("treesync row");
@@ -391,7 +438,11 @@ fn render(rows: &[Row], c: &Config, on_tmpfs: bool) -> (String, String) {
 }
 
 fn fmt_time(d: Duration) -> String {
-    if d.as_secs_f64() >= 1.0 { format!("{:.2} s", d.as_secs_f64()) } else { format!("{:.1} ms", d.as_secs_f64() * 1000.0) }
+    if d.as_secs_f64() >= 1.0 {
+        format!("{:.2} s", d.as_secs_f64())
+    } else {
+        format!("{:.1} ms", d.as_secs_f64() * 1000.0)
+    }
 }
 
 fn write_section(path: &Path, name: &str, title: &str, block: &str) -> Result<(), String> {

@@ -59,7 +59,13 @@ pub fn run(c: &Config, dir: &Path, treesync: &Path) -> Result<String, String> {
     };
     let ts_s3 = |rev: &str| {
         let mut cmd = Command::new(treesync);
-        cmd.args(["sync", "-q", "--repo"]).arg(&repo).args(["--ref", rev, "--target", "s3://bench-treesync/site", "--allow-http"]);
+        cmd.args(["sync", "-q", "--repo"]).arg(&repo).args([
+            "--ref",
+            rev,
+            "--target",
+            "s3://bench-treesync/site",
+            "--allow-http",
+        ]);
         env(&mut cmd);
         cmd
     };
@@ -76,9 +82,18 @@ pub fn run(c: &Config, dir: &Path, treesync: &Path) -> Result<String, String> {
     };
     let aws = || {
         let mut cmd = Command::new(aws_bin());
-        cmd.args(["--endpoint-url", &moto.endpoint, "s3", "sync", "--delete", "--no-progress", "--exclude", ".treesync/*"])
-            .arg(&work)
-            .arg("s3://bench-aws/site");
+        cmd.args([
+            "--endpoint-url",
+            &moto.endpoint,
+            "s3",
+            "sync",
+            "--delete",
+            "--no-progress",
+            "--exclude",
+            ".treesync/*",
+        ])
+        .arg(&work)
+        .arg("s3://bench-aws/site");
         env(&mut cmd);
         cmd
     };
@@ -95,7 +110,11 @@ pub fn run(c: &Config, dir: &Path, treesync: &Path) -> Result<String, String> {
     run_quiet(&mut ts_work(&a))?;
     eprintln!("s3: initial uploads (the server takes several ms per PUT)…");
     timed("initial upload of A", "treesync sync", ts_s3(&a))?;
-    timed("initial upload of A", "rclone sync --transfers 32 --s3-no-head", rclone(&["--transfers", "32", "--s3-no-head"]))?;
+    timed(
+        "initial upload of A",
+        "rclone sync --transfers 32 --s3-no-head",
+        rclone(&["--transfers", "32", "--s3-no-head"]),
+    )?;
     timed("initial upload of A", "aws s3 sync", aws())?;
 
     run_quiet(&mut ts_work(&b))?;
@@ -126,7 +145,10 @@ pub fn run(c: &Config, dir: &Path, treesync: &Path) -> Result<String, String> {
     };
     let counts = (count("bench-treesync")?, count("bench-rclone")?, count("bench-aws")?);
     if counts.0 != counts.1 || counts.0 != counts.2 {
-        return Err(format!("the buckets differ after the benchmark (objects: treesync {}, rclone {}, aws {})", counts.0, counts.1, counts.2));
+        return Err(format!(
+            "the buckets differ after the benchmark (objects: treesync {}, rclone {}, aws {})",
+            counts.0, counts.1, counts.2
+        ));
     }
     let _ = std::fs::remove_dir_all(&repo);
     let _ = std::fs::remove_dir_all(&work);
@@ -140,7 +162,10 @@ fn render(rows: &[Row], c: &Config, objects: usize) -> String {
         "N = {} files, K = 10 modified + 2 added, D = 2 deleted; moto (single-threaded Python) on 127.0.0.1; one run each; {} objects in every bucket afterwards.\n",
         c.files, objects
     );
-    let _ = writeln!(md, "| case | tool | wall time | time ÷ treesync's | requests | PUT | GET | HEAD | LIST | bulk DELETE | DELETE | other |");
+    let _ = writeln!(
+        md,
+        "| case | tool | wall time | time ÷ treesync's | requests | PUT | GET | HEAD | LIST | bulk DELETE | DELETE | other |"
+    );
     let _ = writeln!(md, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for case in ["initial upload of A", "update A→B"] {
         let ours = rows.iter().find(|r| r.case == case && r.tool == "treesync sync").expect("treesync row");

@@ -13,7 +13,9 @@ pub fn run(args: &[String]) -> Result<(), String> {
     let mut it = args.iter();
     while let Some(a) = it.next() {
         match a.as_str() {
-            "--trials" => trials = it.next().ok_or("--trials needs a value")?.parse().map_err(|e| format!("--trials: {e}"))?,
+            "--trials" => {
+                trials = it.next().ok_or("--trials needs a value")?.parse().map_err(|e| format!("--trials: {e}"))?
+            }
             "--seed" => seed = it.next().ok_or("--seed needs a value")?.parse().map_err(|e| format!("--seed: {e}"))?,
             "--no-write" => write = false,
             other => return Err(format!("unknown option {other:?} (see cargo xtask help)")),
@@ -26,7 +28,10 @@ pub fn run(args: &[String]) -> Result<(), String> {
     let start = std::time::Instant::now();
     let s = treesync_testkit::crash::run(&bin, trials, seed);
     let mut md = String::new();
-    let _ = writeln!(md, "| trials | initial checkouts | killed mid-sync | finished before the kill | `status` reported the interruption | failures | time |");
+    let _ = writeln!(
+        md,
+        "| trials | initial checkouts | killed mid-sync | finished before the kill | `status` reported the interruption | failures | time |"
+    );
     let _ = writeln!(md, "|---:|---:|---:|---:|---:|---:|---:|");
     let _ = writeln!(
         md,
@@ -47,7 +52,8 @@ pub fn run(args: &[String]) -> Result<(), String> {
         let path = root.join("RELIABILITY.md");
         let existing = std::fs::read_to_string(&path).unwrap_or_default();
         let (start_m, end_m) = ("<!-- campaign:start -->", "<!-- campaign:end -->");
-        let block = format!("{start_m}\nReproduce: `cargo xtask campaign --trials {trials} --seed {seed}`\n\n{md}{end_m}");
+        let block =
+            format!("{start_m}\nReproduce: `cargo xtask campaign --trials {trials} --seed {seed}`\n\n{md}{end_m}");
         let new = match (existing.find(start_m), existing.find(end_m)) {
             (Some(a), Some(b)) if b > a => format!("{}{block}{}", &existing[..a], &existing[b + end_m.len()..]),
             _ => format!("{existing}\n{block}\n"),

@@ -33,12 +33,11 @@ fn io(e: Errno) -> std::io::Error {
 
 /// The process umask, read without changing it where the kernel tells it.
 fn read_umask() -> u32 {
-    if let Ok(status) = std::fs::read_to_string("/proc/self/status") {
-        if let Some(line) = status.lines().find(|l| l.starts_with("Umask:")) {
-            if let Ok(m) = u32::from_str_radix(line["Umask:".len()..].trim(), 8) {
-                return m;
-            }
-        }
+    if let Ok(status) = std::fs::read_to_string("/proc/self/status")
+        && let Some(line) = status.lines().find(|l| l.starts_with("Umask:"))
+        && let Ok(m) = u32::from_str_radix(line["Umask:".len()..].trim(), 8)
+    {
+        return m;
     }
     0o022
 }
@@ -80,7 +79,8 @@ impl Target {
                 Err(e) => return Err(Error::io("create", self.root.join(dir).display(), io(e))),
             }
         }
-        let fd = self.open_beneath(root, TMP_DIR.as_bytes(), OFlags::DIRECTORY | OFlags::RDONLY)
+        let fd = self
+            .open_beneath(root, TMP_DIR.as_bytes(), OFlags::DIRECTORY | OFlags::RDONLY)
             .map_err(|e| Error::io("open", self.root.join(TMP_DIR).display(), io(e)))?;
         let _ = self.tmp_fd.set(fd);
         Ok(self.tmp_fd.get().expect("just set").as_fd())
@@ -105,7 +105,11 @@ impl Target {
                         return Err(Errno::XDEV);
                     }
                     let last = i + 1 == parts.len();
-                    let f = if last { flags } else { OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC };
+                    let f = if last {
+                        flags
+                    } else {
+                        OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC
+                    };
                     fd = rustix::fs::openat(&fd, OsStr::from_bytes(c), f, Mode::empty())?;
                 }
                 Ok(fd)
@@ -173,7 +177,10 @@ impl Target {
             let dir = match (dir, op) {
                 (Ok(fd), _) => fd.as_fd(),
                 // The parent is gone (or is no directory any more): so is what we should remove.
-                (Err(Errno::NOENT | Errno::NOTDIR | Errno::LOOP | Errno::XDEV), Op::Unlink { .. } | Op::Rmdir { .. }) => {
+                (
+                    Err(Errno::NOENT | Errno::NOTDIR | Errno::LOOP | Errno::XDEV),
+                    Op::Unlink { .. } | Op::Rmdir { .. },
+                ) => {
                     continue;
                 }
                 (Err(Errno::LOOP | Errno::XDEV | Errno::NOTDIR), _) => {
@@ -197,7 +204,10 @@ impl Target {
                     Ok(_) => Err(Error::io(
                         "create directory",
                         path,
-                        std::io::Error::new(std::io::ErrorKind::AlreadyExists, "something that is not a directory is in the way"),
+                        std::io::Error::new(
+                            std::io::ErrorKind::AlreadyExists,
+                            "something that is not a directory is in the way",
+                        ),
                     )),
                     Err(e) => Err(Error::io("create directory", path, io(e))),
                 },
@@ -298,7 +308,8 @@ impl Target {
         match std::fs::symlink_metadata(&self.root) {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 if create {
-                    std::fs::create_dir(&self.root).map_err(|e| Error::io("create target directory", self.root_display(), e))?;
+                    std::fs::create_dir(&self.root)
+                        .map_err(|e| Error::io("create target directory", self.root_display(), e))?;
                 }
                 return Ok(TargetState::Empty);
             }
@@ -312,7 +323,8 @@ impl Target {
             }
             Ok(_) => {}
         }
-        let mut entries = std::fs::read_dir(&self.root).map_err(|e| Error::io("read target directory", self.root_display(), e))?;
+        let mut entries =
+            std::fs::read_dir(&self.root).map_err(|e| Error::io("read target directory", self.root_display(), e))?;
         let mut state = TargetState::Empty;
         for e in entries.by_ref() {
             let e = e.map_err(|e| Error::io("read target directory", self.root_display(), e))?;
@@ -329,9 +341,9 @@ impl Target {
             .open_dir(rel.as_bytes())
             .and_then(|fd| self.open_beneath(fd.as_fd(), b".", OFlags::RDONLY | OFlags::DIRECTORY))
             .map_err(|e| Error::io("list", self.root.join(rel.to_path()).display(), io(e)))?;
-        let mut dir = rustix::fs::Dir::read_from(&fd).map_err(|e| Error::io("list", rel, io(e)))?;
+        let dir = rustix::fs::Dir::read_from(&fd).map_err(|e| Error::io("list", rel, io(e)))?;
         let mut out = Vec::new();
-        while let Some(e) = dir.next() {
+        for e in dir {
             let e = e.map_err(|e| Error::io("list", rel, io(e)))?;
             let name = e.file_name().to_bytes();
             if name == b"." || name == b".." || (rel.is_root() && (name == STATE_DIR.as_bytes() || name == b".git")) {
@@ -378,40 +390,42 @@ impl Target {
         let error = Mutex::new(None);
         std::thread::scope(|s| {
             for _ in 0..jobs.min(cores).max(1) {
-                s.spawn(|| loop {
-                    let dir = {
+                s.spawn(|| {
+                    loop {
+                        let dir = {
+                            let mut q = queue.lock().expect("never poisoned");
+                            loop {
+                                if q.failed {
+                                    return;
+                                }
+                                if let Some(d) = q.dirs.pop() {
+                                    q.busy += 1;
+                                    break d;
+                                }
+                                if q.busy == 0 {
+                                    wake.notify_all();
+                                    return;
+                                }
+                                q = wake.wait(q).expect("never poisoned");
+                            }
+                        };
+                        let result = self.scan_dir(root, &dir);
                         let mut q = queue.lock().expect("never poisoned");
-                        loop {
-                            if q.failed {
-                                return;
+                        q.busy -= 1;
+                        match result {
+                            Ok((found, subdirs)) => {
+                                q.dirs.extend(subdirs);
+                                drop(q);
+                                out.lock().expect("never poisoned").extend(found);
                             }
-                            if let Some(d) = q.dirs.pop() {
-                                q.busy += 1;
-                                break d;
+                            Err(e) => {
+                                q.failed = true;
+                                drop(q);
+                                *error.lock().expect("never poisoned") = Some(e);
                             }
-                            if q.busy == 0 {
-                                wake.notify_all();
-                                return;
-                            }
-                            q = wake.wait(q).expect("never poisoned");
                         }
-                    };
-                    let result = self.scan_dir(root, &dir);
-                    let mut q = queue.lock().expect("never poisoned");
-                    q.busy -= 1;
-                    match result {
-                        Ok((found, subdirs)) => {
-                            q.dirs.extend(subdirs);
-                            drop(q);
-                            out.lock().expect("never poisoned").extend(found);
-                        }
-                        Err(e) => {
-                            q.failed = true;
-                            drop(q);
-                            *error.lock().expect("never poisoned") = Some(e);
-                        }
+                        wake.notify_all();
                     }
-                    wake.notify_all();
                 });
             }
         });
@@ -567,15 +581,16 @@ impl Target {
             Err(e) => return Err(Error::io("lock", lock_path(), io(e))),
         }
         rustix::fs::ftruncate(&fd, 0).map_err(|e| Error::io("write lock file", lock_path(), io(e)))?;
-        rustix::io::write(&fd, format!("{holder}\n").as_bytes()).map_err(|e| Error::io("write lock file", lock_path(), io(e)))?;
+        rustix::io::write(&fd, format!("{holder}\n").as_bytes())
+            .map_err(|e| Error::io("write lock file", lock_path(), io(e)))?;
         // Temporaries of runs that were killed: they are ours alone now that we hold the lock.
-        if let Ok(dfd) = self.open_beneath(tmp_dir, b".", OFlags::RDONLY | OFlags::DIRECTORY) {
-            if let Ok(mut dir) = rustix::fs::Dir::read_from(&dfd) {
-                while let Some(Ok(e)) = dir.next() {
-                    let n = e.file_name();
-                    if n.to_bytes() != b"." && n.to_bytes() != b".." {
-                        let _ = rustix::fs::unlinkat(tmp_dir, n, AtFlags::empty());
-                    }
+        if let Ok(dfd) = self.open_beneath(tmp_dir, b".", OFlags::RDONLY | OFlags::DIRECTORY)
+            && let Ok(mut dir) = rustix::fs::Dir::read_from(&dfd)
+        {
+            while let Some(Ok(e)) = dir.next() {
+                let n = e.file_name();
+                if n.to_bytes() != b"." && n.to_bytes() != b".." {
+                    let _ = rustix::fs::unlinkat(tmp_dir, n, AtFlags::empty());
                 }
             }
         }

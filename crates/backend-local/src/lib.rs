@@ -87,7 +87,11 @@ impl Backend for LocalBackend {
     }
 
     fn policy(&self) -> Policy {
-        Policy { jobs: self.options.jobs, batch: self.options.batch, min_batch: self.options.min_batch.min(self.options.batch) }
+        Policy {
+            jobs: self.options.jobs,
+            batch: self.options.batch,
+            min_batch: self.options.min_batch.min(self.options.batch),
+        }
     }
 
     async fn execute(&self, op: &Op, blobs: &Arc<dyn BlobSource>) -> Result<(), Error> {

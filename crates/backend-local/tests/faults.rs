@@ -15,7 +15,10 @@ fn runtime() -> tokio::runtime::Runtime {
 }
 
 fn leftovers(root: &Path) -> Vec<String> {
-    tree::read_dir(root).into_keys().filter(|k| k.rsplit('/').next().is_some_and(|n| n.starts_with(".treesync-tmp."))).collect()
+    tree::read_dir(root)
+        .into_keys()
+        .filter(|k| k.rsplit('/').next().is_some_and(|n| n.starts_with(".treesync-tmp.")))
+        .collect()
 }
 
 #[test]
@@ -39,7 +42,8 @@ fn temporaries_of_a_killed_run_are_consumed_by_the_next_run() {
     for i in [25, 30, 35] {
         std::fs::write(root.join(format!("d{}/.treesync-tmp.f{i}", i % 4)), b"partial").expect("plant leftover");
     }
-    let out = rt.block_on(sync_to(&h.repo, &h.commits[1], &LocalBackend::new(&root, Options::default()))).expect("resume");
+    let out =
+        rt.block_on(sync_to(&h.repo, &h.commits[1], &LocalBackend::new(&root, Options::default()))).expect("resume");
     assert!(out.resumed.is_some());
     assert_eq!(leftovers(&root), Vec::<String>::new());
     if let Some(d) = tree::diff(&h.expected(1), &tree::read_dir(&root)) {
@@ -73,7 +77,8 @@ fn full_disk_is_a_clear_error_leaves_no_temporaries_and_the_rerun_finishes() {
     }
     let h = History::from_trees(&[a]);
     let root = mnt.join("t");
-    let err = rt.block_on(sync_to(&h.repo, &h.commits[0], &LocalBackend::new(&root, Options::default())))
+    let err = rt
+        .block_on(sync_to(&h.repo, &h.commits[0], &LocalBackend::new(&root, Options::default())))
         .expect_err("800 KB do not fit into 256 KB");
     let msg = err.to_string();
     assert!(matches!(err, sync::Error::Apply { source: backend::Error::Io { .. }, .. }), "{msg}");
@@ -84,7 +89,8 @@ fn full_disk_is_a_clear_error_leaves_no_temporaries_and_the_rerun_finishes() {
 
     let ok = Command::new("mount").args(["-o", "remount,size=4m"]).arg(&mnt).status().expect("remount");
     assert!(ok.success());
-    rt.block_on(sync_to(&h.repo, &h.commits[0], &LocalBackend::new(&root, Options::default()))).expect("rerun finishes");
+    rt.block_on(sync_to(&h.repo, &h.commits[0], &LocalBackend::new(&root, Options::default())))
+        .expect("rerun finishes");
     if let Some(d) = tree::diff(&h.expected(0), &tree::read_dir(&root)) {
         panic!("target differs from git archive:\n{d}");
     }

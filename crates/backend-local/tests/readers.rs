@@ -24,10 +24,12 @@ fn readers_see_old_or_new_content_never_a_partial_file() {
         b.insert(&format!("only-b/f{i}"), Entry::File { content: vec![b'y'; 700], executable: false });
     }
     let contents = |m: &Model| -> BTreeMap<String, Vec<u8>> {
-        m.0.iter().filter_map(|(k, e)| match e {
-            Entry::File { content, .. } => Some((k.clone(), content.clone())),
-            _ => None,
-        }).collect()
+        m.0.iter()
+            .filter_map(|(k, e)| match e {
+                Entry::File { content, .. } => Some((k.clone(), content.clone())),
+                _ => None,
+            })
+            .collect()
     };
     let (ca, cb) = (contents(&a), contents(&b));
     let paths: Vec<String> = ca.keys().chain(cb.keys()).cloned().collect();
@@ -44,7 +46,8 @@ fn readers_see_old_or_new_content_never_a_partial_file() {
             let deadline = Instant::now() + Duration::from_secs(3);
             let mut i = 1;
             while Instant::now() < deadline {
-                rt.block_on(sync_to(&h.repo, &h.commits[i % 2], &LocalBackend::new(&root, Options::default()))).expect("sync");
+                rt.block_on(sync_to(&h.repo, &h.commits[i % 2], &LocalBackend::new(&root, Options::default())))
+                    .expect("sync");
                 i += 1;
                 syncs += 1;
             }

@@ -37,7 +37,9 @@ use object_store::{
     WriteMultipart,
 };
 use tokio::sync::Semaphore;
-use treesync_core::backend::{Backend, Batch, Capabilities, DirEntry, Error, Found, FoundKind, LockGuard, Policy, TargetState};
+use treesync_core::backend::{
+    Backend, Batch, Capabilities, DirEntry, Error, Found, FoundKind, LockGuard, Policy, TargetState,
+};
 use treesync_core::source::{BlobError, BlobSource};
 use treesync_core::{Op, RelPath};
 
@@ -139,7 +141,14 @@ impl ObjectStoreBackend {
     /// A backend for `prefix` in `store`. `display` names it in messages (e.g. `s3://bucket/site`);
     /// `metadata` says whether the store keeps user metadata (modes, symlinks);
     /// `conditional_update` whether it supports `PutMode::Update`.
-    pub fn new(store: Arc<dyn ObjectStore>, prefix: Path, display: String, metadata: bool, conditional_update: bool, options: Options) -> Self {
+    pub fn new(
+        store: Arc<dyn ObjectStore>,
+        prefix: Path,
+        display: String,
+        metadata: bool,
+        conditional_update: bool,
+        options: Options,
+    ) -> Self {
         let puts = Arc::new(Semaphore::new(options.puts_in_flight.max(1)));
         ObjectStoreBackend {
             store,
@@ -197,18 +206,32 @@ impl ObjectStoreBackend {
     async fn put(&self, path: &RelPath, data: Bytes, mode: u32) -> Result<(), Error> {
         let _permit = self.puts.acquire().await.expect("never closed");
         let opts = PutOptions { attributes: self.attributes(mode), ..Default::default() };
-        self.store.put_opts(&self.key(path), PutPayload::from(data), opts).await.map_err(|e| store_error("upload", path, e))?;
+        self.store
+            .put_opts(&self.key(path), PutPayload::from(data), opts)
+            .await
+            .map_err(|e| store_error("upload", path, e))?;
         Ok(())
     }
 
-    async fn write_blob(&self, path: &RelPath, blob: treesync_core::ObjectId, size: u64, mode: u32, blobs: &Arc<dyn BlobSource>) -> Result<(), Error> {
+    async fn write_blob(
+        &self,
+        path: &RelPath,
+        blob: treesync_core::ObjectId,
+        size: u64,
+        mode: u32,
+        blobs: &Arc<dyn BlobSource>,
+    ) -> Result<(), Error> {
         let data = read_blob(path, blob, blobs).await?;
         if size < self.options.multipart_threshold {
             return self.put(path, data, mode).await;
         }
         let _permit = self.puts.acquire().await.expect("never closed");
         let opts = object_store::PutMultipartOptions { attributes: self.attributes(mode), ..Default::default() };
-        let upload = self.store.put_multipart_opts(&self.key(path), opts).await.map_err(|e| store_error("start upload of", path, e))?;
+        let upload = self
+            .store
+            .put_multipart_opts(&self.key(path), opts)
+            .await
+            .map_err(|e| store_error("start upload of", path, e))?;
         let mut w = WriteMultipart::new_with_chunk_size(upload, self.options.part_size);
         for chunk in data.chunks(self.options.part_size) {
             w.wait_for_capacity(4).await.map_err(|e| store_error("upload", path, e))?;
@@ -226,7 +249,10 @@ impl ObjectStoreBackend {
                 if let Some(root) = &self.local_root {
                     let dir = root.join(self.key(path).as_ref());
                     match std::fs::remove_dir(&dir) {
-                        Err(e) if e.kind() != std::io::ErrorKind::NotFound && e.kind() != std::io::ErrorKind::DirectoryNotEmpty => {
+                        Err(e)
+                            if e.kind() != std::io::ErrorKind::NotFound
+                                && e.kind() != std::io::ErrorKind::DirectoryNotEmpty =>
+                        {
                             return Err(Error::io("remove directory", path, e));
                         }
                         _ => {}
@@ -307,7 +333,8 @@ impl Backend for ObjectStoreBackend {
     }
 
     async fn execute_batch(&self, batch: Batch, blobs: &Arc<dyn BlobSource>) -> Result<(), Error> {
-        let unlinks: Vec<&RelPath> = batch.iter().filter_map(|op| matches!(op, Op::Unlink { .. }).then(|| op.path())).collect();
+        let unlinks: Vec<&RelPath> =
+            batch.iter().filter(|&op| matches!(op, Op::Unlink { .. })).map(|op| op.path()).collect();
         if !unlinks.is_empty() {
             self.delete_many(unlinks).await?;
         }
@@ -433,7 +460,11 @@ impl ObjectStoreBackend {
         for meta in metas {
             let meta = meta.map_err(|e| store_error("list", &self.display, e))?;
             let rel: Vec<String> = match prefix {
-                Some(p) => meta.location.prefix_match(p).map(|it| it.map(|x| x.as_ref().to_string()).collect()).unwrap_or_default(),
+                Some(p) => meta
+                    .location
+                    .prefix_match(p)
+                    .map(|it| it.map(|x| x.as_ref().to_string()).collect())
+                    .unwrap_or_default(),
                 None => meta.location.parts().map(|x| x.as_ref().to_string()).collect(),
             };
             if rel.first().map(String::as_str) != Some(treesync_core::path::STATE_DIR) {

@@ -60,27 +60,37 @@ pub fn open(url: &str, config: &Config, options: Options) -> Result<ObjectStoreB
 fn open_s3(parsed: &url::Url, url: &str, config: &Config, options: Options) -> Result<ObjectStoreBackend, OpenError> {
     // Signing and TLS both use ring; make it the process default for rustls once.
     let _ = rustls::crypto::ring::default_provider().install_default();
-    let bucket = parsed.host_str().filter(|b| !b.is_empty()).ok_or_else(|| OpenError(format!("{url}: no bucket name (s3://BUCKET/PREFIX)")))?;
-    let prefix = Path::parse(parsed.path().trim_start_matches('/')).map_err(|e| OpenError(format!("{url}: bad prefix: {e}")))?;
+    let bucket = parsed
+        .host_str()
+        .filter(|b| !b.is_empty())
+        .ok_or_else(|| OpenError(format!("{url}: no bucket name (s3://BUCKET/PREFIX)")))?;
+    let prefix =
+        Path::parse(parsed.path().trim_start_matches('/')).map_err(|e| OpenError(format!("{url}: bad prefix: {e}")))?;
     let mut b = AmazonS3Builder::from_env().with_bucket_name(bucket);
-    if std::env::var_os("AWS_ACCESS_KEY_ID").is_none() {
-        if let Some(p) = profile::load() {
-            b = b.with_access_key_id(p.key_id).with_secret_access_key(p.secret);
-            if let Some(t) = p.token {
-                b = b.with_token(t);
-            }
-            if let (Some(r), None) = (p.region, std::env::var_os("AWS_REGION")) {
-                b = b.with_region(r);
-            }
+    if std::env::var_os("AWS_ACCESS_KEY_ID").is_none()
+        && let Some(p) = profile::load()
+    {
+        b = b.with_access_key_id(p.key_id).with_secret_access_key(p.secret);
+        if let Some(t) = p.token {
+            b = b.with_token(t);
+        }
+        if let (Some(r), None) = (p.region, std::env::var_os("AWS_REGION")) {
+            b = b.with_region(r);
         }
     }
     if let Some((id, secret)) = &config.credentials {
         b = b.with_access_key_id(id).with_secret_access_key(secret);
     }
-    let endpoint = config.endpoint.clone().or_else(|| std::env::var("AWS_ENDPOINT_URL_S3").ok()).or_else(|| std::env::var("AWS_ENDPOINT_URL").ok());
+    let endpoint = config
+        .endpoint
+        .clone()
+        .or_else(|| std::env::var("AWS_ENDPOINT_URL_S3").ok())
+        .or_else(|| std::env::var("AWS_ENDPOINT_URL").ok());
     if let Some(e) = &endpoint {
         if e.starts_with("http://") && !config.allow_http {
-            return Err(OpenError(format!("endpoint {e} is plain HTTP; pass --allow-http to use it (meant for local test servers)")));
+            return Err(OpenError(format!(
+                "endpoint {e} is plain HTTP; pass --allow-http to use it (meant for local test servers)"
+            )));
         }
         b = b.with_endpoint(e);
     }
@@ -119,10 +129,8 @@ mod profile {
             if line.starts_with('[') && line.ends_with(']') {
                 let name = line[1..line.len() - 1].trim();
                 inside = names.iter().any(|n| n == name);
-            } else if inside {
-                if let Some((k, v)) = line.split_once('=') {
-                    out.insert(k.trim().to_string(), v.trim().to_string());
-                }
+            } else if inside && let Some((k, v)) = line.split_once('=') {
+                out.insert(k.trim().to_string(), v.trim().to_string());
             }
         }
         out
@@ -131,7 +139,8 @@ mod profile {
     pub fn load() -> Option<Profile> {
         let name = std::env::var("AWS_PROFILE").unwrap_or_else(|_| "default".into());
         let home = std::path::PathBuf::from(std::env::var_os("HOME")?);
-        let creds_path = std::env::var_os("AWS_SHARED_CREDENTIALS_FILE").map(Into::into).unwrap_or(home.join(".aws/credentials"));
+        let creds_path =
+            std::env::var_os("AWS_SHARED_CREDENTIALS_FILE").map(Into::into).unwrap_or(home.join(".aws/credentials"));
         let config_path = std::env::var_os("AWS_CONFIG_FILE").map(Into::into).unwrap_or(home.join(".aws/config"));
         let creds = std::fs::read_to_string(creds_path).unwrap_or_default();
         let config = std::fs::read_to_string(config_path).unwrap_or_default();

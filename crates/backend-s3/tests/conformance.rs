@@ -36,12 +36,18 @@ impl Fixture for Store {
             let mut list = self.store.list(Some(&self.prefix));
             while let Some(meta) = list.next().await {
                 let meta = meta.expect("list");
-                let rel: Vec<String> = meta.location.prefix_match(&self.prefix).expect("under prefix").map(|p| p.as_ref().to_string()).collect();
+                let rel: Vec<String> = meta
+                    .location
+                    .prefix_match(&self.prefix)
+                    .expect("under prefix")
+                    .map(|p| p.as_ref().to_string())
+                    .collect();
                 if rel.first().map(String::as_str) == Some(".treesync") {
                     continue;
                 }
                 let got = self.store.get(&meta.location).await.expect("get");
-                let mode: Option<u32> = got.attributes.get(&Attribute::Metadata("mode".into())).and_then(|v| v.as_ref().parse().ok());
+                let mode: Option<u32> =
+                    got.attributes.get(&Attribute::Metadata("mode".into())).and_then(|v| v.as_ref().parse().ok());
                 let data = got.bytes().await.expect("body").to_vec();
                 let node = match mode {
                     Some(MODE_LINK) => Node::Link(data),
@@ -73,14 +79,17 @@ fn memory() -> Store {
         store,
         prefix,
         metadata: true,
-        make: Box::new(move || ObjectStoreBackend::new(s.clone(), p.clone(), "memory://site".into(), true, true, Options::default())),
+        make: Box::new(move || {
+            ObjectStoreBackend::new(s.clone(), p.clone(), "memory://site".into(), true, true, Options::default())
+        }),
         _keep: None,
     }
 }
 
 fn file() -> Store {
     let dir = tempfile::tempdir().expect("tempdir");
-    let store: Arc<dyn ObjectStore> = Arc::new(object_store::local::LocalFileSystem::new_with_prefix(dir.path()).expect("fs store"));
+    let store: Arc<dyn ObjectStore> =
+        Arc::new(object_store::local::LocalFileSystem::new_with_prefix(dir.path()).expect("fs store"));
     let prefix = Path::from("site");
     let (s, p) = (store.clone(), prefix.clone());
     Store {
@@ -113,7 +122,9 @@ fn s3() -> Option<Store> {
         store,
         prefix: Path::from("site"),
         metadata: true,
-        make: Box::new(move || treesync_backend_s3::open("s3://bucket/site", &config, Options::default()).expect("open")),
+        make: Box::new(move || {
+            treesync_backend_s3::open("s3://bucket/site", &config, Options::default()).expect("open")
+        }),
         _keep: Some(Box::new(moto)),
     })
 }

@@ -12,7 +12,8 @@ use treesync_core::backend::{Error, TargetState};
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn of_two_syncs_that_read_the_same_state_only_one_commits() {
     let store: Arc<dyn ObjectStore> = Arc::new(object_store::memory::InMemory::new());
-    let make = || ObjectStoreBackend::new(store.clone(), Path::from("p"), "memory://p".into(), true, true, Options::default());
+    let make =
+        || ObjectStoreBackend::new(store.clone(), Path::from("p"), "memory://p".into(), true, true, Options::default());
     let (a, b) = (make(), make());
     // Both see an empty prefix; both try to create the state: one wins.
     assert_eq!(a.prepare_target(true).await.expect("a"), TargetState::Empty);

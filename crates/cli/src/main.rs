@@ -241,7 +241,10 @@ fn run_adopt(args: AdoptArgs) -> anyhow::Result<ExitCode> {
         if let Some(bytes) = backend.load_state().await? {
             let s = SyncState::parse(&bytes)?;
             if s.synced.is_some() || s.in_progress.is_some() {
-                anyhow::bail!("{} is already managed by treesync (state in .treesync/state); nothing to adopt", args.target.display());
+                anyhow::bail!(
+                    "{} is already managed by treesync (state in .treesync/state); nothing to adopt",
+                    args.target.display()
+                );
             }
         }
         let state = SyncState {
@@ -327,14 +330,22 @@ fn run_watch(args: WatchArgs) -> anyhow::Result<ExitCode> {
         let flag = interrupt.clone();
         tokio::spawn(async move {
             use tokio::signal::unix::{SignalKind, signal};
-            let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else { return };
+            let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
+                return;
+            };
             tokio::select! {
                 _ = term.recv() => {}
                 _ = int.recv() => {}
             }
             flag.store(true, Ordering::SeqCst);
         });
-        eprintln!("{} watching {} of {} for {backend} every {:?}", utc_now(), args.source.rev, args.source.repo.display(), args.interval);
+        eprintln!(
+            "{} watching {} of {} for {backend} every {:?}",
+            utc_now(),
+            args.source.rev,
+            args.source.repo.display(),
+            args.interval
+        );
         let mut last: Option<treesync_core::ObjectId> = None;
         let mut backoff = args.interval;
         let mut last_verify = std::time::Instant::now();
@@ -356,20 +367,27 @@ fn run_watch(args: WatchArgs) -> anyhow::Result<ExitCode> {
                     }
                     last = Some(out.commit);
                 }
-                if let Some(every) = args.verify_every {
-                    if last_verify.elapsed() >= every {
-                        last_verify = std::time::Instant::now();
-                        let report = verify::verify(&repo, &*backend, verify::Level::Stat).await?;
-                        if report.is_clean() {
-                            println!("{} verify: clean ({} entries, {} hashed)", utc_now(), report.expected, report.hashed);
-                        } else {
-                            println!("{} verify: DRIFT in {} paths, first: {}", utc_now(), report.drift.len(), report.drift[0].path());
-                            if args.repair {
-                                let plan = verify::repair_plan(&repo, &*backend, &report, false).await?;
-                                let blobs: Arc<dyn treesync_core::source::BlobSource> = Arc::new(repo.clone());
-                                let done = apply::apply(&plan, &*backend, &blobs, apply::Options::default(), &|_| {}, &interrupt).await?;
-                                println!("{} repaired: {}", utc_now(), done.counts);
-                            }
+                if let Some(every) = args.verify_every
+                    && last_verify.elapsed() >= every
+                {
+                    last_verify = std::time::Instant::now();
+                    let report = verify::verify(&repo, &*backend, verify::Level::Stat).await?;
+                    if report.is_clean() {
+                        println!("{} verify: clean ({} entries, {} hashed)", utc_now(), report.expected, report.hashed);
+                    } else {
+                        println!(
+                            "{} verify: DRIFT in {} paths, first: {}",
+                            utc_now(),
+                            report.drift.len(),
+                            report.drift[0].path()
+                        );
+                        if args.repair {
+                            let plan = verify::repair_plan(&repo, &*backend, &report, false).await?;
+                            let blobs: Arc<dyn treesync_core::source::BlobSource> = Arc::new(repo.clone());
+                            let done =
+                                apply::apply(&plan, &*backend, &blobs, apply::Options::default(), &|_| {}, &interrupt)
+                                    .await?;
+                            println!("{} repaired: {}", utc_now(), done.counts);
                         }
                     }
                 }
@@ -460,10 +478,7 @@ fn exit_code(e: &anyhow::Error) -> u8 {
 fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
     // Blocking filesystem work runs on tokio's blocking pool; the async side is light, so one
     // thread drives it (and a sync of ten files starts no worker threads it does not need).
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .context("cannot start the async runtime")
+    tokio::runtime::Builder::new_current_thread().enable_all().build().context("cannot start the async runtime")
 }
 
 fn make_backend(args: &TargetArgs) -> anyhow::Result<(Arc<dyn Backend>, &'static str)> {
@@ -483,7 +498,9 @@ fn make_backend(args: &TargetArgs) -> anyhow::Result<(Arc<dyn Backend>, &'static
             let b = treesync_backend_s3::open(&args.target, &config, options)?;
             Ok((Arc::new(b), "s3"))
         }
-        BackendKind::S3 => anyhow::bail!("--backend s3 needs a URL target such as s3://BUCKET/PREFIX, got {:?}", args.target),
+        BackendKind::S3 => {
+            anyhow::bail!("--backend s3 needs a URL target such as s3://BUCKET/PREFIX, got {:?}", args.target)
+        }
         BackendKind::Local if is_url => {
             anyhow::bail!("--backend local needs a directory, got the URL {:?}", args.target)
         }
@@ -530,7 +547,14 @@ fn run_verify(args: VerifyArgs) -> anyhow::Result<ExitCode> {
         let plan = rt.block_on(verify::repair_plan(&repo, &*backend, &report, args.delete_extra)).with_context(ctx)?;
         let blobs: Arc<dyn treesync_core::source::BlobSource> = Arc::new(repo.clone());
         let done = rt
-            .block_on(apply::apply(&plan, &*backend, &blobs, apply::Options::default(), &|_| {}, &AtomicBool::new(false)))
+            .block_on(apply::apply(
+                &plan,
+                &*backend,
+                &blobs,
+                apply::Options::default(),
+                &|_| {},
+                &AtomicBool::new(false),
+            ))
             .with_context(|| format!("repairing {backend}"))?;
         repaired = Some(done.counts);
         after = Some(rt.block_on(verify::verify(&repo, &*backend, level)).with_context(ctx)?);
@@ -567,10 +591,17 @@ fn run_verify(args: VerifyArgs) -> anyhow::Result<ExitCode> {
             report.level,
             report.hashed,
             report.proven_by_stat,
-            if report.is_clean() { "matches commit ".to_string() + &short(&report.commit) } else { format!("{} differences", report.drift.len()) },
+            if report.is_clean() {
+                "matches commit ".to_string() + &short(&report.commit)
+            } else {
+                format!("{} differences", report.drift.len())
+            },
         );
         if let Some(c) = repaired {
-            println!("repaired: {c}; verify afterwards: {}", if final_clean { "clean" } else { "STILL DRIFTING (extra entries need --delete-extra)" });
+            println!(
+                "repaired: {c}; verify afterwards: {}",
+                if final_clean { "clean" } else { "STILL DRIFTING (extra entries need --delete-extra)" }
+            );
         }
     }
     Ok(if final_clean { ExitCode::SUCCESS } else { ExitCode::from(1) })
@@ -625,8 +656,13 @@ fn run_sync(args: SyncArgs) -> anyhow::Result<()> {
     let outcome = outcome.with_context(|| format!("syncing {} to {}", args.source.rev, backend))?;
     if args.git_worktree && !outcome.dry_run {
         anyhow::ensure!(name == "local", "--git-worktree needs a local directory target");
-        treesync_core::gitworktree::update(std::path::Path::new(&args.target.target), &repo, outcome.commit, outcome.tree)
-            .context("updating the clone's index and HEAD")?;
+        treesync_core::gitworktree::update(
+            std::path::Path::new(&args.target.target),
+            &repo,
+            outcome.commit,
+            outcome.tree,
+        )
+        .context("updating the clone's index and HEAD")?;
     }
     if args.json {
         println!("{}", serde_json::to_string_pretty(&outcome)?);
@@ -680,7 +716,11 @@ fn run_plan(args: PlanArgs) -> anyhow::Result<()> {
             for op in phase.ops.iter() {
                 match op {
                     treesync_core::Op::Write { path, size, executable, .. } => {
-                        println!("  write   {path} ({}{})", human_bytes(*size), if *executable { ", executable" } else { "" })
+                        println!(
+                            "  write   {path} ({}{})",
+                            human_bytes(*size),
+                            if *executable { ", executable" } else { "" }
+                        )
                     }
                     treesync_core::Op::Symlink { path, target } => {
                         println!("  symlink {path} -> {}", String::from_utf8_lossy(target))

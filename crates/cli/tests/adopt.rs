@@ -17,7 +17,12 @@ fn s(p: &Path) -> &str {
 fn clone_at(bare: &BareRepo, commit: &str, dir: &Path) -> std::path::PathBuf {
     git(&bare.path, &["update-ref", "refs/heads/main", commit]);
     let t = dir.join("clone");
-    let o = Command::new("git").args(["clone", "-q", "--branch", "main"]).arg(&bare.path).arg(&t).output().expect("git clone");
+    let o = Command::new("git")
+        .args(["clone", "-q", "--branch", "main"])
+        .arg(&bare.path)
+        .arg(&t)
+        .output()
+        .expect("git clone");
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     t
 }

@@ -171,7 +171,8 @@ fn hostile_tree_entries_are_refused_before_any_write() {
         for (mode, id) in [("40000", sub.as_str()), ("100644", blob.as_str())] {
             let dir = tempfile::tempdir().expect("tempdir");
             let target = dir.path().join("t");
-            let tree = raw_tree(&bare.path, &[("100644", b"a-first.txt", &blob), ("40000", b"dir", &good), (mode, name, id)]);
+            let tree =
+                raw_tree(&bare.path, &[("100644", b"a-first.txt", &blob), ("40000", b"dir", &good), (mode, name, id)]);
             let commit = commit_tree(&bare.path, &tree);
             let o = sync(&bare.path, &commit, &target);
             assert_clear_error(&o, 4, "refusing to sync");
@@ -179,7 +180,8 @@ fn hostile_tree_entries_are_refused_before_any_write() {
                 .map(|d| d.filter_map(Result::ok).map(|e| e.file_name()).filter(|n| n != ".treesync").collect())
                 .unwrap_or_default();
             assert!(written.is_empty(), "{name:?}: nothing may be written, found {written:?}");
-            let beside: Vec<_> = std::fs::read_dir(dir.path()).expect("ls").filter_map(Result::ok).map(|e| e.file_name()).collect();
+            let beside: Vec<_> =
+                std::fs::read_dir(dir.path()).expect("ls").filter_map(Result::ok).map(|e| e.file_name()).collect();
             assert_eq!(beside, vec![std::ffi::OsString::from("t")], "nothing may appear beside the target");
         }
     }
@@ -315,9 +317,15 @@ fn incremental_sync_makes_few_stat_calls() {
 fn deep_trees_sync_or_are_refused_clearly() {
     let bare = BareRepo::new();
     let mut ok = Model::default();
-    ok.insert(&format!("{}/leaf", vec!["d"; 1000].join("/")), Entry::File { content: b"deep\n".to_vec(), executable: false });
+    ok.insert(
+        &format!("{}/leaf", vec!["d"; 1000].join("/")),
+        Entry::File { content: b"deep\n".to_vec(), executable: false },
+    );
     let mut too_deep = Model::default();
-    too_deep.insert(&format!("{}/leaf", vec!["d"; 10_000].join("/")), Entry::File { content: b"x\n".to_vec(), executable: false });
+    too_deep.insert(
+        &format!("{}/leaf", vec!["d"; 10_000].join("/")),
+        Entry::File { content: b"x\n".to_vec(), executable: false },
+    );
     let commits = history::import(&bare.path, "main", &[ok, too_deep]);
     let dir = tempfile::tempdir().expect("tempdir");
     let target = dir.path().join("t");
@@ -370,7 +378,10 @@ fn corrupt_objects_are_named_and_nothing_is_written() {
     assert!(!String::from_utf8_lossy(&st.stdout).contains("INTERRUPTED"), "planning failed before any write");
 
     // A tree entry claiming to be a file but pointing at a tree.
-    let tree_as_blob = raw_tree(&broken.path, &[("100644", b"keep", &git(&broken.path, &["rev-parse", &format!("{}^{{tree}}", commits[0])]))]);
+    let tree_as_blob = raw_tree(
+        &broken.path,
+        &[("100644", b"keep", &git(&broken.path, &["rev-parse", &format!("{}^{{tree}}", commits[0])]))],
+    );
     let c = commit_tree(&broken.path, &tree_as_blob);
     let o = sync(&broken.path, &c, &target);
     assert_clear_error(&o, 2, "not a blob");
@@ -389,7 +400,8 @@ fn corrupt_objects_are_named_and_nothing_is_written() {
 fn odd_names_sync_like_git_and_gitmodules_symlinks_are_refused() {
     let bare = BareRepo::new();
     let mut m = Model::default();
-    for name in ["new\nline", "tab\there", "esc\u{1b}[31m", "-rf", " spaced ", "back\\slash", "quote\"d", "ünïcødé"] {
+    for name in ["new\nline", "tab\there", "esc\u{1b}[31m", "-rf", " spaced ", "back\\slash", "quote\"d", "ünïcødé"]
+    {
         m.insert(&format!("odd/{name}"), Entry::File { content: name.as_bytes().to_vec(), executable: false });
     }
     let commits = history::import(&bare.path, "main", &[m]);

@@ -8,11 +8,11 @@ use std::time::Duration;
 
 use treesync_backend_s3::{Config, MODE_EXEC, MODE_LINK, Options};
 use treesync_core::Backend;
+use treesync_testkit::BareRepo;
 use treesync_testkit::conformance::reduce;
 use treesync_testkit::history::{self, Entry, Model};
 use treesync_testkit::s3::{FaultProxy, Moto};
 use treesync_testkit::tree::{self, Node};
-use treesync_testkit::BareRepo;
 
 fn treesync(moto: &Moto, endpoint: &str, args: &[&str]) -> Output {
     let mut c = Command::new(env!("CARGO_BIN_EXE_treesync"));
@@ -24,7 +24,11 @@ fn treesync(moto: &Moto, endpoint: &str, args: &[&str]) -> Output {
 }
 
 fn sync(moto: &Moto, repo: &Path, rev: &str, url: &str) -> Output {
-    treesync(moto, &moto.endpoint, &["sync", "-q", "--repo", repo.to_str().expect("utf8"), "--ref", rev, "--target", url])
+    treesync(
+        moto,
+        &moto.endpoint,
+        &["sync", "-q", "--repo", repo.to_str().expect("utf8"), "--ref", rev, "--target", url],
+    )
 }
 
 fn assert_ok(o: &Output) {
@@ -102,7 +106,10 @@ fn deletes_go_in_bulk_requests_of_up_to_1000_keys() {
     moto.create_bucket("site");
     let mut a = Model::default();
     for i in 0..1500 {
-        a.insert(&format!("d{}/f{i}", i % 7), Entry::File { content: format!("{i}\n").into_bytes(), executable: false });
+        a.insert(
+            &format!("d{}/f{i}", i % 7),
+            Entry::File { content: format!("{i}\n").into_bytes(), executable: false },
+        );
     }
     a.insert("keep", Entry::File { content: b"k\n".to_vec(), executable: false });
     let mut b = Model::default();
@@ -126,7 +133,17 @@ fn missing_bucket_is_one_clear_line() {
     assert_eq!(o.status.code(), Some(2), "{err}");
     assert!(err.starts_with("treesync: error:") && err.contains("no-such-bucket") && err.lines().count() <= 3, "{err}");
     let o = Command::new(env!("CARGO_BIN_EXE_treesync"))
-        .args(["sync", "--repo", bare.path.to_str().expect("utf8"), "--ref", "main", "--target", "s3://b/x", "--endpoint", &moto.endpoint])
+        .args([
+            "sync",
+            "--repo",
+            bare.path.to_str().expect("utf8"),
+            "--ref",
+            "main",
+            "--target",
+            "s3://b/x",
+            "--endpoint",
+            &moto.endpoint,
+        ])
         .output()
         .expect("runs");
     let err = String::from_utf8_lossy(&o.stderr);
@@ -142,7 +159,11 @@ fn throttling_is_retried_and_nothing_is_lost() {
     let proxy = FaultProxy::start(&moto.endpoint, 4);
     let (bare, commits) = wide_repo(200, 3);
     for c in &commits {
-        let o = treesync(&moto, &proxy.endpoint, &["sync", "-q", "--repo", bare.path.to_str().expect("utf8"), "--ref", c, "--target", "s3://site/t"]);
+        let o = treesync(
+            &moto,
+            &proxy.endpoint,
+            &["sync", "-q", "--repo", bare.path.to_str().expect("utf8"), "--ref", c, "--target", "s3://site/t"],
+        );
         assert_ok(&o);
         assert_bucket_is(&moto, "s3://site/t", &bare, c);
     }
@@ -158,7 +179,21 @@ fn a_killed_sync_is_finished_by_the_next_run() {
     let (bare, commits) = wide_repo(600, 2);
     let repo = bare.path.to_str().expect("utf8");
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_treesync"));
-    cmd.args(["sync", "-q", "--repo", repo, "--ref", &commits[0], "--target", "s3://site/k", "--endpoint", &moto.endpoint, "--allow-http", "--jobs", "2"]);
+    cmd.args([
+        "sync",
+        "-q",
+        "--repo",
+        repo,
+        "--ref",
+        &commits[0],
+        "--target",
+        "s3://site/k",
+        "--endpoint",
+        &moto.endpoint,
+        "--allow-http",
+        "--jobs",
+        "2",
+    ]);
     for (k, v) in moto.env() {
         cmd.env(k, v);
     }

@@ -31,7 +31,12 @@ fn drift_paths(v: &serde_json::Value) -> Vec<String> {
 }
 
 fn drift_of(report: &serde_json::Value) -> Vec<String> {
-    report["drift"].as_array().expect("drift").iter().map(|d| format!("{}:{}", d["kind"].as_str().expect("kind"), d["path"].as_str().expect("path"))).collect()
+    report["drift"]
+        .as_array()
+        .expect("drift")
+        .iter()
+        .map(|d| format!("{}:{}", d["kind"].as_str().expect("kind"), d["path"].as_str().expect("path")))
+        .collect()
 }
 
 fn file(s: &str) -> Entry {
@@ -40,7 +45,15 @@ fn file(s: &str) -> Entry {
 
 fn fixture() -> (BareRepo, String, tempfile::TempDir) {
     let mut m = Model::default();
-    for (p, c) in [("a.txt", "aaaa\n"), ("b.txt", "bbbbbbbb\n"), ("b2.txt", "b2\n"), ("s.txt", "hello\n"), ("t.txt", "touch me\n"), ("d/e.txt", "eee\n"), ("d/keep", "k\n")] {
+    for (p, c) in [
+        ("a.txt", "aaaa\n"),
+        ("b.txt", "bbbbbbbb\n"),
+        ("b2.txt", "b2\n"),
+        ("s.txt", "hello\n"),
+        ("t.txt", "touch me\n"),
+        ("d/e.txt", "eee\n"),
+        ("d/keep", "k\n"),
+    ] {
         m.insert(p, file(c));
     }
     m.insert("c.sh", Entry::File { content: b"#!/bin/sh\n".to_vec(), executable: true });
@@ -48,7 +61,8 @@ fn fixture() -> (BareRepo, String, tempfile::TempDir) {
     let bare = BareRepo::new();
     let commits = history::import(&bare.path, "main", &[m]);
     let dir = tempfile::tempdir().expect("tempdir");
-    let o = treesync(&["sync", "-q", "--repo", s(&bare.path), "--ref", &commits[0], "--target", s(&dir.path().join("t"))]);
+    let o =
+        treesync(&["sync", "-q", "--repo", s(&bare.path), "--ref", &commits[0], "--target", s(&dir.path().join("t"))]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     (bare, commits[0].clone(), dir)
 }
@@ -180,7 +194,13 @@ fn s3_verify_lists_and_gets_only_what_differs() {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let mark = moto.mark();
     let o = run(&["verify", "--repo", s(&bare.path)]);
-    assert_eq!(o.status.code(), Some(0), "{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
     let r = moto.requests_since(mark);
     assert_eq!((r.list, r.get, r.head, r.put), (2, 1, 0, 0), "2 LIST pages + the state GET: {r:?}");
     // Someone overwrites one object: found by its ETag, read once, repaired by one PUT.
@@ -222,7 +242,9 @@ fn verify_costs_one_readdir_per_directory_and_one_stat_per_entry() {
     let commits = history::import(&bare.path, "main", &[m]);
     let dir = tempfile::tempdir().expect("tempdir");
     let t = dir.path().join("t");
-    assert!(treesync(&["sync", "-q", "--repo", s(&bare.path), "--ref", &commits[0], "--target", s(&t)]).status.success());
+    assert!(
+        treesync(&["sync", "-q", "--repo", s(&bare.path), "--ref", &commits[0], "--target", s(&t)]).status.success()
+    );
     assert_eq!(verify(&bare.path, &t, &[]).0, 0, "first verify writes the stat index");
     let out = dir.path().join("strace.txt");
     let o = Command::new("strace")
@@ -247,6 +269,9 @@ fn verify_costs_one_readdir_per_directory_and_one_stat_per_entry() {
     let stats = calls("statx") + calls("newfstatat") + calls("lstat") + calls("stat") + calls("fstat");
     let entries = 3000 + 30;
     assert!(stats >= entries && stats <= entries + 120, "stat-family calls {stats} for {entries} entries:\n{text}");
-    assert!(calls("getdents64") <= 2 * 31 + 4, "one readdir (a listing, then the empty read that ends it) per directory:\n{text}");
+    assert!(
+        calls("getdents64") <= 2 * 31 + 4,
+        "one readdir (a listing, then the empty read that ends it) per directory:\n{text}"
+    );
     assert!(calls("openat") <= 31 + 80, "no file opened for hashing:\n{text}");
 }

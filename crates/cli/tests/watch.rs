@@ -28,7 +28,10 @@ fn watch_follows_pushes_and_stops_cleanly_on_sigterm() {
     // A last commit big enough that SIGTERM lands in the middle of its sync.
     let mut big = trees[3].clone();
     for i in 0..12_000 {
-        big.insert(&format!("bulk/d{}/f{i}", i % 30), Entry::File { content: vec![b'x'; 2000 + i % 7], executable: false });
+        big.insert(
+            &format!("bulk/d{}/f{i}", i % 30),
+            Entry::File { content: vec![b'x'; 2000 + i % 7], executable: false },
+        );
     }
     trees.push(big);
     let bare = BareRepo::new();
@@ -63,10 +66,20 @@ fn watch_follows_pushes_and_stops_cleanly_on_sigterm() {
     assert!(stderr.contains("stopped"), "{stderr}");
     assert_eq!(stdout.lines().filter(|l| l.contains(" synced ")).count(), 4, "one line per update: {stdout}");
 
-    let o = Command::new(env!("CARGO_BIN_EXE_treesync")).args(["status", "--target"]).arg(&target).output().expect("status");
+    let o = Command::new(env!("CARGO_BIN_EXE_treesync"))
+        .args(["status", "--target"])
+        .arg(&target)
+        .output()
+        .expect("status");
     let status = String::from_utf8_lossy(&o.stdout);
     assert!(status.contains("INTERRUPTED"), "SIGTERM came mid-sync, the journal knows: {status}\nwatch said: {stderr}");
-    let o = Command::new(env!("CARGO_BIN_EXE_treesync")).args(["sync", "-q", "--repo"]).arg(&bare.path).args(["--ref", "main", "--target"]).arg(&target).output().expect("sync");
+    let o = Command::new(env!("CARGO_BIN_EXE_treesync"))
+        .args(["sync", "-q", "--repo"])
+        .arg(&bare.path)
+        .args(["--ref", "main", "--target"])
+        .arg(&target)
+        .output()
+        .expect("sync");
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     assert!(matches(&bare, &commits[4], &target));
 }

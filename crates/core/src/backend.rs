@@ -178,25 +178,33 @@ pub enum Error {
         source: std::io::Error,
     },
     /// A directory that should be removed holds entries treesync did not write.
-    #[error("cannot remove directory {path}: it holds files treesync did not write\n  hint: someone changed the target; remove the extra entries and run sync again")]
+    #[error(
+        "cannot remove directory {path}: it holds files treesync did not write\n  hint: someone changed the target; remove the extra entries and run sync again"
+    )]
     NotEmpty {
         /// Where.
         path: String,
     },
     /// A path would be reached through a symbolic link or something that is not a directory.
-    #[error("refusing to write {path}: a parent of it is a symlink or not a directory on the target\n  hint: someone changed the target; treesync never writes through symlinks")]
+    #[error(
+        "refusing to write {path}: a parent of it is a symlink or not a directory on the target\n  hint: someone changed the target; treesync never writes through symlinks"
+    )]
     NotBeneath {
         /// Where.
         path: String,
     },
     /// Another sync holds the target's lock.
-    #[error("another treesync is working on this target ({holder})\n  hint: wait for it to finish; a lock of a process that died is released by the OS automatically")]
+    #[error(
+        "another treesync is working on this target ({holder})\n  hint: wait for it to finish; a lock of a process that died is released by the OS automatically"
+    )]
     Locked {
         /// Who holds it.
         holder: String,
     },
     /// A conditional write of the state failed: someone else changed it since it was read.
-    #[error("the target's state changed while this sync ran ({detail})\n  hint: another treesync is syncing the same target; only one of them may commit, run sync again when it is done")]
+    #[error(
+        "the target's state changed while this sync ran ({detail})\n  hint: another treesync is syncing the same target; only one of them may commit, run sync again when it is done"
+    )]
     Conflict {
         /// What the store said.
         detail: String,

@@ -21,7 +21,9 @@ pub enum Error {
         message: String,
     },
     /// The index has conflicts.
-    #[error("the index of {worktree} has unmerged entries (e.g. {path})\n  hint: resolve the merge in that clone first; treesync only adopts a clean tree")]
+    #[error(
+        "the index of {worktree} has unmerged entries (e.g. {path})\n  hint: resolve the merge in that clone first; treesync only adopts a clean tree"
+    )]
     Unmerged {
         /// The clone.
         worktree: PathBuf,
@@ -29,7 +31,9 @@ pub enum Error {
         path: String,
     },
     /// The index records changes against HEAD.
-    #[error("the index of {worktree} records local changes against HEAD ({count} paths, e.g. {path})\n  hint: commit, stash or reset them in that clone first (git status shows them)")]
+    #[error(
+        "the index of {worktree} records local changes against HEAD ({count} paths, e.g. {path})\n  hint: commit, stash or reset them in that clone first (git status shows them)"
+    )]
     Staged {
         /// The clone.
         worktree: PathBuf,
@@ -51,7 +55,8 @@ pub enum Error {
 }
 
 fn open(worktree: &Path) -> Result<gix::Repository, Error> {
-    let repo = gix::open(worktree).map_err(|e| Error::NotAWorktree { path: worktree.into(), message: e.to_string() })?;
+    let repo =
+        gix::open(worktree).map_err(|e| Error::NotAWorktree { path: worktree.into(), message: e.to_string() })?;
     if repo.workdir().is_none() {
         return Err(Error::NotAWorktree { path: worktree.into(), message: "it is a bare repository".into() });
     }
@@ -73,7 +78,8 @@ pub fn adopt(worktree: &Path) -> Result<(Resolved, usize), Error> {
     if let Some(e) = index.entries().iter().find(|e| e.stage() != gix_index::entry::Stage::Unconflicted) {
         return Err(Error::Unmerged { worktree: worktree.into(), path: e.path(&index).to_string() });
     }
-    let head = gix_index::State::from_tree(&tree, &repo.objects, Default::default()).map_err(|e| io("read HEAD's tree", worktree, e))?;
+    let head = gix_index::State::from_tree(&tree, &repo.objects, Default::default())
+        .map_err(|e| io("read HEAD's tree", worktree, e))?;
     let key = |s: &gix_index::State, e: &gix_index::Entry| (e.path(s).to_owned(), e.id, e.mode);
     let ours: std::collections::BTreeSet<_> = index.entries().iter().map(|e| key(&index, e)).collect();
     let theirs: std::collections::BTreeSet<_> = head.entries().iter().map(|e| key(&head, e)).collect();
@@ -98,7 +104,8 @@ pub fn exclude_state_dir(worktree: &Path) -> Result<(), Error> {
         text.push('\n');
     }
     text.push_str(&format!("# treesync's state (added by `treesync adopt`)\n{line}\n"));
-    std::fs::create_dir_all(exclude.parent().expect("info dir")).map_err(|e| io("write .git/info/exclude", worktree, e))?;
+    std::fs::create_dir_all(exclude.parent().expect("info dir"))
+        .map_err(|e| io("write .git/info/exclude", worktree, e))?;
     std::fs::write(&exclude, text).map_err(|e| io("write .git/info/exclude", worktree, e))
 }
 
@@ -113,10 +120,10 @@ pub fn update(worktree: &Path, repo: &Repo, commit: ObjectId, tree: ObjectId) ->
     let mut state = repo
         .with_objects(|odb| gix_index::State::from_tree(&tree, Objects(odb), Default::default()))
         .map_err(|e| io("build the index", worktree, e))?;
-    let old_entries: std::collections::HashMap<Vec<u8>, (ObjectId, gix_index::entry::Mode, gix_index::entry::Stat)> = old
-        .as_ref()
-        .map(|f| f.entries().iter().map(|e| (e.path(f).to_vec(), (e.id, e.mode, e.stat))).collect())
-        .unwrap_or_default();
+    let old_entries: std::collections::HashMap<Vec<u8>, (ObjectId, gix_index::entry::Mode, gix_index::entry::Stat)> =
+        old.as_ref()
+            .map(|f| f.entries().iter().map(|e| (e.path(f).to_vec(), (e.id, e.mode, e.stat))).collect())
+            .unwrap_or_default();
     let (entries, backing) = state.entries_mut_and_pathbacking();
     for e in entries.iter_mut() {
         let path = e.path_in(backing).to_vec();
@@ -127,16 +134,18 @@ pub fn update(worktree: &Path, repo: &Repo, commit: ObjectId, tree: ObjectId) ->
                     continue;
                 }
                 let p = worktree.join(String::from_utf8_lossy(&path).as_ref());
-                if let Ok(meta) = gix_index::fs::Metadata::from_path_no_follow(&p) {
-                    if let Ok(stat) = gix_index::entry::Stat::from_fs(&meta) {
-                        e.stat = stat;
-                    }
+                if let Ok(meta) = gix_index::fs::Metadata::from_path_no_follow(&p)
+                    && let Ok(stat) = gix_index::entry::Stat::from_fs(&meta)
+                {
+                    e.stat = stat;
                 }
             }
         }
     }
     let mut bytes = Vec::new();
-    gix_index::File::from_state(state, &index_path).write_to(&mut bytes, Default::default()).map_err(|e| io("write the index", worktree, e))?;
+    gix_index::File::from_state(state, &index_path)
+        .write_to(&mut bytes, Default::default())
+        .map_err(|e| io("write the index", worktree, e))?;
     write_atomically(&index_path, &bytes).map_err(|e| io("write the index", worktree, e))?;
 
     // HEAD: move the branch it names, or HEAD itself when detached.
@@ -156,7 +165,11 @@ pub fn update(worktree: &Path, repo: &Repo, commit: ObjectId, tree: ObjectId) ->
 struct Objects<'a>(&'a dyn gix_object::FindObjectOrHeader);
 
 impl gix_object::Find for Objects<'_> {
-    fn try_find<'b>(&self, id: &gix_hash::oid, buffer: &'b mut Vec<u8>) -> gix::error::Result<Option<gix_object::Data<'b>>> {
+    fn try_find<'b>(
+        &self,
+        id: &gix_hash::oid,
+        buffer: &'b mut Vec<u8>,
+    ) -> gix::error::Result<Option<gix_object::Data<'b>>> {
         self.0.try_find(id, buffer)
     }
 }

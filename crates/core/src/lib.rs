@@ -33,9 +33,9 @@
 
 pub mod apply;
 pub mod backend;
+pub mod gitworktree;
 pub mod memory;
 pub mod op;
-pub mod gitworktree;
 pub mod path;
 pub mod plan;
 pub mod policy;
@@ -45,8 +45,8 @@ pub mod sync;
 pub mod verify;
 
 pub use backend::Backend;
+pub use gix_hash::ObjectId;
 pub use memory::MemoryBackend;
 pub use op::{Op, OpCounts, OpKind, Phase, Plan};
 pub use path::RelPath;
 pub use source::Repo;
-pub use gix_hash::ObjectId;

@@ -125,7 +125,9 @@ impl MemoryBackend {
         match op {
             Op::Mkdir { .. } => match nodes.get(&key) {
                 Some(MemNode::Dir) => {}
-                Some(_) => return Err(io("create directory", path, std::io::ErrorKind::AlreadyExists, "not a directory")),
+                Some(_) => {
+                    return Err(io("create directory", path, std::io::ErrorKind::AlreadyExists, "not a directory"));
+                }
                 None => {
                     nodes.insert(key, MemNode::Dir);
                 }

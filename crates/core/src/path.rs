@@ -70,9 +70,7 @@ impl RelPath {
             NameKind::Symlink => Some(gix_validate::path::component::Mode::Symlink),
             NameKind::Other => None,
         };
-        let mut reason = gix_validate::path::component(name, mode, validate_options())
-            .err()
-            .map(|e| e.to_string());
+        let mut reason = gix_validate::path::component(name, mode, validate_options()).err().map(|e| e.to_string());
         if reason.is_none() && name.find_byte(0).is_some() {
             reason = Some("NUL bytes are not allowed in names".into());
         }
@@ -171,7 +169,19 @@ mod tests {
     #[test]
     fn git_spellings_and_relative_names_are_refused() {
         for name in [
-            "..", ".", ".git", ".GIT", ".Git", ".git.", ".git ", "git~1", "GIT~1", ".git\u{200c}", "a/b", "", "a\0b",
+            "..",
+            ".",
+            ".git",
+            ".GIT",
+            ".Git",
+            ".git.",
+            ".git ",
+            "git~1",
+            "GIT~1",
+            ".git\u{200c}",
+            "a/b",
+            "",
+            "a\0b",
             ".treesync",
             ".treesync-tmp.x",
         ] {

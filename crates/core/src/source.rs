@@ -11,7 +11,9 @@ use gix_object::{FindExt, FindObjectOrHeader};
 #[non_exhaustive]
 pub enum Error {
     /// The repository could not be opened.
-    #[error("cannot open git repository at {path}: {message}\n  hint: --repo takes a bare repository or a working tree that has a .git")]
+    #[error(
+        "cannot open git repository at {path}: {message}\n  hint: --repo takes a bare repository or a working tree that has a .git"
+    )]
     Open {
         /// What was given.
         path: PathBuf,
@@ -19,7 +21,9 @@ pub enum Error {
         message: String,
     },
     /// The revision does not name a commit.
-    #[error("cannot resolve revision {rev:?} in {repo}: {message}\n  hint: use a branch, tag, commit id or an expression like main~3 (git rev-parse {rev} should work)")]
+    #[error(
+        "cannot resolve revision {rev:?} in {repo}: {message}\n  hint: use a branch, tag, commit id or an expression like main~3 (git rev-parse {rev} should work)"
+    )]
     Revision {
         /// The revision.
         rev: String,
@@ -29,7 +33,9 @@ pub enum Error {
         message: String,
     },
     /// An object needed for the sync is missing, corrupt or of the wrong kind.
-    #[error("cannot read {what} {id}{at}: {message}\n  hint: the repository may be corrupt or incomplete; `git fsck` tells more")]
+    #[error(
+        "cannot read {what} {id}{at}: {message}\n  hint: the repository may be corrupt or incomplete; `git fsck` tells more"
+    )]
     Object {
         /// `tree`, `blob`, …
         what: &'static str,

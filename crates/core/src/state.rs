@@ -66,7 +66,9 @@ pub struct SyncState {
 
 /// The state file could not be read.
 #[derive(Debug, thiserror::Error)]
-#[error("the state file .treesync/state is unreadable: {0}\n  hint: if the target was damaged, sync again with --force to take it over anew")]
+#[error(
+    "the state file .treesync/state is unreadable: {0}\n  hint: if the target was damaged, sync again with --force to take it over anew"
+)]
 pub struct ParseError(String);
 
 impl SyncState {

@@ -55,7 +55,9 @@ pub enum Error {
     #[error(transparent)]
     State(#[from] state::ParseError),
     /// The target holds files treesync did not write.
-    #[error("target {target} is not empty and was not written by treesync\n  hint: pass --force to take it over: treesync writes the tree there and removes everything the tree does not have")]
+    #[error(
+        "target {target} is not empty and was not written by treesync\n  hint: pass --force to take it over: treesync writes the tree there and removes everything the tree does not have"
+    )]
     Unmanaged {
         /// The target, as the backend shows it.
         target: String,
@@ -142,7 +144,13 @@ fn ser_secs<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error>
 }
 
 /// Read the target's state and plan, without writing anything.
-pub async fn prepare(repo: &Repo, rev: &str, backend: &dyn Backend, force: bool, create: bool) -> Result<Prepared, Error> {
+pub async fn prepare(
+    repo: &Repo,
+    rev: &str,
+    backend: &dyn Backend,
+    force: bool,
+    create: bool,
+) -> Result<Prepared, Error> {
     let to = repo.resolve(rev)?;
     let target = backend.prepare_target(create).await?;
     prepare_at(repo, to, backend, force, target).await
@@ -228,7 +236,9 @@ async fn scan(backend: &dyn Backend) -> Result<Vec<ExistingEntry>, Error> {
 
 /// This machine's name.
 pub fn hostname() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname").map(|h| h.trim().to_string()).unwrap_or_else(|_| "unknown host".into())
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_else(|_| "unknown host".into())
 }
 
 /// Describe this process, for the lock file.
@@ -291,8 +301,12 @@ pub async fn sync(
     if let Some((p, plan)) = &resume {
         // The journal says "in progress" for this transition; it is ours now.
         if p.holder.is_some() && !backend.capabilities().exclusive_lock {
-            current.in_progress =
-                Some(InProgress { holder: Some(me.clone()), host: Some(hostname()), pid: Some(std::process::id()), ..p.clone() });
+            current.in_progress = Some(InProgress {
+                holder: Some(me.clone()),
+                host: Some(hostname()),
+                pid: Some(std::process::id()),
+                ..p.clone()
+            });
             backend.store_state(&current.to_bytes()).await?;
             outcome.state_writes += 1;
         }
@@ -349,10 +363,11 @@ fn check_lease(p: &InProgress, backend: &dyn Backend, options: &Options) -> Resu
         return Ok(());
     }
     // A holder on this machine whose process is gone died: no need to wait for its lease.
-    if let (Some(host), Some(pid)) = (&p.host, p.pid) {
-        if *host == hostname() && !std::path::Path::new(&format!("/proc/{pid}")).exists() {
-            return Ok(());
-        }
+    if let (Some(host), Some(pid)) = (&p.host, p.pid)
+        && *host == hostname()
+        && !std::path::Path::new(&format!("/proc/{pid}")).exists()
+    {
+        return Ok(());
     }
     let lease = options.lease.unwrap_or(DEFAULT_LEASE);
     let age = state::now_unix().saturating_sub(p.started_unix);
@@ -370,11 +385,12 @@ fn check_lease(p: &InProgress, backend: &dyn Backend, options: &Options) -> Resu
 /// After a failed apply, mark the journal entry as no longer held (best effort), so the next
 /// run can finish the job at once, then return the error.
 async fn release(backend: &dyn Backend, mut current: SyncState, e: Error) -> Error {
-    if let Some(p) = &mut current.in_progress {
-        if p.holder.is_some() && !backend.capabilities().exclusive_lock {
-            p.holder = None;
-            let _ = backend.store_state(&current.to_bytes()).await;
-        }
+    if let Some(p) = &mut current.in_progress
+        && p.holder.is_some()
+        && !backend.capabilities().exclusive_lock
+    {
+        p.holder = None;
+        let _ = backend.store_state(&current.to_bytes()).await;
     }
     e
 }

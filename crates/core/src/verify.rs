@@ -12,7 +12,6 @@
 //! is a real one, so `GIT_INDEX_FILE=T/.treesync/index git --git-dir=R --work-tree=T status -uno`
 //! gives a second opinion right after a verify.
 
-
 use gix::bstr::ByteSlice;
 use gix_hash::ObjectId;
 use gix_object::{FindExt, tree::EntryKind};
@@ -130,7 +129,9 @@ fn ser_id<S: serde::Serializer>(id: &ObjectId, s: S) -> Result<S::Ok, S::Error> 
 #[non_exhaustive]
 pub enum Error {
     /// The target has no state to verify against.
-    #[error("{0} has no completed sync to verify against\n  hint: run `treesync sync` first (or finish the interrupted one)")]
+    #[error(
+        "{0} has no completed sync to verify against\n  hint: run `treesync sync` first (or finish the interrupted one)"
+    )]
     NoState(String),
     /// The repository.
     #[error(transparent)]
@@ -150,9 +151,16 @@ pub enum Error {
 enum Want {
     Dir,
     /// A submodule: an empty directory in the target, an entry in the index.
-    Gitlink { id: ObjectId },
-    File { id: ObjectId, executable: bool },
-    Link { id: ObjectId },
+    Gitlink {
+        id: ObjectId,
+    },
+    File {
+        id: ObjectId,
+        executable: bool,
+    },
+    Link {
+        id: ObjectId,
+    },
 }
 
 /// The recorded commit of a target, or an error if it has none.
@@ -171,7 +179,12 @@ pub async fn recorded_commit(backend: &dyn Backend) -> Result<crate::state::Sync
 /// something), sorted by path bytes. Names are not validated again: verify never writes, and
 /// repair validates the paths it writes.
 fn walk_tree(repo: &Repo, tree: ObjectId) -> Result<Vec<(Vec<u8>, Want)>, Error> {
-    fn walk(odb: &dyn gix_object::FindObjectOrHeader, id: ObjectId, prefix: &[u8], out: &mut Vec<(Vec<u8>, Want)>) -> Result<bool, Error> {
+    fn walk(
+        odb: &dyn gix_object::FindObjectOrHeader,
+        id: ObjectId,
+        prefix: &[u8],
+        out: &mut Vec<(Vec<u8>, Want)>,
+    ) -> Result<bool, Error> {
         let mut buf = Vec::new();
         let entries: Vec<(gix::bstr::BString, EntryKind, ObjectId)> = odb
             .find_tree(&id, &mut buf)
@@ -249,7 +262,10 @@ fn index_stat(s: &FileStat, size: u64) -> gix_index::entry::Stat {
     }
 }
 
-fn write_index(want: &[(Vec<u8>, Want)], entries: &[(usize, ObjectId, gix_index::entry::Mode, gix_index::entry::Stat)]) -> Vec<u8> {
+fn write_index(
+    want: &[(Vec<u8>, Want)],
+    entries: &[(usize, ObjectId, gix_index::entry::Mode, gix_index::entry::Stat)],
+) -> Vec<u8> {
     let mut state = gix_index::State::new(gix_hash::Kind::Sha1);
     for (i, id, mode, stat) in entries {
         state.dangerously_push_entry(*stat, *id, gix_index::entry::Flags::empty(), *mode, want[*i].0.as_bstr());
@@ -297,7 +313,8 @@ pub async fn verify(repo: &Repo, backend: &dyn Backend, level: Level) -> Result<
     };
     let caps = backend.capabilities();
     let scanned = backend.scan().await;
-    let want = walker.await.map_err(|e| Error::Backend(backend::Error::State(format!("a worker thread failed: {e}"))))??;
+    let want =
+        walker.await.map_err(|e| Error::Backend(backend::Error::State(format!("a worker thread failed: {e}"))))??;
     let mut found: Vec<(Vec<u8>, FoundKind)> = scanned?.into_iter().map(|f| (f.path, f.kind)).collect();
     found.sort_unstable_by(|a, b| a.0.cmp(&b.0));
     let index = match level {
@@ -316,7 +333,8 @@ pub async fn verify(repo: &Repo, backend: &dyn Backend, level: Level) -> Result<
         drift: Vec::new(),
     };
     // What the index will hold: (position in `want`, id, mode, stat) — no path copies.
-    let mut new_index: Vec<(usize, ObjectId, gix_index::entry::Mode, gix_index::entry::Stat)> = Vec::with_capacity(want.len());
+    let mut new_index: Vec<(usize, ObjectId, gix_index::entry::Mode, gix_index::entry::Stat)> =
+        Vec::with_capacity(want.len());
     let show = |p: &[u8]| String::from_utf8_lossy(p).into_owned();
     let mut buf = Vec::new();
     let mut extras: Vec<usize> = Vec::new();
@@ -336,7 +354,8 @@ pub async fn verify(repo: &Repo, backend: &dyn Backend, level: Level) -> Result<
         while ii < index_entries.len() && index_entries[ii].path(&index).as_bytes() < path.as_slice() {
             ii += 1;
         }
-        let recorded = index_entries.get(ii).filter(|e| e.path(&index).as_bytes() == path.as_slice()).map(|e| (e.id, e.stat));
+        let recorded =
+            index_entries.get(ii).filter(|e| e.path(&index).as_bytes() == path.as_slice()).map(|e| (e.id, e.stat));
         if let Want::Gitlink { id } = w {
             new_index.push((wi, *id, gix_index::entry::Mode::COMMIT, gix_index::entry::Stat::default()));
         }
@@ -353,7 +372,8 @@ pub async fn verify(repo: &Repo, backend: &dyn Backend, level: Level) -> Result<
                 if caps.exec_bit && x.is_some_and(|x| x != *executable) {
                     report.drift.push(Drift::ModeChanged { path: show(path), executable: *executable });
                 }
-                let mode = if *executable { gix_index::entry::Mode::FILE_EXECUTABLE } else { gix_index::entry::Mode::FILE };
+                let mode =
+                    if *executable { gix_index::entry::Mode::FILE_EXECUTABLE } else { gix_index::entry::Mode::FILE };
                 // The common case first: the index proves the file (its stat includes the size).
                 if let (Level::Stat, Some(st)) = (level, stat) {
                     let st = index_stat(st, *size);
@@ -394,7 +414,9 @@ pub async fn verify(repo: &Repo, backend: &dyn Backend, level: Level) -> Result<
                 }
             }
             (Want::Link { id }, FoundKind::Link { target, stat }) => {
-                let ok = repo.with_objects(|odb| odb.find_blob(id, &mut buf).map(|b| b.data == target.as_slice()).unwrap_or(false));
+                let ok = repo.with_objects(|odb| {
+                    odb.find_blob(id, &mut buf).map(|b| b.data == target.as_slice()).unwrap_or(false)
+                });
                 if !ok {
                     report.drift.push(Drift::LinkChanged { path: show(path) });
                 } else if let Some(s) = stat {
@@ -403,7 +425,8 @@ pub async fn verify(repo: &Repo, backend: &dyn Backend, level: Level) -> Result<
             }
             // Listings that cannot tell a symlink from a file: compare the link target as content.
             (Want::Link { id }, FoundKind::File { size, etag, typed: false, .. }) => {
-                let target = repo.with_objects(|odb| odb.find_blob(id, &mut buf).map(|b| b.data.to_vec()).unwrap_or_default());
+                let target =
+                    repo.with_objects(|odb| odb.find_blob(id, &mut buf).map(|b| b.data.to_vec()).unwrap_or_default());
                 let same = *size == target.len() as u64 && etag.as_deref().is_none_or(|e| e == md5_hex(&target));
                 if !same {
                     report.drift.push(Drift::LinkChanged { path: show(path) });
@@ -450,10 +473,9 @@ pub async fn verify(repo: &Repo, backend: &dyn Backend, level: Level) -> Result<
     report.drift.sort_by(|a, b| a.path().cmp(b.path()));
     // Rewrite the index only when it learned something (a steady tree costs no write).
     let unchanged = new_index.len() == index_entries.len()
-        && new_index
-            .iter()
-            .zip(index_entries)
-            .all(|(n, o)| want[n.0].0.as_slice() == o.path(&index).as_bytes() && n.1 == o.id && n.2 == o.mode && n.3 == o.stat);
+        && new_index.iter().zip(index_entries).all(|(n, o)| {
+            want[n.0].0.as_slice() == o.path(&index).as_bytes() && n.1 == o.id && n.2 == o.mode && n.3 == o.stat
+        });
     if level != Level::Quick && !new_index.is_empty() && !unchanged {
         backend.store_aux("index", &write_index(&want, &new_index)).await?;
     }
@@ -462,22 +484,31 @@ pub async fn verify(repo: &Repo, backend: &dyn Backend, level: Level) -> Result<
 
 /// The ops that turn the drift of `report` back into the recorded tree: rewrite what differs,
 /// restore what is missing, fix modes; remove extra entries only with `delete_extra`.
-pub async fn repair_plan(repo: &Repo, backend: &dyn Backend, report: &Report, delete_extra: bool) -> Result<Plan, Error> {
+pub async fn repair_plan(
+    repo: &Repo,
+    backend: &dyn Backend,
+    report: &Report,
+    delete_extra: bool,
+) -> Result<Plan, Error> {
     let synced = recorded_commit(backend).await?;
     let want = walk_tree(repo, synced.tree)?;
-    let mut found: Vec<(Vec<u8>, FoundKind)> = if report.drift.iter().any(|d| matches!(d, Drift::TypeChanged { .. } | Drift::Extra { .. })) {
-        backend.scan().await?.into_iter().map(|f| (f.path, f.kind)).collect()
-    } else {
-        Vec::new()
-    };
+    let mut found: Vec<(Vec<u8>, FoundKind)> =
+        if report.drift.iter().any(|d| matches!(d, Drift::TypeChanged { .. } | Drift::Extra { .. })) {
+            backend.scan().await?.into_iter().map(|f| (f.path, f.kind)).collect()
+        } else {
+            Vec::new()
+        };
     found.sort_unstable_by(|a, b| a.0.cmp(&b.0));
     let mut ops = Vec::new();
     let mut buf = Vec::new();
     let rel = |p: &str| RelPath::parse(p).map_err(crate::plan::Error::from);
-    let size_of = |id: &ObjectId| repo.with_objects(|odb| odb.try_header(id).ok().flatten().map(|h| h.size).unwrap_or(0));
+    let size_of =
+        |id: &ObjectId| repo.with_objects(|odb| odb.try_header(id).ok().flatten().map(|h| h.size).unwrap_or(0));
     let create = |ops: &mut Vec<Op>, path: RelPath, w: &Want, buf: &mut Vec<u8>| match w {
         Want::Dir | Want::Gitlink { .. } => ops.push(Op::Mkdir { path }),
-        Want::File { id, executable } => ops.push(Op::Write { path, blob: *id, size: size_of(id), executable: *executable }),
+        Want::File { id, executable } => {
+            ops.push(Op::Write { path, blob: *id, size: size_of(id), executable: *executable })
+        }
         Want::Link { id } => {
             let target = repo.with_objects(|odb| odb.find_blob(id, buf).map(|b| b.data.to_vec()).unwrap_or_default());
             ops.push(Op::Symlink { path, target });

@@ -71,7 +71,12 @@ pub async fn sync_to(repo: &Repo, rev: &str, backend: &dyn Backend) -> Result<sy
 }
 
 /// Sync `backend` to `rev`, optionally with `--force`.
-pub async fn sync_with(repo: &Repo, rev: &str, backend: &dyn Backend, force: bool) -> Result<sync::Outcome, sync::Error> {
+pub async fn sync_with(
+    repo: &Repo,
+    rev: &str,
+    backend: &dyn Backend,
+    force: bool,
+) -> Result<sync::Outcome, sync::Error> {
     let options = sync::Options { force, backend_name: "test".into(), ..Default::default() };
     sync::sync(repo, rev, backend, &options, &|_| {}, &AtomicBool::new(false)).await
 }
@@ -199,7 +204,10 @@ pub async fn interrupted_sync_is_finished_by_next_run(f: &dyn Fixture) {
     // (commit to sync to, which fraction of its plan runs before the fault, commit the next run goes to)
     for (round, (target, percent, next)) in [(5, 0, 5), (3, 33, 3), (0, 50, 0), (5, 99, 1)].into_iter().enumerate() {
         let total = sync::prepare(&h.repo, &h.commits[target], &*backend, false, false).await.expect("plan").main.len();
-        assert!(total > 1, "round {round}: the test needs a plan of some size, got {total} ops from {current} to {target}");
+        assert!(
+            total > 1,
+            "round {round}: the test needs a plan of some size, got {total} ops from {current} to {target}"
+        );
         let m = (total * percent / 100).min(total - 1);
         let failing = Fail::after(f.backend(), m as u64);
         let err = sync_to(&h.repo, &h.commits[target], &failing).await.expect_err("the fault stops the sync");
@@ -224,7 +232,10 @@ pub async fn incremental_sync_touches_only_changed_paths(f: &dyn Fixture) {
     let mut a = Model::default();
     for d in 0..20 {
         for i in 0..50 {
-            a.insert(&format!("d{d}/f{i}"), Entry::File { content: format!("{d}/{i}\n").into_bytes(), executable: false });
+            a.insert(
+                &format!("d{d}/f{i}"),
+                Entry::File { content: format!("{d}/{i}\n").into_bytes(), executable: false },
+            );
         }
     }
     let mut b = a.clone();
@@ -263,7 +274,10 @@ pub async fn locked_target_is_refused(f: &dyn Fixture) {
         let err = sync_to(&h.repo, &h.commits[2], &*f.backend()).await.expect_err("lease held");
         match err {
             sync::Error::Backend(backend::Error::Locked { holder }) => {
-                assert!(holder.contains(&std::process::id().to_string()) && holder.contains("--break-lock"), "holder: {holder}")
+                assert!(
+                    holder.contains(&std::process::id().to_string()) && holder.contains("--break-lock"),
+                    "holder: {holder}"
+                )
             }
             e => panic!("expected Locked, got {e}"),
         }

@@ -31,7 +31,10 @@ pub fn campaign_history(seed: u64) -> Vec<Model> {
     let mut trees = history::random_history(seed, 6);
     for t in trees.iter_mut() {
         for i in 0..1500 {
-            t.insert(&format!("bulk/d{}/f{i}", i % 15), Entry::File { content: format!("{i}\n").repeat(20).into_bytes(), executable: i % 9 == 0 });
+            t.insert(
+                &format!("bulk/d{}/f{i}", i % 15),
+                Entry::File { content: format!("{i}\n").repeat(20).into_bytes(), executable: i % 9 == 0 },
+            );
         }
     }
     // A file↔directory flip of the bulk area between commits 2 and 3.
@@ -94,7 +97,12 @@ pub fn run(bin: &Path, trials: u64, seed: u64) -> Stats {
         let mid = killed && status.code().is_none();
         if mid {
             stats.killed_mid_sync += 1;
-            let o = treesync(bin).args(["status", "--json", "--target"]).arg(&target).stdout(Stdio::piped()).output().expect("status");
+            let o = treesync(bin)
+                .args(["status", "--json", "--target"])
+                .arg(&target)
+                .stdout(Stdio::piped())
+                .output()
+                .expect("status");
             if String::from_utf8_lossy(&o.stdout).contains("\"to_commit\"") {
                 stats.reported_interrupted += 1;
             }
@@ -103,9 +111,17 @@ pub fn run(bin: &Path, trials: u64, seed: u64) -> Stats {
         }
         // The next run completes, to the same commit or another one.
         let next = if rng.percent(50) { to } else { rng.below(commits.len()) };
-        let o = treesync(bin).args(["sync", "-q", "--repo"]).arg(&bare.path).args(["--ref", &commits[next], "--target"]).arg(&target).output().expect("sync");
+        let o = treesync(bin)
+            .args(["sync", "-q", "--repo"])
+            .arg(&bare.path)
+            .args(["--ref", &commits[next], "--target"])
+            .arg(&target)
+            .output()
+            .expect("sync");
         if !o.status.success() {
-            stats.failures.push(format!("trial {trial}: the sync after the kill failed: {}", String::from_utf8_lossy(&o.stderr)));
+            stats
+                .failures
+                .push(format!("trial {trial}: the sync after the kill failed: {}", String::from_utf8_lossy(&o.stderr)));
             continue;
         }
         let exp = expected[next].get_or_insert_with(|| {
@@ -115,7 +131,9 @@ pub fn run(bin: &Path, trials: u64, seed: u64) -> Stats {
         });
         let actual = tree::read_dir(&target);
         if let Some(d) = tree::diff(exp, &actual) {
-            stats.failures.push(format!("trial {trial}: after the kill (delay {delay:?}) and a sync to commit {next}, the target differs:\n{d}"));
+            stats.failures.push(format!(
+                "trial {trial}: after the kill (delay {delay:?}) and a sync to commit {next}, the target differs:\n{d}"
+            ));
         }
         if actual.keys().any(|k| k.rsplit('/').next().is_some_and(|n| n.starts_with(".treesync-tmp."))) {
             stats.failures.push(format!("trial {trial}: temporaries left behind"));

@@ -51,7 +51,8 @@ impl Model {
     /// Remove everything below directory `path`.
     pub fn remove_dir(&mut self, path: &str) {
         let p = format!("{path}/");
-        let under: Vec<String> = self.0.range(p.clone()..).take_while(|(k, _)| k.starts_with(&p)).map(|(k, _)| k.clone()).collect();
+        let under: Vec<String> =
+            self.0.range(p.clone()..).take_while(|(k, _)| k.starts_with(&p)).map(|(k, _)| k.clone()).collect();
         for k in under {
             self.0.remove(&k);
         }
@@ -138,7 +139,11 @@ pub fn mutate(rng: &mut Rng, model: &mut Model) {
             }
         }
         8 => {
-            let p = if rng.percent(50) { pick_key(rng).unwrap_or_else(|| random_path(rng, model)) } else { random_path(rng, model) };
+            let p = if rng.percent(50) {
+                pick_key(rng).unwrap_or_else(|| random_path(rng, model))
+            } else {
+                random_path(rng, model)
+            };
             let target = match rng.below(4) {
                 0 => "../outside".to_string(),
                 1 => "/etc/hostname".to_string(),
@@ -252,7 +257,11 @@ pub fn import(repo: &Path, branch: &str, trees: &[Model]) -> Vec<String> {
     for i in 0..trees.len() {
         let _ = writeln!(Stream(&mut stream), "get-mark :{}", i + 1);
     }
-    let out = crate::git_stdin(repo, &["fast-import", "--quiet", "--done", "--force"], &[stream, b"done\n".to_vec()].concat());
+    let out = crate::git_stdin(
+        repo,
+        &["fast-import", "--quiet", "--done", "--force"],
+        &[stream, b"done\n".to_vec()].concat(),
+    );
     out.lines().map(|l| l.trim().to_string()).filter(|l| l.len() == 40).collect()
 }
 
@@ -309,7 +318,10 @@ pub fn change_some(base: &Model, modified: usize, added: usize, deleted: usize, 
     let mut idx = rng.below(step.max(1));
     for _ in 0..modified {
         let k = &keys[idx % keys.len()];
-        m.0.insert(k.clone(), Entry::File { content: format!("modified {}\n", rng.next_u64()).into_bytes(), executable: false });
+        m.0.insert(
+            k.clone(),
+            Entry::File { content: format!("modified {}\n", rng.next_u64()).into_bytes(), executable: false },
+        );
         changed.push(k.clone());
         idx += step;
     }
@@ -362,7 +374,8 @@ mod tests {
         let (b, changed) = change_some(&base, 10, 2, 2, 2);
         assert_eq!(changed.len(), 14);
         assert_eq!(b.0.len(), 1000);
-        let differing = base.0.iter().filter(|(k, v)| b.0.get(*k) != Some(v)).count() + b.0.keys().filter(|k| !base.0.contains_key(*k)).count();
+        let differing = base.0.iter().filter(|(k, v)| b.0.get(*k) != Some(v)).count()
+            + b.0.keys().filter(|k| !base.0.contains_key(*k)).count();
         assert_eq!(differing, 14);
     }
 }

@@ -71,12 +71,8 @@ impl BareRepo {
             .output()
             .expect("git archive runs");
         assert!(archive.status.success(), "git archive {rev}: {}", String::from_utf8_lossy(&archive.stderr));
-        let mut tar = Command::new("tar")
-            .current_dir(dest)
-            .args(["-xf", "-"])
-            .stdin(Stdio::piped())
-            .spawn()
-            .expect("tar runs");
+        let mut tar =
+            Command::new("tar").current_dir(dest).args(["-xf", "-"]).stdin(Stdio::piped()).spawn().expect("tar runs");
         {
             use std::io::Write;
             tar.stdin.take().expect("piped").write_all(&archive.stdout).expect("tar input");

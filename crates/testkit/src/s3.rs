@@ -100,7 +100,12 @@ impl Moto {
     /// Send one raw HTTP request and return the status code (moto does not check signatures).
     pub fn raw(&self, method: &str, path: &str) -> u16 {
         let mut s = TcpStream::connect(("127.0.0.1", self.port())).expect("connect");
-        write!(s, "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n", self.port()).expect("send");
+        write!(
+            s,
+            "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+            self.port()
+        )
+        .expect("send");
         let mut resp = String::new();
         let _ = s.read_to_string(&mut resp);
         resp.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0)
@@ -219,11 +224,8 @@ fn read_message(s: &mut impl Read) -> std::io::Result<Option<Vec<u8>>> {
         buf.push(byte[0]);
     }
     let head = String::from_utf8_lossy(&buf).to_ascii_lowercase();
-    let len: usize = head
-        .lines()
-        .find_map(|l| l.strip_prefix("content-length:"))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(0);
+    let len: usize =
+        head.lines().find_map(|l| l.strip_prefix("content-length:")).and_then(|v| v.trim().parse().ok()).unwrap_or(0);
     let mut body = vec![0u8; len];
     s.read_exact(&mut body)?;
     buf.extend_from_slice(&body);
@@ -244,7 +246,11 @@ fn serve(
         if every > 0 && n % every == 0 {
             injected.fetch_add(1, Ordering::SeqCst);
             let body = "<Error><Code>SlowDown</Code><Message>injected</Message></Error>";
-            write!(client, "HTTP/1.1 503 Slow Down\r\nContent-Type: application/xml\r\nContent-Length: {}\r\n\r\n{body}", body.len())?;
+            write!(
+                client,
+                "HTTP/1.1 503 Slow Down\r\nContent-Type: application/xml\r\nContent-Length: {}\r\n\r\n{body}",
+                body.len()
+            )?;
             continue;
         }
         let mut up = TcpStream::connect(("127.0.0.1", up_port))?;

@@ -79,7 +79,9 @@ pub fn diff(expected: &BTreeMap<String, Node>, actual: &BTreeMap<String, Node>) 
     for (k, v) in expected {
         match actual.get(k) {
             None => out.push_str(&format!("  missing {k} ({})\n", describe(v))),
-            Some(a) if a != v => out.push_str(&format!("  differs {k}: expected {}, got {}\n", describe(v), describe(a))),
+            Some(a) if a != v => {
+                out.push_str(&format!("  differs {k}: expected {}, got {}\n", describe(v), describe(a)))
+            }
             Some(_) => {}
         }
     }

@@ -3,8 +3,8 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use treesync_core::memory::{MemNode, MemoryBackend};
 use treesync_core::Backend;
+use treesync_core::memory::{MemNode, MemoryBackend};
 use treesync_testkit::conformance::Fixture;
 use treesync_testkit::tree::{self, Node};
 

@@ -267,7 +267,9 @@ impl<'a> Planner<'a> {
             let path = dir.join(name.as_bstr(), kind)?;
             if n.is_some() {
                 let reason = if path.depth() > MAX_TREE_DEPTH {
-                    Some(format!("the tree is deeper than {MAX_TREE_DEPTH} levels (git's core.maxTreeDepth refuses it too)"))
+                    Some(format!(
+                        "the tree is deeper than {MAX_TREE_DEPTH} levels (git's core.maxTreeDepth refuses it too)"
+                    ))
                 } else if path.as_bytes().len() > MAX_PATH_BYTES {
                     Some(format!("the path is longer than PATH_MAX ({} bytes)", MAX_PATH_BYTES + 1))
                 } else {

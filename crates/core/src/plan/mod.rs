@@ -5,8 +5,8 @@
 //! paths (times their depth), not with the size of the tree.
 
 mod function;
-pub use function::{ExistingEntry, ExistingKind, MAX_PATH_BYTES, MAX_TREE_DEPTH, plan, plan_takeover};
 pub(crate) use function::with_big_stack;
+pub use function::{ExistingEntry, ExistingKind, MAX_PATH_BYTES, MAX_TREE_DEPTH, plan, plan_takeover};
 
 use gix_hash::ObjectId;
 
@@ -15,7 +15,9 @@ use gix_hash::ObjectId;
 #[non_exhaustive]
 pub enum Error {
     /// The new tree holds an entry that must never be written.
-    #[error("refusing to sync: {0}\n  hint: the repository contains a hostile or broken tree entry; nothing was written")]
+    #[error(
+        "refusing to sync: {0}\n  hint: the repository contains a hostile or broken tree entry; nothing was written"
+    )]
     Unsafe(#[from] crate::path::UnsafeName),
     /// An object could not be read.
     #[error(transparent)]

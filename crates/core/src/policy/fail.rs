@@ -50,7 +50,9 @@ impl<B: Backend> Fail<B> {
     fn fault(&self, index: u64, op: &Op) -> Error {
         match self.fault {
             Fault::Stop => Error::Injected { after: index, op: op.kind().name(), path: op.path().display() },
-            Fault::Io(kind) => Error::io(op.kind().name(), op.path(), std::io::Error::new(kind, format!("{kind} (injected)"))),
+            Fault::Io(kind) => {
+                Error::io(op.kind().name(), op.path(), std::io::Error::new(kind, format!("{kind} (injected)")))
+            }
         }
     }
 
