@@ -323,17 +323,18 @@ impl Target {
             }
             Ok(_) => {}
         }
+        // A managed target answers with one lookup; only an unmanaged one is listed (and only
+        // until its first entry).
+        if std::fs::symlink_metadata(self.root.join(STATE_DIR)).is_ok_and(|m| m.is_dir()) {
+            return Ok(TargetState::Managed);
+        }
         let mut entries =
             std::fs::read_dir(&self.root).map_err(|e| Error::io("read target directory", self.root_display(), e))?;
-        let mut state = TargetState::Empty;
-        for e in entries.by_ref() {
-            let e = e.map_err(|e| Error::io("read target directory", self.root_display(), e))?;
-            if e.file_name() == STATE_DIR {
-                return Ok(TargetState::Managed);
-            }
-            state = TargetState::Unmanaged;
+        match entries.next() {
+            None => Ok(TargetState::Empty),
+            Some(Ok(_)) => Ok(TargetState::Unmanaged),
+            Some(Err(e)) => Err(Error::io("read target directory", self.root_display(), e)),
         }
-        Ok(state)
     }
 
     pub(crate) fn read_dir(&self, rel: &RelPath) -> Result<Vec<DirEntry>, Error> {
