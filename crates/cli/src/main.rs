@@ -382,7 +382,7 @@ fn run_watch(args: WatchArgs) -> anyhow::Result<ExitCode> {
                             report.drift[0].path()
                         );
                         if args.repair {
-                            let plan = verify::repair_plan(&repo, &*backend, &report, false).await?;
+                            let plan = verify::repair_plan(&repo, &report, false)?;
                             let blobs: Arc<dyn treesync_core::source::BlobSource> = Arc::new(repo.clone());
                             let done =
                                 apply::apply(&plan, &*backend, &blobs, apply::Options::default(), &|_| {}, &interrupt)
@@ -544,7 +544,7 @@ fn run_verify(args: VerifyArgs) -> anyhow::Result<ExitCode> {
     let mut repaired = None;
     let mut after = None;
     if args.repair && !report.is_clean() {
-        let plan = rt.block_on(verify::repair_plan(&repo, &*backend, &report, args.delete_extra)).with_context(ctx)?;
+        let plan = verify::repair_plan(&repo, &report, args.delete_extra).with_context(ctx)?;
         let blobs: Arc<dyn treesync_core::source::BlobSource> = Arc::new(repo.clone());
         let done = rt
             .block_on(apply::apply(

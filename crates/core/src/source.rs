@@ -157,19 +157,3 @@ impl BlobSource for Repo {
         })
     }
 }
-
-/// Blobs held in memory, for tests of backends without a repository.
-#[derive(Debug, Default, Clone)]
-pub struct MemoryBlobs(pub Arc<std::collections::HashMap<ObjectId, Vec<u8>>>);
-
-impl BlobSource for MemoryBlobs {
-    fn read_blob(&self, id: &ObjectId, sink: &mut dyn FnMut(&[u8]) -> std::io::Result<()>) -> Result<(), BlobError> {
-        let data = self.0.get(id).ok_or_else(|| Error::Object {
-            what: "blob",
-            id: *id,
-            at: String::new(),
-            message: "not in memory".into(),
-        })?;
-        sink(data).map_err(BlobError::Sink)
-    }
-}

@@ -111,6 +111,15 @@ pub struct Report {
     pub proven_by_stat: u64,
     /// The differences, by path.
     pub drift: Vec<Drift>,
+    /// What [`repair_plan`] needs, kept so that it neither walks the tree nor scans the target
+    /// again: the recorded tree, what it wants at each drifted path, and what the scan found at
+    /// and below type-changed and extra paths (sorted).
+    #[serde(skip)]
+    tree: ObjectId,
+    #[serde(skip)]
+    wanted: Vec<(Vec<u8>, Want)>,
+    #[serde(skip)]
+    found_below: Vec<(Vec<u8>, bool)>,
 }
 
 impl Report {
@@ -331,6 +340,9 @@ pub async fn verify(repo: &Repo, backend: &dyn Backend, level: Level) -> Result<
         hashed: 0,
         proven_by_stat: 0,
         drift: Vec::new(),
+        tree: synced.tree,
+        wanted: Vec::new(),
+        found_below: Vec::new(),
     };
     // What the index will hold: (position in `want`, id, mode, stat) — no path copies.
     let mut new_index: Vec<(usize, ObjectId, gix_index::entry::Mode, gix_index::entry::Stat)> =
@@ -471,6 +483,25 @@ pub async fn verify(repo: &Repo, backend: &dyn Backend, level: Level) -> Result<
         report.drift.push(Drift::Extra { path: show(path), dir: *f == FoundKind::Dir });
     }
     report.drift.sort_by(|a, b| a.path().cmp(b.path()));
+    for d in &report.drift {
+        let key = d.path().as_bytes();
+        if let Some(w) = lookup(&want, key) {
+            report.wanted.push((key.to_vec(), *w));
+        }
+        if matches!(d, Drift::TypeChanged { .. } | Drift::Extra { .. }) {
+            let start = found.partition_point(|e| e.0.as_slice() < key);
+            for (p, k) in &found[start..] {
+                if !p.starts_with(key) {
+                    break;
+                }
+                if p.as_slice() == key || p.get(key.len()) == Some(&b'/') {
+                    report.found_below.push((p.clone(), *k == FoundKind::Dir));
+                }
+            }
+        }
+    }
+    report.found_below.sort_unstable();
+    report.found_below.dedup();
     // Rewrite the index only when it learned something (a steady tree costs no write).
     let unchanged = new_index.len() == index_entries.len()
         && new_index.iter().zip(index_entries).all(|(n, o)| {
@@ -483,22 +514,11 @@ pub async fn verify(repo: &Repo, backend: &dyn Backend, level: Level) -> Result<
 }
 
 /// The ops that turn the drift of `report` back into the recorded tree: rewrite what differs,
-/// restore what is missing, fix modes; remove extra entries only with `delete_extra`.
-pub async fn repair_plan(
-    repo: &Repo,
-    backend: &dyn Backend,
-    report: &Report,
-    delete_extra: bool,
-) -> Result<Plan, Error> {
-    let synced = recorded_commit(backend).await?;
-    let want = walk_tree(repo, synced.tree)?;
-    let mut found: Vec<(Vec<u8>, FoundKind)> =
-        if report.drift.iter().any(|d| matches!(d, Drift::TypeChanged { .. } | Drift::Extra { .. })) {
-            backend.scan().await?.into_iter().map(|f| (f.path, f.kind)).collect()
-        } else {
-            Vec::new()
-        };
-    found.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+/// restore what is missing, fix modes; remove extra entries only with `delete_extra`. Uses what
+/// [`verify`] recorded in the report: no second walk of the tree, no second scan of the target.
+pub fn repair_plan(repo: &Repo, report: &Report, delete_extra: bool) -> Result<Plan, Error> {
+    let want = &report.wanted;
+    let found = &report.found_below;
     let mut ops = Vec::new();
     let mut buf = Vec::new();
     let rel = |p: &str| RelPath::parse(p).map_err(crate::plan::Error::from);
@@ -517,7 +537,7 @@ pub async fn repair_plan(
     // Remove everything at and below `path` that the scan found.
     let remove_found = |ops: &mut Vec<Op>, path: &[u8]| {
         let start = found.partition_point(|e| e.0.as_slice() < path);
-        for (p, k) in &found[start..] {
+        for (p, is_dir) in &found[start..] {
             if !p.starts_with(path) {
                 break;
             }
@@ -525,7 +545,7 @@ pub async fn repair_plan(
                 continue;
             }
             if let Ok(r) = RelPath::parse(&String::from_utf8_lossy(p)) {
-                ops.push(if *k == FoundKind::Dir { Op::Rmdir { path: r } } else { Op::Unlink { path: r } });
+                ops.push(if *is_dir { Op::Rmdir { path: r } } else { Op::Unlink { path: r } });
             }
         }
     };
@@ -534,18 +554,18 @@ pub async fn repair_plan(
         match d {
             Drift::Missing { path } | Drift::ContentChanged { path } | Drift::LinkChanged { path } => {
                 // A missing file's parents may be missing too; their own Missing entries make them.
-                if let Some(w) = lookup(&want, key) {
+                if let Some(w) = lookup(want, key) {
                     create(&mut ops, rel(path)?, w, &mut buf);
                 }
             }
             Drift::ModeChanged { path, executable } => {
-                if let Some(Want::File { id, .. }) = lookup(&want, key) {
+                if let Some(Want::File { id, .. }) = lookup(want, key) {
                     ops.push(Op::Chmod { path: rel(path)?, executable: *executable, blob: *id, size: size_of(id) });
                 }
             }
             Drift::TypeChanged { path, .. } => {
                 remove_found(&mut ops, key);
-                if let Some(w) = lookup(&want, key) {
+                if let Some(w) = lookup(want, key) {
                     create(&mut ops, rel(path)?, w, &mut buf);
                 }
             }
@@ -553,5 +573,5 @@ pub async fn repair_plan(
             Drift::Extra { .. } => {}
         }
     }
-    Ok(Plan::from_ops(Some(synced.tree), synced.tree, ops))
+    Ok(Plan::from_ops(Some(report.tree), report.tree, ops))
 }
