@@ -1,4 +1,6 @@
-//! The blocking filesystem work of the local backend.
+//! The blocking POSIX work of the local backend, public so that other backends for mounted
+//! filesystems (the NFS backend) reuse the same atomic write, state, lock and scan code and
+//! only change how directories are found and how much runs at once.
 
 use std::ffi::OsStr;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
@@ -18,8 +20,9 @@ const TMP_DIR: &str = ".treesync/tmp";
 const STATE_FILE: &str = ".treesync/state";
 const LOCK_FILE: &str = ".treesync/lock";
 
-pub(crate) struct Target {
-    pub(crate) root: PathBuf,
+/// A target directory and how files are written there.
+pub struct Target {
+    pub root: PathBuf,
     fsync: bool,
     umask: u32,
     root_fd: OnceLock<OwnedFd>,
@@ -43,7 +46,8 @@ fn read_umask() -> u32 {
 }
 
 impl Target {
-    pub(crate) fn new(root: PathBuf, fsync: bool) -> Self {
+    /// The directory `root`; with `fsync`, files and state are synced before being renamed.
+    pub fn new(root: PathBuf, fsync: bool) -> Self {
         Target {
             root,
             fsync,
@@ -58,7 +62,8 @@ impl Target {
         self.root.display().to_string()
     }
 
-    fn root_fd(&self) -> Result<BorrowedFd<'_>, Error> {
+    /// A descriptor of the target directory, opened on first use.
+    pub fn root_fd(&self) -> Result<BorrowedFd<'_>, Error> {
         if let Some(fd) = self.root_fd.get() {
             return Ok(fd.as_fd());
         }
@@ -164,7 +169,9 @@ impl Target {
         }
     }
 
-    pub(crate) fn run_batch(&self, ops: &[Op], blobs: &dyn BlobSource) -> Result<(), Error> {
+    /// Run ops of one phase, resolving each parent directory from the root (cached while
+    /// neighbours share it).
+    pub fn run_batch(&self, ops: &[Op], blobs: &dyn BlobSource) -> Result<(), Error> {
         // Ops of a batch are sorted by path, so neighbours mostly share their directory.
         let mut cached: Option<(Vec<u8>, Result<OwnedFd, Errno>)> = None;
         for op in ops {
@@ -193,7 +200,9 @@ impl Target {
         Ok(())
     }
 
-    fn run_op(&self, dir: BorrowedFd<'_>, name: &[u8], op: &Op, blobs: &dyn BlobSource) -> Result<(), Error> {
+    /// Run `op` on the entry `name` of the directory `dir` (which the caller opened without
+    /// following symlinks).
+    pub fn run_op(&self, dir: BorrowedFd<'_>, name: &[u8], op: &Op, blobs: &dyn BlobSource) -> Result<(), Error> {
         let name = OsStr::from_bytes(name);
         let path = op.path();
         match op {
@@ -304,7 +313,7 @@ impl Target {
         Ok(())
     }
 
-    pub(crate) fn prepare(&self, create: bool) -> Result<TargetState, Error> {
+    pub fn prepare(&self, create: bool) -> Result<TargetState, Error> {
         match std::fs::symlink_metadata(&self.root) {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 if create {
@@ -337,7 +346,7 @@ impl Target {
         }
     }
 
-    pub(crate) fn read_dir(&self, rel: &RelPath) -> Result<Vec<DirEntry>, Error> {
+    pub fn read_dir(&self, rel: &RelPath) -> Result<Vec<DirEntry>, Error> {
         let fd = self
             .open_dir(rel.as_bytes())
             .and_then(|fd| self.open_beneath(fd.as_fd(), b".", OFlags::RDONLY | OFlags::DIRECTORY))
@@ -362,21 +371,21 @@ impl Target {
         Ok(out)
     }
 
-    pub(crate) fn load_state(&self) -> Result<Option<Vec<u8>>, Error> {
+    pub fn load_state(&self) -> Result<Option<Vec<u8>>, Error> {
         self.load_file(STATE_FILE)
     }
 
-    pub(crate) fn load_aux(&self, name: &str) -> Result<Option<Vec<u8>>, Error> {
+    pub fn load_aux(&self, name: &str) -> Result<Option<Vec<u8>>, Error> {
         self.load_file(&format!("{STATE_DIR}/{name}"))
     }
 
-    pub(crate) fn store_aux(&self, name: &str, bytes: &[u8]) -> Result<(), Error> {
+    pub fn store_aux(&self, name: &str, bytes: &[u8]) -> Result<(), Error> {
         self.store_file(&format!("{STATE_DIR}/{name}"), bytes)
     }
 
     /// Walk the whole target with `jobs` threads: one readdir per directory, one lstat per
     /// entry (`d_type` saves none of them: the stat data is what verify needs).
-    pub(crate) fn scan(&self, jobs: usize) -> Result<Vec<Found>, Error> {
+    pub fn scan(&self, jobs: usize) -> Result<Vec<Found>, Error> {
         use std::sync::{Condvar, Mutex};
         struct Queue {
             dirs: Vec<Vec<u8>>,
@@ -500,7 +509,7 @@ impl Target {
         Ok((found, subdirs))
     }
 
-    pub(crate) fn read_file(&self, rel: &RelPath) -> Result<Vec<u8>, Error> {
+    pub fn read_file(&self, rel: &RelPath) -> Result<Vec<u8>, Error> {
         let root = self.root_fd()?;
         let fd = self.open_beneath(root, rel.as_bytes(), OFlags::RDONLY).map_err(|e| Error::io("read", rel, io(e)))?;
         let mut buf = Vec::new();
@@ -525,7 +534,7 @@ impl Target {
         }
     }
 
-    pub(crate) fn store_state(&self, bytes: &[u8]) -> Result<(), Error> {
+    pub fn store_state(&self, bytes: &[u8]) -> Result<(), Error> {
         self.store_file(STATE_FILE, bytes)
     }
 
@@ -557,7 +566,7 @@ impl Target {
         Ok(())
     }
 
-    pub(crate) fn lock(&self, holder: &str) -> Result<LockGuard, Error> {
+    pub fn lock(&self, holder: &str) -> Result<LockGuard, Error> {
         let tmp_dir = self.tmp_fd()?;
         let root = self.root_fd()?;
         let lock_path = || self.root.join(LOCK_FILE).display().to_string();

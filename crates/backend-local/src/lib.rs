@@ -13,7 +13,7 @@
 //! * Modes are what git gives: `0666`/`0777` masked by the process umask.
 //! * Runs batches of ops on tokio's blocking pool, `jobs` at a time (default 8).
 
-mod fs;
+pub mod fs;
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -91,6 +91,7 @@ impl Backend for LocalBackend {
             jobs: self.options.jobs,
             batch: self.options.batch,
             min_batch: self.options.min_batch.min(self.options.batch),
+            lookups: self.options.jobs,
         }
     }
 
@@ -126,8 +127,7 @@ impl Backend for LocalBackend {
         self.blocking(move |t| t.lock(&holder)).await
     }
 
-    async fn scan(&self) -> Result<Vec<Found>, Error> {
-        let jobs = self.options.jobs;
+    async fn scan(&self, jobs: usize) -> Result<Vec<Found>, Error> {
         self.blocking(move |t| t.scan(jobs)).await
     }
 

@@ -325,7 +325,7 @@ impl Backend for ObjectStoreBackend {
     fn policy(&self) -> Policy {
         // One batch is up to 1,000 ops: removals become one bulk delete per batch; writes
         // inside a batch run concurrently, bounded by `puts_in_flight` across all batches.
-        Policy { jobs: 4, batch: 1000, min_batch: 1000 }
+        Policy { jobs: 4, batch: 1000, min_batch: 1000, lookups: 4 }
     }
 
     async fn execute(&self, op: &Op, blobs: &Arc<dyn BlobSource>) -> Result<(), Error> {
@@ -408,7 +408,7 @@ impl Backend for ObjectStoreBackend {
         Ok(())
     }
 
-    async fn scan(&self) -> Result<Vec<Found>, Error> {
+    async fn scan(&self, _jobs: usize) -> Result<Vec<Found>, Error> {
         // One LIST request per 1,000 keys; the listing tells size and ETag, not the mode.
         let mut out = Vec::new();
         for (rel, meta) in self.list_tree().await? {

@@ -39,11 +39,14 @@ pub struct Policy {
     /// How many ops a batch gets at least when a small phase is spread over the jobs: on a
     /// fast disk, fanning 10 ops out to 8 threads costs more than running them on one.
     pub min_batch: usize,
+    /// How many metadata lookups (directory probes, the stat calls of a scan) may be in flight
+    /// at once. On NFS the kernel serializes lookups on locks, so parallel ones only cost more.
+    pub lookups: usize,
 }
 
 impl Default for Policy {
     fn default() -> Self {
-        Policy { jobs: 1, batch: 1, min_batch: 1 }
+        Policy { jobs: 1, batch: 1, min_batch: 1, lookups: 1 }
     }
 }
 
@@ -288,7 +291,15 @@ pub trait Backend: Send + Sync + fmt::Display {
     /// Everything in the target (`.treesync` left out), for `verify`: one entry per file,
     /// symlink and directory, with the cheapest metadata the storage gives (one readdir per
     /// directory plus an lstat per entry on filesystems, one LIST per 1,000 keys on object stores).
-    async fn scan(&self) -> Result<Vec<Found>, Error>;
+    /// `jobs` bounds the lookups in flight (callers pass [`Policy::lookups`]).
+    async fn scan(&self, jobs: usize) -> Result<Vec<Found>, Error>;
+
+    /// Look up the directory `dir` ahead of ops in it. A backend that keeps handles of
+    /// directories (NFS) opens `dir` here, once per run, so wrappers can budget these lookups
+    /// apart from writes ([`crate::policy::Budgets`]); the others have nothing to do.
+    async fn probe(&self, _dir: &RelPath) -> Result<(), Error> {
+        Ok(())
+    }
 
     /// A file's content, for hashing during `verify`.
     async fn read_file(&self, path: &RelPath) -> Result<Vec<u8>, Error>;
@@ -351,8 +362,11 @@ macro_rules! impl_for_pointer {
             async fn lock(&self, holder: &str) -> Result<LockGuard, Error> {
                 (**self).lock(holder).await
             }
-            async fn scan(&self) -> Result<Vec<Found>, Error> {
-                (**self).scan().await
+            async fn scan(&self, jobs: usize) -> Result<Vec<Found>, Error> {
+                (**self).scan(jobs).await
+            }
+            async fn probe(&self, dir: &RelPath) -> Result<(), Error> {
+                (**self).probe(dir).await
             }
             async fn read_file(&self, path: &RelPath) -> Result<Vec<u8>, Error> {
                 (**self).read_file(path).await

@@ -170,7 +170,7 @@ impl Backend for MemoryBackend {
     }
 
     fn policy(&self) -> Policy {
-        Policy { jobs: 4, batch: 16, min_batch: 1 }
+        Policy { jobs: 4, batch: 16, min_batch: 1, lookups: 4 }
     }
 
     async fn execute(&self, op: &Op, blobs: &Arc<dyn BlobSource>) -> Result<(), Error> {
@@ -228,7 +228,7 @@ impl Backend for MemoryBackend {
         Ok(())
     }
 
-    async fn scan(&self) -> Result<Vec<Found>, Error> {
+    async fn scan(&self, _jobs: usize) -> Result<Vec<Found>, Error> {
         let inner = self.inner.lock().expect("never poisoned");
         Ok(inner
             .nodes

@@ -123,6 +123,12 @@ impl RelPath {
         }
     }
 
+    /// The parent directory (the root for top-level entries and the root itself).
+    pub fn parent(&self) -> RelPath {
+        // A prefix of a validated path is made of validated components.
+        RelPath(self.split_last().0.into())
+    }
+
     /// The components, in order.
     pub fn components(&self) -> impl Iterator<Item = &[u8]> {
         self.0.split(|b| *b == b'/').filter(|c| !c.is_empty())

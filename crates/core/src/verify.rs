@@ -321,7 +321,7 @@ pub async fn verify(repo: &Repo, backend: &dyn Backend, level: Level) -> Result<
         tokio::task::spawn_blocking(move || walk_tree(&repo, synced.tree))
     };
     let caps = backend.capabilities();
-    let scanned = backend.scan().await;
+    let scanned = backend.scan(backend.policy().lookups).await;
     let want =
         walker.await.map_err(|e| Error::Backend(backend::Error::State(format!("a worker thread failed: {e}"))))??;
     let mut found: Vec<(Vec<u8>, FoundKind)> = scanned?.into_iter().map(|f| (f.path, f.kind)).collect();

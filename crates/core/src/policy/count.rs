@@ -26,12 +26,14 @@ pub struct Record {
     pub scans: u64,
     /// Calls to `read_file`.
     pub file_reads: u64,
+    /// Calls to `probe`.
+    pub probes: u64,
 }
 
 impl Record {
     /// Every call that touched the target: ops, state reads and writes, directory listings, setup.
     pub fn total_calls(&self) -> u64 {
-        self.counts.total() + self.state_reads + self.state_writes + self.dir_reads + self.setup_calls
+        self.counts.total() + self.state_reads + self.state_writes + self.dir_reads + self.setup_calls + self.probes
     }
 }
 
@@ -106,9 +108,13 @@ impl<B: Backend> Backend for Count<B> {
         self.note(|r| r.setup_calls += 1);
         self.inner.lock(holder).await
     }
-    async fn scan(&self) -> Result<Vec<crate::backend::Found>, Error> {
+    async fn scan(&self, jobs: usize) -> Result<Vec<crate::backend::Found>, Error> {
         self.note(|r| r.scans += 1);
-        self.inner.scan().await
+        self.inner.scan(jobs).await
+    }
+    async fn probe(&self, dir: &crate::path::RelPath) -> Result<(), Error> {
+        self.note(|r| r.probes += 1);
+        self.inner.probe(dir).await
     }
     async fn read_file(&self, path: &crate::path::RelPath) -> Result<Vec<u8>, Error> {
         self.note(|r| r.file_reads += 1);

@@ -111,8 +111,11 @@ impl<B: Backend> Backend for Fail<B> {
     async fn lock(&self, holder: &str) -> Result<crate::backend::LockGuard, Error> {
         self.inner.lock(holder).await
     }
-    async fn scan(&self) -> Result<Vec<crate::backend::Found>, Error> {
-        self.inner.scan().await
+    async fn scan(&self, jobs: usize) -> Result<Vec<crate::backend::Found>, Error> {
+        self.inner.scan(jobs).await
+    }
+    async fn probe(&self, dir: &crate::path::RelPath) -> Result<(), Error> {
+        self.inner.probe(dir).await
     }
     async fn read_file(&self, path: &crate::path::RelPath) -> Result<Vec<u8>, Error> {
         self.inner.read_file(path).await

@@ -1,0 +1,186 @@
+//! Which filesystem a target directory is on, from `/proc/self/mountinfo`.
+
+use std::path::{Path, PathBuf};
+
+/// The mount a path is on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Mount {
+    /// Mount point.
+    pub point: PathBuf,
+    /// Filesystem type as the kernel names it (`nfs4`, `ext4`, `fuse.sshfs`, …).
+    pub fstype: String,
+    /// What is mounted (`server:/export`, `/dev/sda1`, …).
+    pub source: String,
+}
+
+impl Mount {
+    /// Is this a network filesystem, where lookups are round trips to a server?
+    pub fn is_network(&self) -> bool {
+        is_network(&self.fstype)
+    }
+}
+
+/// Filesystem types (and FUSE subtypes) that live on another machine.
+const NETWORK: &[&str] = &[
+    "nfs",
+    "nfs4",
+    "cifs",
+    "smb3",
+    "smbfs",
+    "ncpfs",
+    "afs",
+    "ceph",
+    "glusterfs",
+    "lustre",
+    "gpfs",
+    "beegfs",
+    "ocfs2",
+    "gfs2",
+    "9p",
+    "davfs",
+];
+
+const FUSE_NETWORK: &[&str] = &[
+    "sshfs",
+    "rclone",
+    "s3fs",
+    "gcsfuse",
+    "goofys",
+    "juicefs",
+    "glusterfs",
+    "ceph-fuse",
+    "cephfs",
+    "davfs",
+    "nfs",
+    "smbnetfs",
+    "moosefs",
+    "mfs",
+    "lizardfs",
+    "seaweedfs",
+    // treesync's own slow-filesystem testbed stands for a NAS.
+    "treesync-slowfs",
+];
+
+/// Is `fstype` (as in mountinfo) a network filesystem?
+pub fn is_network(fstype: &str) -> bool {
+    if let Some(sub) = fstype.strip_prefix("fuse.").or_else(|| fstype.strip_prefix("fuseblk.")) {
+        return FUSE_NETWORK.contains(&sub);
+    }
+    NETWORK.contains(&fstype)
+}
+
+/// The mount `path` is on (or would be on, if it does not exist yet: its nearest existing
+/// ancestor decides).
+pub fn mount_of(path: &Path) -> std::io::Result<Mount> {
+    let info = std::fs::read_to_string("/proc/self/mountinfo")?;
+    let mut p = std::path::absolute(path)?;
+    let resolved = loop {
+        match p.canonicalize() {
+            Ok(c) => break c,
+            Err(_) => match p.parent() {
+                Some(parent) => p = parent.to_path_buf(),
+                None => break PathBuf::from("/"),
+            },
+        }
+    };
+    parse(&info)
+        .into_iter()
+        // The last mount of the longest matching point wins: later mounts cover earlier ones.
+        .filter(|m| resolved.starts_with(&m.point))
+        .fold(None::<Mount>, |best, m| match best {
+            Some(b) if b.point.as_os_str().len() > m.point.as_os_str().len() => Some(b),
+            _ => Some(m),
+        })
+        .ok_or_else(|| std::io::Error::other(format!("no mount found for {}", resolved.display())))
+}
+
+/// The mounts listed in a mountinfo text, in order.
+pub fn parse(info: &str) -> Vec<Mount> {
+    info.lines()
+        .filter_map(|line| {
+            let fields: Vec<&str> = line.split(' ').collect();
+            let sep = fields.iter().position(|f| *f == "-")?;
+            Some(Mount {
+                point: PathBuf::from(unescape(fields.get(4)?)),
+                fstype: unescape(fields.get(sep + 1)?),
+                source: unescape(fields.get(sep + 2).unwrap_or(&"")),
+            })
+        })
+        .collect()
+}
+
+/// mountinfo writes space, tab, newline and backslash as `\ooo`.
+fn unescape(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'\\' && i + 3 < b.len() && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c)) {
+            out.push((b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0'));
+            i += 4;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Which backend suits a directory target, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Choice {
+    /// Use the NFS backend.
+    pub network: bool,
+    /// One line for `status` and logs, e.g. `/mnt/nas/site is on nfs4 (nas:/export at /mnt/nas)`.
+    pub reason: String,
+}
+
+/// Choose between the NFS and the local backend for `dir`.
+pub fn choose(dir: &Path) -> Choice {
+    match mount_of(dir) {
+        Ok(m) => Choice {
+            network: m.is_network(),
+            reason: format!("{} is on {} ({} at {})", dir.display(), m.fstype, m.source, m.point.display()),
+        },
+        Err(e) => Choice { network: false, reason: format!("cannot tell the filesystem of {} ({e})", dir.display()) },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const INFO: &str = "\
+22 1 8:1 / / rw,relatime shared:1 - ext4 /dev/sda1 rw
+30 22 0:40 / /mnt/nas rw,relatime shared:2 - nfs4 nas:/export rw,vers=4.1
+31 30 0:41 / /mnt/nas/scratch rw - tmpfs tmpfs rw
+32 22 0:42 / /mnt/my\\040share rw - cifs //srv/share rw
+33 22 0:43 / /mnt/fuse rw,nosuid,nodev - fuse.sshfs user@host:/srv rw
+34 22 0:44 / /mnt/slow rw - fuse.treesync-slowfs treesync-slowfs rw
+35 22 0:45 / /mnt/local rw - fuse.bindfs /src rw
+";
+
+    #[test]
+    fn parses_mountinfo_with_escapes() {
+        let m = parse(INFO);
+        assert_eq!(m.len(), 7);
+        assert_eq!(m[1].fstype, "nfs4");
+        assert_eq!(m[1].source, "nas:/export");
+        assert_eq!(m[3].point, PathBuf::from("/mnt/my share"));
+    }
+
+    #[test]
+    fn network_filesystems_are_recognized() {
+        let m = parse(INFO);
+        let net: Vec<bool> = m.iter().map(Mount::is_network).collect();
+        assert_eq!(net, [false, true, false, true, true, true, false]);
+    }
+
+    #[test]
+    fn a_local_directory_is_not_network() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let c = choose(&dir.path().join("not-yet-created"));
+        assert!(!c.network, "{}", c.reason);
+        assert!(c.reason.contains("is on"), "{}", c.reason);
+    }
+}

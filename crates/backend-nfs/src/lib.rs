@@ -1,0 +1,230 @@
+//! # treesync-backend-nfs
+//!
+//! Executes treesync plans on a network filesystem mounted on this machine (NFS, SMB/CIFS, a
+//! FUSE network filesystem), through ordinary POSIX calls, with a policy made for storage where
+//! every metadata call is a round trip:
+//!
+//! * **Directory handles, once per run.** Each directory the plan touches is looked up once,
+//!   relative to its parent's handle, and every op runs relative to its directory's handle
+//!   (`openat`, `renameat`, `unlinkat`, `mkdirat` on a directory descriptor): no path is ever
+//!   resolved again from the root. No path the plan does not change is looked up at all.
+//! * **Separate budgets** for lookups (default 1: the kernel's NFS client serializes them, so
+//!   parallel ones only add contention) and for writes (creates, renames, removals overlap well on
+//!   NFS), as the [`Budgets`](treesync_core::policy::Budgets) wrapper, and the write budget can be
+//!   adaptive ([`Gate::adaptive`]): it grows while throughput rises and backs off when latency
+//!   climbs, so nobody has to guess `--write-jobs`.
+//! * Files are written under a temporary name in their directory and renamed over the old one (no
+//!   unlink before replace, no utime, chmod only for mode-only changes, symlinks last): the same
+//!   atomic-replace code as the local backend ([`treesync_backend_local::fs`]).
+//!
+//! Use [`open`] for the composed backend, [`detect::choose`] to tell whether a directory is on
+//! a network filesystem.
+
+pub mod detect;
+mod dirs;
+
+use std::fmt;
+use std::os::fd::AsFd;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use rustix::io::Errno;
+use treesync_backend_local::fs::Target;
+use treesync_core::backend::{Backend, Batch, Capabilities, DirEntry, Error, Found, LockGuard, Policy, TargetState};
+use treesync_core::policy::{Adaptive, Budgets, Gate};
+use treesync_core::source::BlobSource;
+use treesync_core::{Op, RelPath};
+
+/// How many writes may be in flight.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum WriteJobs {
+    /// Exactly this many.
+    Fixed(usize),
+    /// Adapt to the latency the storage shows (start, floor and ceiling in `Adaptive`).
+    Adaptive(Adaptive),
+}
+
+impl Default for WriteJobs {
+    fn default() -> Self {
+        WriteJobs::Adaptive(Adaptive { initial: 8, min: 1, max: 64, backoff_latency: 2.0 })
+    }
+}
+
+/// Options of [`open`].
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Options {
+    /// Metadata lookups in flight (directory probes, the stat calls of `verify`). Default 1.
+    pub lookup_jobs: usize,
+    /// Writes in flight. Default: adaptive, starting at 8, between 1 and 64.
+    pub write_jobs: WriteJobs,
+    /// `fsync` every file before renaming it into place.
+    pub fsync: bool,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options { lookup_jobs: 1, write_jobs: WriteJobs::default(), fsync: false }
+    }
+}
+
+/// The NFS backend with its budgets: what the CLI uses for `--backend nfs`.
+pub fn open(root: impl Into<PathBuf>, options: Options) -> Budgets<NfsBackend> {
+    let writes = match options.write_jobs {
+        WriteJobs::Fixed(n) => Gate::fixed(n),
+        WriteJobs::Adaptive(a) => Gate::adaptive(a),
+    };
+    Budgets::new(NfsBackend::new(root, options.fsync), Gate::fixed(options.lookup_jobs), writes)
+}
+
+/// A target directory on a mounted network filesystem, without budgets (one op at a time
+/// unless wrapped: see [`open`]). Cheap to clone.
+#[derive(Clone)]
+pub struct NfsBackend {
+    target: Arc<Target>,
+    dirs: Arc<dirs::DirCache>,
+}
+
+impl NfsBackend {
+    /// A backend for the directory `root` (which may not exist yet).
+    pub fn new(root: impl Into<PathBuf>, fsync: bool) -> Self {
+        NfsBackend { target: Arc::new(Target::new(root.into(), fsync)), dirs: Arc::new(dirs::DirCache::new()) }
+    }
+
+    /// The target directory.
+    pub fn root(&self) -> &Path {
+        &self.target.root
+    }
+
+    /// Directories looked up so far (each at most once per run).
+    pub fn dir_lookups(&self) -> u64 {
+        self.dirs.opens()
+    }
+
+    async fn blocking<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&NfsBackend) -> Result<T, Error> + Send + 'static,
+    ) -> Result<T, Error> {
+        let me = self.clone();
+        tokio::task::spawn_blocking(move || f(&me))
+            .await
+            .unwrap_or_else(|e| Err(Error::State(format!("a worker thread failed: {e}"))))
+    }
+
+    fn run(&self, op: &Op, blobs: &dyn BlobSource) -> Result<(), Error> {
+        let path = op.path();
+        let (parent, name) = path.split_last();
+        let dir = match (self.dirs.get(&self.target, parent), op) {
+            (Ok(fd), _) => fd,
+            // The parent is gone (or is no directory any more): so is what we should remove.
+            (Err(Errno::NOENT | Errno::NOTDIR | Errno::LOOP), Op::Unlink { .. } | Op::Rmdir { .. }) => {
+                if matches!(op, Op::Rmdir { .. }) {
+                    self.dirs.forget(path.as_bytes());
+                }
+                return Ok(());
+            }
+            (Err(Errno::LOOP | Errno::NOTDIR | Errno::XDEV), _) => {
+                return Err(Error::NotBeneath { path: path.display() });
+            }
+            (Err(e), _) => {
+                return Err(Error::io(
+                    "open the directory of",
+                    path,
+                    std::io::Error::from_raw_os_error(e.raw_os_error()),
+                ));
+            }
+        };
+        if matches!(op, Op::Rmdir { .. }) {
+            // Drop our handles below it first (a handle does not keep a directory busy on
+            // Linux, but a stale one must not be used for a new directory of that name).
+            self.dirs.forget(path.as_bytes());
+        }
+        self.target.run_op(dir.as_fd(), name, op, blobs)
+    }
+}
+
+impl fmt::Display for NfsBackend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "nfs:{}", self.target.root.display())
+    }
+}
+
+#[async_trait]
+impl Backend for NfsBackend {
+    fn capabilities(&self) -> Capabilities {
+        Capabilities { symlinks: true, exec_bit: true, empty_dirs: true, case_sensitive: true, exclusive_lock: true }
+    }
+
+    fn policy(&self) -> Policy {
+        Policy { jobs: 1, batch: 1, min_batch: 1, lookups: 1 }
+    }
+
+    async fn execute(&self, op: &Op, blobs: &Arc<dyn BlobSource>) -> Result<(), Error> {
+        let (op, blobs) = (op.clone(), blobs.clone());
+        self.blocking(move |b| b.run(&op, &*blobs)).await
+    }
+
+    async fn execute_batch(&self, batch: Batch, blobs: &Arc<dyn BlobSource>) -> Result<(), Error> {
+        let blobs = blobs.clone();
+        self.blocking(move |b| batch.iter().try_for_each(|op| b.run(op, &*blobs))).await
+    }
+
+    async fn probe(&self, dir: &RelPath) -> Result<(), Error> {
+        let dir = dir.clone();
+        // A directory that cannot be opened is the op's business (an unlink below a removed
+        // directory is fine, a write is not): it reports the error with the op's path.
+        self.blocking(move |b| {
+            let _ = b.dirs.get(&b.target, dir.as_bytes());
+            Ok(())
+        })
+        .await
+    }
+
+    async fn prepare_target(&self, create: bool) -> Result<TargetState, Error> {
+        self.blocking(move |b| b.target.prepare(create)).await
+    }
+
+    async fn read_dir(&self, dir: &RelPath) -> Result<Vec<DirEntry>, Error> {
+        let dir = dir.clone();
+        self.blocking(move |b| b.target.read_dir(&dir)).await
+    }
+
+    async fn load_state(&self) -> Result<Option<Vec<u8>>, Error> {
+        self.blocking(|b| b.target.load_state()).await
+    }
+
+    async fn store_state(&self, bytes: &[u8]) -> Result<(), Error> {
+        let bytes = bytes.to_vec();
+        self.blocking(move |b| b.target.store_state(&bytes)).await
+    }
+
+    async fn lock(&self, holder: &str) -> Result<LockGuard, Error> {
+        let holder = holder.to_string();
+        self.blocking(move |b| {
+            let guard = b.target.lock(&holder)?;
+            // A new run: whatever we knew about directories may be stale now.
+            b.dirs.clear();
+            Ok(guard)
+        })
+        .await
+    }
+
+    async fn scan(&self, jobs: usize) -> Result<Vec<Found>, Error> {
+        self.blocking(move |b| b.target.scan(jobs)).await
+    }
+
+    async fn read_file(&self, path: &RelPath) -> Result<Vec<u8>, Error> {
+        let path = path.clone();
+        self.blocking(move |b| b.target.read_file(&path)).await
+    }
+
+    async fn load_aux(&self, name: &str) -> Result<Option<Vec<u8>>, Error> {
+        let name = name.to_string();
+        self.blocking(move |b| b.target.load_aux(&name)).await
+    }
+
+    async fn store_aux(&self, name: &str, bytes: &[u8]) -> Result<(), Error> {
+        let (name, bytes) = (name.to_string(), bytes.to_vec());
+        self.blocking(move |b| b.target.store_aux(&name, &bytes)).await
+    }
+}

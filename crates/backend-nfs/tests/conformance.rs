@@ -1,0 +1,70 @@
+//! The conformance suite on the NFS backend, on a plain directory (the slow-filesystem runs
+//! are in `slowfs.rs`).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use treesync_backend_nfs::{Options, WriteJobs};
+use treesync_core::Backend;
+use treesync_testkit::conformance::Fixture;
+use treesync_testkit::tree::{self, Node};
+
+struct Dir {
+    _dir: tempfile::TempDir,
+    root: std::path::PathBuf,
+    options: Options,
+}
+
+impl Dir {
+    fn new(options: Options) -> Self {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let root = dir.path().join("target");
+        Dir { _dir: dir, root, options }
+    }
+}
+
+impl Fixture for Dir {
+    fn backend(&self) -> Arc<dyn Backend> {
+        Arc::new(treesync_backend_nfs::open(&self.root, self.options))
+    }
+    fn read(&self) -> BTreeMap<String, Node> {
+        tree::read_dir(&self.root)
+    }
+    fn put_file(&self, path: &str, content: &[u8]) {
+        let p = self.root.join(path);
+        std::fs::create_dir_all(p.parent().expect("parent")).expect("mkdir");
+        std::fs::write(p, content).expect("write");
+    }
+    fn replace_dir_by_symlink(&self, path: &str, target: &std::path::Path) -> bool {
+        let p = self.root.join(path);
+        std::fs::remove_dir_all(&p).expect("rm -r");
+        std::os::unix::fs::symlink(target, &p).expect("symlink");
+        true
+    }
+}
+
+/// The defaults: lookups serialized, adaptive writes.
+mod adaptive {
+    use super::*;
+    treesync_testkit::conformance_suite!(Dir::new(Options::default()));
+}
+
+/// Everything one at a time: ordering bugs that concurrency hides show up here.
+mod serial {
+    use super::*;
+    treesync_testkit::conformance_suite!(Dir::new(Options {
+        lookup_jobs: 1,
+        write_jobs: WriteJobs::Fixed(1),
+        fsync: false
+    }));
+}
+
+/// Wide budgets both ways.
+mod wide {
+    use super::*;
+    treesync_testkit::conformance_suite!(Dir::new(Options {
+        lookup_jobs: 8,
+        write_jobs: WriteJobs::Fixed(32),
+        fsync: false
+    }));
+}

@@ -1,0 +1,421 @@
+use std::fmt;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+use crate::backend::{Backend, Batch, DirEntry, Error, Found, LockGuard, Policy, TargetState};
+use crate::op::Op;
+use crate::path::RelPath;
+use crate::source::BlobSource;
+
+/// How the in-flight limit of an adaptive [`Gate`] moves.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Adaptive {
+    /// The limit to start with.
+    pub initial: usize,
+    /// Never below this.
+    pub min: usize,
+    /// Never above this.
+    pub max: usize,
+    /// Back off when the mean latency of a window exceeds the lowest seen by this factor.
+    pub backoff_latency: f64,
+}
+
+impl Default for Adaptive {
+    fn default() -> Self {
+        Adaptive { initial: 4, min: 1, max: 64, backoff_latency: 2.0 }
+    }
+}
+
+/// A budget of operations in flight: a fixed number, or one that adapts to the latency the
+/// operations see (additive increase while throughput rises, multiplicative decrease when
+/// latency climbs, like TCP congestion control). Cheap to clone; clones share the budget.
+#[derive(Clone)]
+pub struct Gate {
+    inner: Arc<GateInner>,
+}
+
+struct GateInner {
+    permits: Arc<Semaphore>,
+    in_flight: AtomicUsize,
+    max_in_flight: AtomicUsize,
+    control: Option<Mutex<Control>>,
+}
+
+/// The state of an adaptive gate.
+struct Control {
+    options: Adaptive,
+    limit: usize,
+    /// Permits to retire as they come back (the limit went down).
+    owed: usize,
+    /// Lowest mean latency of a window so far.
+    base: Option<f64>,
+    window_start: Instant,
+    window_ops: u32,
+    window_latency: f64,
+    prev_throughput: f64,
+    /// Doubling until the first sign of congestion.
+    slow_start: bool,
+    /// Limits chosen, for reports and tests.
+    history: Vec<usize>,
+}
+
+/// Holds a place in a [`Gate`]; frees it (and reports the latency) when dropped.
+pub struct Ticket {
+    gate: Gate,
+    permit: Option<OwnedSemaphorePermit>,
+    start: Instant,
+}
+
+impl Gate {
+    /// At most `n` (at least 1) in flight.
+    pub fn fixed(n: usize) -> Gate {
+        Gate::build(n.max(1), None)
+    }
+
+    /// A limit that moves within `options.min..=options.max`.
+    pub fn adaptive(options: Adaptive) -> Gate {
+        let min = options.min.max(1);
+        let max = options.max.max(min);
+        let options = Adaptive { min, max, initial: options.initial.clamp(min, max), ..options };
+        let control = Control {
+            options,
+            limit: options.initial,
+            owed: 0,
+            base: None,
+            window_start: Instant::now(),
+            window_ops: 0,
+            window_latency: 0.0,
+            prev_throughput: 0.0,
+            slow_start: true,
+            history: vec![options.initial],
+        };
+        Gate::build(options.initial, Some(Mutex::new(control)))
+    }
+
+    fn build(n: usize, control: Option<Mutex<Control>>) -> Gate {
+        Gate {
+            inner: Arc::new(GateInner {
+                permits: Arc::new(Semaphore::new(n)),
+                in_flight: AtomicUsize::new(0),
+                max_in_flight: AtomicUsize::new(0),
+                control,
+            }),
+        }
+    }
+
+    /// Wait for a place.
+    pub async fn acquire(&self) -> Ticket {
+        let permit = self.inner.permits.clone().acquire_owned().await.expect("the semaphore is never closed");
+        let now = self.inner.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+        self.inner.max_in_flight.fetch_max(now, Ordering::SeqCst);
+        Ticket { gate: self.clone(), permit: Some(permit), start: Instant::now() }
+    }
+
+    /// The current limit (the highest it may reach, for [`Gate::ceiling`]).
+    pub fn limit(&self) -> usize {
+        match &self.inner.control {
+            Some(c) => c.lock().expect("never poisoned").limit,
+            None => self.inner.permits.available_permits() + self.inner.in_flight.load(Ordering::SeqCst),
+        }
+    }
+
+    /// The highest limit this gate can reach: what a caller should keep in flight to fill it.
+    pub fn ceiling(&self) -> usize {
+        match &self.inner.control {
+            Some(c) => c.lock().expect("never poisoned").options.max,
+            None => self.limit(),
+        }
+    }
+
+    /// Whether the limit adapts.
+    pub fn is_adaptive(&self) -> bool {
+        self.inner.control.is_some()
+    }
+
+    /// The most operations that were in flight at once.
+    pub fn max_in_flight(&self) -> usize {
+        self.inner.max_in_flight.load(Ordering::SeqCst)
+    }
+
+    /// The limits an adaptive gate went through, in order (a fixed gate: empty).
+    pub fn history(&self) -> Vec<usize> {
+        self.inner.control.as_ref().map(|c| c.lock().expect("never poisoned").history.clone()).unwrap_or_default()
+    }
+
+    fn release(&self, permit: OwnedSemaphorePermit, latency: Duration) {
+        self.inner.in_flight.fetch_sub(1, Ordering::SeqCst);
+        let Some(control) = &self.inner.control else {
+            drop(permit);
+            return;
+        };
+        let mut c = control.lock().expect("never poisoned");
+        if c.owed > 0 {
+            c.owed -= 1;
+            permit.forget();
+        } else {
+            drop(permit);
+        }
+        let grow = c.observe(latency.as_secs_f64());
+        if grow > 0 {
+            self.inner.permits.add_permits(grow);
+        }
+    }
+}
+
+impl Control {
+    /// Take one latency sample; at the end of a window, move the limit. Returns how many
+    /// permits to add (a decrease is settled through `owed`).
+    fn observe(&mut self, latency: f64) -> usize {
+        self.window_ops += 1;
+        self.window_latency += latency;
+        // A window is one round of the current limit (at least 8 ops): enough samples to
+        // compare, short enough to follow changes.
+        if (self.window_ops as usize) < self.limit.max(8) {
+            return 0;
+        }
+        let elapsed = self.window_start.elapsed().as_secs_f64().max(1e-9);
+        let mean = self.window_latency / f64::from(self.window_ops);
+        let throughput = f64::from(self.window_ops) / elapsed;
+        let base = *self.base.get_or_insert(mean);
+        self.base = Some(base.min(mean));
+        let old = self.limit;
+        let congested = mean > base * self.options.backoff_latency;
+        let mut new = old;
+        if congested {
+            // Latency climbs: the storage queues instead of serving. Back off.
+            self.slow_start = false;
+            new = ((old as f64) * 0.75).floor() as usize;
+        } else if throughput > self.prev_throughput * 1.05 {
+            new = if self.slow_start { old * 2 } else { old + 1 };
+        } else if self.slow_start {
+            // More in flight no longer helps: stop doubling, probe gently from here.
+            self.slow_start = false;
+        } else {
+            new = old + 1;
+        }
+        new = new.clamp(self.options.min, self.options.max);
+        self.prev_throughput = throughput;
+        self.window_start = Instant::now();
+        self.window_ops = 0;
+        self.window_latency = 0.0;
+        if new != old {
+            self.limit = new;
+            self.history.push(new);
+        }
+        if new > old {
+            // Settle a pending decrease first.
+            let mut grow = new - old;
+            let settle = grow.min(self.owed);
+            self.owed -= settle;
+            grow -= settle;
+            grow
+        } else {
+            self.owed += old - new;
+            0
+        }
+    }
+}
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        if let Some(permit) = self.permit.take() {
+            self.gate.release(permit, self.start.elapsed());
+        }
+    }
+}
+
+impl fmt::Debug for Gate {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.is_adaptive() {
+            write!(f, "adaptive({}, now {})", self.ceiling(), self.limit())
+        } else {
+            write!(f, "{}", self.limit())
+        }
+    }
+}
+
+/// Separate budgets for metadata lookups and for writes, around any backend.
+///
+/// On a network filesystem the kernel serializes lookups (parallel `lstat`s only add lock
+/// contention) while writes overlap well, so the two get different limits:
+/// * lookups: [`Backend::probe`] of each op's directory, [`Backend::scan`] (its parallelism),
+///   listings, state and file reads;
+/// * writes: every op of a plan (create, write, rename, remove, chmod) and state writes.
+///
+/// Ops are handed to the inner backend one at a time (batch 1), each after its directory was
+/// probed under the lookup budget; the executor is told to keep as many in flight as the write
+/// budget can take.
+pub struct Budgets<B> {
+    inner: B,
+    lookups: Gate,
+    writes: Gate,
+}
+
+impl<B: Backend> Budgets<B> {
+    /// Wrap `inner`.
+    pub fn new(inner: B, lookups: Gate, writes: Gate) -> Self {
+        Budgets { inner, lookups, writes }
+    }
+
+    /// The lookup budget.
+    pub fn lookups(&self) -> &Gate {
+        &self.lookups
+    }
+
+    /// The write budget.
+    pub fn writes(&self) -> &Gate {
+        &self.writes
+    }
+
+    /// The wrapped backend.
+    pub fn inner(&self) -> &B {
+        &self.inner
+    }
+
+    async fn probe_parent(&self, op: &Op) -> Result<(), Error> {
+        let parent = op.path().parent();
+        if parent.is_root() {
+            return Ok(());
+        }
+        let _t = self.lookups.acquire().await;
+        self.inner.probe(&parent).await
+    }
+}
+
+impl<B: Backend> fmt::Display for Budgets<B> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Budgets(lookups {:?}, writes {:?}, {})", self.lookups, self.writes, self.inner)
+    }
+}
+
+#[async_trait]
+impl<B: Backend> Backend for Budgets<B> {
+    crate::forward_backend!(capabilities);
+
+    fn policy(&self) -> Policy {
+        Policy { jobs: self.writes.ceiling(), batch: 1, min_batch: 1, lookups: self.lookups.ceiling() }
+    }
+
+    async fn execute(&self, op: &Op, blobs: &Arc<dyn BlobSource>) -> Result<(), Error> {
+        self.probe_parent(op).await?;
+        let _t = self.writes.acquire().await;
+        self.inner.execute(op, blobs).await
+    }
+
+    async fn execute_batch(&self, batch: Batch, blobs: &Arc<dyn BlobSource>) -> Result<(), Error> {
+        for op in batch.iter() {
+            self.execute(op, blobs).await?;
+        }
+        Ok(())
+    }
+
+    async fn probe(&self, dir: &RelPath) -> Result<(), Error> {
+        let _t = self.lookups.acquire().await;
+        self.inner.probe(dir).await
+    }
+
+    async fn prepare_target(&self, create: bool) -> Result<TargetState, Error> {
+        let _t = self.lookups.acquire().await;
+        self.inner.prepare_target(create).await
+    }
+
+    async fn read_dir(&self, dir: &RelPath) -> Result<Vec<DirEntry>, Error> {
+        let _t = self.lookups.acquire().await;
+        self.inner.read_dir(dir).await
+    }
+
+    async fn load_state(&self) -> Result<Option<Vec<u8>>, Error> {
+        let _t = self.lookups.acquire().await;
+        self.inner.load_state().await
+    }
+
+    async fn store_state(&self, bytes: &[u8]) -> Result<(), Error> {
+        let _t = self.writes.acquire().await;
+        self.inner.store_state(bytes).await
+    }
+
+    async fn lock(&self, holder: &str) -> Result<LockGuard, Error> {
+        self.inner.lock(holder).await
+    }
+
+    async fn scan(&self, jobs: usize) -> Result<Vec<Found>, Error> {
+        // The scan runs its own threads; it gets as many as the lookup budget has.
+        self.inner.scan(jobs.min(self.lookups.ceiling()).max(1)).await
+    }
+
+    async fn read_file(&self, path: &RelPath) -> Result<Vec<u8>, Error> {
+        let _t = self.lookups.acquire().await;
+        self.inner.read_file(path).await
+    }
+
+    async fn load_aux(&self, name: &str) -> Result<Option<Vec<u8>>, Error> {
+        let _t = self.lookups.acquire().await;
+        self.inner.load_aux(name).await
+    }
+
+    async fn store_aux(&self, name: &str, bytes: &[u8]) -> Result<(), Error> {
+        let _t = self.writes.acquire().await;
+        self.inner.store_aux(name, bytes).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn fixed_gate_never_exceeds_its_limit() {
+        let gate = Gate::fixed(3);
+        let mut tasks = Vec::new();
+        for _ in 0..20 {
+            let g = gate.clone();
+            tasks.push(tokio::spawn(async move {
+                let _t = g.acquire().await;
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }));
+        }
+        for t in tasks {
+            t.await.expect("task");
+        }
+        assert_eq!(gate.max_in_flight(), 3);
+        assert_eq!(gate.limit(), 3);
+    }
+
+    /// A simulated server that serves `capacity` ops at once and queues the rest: the adaptive
+    /// gate must grow past 1 and then settle near the capacity instead of running away.
+    #[test]
+    fn adaptive_control_finds_the_capacity_of_a_queueing_server() {
+        let capacity = 16.0;
+        let service = 0.001;
+        let mut c = Control {
+            options: Adaptive { initial: 1, min: 1, max: 64, backoff_latency: 2.0 },
+            limit: 1,
+            owed: 0,
+            base: None,
+            window_start: Instant::now(),
+            window_ops: 0,
+            window_latency: 0.0,
+            prev_throughput: 0.0,
+            slow_start: true,
+            history: vec![1],
+        };
+        // Drive the controller with modelled windows: latency = service × max(1, n/capacity),
+        // throughput = n / latency. (Elapsed time is modelled by back-dating the window start.)
+        for _ in 0..200 {
+            let n = c.limit as f64;
+            let latency = service * (n / capacity).max(1.0);
+            let ops = c.limit.max(8);
+            c.window_start = Instant::now() - Duration::from_secs_f64(ops as f64 * latency / n);
+            for _ in 0..ops {
+                c.observe(latency);
+            }
+        }
+        let tail = &c.history[c.history.len().saturating_sub(10)..];
+        assert!(c.history.iter().any(|&l| l >= 16), "grew to the capacity: {:?}", c.history);
+        assert!(tail.iter().all(|&l| (8..=40).contains(&l)), "settles around 16..32: {:?}", c.history);
+    }
+}
