@@ -99,13 +99,22 @@ struct TargetArgs {
     /// object-store URL: s3://BUCKET/PREFIX, file:///DIR, memory://.
     #[arg(long, value_name = "DIR|URL")]
     target: String,
-    /// Storage backend. `auto` infers it from the target: s3 for URLs, local for directories.
+    /// Storage backend. `auto` infers it from the target: s3 for URLs; for directories nfs on
+    /// NFS, SMB/CIFS and FUSE network mounts (from /proc/self/mountinfo), local otherwise.
     #[arg(long, value_enum, default_value_t = BackendKind::Auto)]
     backend: BackendKind,
     /// Operations in flight at once (default: the backend's policy: 8 batches for local,
-    /// 32 PUTs for s3).
+    /// 32 PUTs for s3, adaptive writes for nfs).
     #[arg(long, value_name = "N")]
     jobs: Option<usize>,
+    /// nfs: metadata lookups in flight (directory probes; the stat calls of verify). Network
+    /// filesystems serialize lookups in the kernel, so more rarely helps.
+    #[arg(long, value_name = "N", help_heading = "Network filesystems (--backend nfs)")]
+    lookup_jobs: Option<usize>,
+    /// nfs: writes (creates, renames, removals) in flight: a number, or `auto` to adapt to the
+    /// latency the server shows (grows while throughput rises, backs off when latency climbs).
+    #[arg(long, value_name = "N|auto", value_parser = parse_write_jobs, help_heading = "Network filesystems (--backend nfs)")]
+    write_jobs: Option<WriteJobsArg>,
     /// Operations per batch (default: the backend's policy, 64 for local).
     #[arg(long, value_name = "N", hide_short_help = true)]
     batch: Option<usize>,
@@ -125,13 +134,45 @@ struct TargetArgs {
 
 #[derive(Clone, Copy, ValueEnum)]
 enum BackendKind {
-    /// Choose from the target: s3 for URLs, local for directories.
+    /// Choose from the target: s3 for URLs, nfs for directories on network mounts, else local.
     Auto,
     /// Local disks (ext4, xfs, tmpfs, …): wide parallelism, atomic rename into place.
     Local,
+    /// Network filesystems mounted here (NFS, SMB, sshfs, …): serialized lookups, each
+    /// directory looked up once per run, adaptive write concurrency.
+    Nfs,
     /// Object storage through object_store (s3://, file://, memory:// URLs): concurrent PUTs,
     /// bulk deletes, conditional state writes.
     S3,
+}
+
+impl BackendKind {
+    fn name(self) -> &'static str {
+        match self {
+            BackendKind::Auto => "auto",
+            BackendKind::Local => "local",
+            BackendKind::Nfs => "nfs",
+            BackendKind::S3 => "s3",
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+enum WriteJobsArg {
+    Auto,
+    Fixed(usize),
+}
+
+fn parse_write_jobs(s: &str) -> Result<WriteJobsArg, String> {
+    match s {
+        "auto" => Ok(WriteJobsArg::Auto),
+        n => n
+            .parse::<usize>()
+            .ok()
+            .filter(|n| *n > 0)
+            .map(WriteJobsArg::Fixed)
+            .ok_or_else(|| format!("{s:?} is neither a number of writes in flight (1, 8, 32, …) nor `auto`")),
+    }
 }
 
 #[derive(Args)]
@@ -318,10 +359,11 @@ fn utc_now() -> String {
 fn run_watch(args: WatchArgs) -> anyhow::Result<ExitCode> {
     use treesync_core::verify;
     let repo = Repo::open(&args.source.repo)?;
-    let (backend, name) = make_backend(&args.target)?;
+    let chosen = make_backend(&args.target)?;
+    let backend = chosen.backend.clone();
     let options = sync::Options {
         apply: apply::Options { jobs: args.target.jobs, batch: args.target.batch },
-        backend_name: name.into(),
+        backend_name: chosen.label(),
         ..Default::default()
     };
     let interrupt = Arc::new(AtomicBool::new(false));
@@ -481,7 +523,23 @@ fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_current_thread().enable_all().build().context("cannot start the async runtime")
 }
 
-fn make_backend(args: &TargetArgs) -> anyhow::Result<(Arc<dyn Backend>, &'static str)> {
+/// Which backend serves a target, and why (for `status`, the state file and logs).
+struct Chosen {
+    backend: Arc<dyn Backend>,
+    name: &'static str,
+    why: String,
+    /// The lookup and write budgets (nfs).
+    gates: Option<(treesync_core::policy::Gate, treesync_core::policy::Gate)>,
+}
+
+impl Chosen {
+    /// `nfs (auto: /mnt/nas/site is on nfs4 (nas:/export at /mnt/nas))`
+    fn label(&self) -> String {
+        format!("{} ({})", self.name, self.why)
+    }
+}
+
+fn make_backend(args: &TargetArgs) -> anyhow::Result<Chosen> {
     let is_url = args.target.contains("://");
     match args.backend {
         BackendKind::S3 | BackendKind::Auto if is_url => {
@@ -496,15 +554,42 @@ fn make_backend(args: &TargetArgs) -> anyhow::Result<(Arc<dyn Backend>, &'static
                 options.puts_in_flight = j.max(1);
             }
             let b = treesync_backend_s3::open(&args.target, &config, options)?;
-            Ok((Arc::new(b), "s3"))
+            let why =
+                if matches!(args.backend, BackendKind::Auto) { "auto: the target is a URL" } else { "--backend s3" };
+            Ok(Chosen { backend: Arc::new(b), name: "s3", why: why.into(), gates: None })
         }
         BackendKind::S3 => {
             anyhow::bail!("--backend s3 needs a URL target such as s3://BUCKET/PREFIX, got {:?}", args.target)
         }
-        BackendKind::Local if is_url => {
-            anyhow::bail!("--backend local needs a directory, got the URL {:?}", args.target)
+        BackendKind::Local | BackendKind::Nfs if is_url => {
+            anyhow::bail!("--backend {} needs a directory, got the URL {:?}", args.backend.name(), args.target)
         }
-        BackendKind::Auto | BackendKind::Local => {
+        BackendKind::Auto | BackendKind::Local | BackendKind::Nfs => {
+            let (nfs, why) = match args.backend {
+                BackendKind::Nfs => (true, "--backend nfs".to_string()),
+                BackendKind::Local => (false, "--backend local".to_string()),
+                _ => {
+                    let c = treesync_backend_nfs::detect::choose(std::path::Path::new(&args.target));
+                    let kind = if c.network { "a network filesystem" } else { "not a network filesystem" };
+                    (c.network, format!("auto: {}, {kind}", c.reason))
+                }
+            };
+            if nfs {
+                let write_jobs = match (args.jobs, args.write_jobs) {
+                    (_, Some(WriteJobsArg::Fixed(n))) | (Some(n), None) => {
+                        treesync_backend_nfs::WriteJobs::Fixed(n.max(1))
+                    }
+                    (_, Some(WriteJobsArg::Auto)) | (None, None) => treesync_backend_nfs::WriteJobs::default(),
+                };
+                let options = treesync_backend_nfs::Options {
+                    lookup_jobs: args.lookup_jobs.unwrap_or(1).max(1),
+                    write_jobs,
+                    fsync: args.fsync,
+                };
+                let b = treesync_backend_nfs::open(&args.target, options);
+                let gates = Some((b.lookups().clone(), b.writes().clone()));
+                return Ok(Chosen { backend: Arc::new(b), name: "nfs", why, gates });
+            }
             let mut options = treesync_backend_local::Options { fsync: args.fsync, ..Default::default() };
             if let Some(j) = args.jobs {
                 options.jobs = j.max(1);
@@ -512,7 +597,8 @@ fn make_backend(args: &TargetArgs) -> anyhow::Result<(Arc<dyn Backend>, &'static
             if let Some(b) = args.batch {
                 options.batch = b.max(1);
             }
-            Ok((Arc::new(treesync_backend_local::LocalBackend::new(&args.target, options)), "local"))
+            let b = treesync_backend_local::LocalBackend::new(&args.target, options);
+            Ok(Chosen { backend: Arc::new(b), name: "local", why, gates: None })
         }
     }
 }
@@ -532,7 +618,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
 fn run_verify(args: VerifyArgs) -> anyhow::Result<ExitCode> {
     use treesync_core::verify::{self, Level};
     let repo = Repo::open(&args.repo)?;
-    let (backend, _) = make_backend(&args.target)?;
+    let backend = make_backend(&args.target)?.backend;
     let level = match args.level {
         LevelArg::Quick => Level::Quick,
         LevelArg::Stat => Level::Stat,
@@ -609,12 +695,13 @@ fn run_verify(args: VerifyArgs) -> anyhow::Result<ExitCode> {
 
 fn run_sync(args: SyncArgs) -> anyhow::Result<()> {
     let repo = Repo::open(&args.source.repo)?;
-    let (backend, name) = make_backend(&args.target)?;
+    let chosen = make_backend(&args.target)?;
+    let backend = chosen.backend.clone();
     let options = sync::Options {
         force: args.force,
         dry_run: args.dry_run,
         apply: apply::Options { jobs: args.target.jobs, batch: args.target.batch },
-        backend_name: name.into(),
+        backend_name: chosen.label(),
         lease: None,
         break_lock: args.break_lock,
     };
@@ -655,7 +742,7 @@ fn run_sync(args: SyncArgs) -> anyhow::Result<()> {
     }
     let outcome = outcome.with_context(|| format!("syncing {} to {}", args.source.rev, backend))?;
     if args.git_worktree && !outcome.dry_run {
-        anyhow::ensure!(name == "local", "--git-worktree needs a local directory target");
+        anyhow::ensure!(chosen.name != "s3", "--git-worktree needs a directory target");
         treesync_core::gitworktree::update(
             std::path::Path::new(&args.target.target),
             &repo,
@@ -665,7 +752,20 @@ fn run_sync(args: SyncArgs) -> anyhow::Result<()> {
         .context("updating the clone's index and HEAD")?;
     }
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&outcome)?);
+        let mut out = serde_json::to_value(&outcome)?;
+        out["backend"] = chosen.name.into();
+        out["backend_reason"] = chosen.why.clone().into();
+        if let Some((lookups, writes)) = &chosen.gates {
+            out["budgets"] = serde_json::json!({
+                "lookups": lookups.limit(),
+                "max_lookups_in_flight": lookups.max_in_flight(),
+                "writes": if writes.is_adaptive() { "adaptive".to_string() } else { writes.limit().to_string() },
+                "write_limit_final": writes.limit(),
+                "write_limits": writes.history(),
+                "max_writes_in_flight": writes.max_in_flight(),
+            });
+        }
+        println!("{}", serde_json::to_string_pretty(&out)?);
     } else if !args.quiet {
         if let Some(r) = &outcome.resumed {
             println!("finished an interrupted sync to {}", short(&r.to_commit));
@@ -687,7 +787,7 @@ fn run_sync(args: SyncArgs) -> anyhow::Result<()> {
 
 fn run_plan(args: PlanArgs) -> anyhow::Result<()> {
     let repo = Repo::open(&args.source.repo)?;
-    let (backend, _) = make_backend(&args.target)?;
+    let backend = make_backend(&args.target)?.backend;
     let rt = runtime()?;
     let prepared = rt
         .block_on(sync::prepare(&repo, &args.source.rev, &*backend, args.force, false))
@@ -738,14 +838,19 @@ fn run_plan(args: PlanArgs) -> anyhow::Result<()> {
 }
 
 fn run_status(args: StatusArgs) -> anyhow::Result<()> {
-    let (backend, _) = make_backend(&args.target)?;
+    let chosen = make_backend(&args.target)?;
+    let backend = chosen.backend.clone();
     let rt = runtime()?;
     let status = rt.block_on(sync::status(&*backend)).with_context(|| format!("reading the status of {backend}"))?;
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&status)?);
+        let mut out = serde_json::to_value(&status)?;
+        out["backend"] = chosen.name.into();
+        out["backend_reason"] = chosen.why.clone().into();
+        println!("{}", serde_json::to_string_pretty(&out)?);
         return Ok(());
     }
     println!("target:  {backend} ({})", status.target);
+    println!("backend: {} now, because {}", chosen.name, chosen.why);
     match &status.state {
         None => println!("synced:  nothing yet"),
         Some(s) => {
@@ -753,7 +858,7 @@ fn run_status(args: StatusArgs) -> anyhow::Result<()> {
                 Some(x) => println!("synced:  commit {} (tree {}) at unix time {}", x.commit, x.tree, x.at_unix),
                 None => println!("synced:  nothing yet"),
             }
-            println!("backend: {}", s.backend);
+            println!("last sync by: {}", s.backend);
             if let Some(p) = &s.in_progress {
                 println!(
                     "INTERRUPTED: a sync to commit {} started at unix time {} did not finish; the next `treesync sync` finishes it",

@@ -231,7 +231,7 @@ impl Drop for Ticket {
 impl fmt::Debug for Gate {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if self.is_adaptive() {
-            write!(f, "adaptive({}, now {})", self.ceiling(), self.limit())
+            write!(f, "adaptive up to {}", self.ceiling())
         } else {
             write!(f, "{}", self.limit())
         }
@@ -288,7 +288,7 @@ impl<B: Backend> Budgets<B> {
 
 impl<B: Backend> fmt::Display for Budgets<B> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "Budgets(lookups {:?}, writes {:?}, {})", self.lookups, self.writes, self.inner)
+        write!(f, "{} (lookups {:?}, writes {:?})", self.inner, self.lookups, self.writes)
     }
 }
 
