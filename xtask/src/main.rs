@@ -4,6 +4,7 @@ mod bench;
 mod bench_s3;
 mod campaign;
 mod ci;
+mod slowfs;
 mod util;
 
 const HELP: &str = "\
@@ -21,6 +22,15 @@ Tasks:
           finishes the job like git archive, and record the figures in RELIABILITY.md
           options: --trials N (200)  --seed N (7)  --no-write
   ci      Run what .ci/run runs (the whole test suite)
+  slowfs --backing DIR --mount DIR
+          Serve the backing DIR at the mount DIR through a slow FUSE passthrough filesystem
+          (an NFS/NAS stand-in: no attribute cache, a latency per request, requests served
+          concurrently) until SIGINT/SIGTERM, then unmount and print the requests by kind
+          (needs /dev/fuse; root, or fusermount3)
+          options: --latency D (0; per metadata request, e.g. 200us, 1ms, 0.5ms, 2s)
+                   --data-latency D (0; per read/write)  --threads N (64)
+                   --max-concurrent N (no limit; requests served at once, latency included)
+                   --control SOCK (unix socket: `stats` answers JSON; `reset`, `record on|off`)
 ";
 
 fn main() -> std::process::ExitCode {
@@ -29,6 +39,7 @@ fn main() -> std::process::ExitCode {
         Some("bench") => bench::run(&args[1..]),
         Some("ci") => ci::run(&args[1..]),
         Some("campaign") => campaign::run(&args[1..]),
+        Some("slowfs") => slowfs::run(&args[1..]),
         Some("bench-generate") => bench::generate(&args[1..]),
         Some("help" | "--help" | "-h") | None => {
             print!("{HELP}");
