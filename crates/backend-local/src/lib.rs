@@ -92,6 +92,7 @@ impl Backend for LocalBackend {
             batch: self.options.batch,
             min_batch: self.options.min_batch.min(self.options.batch),
             lookups: self.options.jobs,
+            spread: false,
         }
     }
 

@@ -6,10 +6,10 @@ use std::os::unix::ffi::OsStrExt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use crate::meta::Meta;
 use dashmap::DashMap;
 use rustix::fs::{Mode, OFlags};
 use rustix::io::Errno;
-use treesync_backend_local::fs::Target;
 
 /// Directory handles by relative path (`b""` is the root).
 ///
@@ -39,22 +39,22 @@ impl DirCache {
     }
 
     /// The handle of directory `rel`, opening it (and any ancestor not yet open) if needed.
-    pub(crate) fn get(&self, target: &Target, rel: &[u8]) -> Result<Arc<OwnedFd>, Errno> {
+    pub(crate) fn get(&self, meta: &Meta, rel: &[u8]) -> Result<Arc<OwnedFd>, Errno> {
         if let Some(fd) = self.map.get(rel) {
             return Ok(fd.clone());
         }
         if rel.is_empty() {
-            return self.root(target);
+            return self.root(meta);
         }
         // The deepest ancestor already open, then down from there.
         let mut base_len = rel.len();
         let mut base = loop {
             if base_len == 0 {
-                break self.root(target)?;
+                break self.root(meta)?;
             }
             base_len = rel[..base_len].iter().rposition(|b| *b == b'/').unwrap_or(0);
             if base_len == 0 {
-                break self.root(target)?;
+                break self.root(meta)?;
             }
             if let Some(fd) = self.map.get(&rel[..base_len]) {
                 break fd.clone();
@@ -80,12 +80,11 @@ impl DirCache {
         Ok(base)
     }
 
-    fn root(&self, target: &Target) -> Result<Arc<OwnedFd>, Errno> {
+    fn root(&self, meta: &Meta) -> Result<Arc<OwnedFd>, Errno> {
         if let Some(fd) = self.map.get(&b""[..]) {
             return Ok(fd.clone());
         }
-        let root = target.root_fd().map_err(|_| Errno::NOENT)?;
-        let fd = Arc::new(rustix::io::fcntl_dupfd_cloexec(root, 0)?);
+        let fd = meta.root_fd()?;
         self.map.insert(Vec::new(), fd.clone());
         Ok(fd)
     }

@@ -22,6 +22,7 @@
 
 pub mod detect;
 mod dirs;
+mod meta;
 
 use std::fmt;
 use std::os::fd::AsFd;
@@ -82,13 +83,19 @@ pub fn open(root: impl Into<PathBuf>, options: Options) -> Budgets<NfsBackend> {
 #[derive(Clone)]
 pub struct NfsBackend {
     target: Arc<Target>,
+    meta: Arc<meta::Meta>,
     dirs: Arc<dirs::DirCache>,
 }
 
 impl NfsBackend {
     /// A backend for the directory `root` (which may not exist yet).
     pub fn new(root: impl Into<PathBuf>, fsync: bool) -> Self {
-        NfsBackend { target: Arc::new(Target::new(root.into(), fsync)), dirs: Arc::new(dirs::DirCache::new()) }
+        let root = root.into();
+        NfsBackend {
+            target: Arc::new(Target::new(root.clone(), fsync)),
+            meta: Arc::new(meta::Meta::new(root, fsync)),
+            dirs: Arc::new(dirs::DirCache::new()),
+        }
     }
 
     /// The target directory.
@@ -114,7 +121,7 @@ impl NfsBackend {
     fn run(&self, op: &Op, blobs: &dyn BlobSource) -> Result<(), Error> {
         let path = op.path();
         let (parent, name) = path.split_last();
-        let dir = match (self.dirs.get(&self.target, parent), op) {
+        let dir = match (self.dirs.get(&self.meta, parent), op) {
             (Ok(fd), _) => fd,
             // The parent is gone (or is no directory any more): so is what we should remove.
             (Err(Errno::NOENT | Errno::NOTDIR | Errno::LOOP), Op::Unlink { .. } | Op::Rmdir { .. }) => {
@@ -156,7 +163,7 @@ impl Backend for NfsBackend {
     }
 
     fn policy(&self) -> Policy {
-        Policy { jobs: 1, batch: 1, min_batch: 1, lookups: 1 }
+        Policy { jobs: 1, batch: 1, min_batch: 1, lookups: 1, spread: true }
     }
 
     async fn execute(&self, op: &Op, blobs: &Arc<dyn BlobSource>) -> Result<(), Error> {
@@ -174,14 +181,14 @@ impl Backend for NfsBackend {
         // A directory that cannot be opened is the op's business (an unlink below a removed
         // directory is fine, a write is not): it reports the error with the op's path.
         self.blocking(move |b| {
-            let _ = b.dirs.get(&b.target, dir.as_bytes());
+            let _ = b.dirs.get(&b.meta, dir.as_bytes());
             Ok(())
         })
         .await
     }
 
     async fn prepare_target(&self, create: bool) -> Result<TargetState, Error> {
-        self.blocking(move |b| b.target.prepare(create)).await
+        self.blocking(move |b| b.meta.prepare(create)).await
     }
 
     async fn read_dir(&self, dir: &RelPath) -> Result<Vec<DirEntry>, Error> {
@@ -190,18 +197,18 @@ impl Backend for NfsBackend {
     }
 
     async fn load_state(&self) -> Result<Option<Vec<u8>>, Error> {
-        self.blocking(|b| b.target.load_state()).await
+        self.blocking(|b| b.meta.load_state()).await
     }
 
     async fn store_state(&self, bytes: &[u8]) -> Result<(), Error> {
         let bytes = bytes.to_vec();
-        self.blocking(move |b| b.target.store_state(&bytes)).await
+        self.blocking(move |b| b.meta.store_state(&bytes)).await
     }
 
     async fn lock(&self, holder: &str) -> Result<LockGuard, Error> {
         let holder = holder.to_string();
         self.blocking(move |b| {
-            let guard = b.target.lock(&holder)?;
+            let guard = b.meta.lock(&holder)?;
             // A new run: whatever we knew about directories may be stale now.
             b.dirs.clear();
             Ok(guard)

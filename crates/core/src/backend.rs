@@ -42,11 +42,15 @@ pub struct Policy {
     /// How many metadata lookups (directory probes, the stat calls of a scan) may be in flight
     /// at once. On NFS the kernel serializes lookups on locks, so parallel ones only cost more.
     pub lookups: usize,
+    /// Interleave each phase's ops over their directories instead of running them in path
+    /// order. Clients lock a directory for every create, rename and remove in it (the VFS
+    /// does, on NFS too), so ops in flight together should be in different directories.
+    pub spread: bool,
 }
 
 impl Default for Policy {
     fn default() -> Self {
-        Policy { jobs: 1, batch: 1, min_batch: 1, lookups: 1 }
+        Policy { jobs: 1, batch: 1, min_batch: 1, lookups: 1, spread: false }
     }
 }
 

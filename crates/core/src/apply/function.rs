@@ -6,7 +6,7 @@ use futures::StreamExt;
 
 use super::{Error, Options, Outcome, Progress};
 use crate::backend::{Backend, Batch};
-use crate::op::{OpCounts, Plan};
+use crate::op::{Op, OpCounts, Plan};
 use crate::source::BlobSource;
 
 /// Apply `plan` to `backend`, reading file content from `blobs`.
@@ -31,11 +31,11 @@ pub async fn apply(
     let bytes_total = plan.counts.bytes;
 
     for phase in &plan.phases {
-        let n = phase.ops.len();
+        let ops = if policy.spread { spread(&phase.ops) } else { phase.ops.clone() };
+        let n = ops.len();
         // Small phases are spread over all jobs rather than packed into one batch.
         let size = batch_size.min(n.div_ceil(jobs).max(policy.min_batch)).max(1);
-        let batches: Vec<Batch> =
-            (0..n).step_by(size).map(|i| Batch::new(phase.ops.clone(), i..(i + size).min(n))).collect();
+        let batches: Vec<Batch> = (0..n).step_by(size).map(|i| Batch::new(ops.clone(), i..(i + size).min(n))).collect();
         let failed = AtomicBool::new(false);
         let mut first_error = None;
         let mut results = futures::stream::iter(batches)
@@ -81,4 +81,27 @@ pub async fn apply(
         }
     }
     Ok(Outcome { counts: done, elapsed: start.elapsed() })
+}
+
+/// `ops` (in path order) interleaved over their parent directories: one op of each directory
+/// in turn, so the ops in flight together are in different directories.
+fn spread(ops: &Arc<[Op]>) -> Arc<[Op]> {
+    let mut by_dir: std::collections::BTreeMap<&[u8], std::collections::VecDeque<&Op>> = Default::default();
+    for op in ops.iter() {
+        by_dir.entry(op.path().split_last().0).or_default().push_back(op);
+    }
+    if by_dir.len() < 2 {
+        return ops.clone();
+    }
+    let mut queues: Vec<_> = by_dir.into_values().collect();
+    let mut out = Vec::with_capacity(ops.len());
+    while !queues.is_empty() {
+        queues.retain_mut(|q| {
+            if let Some(op) = q.pop_front() {
+                out.push(op.clone());
+            }
+            !q.is_empty()
+        });
+    }
+    out.into()
 }

@@ -230,11 +230,7 @@ impl Drop for Ticket {
 
 impl fmt::Debug for Gate {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.is_adaptive() {
-            write!(f, "adaptive up to {}", self.ceiling())
-        } else {
-            write!(f, "{}", self.limit())
-        }
+        if self.is_adaptive() { write!(f, "adaptive up to {}", self.ceiling()) } else { write!(f, "{}", self.limit()) }
     }
 }
 
@@ -297,7 +293,7 @@ impl<B: Backend> Backend for Budgets<B> {
     crate::forward_backend!(capabilities);
 
     fn policy(&self) -> Policy {
-        Policy { jobs: self.writes.ceiling(), batch: 1, min_batch: 1, lookups: self.lookups.ceiling() }
+        Policy { jobs: self.writes.ceiling(), batch: 1, min_batch: 1, lookups: self.lookups.ceiling(), spread: true }
     }
 
     async fn execute(&self, op: &Op, blobs: &Arc<dyn BlobSource>) -> Result<(), Error> {

@@ -1,0 +1,173 @@
+//! The NFS backend on the slow FUSE filesystem (latency on every op, kernel caches off, like
+//! NFS with `actimeo=0`): the conformance suite, walks of random histories against `git
+//! archive`, and the budgets as the filesystem sees them. (The operation count of an
+//! incremental sync is checked on the CLI, in its own process: a test process that forks
+//! children while files are open on the mount makes the kernel send extra FLUSHes.)
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use treesync_backend_local::LocalBackend;
+use treesync_backend_nfs::{Options, WriteJobs};
+use treesync_core::{Backend, verify};
+use treesync_testkit::Rng;
+use treesync_testkit::conformance::{Fixture, History, sync_to};
+use treesync_testkit::history::{self, Model};
+use treesync_testkit::slowfs::{self, Config, Op, SlowFs, Stats};
+use treesync_testkit::tree::{self, Node};
+
+const LATENCY: Duration = Duration::from_micros(200);
+
+fn slow(record_paths: bool) -> Option<SlowFs> {
+    if !slowfs::available() {
+        return None;
+    }
+    Some(SlowFs::temp(Config { meta_latency: LATENCY, record_paths, ..Config::default() }).expect("mount slowfs"))
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime")
+}
+
+/// Stats once the kernel's background RELEASEs of files closed so far have arrived.
+fn settled_stats(fs: &SlowFs) -> Stats {
+    let mut last = fs.stats();
+    for _ in 0..50 {
+        std::thread::sleep(Duration::from_millis(20));
+        let now = fs.stats();
+        if now.total() == last.total() && now.count(Op::Release) >= now.count(Op::Create) {
+            return now;
+        }
+        last = now;
+    }
+    last
+}
+
+struct Slow {
+    fs: Option<SlowFs>,
+    options: Options,
+}
+
+impl Slow {
+    fn new(options: Options) -> Self {
+        Slow { fs: slow(false), options }
+    }
+    fn fs(&self) -> &SlowFs {
+        self.fs.as_ref().expect("checked by available()")
+    }
+    fn mounted(&self) -> PathBuf {
+        self.fs().path().join("target")
+    }
+    fn backing(&self) -> PathBuf {
+        self.fs().backing().join("target")
+    }
+}
+
+impl Fixture for Slow {
+    fn backend(&self) -> Arc<dyn Backend> {
+        Arc::new(treesync_backend_nfs::open(self.mounted(), self.options))
+    }
+    fn read(&self) -> BTreeMap<String, Node> {
+        tree::read_dir(&self.backing())
+    }
+    fn put_file(&self, path: &str, content: &[u8]) {
+        let p = self.backing().join(path);
+        std::fs::create_dir_all(p.parent().expect("parent")).expect("mkdir");
+        std::fs::write(p, content).expect("write");
+    }
+    fn replace_dir_by_symlink(&self, path: &str, target: &Path) -> bool {
+        let p = self.backing().join(path);
+        std::fs::remove_dir_all(&p).expect("rm -r");
+        std::os::unix::fs::symlink(target, &p).expect("symlink");
+        true
+    }
+}
+
+/// The whole conformance suite through the mount (a machine without FUSE fails here, as the
+/// suite cannot run; CI has it).
+mod conformance_on_slowfs {
+    use super::*;
+    treesync_testkit::conformance_suite!(Slow::new(Options::default()));
+}
+
+/// Random histories walked forward, backward and by far jumps through the mount, each step
+/// compared with `git archive`, with the default budgets and with everything serialized.
+#[test]
+fn random_histories_match_git_on_the_slow_filesystem() {
+    let Some(fs) = slow(false) else { return };
+    let rt = runtime();
+    for (seed, options) in [
+        (300, Options::default()),
+        (301, Options { lookup_jobs: 1, write_jobs: WriteJobs::Fixed(1), fsync: false }),
+        (302, Options { lookup_jobs: 2, write_jobs: WriteJobs::Fixed(16), fsync: false }),
+    ] {
+        let h = History::random(seed, 16);
+        let name = format!("walk{seed}");
+        let backend = treesync_backend_nfs::open(fs.path().join(&name), options);
+        let mut rng = Rng::new(seed);
+        let n = h.commits.len();
+        let mut order: Vec<usize> = (0..n).collect();
+        order.extend((0..8).map(|_| rng.below(n)));
+        order.extend((0..n).rev().step_by(3));
+        for (step, &i) in order.iter().enumerate() {
+            rt.block_on(sync_to(&h.repo, &h.commits[i], &backend))
+                .unwrap_or_else(|e| panic!("seed {seed} step {step}: {e}"));
+            if let Some(d) = tree::diff(&h.expected(i), &tree::read_dir(&fs.backing().join(&name))) {
+                panic!("seed {seed} step {step}: target differs from git archive of commit {i}:\n{d}");
+            }
+        }
+    }
+}
+
+/// With one lookup in flight, the filesystem never sees two lookups (or two getattrs) at once
+/// during a verify, which is all lookups; with two allowed it does see two (the check can fail).
+#[test]
+fn lookup_budget_holds_at_the_filesystem() {
+    let Some(fs) = slow(false) else { return };
+    let rt = runtime();
+    let h = History::from_trees(&[history::wide_tree(1_500, 8)] as &[Model]);
+    rt.block_on(sync_to(&h.repo, &h.commits[0], &LocalBackend::new(fs.backing().join("t"), Default::default())))
+        .expect("initial");
+    let mut seen = Vec::new();
+    for lookups in [1, 2] {
+        let backend =
+            treesync_backend_nfs::open(fs.path().join("t"), Options { lookup_jobs: lookups, ..Options::default() });
+        fs.reset();
+        let report = rt.block_on(verify::verify(&h.repo, &backend, verify::Level::Quick)).expect("verify");
+        assert!(report.is_clean(), "{report:?}");
+        let stats = settled_stats(&fs);
+        assert!(stats.count(Op::Lookup) >= 1_500, "every file looked up: {stats}");
+        seen.push((stats.max_in_flight_of(Op::Lookup), stats.max_in_flight_of(Op::Getattr)));
+    }
+    assert_eq!(seen[0], (1, 1), "lookup-jobs 1: lookups in flight at once (lookup, getattr)");
+    assert!(seen[1].0 >= 2, "lookup-jobs 2 lets lookups overlap: {:?}", seen[1]);
+}
+
+/// The write budget caps the creates in flight: 4 with `--write-jobs 4`; a wide budget lets
+/// more through (so the check can fail); the adaptive budget ends up above its start of 8 on a
+/// filesystem that serves everything in parallel.
+#[test]
+fn write_budget_holds_at_the_filesystem() {
+    let Some(fs) = slow(false) else { return };
+    let rt = runtime();
+    let h = History::from_trees(&[history::wide_tree(600, 9)] as &[Model]);
+    let mut seen = Vec::new();
+    for (i, jobs) in [WriteJobs::Fixed(4), WriteJobs::Fixed(24)].into_iter().enumerate() {
+        fs.reset();
+        let backend = treesync_backend_nfs::open(
+            fs.path().join(format!("w{i}")),
+            Options { write_jobs: jobs, ..Options::default() },
+        );
+        rt.block_on(sync_to(&h.repo, &h.commits[0], &backend)).expect("sync");
+        let stats = settled_stats(&fs);
+        assert!(stats.count(Op::Create) >= 600, "{stats}");
+        seen.push((stats.max_in_flight_of(Op::Create), backend.writes().max_in_flight()));
+        if let Some(d) = tree::diff(&h.expected(0), &tree::read_dir(&fs.backing().join(format!("w{i}")))) {
+            panic!("target differs from git archive:\n{d}");
+        }
+    }
+    assert!(seen[0].0 <= 4 && seen[0].1 == 4, "write-jobs 4: creates in flight {:?}", seen[0]);
+    assert!(seen[1].0 > 4, "write-jobs 24 lets more than 4 creates overlap: {:?}", seen[1]);
+}
