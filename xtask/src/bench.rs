@@ -20,7 +20,13 @@ struct Config {
     write: bool,
     local: bool,
     s3: bool,
+    nfs: bool,
     s3_files: usize,
+    nfs_files: Vec<usize>,
+    nfs_initial: usize,
+    nfs_latency: Duration,
+    nfs_runs: usize,
+    nfs_git_runs: usize,
 }
 
 fn parse(args: &[String]) -> Result<Config, String> {
@@ -31,16 +37,26 @@ fn parse(args: &[String]) -> Result<Config, String> {
         write: true,
         local: true,
         s3: true,
+        nfs: true,
         s3_files: 20_000,
+        nfs_files: vec![20_000, 100_000],
+        nfs_initial: 2_000,
+        nfs_latency: Duration::from_millis(1),
+        nfs_runs: 3,
+        nfs_git_runs: 1,
     };
     let mut args = args;
     match args.first().map(String::as_str) {
         Some("local") => {
-            c.s3 = false;
+            (c.s3, c.nfs) = (false, false);
             args = &args[1..];
         }
         Some("s3") => {
-            c.local = false;
+            (c.local, c.nfs) = (false, false);
+            args = &args[1..];
+        }
+        Some("nfs") => {
+            (c.local, c.s3) = (false, false);
             args = &args[1..];
         }
         _ => {}
@@ -54,6 +70,24 @@ fn parse(args: &[String]) -> Result<Config, String> {
             "--dir" => c.dir = PathBuf::from(value()?),
             "--no-write" => c.write = false,
             "--s3-files" => c.s3_files = value()?.parse().map_err(|e| format!("--s3-files: {e}"))?,
+            "--nfs-files" => {
+                c.nfs_files = value()?
+                    .split(',')
+                    .map(|n| n.trim().parse().map_err(|e| format!("--nfs-files: {e}")))
+                    .collect::<Result<_, _>>()?
+            }
+            "--nfs-initial" => c.nfs_initial = value()?.parse().map_err(|e| format!("--nfs-initial: {e}"))?,
+            "--nfs-runs" => c.nfs_runs = value()?.parse().map_err(|e| format!("--nfs-runs: {e}"))?,
+            "--nfs-git-runs" => c.nfs_git_runs = value()?.parse().map_err(|e| format!("--nfs-git-runs: {e}"))?,
+            "--latency" => {
+                let v = value()?;
+                let ms: f64 = v
+                    .strip_suffix("ms")
+                    .ok_or_else(|| format!("--latency {v:?}: give milliseconds, e.g. 1ms or 0.5ms"))?
+                    .parse()
+                    .map_err(|e| format!("--latency: {e}"))?;
+                c.nfs_latency = Duration::from_secs_f64(ms / 1000.0);
+            }
             other => return Err(format!("unknown option {other:?} (see cargo xtask help)")),
         }
     }
@@ -85,7 +119,7 @@ pub fn generate(args: &[String]) -> Result<(), String> {
 
 const STAT_REGEX: &str = "trace=/^(stat|lstat|fstat|newfstatat|statx|fstatat64|stat64|lstat64|fstat64)$";
 
-fn git(repo: &Path, work: &Path, index: &Path) -> Command {
+pub fn git(repo: &Path, work: &Path, index: &Path) -> Command {
     let mut c = Command::new("git");
     c.env("GIT_INDEX_FILE", index)
         .env("GIT_CONFIG_NOSYSTEM", "1")
@@ -98,7 +132,7 @@ fn git(repo: &Path, work: &Path, index: &Path) -> Command {
 }
 
 /// Make the index entries non-racy, as in a tree that has been there for a while.
-fn settle(repo: &Path, work: &Path, index: &Path) -> Result<(), String> {
+pub fn settle(repo: &Path, work: &Path, index: &Path) -> Result<(), String> {
     std::thread::sleep(Duration::from_millis(1100));
     run_quiet(git(repo, work, index).args(["update-index", "-q", "--refresh"])).map(|_| ())
 }
@@ -177,6 +211,34 @@ pub fn run(args: &[String]) -> Result<(), String> {
                 write_section(&root.join("BENCHMARKS.md"), "local", "Local disk: treesync vs git", &block)?;
             }
         }
+        if c.nfs {
+            let nc = crate::bench_nfs::Config {
+                sizes: c.nfs_files.clone(),
+                initial_files: c.nfs_initial,
+                latency: c.nfs_latency,
+                runs: c.nfs_runs.max(1),
+                git_runs: c.nfs_git_runs.max(1),
+            };
+            let table = crate::bench_nfs::run(&nc, &c.dir, &treesync)?;
+            println!("{table}");
+            if c.write {
+                let sizes: Vec<String> = c.nfs_files.iter().map(|n| n.to_string()).collect();
+                let block = format!(
+                    "Reproduce: `cargo xtask bench nfs --nfs-files {} --nfs-initial {} --latency {}ms --nfs-runs {} --nfs-git-runs {}` (root: FUSE and the tmpfs mount).\n\n{table}",
+                    sizes.join(","),
+                    c.nfs_initial,
+                    c.nfs_latency.as_secs_f64() * 1000.0,
+                    c.nfs_runs,
+                    c.nfs_git_runs
+                );
+                write_section(
+                    &root.join("BENCHMARKS.md"),
+                    "nfs",
+                    "NAS (slow FUSE filesystem): treesync vs git",
+                    &block,
+                )?;
+            }
+        }
         if c.s3 {
             let table = crate::bench_s3::run(&crate::bench_s3::Config { files: c.s3_files }, &c.dir, &treesync)?;
             println!("{table}");
@@ -213,24 +275,31 @@ fn is_tmpfs(p: &Path) -> bool {
     run_quiet(Command::new("stat").args(["-f", "-c", "%T"]).arg(p)).is_ok_and(|t| t.trim() == "tmpfs")
 }
 
-fn bench(c: &Config, treesync: &Path, has_strace: bool, on_tmpfs: bool) -> Result<(String, String), String> {
-    let d = &c.dir;
-    let repo = d.join("repo.git");
-    let _ = std::fs::remove_dir_all(&repo);
-    std::fs::create_dir_all(&repo).map_err(|e| e.to_string())?;
-    run_quiet(Command::new("git").arg("init").arg("-q").arg("--bare").arg(&repo))?;
-    eprintln!("generating {} files…", c.files);
+/// A bare repository at `repo` with tags A (`files` files) and B (A with 10 files modified, 2
+/// added, 2 deleted), packed.
+pub fn make_repo(repo: &Path, files: usize) -> Result<(), String> {
+    let _ = std::fs::remove_dir_all(repo);
+    std::fs::create_dir_all(repo).map_err(|e| e.to_string())?;
+    run_quiet(Command::new("git").arg("init").arg("-q").arg("--bare").arg(repo))?;
+    eprintln!("generating {files} files…");
     // In a child process, so that this process stays small: a spawned child's peak RSS starts
     // from its parent's (vfork), and the generated model is large.
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
-    let out = run_quiet(Command::new(exe).arg("bench-generate").arg(&repo).arg(c.files.to_string()))?;
+    let out = run_quiet(Command::new(exe).arg("bench-generate").arg(repo).arg(files.to_string()))?;
     let commits: Vec<String> = out.lines().map(str::to_string).collect();
     if commits.len() != 2 {
         return Err(format!("bench-generate printed {out:?}"));
     }
-    run_quiet(Command::new("git").arg("-C").arg(&repo).args(["update-ref", "refs/tags/A", &commits[0]]))?;
-    run_quiet(Command::new("git").arg("-C").arg(&repo).args(["update-ref", "refs/tags/B", &commits[1]]))?;
-    run_quiet(Command::new("git").arg("-C").arg(&repo).args(["repack", "-adq"]))?;
+    run_quiet(Command::new("git").arg("-C").arg(repo).args(["update-ref", "refs/tags/A", &commits[0]]))?;
+    run_quiet(Command::new("git").arg("-C").arg(repo).args(["update-ref", "refs/tags/B", &commits[1]]))?;
+    run_quiet(Command::new("git").arg("-C").arg(repo).args(["repack", "-adq"]))?;
+    Ok(())
+}
+
+fn bench(c: &Config, treesync: &Path, has_strace: bool, on_tmpfs: bool) -> Result<(String, String), String> {
+    let d = &c.dir;
+    let repo = d.join("repo.git");
+    make_repo(&repo, c.files)?;
 
     let ts_target = d.join("ts");
     let git_work = d.join("gitwork");
@@ -437,7 +506,7 @@ fn render(rows: &[Row], c: &Config, on_tmpfs: bool) -> (String, String) {
     (md.clone(), md)
 }
 
-fn fmt_time(d: Duration) -> String {
+pub fn fmt_time(d: Duration) -> String {
     if d.as_secs_f64() >= 1.0 {
         format!("{:.2} s", d.as_secs_f64())
     } else {
@@ -445,7 +514,7 @@ fn fmt_time(d: Duration) -> String {
     }
 }
 
-fn write_section(path: &Path, name: &str, title: &str, block: &str) -> Result<(), String> {
+pub fn write_section(path: &Path, name: &str, title: &str, block: &str) -> Result<(), String> {
     let start = format!("<!-- bench:{name}:start -->");
     let end = format!("<!-- bench:{name}:end -->");
     let existing = std::fs::read_to_string(path).unwrap_or_default();

@@ -1,6 +1,7 @@
 //! Development tasks for treesync: `cargo xtask <task>`.
 
 mod bench;
+mod bench_nfs;
 mod bench_s3;
 mod campaign;
 mod ci;
@@ -11,11 +12,13 @@ const HELP: &str = "\
 cargo xtask <task> [options]
 
 Tasks:
-  bench [local|s3]
-          Benchmark treesync against git (local) and against rclone and aws s3 sync on a
-          local moto server (s3), on generated repositories; rewrite BENCHMARKS.md.
-          Without local or s3, runs both.
+  bench [local|s3|nfs]
+          Benchmark treesync against git (local), against rclone and aws s3 sync on a local
+          moto server (s3), and against git on the slow FUSE filesystem standing in for a NAS
+          (nfs), on generated repositories; rewrite BENCHMARKS.md. Without a name, runs all.
           options: --files N (100000)  --runs R (5)  --s3-files N (20000)
+                   --nfs-files N,N (20000,100000)  --nfs-initial N (2000)  --latency 1ms
+                   --nfs-runs R (3)  --nfs-git-runs R (1)
                    --dir DIR (/tmp/treesync-bench)  --no-write (print the tables only)
   campaign
           Kill `treesync sync` with SIGKILL at random moments, check that the next sync

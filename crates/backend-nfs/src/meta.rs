@@ -237,13 +237,20 @@ impl Meta {
     }
 }
 
+/// The whole file. A short read of a regular file is its end (nobody else writes these files
+/// while we hold the lock), so a state file of ordinary size costs one request.
 fn read_all(fd: &OwnedFd) -> Result<Vec<u8>, Errno> {
+    const CHUNK: usize = 64 * 1024;
     let mut out = Vec::new();
-    let mut buf = vec![0u8; 64 * 1024];
+    let mut buf = vec![0u8; CHUNK];
     loop {
         match rustix::io::pread(fd, &mut buf, out.len() as u64) {
-            Ok(0) => return Ok(out),
-            Ok(n) => out.extend_from_slice(&buf[..n]),
+            Ok(n) => {
+                out.extend_from_slice(&buf[..n]);
+                if n < CHUNK {
+                    return Ok(out);
+                }
+            }
             Err(Errno::INTR) => {}
             Err(e) => return Err(e),
         }

@@ -67,6 +67,11 @@ fn counted_incremental_sync(modified: usize, added: usize, deleted: usize) {
     let out: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
     assert_eq!(out["backend"], "nfs");
     eprintln!("K={k}:\n{stats}");
+    if std::env::var_os("SHOW_PATHS").is_some() {
+        for (op, p) in &stats.paths {
+            eprintln!("  {op:?} {p}");
+        }
+    }
     assert!(stats.total() <= 10 * k + 20, "{} filesystem ops for K={k}:\n{stats}", stats.total());
 
     // Allowed: the changed files (and their temporaries), the directories on their way, the

@@ -1,0 +1,298 @@
+//! `cargo xtask bench nfs`: treesync vs git on the slow FUSE filesystem (the NAS stand-in:
+//! a fixed latency on every metadata op, kernel caches off like NFS with `actimeo=0`).
+//!
+//! The backing directory is on the bench tmpfs; trees are prepared there directly (fast) and
+//! every measured command works through the mount. Requests are counted by the filesystem.
+
+use std::fmt::Write as _;
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use treesync_testkit::slowfs::{self, SlowFs, Stats};
+
+use crate::bench::{fmt_time, git, make_repo, settle};
+use crate::util::{measure, median, run_quiet};
+
+pub struct Config {
+    /// Tree sizes for the update case.
+    pub sizes: Vec<usize>,
+    /// Files of the initial-checkout case.
+    pub initial_files: usize,
+    /// Latency of every metadata op.
+    pub latency: Duration,
+    /// Runs per treesync measurement (medians).
+    pub runs: usize,
+    /// Runs per git measurement (git's runs are long here).
+    pub git_runs: usize,
+}
+
+struct Row {
+    case: String,
+    tool: String,
+    time: Duration,
+    ops: u64,
+    files: usize,
+    note: String,
+}
+
+fn settled(fs: &SlowFs) -> Stats {
+    let mut last = fs.stats();
+    for _ in 0..100 {
+        std::thread::sleep(Duration::from_millis(20));
+        let now = fs.stats();
+        if now.total() == last.total() {
+            return now;
+        }
+        last = now;
+    }
+    last
+}
+
+/// Time `cmd` `runs` times after `setup`, counting the filesystem requests of each run.
+fn timed(
+    fs: &SlowFs,
+    runs: usize,
+    mut setup: impl FnMut() -> Result<(), String>,
+    mut cmd: impl FnMut() -> Command,
+) -> Result<(Duration, u64), String> {
+    let mut times = Vec::new();
+    let mut ops = Vec::new();
+    for _ in 0..runs {
+        setup()?;
+        let _ = settled(fs);
+        fs.reset();
+        let (t, _) = measure(&mut cmd())?;
+        times.push(t);
+        ops.push(settled(fs).total());
+    }
+    ops.sort_unstable();
+    Ok((median(times), ops[ops.len() / 2]))
+}
+
+fn rm(p: &Path) {
+    let _ = std::fs::remove_dir_all(p);
+    let _ = std::fs::remove_file(p);
+}
+
+pub fn run(c: &Config, dir: &Path, treesync: &Path) -> Result<String, String> {
+    if !slowfs::available() {
+        return Err("the NFS benchmark needs FUSE (/dev/fuse and root, or fusermount3)".into());
+    }
+    let backing = dir.join("nfs-backing");
+    let mnt = dir.join("nfs-mnt");
+    rm(&backing);
+    std::fs::create_dir_all(&backing).map_err(|e| e.to_string())?;
+    std::fs::create_dir_all(&mnt).map_err(|e| e.to_string())?;
+    let fs = SlowFs::mount(
+        &backing,
+        &mnt,
+        slowfs::Config { meta_latency: c.latency, threads: 128, ..slowfs::Config::default() },
+    )
+    .map_err(|e| format!("mounting the slow filesystem: {e}"))?;
+    let mut rows = Vec::new();
+    for &n in &c.sizes {
+        update(c, dir, &fs, treesync, n, &mut rows)?;
+    }
+    initial(c, dir, &fs, treesync, &mut rows)?;
+    drop(fs);
+    rm(&backing);
+    Ok(render(&rows, c))
+}
+
+fn ts_sync(treesync: &Path, repo: &Path, rev: &str, target: &Path, extra: &[&str]) -> Command {
+    let mut cmd = Command::new(treesync);
+    cmd.args(["sync", "-q", "--repo"]).arg(repo).args(["--ref", rev, "--target"]).arg(target).args(extra);
+    cmd
+}
+
+fn update(c: &Config, dir: &Path, fs: &SlowFs, treesync: &Path, n: usize, rows: &mut Vec<Row>) -> Result<(), String> {
+    let repo = dir.join(format!("nfs-repo-{n}.git"));
+    make_repo(&repo, n)?;
+    let case = format!("update A→B, N={n}");
+    let back_ts = fs.backing().join("ts");
+    let mnt_ts = fs.path().join("ts");
+    rm(&back_ts);
+    eprintln!("{case}: preparing the trees in the backing directory…");
+    run_quiet(&mut ts_sync(treesync, &repo, "A", &back_ts, &["--backend", "local"]))?;
+    eprintln!("{case}: treesync…");
+    let (t, ops) = timed(
+        fs,
+        c.runs,
+        || run_quiet(&mut ts_sync(treesync, &repo, "A", &back_ts, &["--backend", "local"])).map(|_| ()),
+        || ts_sync(treesync, &repo, "B", &mnt_ts, &[]),
+    )?;
+    rows.push(Row {
+        case: case.clone(),
+        tool: "treesync sync (auto → nfs)".into(),
+        time: t,
+        ops,
+        files: 14,
+        note: String::new(),
+    });
+
+    let back_gw = fs.backing().join("gw");
+    let mnt_gw = fs.path().join("gw");
+    let index = dir.join(format!("nfs-git-{n}.index"));
+    rm(&back_gw);
+    rm(&index);
+    std::fs::create_dir_all(&back_gw).map_err(|e| e.to_string())?;
+    // Put the work tree at A through the backing path, with a settled (non-racy) index.
+    let reset = || -> Result<(), String> {
+        run_quiet(git(&repo, &back_gw, &index).args(["checkout", "-q", "-f", "--detach", "A"]))?;
+        settle(&repo, &back_gw, &index)
+    };
+    for (label, args) in [
+        ("git checkout B", vec!["checkout", "-q", "--detach", "B"]),
+        (
+            "git -c core.preloadIndex=false checkout B",
+            vec!["-c", "core.preloadIndex=false", "checkout", "-q", "--detach", "B"],
+        ),
+        ("git read-tree -m -u A B", vec!["read-tree", "-m", "-u", "A", "B"]),
+    ] {
+        eprintln!("{case}: {label}…");
+        let (t, ops) = timed(fs, c.git_runs, &reset, || {
+            let mut g = git(&repo, &mnt_gw, &index);
+            g.args(&args);
+            g
+        })?;
+        rows.push(Row { case: case.clone(), tool: label.into(), time: t, ops, files: 14, note: String::new() });
+    }
+    // Both trees must hold B.
+    run_quiet(git(&repo, &back_gw, &index).args(["checkout", "-q", "-f", "--detach", "B"]))?;
+    run_quiet(&mut ts_sync(treesync, &repo, "B", &back_ts, &["--backend", "local"]))?;
+    same(&back_ts, &back_gw)?;
+    rm(&back_ts);
+    rm(&back_gw);
+    rm(&index);
+    rm(&repo);
+    Ok(())
+}
+
+fn same(a: &Path, b: &Path) -> Result<(), String> {
+    let diff =
+        Command::new("diff").args(["-r", "--no-dereference", "-x", ".treesync", "-x", ".git"]).arg(a).arg(b).output();
+    if diff.as_ref().is_ok_and(|o| o.status.success()) {
+        return Ok(());
+    }
+    Err(format!(
+        "treesync's tree and git's differ: {}",
+        diff.map(|o| String::from_utf8_lossy(&o.stdout).chars().take(2000).collect::<String>()).unwrap_or_default()
+    ))
+}
+
+fn initial(c: &Config, dir: &Path, fs: &SlowFs, treesync: &Path, rows: &mut Vec<Row>) -> Result<(), String> {
+    let n = c.initial_files;
+    let repo = dir.join(format!("nfs-repo-{n}.git"));
+    make_repo(&repo, n)?;
+    let case = format!("initial checkout, N={n}");
+    let back = fs.backing().join("init");
+    let mnt = fs.path().join("init");
+    let mut variants: Vec<(String, Vec<String>)> = vec![("treesync nfs, adaptive writes".into(), vec![])];
+    for j in [1, 4, 8, 16, 32, 64] {
+        variants.push((format!("treesync nfs, --write-jobs {j}"), vec!["--write-jobs".into(), j.to_string()]));
+    }
+    variants.push(("treesync --backend local (local policy)".into(), vec!["--backend".into(), "local".into()]));
+    for (label, extra) in variants {
+        eprintln!("{case}: {label}…");
+        let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
+        let mut last_limits = String::new();
+        let (t, ops) = timed(
+            fs,
+            c.runs,
+            || {
+                rm(&back);
+                Ok(())
+            },
+            || {
+                let mut cmd = ts_sync(treesync, &repo, "A", &mnt, &extra);
+                cmd.arg("--json");
+                cmd
+            },
+        )?;
+        if label.contains("adaptive") {
+            // One more run to report where the adaptive limit went.
+            rm(&back);
+            let out = run_quiet(&mut {
+                let mut cmd = ts_sync(treesync, &repo, "A", &mnt, &extra);
+                cmd.arg("--json");
+                cmd
+            })?;
+            if let Ok(v) = serde_json::from_str::<serde_json::Value>(out.trim_start_matches(|ch: char| ch != '{')) {
+                last_limits = format!(
+                    "limits {} (max in flight {})",
+                    v["budgets"]["write_limits"], v["budgets"]["max_writes_in_flight"]
+                );
+            }
+        }
+        rows.push(Row { case: case.clone(), tool: label, time: t, ops, files: n, note: last_limits });
+    }
+    let back_gi = fs.backing().join("gi");
+    let mnt_gi = fs.path().join("gi");
+    let index = dir.join("nfs-git-init.index");
+    for (label, workers) in [("git checkout -f", None), ("git -c checkout.workers=0 checkout -f", Some("0"))] {
+        eprintln!("{case}: {label}…");
+        let (t, ops) = timed(
+            fs,
+            c.git_runs,
+            || {
+                rm(&back_gi);
+                rm(&index);
+                std::fs::create_dir(&back_gi).map_err(|e| e.to_string())
+            },
+            || {
+                let mut g = git(&repo, &mnt_gi, &index);
+                if let Some(w) = workers {
+                    g.args(["-c", &format!("checkout.workers={w}")]);
+                }
+                g.args(["checkout", "-q", "-f", "--detach", "A"]);
+                g
+            },
+        )?;
+        rows.push(Row { case: case.clone(), tool: label.into(), time: t, ops, files: n, note: String::new() });
+    }
+    rm(&back);
+    run_quiet(&mut ts_sync(treesync, &repo, "A", &back, &["--backend", "local"]))?;
+    same(&back, &back_gi)?;
+    rm(&back);
+    rm(&back_gi);
+    rm(&index);
+    rm(&repo);
+    Ok(())
+}
+
+fn render(rows: &[Row], c: &Config) -> String {
+    let mut md = String::new();
+    let _ = writeln!(
+        md,
+        "Slow FUSE filesystem (`treesync_testkit::slowfs`): {} per metadata op, 0 per read/write, kernel \
+         entry/attr caching off (like NFS `actimeo=0`), 128 server threads, backing directory on tmpfs. \
+         Requests are counted by the filesystem (FORGETs not included). treesync: medians of {} runs; git: \
+         medians of {} runs. Update = 10 files modified, 2 added, 2 deleted (K=14).\n",
+        fmt_time(c.latency),
+        c.runs,
+        c.git_runs
+    );
+    let _ = writeln!(md, "| case | tool | time | FUSE requests | per changed/written file | vs treesync | note |");
+    let _ = writeln!(md, "|---|---|---:|---:|---:|---:|---|");
+    let mut case_base: Option<(String, Duration)> = None;
+    for r in rows {
+        if case_base.as_ref().is_none_or(|(c, _)| *c != r.case) {
+            case_base = Some((r.case.clone(), r.time));
+        }
+        let base = case_base.as_ref().expect("set").1;
+        let ratio = r.time.as_secs_f64() / base.as_secs_f64().max(1e-9);
+        let _ = writeln!(
+            md,
+            "| {} | {} | {} | {} | {:.1} | {} | {} |",
+            r.case,
+            r.tool,
+            fmt_time(r.time),
+            r.ops,
+            r.ops as f64 / r.files.max(1) as f64,
+            if ratio >= 1.0 { format!("{ratio:.1}× slower") } else { format!("{:.2}× (faster)", ratio) },
+            r.note
+        );
+    }
+    md
+}
