@@ -36,7 +36,9 @@ enum Command {
     /// Bring the target to a commit of the repository.
     ///
     /// The first sync writes the whole tree; later ones apply only the difference to the
-    /// tree written last. An interrupted sync is finished by the next one.
+    /// tree written last. An interrupted sync is finished by the next one. The backend follows
+    /// the target: s3 for URLs, nfs for directories on network mounts (NFS, SMB, FUSE network
+    /// filesystems: lookups serialized, writes adaptive), local otherwise.
     ///
     /// Example:
     ///   treesync sync --repo /srv/git/site.git --ref main --target /mnt/nas/site
