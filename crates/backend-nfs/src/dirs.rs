@@ -73,6 +73,7 @@ impl DirCache {
                 Mode::empty(),
             )?;
             self.opens.fetch_add(1, Ordering::Relaxed);
+            tracing::trace!(target: "treesync::nfs", dir = %String::from_utf8_lossy(&rel[..if done == 0 { name.len() } else { done + 1 + name.len() }]), "directory looked up");
             done = if done == 0 { name.len() } else { done + 1 + name.len() };
             base = Arc::new(fd);
             self.insert(&rel[..done], base.clone());

@@ -162,6 +162,10 @@ impl Backend for NfsBackend {
         Capabilities { symlinks: true, exec_bit: true, empty_dirs: true, case_sensitive: true, exclusive_lock: true }
     }
 
+    fn cost(&self) -> Vec<(&'static str, u64)> {
+        vec![("directory lookups", self.dirs.opens())]
+    }
+
     fn policy(&self) -> Policy {
         Policy { jobs: 1, batch: 1, min_batch: 1, lookups: 1, spread: true }
     }

@@ -26,6 +26,7 @@ mod target;
 pub use target::{Config, open};
 
 use std::fmt;
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
@@ -82,6 +83,24 @@ pub struct ObjectStoreBackend {
     local_root: Option<std::path::PathBuf>,
     /// The state as read by `prepare_target`, and the version to update it from.
     state: Mutex<StateCache>,
+    /// Requests made, by kind (for the cost summary of a run).
+    requests: Requests,
+}
+
+/// Requests sent to the store, by kind.
+#[derive(Default)]
+struct Requests {
+    put: AtomicU64,
+    multipart: AtomicU64,
+    parts: AtomicU64,
+    get: AtomicU64,
+    delete: AtomicU64,
+    bulk_delete: AtomicU64,
+    list: AtomicU64,
+}
+
+fn bump(c: &AtomicU64, n: u64) {
+    c.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
 }
 
 #[derive(Default)]
@@ -160,6 +179,7 @@ impl ObjectStoreBackend {
             puts,
             local_root: None,
             state: Default::default(),
+            requests: Requests::default(),
         }
     }
 
@@ -206,6 +226,7 @@ impl ObjectStoreBackend {
     async fn put(&self, path: &RelPath, data: Bytes, mode: u32) -> Result<(), Error> {
         let _permit = self.puts.acquire().await.expect("never closed");
         let opts = PutOptions { attributes: self.attributes(mode), ..Default::default() };
+        bump(&self.requests.put, 1);
         self.store
             .put_opts(&self.key(path), PutPayload::from(data), opts)
             .await
@@ -232,6 +253,8 @@ impl ObjectStoreBackend {
             .put_multipart_opts(&self.key(path), opts)
             .await
             .map_err(|e| store_error("start upload of", path, e))?;
+        bump(&self.requests.multipart, 1);
+        bump(&self.requests.parts, data.len().div_ceil(self.options.part_size.max(1)) as u64);
         let mut w = WriteMultipart::new_with_chunk_size(upload, self.options.part_size);
         for chunk in data.chunks(self.options.part_size) {
             w.wait_for_capacity(4).await.map_err(|e| store_error("upload", path, e))?;
@@ -264,7 +287,10 @@ impl ObjectStoreBackend {
                 self.write_blob(path, *blob, *size, if *executable { MODE_EXEC } else { MODE_FILE }, blobs).await
             }
             Op::Symlink { path, target } => self.put(path, Bytes::from(target.clone()), MODE_LINK).await,
-            Op::Unlink { path } => match self.store.delete(&self.key(path)).await {
+            Op::Unlink { path } => match {
+                bump(&self.requests.delete, 1);
+                self.store.delete(&self.key(path)).await
+            } {
                 Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
                 Err(e) => Err(store_error("delete", path, e)),
             },
@@ -273,6 +299,8 @@ impl ObjectStoreBackend {
 
     async fn delete_many(&self, paths: Vec<&RelPath>) -> Result<(), Error> {
         let keys: Vec<object_store::Result<Path>> = paths.iter().map(|p| Ok(self.key(p))).collect();
+        // S3 takes up to 1,000 keys per DeleteObjects request.
+        bump(&self.requests.bulk_delete, keys.len().div_ceil(1000) as u64);
         let mut results = self.store.delete_stream(futures::stream::iter(keys).boxed());
         while let Some(r) = results.next().await {
             match r {
@@ -322,6 +350,23 @@ impl Backend for ObjectStoreBackend {
         }
     }
 
+    fn cost(&self) -> Vec<(&'static str, u64)> {
+        let r = &self.requests;
+        let get = |c: &AtomicU64| c.load(std::sync::atomic::Ordering::Relaxed);
+        [
+            ("PUT", get(&r.put)),
+            ("multipart uploads", get(&r.multipart)),
+            ("multipart parts", get(&r.parts)),
+            ("GET", get(&r.get)),
+            ("DELETE", get(&r.delete)),
+            ("bulk DELETE", get(&r.bulk_delete)),
+            ("LIST", get(&r.list)),
+        ]
+        .into_iter()
+        .filter(|(_, n)| *n > 0)
+        .collect()
+    }
+
     fn policy(&self) -> Policy {
         // One batch is up to 1,000 ops: removals become one bulk delete per batch; writes
         // inside a batch run concurrently, bounded by `puts_in_flight` across all batches.
@@ -355,6 +400,7 @@ impl Backend for ObjectStoreBackend {
         // Only when there is no state: is anything else under the prefix? (one LIST)
         let prefix = (!self.prefix.as_ref().is_empty()).then_some(&self.prefix);
         let mut list = self.store.list(prefix);
+        bump(&self.requests.list, 1);
         Ok(match list.next().await {
             None => TargetState::Empty,
             Some(Ok(_)) => TargetState::Unmanaged,
@@ -365,6 +411,7 @@ impl Backend for ObjectStoreBackend {
     async fn read_dir(&self, dir: &RelPath) -> Result<Vec<DirEntry>, Error> {
         let key = self.key(dir);
         let prefix = (!key.as_ref().is_empty()).then_some(&key);
+        bump(&self.requests.list, 1);
         let list = self.store.list_with_delimiter(prefix).await.map_err(|e| store_error("list", dir, e))?;
         let name = |p: &Path| p.filename().unwrap_or_default().as_bytes().to_vec();
         let mut out: Vec<DirEntry> = list
@@ -396,6 +443,7 @@ impl Backend for ObjectStoreBackend {
         };
         let opts = PutOptions { mode, ..Default::default() };
         let key = self.state_key();
+        bump(&self.requests.put, 1);
         let r = self.store.put_opts(&key, PutPayload::from(bytes.to_vec()), opts).await.map_err(|e| match e {
             object_store::Error::Precondition { .. } | object_store::Error::AlreadyExists { .. } => {
                 Error::Conflict { detail: one_line(&e) }
@@ -428,6 +476,7 @@ impl Backend for ObjectStoreBackend {
 
     async fn read_file(&self, path: &RelPath) -> Result<Vec<u8>, Error> {
         let key = self.key(path);
+        bump(&self.requests.get, 1);
         let got = self.store.get(&key).await.map_err(|e| store_error("read", path, e))?;
         Ok(got.bytes().await.map_err(|e| store_error("read", path, e))?.to_vec())
     }
@@ -456,6 +505,8 @@ impl ObjectStoreBackend {
     async fn list_tree(&self) -> Result<Vec<(String, object_store::ObjectMeta)>, Error> {
         let prefix = (!self.prefix.as_ref().is_empty()).then_some(&self.prefix);
         let metas: Vec<_> = self.store.list(prefix).collect().await;
+        // One LIST request per page of 1,000 keys.
+        bump(&self.requests.list, (metas.len() as u64).div_ceil(1000).max(1));
         let mut out = Vec::with_capacity(metas.len());
         for meta in metas {
             let meta = meta.map_err(|e| store_error("list", &self.display, e))?;
@@ -479,6 +530,7 @@ impl ObjectStoreBackend {
     pub async fn read_all(&self) -> Result<Vec<StoredObject>, Error> {
         let mut out = Vec::new();
         for (rel, meta) in self.list_tree().await? {
+            bump(&self.requests.get, 1);
             let got = self.store.get(&meta.location).await.map_err(|e| store_error("read", &meta.location, e))?;
             let mode = got.attributes.get(&Attribute::Metadata(MODE_KEY.into())).and_then(|v| v.as_ref().parse().ok());
             let data = got.bytes().await.map_err(|e| store_error("read", &meta.location, e))?.to_vec();
@@ -490,6 +542,7 @@ impl ObjectStoreBackend {
 
     async fn fetch_state(&self) -> Result<Option<Bytes>, Error> {
         let key = self.state_key();
+        bump(&self.requests.get, 1);
         let (bytes, version) = match self.store.get(&key).await {
             Ok(r) => {
                 let version = UpdateVersion { e_tag: r.meta.e_tag.clone(), version: r.meta.version.clone() };

@@ -86,12 +86,20 @@ fn incremental_sync_requests_are_k_puts_one_bulk_delete_and_three_for_state() {
     assert_ok(&sync(&moto, &bare.path, &commits[0], url));
     assert_bucket_is(&moto, url, &bare, &commits[0]);
     let mark = moto.mark();
-    assert_ok(&sync(&moto, &bare.path, &commits[1], url));
+    let out = treesync(
+        &moto,
+        &moto.endpoint,
+        &["sync", "--json", "--repo", bare.path.to_str().expect("utf8"), "--ref", &commits[1], "--target", url],
+    );
+    assert_ok(&out);
     let r = moto.requests_since(mark);
     assert_eq!(r.put, 12 + 2, "12 files + 2 state writes: {r:?}");
     assert_eq!(r.bulk_delete, 1, "{r:?}");
     assert_eq!(r.get, 1, "only the state is read: {r:?}");
     assert_eq!((r.list, r.head, r.delete, r.post, r.other), (0, 0, 0, 0, 0), "{r:?}");
+    // The run's own cost summary agrees with what the server saw.
+    let out: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(out["cost"], serde_json::json!({"PUT": 14, "bulk DELETE": 1, "GET": 1}), "{out}");
     assert_bucket_is(&moto, url, &bare, &commits[1]);
     // Syncing again changes nothing and costs one GET.
     let mark = moto.mark();

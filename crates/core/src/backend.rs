@@ -298,6 +298,13 @@ pub trait Backend: Send + Sync + fmt::Display {
     /// `jobs` bounds the lookups in flight (callers pass [`Policy::lookups`]).
     async fn scan(&self, jobs: usize) -> Result<Vec<Found>, Error>;
 
+    /// What this backend's work cost so far in the storage's own terms, for the summary of a
+    /// run: e.g. S3 requests by method, NFS directory lookups. Ops by kind are counted by the
+    /// executor already.
+    fn cost(&self) -> Vec<(&'static str, u64)> {
+        Vec::new()
+    }
+
     /// Look up the directory `dir` ahead of ops in it. A backend that keeps handles of
     /// directories (NFS) opens `dir` here, once per run, so wrappers can budget these lookups
     /// apart from writes ([`crate::policy::Budgets`]); the others have nothing to do.
@@ -333,6 +340,11 @@ macro_rules! forward_backend {
             self.inner.policy()
         }
     };
+    (cost) => {
+        fn cost(&self) -> Vec<(&'static str, u64)> {
+            self.inner.cost()
+        }
+    };
 }
 
 macro_rules! impl_for_pointer {
@@ -344,6 +356,9 @@ macro_rules! impl_for_pointer {
             }
             fn policy(&self) -> Policy {
                 (**self).policy()
+            }
+            fn cost(&self) -> Vec<(&'static str, u64)> {
+                (**self).cost()
             }
             async fn execute(&self, op: &Op, blobs: &Arc<dyn BlobSource>) -> Result<(), Error> {
                 (**self).execute(op, blobs).await

@@ -128,7 +128,7 @@ pub struct Outcome {
     pub planned: OpCounts,
     /// Ops done.
     pub applied: OpCounts,
-    /// Calls to the state file (reads and writes).
+    /// Writes of the state file (0 when nothing changed, else 1 or 2).
     pub state_writes: u32,
     /// Wall time.
     #[serde(serialize_with = "ser_secs")]
@@ -298,7 +298,14 @@ pub async fn sync(
     current.version = state::VERSION;
     current.backend = options.backend_name.clone();
 
+    tracing::debug!(target: "treesync::sync", %backend, ?target, "target prepared and locked");
     if let Some((p, plan)) = &resume {
+        tracing::info!(
+            target: "treesync::sync",
+            to = %p.to_commit,
+            ops = plan.len(),
+            "finishing an interrupted sync first"
+        );
         // The journal says "in progress" for this transition; it is ours now.
         if p.holder.is_some() && !backend.capabilities().exclusive_lock {
             current.in_progress = Some(InProgress {
@@ -325,6 +332,14 @@ pub async fn sync(
     }
 
     let already = current.synced.is_some_and(|s| s.commit == to.commit) && current.in_progress.is_none();
+    tracing::info!(
+        target: "treesync::sync",
+        from = ?current.synced.map(|s| s.commit.to_string()),
+        to = %to.commit,
+        plan = %main.counts,
+        takeover,
+        "planned"
+    );
     if !main.is_empty() {
         current.in_progress = Some(InProgress {
             from_tree: if takeover { None } else { current.synced.map(|s| s.tree) },
@@ -338,6 +353,7 @@ pub async fn sync(
         });
         backend.store_state(&current.to_bytes()).await?;
         outcome.state_writes += 1;
+        tracing::debug!(target: "treesync::sync", "journal: in progress");
         let done = apply::apply(&main, backend, &blobs, options.apply, progress, interrupt).await;
         let done = match done {
             Ok(d) => d,
@@ -352,6 +368,13 @@ pub async fn sync(
         outcome.state_writes += 1;
     }
     outcome.elapsed = start.elapsed();
+    tracing::info!(
+        target: "treesync::sync",
+        applied = %outcome.applied,
+        state_writes = outcome.state_writes,
+        elapsed_ms = outcome.elapsed.as_millis() as u64,
+        "synced"
+    );
     Ok(outcome)
 }
 

@@ -86,7 +86,9 @@ impl Moto {
             .unwrap_or_else(|e| panic!("cannot start {}: {e}", bin.display()));
         let moto = Moto { child, endpoint: format!("http://127.0.0.1:{port}"), log, _dir: dir };
         let deadline = Instant::now() + Duration::from_secs(30);
-        while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        // Ready when it answers HTTP, not merely when the port accepts (a loaded machine can
+        // take a while between the two).
+        while TcpStream::connect(("127.0.0.1", port)).is_err() || moto.raw("GET", "/") == 0 {
             assert!(Instant::now() < deadline, "moto did not start: {}", moto.log_text());
             std::thread::sleep(Duration::from_millis(50));
         }

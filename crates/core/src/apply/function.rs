@@ -32,6 +32,7 @@ pub async fn apply(
 
     for phase in &plan.phases {
         let ops = if policy.spread { spread(&phase.ops) } else { phase.ops.clone() };
+        tracing::debug!(target: "treesync::apply", phase = %phase.name, ops = ops.len(), jobs, batch_size, "phase");
         let n = ops.len();
         // Small phases are spread over all jobs rather than packed into one batch.
         let size = batch_size.min(n.div_ceil(jobs).max(policy.min_batch)).max(1);

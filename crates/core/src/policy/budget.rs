@@ -203,6 +203,14 @@ impl Control {
         self.window_ops = 0;
         self.window_latency = 0.0;
         if new != old {
+            tracing::debug!(
+                target: "treesync::budget",
+                from = old,
+                to = new,
+                mean_latency_ms = mean * 1000.0,
+                throughput = throughput as u64,
+                "adaptive limit"
+            );
             self.limit = new;
             self.history.push(new);
         }
@@ -291,6 +299,7 @@ impl<B: Backend> fmt::Display for Budgets<B> {
 #[async_trait]
 impl<B: Backend> Backend for Budgets<B> {
     crate::forward_backend!(capabilities);
+    crate::forward_backend!(cost);
 
     fn policy(&self) -> Policy {
         Policy { jobs: self.writes.ceiling(), batch: 1, min_batch: 1, lookups: self.lookups.ceiling(), spread: true }

@@ -68,6 +68,7 @@ impl<B: Backend> fmt::Display for Count<B> {
 #[async_trait]
 impl<B: Backend> Backend for Count<B> {
     crate::forward_backend!(capabilities);
+    crate::forward_backend!(cost);
     crate::forward_backend!(policy);
 
     async fn execute(&self, op: &Op, blobs: &Arc<dyn BlobSource>) -> Result<(), Error> {

@@ -70,6 +70,7 @@ impl<B: Backend> fmt::Display for Fail<B> {
 #[async_trait]
 impl<B: Backend> Backend for Fail<B> {
     crate::forward_backend!(capabilities);
+    crate::forward_backend!(cost);
     crate::forward_backend!(policy);
 
     async fn execute(&self, op: &Op, blobs: &Arc<dyn BlobSource>) -> Result<(), Error> {

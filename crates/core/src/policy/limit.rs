@@ -32,6 +32,7 @@ impl<B: Backend> fmt::Display for Limit<B> {
 #[async_trait]
 impl<B: Backend> Backend for Limit<B> {
     crate::forward_backend!(capabilities);
+    crate::forward_backend!(cost);
 
     fn policy(&self) -> Policy {
         Policy { jobs: self.n, ..self.inner.policy() }
