@@ -1,5 +1,7 @@
 //! `treesync`: keep a read-only working tree in sync with a git repository without scanning it.
 
+mod generate;
+
 use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -7,8 +9,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use anyhow::Context;
+use clap::CommandFactory;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use treesync_core::{Backend, Repo, apply, backend, sync};
+
+mod config;
 
 const EXIT_CODES: &str = "\
 Exit codes:
@@ -29,6 +34,27 @@ Exit codes:
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// Log what happens to stderr: -v plans and results, -vv phases and budgets, -vvv every
+    /// directory lookup. RUST_LOG (e.g. `treesync=debug`, `treesync::nfs=trace,info`)
+    /// overrides it.
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    verbose: u8,
+    /// The config file naming mirrors (default: $XDG_CONFIG_HOME/treesync/treesync.toml, else
+    /// ~/.config/treesync/treesync.toml). See docs/config.md.
+    #[arg(long, value_name = "PATH", global = true)]
+    config: Option<PathBuf>,
+}
+
+/// Which mirrors of the config file a command acts on (instead of --repo/--ref/--target).
+#[derive(Args, Clone, Default)]
+struct Pick {
+    /// A mirror named in the config file: its repo, ref, target and options (flags given here
+    /// override the file's options).
+    #[arg(value_name = "MIRROR")]
+    mirror: Option<String>,
+    /// Every mirror of the config file.
+    #[arg(long, conflicts_with = "mirror")]
+    all: bool,
 }
 
 #[derive(Subcommand)]
@@ -83,24 +109,36 @@ enum Command {
     ///   treesync status --target /mnt/nas/site
     #[command(after_help = EXIT_CODES)]
     Status(StatusArgs),
+    /// Write the man pages and shell completions (for packagers; see `cargo xtask dist`).
+    #[command(hide = true)]
+    Generate(generate::GenerateArgs),
 }
 
-#[derive(Args)]
+#[derive(Args, Clone)]
 struct Source {
     /// The git repository: a bare repository, a .git directory, or a working tree holding one.
-    #[arg(long, value_name = "PATH")]
-    repo: PathBuf,
+    #[arg(long, value_name = "PATH", required_unless_present_any = ["mirror", "all"])]
+    repo: Option<PathBuf>,
     /// The revision to sync: branch, tag, commit id (full or short), or an expression like main~3.
-    #[arg(long = "ref", value_name = "REV")]
-    rev: String,
+    #[arg(long = "ref", value_name = "REV", required_unless_present_any = ["mirror", "all"])]
+    rev: Option<String>,
 }
 
-#[derive(Args)]
+impl Source {
+    fn repo(&self) -> &std::path::Path {
+        self.repo.as_deref().expect("clap or the config file sets --repo")
+    }
+    fn rev(&self) -> &str {
+        self.rev.as_deref().expect("clap or the config file sets --ref")
+    }
+}
+
+#[derive(Args, Clone)]
 struct TargetArgs {
     /// Where to keep the tree: a directory (created if missing; its parent must exist), or an
     /// object-store URL: s3://BUCKET/PREFIX, file:///DIR, memory://.
-    #[arg(long, value_name = "DIR|URL")]
-    target: String,
+    #[arg(long = "target", value_name = "DIR|URL", required_unless_present_any = ["mirror", "all"])]
+    target_arg: Option<String>,
     /// Storage backend. `auto` infers it from the target: s3 for URLs; for directories nfs on
     /// NFS, SMB/CIFS and FUSE network mounts (from /proc/self/mountinfo), local otherwise.
     #[arg(long, value_enum, default_value_t = BackendKind::Auto)]
@@ -134,7 +172,13 @@ struct TargetArgs {
     allow_http: bool,
 }
 
-#[derive(Clone, Copy, ValueEnum)]
+impl TargetArgs {
+    fn target(&self) -> &str {
+        self.target_arg.as_deref().expect("clap or the config file sets --target")
+    }
+}
+
+#[derive(Clone, Copy, ValueEnum, PartialEq, Eq)]
 enum BackendKind {
     /// Choose from the target: s3 for URLs, nfs for directories on network mounts, else local.
     Auto,
@@ -177,8 +221,10 @@ fn parse_write_jobs(s: &str) -> Result<WriteJobsArg, String> {
     }
 }
 
-#[derive(Args)]
+#[derive(Args, Clone)]
 struct SyncArgs {
+    #[command(flatten)]
+    pick: Pick,
     #[command(flatten)]
     source: Source,
     #[command(flatten)]
@@ -207,8 +253,10 @@ struct SyncArgs {
     break_lock: bool,
 }
 
-#[derive(Args)]
+#[derive(Args, Clone)]
 struct PlanArgs {
+    #[command(flatten)]
+    pick: Pick,
     #[command(flatten)]
     source: Source,
     #[command(flatten)]
@@ -221,8 +269,10 @@ struct PlanArgs {
     json: bool,
 }
 
-#[derive(Args)]
+#[derive(Args, Clone)]
 struct StatusArgs {
+    #[command(flatten)]
+    pick: Pick,
     #[command(flatten)]
     target: TargetArgs,
     /// Print the status as JSON.
@@ -246,11 +296,13 @@ enum LevelArg {
     Full,
 }
 
-#[derive(Args)]
+#[derive(Args, Clone)]
 struct VerifyArgs {
+    #[command(flatten)]
+    pick: Pick,
     /// The git repository the target was synced from.
-    #[arg(long, value_name = "PATH")]
-    repo: PathBuf,
+    #[arg(long, value_name = "PATH", required_unless_present_any = ["mirror", "all"])]
+    repo: Option<PathBuf>,
     #[command(flatten)]
     target: TargetArgs,
     /// How thoroughly to compare.
@@ -308,15 +360,17 @@ fn run_adopt(args: AdoptArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-#[derive(Args)]
+#[derive(Args, Clone)]
 struct WatchArgs {
+    #[command(flatten)]
+    pick: Pick,
     #[command(flatten)]
     source: Source,
     #[command(flatten)]
     target: TargetArgs,
-    /// How often to look at the ref (e.g. 500ms, 5s, 1m).
-    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_duration)]
-    interval: std::time::Duration,
+    /// How often to look at the ref (e.g. 500ms, 5s, 1m) [default: 5s].
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    interval: Option<std::time::Duration>,
     /// Run `verify` (stat level) this often (e.g. 24h); off by default.
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     verify_every: Option<std::time::Duration>,
@@ -358,19 +412,11 @@ fn utc_now() -> String {
     format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z", rem / 3600, rem % 3600 / 60, rem % 60)
 }
 
-fn run_watch(args: WatchArgs) -> anyhow::Result<ExitCode> {
-    use treesync_core::verify;
-    let repo = Repo::open(&args.source.repo)?;
-    let chosen = make_backend(&args.target)?;
-    let backend = chosen.backend.clone();
-    let options = sync::Options {
-        apply: apply::Options { jobs: args.target.jobs, batch: args.target.batch },
-        backend_name: chosen.label(),
-        ..Default::default()
-    };
+/// Watch one target, or every mirror at once (one task each, one process).
+fn run_watch(runs: Vec<(Option<String>, WatchArgs)>) -> anyhow::Result<ExitCode> {
     let interrupt = Arc::new(AtomicBool::new(false));
     let rt = runtime()?;
-    rt.block_on(async {
+    let results = rt.block_on(async {
         let flag = interrupt.clone();
         tokio::spawn(async move {
             use tokio::signal::unix::{SignalKind, signal};
@@ -383,89 +429,115 @@ fn run_watch(args: WatchArgs) -> anyhow::Result<ExitCode> {
             }
             flag.store(true, Ordering::SeqCst);
         });
-        eprintln!(
-            "{} watching {} of {} for {backend} every {:?}",
-            utc_now(),
-            args.source.rev,
-            args.source.repo.display(),
-            args.interval
-        );
-        let mut last: Option<treesync_core::ObjectId> = None;
-        let mut backoff = args.interval;
-        let mut last_verify = std::time::Instant::now();
-        while !interrupt.load(Ordering::SeqCst) {
-            let step: anyhow::Result<()> = async {
-                let to = repo.resolve(&args.source.rev)?;
-                if last != Some(to.commit) {
-                    let out = sync::sync(&repo, &args.source.rev, &*backend, &options, &|_| {}, &interrupt).await?;
-                    if out.applied.total() > 0 || out.resumed.is_some() || last.is_none() {
-                        let from = out.from.map(|s| short(&s.commit)).unwrap_or_else(|| "nothing".into());
-                        println!(
-                            "{} synced {from} -> {}: {}, {} in {:.2}s",
-                            utc_now(),
-                            short(&out.commit),
-                            out.applied,
-                            human_bytes(out.applied.bytes),
-                            out.elapsed.as_secs_f64()
-                        );
-                    }
-                    last = Some(out.commit);
-                }
-                if let Some(every) = args.verify_every
-                    && last_verify.elapsed() >= every
-                {
-                    last_verify = std::time::Instant::now();
-                    let report = verify::verify(&repo, &*backend, verify::Level::Stat).await?;
-                    if report.is_clean() {
-                        println!("{} verify: clean ({} entries, {} hashed)", utc_now(), report.expected, report.hashed);
-                    } else {
-                        println!(
-                            "{} verify: DRIFT in {} paths, first: {}",
-                            utc_now(),
-                            report.drift.len(),
-                            report.drift[0].path()
-                        );
-                        if args.repair {
-                            let plan = verify::repair_plan(&repo, &report, false)?;
-                            let blobs: Arc<dyn treesync_core::source::BlobSource> = Arc::new(repo.clone());
-                            let done =
-                                apply::apply(&plan, &*backend, &blobs, apply::Options::default(), &|_| {}, &interrupt)
-                                    .await?;
-                            println!("{} repaired: {}", utc_now(), done.counts);
-                        }
-                    }
-                }
-                Ok(())
-            }
-            .await;
-            let wait = match step {
-                Ok(()) => {
-                    backoff = args.interval;
-                    args.interval
-                }
-                Err(e) if interrupt.load(Ordering::SeqCst) => {
-                    eprintln!("{} stopping: {}", utc_now(), one_line(&e));
-                    break;
-                }
-                Err(e) => {
-                    eprintln!("{} error: {}; retrying in {:?}", utc_now(), one_line(&e), backoff);
-                    let w = backoff;
-                    backoff = (backoff * 2).min(std::time::Duration::from_secs(300));
-                    w
-                }
-            };
-            let deadline = tokio::time::Instant::now() + wait;
-            while tokio::time::Instant::now() < deadline && !interrupt.load(Ordering::SeqCst) {
-                tokio::time::sleep(std::time::Duration::from_millis(50).min(wait)).await;
-            }
-        }
-        eprintln!("{} stopped", utc_now());
+        futures::future::join_all(runs.into_iter().map(|(name, args)| watch_one(name, args, interrupt.clone()))).await
     });
-    Ok(ExitCode::SUCCESS)
+    let mut code = 0;
+    for r in results {
+        if let Err(e) = r {
+            eprintln!("treesync: error: {}", error_text(&e));
+            code = code.max(exit_code(&e));
+        }
+    }
+    eprintln!("{} stopped", utc_now());
+    Ok(ExitCode::from(code))
 }
 
-/// The error and its causes, each said once (our messages already include their sources),
-/// with hints on their own lines.
+async fn watch_one(name: Option<String>, args: WatchArgs, interrupt: Arc<AtomicBool>) -> anyhow::Result<()> {
+    use treesync_core::verify;
+    let tag = name.map(|n| format!("[{n}] ")).unwrap_or_default();
+    let interval = args.interval.unwrap_or(std::time::Duration::from_secs(5));
+    let repo = Repo::open(args.source.repo()).with_context(|| format!("{tag}opening the repository"))?;
+    let chosen = make_backend(&args.target).with_context(|| format!("{tag}opening the target"))?;
+    let backend = chosen.backend.clone();
+    let options = sync::Options {
+        apply: apply::Options { jobs: args.target.jobs, batch: args.target.batch },
+        backend_name: chosen.label(),
+        ..Default::default()
+    };
+    eprintln!(
+        "{} {tag}watching {} of {} for {backend} every {:?}",
+        utc_now(),
+        args.source.rev(),
+        args.source.repo().display(),
+        interval
+    );
+    let mut last: Option<treesync_core::ObjectId> = None;
+    let mut backoff = interval;
+    let mut last_verify = std::time::Instant::now();
+    while !interrupt.load(Ordering::SeqCst) {
+        let step: anyhow::Result<()> = async {
+            let to = repo.resolve(args.source.rev())?;
+            if last != Some(to.commit) {
+                let out = sync::sync(&repo, args.source.rev(), &*backend, &options, &|_| {}, &interrupt).await?;
+                if out.applied.total() > 0 || out.resumed.is_some() || last.is_none() {
+                    let from = out.from.map(|s| short(&s.commit)).unwrap_or_else(|| "nothing".into());
+                    println!(
+                        "{} {tag}synced {from} -> {}: {}, {} in {:.2}s",
+                        utc_now(),
+                        short(&out.commit),
+                        out.applied,
+                        human_bytes(out.applied.bytes),
+                        out.elapsed.as_secs_f64()
+                    );
+                }
+                last = Some(out.commit);
+            }
+            if let Some(every) = args.verify_every
+                && last_verify.elapsed() >= every
+            {
+                last_verify = std::time::Instant::now();
+                let report = verify::verify(&repo, &*backend, verify::Level::Stat).await?;
+                if report.is_clean() {
+                    println!(
+                        "{} {tag}verify: clean ({} entries, {} hashed)",
+                        utc_now(),
+                        report.expected,
+                        report.hashed
+                    );
+                } else {
+                    println!(
+                        "{} {tag}verify: DRIFT in {} paths, first: {}",
+                        utc_now(),
+                        report.drift.len(),
+                        report.drift[0].path()
+                    );
+                    if args.repair {
+                        let plan = verify::repair_plan(&repo, &report, false)?;
+                        let blobs: Arc<dyn treesync_core::source::BlobSource> = Arc::new(repo.clone());
+                        let done =
+                            apply::apply(&plan, &*backend, &blobs, apply::Options::default(), &|_| {}, &interrupt)
+                                .await?;
+                        println!("{} {tag}repaired: {}", utc_now(), done.counts);
+                    }
+                }
+            }
+            Ok(())
+        }
+        .await;
+        let wait = match step {
+            Ok(()) => {
+                backoff = interval;
+                interval
+            }
+            Err(e) if interrupt.load(Ordering::SeqCst) => {
+                eprintln!("{} {tag}stopping: {}", utc_now(), one_line(&e));
+                break;
+            }
+            Err(e) => {
+                eprintln!("{} {tag}error: {}; retrying in {:?}", utc_now(), one_line(&e), backoff);
+                let w = backoff;
+                backoff = (backoff * 2).min(std::time::Duration::from_secs(300));
+                w
+            }
+        };
+        let deadline = tokio::time::Instant::now() + wait;
+        while tokio::time::Instant::now() < deadline && !interrupt.load(Ordering::SeqCst) {
+            tokio::time::sleep(std::time::Duration::from_millis(50).min(wait)).await;
+        }
+    }
+    Ok(())
+}
+
 fn error_text(e: &anyhow::Error) -> String {
     let mut msg = String::new();
     for cause in e.chain() {
@@ -496,6 +568,7 @@ fn restore_sigpipe() {
 fn main() -> ExitCode {
     restore_sigpipe();
     let cli = Cli::parse();
+    init_logging(cli.verbose);
     match run(cli) {
         Ok(code) => code,
         Err(e) => {
@@ -504,6 +577,30 @@ fn main() -> ExitCode {
             ExitCode::from(exit_code(&e))
         }
     }
+}
+
+/// Logs on stderr, warnings only unless -v or RUST_LOG ask for more.
+fn init_logging(verbose: u8) {
+    use tracing_subscriber::filter::{LevelFilter, Targets};
+    use tracing_subscriber::prelude::*;
+    let level = match verbose {
+        0 => LevelFilter::WARN,
+        1 => LevelFilter::INFO,
+        2 => LevelFilter::DEBUG,
+        _ => LevelFilter::TRACE,
+    };
+    let filter = match std::env::var("RUST_LOG") {
+        Ok(spec) if !spec.trim().is_empty() => spec.parse::<Targets>().unwrap_or_else(|e| {
+            eprintln!("treesync: warning: ignoring RUST_LOG={spec:?}: {e} (use e.g. treesync=debug or info)");
+            Targets::new().with_default(level)
+        }),
+        _ => Targets::new().with_target("treesync", level).with_default(LevelFilter::WARN.min(level)),
+    };
+    let fmt = tracing_subscriber::fmt::layer()
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_target(verbose >= 2);
+    let _ = tracing_subscriber::registry().with(fmt.with_filter(filter)).try_init();
 }
 
 fn exit_code(e: &anyhow::Error) -> u8 {
@@ -542,7 +639,7 @@ impl Chosen {
 }
 
 fn make_backend(args: &TargetArgs) -> anyhow::Result<Chosen> {
-    let is_url = args.target.contains("://");
+    let is_url = args.target().contains("://");
     match args.backend {
         BackendKind::S3 | BackendKind::Auto if is_url => {
             let config = treesync_backend_s3::Config {
@@ -555,23 +652,23 @@ fn make_backend(args: &TargetArgs) -> anyhow::Result<Chosen> {
             if let Some(j) = args.jobs {
                 options.puts_in_flight = j.max(1);
             }
-            let b = treesync_backend_s3::open(&args.target, &config, options)?;
+            let b = treesync_backend_s3::open(&args.target(), &config, options)?;
             let why =
                 if matches!(args.backend, BackendKind::Auto) { "auto: the target is a URL" } else { "--backend s3" };
             Ok(Chosen { backend: Arc::new(b), name: "s3", why: why.into(), gates: None })
         }
         BackendKind::S3 => {
-            anyhow::bail!("--backend s3 needs a URL target such as s3://BUCKET/PREFIX, got {:?}", args.target)
+            anyhow::bail!("--backend s3 needs a URL target such as s3://BUCKET/PREFIX, got {:?}", args.target())
         }
         BackendKind::Local | BackendKind::Nfs if is_url => {
-            anyhow::bail!("--backend {} needs a directory, got the URL {:?}", args.backend.name(), args.target)
+            anyhow::bail!("--backend {} needs a directory, got the URL {:?}", args.backend.name(), args.target())
         }
         BackendKind::Auto | BackendKind::Local | BackendKind::Nfs => {
             let (nfs, why) = match args.backend {
                 BackendKind::Nfs => (true, "--backend nfs".to_string()),
                 BackendKind::Local => (false, "--backend local".to_string()),
                 _ => {
-                    let c = treesync_backend_nfs::detect::choose(std::path::Path::new(&args.target));
+                    let c = treesync_backend_nfs::detect::choose(std::path::Path::new(&args.target()));
                     let kind = if c.network { "a network filesystem" } else { "not a network filesystem" };
                     (c.network, format!("auto: {}, {kind}", c.reason))
                 }
@@ -588,7 +685,7 @@ fn make_backend(args: &TargetArgs) -> anyhow::Result<Chosen> {
                     write_jobs,
                     fsync: args.fsync,
                 };
-                let b = treesync_backend_nfs::open(&args.target, options);
+                let b = treesync_backend_nfs::open(&args.target(), options);
                 let gates = Some((b.lookups().clone(), b.writes().clone()));
                 return Ok(Chosen { backend: Arc::new(b), name: "nfs", why, gates });
             }
@@ -599,27 +696,212 @@ fn make_backend(args: &TargetArgs) -> anyhow::Result<Chosen> {
             if let Some(b) = args.batch {
                 options.batch = b.max(1);
             }
-            let b = treesync_backend_local::LocalBackend::new(&args.target, options);
+            let b = treesync_backend_local::LocalBackend::new(&args.target(), options);
             Ok(Chosen { backend: Arc::new(b), name: "local", why, gates: None })
         }
     }
 }
 
 fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    let cfg = cli.config;
     match cli.command {
-        Command::Sync(args) => run_sync(args),
-        Command::Plan(args) => run_plan(args),
-        Command::Status(args) => run_status(args),
-        Command::Verify(args) => return run_verify(args),
-        Command::Watch(args) => return run_watch(args),
-        Command::Adopt(args) => return run_adopt(args),
+        Command::Sync(args) => {
+            let pick = args.pick.clone();
+            each(expand(&cfg, &pick, args, |a, m| fill(&mut a.source, &mut a.target, m))?, |a| run_sync(a))
+        }
+        Command::Plan(args) => {
+            let pick = args.pick.clone();
+            each(expand(&cfg, &pick, args, |a, m| fill(&mut a.source, &mut a.target, m))?, |a| run_plan(a))
+        }
+        Command::Status(args) => {
+            let pick = args.pick.clone();
+            let runs = expand(&cfg, &pick, args, |a, m| fill(&mut Source { repo: None, rev: None }, &mut a.target, m))?;
+            if pick.all {
+                return run_status_all(runs);
+            }
+            each(runs, |a| run_status(a))
+        }
+        Command::Verify(args) => {
+            let pick = args.pick.clone();
+            let runs = expand(&cfg, &pick, args, |a, m| {
+                a.repo = Some(m.repo.clone());
+                fill(&mut Source { repo: None, rev: None }, &mut a.target, m);
+            })?;
+            each_code(runs, run_verify)
+        }
+        Command::Watch(args) => {
+            let pick = args.pick.clone();
+            run_watch(expand(&cfg, &pick, args, |a, m| {
+                fill(&mut a.source, &mut a.target, m);
+                a.interval = a.interval.or(Some(m.interval));
+                a.verify_every = a.verify_every.or(m.verify_every);
+                a.repair |= m.repair;
+            })?)
+        }
+        Command::Adopt(args) => run_adopt(args),
+        Command::Generate(args) => generate::run(Cli::command(), &args.what, &args.out_dir).map(|()| ExitCode::SUCCESS),
     }
-    .map(|()| ExitCode::SUCCESS)
+}
+
+/// The invocations a command stands for: itself, or one per mirror of the config file.
+fn expand<A: Clone>(
+    config_path: &Option<PathBuf>,
+    pick: &Pick,
+    args: A,
+    fill: impl Fn(&mut A, &config::Mirror),
+) -> anyhow::Result<Vec<(Option<String>, A)>> {
+    if pick.mirror.is_none() && !pick.all {
+        return Ok(vec![(None, args)]);
+    }
+    let path = config_path.clone().or_else(config::default_path).context(
+        "no config file to read mirrors from: pass --config PATH (the default needs $XDG_CONFIG_HOME or $HOME)",
+    )?;
+    let cfg = config::load(&path)?;
+    let mirrors: Vec<&config::Mirror> = match &pick.mirror {
+        Some(name) => vec![cfg.get(name)?],
+        None => cfg.mirrors.iter().collect(),
+    };
+    Ok(mirrors
+        .into_iter()
+        .map(|m| {
+            let mut a = args.clone();
+            fill(&mut a, m);
+            (Some(m.name.clone()), a)
+        })
+        .collect())
+}
+
+/// A mirror's settings, where the command line did not set them.
+fn fill(source: &mut Source, target: &mut TargetArgs, m: &config::Mirror) {
+    source.repo = Some(m.repo.clone());
+    source.rev = Some(m.rev.clone());
+    target.target_arg = Some(m.target.clone());
+    if target.backend == BackendKind::Auto {
+        target.backend = match m.backend {
+            config::BackendName::Auto => BackendKind::Auto,
+            config::BackendName::Local => BackendKind::Local,
+            config::BackendName::Nfs => BackendKind::Nfs,
+            config::BackendName::S3 => BackendKind::S3,
+        };
+    }
+    target.jobs = target.jobs.or(m.jobs);
+    target.lookup_jobs = target.lookup_jobs.or(m.lookup_jobs);
+    target.write_jobs = target.write_jobs.or(m.write_jobs.map(|w| match w {
+        config::WriteJobs::Auto => WriteJobsArg::Auto,
+        config::WriteJobs::Fixed(n) => WriteJobsArg::Fixed(n),
+    }));
+    target.fsync |= m.fsync;
+    target.endpoint = target.endpoint.clone().or_else(|| m.endpoint.clone());
+    target.region = target.region.clone().or_else(|| m.region.clone());
+    target.allow_http |= m.allow_http;
+}
+
+/// Run `f` for each invocation. One invocation: its error is the command's. Several (mirrors):
+/// every one runs, errors are printed with the mirror's name, the exit code is the worst.
+fn each<A>(runs: Vec<(Option<String>, A)>, f: impl Fn(A) -> anyhow::Result<()>) -> anyhow::Result<ExitCode> {
+    each_code(runs, |a| f(a).map(|()| ExitCode::SUCCESS))
+}
+
+fn each_code<A>(
+    mut runs: Vec<(Option<String>, A)>,
+    f: impl Fn(A) -> anyhow::Result<ExitCode>,
+) -> anyhow::Result<ExitCode> {
+    if runs.len() == 1 && runs[0].0.is_none() {
+        let (_, a) = runs.pop().expect("one");
+        return f(a);
+    }
+    let mut worst = 0u8;
+    for (name, a) in runs {
+        let name = name.unwrap_or_default();
+        match f(a) {
+            Ok(code) if code == ExitCode::SUCCESS => {}
+            Ok(_) => worst = worst.max(1),
+            Err(e) => {
+                eprintln!("treesync: error: [{name}] {}", error_text(&e));
+                worst = worst.max(exit_code(&e));
+            }
+        }
+    }
+    Ok(ExitCode::from(worst))
+}
+
+/// `status --all`: one line per mirror.
+fn run_status_all(runs: Vec<(Option<String>, StatusArgs)>) -> anyhow::Result<ExitCode> {
+    let rt = runtime()?;
+    let json = runs.first().is_some_and(|(_, a)| a.json);
+    let mut rows = Vec::new();
+    let mut worst = 0u8;
+    for (name, args) in runs {
+        let name = name.unwrap_or_default();
+        let row = (|| -> anyhow::Result<serde_json::Value> {
+            let chosen = make_backend(&args.target)?;
+            let status = rt.block_on(sync::status(&*chosen.backend))?;
+            let mut v = serde_json::to_value(&status)?;
+            v["mirror"] = name.clone().into();
+            v["target_url"] = args.target.target().into();
+            v["backend"] = chosen.name.into();
+            v["backend_reason"] = chosen.why.clone().into();
+            Ok(v)
+        })();
+        match row {
+            Ok(v) => rows.push(v),
+            Err(e) => {
+                worst = worst.max(exit_code(&e));
+                rows.push(
+                    serde_json::json!({"mirror": name, "target_url": args.target.target(), "error": one_line(&e)}),
+                );
+            }
+        }
+    }
+    if json {
+        println!("{}", serde_json::to_string_pretty(&rows)?);
+        return Ok(ExitCode::from(worst));
+    }
+    let now = treesync_core::state::now_unix();
+    println!("{:<16} {:<6} {:<12} {:<10} {:<12} TARGET", "MIRROR", "BACKEND", "SYNCED", "AGE", "STATE");
+    for r in &rows {
+        let s = |v: &serde_json::Value| v.as_str().unwrap_or("").to_string();
+        let (synced, age, state) = if let Some(e) = r.get("error") {
+            ("-".to_string(), "-".to_string(), format!("ERROR: {}", s(e)))
+        } else {
+            let synced = r["state"]["synced"]["commit"].as_str().map(|c| c[..10.min(c.len())].to_string());
+            let age = r["state"]["synced"]["at_unix"].as_u64().map(|t| human_age(now.saturating_sub(t)));
+            let state = if !r["running"].is_null() {
+                "running".to_string()
+            } else if !r["state"]["in_progress"].is_null() {
+                "INTERRUPTED".to_string()
+            } else if synced.is_some() {
+                "ok".to_string()
+            } else {
+                s(&r["target"])
+            };
+            (synced.unwrap_or_else(|| "-".into()), age.unwrap_or_else(|| "-".into()), state)
+        };
+        println!(
+            "{:<16} {:<6} {:<12} {:<10} {:<12} {}",
+            s(&r["mirror"]),
+            r.get("backend").map(s).unwrap_or_default(),
+            synced,
+            age,
+            state,
+            s(&r["target_url"])
+        );
+    }
+    Ok(ExitCode::from(worst))
+}
+
+fn human_age(secs: u64) -> String {
+    match secs {
+        0..60 => format!("{secs}s"),
+        60..3600 => format!("{}m", secs / 60),
+        3600..86400 => format!("{}h", secs / 3600),
+        _ => format!("{}d", secs / 86400),
+    }
 }
 
 fn run_verify(args: VerifyArgs) -> anyhow::Result<ExitCode> {
     use treesync_core::verify::{self, Level};
-    let repo = Repo::open(&args.repo)?;
+    let repo = Repo::open(args.repo.as_deref().expect("clap or the config file sets --repo"))?;
     let backend = make_backend(&args.target)?.backend;
     let level = match args.level {
         LevelArg::Quick => Level::Quick,
@@ -696,7 +978,7 @@ fn run_verify(args: VerifyArgs) -> anyhow::Result<ExitCode> {
 }
 
 fn run_sync(args: SyncArgs) -> anyhow::Result<()> {
-    let repo = Repo::open(&args.source.repo)?;
+    let repo = Repo::open(args.source.repo())?;
     let chosen = make_backend(&args.target)?;
     let backend = chosen.backend.clone();
     let options = sync::Options {
@@ -737,16 +1019,16 @@ fn run_sync(args: SyncArgs) -> anyhow::Result<()> {
                 }
             }
         });
-        sync::sync(&repo, &args.source.rev, &*backend, &options, &progress, &interrupt).await
+        sync::sync(&repo, args.source.rev(), &*backend, &options, &progress, &interrupt).await
     });
     if let Some(bar) = &bar {
         bar.finish_and_clear();
     }
-    let outcome = outcome.with_context(|| format!("syncing {} to {}", args.source.rev, backend))?;
+    let outcome = outcome.with_context(|| format!("syncing {} to {}", args.source.rev(), backend))?;
     if args.git_worktree && !outcome.dry_run {
         anyhow::ensure!(chosen.name != "s3", "--git-worktree needs a directory target");
         treesync_core::gitworktree::update(
-            std::path::Path::new(&args.target.target),
+            std::path::Path::new(args.target.target()),
             &repo,
             outcome.commit,
             outcome.tree,
@@ -757,6 +1039,7 @@ fn run_sync(args: SyncArgs) -> anyhow::Result<()> {
         let mut out = serde_json::to_value(&outcome)?;
         out["backend"] = chosen.name.into();
         out["backend_reason"] = chosen.why.clone().into();
+        out["cost"] = backend.cost().into_iter().map(|(k, v)| (k.to_string(), serde_json::Value::from(v))).collect();
         if let Some((lookups, writes)) = &chosen.gates {
             out["budgets"] = serde_json::json!({
                 "lookups": lookups.limit(),
@@ -775,25 +1058,27 @@ fn run_sync(args: SyncArgs) -> anyhow::Result<()> {
         let from = outcome.from.map(|s| short(&s.commit)).unwrap_or_else(|| "nothing".into());
         let verb = if outcome.dry_run { "would sync" } else { "synced" };
         let counts = if outcome.dry_run { outcome.planned } else { outcome.applied };
+        let cost: Vec<String> = backend.cost().iter().map(|(k, v)| format!("{v} {k}")).collect();
         println!(
-            "{verb} {} {from} -> {}: {counts}, {} in {:.2}s{}",
+            "{verb} {} {from} -> {}: {counts}, {} in {:.2}s{}{}",
             backend,
             short(&outcome.commit),
             human_bytes(counts.bytes),
             outcome.elapsed.as_secs_f64(),
             if outcome.takeover { " (took over the target)" } else { "" },
+            if cost.is_empty() || outcome.dry_run { String::new() } else { format!(" ({})", cost.join(", ")) },
         );
     }
     Ok(())
 }
 
 fn run_plan(args: PlanArgs) -> anyhow::Result<()> {
-    let repo = Repo::open(&args.source.repo)?;
+    let repo = Repo::open(args.source.repo())?;
     let backend = make_backend(&args.target)?.backend;
     let rt = runtime()?;
     let prepared = rt
-        .block_on(sync::prepare(&repo, &args.source.rev, &*backend, args.force, false))
-        .with_context(|| format!("planning {} for {}", args.source.rev, backend))?;
+        .block_on(sync::prepare(&repo, args.source.rev(), &*backend, args.force, false))
+        .with_context(|| format!("planning {} for {}", args.source.rev(), backend))?;
     if args.json {
         let out = serde_json::json!({
             "target": backend.to_string(),

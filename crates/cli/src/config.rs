@@ -1,0 +1,1353 @@
+//! `treesync.toml`: many mirrors in one file, for `sync --all`, `sync NAME`, `watch --all` and
+//! `status --all`.
+//!
+//! ```toml
+//! [defaults]            # optional: any key of a mirror except repo, ref and target
+//! backend = "auto"
+//! interval = "5s"
+//!
+//! [mirror.site]
+//! repo = "/srv/git/site.git"
+//! ref = "main"
+//! target = "/mnt/nas/site"
+//! ```
+//!
+//! The file is parsed into toml's spanned document tree ([`toml::de::DeTable`]) and validated by
+//! hand, so that every error names the line and column it is about (`treesync.toml:7:1: unknown
+//! key "tagret" in [mirror.site] …`) and, where it helps, carries a hint on a second line.
+//! The format is documented in docs/config.md.
+
+// Until main.rs wires `--config`, `--all` and mirror names to this module.
+
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+use std::ffi::OsString;
+use std::fmt;
+use std::ops::Range;
+use std::path::{Component, Path, PathBuf};
+use std::time::Duration;
+
+use toml::Spanned;
+use toml::de::{DeTable, DeValue};
+
+/// The file's name in `$XDG_CONFIG_HOME/treesync/`.
+pub const FILE_NAME: &str = "treesync.toml";
+
+/// The watch interval of a mirror that sets none (the same as `watch --interval`).
+pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(5);
+
+/// Every mirror, in the order of the file.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Config {
+    /// The file it was read from, as given.
+    pub path: PathBuf,
+    pub mirrors: Vec<Mirror>,
+}
+
+/// One `[mirror.NAME]` table with the `[defaults]` applied.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Mirror {
+    /// The `NAME` of `[mirror.NAME]`: `[A-Za-z0-9._-]+`.
+    pub name: String,
+    /// The repository, absolute when the file gave a relative path (resolved against the file's directory).
+    pub repo: PathBuf,
+    /// The `ref` key: a branch, tag, commit id or revision expression.
+    pub rev: String,
+    /// A directory (resolved against the file's directory when relative) or a URL (s3://, file://, memory://).
+    pub target: String,
+    pub backend: BackendName,
+    pub jobs: Option<usize>,
+    pub lookup_jobs: Option<usize>,
+    pub write_jobs: Option<WriteJobs>,
+    pub fsync: bool,
+    pub endpoint: Option<String>,
+    pub region: Option<String>,
+    pub allow_http: bool,
+    /// How often `watch` looks at the ref ([`DEFAULT_INTERVAL`] unless set).
+    pub interval: Duration,
+    /// How often `watch` runs a verify (never unless set).
+    pub verify_every: Option<Duration>,
+    /// With `verify_every`: repair the drift verify finds.
+    pub repair: bool,
+}
+
+/// The `backend` key.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum BackendName {
+    #[default]
+    Auto,
+    Local,
+    Nfs,
+    S3,
+}
+
+impl BackendName {
+    pub const ALL: [BackendName; 4] = [BackendName::Auto, BackendName::Local, BackendName::Nfs, BackendName::S3];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BackendName::Auto => "auto",
+            BackendName::Local => "local",
+            BackendName::Nfs => "nfs",
+            BackendName::S3 => "s3",
+        }
+    }
+
+    fn from_name(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|b| b.as_str() == s)
+    }
+}
+
+impl fmt::Display for BackendName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The `write_jobs` key: `"auto"` or a number.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WriteJobs {
+    Auto,
+    Fixed(usize),
+}
+
+/// What is wrong with the config file, and where: `treesync.toml:7:1: message`, then
+/// `  hint: …` on a second line when there is one.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConfigError {
+    /// `path:line:col: `, `path: `, or nothing when the message names the file itself.
+    origin: Option<String>,
+    location: Option<(usize, usize)>,
+    message: String,
+    hint: Option<String>,
+}
+
+impl ConfigError {
+    fn new(origin: Option<String>, message: impl Into<String>) -> Self {
+        ConfigError { origin, location: None, message: message.into(), hint: None }
+    }
+
+    fn hint(mut self, hint: impl Into<String>) -> Self {
+        self.hint = Some(hint.into());
+        self
+    }
+
+    fn maybe_hint(mut self, hint: Option<String>) -> Self {
+        self.hint = hint;
+        self
+    }
+
+    /// The line and column (both from 1) the error is about, if it is about a place in the file.
+    #[cfg_attr(not(test), allow(dead_code))] // for library-style callers and the tests
+    pub fn location(&self) -> Option<(usize, usize)> {
+        self.location
+    }
+
+    /// The message without the `path:line:col: ` prefix and without the hint.
+    #[cfg_attr(not(test), allow(dead_code))] // for library-style callers and the tests
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+
+    /// What to do about it, if there is something to say.
+    #[cfg_attr(not(test), allow(dead_code))] // for library-style callers and the tests
+    pub fn hint_text(&self) -> Option<&str> {
+        self.hint.as_deref()
+    }
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some(origin) = &self.origin {
+            write!(f, "{origin}: ")?;
+        }
+        f.write_str(&self.message)?;
+        if let Some(hint) = &self.hint {
+            write!(f, "\n  hint: {hint}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+/// `$XDG_CONFIG_HOME/treesync/treesync.toml`, else `$HOME/.config/treesync/treesync.toml`; `None`
+/// when neither variable is set (to an absolute path).
+pub fn default_path() -> Option<PathBuf> {
+    default_path_from(std::env::var_os("XDG_CONFIG_HOME"), std::env::var_os("HOME"))
+}
+
+fn default_path_from(xdg_config_home: Option<OsString>, home: Option<OsString>) -> Option<PathBuf> {
+    // The XDG base directory spec: a relative $XDG_CONFIG_HOME is invalid and is ignored.
+    let absolute = |v: Option<OsString>| v.map(PathBuf::from).filter(|p| p.is_absolute());
+    let dir = absolute(xdg_config_home).or_else(|| absolute(home).map(|h| h.join(".config")))?;
+    Some(dir.join("treesync").join(FILE_NAME))
+}
+
+/// Read and validate the file at `path`.
+pub fn load(path: &Path) -> Result<Config, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        let hint = match e.kind() {
+            std::io::ErrorKind::NotFound => Some("create it or pass --config PATH".to_string()),
+            std::io::ErrorKind::PermissionDenied => Some("check the file's permissions".to_string()),
+            _ => None,
+        };
+        ConfigError::new(None, format!("cannot read {}: {}", path.display(), io_message(&e))).maybe_hint(hint)
+    })?;
+    parse(&text, path)
+}
+
+/// `No such file or directory`, without the ` (os error 2)` that std appends.
+fn io_message(e: &std::io::Error) -> String {
+    let s = e.to_string();
+    match s.rfind(" (os error ") {
+        Some(i) if s.ends_with(')') => s[..i].to_string(),
+        _ => s,
+    }
+}
+
+/// Validate `text`, the contents of the file at `path` (used for messages and to resolve relative paths).
+pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
+    let cx = Cx { text, path, base: base_dir(path) };
+    let doc = DeTable::parse(text).map_err(|e| cx.syntax_error(&e))?;
+    let doc = doc.get_ref();
+
+    let mut defaults = Settings::default();
+    let mut mirrors_table = None;
+    for (key, value) in in_file_order(doc) {
+        match key.get_ref().as_ref() {
+            "defaults" => {
+                let table = cx.table(key, value, "defaults", "a table ([defaults])")?;
+                for (k, v) in in_file_order(table) {
+                    let name = k.get_ref().as_ref();
+                    if !defaults.set(&cx, "[defaults]", k, v)? {
+                        let err =
+                            cx.err(k.span(), format!("unknown key {name:?} in [defaults]{}", expected(SETTING_KEYS)));
+                        return Err(if REQUIRED_KEYS.contains(&name) {
+                            err.hint("repo, ref and target are set in each [mirror.NAME], not in [defaults]")
+                        } else {
+                            err.maybe_hint(did_you_mean(name, SETTING_KEYS))
+                        });
+                    }
+                }
+            }
+            "mirror" => {
+                if let DeValue::Array(_) = value.get_ref() {
+                    return Err(cx
+                        .err(value.span(), "[[mirror]] is not a mirror: a mirror is a table with a name")
+                        .hint("write [mirror.NAME], e.g. [mirror.site]"));
+                }
+                mirrors_table = Some((value, cx.table(key, value, "mirror", "a table of mirrors ([mirror.NAME])")?));
+            }
+            other => {
+                let err = cx.err(key.span(), format!("unknown key {other:?} at the top level{}", expected(TOP_KEYS)));
+                return Err(if MIRROR_KEYS.contains(&other) {
+                    err.hint("the keys of a mirror go under a [mirror.NAME] header, shared settings under [defaults]")
+                } else {
+                    err.maybe_hint(did_you_mean(other, TOP_KEYS))
+                });
+            }
+        }
+    }
+
+    let no_mirrors_hint = "add a [mirror.NAME] table with repo, ref and target (see docs/config.md)";
+    let Some((mirrors_value, table)) = mirrors_table else {
+        return Err(ConfigError::new(Some(path.display().to_string()), "no mirrors defined").hint(no_mirrors_hint));
+    };
+    if table.is_empty() {
+        return Err(cx.err(mirrors_value.span(), "no mirrors defined: [mirror] is empty").hint(no_mirrors_hint));
+    }
+
+    let mut mirrors: Vec<Mirror> = Vec::new();
+    // The target of each mirror so far, normalized, with the mirror's index and the target's line.
+    let mut targets: BTreeMap<String, (usize, usize)> = BTreeMap::new();
+    for (key, value) in in_file_order(table) {
+        let name = key.get_ref().as_ref();
+        check_name(&cx, key)?;
+        let section = format!("[mirror.{name}]");
+        let table = cx.table(key, value, &section, "a table ([mirror.NAME] with repo, ref and target)")?;
+        let mut settings = defaults.clone();
+        let (mut repo, mut rev, mut target) = (None, None, None);
+        for (k, v) in in_file_order(table) {
+            match k.get_ref().as_ref() {
+                "repo" => repo = Some((cx.non_empty(&section, k, v)?, v)),
+                "ref" => rev = Some(cx.non_empty(&section, k, v)?),
+                "target" => target = Some((cx.non_empty(&section, k, v)?, v)),
+                other => {
+                    if !settings.set(&cx, &section, k, v)? {
+                        let err =
+                            cx.err(k.span(), format!("unknown key {other:?} in {section}{}", expected(MIRROR_KEYS)));
+                        return Err(
+                            if v.get_ref().is_table() && cx.text.get(v.span()).is_some_and(|h| h.starts_with('[')) {
+                                // `[mirror.v2.0]` is the key "0" of the mirror "v2".
+                                err.hint(format!(
+                                    "a dot splits a table name; quote a name that has one: [mirror.\"{name}.{other}\"]"
+                                ))
+                            } else {
+                                err.maybe_hint(did_you_mean(other, MIRROR_KEYS))
+                            },
+                        );
+                    }
+                }
+            }
+        }
+        let (Some((repo, repo_value)), Some(rev), Some((target, target_value))) = (repo, rev, target) else {
+            let missing: Vec<String> = [("repo", repo.is_none()), ("ref", rev.is_none()), ("target", target.is_none())]
+                .into_iter()
+                .filter(|(_, missing)| *missing)
+                .map(|(k, _)| format!("{k:?}"))
+                .collect();
+            let s = if missing.len() == 1 { "" } else { "s" };
+            return Err(cx
+                .err(value.span(), format!("missing key{s} {} in {section}", missing.join(", ")))
+                .hint("every mirror needs repo (the git repository), ref (what to sync) and target (where to)"));
+        };
+
+        let repo = cx.resolve(repo, repo_value, &section, "repo")?;
+        let is_url = target.contains("://");
+        let target = if is_url {
+            cx.check_url(target, target_value)?;
+            target.to_string()
+        } else {
+            let resolved = cx.resolve(target, target_value, &section, "target")?;
+            resolved.into_os_string().into_string().map_err(|p| {
+                cx.err(target_value.span(), format!("target {} is not valid UTF-8", PathBuf::from(p).display()))
+            })?
+        };
+
+        let backend = settings.backend.unwrap_or_default();
+        let from = settings.origin_note("backend", &section);
+        match backend {
+            BackendName::Local | BackendName::Nfs if is_url => {
+                return Err(cx
+                    .err(
+                        target_value.span(),
+                        format!(
+                            "target {target:?} is a URL, but backend {backend:?}{from} needs a directory",
+                            backend = backend.as_str()
+                        ),
+                    )
+                    .hint(format!("set backend = \"s3\" (or \"auto\") in {section}, or give a directory target")));
+            }
+            BackendName::S3 if !is_url => {
+                return Err(cx
+                    .err(
+                        target_value.span(),
+                        format!(
+                            "target {target:?} is not a URL, but backend \"s3\"{from} needs one (s3://BUCKET/PREFIX)"
+                        ),
+                    )
+                    .hint(format!(
+                        "set backend = \"auto\", \"local\" or \"nfs\" in {section}, or give an s3:// target"
+                    )));
+            }
+            _ => {}
+        }
+        let allow_http = settings.allow_http.unwrap_or(false);
+        if let Some(endpoint) = &settings.endpoint
+            && is_url
+            && endpoint.starts_with("http://")
+            && !allow_http
+        {
+            let at = settings.origins.get("endpoint").map(|o| o.span.clone()).unwrap_or(target_value.span());
+            return Err(cx
+                .err(
+                    at,
+                    format!(
+                        "endpoint {endpoint:?} of {section} is plain HTTP, which is refused unless allow_http = true"
+                    ),
+                )
+                .hint(format!("add allow_http = true to {section} (meant for local test servers), or use https://")));
+        }
+
+        let target_line = cx.position(target_value.span().start).0;
+        if let Some((other, line)) = targets.insert(normalize_target(&target), (mirrors.len(), target_line)) {
+            return Err(cx
+                .err(
+                    target_value.span(),
+                    format!(
+                        "{section} and [mirror.{}] (line {line}) have the same target {target:?}",
+                        mirrors[other].name
+                    ),
+                )
+                .hint(
+                    "two mirrors writing one target would undo each other's syncs; give each mirror its own target",
+                ));
+        }
+
+        mirrors.push(Mirror {
+            name: name.to_string(),
+            repo,
+            rev: rev.to_string(),
+            target,
+            backend,
+            jobs: settings.jobs,
+            lookup_jobs: settings.lookup_jobs,
+            write_jobs: settings.write_jobs,
+            fsync: settings.fsync.unwrap_or(false),
+            endpoint: settings.endpoint,
+            region: settings.region,
+            allow_http,
+            interval: settings.interval.unwrap_or(DEFAULT_INTERVAL),
+            verify_every: settings.verify_every.flatten(),
+            repair: settings.repair.unwrap_or(false),
+        });
+    }
+    Ok(Config { path: path.to_path_buf(), mirrors })
+}
+
+impl Config {
+    /// The mirror called `name`.
+    pub fn get(&self, name: &str) -> Result<&Mirror, ConfigError> {
+        if let Some(m) = self.mirrors.iter().find(|m| m.name == name) {
+            return Ok(m);
+        }
+        let names: Vec<&str> = self.mirrors.iter().map(|m| m.name.as_str()).collect();
+        Err(ConfigError::new(
+            None,
+            format!("no mirror named {name:?} in {} (mirrors: {})", self.path.display(), names.join(", ")),
+        )
+        .maybe_hint(did_you_mean(name, &names)))
+    }
+
+    /// The names of the mirrors, in the order of the file.
+    #[cfg_attr(not(test), allow(dead_code))] // for library-style callers and the tests
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.mirrors.iter().map(|m| m.name.as_str())
+    }
+}
+
+const TOP_KEYS: &[&str] = &["defaults", "mirror"];
+const REQUIRED_KEYS: &[&str] = &["repo", "ref", "target"];
+const SETTING_KEYS: &[&str] = &[
+    "backend",
+    "interval",
+    "verify_every",
+    "jobs",
+    "lookup_jobs",
+    "write_jobs",
+    "fsync",
+    "endpoint",
+    "region",
+    "allow_http",
+    "repair",
+];
+const MIRROR_KEYS: &[&str] = &[
+    "repo",
+    "ref",
+    "target",
+    "backend",
+    "interval",
+    "verify_every",
+    "jobs",
+    "lookup_jobs",
+    "write_jobs",
+    "fsync",
+    "endpoint",
+    "region",
+    "allow_http",
+    "repair",
+];
+
+/// Where a setting was given, to say so when it clashes with something else.
+#[derive(Clone, Debug)]
+struct Origin {
+    section: String,
+    span: Range<usize>,
+    line: usize,
+}
+
+/// The keys that `[defaults]` and a mirror share; `None` where not set.
+#[derive(Clone, Debug, Default)]
+struct Settings {
+    backend: Option<BackendName>,
+    interval: Option<Duration>,
+    /// `Some(None)`: `"off"`, which turns off a verify_every of `[defaults]`.
+    verify_every: Option<Option<Duration>>,
+    jobs: Option<usize>,
+    lookup_jobs: Option<usize>,
+    write_jobs: Option<WriteJobs>,
+    fsync: Option<bool>,
+    endpoint: Option<String>,
+    region: Option<String>,
+    allow_http: Option<bool>,
+    repair: Option<bool>,
+    origins: BTreeMap<&'static str, Origin>,
+}
+
+impl Settings {
+    /// Take `key = value` if `key` is a setting; `Ok(false)` if it is not.
+    fn set(
+        &mut self,
+        cx: &Cx<'_>,
+        section: &str,
+        key: &Spanned<Cow<'_, str>>,
+        value: &Spanned<DeValue<'_>>,
+    ) -> Result<bool, ConfigError> {
+        let Some(&name) = SETTING_KEYS.iter().find(|k| **k == key.get_ref().as_ref()) else {
+            return Ok(false);
+        };
+        match name {
+            "backend" => {
+                let s = cx.string(section, key, value)?;
+                let b = BackendName::from_name(s).ok_or_else(|| {
+                    let names: Vec<&str> = BackendName::ALL.iter().map(|b| b.as_str()).collect();
+                    cx.err(value.span(), format!("unknown backend {s:?} in {section}{}", expected(&names)))
+                        .maybe_hint(did_you_mean(&s.to_ascii_lowercase(), &names))
+                })?;
+                self.backend = Some(b);
+            }
+            "interval" => {
+                let d = cx.duration(section, key, value)?;
+                if d.is_zero() {
+                    return Err(cx
+                        .err(value.span(), format!("interval in {section} must be longer than 0"))
+                        .hint("watch looks at the ref this often; e.g. interval = \"5s\""));
+                }
+                self.interval = Some(d);
+            }
+            "verify_every" => {
+                self.verify_every = Some(if value.get_ref().as_str() == Some("off") {
+                    None
+                } else {
+                    let d = cx.duration(section, key, value)?;
+                    if d.is_zero() {
+                        return Err(cx
+                            .err(value.span(), format!("verify_every in {section} must be longer than 0"))
+                            .hint("to turn off a verify_every of [defaults], write verify_every = \"off\""));
+                    }
+                    Some(d)
+                });
+            }
+            "jobs" => self.jobs = Some(cx.count(section, key, value)?),
+            "lookup_jobs" => self.lookup_jobs = Some(cx.count(section, key, value)?),
+            "write_jobs" => {
+                self.write_jobs = Some(if value.get_ref().as_str() == Some("auto") {
+                    WriteJobs::Auto
+                } else {
+                    WriteJobs::Fixed(cx.count(section, key, value).map_err(|e| {
+                        if value.get_ref().is_str() {
+                            e.hint("write_jobs is \"auto\" or a number without quotes, e.g. write_jobs = 8")
+                        } else {
+                            e
+                        }
+                    })?)
+                });
+            }
+            "fsync" => self.fsync = Some(cx.boolean(section, key, value)?),
+            "allow_http" => self.allow_http = Some(cx.boolean(section, key, value)?),
+            "repair" => self.repair = Some(cx.boolean(section, key, value)?),
+            "endpoint" => self.endpoint = Some(cx.non_empty(section, key, value)?.to_string()),
+            "region" => self.region = Some(cx.non_empty(section, key, value)?.to_string()),
+            _ => return Ok(false),
+        }
+        let line = cx.position(key.span().start).0;
+        self.origins.insert(name, Origin { section: section.to_string(), span: value.span(), line });
+        Ok(true)
+    }
+
+    /// ` (from [defaults], line 3)` when `key` was inherited rather than set in `section`.
+    fn origin_note(&self, key: &str, section: &str) -> String {
+        match self.origins.get(key) {
+            Some(o) if o.section != section => format!(" (from {}, line {})", o.section, o.line),
+            _ => String::new(),
+        }
+    }
+}
+
+/// The file being read: its text (for line numbers), its path (for messages) and its directory.
+struct Cx<'a> {
+    text: &'a str,
+    path: &'a Path,
+    base: PathBuf,
+}
+
+impl Cx<'_> {
+    /// Line and column (both from 1, the column in characters) of a byte offset.
+    fn position(&self, offset: usize) -> (usize, usize) {
+        let mut offset = offset.min(self.text.len());
+        while !self.text.is_char_boundary(offset) {
+            offset -= 1;
+        }
+        let before = &self.text[..offset];
+        let line = before.matches('\n').count() + 1;
+        let line_start = before.rfind('\n').map(|i| i + 1).unwrap_or(0);
+        (line, before[line_start..].chars().count() + 1)
+    }
+
+    fn err(&self, span: Range<usize>, message: impl Into<String>) -> ConfigError {
+        let (line, col) = self.position(span.start);
+        let mut e = ConfigError::new(Some(format!("{}:{line}:{col}", self.path.display())), message);
+        e.location = Some((line, col));
+        e
+    }
+
+    fn syntax_error(&self, e: &toml::de::Error) -> ConfigError {
+        let span = e.span().unwrap_or(0..0);
+        let message = e.message().trim();
+        match self.text.get(span.clone()).filter(|_| message == "duplicate key") {
+            Some(key) => self
+                .err(span, format!("duplicate key {key:?}"))
+                .hint("each key, and each [mirror.NAME], may appear only once"),
+            None => self.err(span, format!("TOML syntax error: {message}")),
+        }
+    }
+
+    /// `value` as a table, or an error naming what was expected.
+    fn table<'v, 'i>(
+        &self,
+        key: &Spanned<Cow<'_, str>>,
+        value: &'v Spanned<DeValue<'i>>,
+        what: &str,
+        expected: &str,
+    ) -> Result<&'v DeTable<'i>, ConfigError> {
+        match value.get_ref() {
+            DeValue::Table(t) => Ok(t),
+            other => Err(self.err(key.span(), format!("{what} must be {expected}, not {}", describe(other)))),
+        }
+    }
+
+    fn wrong_type(
+        &self,
+        section: &str,
+        key: &Spanned<Cow<'_, str>>,
+        value: &Spanned<DeValue<'_>>,
+        expected: &str,
+    ) -> ConfigError {
+        let name = key.get_ref();
+        self.err(value.span(), format!("{name} in {section} must be {expected}, not {}", describe(value.get_ref())))
+    }
+
+    fn string<'v>(
+        &self,
+        section: &str,
+        key: &Spanned<Cow<'_, str>>,
+        value: &'v Spanned<DeValue<'_>>,
+    ) -> Result<&'v str, ConfigError> {
+        value.get_ref().as_str().ok_or_else(|| {
+            let e = self.wrong_type(section, key, value, "a string");
+            match value.get_ref() {
+                DeValue::Integer(_) | DeValue::Float(_) | DeValue::Boolean(_) | DeValue::Datetime(_) => {
+                    let written = self.text.get(value.span()).unwrap_or("…");
+                    e.hint(format!("quote it: {} = \"{written}\"", key.get_ref()))
+                }
+                _ => e,
+            }
+        })
+    }
+
+    fn non_empty<'v>(
+        &self,
+        section: &str,
+        key: &Spanned<Cow<'_, str>>,
+        value: &'v Spanned<DeValue<'_>>,
+    ) -> Result<&'v str, ConfigError> {
+        let s = self.string(section, key, value)?;
+        if s.trim().is_empty() {
+            return Err(self.err(value.span(), format!("{} in {section} must not be empty", key.get_ref())));
+        }
+        Ok(s)
+    }
+
+    fn boolean(
+        &self,
+        section: &str,
+        key: &Spanned<Cow<'_, str>>,
+        value: &Spanned<DeValue<'_>>,
+    ) -> Result<bool, ConfigError> {
+        value.get_ref().as_bool().ok_or_else(|| {
+            let e = self.wrong_type(section, key, value, "true or false");
+            match value.get_ref().as_str() {
+                Some(s @ ("true" | "false")) => e.hint(format!("write {} = {s}, without quotes", key.get_ref())),
+                _ => e,
+            }
+        })
+    }
+
+    /// A number of operations in flight: an integer of at least 1.
+    fn count(
+        &self,
+        section: &str,
+        key: &Spanned<Cow<'_, str>>,
+        value: &Spanned<DeValue<'_>>,
+    ) -> Result<usize, ConfigError> {
+        let name = key.get_ref();
+        match value.get_ref() {
+            DeValue::Integer(i) => match i128::from_str_radix(i.as_str(), i.radix()) {
+                Ok(n) if n < 1 => {
+                    Err(self.err(value.span(), format!("{name} in {section} must be at least 1, not {i}")))
+                }
+                n => n
+                    .ok()
+                    .and_then(|n| usize::try_from(n).ok())
+                    .ok_or_else(|| self.err(value.span(), format!("{name} in {section} is too large: {i}"))),
+            },
+            DeValue::String(s) if s.trim().parse::<usize>().is_ok() => Err(self
+                .wrong_type(section, key, value, "a number")
+                .hint(format!("write {name} = {}, without quotes", s.trim()))),
+            _ => Err(self.wrong_type(section, key, value, "a number (1, 8, 32, …)")),
+        }
+    }
+
+    fn duration(
+        &self,
+        section: &str,
+        key: &Spanned<Cow<'_, str>>,
+        value: &Spanned<DeValue<'_>>,
+    ) -> Result<Duration, ConfigError> {
+        let name = key.get_ref();
+        let hint = "write a number and a unit (ms, s, m, h or d): \"500ms\", \"5s\", \"10m\", \"24h\", \"1d\"";
+        match value.get_ref() {
+            DeValue::String(s) => parse_duration(s).map_err(|why| {
+                self.err(value.span(), format!("bad duration {s:?} for {name} in {section}: {why}")).hint(hint)
+            }),
+            DeValue::Integer(i) => Err(self
+                .wrong_type(section, key, value, "a duration string")
+                .hint(format!("give the unit: {name} = \"{i}s\""))),
+            _ => Err(self.wrong_type(section, key, value, "a duration string").hint(hint)),
+        }
+    }
+
+    /// A repository or target path of the file, absolute: relative ones are taken from the file's directory.
+    fn resolve(&self, s: &str, value: &Spanned<DeValue<'_>>, section: &str, key: &str) -> Result<PathBuf, ConfigError> {
+        if s == "~" || s.starts_with("~/") {
+            return Err(self
+                .err(value.span(), format!("{key} {s:?} in {section} starts with ~, which is not expanded"))
+                .hint("write the full path, e.g. /home/USER/…; relative paths start at the config file's directory"));
+        }
+        Ok(normalize(&self.base.join(s)))
+    }
+
+    /// A URL target: a scheme the s3 backend opens, and a bucket for s3.
+    fn check_url(&self, target: &str, value: &Spanned<DeValue<'_>>) -> Result<(), ConfigError> {
+        let (scheme, rest) = target.split_once("://").unwrap_or((target, ""));
+        match scheme {
+            "s3" | "s3a" if rest.split('/').next().is_none_or(str::is_empty) => Err(self
+                .err(value.span(), format!("target {target:?} has no bucket name"))
+                .hint("write s3://BUCKET/PREFIX")),
+            "s3" | "s3a" | "file" | "memory" => Ok(()),
+            other => Err(self
+                .err(value.span(), format!("unsupported target scheme {other:?} in {target:?}"))
+                .hint("targets are directories or s3://BUCKET/PREFIX, file:///DIR, memory:// URLs")),
+        }
+    }
+}
+
+/// The entries of a table in the order of the file (toml keeps them sorted by name).
+fn in_file_order<'t, 'i>(table: &'t DeTable<'i>) -> Vec<(&'t Spanned<Cow<'i, str>>, &'t Spanned<DeValue<'i>>)> {
+    let mut entries: Vec<_> = table.iter().collect();
+    entries.sort_by_key(|(k, _)| k.span().start);
+    entries
+}
+
+/// `[mirror.NAME]`: names are used on the command line (`treesync sync NAME`) and in file names.
+fn check_name(cx: &Cx<'_>, key: &Spanned<Cow<'_, str>>) -> Result<(), ConfigError> {
+    let name = key.get_ref().as_ref();
+    let valid = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-');
+    if name.is_empty() || !name.chars().all(valid) {
+        let suggestion: String = name.chars().map(|c| if valid(c) { c } else { '-' }).collect();
+        let hint = if suggestion.trim_matches('-').is_empty() {
+            "name it with letters, digits, '.', '_' and '-', e.g. [mirror.site]".to_string()
+        } else {
+            format!("rename it, e.g. [mirror.{}]", suggestion.trim_matches('-'))
+        };
+        return Err(cx
+            .err(key.span(), format!("bad mirror name {name:?}: use only letters, digits, '.', '_' and '-'"))
+            .hint(hint));
+    }
+    if name == "." || name == ".." || name.starts_with('-') {
+        return Err(cx
+            .err(key.span(), format!("bad mirror name {name:?}: it must not be . or .. nor start with '-'"))
+            .hint("names are used on the command line and in file names; start it with a letter or digit"));
+    }
+    Ok(())
+}
+
+/// A target as compared for duplicates: paths without `.` components and trailing slashes, URLs
+/// without trailing slashes.
+fn normalize_target(target: &str) -> String {
+    if target.contains("://") {
+        target.trim_end_matches('/').to_string()
+    } else {
+        normalize(Path::new(target)).to_string_lossy().into_owned()
+    }
+}
+
+/// Drop `.` components (and with them trailing slashes); `..` stays, since a symlink may stand before it.
+fn normalize(path: &Path) -> PathBuf {
+    path.components().filter(|c| !matches!(c, Component::CurDir)).collect()
+}
+
+/// The file's directory, absolute (relative to the current directory when the path is relative).
+fn base_dir(path: &Path) -> PathBuf {
+    let dir = path.parent().unwrap_or(Path::new(""));
+    let dir = if dir.is_absolute() {
+        dir.to_path_buf()
+    } else {
+        std::env::current_dir().map(|cwd| cwd.join(dir)).unwrap_or_else(|_| dir.to_path_buf())
+    };
+    normalize(&dir)
+}
+
+/// `500ms`, `5s`, `10m`, `24h`, `1d`, `1.5h`, or a sum such as `1h30m`.
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    let mut rest = s.trim();
+    if rest.is_empty() {
+        return Err("it is empty".into());
+    }
+    let mut total = 0f64;
+    while !rest.is_empty() {
+        let n_end = rest.find(|c: char| !c.is_ascii_digit() && c != '.').unwrap_or(rest.len());
+        let (number, after) = rest.split_at(n_end);
+        let after = after.trim_start();
+        let u_end = after.find(|c: char| !c.is_ascii_alphabetic()).unwrap_or(after.len());
+        let (unit, after) = after.split_at(u_end);
+        if number.is_empty() {
+            return Err(format!("expected a number at {rest:?}"));
+        }
+        let n: f64 = number.parse().map_err(|_| format!("{number:?} is not a number"))?;
+        let seconds = match unit {
+            "ms" => n / 1000.0,
+            "s" => n,
+            "m" => n * 60.0,
+            "h" => n * 3600.0,
+            "d" => n * 86400.0,
+            "" => return Err(format!("{number} has no unit")),
+            other => return Err(format!("unknown unit {other:?}")),
+        };
+        total += seconds;
+        rest = after.trim_start();
+    }
+    Duration::try_from_secs_f64(total).map_err(|_| "it is too long".to_string())
+}
+
+/// `a string ("8")`, `an integer (8)`, `a table`, … for wrong-type messages.
+fn describe(v: &DeValue<'_>) -> String {
+    match v {
+        DeValue::String(s) => format!("a string ({s:?})"),
+        DeValue::Integer(i) => format!("an integer ({i})"),
+        DeValue::Float(f) => format!("a float ({f})"),
+        DeValue::Boolean(b) => format!("a boolean ({b})"),
+        DeValue::Datetime(d) => format!("a date ({d})"),
+        DeValue::Array(_) => "an array".into(),
+        DeValue::Table(_) => "a table".into(),
+    }
+}
+
+/// ` (expected one of: a, b, c)`.
+fn expected(keys: &[&str]) -> String {
+    format!(" (expected one of: {})", keys.join(", "))
+}
+
+/// `did you mean "target"?` for a near miss (a typo, or `-` for `_`).
+fn did_you_mean(word: &str, candidates: &[&str]) -> Option<String> {
+    let folded = word.replace('-', "_").to_ascii_lowercase();
+    candidates
+        .iter()
+        .map(|c| (edit_distance(&folded, c), *c))
+        .filter(|(d, c)| *d <= 2.max(c.len() / 4) && *d < c.len())
+        .min_by_key(|(d, _)| *d)
+        .map(|(_, c)| format!("did you mean {c:?}?"))
+}
+
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut prev = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let next = (row[j + 1] + 1).min(row[j] + 1).min(prev + usize::from(ca != *cb));
+            prev = row[j + 1];
+            row[j + 1] = next;
+        }
+    }
+    row[b.len()]
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    const PATH: &str = "/etc/treesync/treesync.toml";
+
+    fn ok(text: &str) -> Config {
+        parse(text, Path::new(PATH)).unwrap_or_else(|e| panic!("expected a valid config, got:\n{e}"))
+    }
+
+    /// The full message of the error `text` gives.
+    fn err(text: &str) -> String {
+        match parse(text, Path::new(PATH)) {
+            Ok(c) => panic!("expected an error, got {c:#?}"),
+            Err(e) => e.to_string(),
+        }
+    }
+
+    /// Asserts the message starts with `PATH:line:col: ` followed by `start`, and contains each of `parts`.
+    fn assert_err(text: &str, at: (usize, usize), start: &str, parts: &[&str]) {
+        let e = err(text);
+        let prefix = format!("{PATH}:{}:{}: {start}", at.0, at.1);
+        assert!(e.starts_with(&prefix), "expected\n  {prefix}…\ngot\n  {e}");
+        for p in parts {
+            assert!(e.contains(p), "expected {p:?} in\n  {e}");
+        }
+    }
+
+    const GOOD: &str = r#"# defaults for every mirror
+[defaults]
+backend = "auto"
+interval = "10s"
+verify_every = "24h"
+jobs = 8
+fsync = true
+
+[mirror.site]
+repo = "/srv/git/site.git"
+ref = "main"
+target = "/mnt/nas/site"
+backend = "nfs"
+write_jobs = "auto"
+lookup_jobs = 2
+
+[mirror.docs]
+repo = "/srv/git/docs.git"
+ref = "refs/heads/release"
+target = "s3://bucket/docs"
+endpoint = "http://127.0.0.1:9000"
+allow_http = true
+region = "eu-west-1"
+jobs = 32
+verify_every = "off"
+
+[mirror.alpha]
+repo = "repos/alpha.git"
+ref = "v2.1"
+target = "./out/alpha/"
+interval = "500ms"
+write_jobs = 4
+repair = true
+"#;
+
+    #[test]
+    fn config_good_file() {
+        let c = ok(GOOD);
+        assert_eq!(c.path, Path::new(PATH));
+        let names: Vec<&str> = c.names().collect();
+        assert_eq!(names, ["site", "docs", "alpha"], "mirrors keep the order of the file");
+
+        let site = c.get("site").unwrap();
+        assert_eq!(site.repo, Path::new("/srv/git/site.git"));
+        assert_eq!(site.rev, "main");
+        assert_eq!(site.target, "/mnt/nas/site");
+        assert_eq!(site.backend, BackendName::Nfs, "overridden");
+        assert_eq!(site.interval, Duration::from_secs(10), "inherited");
+        assert_eq!(site.verify_every, Some(Duration::from_secs(86400)), "inherited");
+        assert_eq!(site.jobs, Some(8), "inherited");
+        assert_eq!(site.lookup_jobs, Some(2));
+        assert_eq!(site.write_jobs, Some(WriteJobs::Auto));
+        assert!(site.fsync);
+        assert!(!site.allow_http && !site.repair);
+        assert_eq!((site.endpoint.as_deref(), site.region.as_deref()), (None, None));
+
+        let docs = c.get("docs").unwrap();
+        assert_eq!(docs.target, "s3://bucket/docs", "URLs are kept as written");
+        assert_eq!(docs.backend, BackendName::Auto);
+        assert_eq!(docs.endpoint.as_deref(), Some("http://127.0.0.1:9000"));
+        assert_eq!(docs.region.as_deref(), Some("eu-west-1"));
+        assert!(docs.allow_http);
+        assert_eq!(docs.jobs, Some(32), "overridden");
+        assert_eq!(docs.verify_every, None, "\"off\" turns off the default");
+
+        let alpha = c.get("alpha").unwrap();
+        assert_eq!(alpha.repo, Path::new("/etc/treesync/repos/alpha.git"), "relative to the file's directory");
+        assert_eq!(alpha.target, "/etc/treesync/out/alpha", "relative to the file's directory, normalized");
+        assert_eq!(alpha.interval, Duration::from_millis(500));
+        assert_eq!(alpha.write_jobs, Some(WriteJobs::Fixed(4)));
+        assert!(alpha.repair);
+    }
+
+    #[test]
+    fn config_minimal_file_takes_the_builtin_defaults() {
+        let c = ok("[mirror.a]\nrepo = \"/r\"\nref = \"main\"\ntarget = \"/t\"\n");
+        let m = &c.mirrors[0];
+        assert_eq!(m.backend, BackendName::Auto);
+        assert_eq!(m.interval, DEFAULT_INTERVAL);
+        assert_eq!((m.jobs, m.lookup_jobs, m.write_jobs, m.verify_every), (None, None, None, None));
+        assert!(!m.fsync && !m.allow_http && !m.repair);
+    }
+
+    #[test]
+    fn config_inline_and_dotted_mirrors() {
+        let c = ok("[mirror]\nb = { repo = \"/r\", ref = \"main\", target = \"/b\" }\n\
+             a.repo = \"/r\"\na.ref = \"x\"\na.target = \"/a\"\n");
+        assert_eq!(c.names().collect::<Vec<_>>(), ["b", "a"]);
+    }
+
+    #[test]
+    fn config_relative_file_path_resolves_against_the_current_directory() {
+        let c = parse("[mirror.a]\nrepo = \"r.git\"\nref = \"main\"\ntarget = \"t\"\n", Path::new("treesync.toml"))
+            .unwrap();
+        let cwd = std::env::current_dir().unwrap();
+        assert_eq!(c.mirrors[0].repo, cwd.join("r.git"));
+        assert_eq!(c.mirrors[0].target, cwd.join("t").to_str().unwrap());
+    }
+
+    #[test]
+    fn config_syntax_error_has_line_and_column() {
+        assert_err("[mirror.a]\nrepo = \"x\nref = 1\n", (2, 10), "TOML syntax error: invalid basic string", &[]);
+        assert_err("[mirror.a\n", (1, 10), "TOML syntax error: unclosed table", &[]);
+    }
+
+    #[test]
+    fn config_duplicate_key_or_mirror() {
+        assert_err("[mirror.a]\nrepo = \"x\"\nrepo = \"y\"\n", (3, 1), "duplicate key \"repo\"", &["hint: each key"]);
+        assert_err(
+            "[mirror.a]\nrepo = \"x\"\n\n[mirror.a]\nref = \"y\"\n",
+            (4, 9),
+            "duplicate key \"a\"",
+            &["each [mirror.NAME], may appear only once"],
+        );
+    }
+
+    #[test]
+    fn config_unknown_key_in_mirror() {
+        let text = "[defaults]\njobs = 4\n\n[mirror.site]\nrepo = \"/r\"\nref = \"main\"\ntagret = \"/t\"\n";
+        assert_err(
+            text,
+            (7, 1),
+            "unknown key \"tagret\" in [mirror.site] (expected one of: repo, ref, target, backend, interval, \
+             verify_every, jobs, lookup_jobs, write_jobs, fsync, endpoint, region, allow_http, repair)",
+            &["\n  hint: did you mean \"target\"?"],
+        );
+        assert_err(
+            "[mirror.site]\n  lookup-jobs = 2\n",
+            (2, 3),
+            "unknown key \"lookup-jobs\" in [mirror.site]",
+            &["did you mean \"lookup_jobs\"?"],
+        );
+    }
+
+    #[test]
+    fn config_unknown_key_in_defaults_and_top_level() {
+        assert_err(
+            "[defaults]\nref = \"main\"\n",
+            (2, 1),
+            "unknown key \"ref\" in [defaults] (expected one of: backend, interval,",
+            &["hint: repo, ref and target are set in each [mirror.NAME]"],
+        );
+        assert_err(
+            "[defaults]\nintervall = \"5s\"\n",
+            (2, 1),
+            "unknown key \"intervall\" in [defaults]",
+            &["did you mean \"interval\"?"],
+        );
+        assert_err(
+            "[mirrors.a]\nrepo = \"/r\"\n",
+            (1, 2),
+            "unknown key \"mirrors\" at the top level (expected one of: defaults, mirror)",
+            &["did you mean \"mirror\"?"],
+        );
+        assert_err(
+            "repo = \"/r\"\n",
+            (1, 1),
+            "unknown key \"repo\" at the top level",
+            &["hint: the keys of a mirror go under a [mirror.NAME] header"],
+        );
+    }
+
+    #[test]
+    fn config_missing_required_keys_point_at_the_header() {
+        let text = "[mirror.a]\nrepo = \"/r\"\nref = \"main\"\ntarget = \"/a\"\n\n\
+                    [mirror.site]\nrepo = \"/r\"\nref = \"main\"\n";
+        assert_err(text, (6, 1), "missing key \"target\" in [mirror.site]", &["hint: every mirror needs repo"]);
+        assert_err("\n[mirror.site]\n", (2, 1), "missing keys \"repo\", \"ref\", \"target\" in [mirror.site]", &[]);
+    }
+
+    #[test]
+    fn config_wrong_types() {
+        let m = "[mirror.a]\nrepo = \"/r\"\nref = \"main\"\ntarget = \"/a\"\n";
+        assert_err(
+            &format!("{m}jobs = \"8\"\n"),
+            (5, 8),
+            "jobs in [mirror.a] must be a number, not a string (\"8\")",
+            &["hint: write jobs = 8, without quotes"],
+        );
+        assert_err(&format!("{m}jobs = 0\n"), (5, 8), "jobs in [mirror.a] must be at least 1, not 0", &[]);
+        assert_err(
+            &format!("{m}lookup_jobs = -2\n"),
+            (5, 15),
+            "lookup_jobs in [mirror.a] must be at least 1, not -2",
+            &[],
+        );
+        assert_err(
+            &format!("{m}allow_http = \"true\"\n"),
+            (5, 14),
+            "allow_http in [mirror.a] must be true or false, not a string (\"true\")",
+            &["write allow_http = true, without quotes"],
+        );
+        assert_err(
+            &format!("{m}write_jobs = \"many\"\n"),
+            (5, 14),
+            "write_jobs in [mirror.a] must be a number (1, 8, 32, …), not a string (\"many\")",
+            &["\"auto\" or a number"],
+        );
+        assert_err(
+            "[mirror.a]\nrepo = 7\n",
+            (2, 8),
+            "repo in [mirror.a] must be a string, not an integer (7)",
+            &["hint: quote it: repo = \"7\""],
+        );
+        assert_err("[mirror.a]\nref = \"\"\n", (2, 7), "ref in [mirror.a] must not be empty", &[]);
+        assert_err(
+            "[defaults]\nfsync = 1\n",
+            (2, 9),
+            "fsync in [defaults] must be true or false, not an integer (1)",
+            &[],
+        );
+        assert_err(
+            "mirror = \"a\"\n",
+            (1, 1),
+            "mirror must be a table of mirrors ([mirror.NAME]), not a string (\"a\")",
+            &[],
+        );
+        assert_err("[[mirror]]\nrepo = \"/r\"\n", (1, 1), "[[mirror]] is not a mirror", &["hint: write [mirror.NAME]"]);
+        assert_err("[mirror]\nsite = \"/r\"\n", (2, 1), "[mirror.site] must be a table", &[]);
+    }
+
+    #[test]
+    fn config_bad_backend() {
+        assert_err(
+            "[defaults]\nbackend = \"NFS\"\n",
+            (2, 11),
+            "unknown backend \"NFS\" in [defaults] (expected one of: auto, local, nfs, s3)",
+            &["hint: did you mean \"nfs\"?"],
+        );
+    }
+
+    #[test]
+    fn config_bad_duration() {
+        let m = "[mirror.a]\nrepo = \"/r\"\nref = \"main\"\ntarget = \"/a\"\n";
+        assert_err(
+            &format!("{m}interval = \"5 min\"\n"),
+            (5, 12),
+            "bad duration \"5 min\" for interval in [mirror.a]: unknown unit \"min\"",
+            &["hint: write a number and a unit"],
+        );
+        assert_err(
+            &format!("{m}interval = \"5\"\n"),
+            (5, 12),
+            "bad duration \"5\" for interval in [mirror.a]: 5 has no unit",
+            &[],
+        );
+        assert_err(
+            &format!("{m}interval = 5\n"),
+            (5, 12),
+            "interval in [mirror.a] must be a duration string, not an integer (5)",
+            &["hint: give the unit: interval = \"5s\""],
+        );
+        assert_err(&format!("{m}interval = \"0s\"\n"), (5, 12), "interval in [mirror.a] must be longer than 0", &[]);
+        assert_err(
+            "[defaults]\nverify_every = \"daily\"\n",
+            (2, 16),
+            "bad duration \"daily\" for verify_every in [defaults]: expected a number at \"daily\"",
+            &[],
+        );
+    }
+
+    #[test]
+    fn config_durations() {
+        let d = |s| parse_duration(s).unwrap();
+        assert_eq!(d("500ms"), Duration::from_millis(500));
+        assert_eq!(d("5s"), Duration::from_secs(5));
+        assert_eq!(d("10m"), Duration::from_secs(600));
+        assert_eq!(d("24h"), Duration::from_secs(86400));
+        assert_eq!(d("1d"), Duration::from_secs(86400));
+        assert_eq!(d("1.5h"), Duration::from_secs(5400));
+        assert_eq!(d("1h30m"), Duration::from_secs(5400));
+        assert!(parse_duration("").is_err());
+        assert!(parse_duration("s").is_err());
+        assert!(parse_duration("1.2.3s").is_err());
+    }
+
+    #[test]
+    fn config_backend_and_target_disagree() {
+        assert_err(
+            "[mirror.docs]\nrepo = \"/r\"\nref = \"main\"\ntarget = \"s3://bucket/docs\"\nbackend = \"nfs\"\n",
+            (4, 10),
+            "target \"s3://bucket/docs\" is a URL, but backend \"nfs\" needs a directory",
+            &["hint: set backend = \"s3\" (or \"auto\") in [mirror.docs]"],
+        );
+        assert_err(
+            "[defaults]\nbackend = \"local\"\n\n[mirror.docs]\nrepo = \"/r\"\nref = \"main\"\ntarget = \"memory://\"\n",
+            (7, 10),
+            "target \"memory://\" is a URL, but backend \"local\" (from [defaults], line 2) needs a directory",
+            &[],
+        );
+        assert_err(
+            "[mirror.site]\nrepo = \"/r\"\nref = \"main\"\nbackend = \"s3\"\ntarget = \"/mnt/nas/site\"\n",
+            (5, 10),
+            "target \"/mnt/nas/site\" is not a URL, but backend \"s3\" needs one (s3://BUCKET/PREFIX)",
+            &["hint: set backend = \"auto\", \"local\" or \"nfs\""],
+        );
+    }
+
+    #[test]
+    fn config_bad_url_target_or_endpoint() {
+        let m = "[mirror.a]\nrepo = \"/r\"\nref = \"main\"\n";
+        assert_err(
+            &format!("{m}target = \"sftp://host/dir\"\n"),
+            (4, 10),
+            "unsupported target scheme \"sftp\"",
+            &["s3://BUCKET/PREFIX, file:///DIR"],
+        );
+        assert_err(&format!("{m}target = \"s3:///docs\"\n"), (4, 10), "target \"s3:///docs\" has no bucket name", &[]);
+        assert_err(
+            &format!("[defaults]\nendpoint = \"http://127.0.0.1:9000\"\n{m}target = \"s3://b/p\"\n"),
+            (2, 12),
+            "endpoint \"http://127.0.0.1:9000\" of [mirror.a] is plain HTTP",
+            &["hint: add allow_http = true to [mirror.a]"],
+        );
+        // Not an error for a directory target: the endpoint of [defaults] does not apply to it.
+        ok(&format!("[defaults]\nendpoint = \"http://127.0.0.1:9000\"\n{m}target = \"/t\"\n"));
+        assert_err(
+            &format!("{m}target = \"~/site\"\n"),
+            (4, 10),
+            "target \"~/site\" in [mirror.a] starts with ~",
+            &["hint: write the full path"],
+        );
+    }
+
+    #[test]
+    fn config_bad_mirror_names() {
+        assert_err(
+            "[mirror.\"my site\"]\nrepo = \"/r\"\n",
+            (1, 9),
+            "bad mirror name \"my site\": use only letters, digits, '.', '_' and '-'",
+            &["hint: rename it, e.g. [mirror.my-site]"],
+        );
+        assert_err(
+            "[mirror.\"..\"]\n",
+            (1, 9),
+            "bad mirror name \"..\": it must not be . or .. nor start with '-'",
+            &[],
+        );
+        assert_err("[mirror.-x]\n", (1, 9), "bad mirror name \"-x\"", &[]);
+        assert_err("[mirror.\"\"]\n", (1, 9), "bad mirror name \"\"", &[]);
+        ok("[mirror.\"Site_2.0-x\"]\nrepo = \"/r\"\nref = \"main\"\ntarget = \"/t\"\n");
+        assert_err(
+            "[mirror.v2.0]\nrepo = \"/r\"\n",
+            (1, 12),
+            "unknown key \"0\" in [mirror.v2]",
+            &["hint: a dot splits a table name; quote a name that has one: [mirror.\"v2.0\"]"],
+        );
+    }
+
+    #[test]
+    fn config_no_mirrors() {
+        let e = err("# nothing yet\n[defaults]\njobs = 4\n");
+        assert_eq!(
+            e,
+            format!(
+                "{PATH}: no mirrors defined\n  \
+                 hint: add a [mirror.NAME] table with repo, ref and target (see docs/config.md)"
+            )
+        );
+        assert_eq!(err(""), e);
+        assert_err("[defaults]\n\n[mirror]\n", (3, 1), "no mirrors defined: [mirror] is empty", &[]);
+    }
+
+    #[test]
+    fn config_missing_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("treesync.toml");
+        let e = load(&path).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "cannot read {}: No such file or directory\n  hint: create it or pass --config PATH",
+                path.display()
+            )
+        );
+        assert_eq!(e.location(), None);
+
+        std::fs::write(&path, "[mirror.a]\nrepo = \"a.git\"\nref = \"main\"\ntarget = \"out\"\n").unwrap();
+        let c = load(&path).unwrap();
+        assert_eq!(c.mirrors[0].repo, dir.path().join("a.git"));
+        assert_eq!(c.mirrors[0].target, dir.path().join("out").to_str().unwrap());
+    }
+
+    #[test]
+    fn config_duplicate_targets() {
+        let text = "[mirror.site]\nrepo = \"/r\"\nref = \"main\"\ntarget = \"/etc/treesync/out\"\n\n\
+                    [mirror.docs]\nrepo = \"/d\"\nref = \"main\"\ntarget = \"./out/\"\n";
+        assert_err(
+            text,
+            (9, 10),
+            "[mirror.docs] and [mirror.site] (line 4) have the same target \"/etc/treesync/out\"",
+            &["hint: two mirrors writing one target would undo each other's syncs"],
+        );
+        let urls = "[mirror.a]\nrepo = \"/r\"\nref = \"main\"\ntarget = \"s3://b/p\"\n\
+                    [mirror.b]\nrepo = \"/r\"\nref = \"main\"\ntarget = \"s3://b/p/\"\n";
+        assert_err(urls, (8, 10), "[mirror.b] and [mirror.a] (line 4) have the same target", &[]);
+        // Two mirrors of one repository into different targets are fine.
+        ok("[mirror.a]\nrepo = \"/r\"\nref = \"main\"\ntarget = \"/a\"\n\
+             [mirror.b]\nrepo = \"/r\"\nref = \"main\"\ntarget = \"/b\"\n");
+    }
+
+    #[test]
+    fn config_get_unknown_name_lists_the_mirrors() {
+        let c = ok(GOOD);
+        let e = c.get("dosc").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            format!("no mirror named \"dosc\" in {PATH} (mirrors: site, docs, alpha)\n  hint: did you mean \"docs\"?")
+        );
+        let e = c.get("zzz").unwrap_err();
+        assert_eq!(e.to_string(), format!("no mirror named \"zzz\" in {PATH} (mirrors: site, docs, alpha)"));
+    }
+
+    #[test]
+    fn config_default_path() {
+        let os = |s: &str| Some(OsString::from(s));
+        assert_eq!(
+            default_path_from(os("/x/cfg"), os("/home/u")),
+            Some(PathBuf::from("/x/cfg/treesync/treesync.toml"))
+        );
+        assert_eq!(
+            default_path_from(None, os("/home/u")),
+            Some(PathBuf::from("/home/u/.config/treesync/treesync.toml"))
+        );
+        assert_eq!(
+            default_path_from(os(""), os("/home/u")),
+            Some(PathBuf::from("/home/u/.config/treesync/treesync.toml"))
+        );
+        assert_eq!(
+            default_path_from(os("rel"), os("/home/u")),
+            Some(PathBuf::from("/home/u/.config/treesync/treesync.toml"))
+        );
+        assert_eq!(default_path_from(None, None), None);
+    }
+
+    #[test]
+    fn config_docs_examples_are_valid() {
+        let doc = include_str!("../../../docs/config.md");
+        let blocks: Vec<&str> =
+            doc.split("```toml\n").skip(1).map(|b| b.split("```").next().unwrap_or_default()).collect();
+        assert!(blocks.len() >= 3, "docs/config.md has the format and two examples");
+        for b in blocks {
+            let c = parse(b, Path::new("/etc/treesync/treesync.toml")).unwrap_or_else(|e| panic!("{e}\nin\n{b}"));
+            assert!(!c.mirrors.is_empty());
+        }
+    }
+
+    #[test]
+    fn config_error_location() {
+        let e = parse("[mirror.a]\n  bogus = 1\n", Path::new("treesync.toml")).unwrap_err();
+        assert_eq!(e.location(), Some((2, 3)));
+        assert!(e.to_string().starts_with("treesync.toml:2:3: unknown key \"bogus\" in [mirror.a]"), "{e}");
+        assert!(e.message().starts_with("unknown key"));
+        assert_eq!(e.hint_text(), None);
+    }
+}
