@@ -5,6 +5,7 @@ pub mod conformance;
 pub mod crash;
 pub mod history;
 pub mod s3;
+pub mod schema;
 pub mod slowfs;
 pub mod tree;
 
