@@ -5,6 +5,7 @@ mod bench_nfs;
 mod bench_s3;
 mod campaign;
 mod ci;
+mod dist;
 mod slowfs;
 mod util;
 
@@ -25,6 +26,11 @@ Tasks:
           finishes the job like git archive, and record the figures in RELIABILITY.md
           options: --trials N (200)  --seed N (7)  --no-write
   ci      Run what .ci/run runs (the whole test suite)
+  dist    Build the release tarball target/dist/treesync-VERSION-TARGET.tar.gz (profile dist:
+          fat LTO, stripped; bin/, man pages, shell completions, licenses, docs) and
+          target/dist/SHA256SUMS, then unpack it and check it: --version, the checksum, the
+          man pages, the completions, a sync of HEAD compared with git archive HEAD
+          options: --no-test (skip the check)
   slowfs --backing DIR --mount DIR
           Serve the backing DIR at the mount DIR through a slow FUSE passthrough filesystem
           (an NFS/NAS stand-in: no attribute cache, a latency per request, requests served
@@ -41,6 +47,7 @@ fn main() -> std::process::ExitCode {
     let result = match args.first().map(String::as_str) {
         Some("bench") => bench::run(&args[1..]),
         Some("ci") => ci::run(&args[1..]),
+        Some("dist") => dist::run(&args[1..]),
         Some("campaign") => campaign::run(&args[1..]),
         Some("slowfs") => slowfs::run(&args[1..]),
         Some("bench-generate") => bench::generate(&args[1..]),
