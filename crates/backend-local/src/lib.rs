@@ -12,6 +12,27 @@
 //!   whatever someone put into the tree.
 //! * Modes are what git gives: `0666`/`0777` masked by the process umask.
 //! * Runs batches of ops on tokio's blocking pool, `jobs` at a time (default 8).
+//!
+//! ```
+//! use std::sync::atomic::AtomicBool;
+//! use treesync_backend_local::{LocalBackend, Options};
+//! use treesync_core::{Repo, sync};
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! # let dir = tempfile::tempdir()?;
+//! # let git = |args: &[&str]| std::process::Command::new("git").current_dir(dir.path()).args(args).output();
+//! # git(&["init", "-q", "-b", "main"])?;
+//! # std::fs::write(dir.path().join("hello.txt"), "hi\n")?;
+//! # git(&["add", "."])?;
+//! # git(&["-c", "user.name=a", "-c", "user.email=a@b", "commit", "-q", "-m", "one"])?;
+//! # let out = tempfile::tempdir()?;
+//! let repo = Repo::open(dir.path())?;
+//! let target = LocalBackend::new(out.path().join("tree"), Options { jobs: 4, ..Options::default() });
+//! let options = sync::Options { backend_name: "local".into(), ..Default::default() };
+//! let rt = tokio::runtime::Builder::new_current_thread().build()?;
+//! rt.block_on(sync::sync(&repo, "main", &target, &options, &|_| {}, &AtomicBool::new(false)))?;
+//! assert_eq!(std::fs::read_to_string(out.path().join("tree/hello.txt"))?, "hi\n");
+//! # Ok(()) }
+//! ```
 
 pub mod fs;
 

@@ -18,7 +18,24 @@
 //!   atomic-replace code as the local backend ([`treesync_backend_local::fs`]).
 //!
 //! Use [`open`] for the composed backend, [`detect::choose`] to tell whether a directory is on
-//! a network filesystem.
+//! a network filesystem:
+//!
+//! ```
+//! use treesync_backend_nfs::{Options, WriteJobs, detect};
+//! use treesync_core::Backend;
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! # let dir = tempfile::tempdir()?;
+//! # let target = dir.path().join("site");
+//! // What `--backend auto` would pick for this directory, and why.
+//! let choice = detect::choose(&target);
+//! println!("network filesystem: {} ({})", choice.network, choice.reason);
+//!
+//! // Lookups serialized, at most 16 writes in flight (or `WriteJobs::default()`: adaptive).
+//! let backend = treesync_backend_nfs::open(&target, Options { lookup_jobs: 1, write_jobs: WriteJobs::Fixed(16), fsync: false });
+//! assert_eq!((backend.policy().jobs, backend.policy().lookups), (16, 1));
+//! // Hand it to `treesync_core::sync::sync` like any other backend.
+//! # Ok(()) }
+//! ```
 
 pub mod detect;
 mod dirs;

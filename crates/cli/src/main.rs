@@ -314,6 +314,9 @@ struct VerifyArgs {
     /// With --repair: also remove files and directories the tree does not have.
     #[arg(long, requires = "repair")]
     delete_extra: bool,
+    /// With --repair: list the repair's ops instead of running them.
+    #[arg(long, requires = "repair")]
+    dry_run: bool,
     /// Print the report as JSON.
     #[arg(long)]
     json: bool,
@@ -913,7 +916,14 @@ fn run_verify(args: VerifyArgs) -> anyhow::Result<ExitCode> {
     let report = rt.block_on(verify::verify(&repo, &*backend, level)).with_context(ctx)?;
     let mut repaired = None;
     let mut after = None;
-    if args.repair && !report.is_clean() {
+    let mut would_repair = None;
+    if args.repair && args.dry_run && !report.is_clean() {
+        let plan = verify::repair_plan(&repo, &report, args.delete_extra).with_context(ctx)?;
+        if !args.json {
+            print_plan(&plan);
+        }
+        would_repair = Some(plan.counts);
+    } else if args.repair && !report.is_clean() {
         let plan = verify::repair_plan(&repo, &report, args.delete_extra).with_context(ctx)?;
         let blobs: Arc<dyn treesync_core::source::BlobSource> = Arc::new(repo.clone());
         let done = rt
@@ -931,13 +941,16 @@ fn run_verify(args: VerifyArgs) -> anyhow::Result<ExitCode> {
     }
     let final_clean = after.as_ref().unwrap_or(&report).is_clean();
     if args.json {
-        let out = serde_json::json!({
+        let mut out = serde_json::json!({
             "target": backend.to_string(),
             "report": report,
             "repaired": repaired,
             "after_repair": after,
             "clean": final_clean,
         });
+        if let Some(w) = would_repair {
+            out["would_repair"] = serde_json::to_value(w)?;
+        }
         println!("{}", serde_json::to_string_pretty(&out)?);
     } else {
         for d in &report.drift {
@@ -1098,30 +1111,35 @@ fn run_plan(args: PlanArgs) -> anyhow::Result<()> {
     }
     plans.push(&prepared.main);
     for plan in plans {
-        for phase in &plan.phases {
-            println!("{} ({} ops)", phase.name, phase.ops.len());
-            for op in phase.ops.iter() {
-                match op {
-                    treesync_core::Op::Write { path, size, executable, .. } => {
-                        println!(
-                            "  write   {path} ({}{})",
-                            human_bytes(*size),
-                            if *executable { ", executable" } else { "" }
-                        )
-                    }
-                    treesync_core::Op::Symlink { path, target } => {
-                        println!("  symlink {path} -> {}", String::from_utf8_lossy(target))
-                    }
-                    treesync_core::Op::Chmod { path, executable, .. } => {
-                        println!("  chmod   {path} ({})", if *executable { "+x" } else { "-x" })
-                    }
-                    op => println!("  {:7} {}", op.kind().name(), op.path()),
-                }
-            }
-        }
-        println!("total: {}, {}", plan.counts, human_bytes(plan.counts.bytes));
+        print_plan(plan);
     }
     Ok(())
+}
+
+/// A plan for people: phases, ops, totals.
+fn print_plan(plan: &treesync_core::Plan) {
+    for phase in &plan.phases {
+        println!("{} ({} ops)", phase.name, phase.ops.len());
+        for op in phase.ops.iter() {
+            match op {
+                treesync_core::Op::Write { path, size, executable, .. } => {
+                    println!(
+                        "  write   {path} ({}{})",
+                        human_bytes(*size),
+                        if *executable { ", executable" } else { "" }
+                    )
+                }
+                treesync_core::Op::Symlink { path, target } => {
+                    println!("  symlink {path} -> {}", String::from_utf8_lossy(target))
+                }
+                treesync_core::Op::Chmod { path, executable, .. } => {
+                    println!("  chmod   {path} ({})", if *executable { "+x" } else { "-x" })
+                }
+                op => println!("  {:7} {}", op.kind().name(), op.path()),
+            }
+        }
+    }
+    println!("total: {}, {}", plan.counts, human_bytes(plan.counts.bytes));
 }
 
 fn run_status(args: StatusArgs) -> anyhow::Result<()> {

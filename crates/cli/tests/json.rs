@@ -478,8 +478,18 @@ fn verify_clean_drift_and_repair() {
         assert_eq!(v["report"]["drift"], expected_drift, "--level {level}");
     }
 
+    // --dry-run lists what the repair would do and changes nothing.
+    let v = verify(&["--repair", "--dry-run"], 1);
+    assert_eq!(
+        (&v["repaired"], &v["would_repair"]["write"], &v["would_repair"]["rmdir"]),
+        (&Value::Null, &json!(3), &json!(1)),
+        "{v}"
+    );
+    assert_eq!(verify(&[], 1)["report"]["drift"], expected_drift, "the dry run changed nothing");
+
     let v = verify(&["--repair"], 1);
     assert_eq!(v["report"]["drift"], expected_drift);
+    assert!(v.get("would_repair").is_none());
     let repaired = &v["repaired"];
     assert_eq!(
         (&repaired["write"], &repaired["chmod"], &repaired["symlink"]),

@@ -29,6 +29,53 @@
 //! assert_eq!(outcome.applied.write, 1);
 //! # Ok(()) }
 //! ```
+//!
+//! Lower down, the same job step by step: plan a tree-to-tree diff in the object database, look
+//! at it, and apply it to a backend composed of policies (here: count every call, and at most
+//! two calls in flight). Any [`Backend`] fits: `treesync_backend_local::LocalBackend`,
+//! `treesync_backend_nfs::open(…)`, `treesync_backend_s3::open(…)`, or your own.
+//!
+//! ```
+//! use std::sync::{Arc, atomic::AtomicBool};
+//! use treesync_core::policy::{Count, Limit};
+//! use treesync_core::source::BlobSource;
+//! use treesync_core::{MemoryBackend, Repo, apply, plan};
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! # let dir = tempfile::tempdir()?;
+//! # let git = |args: &[&str]| std::process::Command::new("git").current_dir(dir.path()).args(args).output();
+//! # git(&["init", "-q", "-b", "main"])?;
+//! # std::fs::create_dir(dir.path().join("src"))?;
+//! # std::fs::write(dir.path().join("src/a.rs"), "fn a() {}\n")?;
+//! # git(&["add", "."])?;
+//! # git(&["-c", "user.name=a", "-c", "user.email=a@b", "commit", "-q", "-m", "one"])?;
+//! # std::fs::write(dir.path().join("src/b.rs"), "fn b() {}\n")?;
+//! # git(&["add", "."])?;
+//! # git(&["-c", "user.name=a", "-c", "user.email=a@b", "commit", "-q", "-m", "two"])?;
+//! let repo = Repo::open(dir.path())?;
+//! let (old, new) = (repo.resolve("main~1")?, repo.resolve("main")?);
+//!
+//! // The whole first tree, then only the difference (one write: src/b.rs).
+//! let first = repo.with_objects(|odb| plan::plan(odb, None, old.tree))?;
+//! let next = repo.with_objects(|odb| plan::plan(odb, Some(old.tree), new.tree))?;
+//! assert_eq!((next.counts.write, next.counts.mkdir), (1, 0));
+//! for phase in &next.phases {
+//!     println!("{}: {} ops", phase.name, phase.ops.len());
+//! }
+//!
+//! let memory = MemoryBackend::new();
+//! let backend = Limit::new(Count::new(memory.clone()), 2);
+//! let blobs: Arc<dyn BlobSource> = Arc::new(repo.clone());
+//! let rt = tokio::runtime::Builder::new_current_thread().build()?;
+//! for plan in [&first, &next] {
+//!     let done = rt.block_on(apply::apply(plan, &backend, &blobs, apply::Options::default(), &|_| {}, &AtomicBool::new(false)))?;
+//!     assert_eq!(done.counts.total(), plan.counts.total());
+//! }
+//! assert!(memory.snapshot().contains_key(&b"src/b.rs"[..]));
+//! # Ok(()) }
+//! ```
+//!
+//! (`apply` alone keeps no journal: [`sync::sync`] adds the lock, the state file and the
+//! resume of interrupted runs around it.)
 #![deny(missing_docs)]
 
 pub mod apply;
