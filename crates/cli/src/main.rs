@@ -327,6 +327,12 @@ struct AdoptArgs {
     /// The git working tree (a clone) to take over.
     #[arg(long, value_name = "DIR")]
     target: PathBuf,
+    /// Check the clone and say what would be recorded, writing nothing.
+    #[arg(long)]
+    dry_run: bool,
+    /// Print the outcome as JSON on stdout.
+    #[arg(long)]
+    json: bool,
 }
 
 fn run_adopt(args: AdoptArgs) -> anyhow::Result<ExitCode> {
@@ -334,6 +340,38 @@ fn run_adopt(args: AdoptArgs) -> anyhow::Result<ExitCode> {
     let (resolved, entries) = treesync_core::gitworktree::adopt(&args.target)?;
     let backend = treesync_backend_local::LocalBackend::new(&args.target, Default::default());
     let rt = runtime()?;
+    let report = |verb: &str| -> anyhow::Result<()> {
+        if args.json {
+            let out = serde_json::json!({
+                "target": args.target.display().to_string(),
+                "commit": resolved.commit.to_string(),
+                "tree": resolved.tree.to_string(),
+                "index_entries": entries,
+                "dry_run": args.dry_run,
+            });
+            println!("{}", serde_json::to_string_pretty(&out)?);
+        } else {
+            println!(
+                "{verb} {} at commit {} ({entries} index entries, no file read); the next sync is incremental. `treesync verify` proves the files match.",
+                args.target.display(),
+                short(&resolved.commit)
+            );
+        }
+        Ok(())
+    };
+    if args.dry_run {
+        let state = rt.block_on(backend.load_state())?;
+        if let Some(bytes) = state {
+            let s = treesync_core::state::SyncState::parse(&bytes)?;
+            anyhow::ensure!(
+                s.synced.is_none() && s.in_progress.is_none(),
+                "{} is already managed by treesync (state in .treesync/state); nothing to adopt",
+                args.target.display()
+            );
+        }
+        report("would adopt")?;
+        return Ok(ExitCode::SUCCESS);
+    }
     rt.block_on(async {
         let _lock = backend.lock(&sync::holder()).await?;
         if let Some(bytes) = backend.load_state().await? {
@@ -355,11 +393,7 @@ fn run_adopt(args: AdoptArgs) -> anyhow::Result<ExitCode> {
         anyhow::Ok(())
     })?;
     treesync_core::gitworktree::exclude_state_dir(&args.target)?;
-    println!(
-        "adopted {} at commit {} ({entries} index entries, no file read); the next sync is incremental. `treesync verify` proves the files match.",
-        args.target.display(),
-        short(&resolved.commit)
-    );
+    report("adopted")?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -380,6 +414,10 @@ struct WatchArgs {
     /// With --verify-every: repair drift that verify finds.
     #[arg(long)]
     repair: bool,
+    /// One JSON object per line and event on stdout (watching, synced, verified, repaired,
+    /// error, stopped) instead of log lines; see docs/json.md.
+    #[arg(long)]
+    json: bool,
 }
 
 fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
@@ -447,7 +485,21 @@ fn run_watch(runs: Vec<(Option<String>, WatchArgs)>) -> anyhow::Result<ExitCode>
 
 async fn watch_one(name: Option<String>, args: WatchArgs, interrupt: Arc<AtomicBool>) -> anyhow::Result<()> {
     use treesync_core::verify;
-    let tag = name.map(|n| format!("[{n}] ")).unwrap_or_default();
+    let tag = name.as_ref().map(|n| format!("[{n}] ")).unwrap_or_default();
+    // One line per event: text for people (stderr for lifecycle, stdout for results), or JSON
+    // objects on stdout with --json.
+    let emit = |event: &str, mut fields: serde_json::Value, text: String, to_stderr: bool| {
+        if args.json {
+            fields["at"] = utc_now().into();
+            fields["mirror"] = name.clone().into();
+            fields["event"] = event.into();
+            println!("{fields}");
+        } else if to_stderr {
+            eprintln!("{} {tag}{text}", utc_now());
+        } else {
+            println!("{} {tag}{text}", utc_now());
+        }
+    };
     let interval = args.interval.unwrap_or(std::time::Duration::from_secs(5));
     let repo = Repo::open(args.source.repo()).with_context(|| format!("{tag}opening the repository"))?;
     let chosen = make_backend(&args.target).with_context(|| format!("{tag}opening the target"))?;
@@ -457,12 +509,21 @@ async fn watch_one(name: Option<String>, args: WatchArgs, interrupt: Arc<AtomicB
         backend_name: chosen.label(),
         ..Default::default()
     };
-    eprintln!(
-        "{} {tag}watching {} of {} for {backend} every {:?}",
-        utc_now(),
-        args.source.rev(),
-        args.source.repo().display(),
-        interval
+    emit(
+        "watching",
+        serde_json::json!({
+            "rev": args.source.rev(),
+            "repo": args.source.repo().display().to_string(),
+            "target": backend.to_string(),
+            "interval_secs": interval.as_secs_f64(),
+        }),
+        format!(
+            "watching {} of {} for {backend} every {:?}",
+            args.source.rev(),
+            args.source.repo().display(),
+            interval
+        ),
+        true,
     );
     let mut last: Option<treesync_core::ObjectId> = None;
     let mut backoff = interval;
@@ -474,13 +535,17 @@ async fn watch_one(name: Option<String>, args: WatchArgs, interrupt: Arc<AtomicB
                 let out = sync::sync(&repo, args.source.rev(), &*backend, &options, &|_| {}, &interrupt).await?;
                 if out.applied.total() > 0 || out.resumed.is_some() || last.is_none() {
                     let from = out.from.map(|s| short(&s.commit)).unwrap_or_else(|| "nothing".into());
-                    println!(
-                        "{} {tag}synced {from} -> {}: {}, {} in {:.2}s",
-                        utc_now(),
-                        short(&out.commit),
-                        out.applied,
-                        human_bytes(out.applied.bytes),
-                        out.elapsed.as_secs_f64()
+                    emit(
+                        "synced",
+                        serde_json::json!({ "outcome": &out }),
+                        format!(
+                            "synced {from} -> {}: {}, {} in {:.2}s",
+                            short(&out.commit),
+                            out.applied,
+                            human_bytes(out.applied.bytes),
+                            out.elapsed.as_secs_f64()
+                        ),
+                        false,
                     );
                 }
                 last = Some(out.commit);
@@ -490,27 +555,25 @@ async fn watch_one(name: Option<String>, args: WatchArgs, interrupt: Arc<AtomicB
             {
                 last_verify = std::time::Instant::now();
                 let report = verify::verify(&repo, &*backend, verify::Level::Stat).await?;
-                if report.is_clean() {
-                    println!(
-                        "{} {tag}verify: clean ({} entries, {} hashed)",
-                        utc_now(),
-                        report.expected,
-                        report.hashed
-                    );
+                let text = if report.is_clean() {
+                    format!("verify: clean ({} entries, {} hashed)", report.expected, report.hashed)
                 } else {
-                    println!(
-                        "{} {tag}verify: DRIFT in {} paths, first: {}",
-                        utc_now(),
-                        report.drift.len(),
-                        report.drift[0].path()
-                    );
+                    format!("verify: DRIFT in {} paths, first: {}", report.drift.len(), report.drift[0].path())
+                };
+                emit("verified", serde_json::json!({ "report": &report, "clean": report.is_clean() }), text, false);
+                if !report.is_clean() {
                     if args.repair {
                         let plan = verify::repair_plan(&repo, &report, false)?;
                         let blobs: Arc<dyn treesync_core::source::BlobSource> = Arc::new(repo.clone());
                         let done =
                             apply::apply(&plan, &*backend, &blobs, apply::Options::default(), &|_| {}, &interrupt)
                                 .await?;
-                        println!("{} {tag}repaired: {}", utc_now(), done.counts);
+                        emit(
+                            "repaired",
+                            serde_json::json!({ "repaired": done.counts }),
+                            format!("repaired: {}", done.counts),
+                            false,
+                        );
                     }
                 }
             }
@@ -523,11 +586,21 @@ async fn watch_one(name: Option<String>, args: WatchArgs, interrupt: Arc<AtomicB
                 interval
             }
             Err(e) if interrupt.load(Ordering::SeqCst) => {
-                eprintln!("{} {tag}stopping: {}", utc_now(), one_line(&e));
+                emit(
+                    "stopping",
+                    serde_json::json!({ "message": one_line(&e) }),
+                    format!("stopping: {}", one_line(&e)),
+                    true,
+                );
                 break;
             }
             Err(e) => {
-                eprintln!("{} {tag}error: {}; retrying in {:?}", utc_now(), one_line(&e), backoff);
+                emit(
+                    "error",
+                    serde_json::json!({ "message": one_line(&e), "retry_in_secs": backoff.as_secs_f64() }),
+                    format!("error: {}; retrying in {:?}", one_line(&e), backoff),
+                    true,
+                );
                 let w = backoff;
                 backoff = (backoff * 2).min(std::time::Duration::from_secs(300));
                 w

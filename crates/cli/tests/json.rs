@@ -15,6 +15,8 @@ const SYNC: &str = include_str!("../../../docs/schema/sync.schema.json");
 const PLAN: &str = include_str!("../../../docs/schema/plan.schema.json");
 const STATUS: &str = include_str!("../../../docs/schema/status.schema.json");
 const VERIFY: &str = include_str!("../../../docs/schema/verify.schema.json");
+const ADOPT: &str = include_str!("../../../docs/schema/adopt.schema.json");
+const WATCH_EVENT: &str = include_str!("../../../docs/schema/watch-event.schema.json");
 const DOC: &str = include_str!("../../../docs/json.md");
 
 fn schema_of(command: &str) -> Value {
@@ -23,6 +25,8 @@ fn schema_of(command: &str) -> Value {
         "plan" => PLAN,
         "status" => STATUS,
         "verify" => VERIFY,
+        "adopt" => ADOPT,
+        "watch-event" => WATCH_EVENT,
         other => panic!("no schema for {other}"),
     };
     serde_json::from_str(text).unwrap_or_else(|e| panic!("docs/schema/{command}.schema.json is not JSON: {e}"))
@@ -703,4 +707,46 @@ fn schemas_agree_with_each_other_and_with_the_docs() {
         examples.insert(command);
     }
     assert_eq!(examples, BTreeSet::from(["plan", "status", "sync", "verify"]), "an example per command");
+}
+
+/// `adopt --json` (and its dry run) and `watch --json` (one object per line and event).
+#[test]
+fn adopt_and_watch_print_documented_json() {
+    let f = fixture();
+    let clone = f.target("clone");
+    git(f.dir.path(), &["clone", "-q", f.repo(), &clone]);
+    let v = run_json(&["adopt", "--target", &clone, "--dry-run"], 0);
+    assert_eq!((&v["dry_run"], &v["commit"]), (&json!(true), &json!(f.commits[1])), "{v}");
+    assert!(!Path::new(&clone).join(".treesync").exists(), "a dry run writes nothing");
+    let v = run_json(&["adopt", "--target", &clone], 0);
+    assert_eq!((&v["dry_run"], &v["tree"]), (&json!(false), &json!(f.trees[1])), "{v}");
+    if let Err(e) = schema::validate(&schema_of("adopt"), &v) {
+        panic!("adopt --json violates adopt.schema.json: {e:?}\n{v:#}");
+    }
+
+    let t = f.target("watched");
+    let out = std::process::Command::new("timeout")
+        .args(["-s", "INT", "2"])
+        .arg(env!("CARGO_BIN_EXE_treesync"))
+        .args(["watch", "--json", "--interval", "200ms", "--verify-every", "300ms"])
+        .args(["--repo", f.repo(), "--ref", &f.commits[1], "--target", &t])
+        .output()
+        .expect("watch runs");
+    let lines: Vec<Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not a JSON line ({e}): {l}")))
+        .collect();
+    let events: Vec<&str> = lines.iter().map(|v| v["event"].as_str().unwrap_or("?")).collect();
+    assert_eq!(events.first(), Some(&"watching"), "{events:?}");
+    assert!(events.contains(&"synced") && events.contains(&"verified"), "{events:?}");
+    for v in &lines {
+        if let Err(e) = schema::validate(&schema_of("watch-event"), v) {
+            panic!("watch --json line violates watch-event.schema.json: {e:?}\n{v:#}");
+        }
+    }
+    let synced = lines.iter().find(|v| v["event"] == "synced").expect("synced");
+    assert_eq!(synced["outcome"]["commit"], json!(f.commits[1]));
+    let mut bad = synced.clone();
+    bad["event"] = json!("sunk");
+    assert!(schema::validate(&schema_of("watch-event"), &bad).is_err(), "an unknown event is rejected");
 }
