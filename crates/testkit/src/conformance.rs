@@ -226,6 +226,40 @@ pub async fn interrupted_sync_is_finished_by_next_run(f: &dyn Fixture) {
     assert_eq!(current, 1);
 }
 
+/// Storage faults of every kind (EIO, ENOSPC, EACCES, EROFS, a timeout), injected half-way
+/// through a sync: one clear message with a hint where one helps and the advice to run sync
+/// again, the journal records the unfinished sync, and the rerun finishes like git archive.
+pub async fn storage_faults_are_clear_and_recoverable(f: &dyn Fixture) {
+    use std::io::ErrorKind::*;
+    use treesync_core::policy::Fault;
+    let h = History::random(31, 4);
+    let backend = f.backend();
+    sync_to(&h.repo, &h.commits[0], &*backend).await.expect("initial");
+    for (i, (kind, hint)) in [
+        (Other, ""),
+        (StorageFull, "free space"),
+        (PermissionDenied, "permissions"),
+        (ReadOnlyFilesystem, "read-only"),
+        (TimedOut, ""),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let to = 1 + i % 3;
+        let plan = sync::prepare(&h.repo, &h.commits[to], &*backend, false, false).await.expect("plan");
+        let half = (plan.main.len() / 2) as u64;
+        let failing = Fail::after(f.backend(), half).with(Fault::Io(kind));
+        let err = sync_to(&h.repo, &h.commits[to], &failing).await.expect_err("the fault stops the sync");
+        let msg = err.to_string();
+        assert!(msg.lines().count() <= 3 && msg.contains("(injected)") && msg.contains(hint), "{kind:?}: {msg}");
+        assert!(msg.contains("run sync again"), "{kind:?}: says what to do: {msg}");
+        let status = sync::status(&*backend).await.expect("status");
+        assert!(status.state.expect("state").in_progress.is_some(), "{kind:?}: the journal knows");
+        sync_to(&h.repo, &h.commits[to], &*backend).await.expect("the rerun finishes");
+        h.assert_matches(f, to, &format!("{kind:?}: after the rerun"));
+    }
+}
+
 /// An incremental sync touches only changed paths: ops ≤ 4 per changed path, no op elsewhere,
 /// one state read and at most two state writes.
 pub async fn incremental_sync_touches_only_changed_paths(f: &dyn Fixture) {
@@ -343,6 +377,7 @@ macro_rules! conformance_suite {
         $crate::conformance_suite!(@case $make, initial_sync_matches_git_archive);
         $crate::conformance_suite!(@case $make, type_changes_match_git);
         $crate::conformance_suite!(@case $make, interrupted_sync_is_finished_by_next_run);
+        $crate::conformance_suite!(@case $make, storage_faults_are_clear_and_recoverable);
         $crate::conformance_suite!(@case $make, incremental_sync_touches_only_changed_paths);
         $crate::conformance_suite!(@case $make, locked_target_is_refused);
         $crate::conformance_suite!(@case $make, never_writes_through_a_symlink);

@@ -327,6 +327,7 @@ impl SlowFs {
             recording: AtomicBool::new(config.record_paths),
             paths: Mutex::new(Vec::new()),
             nodes: RwLock::new(HashMap::new()),
+            generations: Mutex::new(HashMap::new()),
             files: Mutex::new(HashMap::new()),
             dirs: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
@@ -740,6 +741,11 @@ struct Inner {
     /// inode → (parent inode, name), learnt from lookup/create/mkdir/… and kept current by
     /// rename/unlink/rmdir: how an inode number becomes a backing path.
     nodes: RwLock<HashMap<u64, (u64, OsString)>>,
+    /// inode → generation. The backing filesystem reuses the inode number of a removed file
+    /// for a new one; the kernel tells them apart by the generation (same number and
+    /// generation = same inode, so a new directory would inherit the dead one's state and
+    /// refuse entries with ENOENT). Every object created through the mount gets a new one.
+    generations: Mutex<HashMap<u64, u64>>,
     files: Mutex<HashMap<u64, OpenFile>>,
     dirs: Mutex<HashMap<u64, Arc<DirHandle>>>,
     next_fh: AtomicU64,
@@ -839,6 +845,20 @@ impl Inner {
 
     fn fuse_ino(&self, st_ino: u64) -> u64 {
         if st_ino == self.root_ino { INodeNo::ROOT.0 } else { st_ino }
+    }
+
+    /// An existing object's attributes with its current generation.
+    fn known(&self, attr: FileAttr) -> (FileAttr, u64) {
+        let g = self.generations.lock().expect("never poisoned").get(&attr.ino.0).copied().unwrap_or(0);
+        (attr, g)
+    }
+
+    /// A new object's attributes with a new generation for its (possibly reused) number.
+    fn born(&self, attr: FileAttr) -> (FileAttr, u64) {
+        let mut gens = self.generations.lock().expect("never poisoned");
+        let g = gens.entry(attr.ino.0).or_insert(0);
+        *g += 1;
+        (attr, *g)
     }
 
     fn attr(&self, md: &Metadata) -> FileAttr {
@@ -1209,9 +1229,9 @@ struct Daemon {
     max_background: u16,
 }
 
-fn reply_entry(reply: ReplyEntry) -> impl FnOnce(Res<FileAttr>) + Send + 'static {
+fn reply_entry(reply: ReplyEntry) -> impl FnOnce(Res<(FileAttr, u64)>) + Send + 'static {
     move |r| match r {
-        Ok(attr) => reply.entry(&TTL, &attr, Generation(0)),
+        Ok((attr, generation)) => reply.entry(&TTL, &attr, Generation(generation)),
         Err(e) => reply.error(e),
     }
 }
@@ -1286,7 +1306,7 @@ impl Filesystem for Daemon {
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         self.note(Op::Lookup, parent, Some(name));
         let name = name.to_owned();
-        self.run(Op::Lookup, move |fs| fs.lookup(parent.0, &name), reply_entry(reply));
+        self.run(Op::Lookup, move |fs| fs.lookup(parent.0, &name).map(|a| fs.known(a)), reply_entry(reply));
     }
 
     // fuser 0.18 does not export `ForgetOne`, so `batch_forget` cannot be overridden; its
@@ -1350,13 +1370,13 @@ impl Filesystem for Daemon {
     ) {
         self.note(Op::Mknod, parent, Some(name));
         let name = name.to_owned();
-        self.run(Op::Mknod, move |fs| fs.mknod(parent.0, &name, mode, rdev), reply_entry(reply));
+        self.run(Op::Mknod, move |fs| fs.mknod(parent.0, &name, mode, rdev).map(|a| fs.born(a)), reply_entry(reply));
     }
 
     fn mkdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, mode: u32, _umask: u32, reply: ReplyEntry) {
         self.note(Op::Mkdir, parent, Some(name));
         let name = name.to_owned();
-        self.run(Op::Mkdir, move |fs| fs.mkdir(parent.0, &name, mode), reply_entry(reply));
+        self.run(Op::Mkdir, move |fs| fs.mkdir(parent.0, &name, mode).map(|a| fs.born(a)), reply_entry(reply));
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
@@ -1374,7 +1394,7 @@ impl Filesystem for Daemon {
     fn symlink(&self, _req: &Request, parent: INodeNo, link_name: &OsStr, target: &Path, reply: ReplyEntry) {
         self.note(Op::Symlink, parent, Some(link_name));
         let (name, target) = (link_name.to_owned(), target.to_owned());
-        self.run(Op::Symlink, move |fs| fs.symlink(parent.0, &name, &target), reply_entry(reply));
+        self.run(Op::Symlink, move |fs| fs.symlink(parent.0, &name, &target).map(|a| fs.born(a)), reply_entry(reply));
     }
 
     fn rename(
@@ -1401,7 +1421,7 @@ impl Filesystem for Daemon {
         self.note(Op::Link, ino, None);
         self.note(Op::Link, newparent, Some(newname));
         let newname = newname.to_owned();
-        self.run(Op::Link, move |fs| fs.link(ino.0, newparent.0, &newname), reply_entry(reply));
+        self.run(Op::Link, move |fs| fs.link(ino.0, newparent.0, &newname).map(|a| fs.known(a)), reply_entry(reply));
     }
 
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
@@ -1593,9 +1613,11 @@ impl Filesystem for Daemon {
         let name = name.to_owned();
         self.run(
             Op::Create,
-            move |fs| fs.create(parent.0, &name, mode, flags),
+            move |fs| fs.create(parent.0, &name, mode, flags).map(|(a, fh)| (fs.born(a), fh)),
             move |r| match r {
-                Ok((attr, fh)) => reply.created(&TTL, &attr, Generation(0), FileHandle(fh), FopenFlags::empty()),
+                Ok(((attr, generation), fh)) => {
+                    reply.created(&TTL, &attr, Generation(generation), FileHandle(fh), FopenFlags::empty())
+                }
                 Err(e) => reply.error(e),
             },
         );
