@@ -10,7 +10,7 @@
 //!   resolved again from the root. No path the plan does not change is looked up at all.
 //! * **Separate budgets** for lookups (default 1: the kernel's NFS client serializes them, so
 //!   parallel ones only add contention) and for writes (creates, renames, removals overlap well on
-//!   NFS), as the [`Budgets`](treesync_core::policy::Budgets) wrapper, and the write budget can be
+//!   NFS), as the [`Budgets`] wrapper, and the write budget can be
 //!   adaptive ([`Gate::adaptive`]): it grows while throughput rises and backs off when latency
 //!   climbs, so nobody has to guess `--write-jobs`.
 //! * Files are written under a temporary name in their directory and renamed over the old one (no

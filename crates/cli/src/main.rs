@@ -934,7 +934,7 @@ fn run_status_all(runs: Vec<(Option<String>, StatusArgs)>) -> anyhow::Result<Exi
         return Ok(ExitCode::from(worst));
     }
     let now = treesync_core::state::now_unix();
-    println!("{:<16} {:<6} {:<12} {:<10} {:<12} TARGET", "MIRROR", "BACKEND", "SYNCED", "AGE", "STATE");
+    println!("{:<16} {:<7} {:<12} {:<10} {:<12} TARGET", "MIRROR", "BACKEND", "SYNCED", "AGE", "STATE");
     for r in &rows {
         let s = |v: &serde_json::Value| v.as_str().unwrap_or("").to_string();
         let (synced, age, state) = if let Some(e) = r.get("error") {
@@ -954,7 +954,7 @@ fn run_status_all(runs: Vec<(Option<String>, StatusArgs)>) -> anyhow::Result<Exi
             (synced.unwrap_or_else(|| "-".into()), age.unwrap_or_else(|| "-".into()), state)
         };
         println!(
-            "{:<16} {:<6} {:<12} {:<10} {:<12} {}",
+            "{:<16} {:<7} {:<12} {:<10} {:<12} {}",
             s(&r["mirror"]),
             r.get("backend").map(s).unwrap_or_default(),
             synced,
