@@ -418,3 +418,55 @@ fn odd_names_sync_like_git_and_gitmodules_symlinks_are_refused() {
     let o = sync(&bare.path, &c, &dir.path().join("t2"));
     assert_clear_error(&o, 4, ".gitmodules");
 }
+
+/// A truncated pack file (a disk that filled up during `git gc`, a copy cut short): the sync
+/// stops with one clear error and exit 2, the target is left at its commit or journaled as
+/// interrupted, and once the pack is whole again the next sync finishes like git archive.
+#[test]
+fn a_truncated_pack_is_a_clear_error_and_the_repaired_repository_syncs() {
+    let bare = BareRepo::new();
+    let mut a = Model::default();
+    a.insert("keep", Entry::File { content: b"keep\n".to_vec(), executable: false });
+    let mut b = a.clone();
+    for i in 0..40 {
+        // Incompressible-ish content, so the pack's tail holds these blobs.
+        let content: Vec<u8> = (0..4000u32).map(|j| ((j * 7919 + i * 104_729) % 251) as u8).collect();
+        b.insert(&format!("data/f{i:02}.bin"), Entry::File { content, executable: false });
+    }
+    let commits = history::import(&bare.path, "main", &[a, b]);
+    git(&bare.path, &["repack", "-adq"]);
+    let pack_dir = bare.path.join("objects/pack");
+    let pack = std::fs::read_dir(&pack_dir)
+        .expect("pack dir")
+        .map(|e| e.expect("entry").path())
+        .find(|p| p.extension().is_some_and(|e| e == "pack"))
+        .expect("a pack");
+    let whole = std::fs::read(&pack).expect("read pack");
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let target = dir.path().join("t");
+    assert!(sync(&bare.path, &commits[0], &target).status.success());
+
+    // What git archive says, read while the pack is whole (git cannot read it either after).
+    let expected_a = tempfile::tempdir().expect("tempdir");
+    bare.archive(&commits[0], &expected_a.path().join("x"));
+    let expected_a = tree::read_dir(&expected_a.path().join("x"));
+
+    // Cut the pack to 60%: the index still lists every object.
+    std::fs::write(&pack, &whole[..whole.len() * 6 / 10]).expect("truncate");
+    let o = sync(&bare.path, &commits[1], &target);
+    assert_eq!(o.status.code(), Some(2), "exit 2: {}", stderr(&o));
+    let err = stderr(&o);
+    assert!(err.lines().count() <= 3 && err.starts_with("treesync: error:"), "one clear error: {err}");
+    let st = String::from_utf8_lossy(&treesync(&["status", "--target", s(&target)]).stdout).into_owned();
+    if !st.contains("INTERRUPTED") {
+        assert!(tree::diff(&expected_a, &tree::read_dir(&target)).is_none(), "nothing written: {err}");
+    }
+    eprintln!("error: {err}\nstatus: {st}");
+
+    // The pack is whole again: the next sync finishes the job.
+    std::fs::write(&pack, &whole).expect("restore");
+    let o = sync(&bare.path, &commits[1], &target);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_target_is(&bare, &commits[1], &target);
+}
