@@ -55,7 +55,9 @@ impl Slow {
         Slow { fs: slow(false), options }
     }
     fn fs(&self) -> &SlowFs {
-        self.fs.as_ref().expect("checked by available()")
+        self.fs
+            .as_ref()
+            .expect("the slow-filesystem suite needs FUSE: /dev/fuse and root or fusermount3 (apt install fuse3)")
     }
     fn mounted(&self) -> PathBuf {
         self.fs().path().join("target")
