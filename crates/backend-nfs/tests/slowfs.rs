@@ -4,7 +4,7 @@
 //! incremental sync is checked on the CLI, in its own process: a test process that forks
 //! children while files are open on the mount makes the kernel send extra FLUSHes.)
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;

@@ -287,13 +287,17 @@ impl ObjectStoreBackend {
                 self.write_blob(path, *blob, *size, if *executable { MODE_EXEC } else { MODE_FILE }, blobs).await
             }
             Op::Symlink { path, target } => self.put(path, Bytes::from(target.clone()), MODE_LINK).await,
-            Op::Unlink { path } => match {
+            Op::Unlink { path } => {
                 bump(&self.requests.delete, 1);
-                self.store.delete(&self.key(path)).await
-            } {
-                Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
-                Err(e) => Err(store_error("delete", path, e)),
-            },
+                self.delete_one(path).await
+            }
+        }
+    }
+
+    async fn delete_one(&self, path: &RelPath) -> Result<(), Error> {
+        match self.store.delete(&self.key(path)).await {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+            Err(e) => Err(store_error("delete", path, e)),
         }
     }
 

@@ -561,20 +561,17 @@ async fn watch_one(name: Option<String>, args: WatchArgs, interrupt: Arc<AtomicB
                     format!("verify: DRIFT in {} paths, first: {}", report.drift.len(), report.drift[0].path())
                 };
                 emit("verified", serde_json::json!({ "report": &report, "clean": report.is_clean() }), text, false);
-                if !report.is_clean() {
-                    if args.repair {
-                        let plan = verify::repair_plan(&repo, &report, false)?;
-                        let blobs: Arc<dyn treesync_core::source::BlobSource> = Arc::new(repo.clone());
-                        let done =
-                            apply::apply(&plan, &*backend, &blobs, apply::Options::default(), &|_| {}, &interrupt)
-                                .await?;
-                        emit(
-                            "repaired",
-                            serde_json::json!({ "repaired": done.counts }),
-                            format!("repaired: {}", done.counts),
-                            false,
-                        );
-                    }
+                if !report.is_clean() && args.repair {
+                    let plan = verify::repair_plan(&repo, &report, false)?;
+                    let blobs: Arc<dyn treesync_core::source::BlobSource> = Arc::new(repo.clone());
+                    let done =
+                        apply::apply(&plan, &*backend, &blobs, apply::Options::default(), &|_| {}, &interrupt).await?;
+                    emit(
+                        "repaired",
+                        serde_json::json!({ "repaired": done.counts }),
+                        format!("repaired: {}", done.counts),
+                        false,
+                    );
                 }
             }
             Ok(())
@@ -728,7 +725,7 @@ fn make_backend(args: &TargetArgs) -> anyhow::Result<Chosen> {
             if let Some(j) = args.jobs {
                 options.puts_in_flight = j.max(1);
             }
-            let b = treesync_backend_s3::open(&args.target(), &config, options)?;
+            let b = treesync_backend_s3::open(args.target(), &config, options)?;
             let why =
                 if matches!(args.backend, BackendKind::Auto) { "auto: the target is a URL" } else { "--backend s3" };
             Ok(Chosen { backend: Arc::new(b), name: "s3", why: why.into(), gates: None })
@@ -761,7 +758,7 @@ fn make_backend(args: &TargetArgs) -> anyhow::Result<Chosen> {
                     write_jobs,
                     fsync: args.fsync,
                 };
-                let b = treesync_backend_nfs::open(&args.target(), options);
+                let b = treesync_backend_nfs::open(args.target(), options);
                 let gates = Some((b.lookups().clone(), b.writes().clone()));
                 return Ok(Chosen { backend: Arc::new(b), name: "nfs", why, gates });
             }
@@ -772,7 +769,7 @@ fn make_backend(args: &TargetArgs) -> anyhow::Result<Chosen> {
             if let Some(b) = args.batch {
                 options.batch = b.max(1);
             }
-            let b = treesync_backend_local::LocalBackend::new(&args.target(), options);
+            let b = treesync_backend_local::LocalBackend::new(args.target(), options);
             Ok(Chosen { backend: Arc::new(b), name: "local", why, gates: None })
         }
     }
@@ -783,11 +780,11 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Sync(args) => {
             let pick = args.pick.clone();
-            each(expand(&cfg, &pick, args, |a, m| fill(&mut a.source, &mut a.target, m))?, |a| run_sync(a))
+            each(expand(&cfg, &pick, args, |a, m| fill(&mut a.source, &mut a.target, m))?, run_sync)
         }
         Command::Plan(args) => {
             let pick = args.pick.clone();
-            each(expand(&cfg, &pick, args, |a, m| fill(&mut a.source, &mut a.target, m))?, |a| run_plan(a))
+            each(expand(&cfg, &pick, args, |a, m| fill(&mut a.source, &mut a.target, m))?, run_plan)
         }
         Command::Status(args) => {
             let pick = args.pick.clone();
@@ -795,7 +792,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             if pick.all {
                 return run_status_all(runs);
             }
-            each(runs, |a| run_status(a))
+            each(runs, run_status)
         }
         Command::Verify(args) => {
             let pick = args.pick.clone();
