@@ -983,7 +983,18 @@ fn run_verify(args: VerifyArgs) -> anyhow::Result<ExitCode> {
     };
     let rt = runtime()?;
     let ctx = || format!("verifying {backend}");
-    let report = rt.block_on(verify::verify(&repo, &*backend, level)).with_context(ctx)?;
+    // A spinner on a terminal: a verify scans the whole target, which takes a while on a NAS.
+    let spinner = (!args.json && std::io::stderr().is_terminal()).then(|| {
+        let bar = indicatif::ProgressBar::new_spinner();
+        bar.set_message(format!("verifying {backend}: scanning the target and comparing with the tree"));
+        bar.enable_steady_tick(std::time::Duration::from_millis(120));
+        bar
+    });
+    let report = rt.block_on(verify::verify(&repo, &*backend, level));
+    if let Some(bar) = &spinner {
+        bar.finish_and_clear();
+    }
+    let report = report.with_context(ctx)?;
     let mut repaired = None;
     let mut after = None;
     let mut would_repair = None;
