@@ -14,10 +14,12 @@ pub fn run(args: &[String]) -> Result<(), String> {
     }
     run_status(std::process::Command::new("cargo").current_dir(project_root()).args(["test", "--workspace"]))?;
     run_status(
-        std::process::Command::new("cargo")
-            .current_dir(project_root())
-            .env("RUSTDOCFLAGS", "-D warnings")
-            .args(["doc", "--no-deps", "--workspace", "--quiet"]),
+        std::process::Command::new("cargo").current_dir(project_root()).env("RUSTDOCFLAGS", "-D warnings").args([
+            "doc",
+            "--no-deps",
+            "--workspace",
+            "--quiet",
+        ]),
     )?;
     run_status(std::process::Command::new("cargo").current_dir(project_root()).args(["xtask", "dist"]))
 }
