@@ -241,7 +241,7 @@ pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
             }
             other => {
                 let err = cx.err(key.span(), format!("unknown key {other:?} at the top level{}", expected(TOP_KEYS)));
-                return Err(if MIRROR_KEYS.contains(&other) {
+                return Err(if mirror_keys().contains(&other) {
                     err.hint("the keys of a mirror go under a [mirror.NAME] header, shared settings under [defaults]")
                 } else {
                     err.maybe_hint(did_you_mean(other, TOP_KEYS))
@@ -276,7 +276,7 @@ pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
                 other => {
                     if !settings.set(&cx, &section, k, v)? {
                         let err =
-                            cx.err(k.span(), format!("unknown key {other:?} in {section}{}", expected(MIRROR_KEYS)));
+                            cx.err(k.span(), format!("unknown key {other:?} in {section}{}", expected(&mirror_keys())));
                         return Err(
                             if v.get_ref().is_table() && cx.text.get(v.span()).is_some_and(|h| h.starts_with('[')) {
                                 // `[mirror.v2.0]` is the key "0" of the mirror "v2".
@@ -284,7 +284,7 @@ pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
                                     "a dot splits a table name; quote a name that has one: [mirror.\"{name}.{other}\"]"
                                 ))
                             } else {
-                                err.maybe_hint(did_you_mean(other, MIRROR_KEYS))
+                                err.maybe_hint(did_you_mean(other, &mirror_keys()))
                             },
                         );
                     }
@@ -432,22 +432,10 @@ const SETTING_KEYS: &[&str] = &[
     "allow_http",
     "repair",
 ];
-const MIRROR_KEYS: &[&str] = &[
-    "repo",
-    "ref",
-    "target",
-    "backend",
-    "interval",
-    "verify_every",
-    "jobs",
-    "lookup_jobs",
-    "write_jobs",
-    "fsync",
-    "endpoint",
-    "region",
-    "allow_http",
-    "repair",
-];
+/// Every key of a `[mirror.NAME]` table: the required ones, then the settings.
+fn mirror_keys() -> Vec<&'static str> {
+    [REQUIRED_KEYS, SETTING_KEYS].concat()
+}
 
 /// Where a setting was given, to say so when it clashes with something else.
 #[derive(Clone, Debug)]
