@@ -9,7 +9,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use treesync_testkit::slowfs::{self, SlowFs, Stats};
+use treesync_testkit::slowfs::{self, SlowFs};
 
 use crate::bench::{fmt_time, git, make_repo, settle};
 use crate::util::{measure, median, run_quiet};
@@ -36,19 +36,6 @@ struct Row {
     note: String,
 }
 
-fn settled(fs: &SlowFs) -> Stats {
-    let mut last = fs.stats();
-    for _ in 0..100 {
-        std::thread::sleep(Duration::from_millis(20));
-        let now = fs.stats();
-        if now.total() == last.total() {
-            return now;
-        }
-        last = now;
-    }
-    last
-}
-
 /// Time `cmd` `runs` times after `setup`, counting the filesystem requests of each run.
 fn timed(
     fs: &SlowFs,
@@ -60,11 +47,11 @@ fn timed(
     let mut ops = Vec::new();
     for _ in 0..runs {
         setup()?;
-        let _ = settled(fs);
+        let _ = fs.settled_stats();
         fs.reset();
         let (t, _) = measure(&mut cmd())?;
         times.push(t);
-        ops.push(settled(fs).total());
+        ops.push(fs.settled_stats().total());
     }
     ops.sort_unstable();
     Ok((median(times), ops[ops.len() / 2]))

@@ -15,7 +15,7 @@ use treesync_core::{Backend, verify};
 use treesync_testkit::Rng;
 use treesync_testkit::conformance::{Fixture, History, sync_to};
 use treesync_testkit::history::{self, Model};
-use treesync_testkit::slowfs::{self, Config, Op, SlowFs, Stats};
+use treesync_testkit::slowfs::{self, Config, Op, SlowFs};
 use treesync_testkit::tree::{self, Node};
 
 const LATENCY: Duration = Duration::from_micros(200);
@@ -29,20 +29,6 @@ fn slow(record_paths: bool) -> Option<SlowFs> {
 
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime")
-}
-
-/// Stats once the kernel's background RELEASEs of files closed so far have arrived.
-fn settled_stats(fs: &SlowFs) -> Stats {
-    let mut last = fs.stats();
-    for _ in 0..50 {
-        std::thread::sleep(Duration::from_millis(20));
-        let now = fs.stats();
-        if now.total() == last.total() && now.count(Op::Release) >= now.count(Op::Create) {
-            return now;
-        }
-        last = now;
-    }
-    last
 }
 
 struct Slow {
@@ -139,7 +125,7 @@ fn lookup_budget_holds_at_the_filesystem() {
         fs.reset();
         let report = rt.block_on(verify::verify(&h.repo, &backend, verify::Level::Quick)).expect("verify");
         assert!(report.is_clean(), "{report:?}");
-        let stats = settled_stats(&fs);
+        let stats = fs.settled_stats();
         assert!(stats.count(Op::Lookup) >= 1_500, "every file looked up: {stats}");
         seen.push((stats.max_in_flight_of(Op::Lookup), stats.max_in_flight_of(Op::Getattr)));
     }
@@ -163,7 +149,7 @@ fn write_budget_holds_at_the_filesystem() {
             Options { write_jobs: jobs, ..Options::default() },
         );
         rt.block_on(sync_to(&h.repo, &h.commits[0], &backend)).expect("sync");
-        let stats = settled_stats(&fs);
+        let stats = fs.settled_stats();
         assert!(stats.count(Op::Create) >= 600, "{stats}");
         seen.push((stats.max_in_flight_of(Op::Create), backend.writes().max_in_flight()));
         if let Some(d) = tree::diff(&h.expected(0), &tree::read_dir(&fs.backing().join(format!("w{i}")))) {

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use treesync_testkit::conformance::History;
 use treesync_testkit::history::{self, Model};
-use treesync_testkit::slowfs::{self, Config, Op, SlowFs, Stats};
+use treesync_testkit::slowfs::{self, Config, Op, SlowFs};
 use treesync_testkit::tree;
 
 fn treesync(args: &[&str]) -> Output {
@@ -23,20 +23,6 @@ fn s(p: &Path) -> &str {
 fn ok(o: Output) -> Output {
     assert!(o.status.success(), "treesync failed: {}", String::from_utf8_lossy(&o.stderr));
     o
-}
-
-/// Stats once the kernel's background RELEASEs have arrived.
-fn settled_stats(fs: &SlowFs) -> Stats {
-    let mut last = fs.stats();
-    for _ in 0..50 {
-        std::thread::sleep(Duration::from_millis(20));
-        let now = fs.stats();
-        if now.total() == last.total() {
-            return now;
-        }
-        last = now;
-    }
-    last
 }
 
 fn counted_incremental_sync(modified: usize, added: usize, deleted: usize) {
@@ -63,7 +49,7 @@ fn counted_incremental_sync(modified: usize, added: usize, deleted: usize) {
 
     fs.reset();
     let out = ok(treesync(&["sync", "--json", "--repo", s(&repo), "--ref", &h.commits[1], "--target", s(&target)]));
-    let stats = settled_stats(&fs);
+    let stats = fs.settled_stats();
     let out: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
     assert_eq!(out["backend"], "nfs");
     eprintln!("K={k}:\n{stats}");

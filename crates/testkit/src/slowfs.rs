@@ -398,6 +398,22 @@ impl SlowFs {
         self.inner.stats()
     }
 
+    /// The counts once the kernel's background requests have arrived: it sends RELEASE after
+    /// `close` returns, so a count read right after a program finished can miss some. Waits
+    /// (up to 2 s) until the total stops changing and every created file was released.
+    pub fn settled_stats(&self) -> Stats {
+        let mut last = self.stats();
+        for _ in 0..100 {
+            std::thread::sleep(Duration::from_millis(20));
+            let now = self.stats();
+            if now.total() == last.total() && now.count(Op::Release) >= now.count(Op::Create) {
+                return now;
+            }
+            last = now;
+        }
+        last
+    }
+
     /// Zero the counts, the maxima and the recorded paths.
     pub fn reset(&self) {
         self.inner.reset();
