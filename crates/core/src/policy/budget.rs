@@ -85,21 +85,7 @@ impl Gate {
         let min = options.min.max(1);
         let max = options.max.max(min);
         let options = Adaptive { min, max, initial: options.initial.clamp(min, max), ..options };
-        let control = Control {
-            options,
-            limit: options.initial,
-            owed: 0,
-            base: None,
-            window_start: Instant::now(),
-            window_ops: 0,
-            window_latency: 0.0,
-            prev_throughput: 0.0,
-            slow_start: true,
-            class: None,
-            strikes: 0,
-            history: vec![options.initial],
-        };
-        Gate::build(options.initial, Some(Mutex::new(control)))
+        Gate::build(options.initial, Some(Mutex::new(Control::new(options))))
     }
 
     fn build(n: usize, control: Option<Mutex<Control>>) -> Gate {
@@ -183,16 +169,37 @@ impl Gate {
 }
 
 impl Control {
+    fn new(options: Adaptive) -> Control {
+        Control {
+            options,
+            limit: options.initial,
+            owed: 0,
+            base: None,
+            window_start: Instant::now(),
+            window_ops: 0,
+            window_latency: 0.0,
+            prev_throughput: 0.0,
+            slow_start: true,
+            class: None,
+            strikes: 0,
+            history: vec![options.initial],
+        }
+    }
+
+    fn new_window(&mut self) {
+        self.window_start = Instant::now();
+        self.window_ops = 0;
+        self.window_latency = 0.0;
+    }
+
     /// Work of `class` arrives: a different class has different latencies, so start the
     /// baseline and the window over (the limit stays).
     fn enter(&mut self, class: u8) {
         if self.class != Some(class) {
             self.class = Some(class);
             self.base = None;
-            self.window_start = Instant::now();
-            self.window_ops = 0;
-            self.window_latency = 0.0;
             self.prev_throughput = 0.0;
+            self.new_window();
         }
     }
 
@@ -240,9 +247,7 @@ impl Control {
         }
         new = new.clamp(self.options.min, self.options.max);
         self.prev_throughput = throughput;
-        self.window_start = Instant::now();
-        self.window_ops = 0;
-        self.window_latency = 0.0;
+        self.new_window();
         if new != old {
             tracing::debug!(
                 target: "treesync::budget",
@@ -439,20 +444,7 @@ mod tests {
     }
 
     fn control(initial: usize) -> Control {
-        Control {
-            options: Adaptive { initial, min: 1, max: 64, backoff_latency: 2.0 },
-            limit: initial,
-            owed: 0,
-            base: None,
-            window_start: Instant::now(),
-            window_ops: 0,
-            window_latency: 0.0,
-            prev_throughput: 0.0,
-            slow_start: true,
-            class: None,
-            strikes: 0,
-            history: vec![initial],
-        }
+        Control::new(Adaptive { initial, min: 1, max: 64, backoff_latency: 2.0 })
     }
 
     /// Drive the controller with modelled windows of one class: a server that serves
