@@ -30,15 +30,10 @@ impl Fixture for Local {
         tree::read_dir(&self.root)
     }
     fn put_file(&self, path: &str, content: &[u8]) {
-        let p = self.root.join(path);
-        std::fs::create_dir_all(p.parent().expect("parent")).expect("mkdir");
-        std::fs::write(p, content).expect("write");
+        tree::put_file(&self.root, path, content)
     }
     fn replace_dir_by_symlink(&self, path: &str, target: &std::path::Path) -> bool {
-        let p = self.root.join(path);
-        std::fs::remove_dir_all(&p).expect("rm -r");
-        std::os::unix::fs::symlink(target, &p).expect("symlink");
-        true
+        tree::replace_dir_by_symlink(&self.root, path, target)
     }
 }
 

@@ -61,15 +61,10 @@ impl Fixture for Slow {
         tree::read_dir(&self.backing())
     }
     fn put_file(&self, path: &str, content: &[u8]) {
-        let p = self.backing().join(path);
-        std::fs::create_dir_all(p.parent().expect("parent")).expect("mkdir");
-        std::fs::write(p, content).expect("write");
+        tree::put_file(&self.backing(), path, content)
     }
     fn replace_dir_by_symlink(&self, path: &str, target: &Path) -> bool {
-        let p = self.backing().join(path);
-        std::fs::remove_dir_all(&p).expect("rm -r");
-        std::os::unix::fs::symlink(target, &p).expect("symlink");
-        true
+        tree::replace_dir_by_symlink(&self.backing(), path, target)
     }
 }
 

@@ -100,3 +100,19 @@ fn describe(n: &Node) -> String {
         Node::Link(t) => format!("symlink -> {}", String::from_utf8_lossy(t)),
     }
 }
+
+/// Put a foreign file at `path` below `root` (parents created), bypassing treesync: for
+/// conformance fixtures on directories.
+pub fn put_file(root: &Path, path: &str, content: &[u8]) {
+    let p = root.join(path);
+    std::fs::create_dir_all(p.parent().expect("parent")).expect("mkdir");
+    std::fs::write(p, content).expect("write");
+}
+
+/// Replace the directory at `path` below `root` by a symlink to `target`, bypassing treesync.
+pub fn replace_dir_by_symlink(root: &Path, path: &str, target: &Path) -> bool {
+    let p = root.join(path);
+    std::fs::remove_dir_all(&p).expect("rm -r");
+    std::os::unix::fs::symlink(target, &p).expect("symlink");
+    true
+}
