@@ -788,7 +788,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Command::Status(args) => {
             let pick = args.pick.clone();
-            let runs = expand(&cfg, &pick, args, |a, m| fill(&mut Source { repo: None, rev: None }, &mut a.target, m))?;
+            let runs = expand(&cfg, &pick, args, |a, m| fill_target(&mut a.target, m))?;
             if pick.all {
                 return run_status_all(runs);
             }
@@ -798,7 +798,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let pick = args.pick.clone();
             let runs = expand(&cfg, &pick, args, |a, m| {
                 a.repo = Some(m.repo.clone());
-                fill(&mut Source { repo: None, rev: None }, &mut a.target, m);
+                fill_target(&mut a.target, m);
             })?;
             each_code(runs, run_verify)
         }
@@ -848,6 +848,11 @@ fn expand<A: Clone>(
 fn fill(source: &mut Source, target: &mut TargetArgs, m: &config::Mirror) {
     source.repo = Some(m.repo.clone());
     source.rev = Some(m.rev.clone());
+    fill_target(target, m);
+}
+
+/// A mirror's target and its options, where the command line did not set them.
+fn fill_target(target: &mut TargetArgs, m: &config::Mirror) {
     target.target_arg = Some(m.target.clone());
     if target.backend == BackendKind::Auto {
         target.backend = match m.backend {
