@@ -142,7 +142,7 @@ impl Target {
     /// The temporary name a file is written under, next to its final name. It is the same on
     /// every run, so replaying an interrupted plan reuses (and so removes) what a killed run
     /// left; the planner refuses tree entries with this prefix.
-    fn sibling_tmp(name: &[u8]) -> Vec<u8> {
+    pub fn sibling_tmp(name: &[u8]) -> Vec<u8> {
         let mut tmp = TMP_PREFIX.as_bytes().to_vec();
         if name.len() + tmp.len() <= 255 {
             tmp.extend_from_slice(name);

@@ -40,6 +40,7 @@
 pub mod detect;
 mod dirs;
 mod meta;
+pub mod remote;
 
 use std::fmt;
 use std::os::fd::AsFd;

@@ -292,6 +292,13 @@ pub trait Backend: Send + Sync + fmt::Display {
     /// Take the target's lock, or fail fast with [`Error::Locked`]. `holder` describes this process.
     async fn lock(&self, holder: &str) -> Result<LockGuard, Error>;
 
+    /// Release a lock taken by [`Backend::lock`]. Backends whose lock is a file on a server
+    /// (the built-in NFS client) remove it here; for the others dropping the guard is enough.
+    async fn unlock(&self, guard: LockGuard) -> Result<(), Error> {
+        drop(guard);
+        Ok(())
+    }
+
     /// Everything in the target (`.treesync` left out), for `verify`: one entry per file,
     /// symlink and directory, with the cheapest metadata the storage gives (one readdir per
     /// directory plus an lstat per entry on filesystems, one LIST per 1,000 keys on object stores).
@@ -380,6 +387,9 @@ macro_rules! impl_for_pointer {
             }
             async fn lock(&self, holder: &str) -> Result<LockGuard, Error> {
                 (**self).lock(holder).await
+            }
+            async fn unlock(&self, guard: LockGuard) -> Result<(), Error> {
+                (**self).unlock(guard).await
             }
             async fn scan(&self, jobs: usize) -> Result<Vec<Found>, Error> {
                 (**self).scan(jobs).await

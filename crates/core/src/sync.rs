@@ -260,7 +260,30 @@ pub async fn sync(
     let to = repo.resolve(rev)?;
     let me = holder();
     let target = backend.prepare_target(!options.dry_run).await?;
-    let _lock = if options.dry_run { None } else { Some(backend.lock(&me).await?) };
+    let lock = if options.dry_run { None } else { Some(backend.lock(&me).await?) };
+    let result = sync_locked(repo, to, &me, target, backend, options, progress, interrupt, start).await;
+    if let Some(lock) = lock {
+        // Released on every path; a failure to release matters only when all else went well.
+        let unlocked = backend.unlock(lock).await;
+        if result.is_ok() {
+            unlocked?;
+        }
+    }
+    result
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn sync_locked(
+    repo: &Repo,
+    to: crate::source::Resolved,
+    me: &str,
+    target: TargetState,
+    backend: &dyn Backend,
+    options: &Options,
+    progress: &(dyn Fn(&Progress<'_>) + Send + Sync),
+    interrupt: &AtomicBool,
+    start: Instant,
+) -> Result<Outcome, Error> {
     let prepared = prepare_at(repo, to, backend, options.force, target).await?;
     let Prepared { state, resume, main, to, takeover, .. } = prepared;
     if let Some((p, _)) = &resume {
@@ -309,7 +332,7 @@ pub async fn sync(
         // The journal says "in progress" for this transition; it is ours now.
         if p.holder.is_some() && !backend.capabilities().exclusive_lock {
             current.in_progress = Some(InProgress {
-                holder: Some(me.clone()),
+                holder: Some(me.to_string()),
                 host: Some(hostname()),
                 pid: Some(std::process::id()),
                 ..p.clone()
@@ -347,7 +370,7 @@ pub async fn sync(
             to_tree: to.tree,
             takeover,
             started_unix: state::now_unix(),
-            holder: Some(me.clone()),
+            holder: Some(me.to_string()),
             host: Some(hostname()),
             pid: Some(std::process::id()),
         });
@@ -446,7 +469,10 @@ pub async fn status(backend: &dyn Backend) -> Result<Status, Error> {
     };
     let running = if target == TargetState::Managed {
         match backend.lock("treesync status (probe)").await {
-            Ok(_guard) => None,
+            Ok(guard) => {
+                backend.unlock(guard).await?;
+                None
+            }
             Err(backend::Error::Locked { holder }) => Some(holder),
             Err(e) => return Err(e.into()),
         }

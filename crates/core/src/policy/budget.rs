@@ -400,6 +400,10 @@ impl<B: Backend> Backend for Budgets<B> {
         self.inner.lock(holder).await
     }
 
+    async fn unlock(&self, guard: LockGuard) -> Result<(), Error> {
+        self.inner.unlock(guard).await
+    }
+
     async fn scan(&self, jobs: usize) -> Result<Vec<Found>, Error> {
         // The scan runs its own threads; it gets as many as the lookup budget has.
         self.inner.scan(jobs.min(self.lookups.ceiling()).max(1)).await

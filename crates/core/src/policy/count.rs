@@ -109,6 +109,10 @@ impl<B: Backend> Backend for Count<B> {
         self.note(|r| r.setup_calls += 1);
         self.inner.lock(holder).await
     }
+
+    async fn unlock(&self, guard: crate::backend::LockGuard) -> Result<(), Error> {
+        self.inner.unlock(guard).await
+    }
     async fn scan(&self, jobs: usize) -> Result<Vec<crate::backend::Found>, Error> {
         self.note(|r| r.scans += 1);
         self.inner.scan(jobs).await

@@ -63,6 +63,10 @@ impl<B: Backend> Backend for Limit<B> {
     async fn lock(&self, holder: &str) -> Result<crate::backend::LockGuard, Error> {
         self.inner.lock(holder).await
     }
+
+    async fn unlock(&self, guard: crate::backend::LockGuard) -> Result<(), Error> {
+        self.inner.unlock(guard).await
+    }
     async fn scan(&self, jobs: usize) -> Result<Vec<crate::backend::Found>, Error> {
         self.inner.scan(jobs).await
     }
