@@ -1,8 +1,11 @@
 //! Test support for treesync: repositories generated with the real `git`, random histories,
-//! comparison of a target with `git archive`, and the conformance suite every backend runs.
+//! comparison of a target with `git archive`, the conformance suite every backend runs, and
+//! real servers to run it against (a slow FUSE filesystem, moto for S3, nfs-ganesha for NFS,
+//! with a TCP delay line for latency).
 
 pub mod conformance;
 pub mod crash;
+pub mod delay;
 pub mod history;
 pub mod s3;
 pub mod schema;
