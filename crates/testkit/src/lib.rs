@@ -6,6 +6,7 @@
 pub mod conformance;
 pub mod crash;
 pub mod delay;
+pub mod ganesha;
 pub mod history;
 pub mod s3;
 pub mod schema;
