@@ -135,8 +135,10 @@ impl Source {
 
 #[derive(Args, Clone)]
 struct TargetArgs {
-    /// Where to keep the tree: a directory (created if missing; its parent must exist), or an
-    /// object-store URL: s3://BUCKET/PREFIX, file:///DIR, memory://.
+    /// Where to keep the tree: a directory (created if missing; its parent must exist), an
+    /// object-store URL (s3://BUCKET/PREFIX, file:///DIR, memory://), or an NFS export reached
+    /// by the built-in NFSv3 client, no mount needed:
+    /// nfs://HOST[:PORT]/EXPORT/PATH[?mountport=N&nfsport=N&uid=N&gid=N&inflight=N&timeout=S].
     #[arg(long = "target", value_name = "DIR|URL", required_unless_present_any = ["mirror", "all"])]
     target_arg: Option<String>,
     /// Storage backend. `auto` infers it from the target: s3 for URLs; for directories nfs on
@@ -713,6 +715,30 @@ impl Chosen {
 
 fn make_backend(args: &TargetArgs) -> anyhow::Result<Chosen> {
     let is_url = args.target().contains("://");
+    if args.target().starts_with("nfs://") {
+        let why = match args.backend {
+            BackendKind::Auto => "auto: an nfs:// URL, the built-in NFSv3 client",
+            BackendKind::Nfs => "--backend nfs with an nfs:// URL: the built-in NFSv3 client",
+            other => anyhow::bail!(
+                "--backend {} cannot use the NFS URL {:?}\n  hint: drop --backend, or use --backend nfs",
+                other.name(),
+                args.target()
+            ),
+        };
+        let mut options = treesync_backend_nfs::remote::RemoteOptions::default();
+        match (args.jobs, args.write_jobs) {
+            (_, Some(WriteJobsArg::Fixed(n))) | (Some(n), None) => {
+                options.write_jobs = treesync_backend_nfs::WriteJobs::Fixed(n.max(1));
+            }
+            (_, Some(WriteJobsArg::Auto)) | (None, None) => {}
+        }
+        if let Some(n) = args.lookup_jobs {
+            options.lookup_jobs = n.max(1);
+        }
+        let b = treesync_backend_nfs::remote::open(args.target(), options)?;
+        let gates = Some((b.lookups().clone(), b.writes().clone()));
+        return Ok(Chosen { backend: Arc::new(b), name: "nfs", why: why.into(), gates });
+    }
     match args.backend {
         BackendKind::S3 | BackendKind::Auto if is_url => {
             let config = treesync_backend_s3::Config {

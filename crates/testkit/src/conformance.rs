@@ -328,7 +328,7 @@ pub async fn locked_target_is_refused(f: &dyn Fixture) {
         sync::Error::Backend(backend::Error::Locked { holder }) => assert!(holder.contains("4242"), "holder: {holder}"),
         e => panic!("expected Locked, got {e}"),
     }
-    drop(guard);
+    backend.unlock(guard).await.expect("unlock");
     sync_to(&h.repo, &h.commits[1], &*backend).await.expect("after unlock");
     h.assert_matches(f, 1, "after the lock was released");
 }

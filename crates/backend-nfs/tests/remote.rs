@@ -1,0 +1,371 @@
+//! The built-in NFSv3 client (`nfs://` targets) against a real NFS server: nfs-ganesha on
+//! 127.0.0.1, started by the test process (see `treesync_testkit::ganesha`), directly and
+//! through a TCP delay line. Targets are read back from the exported directory on this machine.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use treesync_backend_nfs::WriteJobs;
+use treesync_backend_nfs::remote::{self, RemoteBackend, RemoteOptions};
+use treesync_core::Backend;
+use treesync_core::policy::Budgets;
+use treesync_testkit::conformance::{Fixture, History, sync_to};
+use treesync_testkit::delay::DelayProxy;
+use treesync_testkit::ganesha::Ganesha;
+use treesync_testkit::history::{self, Model};
+use treesync_testkit::tree::{self, Node};
+
+static NEXT: AtomicU64 = AtomicU64::new(0);
+
+fn server() -> Option<&'static Ganesha> {
+    Ganesha::shared()
+}
+
+/// A fresh subdirectory of the export as a target.
+struct Export {
+    server: &'static Ganesha,
+    sub: String,
+    url: String,
+    options: RemoteOptions,
+    _proxy: Option<Arc<DelayProxy>>,
+}
+
+impl Export {
+    fn new(options: RemoteOptions) -> Option<Self> {
+        let server = server()?;
+        let sub = format!("t{}-{}", std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed));
+        Some(Export { server, url: server.url(&sub), sub, options, _proxy: None })
+    }
+
+    /// The same, with NFS calls going through a delay line of `one_way` each way.
+    fn delayed(options: RemoteOptions, one_way: Duration) -> Option<Self> {
+        let mut e = Export::new(options)?;
+        let proxy = Arc::new(DelayProxy::start(e.server.nfs_addr(), one_way));
+        e.url = format!(
+            "nfs://127.0.0.1:{}{}/{}?mountport={}",
+            proxy.addr().port(),
+            e.server.export_path(),
+            e.sub,
+            e.server.mount_port()
+        );
+        e._proxy = Some(proxy);
+        Some(e)
+    }
+
+    fn root(&self) -> PathBuf {
+        self.server.dir().join(&self.sub)
+    }
+
+    fn open(&self) -> Budgets<RemoteBackend> {
+        remote::open(&self.url, self.options.clone()).expect("valid URL")
+    }
+}
+
+impl Fixture for Export {
+    fn backend(&self) -> Arc<dyn Backend> {
+        Arc::new(self.open())
+    }
+    fn read(&self) -> BTreeMap<String, Node> {
+        tree::read_dir(&self.root())
+    }
+    fn put_file(&self, path: &str, content: &[u8]) {
+        tree::put_file(&self.root(), path, content)
+    }
+    fn replace_dir_by_symlink(&self, path: &str, target: &std::path::Path) -> bool {
+        tree::replace_dir_by_symlink(&self.root(), path, target)
+    }
+}
+
+/// Skips (or fails under CI) without ganesha: the suites below need the real server.
+macro_rules! export {
+    ($e:expr) => {
+        match $e {
+            Some(e) => e,
+            None => return,
+        }
+    };
+}
+
+macro_rules! suite_on {
+    ($make:expr) => {
+        macro_rules! case {
+            ($name:ident) => {
+                #[test]
+                fn $name() {
+                    let rt = tokio::runtime::Builder::new_multi_thread()
+                        .worker_threads(2)
+                        .enable_all()
+                        .build()
+                        .expect("runtime");
+                    let f = export!($make);
+                    rt.block_on(treesync_testkit::conformance::$name(&f));
+                }
+            };
+        }
+        case!(initial_sync_matches_git_archive);
+        case!(type_changes_match_git);
+        case!(interrupted_sync_is_finished_by_next_run);
+        case!(storage_faults_are_clear_and_recoverable);
+        case!(incremental_sync_touches_only_changed_paths);
+        case!(locked_target_is_refused);
+        case!(never_writes_through_a_symlink);
+        case!(unmanaged_target_needs_force);
+        #[test]
+        fn random_walk_matches_git() {
+            let rt =
+                tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
+            for seed in 1..=3 {
+                let f = export!($make);
+                rt.block_on(treesync_testkit::conformance::random_walk_matches_git(&f, seed));
+            }
+        }
+    };
+}
+
+/// The defaults: pipelined, adaptive.
+mod direct {
+    use super::*;
+    suite_on!(Export::new(RemoteOptions::default()));
+}
+
+/// One op at a time and one call in flight: what a mount does.
+mod one_in_flight {
+    use super::*;
+    suite_on!(
+        Export::new(RemoteOptions { lookup_jobs: 1, write_jobs: WriteJobs::Fixed(1), ..Default::default() }).map(
+            |mut e| {
+                e.url.push_str("&inflight=1");
+                e
+            }
+        )
+    );
+}
+
+/// Through a delay line of 2 ms each way: replies come late and out of order.
+mod delayed {
+    use super::*;
+    suite_on!(Export::delayed(RemoteOptions::default(), Duration::from_millis(2)));
+}
+
+fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime")
+}
+
+fn calls(b: &RemoteBackend) -> BTreeMap<&'static str, u64> {
+    b.calls().into_iter().collect()
+}
+
+/// An incremental sync of K changed paths in a wide tree costs O(K) calls, none of them about
+/// a path the change does not involve, and the same number whatever the tree's size.
+#[test]
+fn incremental_sync_costs_o_k_calls() {
+    let rt = rt();
+    let mut per_size = Vec::new();
+    for n in [400, 2000] {
+        let e = export!(Export::new(RemoteOptions { record: true, ..Default::default() }));
+        let base = history::wide_tree(n, 7);
+        let (next, changed) = history::change_some(&base, 6, 2, 2, 8);
+        let k = changed.len();
+        assert_eq!(k, 10);
+        let h = History::from_trees(&[base, next]);
+        rt.block_on(sync_to(&h.repo, &h.commits[0], &e.open())).expect("initial");
+        let b = e.open();
+        rt.block_on(sync_to(&h.repo, &h.commits[1], &b)).expect("incremental");
+        h.assert_matches(&e, 1, "incremental over NFS");
+        let inner = b.inner();
+        let total = inner.total_calls();
+        let by_proc = calls(inner);
+        assert!(total <= 10 * k as u64 + 10, "N={n}: {total} calls for K={k}: {by_proc:?}");
+        assert_eq!(by_proc.get("GETATTR"), None, "no GETATTR: attributes come with the replies: {by_proc:?}");
+        assert_eq!(by_proc.get("READDIRPLUS"), None, "no listing: {by_proc:?}");
+        assert_eq!(by_proc.get("READDIR"), None, "no listing: {by_proc:?}");
+        // Every call is about a changed path, a directory above one, or the state folder.
+        for (proc, path) in inner.recorded() {
+            let p = String::from_utf8_lossy(&path).into_owned();
+            // The target itself is looked up by its path on the server.
+            let involved = p.is_empty()
+                || e.url.contains(&p)
+                || p.starts_with(".treesync")
+                || p.contains("lock.nfs")
+                || changed.iter().any(|c| c == &p || c.starts_with(&format!("{p}/")));
+            assert!(involved, "N={n}: {proc} of {p:?}, which the change does not involve");
+        }
+        // LOOKUPs: each directory above a changed path once, plus the target's own path
+        // (1 component below the export), `.treesync` and its state file.
+        let mut dirs = std::collections::BTreeSet::new();
+        for c in &changed {
+            let mut p = c.as_str();
+            while let Some((parent, _)) = p.rsplit_once('/') {
+                dirs.insert(parent.to_string());
+                p = parent;
+            }
+        }
+        let lookups = by_proc.get("LOOKUP").copied().unwrap_or(0);
+        assert!(
+            lookups <= dirs.len() as u64 + 3,
+            "N={n}: {lookups} LOOKUPs for {} directories: {by_proc:?}",
+            dirs.len()
+        );
+        eprintln!("N={n} K={k}: {total} calls ({by_proc:?}), {} directories above the changes", dirs.len());
+        let mut rest = by_proc.clone();
+        rest.remove("LOOKUP");
+        per_size.push(rest);
+    }
+    assert_eq!(per_size[0], per_size[1], "the same calls but directory lookups whatever the tree's size");
+}
+
+/// With the default budgets many calls are in flight on one connection; `inflight=1` keeps
+/// exactly one (the comparison of the benchmark).
+#[test]
+fn calls_are_pipelined_on_one_connection() {
+    let rt = rt();
+    let h = History::from_trees(&[history::wide_tree(600, 3)]);
+    let e = export!(Export::delayed(RemoteOptions::default(), Duration::from_millis(1)));
+    let b = e.open();
+    rt.block_on(sync_to(&h.repo, &h.commits[0], &b)).expect("initial");
+    h.assert_matches(&e, 0, "pipelined");
+    let rpc = b.inner().rpc().expect("connected");
+    assert_eq!(rpc.connections(), 1, "one connection");
+    assert!(rpc.max_in_flight() >= 8, "pipelined: at most {} in flight", rpc.max_in_flight());
+
+    let mut one =
+        export!(Export::new(RemoteOptions { lookup_jobs: 1, write_jobs: WriteJobs::Fixed(1), ..Default::default() }));
+    one.url.push_str("&inflight=1");
+    let b = one.open();
+    rt.block_on(sync_to(&h.repo, &h.commits[0], &b)).expect("initial, one in flight");
+    h.assert_matches(&one, 0, "one in flight");
+    assert_eq!(b.inner().rpc().expect("connected").max_in_flight(), 1);
+}
+
+/// A connection that breaks under pending calls: they go again on a new connection and the
+/// sync finishes like git archive.
+#[test]
+fn dropped_connections_are_survived() {
+    let rt = rt();
+    let h = History::random(11, 3);
+    let e = export!(Export::delayed(RemoteOptions::default(), Duration::from_millis(1)));
+    let b = e.open();
+    rt.block_on(sync_to(&h.repo, &h.commits[0], &b)).expect("initial");
+    let rpc = b.inner().rpc().expect("connected");
+    rpc.drop_connection_after(3);
+    rt.block_on(sync_to(&h.repo, &h.commits[1], &b)).expect("survives three dropped connections");
+    h.assert_matches(&e, 1, "after dropped connections");
+    assert!(rpc.connections() >= 4, "reconnected: {} connections", rpc.connections());
+    assert!(rpc.retransmits() >= 3, "sent again: {}", rpc.retransmits());
+    // The delay line cutting every connection mid-sync.
+    let proxy = e._proxy.clone().expect("proxy");
+    let cutter = std::thread::spawn(move || {
+        for _ in 0..3 {
+            std::thread::sleep(Duration::from_millis(15));
+            proxy.cut();
+        }
+    });
+    rt.block_on(sync_to(&h.repo, &h.commits[2], &b)).expect("survives cut connections");
+    cutter.join().expect("cutter");
+    h.assert_matches(&e, 2, "after cut connections");
+}
+
+/// Errors name the problem and what to do.
+#[test]
+fn bad_targets_get_clear_errors() {
+    let rt = rt();
+    let s = match server() {
+        Some(s) => s,
+        None => return,
+    };
+    let h = History::random(5, 1);
+    let status = |url: &str| {
+        let b = remote::open(url, RemoteOptions::default()).expect("valid URL");
+        rt.block_on(treesync_core::sync::status(&b)).map(|_| ()).map_err(|e| e.to_string())
+    };
+    // An export the server does not have.
+    let url = format!("nfs://127.0.0.1:{}/nope/x?mountport={}", s.nfs_port(), s.mount_port());
+    let e = status(&url).expect_err("no such export");
+    assert!(e.contains("no export of 127.0.0.1 holds /nope/x") && e.contains(s.export_path()), "{e}");
+    // Nothing listening.
+    let port = std::net::TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port();
+    let url = format!("nfs://127.0.0.1:{port}/x?mountport={port}&timeout=2");
+    let e = status(&url).expect_err("nobody there");
+    assert!(e.contains("cannot mount") && e.contains("Connection refused") && e.contains("hint"), "{e}");
+    // A parent that does not exist.
+    let url = s.url("missing-parent/site");
+    let b = remote::open(&url, RemoteOptions::default()).expect("valid URL");
+    let e = rt.block_on(sync_to(&h.repo, &h.commits[0], &b)).expect_err("parent missing").to_string();
+    assert!(e.contains("missing-parent") && e.contains("NFS3ERR_NOENT"), "{e}");
+    // A target that is a file.
+    std::fs::write(s.dir().join("a-file"), b"x").expect("write");
+    let b = remote::open(&s.url("a-file"), RemoteOptions::default()).expect("valid URL");
+    let e = rt.block_on(sync_to(&h.repo, &h.commits[0], &b)).expect_err("not a dir").to_string();
+    assert!(e.contains("not a directory"), "{e}");
+}
+
+/// A lock whose holder died on this machine is taken over at once; one held by a live
+/// process elsewhere names it.
+#[test]
+fn stale_locks_are_taken_over() {
+    let rt = rt();
+    let h = History::random(9, 2);
+    let e = export!(Export::new(RemoteOptions::default()));
+    rt.block_on(sync_to(&h.repo, &h.commits[0], &e.open())).expect("initial");
+    let lock = e.root().join(".treesync/lock.nfs");
+    // A process of this host that is gone.
+    let dead = {
+        let mut c = std::process::Command::new("true").spawn().expect("spawn");
+        c.wait().expect("wait");
+        c.id()
+    };
+    let host = treesync_core::sync::hostname();
+    std::fs::write(&lock, format!("pid {dead} on {host}, started at unix time 1\n")).expect("write lock");
+    rt.block_on(sync_to(&h.repo, &h.commits[1], &e.open())).expect("stale lock taken over");
+    h.assert_matches(&e, 1, "after taking over");
+    assert!(!lock.exists(), "the lock is released after the sync");
+    // A live holder on another host.
+    std::fs::write(&lock, "pid 1 on elsewhere, started at unix time 1\n").expect("write lock");
+    let err = rt.block_on(sync_to(&h.repo, &h.commits[0], &e.open())).expect_err("locked").to_string();
+    assert!(err.contains("pid 1 on elsewhere") && err.contains("taken over 120 s after"), "{err}");
+    std::fs::remove_file(&lock).expect("rm");
+}
+
+/// Files larger than the server's write size go up in chunks (UNSTABLE WRITEs + one COMMIT).
+#[test]
+fn large_files_are_written_in_chunks() {
+    let rt = rt();
+    let e = export!(Export::new(RemoteOptions::default()));
+    let mut m = Model::default();
+    let big: Vec<u8> = (0..5_300_000u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
+    m.insert("big.bin", history::Entry::File { content: big, executable: true });
+    m.insert("small", history::Entry::File { content: b"s\n".to_vec(), executable: false });
+    let h = History::from_trees(&[m]);
+    let b = e.open();
+    rt.block_on(sync_to(&h.repo, &h.commits[0], &b)).expect("sync");
+    h.assert_matches(&e, 0, "large file");
+    let c = calls(b.inner());
+    assert!(c.get("WRITE").copied().unwrap_or(0) >= 6, "chunks: {c:?}");
+    assert_eq!(c.get("COMMIT"), Some(&1), "one COMMIT for the large file: {c:?}");
+    assert_eq!(c.get("FSINFO"), Some(&1), "wtmax asked once: {c:?}");
+}
+
+/// `verify` over NFS: a full scan (READDIRPLUS per directory, READLINK per symlink), content
+/// hashed through READ, drift found.
+#[test]
+fn verify_over_nfs() {
+    use treesync_core::verify::{Level, verify};
+    let rt = rt();
+    let h = History::random(21, 2);
+    let e = export!(Export::new(RemoteOptions::default()));
+    let b = e.open();
+    rt.block_on(sync_to(&h.repo, &h.commits[1], &b)).expect("sync");
+    for level in [Level::Quick, Level::Stat, Level::Full] {
+        let r = rt.block_on(verify(&h.repo, &b, level)).expect("verify");
+        assert!(r.is_clean(), "{level:?}: a fresh sync verifies: {r:?}");
+    }
+    e.put_file("intruder.txt", b"not from git\n");
+    let r = rt.block_on(verify(&h.repo, &b, Level::Quick)).expect("verify");
+    assert!(!r.is_clean(), "the extra file is found");
+    std::fs::remove_file(e.root().join("intruder.txt")).expect("rm");
+    let r = rt.block_on(verify(&h.repo, &b, Level::Stat)).expect("verify");
+    assert!(r.is_clean(), "clean again: {r:?}");
+}
