@@ -6,6 +6,7 @@ mod bench_s3;
 mod campaign;
 mod ci;
 mod dist;
+mod ganesha;
 mod slowfs;
 mod util;
 
@@ -31,6 +32,11 @@ Tasks:
           target/dist/SHA256SUMS, then unpack it and check it: --version, the checksum, the
           man pages, the completions, a sync of HEAD compared with git archive HEAD
           options: --no-test (skip the check)
+  ganesha Start a private nfs-ganesha NFSv3 server on 127.0.0.1 exporting a fresh tmpfs (the NFS
+          test bed, treesync_testkit::ganesha), print its nfs:// URL and the exported directory,
+          and serve until SIGINT/SIGTERM (needs root, nfs-ganesha and nfs-ganesha-vfs)
+          options: --delay D (none; one way, e.g. 2ms: NFS and MOUNT also served through a TCP
+                   delay line, round trip about 2·D)
   slowfs --backing DIR --mount DIR
           Serve the backing DIR at the mount DIR through a slow FUSE passthrough filesystem
           (an NFS/NAS stand-in: no attribute cache, a latency per request, requests served
@@ -50,6 +56,7 @@ fn main() -> std::process::ExitCode {
         Some("dist") => dist::run(&args[1..]),
         Some("campaign") => campaign::run(&args[1..]),
         Some("slowfs") => slowfs::run(&args[1..]),
+        Some("ganesha") => ganesha::run(&args[1..]),
         Some("bench-generate") => bench::generate(&args[1..]),
         Some("help" | "--help" | "-h") | None => {
             print!("{HELP}");

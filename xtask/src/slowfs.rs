@@ -56,7 +56,7 @@ pub fn run(args: &[String]) -> Result<(), String> {
 }
 
 /// "200us", "1ms", "0.5ms", "2s", "0" (also "ns", "µs").
-fn parse_duration(s: &str) -> Result<Duration, String> {
+pub(crate) fn parse_duration(s: &str) -> Result<Duration, String> {
     let s = s.trim();
     let split = s.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(s.len());
     let (number, unit) = s.split_at(split);
@@ -73,11 +73,11 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
 }
 
 /// SIGINT, SIGTERM and SIGHUP, blocked so that they can be waited for.
-struct Signals(libc::sigset_t);
+pub(crate) struct Signals(libc::sigset_t);
 
 #[allow(unsafe_code)]
 impl Signals {
-    fn block() -> Signals {
+    pub(crate) fn block() -> Signals {
         // SAFETY: sigset_t is plain data, initialised by sigemptyset before use; the calls only
         // read and write this local set and the calling thread's mask.
         unsafe {
@@ -91,7 +91,7 @@ impl Signals {
         }
     }
 
-    fn wait(&self) -> i32 {
+    pub(crate) fn wait(&self) -> i32 {
         let mut sig = 0;
         // SAFETY: the set was initialised in `block`; sig is a live local.
         unsafe { libc::sigwait(&self.0, &mut sig) };
