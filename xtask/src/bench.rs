@@ -27,6 +27,11 @@ struct Config {
     nfs_latency: Duration,
     nfs_runs: usize,
     nfs_git_runs: usize,
+    nfs_client: bool,
+    client_initial: usize,
+    client_files: usize,
+    client_delay: Duration,
+    client_runs: usize,
 }
 
 fn parse(args: &[String]) -> Result<Config, String> {
@@ -44,19 +49,28 @@ fn parse(args: &[String]) -> Result<Config, String> {
         nfs_latency: Duration::from_millis(1),
         nfs_runs: 3,
         nfs_git_runs: 1,
+        nfs_client: true,
+        client_initial: 5_000,
+        client_files: 20_000,
+        client_delay: Duration::from_millis(2),
+        client_runs: 3,
     };
     let mut args = args;
     match args.first().map(String::as_str) {
         Some("local") => {
-            (c.s3, c.nfs) = (false, false);
+            (c.s3, c.nfs, c.nfs_client) = (false, false, false);
             args = &args[1..];
         }
         Some("s3") => {
-            (c.local, c.nfs) = (false, false);
+            (c.local, c.nfs, c.nfs_client) = (false, false, false);
             args = &args[1..];
         }
         Some("nfs") => {
-            (c.local, c.s3) = (false, false);
+            (c.local, c.s3, c.nfs_client) = (false, false, false);
+            args = &args[1..];
+        }
+        Some("nfs-client") => {
+            (c.local, c.s3, c.nfs) = (false, false, false);
             args = &args[1..];
         }
         _ => {}
@@ -79,6 +93,13 @@ fn parse(args: &[String]) -> Result<Config, String> {
             "--nfs-initial" => c.nfs_initial = value()?.parse().map_err(|e| format!("--nfs-initial: {e}"))?,
             "--nfs-runs" => c.nfs_runs = value()?.parse().map_err(|e| format!("--nfs-runs: {e}"))?,
             "--nfs-git-runs" => c.nfs_git_runs = value()?.parse().map_err(|e| format!("--nfs-git-runs: {e}"))?,
+            "--client-initial" => c.client_initial = value()?.parse().map_err(|e| format!("--client-initial: {e}"))?,
+            "--client-files" => c.client_files = value()?.parse().map_err(|e| format!("--client-files: {e}"))?,
+            "--client-runs" => c.client_runs = value()?.parse().map_err(|e| format!("--client-runs: {e}"))?,
+            "--client-delay-ms" => {
+                let ms: f64 = value()?.parse().map_err(|e| format!("--client-delay-ms: {e}"))?;
+                c.client_delay = Duration::from_secs_f64(ms / 1000.0);
+            }
             "--latency" => {
                 let v = value()?;
                 let ms: f64 = v
@@ -235,6 +256,31 @@ pub fn run(args: &[String]) -> Result<(), String> {
                     &root.join("BENCHMARKS.md"),
                     "nfs",
                     "NAS (slow FUSE filesystem): treesync vs git",
+                    &block,
+                )?;
+            }
+        }
+        if c.nfs_client {
+            let cc = crate::bench_nfs_client::Config {
+                initial_files: c.client_initial,
+                update_files: c.client_files,
+                one_way: c.client_delay,
+                runs: c.client_runs.max(1),
+            };
+            let table = crate::bench_nfs_client::run(&cc, &c.dir, &treesync)?;
+            println!("{table}");
+            if c.write {
+                let block = format!(
+                    "Reproduce: `cargo xtask bench nfs-client --client-initial {} --client-files {} --client-delay-ms {} --client-runs {}` (root; needs nfs-ganesha: see .ci/run).\n\n{table}",
+                    c.client_initial,
+                    c.client_files,
+                    c.client_delay.as_secs_f64() * 1000.0,
+                    c.client_runs
+                );
+                write_section(
+                    &root.join("BENCHMARKS.md"),
+                    "nfs-client",
+                    "NFS without a mount: the built-in client, pipelined vs one call in flight",
                     &block,
                 )?;
             }

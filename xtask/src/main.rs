@@ -2,6 +2,7 @@
 
 mod bench;
 mod bench_nfs;
+mod bench_nfs_client;
 mod bench_s3;
 mod campaign;
 mod ci;
@@ -14,13 +15,17 @@ const HELP: &str = "\
 cargo xtask <task> [options]
 
 Tasks:
-  bench [local|s3|nfs]
+  bench [local|s3|nfs|nfs-client]
           Benchmark treesync against git (local), against rclone and aws s3 sync on a local
-          moto server (s3), and against git on the slow FUSE filesystem standing in for a NAS
-          (nfs), on generated repositories; rewrite BENCHMARKS.md. Without a name, runs all.
+          moto server (s3), against git on the slow FUSE filesystem standing in for a NAS
+          (nfs), and the built-in NFS client pipelined vs one call in flight against
+          nfs-ganesha behind a delay line (nfs-client), on generated repositories; rewrite
+          BENCHMARKS.md. Without a name, runs all.
           options: --files N (100000)  --runs R (5)  --s3-files N (20000)
                    --nfs-files N,N (20000,100000)  --nfs-initial N (2000)  --latency 1ms
                    --nfs-runs R (3)  --nfs-git-runs R (1)
+                   --client-initial N (5000)  --client-files N (20000)
+                   --client-delay-ms D (2; each way)  --client-runs R (3)
                    --dir DIR (/tmp/treesync-bench)  --no-write (print the tables only)
   campaign
           Kill `treesync sync` with SIGKILL at random moments, check that the next sync

@@ -1,0 +1,236 @@
+//! `cargo xtask bench nfs-client`: the built-in NFSv3 client (`nfs://` targets) against a real
+//! NFS server (nfs-ganesha on 127.0.0.1, exporting a tmpfs) behind a TCP delay line, pipelined
+//! (the defaults) vs the same client with one call in flight (what a kernel mount does: one
+//! synchronous round trip per operation). Calls are counted by the client (`sync --json`).
+
+use std::fmt::Write as _;
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use treesync_testkit::delay::DelayProxy;
+use treesync_testkit::ganesha::{self, Ganesha};
+use treesync_testkit::history;
+
+use crate::bench::fmt_time;
+use crate::util::median;
+
+pub struct Config {
+    /// Files of the initial-checkout case.
+    pub initial_files: usize,
+    /// Files of the update case (K = 10 changed: 6 modified, 2 added, 2 deleted).
+    pub update_files: usize,
+    /// Delay each way.
+    pub one_way: Duration,
+    /// Runs per pipelined measurement (medians); the one-in-flight runs are long, one each.
+    pub runs: usize,
+}
+
+struct Row {
+    case: String,
+    tool: String,
+    time: Duration,
+    calls: u64,
+    by_proc: String,
+}
+
+const ONE: &str = "inflight=1";
+
+/// Run `treesync sync --json` once: wall time (the whole process: connect, MOUNT, the sync) and
+/// the NFS calls it reports, by procedure.
+fn sync(treesync: &Path, repo: &Path, rev: &str, url: &str, extra: &[&str]) -> Result<(Duration, u64, String), String> {
+    let mut cmd = Command::new(treesync);
+    cmd.args(["sync", "--json", "--repo"]).arg(repo).args(["--ref", rev, "--target", url]).args(extra);
+    let start = Instant::now();
+    let out = cmd.output().map_err(|e| format!("cannot run treesync: {e}"))?;
+    let t = start.elapsed();
+    if !out.status.success() {
+        return Err(format!("treesync sync {url} failed: {}", String::from_utf8_lossy(&out.stderr)));
+    }
+    let v: serde_json::Value =
+        serde_json::from_slice(&out.stdout).map_err(|e| format!("sync --json printed no JSON: {e}"))?;
+    let cost = v.get("cost").and_then(|c| c.as_object()).ok_or("sync --json has no cost")?;
+    let mut total = 0;
+    let mut parts = Vec::new();
+    for (k, n) in cost {
+        let n = n.as_u64().unwrap_or(0);
+        if k != "MOUNT" {
+            total += n;
+        }
+        parts.push(format!("{n} {k}"));
+    }
+    Ok((t, total, parts.join(", ")))
+}
+
+fn url(port: u16, mount_port: u16, sub: &str, extra: &str) -> String {
+    let mut u = format!("nfs://127.0.0.1:{port}{}/{sub}?mountport={mount_port}", ganesha::EXPORT_PATH);
+    if !extra.is_empty() {
+        u.push('&');
+        u.push_str(extra);
+    }
+    u
+}
+
+pub fn run(c: &Config, dir: &Path, treesync: &Path) -> Result<String, String> {
+    if !ganesha::available() {
+        return Err(
+            "the nfs-client benchmark needs nfs-ganesha (apt-get install nfs-ganesha nfs-ganesha-vfs; root)".into()
+        );
+    }
+    let server = Ganesha::start().ok_or("nfs-ganesha did not start")?;
+    let nfs = DelayProxy::start(server.nfs_addr(), c.one_way);
+    let mnt = DelayProxy::start(server.mount_addr(), c.one_way);
+    let rtt = {
+        let mut samples = Vec::new();
+        for _ in 0..20 {
+            samples.push(ganesha::rpc_null(nfs.addr(), 100_003, 3).map_err(|e| format!("NULL call: {e}"))?);
+        }
+        median(samples)
+    };
+    eprintln!(
+        "nfs-ganesha at {}, delay line {:?} each way: NULL round trip {}",
+        server.nfs_addr(),
+        c.one_way,
+        fmt_time(rtt)
+    );
+    let (np, mp) = (nfs.addr().port(), mnt.addr().port());
+    let mut rows = Vec::new();
+
+    // Initial checkout of N files.
+    let n = c.initial_files;
+    let repo = dir.join(format!("nfs-client-{n}.git"));
+    let _ = std::fs::remove_dir_all(&repo);
+    std::fs::create_dir_all(&repo).map_err(|e| e.to_string())?;
+    treesync_testkit::git(&repo, &["init", "-q", "--bare"]);
+    let commits = history::import(&repo, "main", &[history::wide_tree(n, 1)]);
+    let a = commits.first().ok_or("import made no commit")?.clone();
+    let case = format!("initial checkout, N={n}");
+    for (label, extra_url, flags, runs) in [
+        ("treesync nfs://, pipelined (defaults)", "", vec![], c.runs),
+        ("treesync nfs://, one call in flight", ONE, vec!["--write-jobs", "1", "--lookup-jobs", "1"], 1),
+    ] {
+        eprintln!("{case}: {label}…");
+        let mut times = Vec::new();
+        let (mut calls, mut by) = (0, String::new());
+        for r in 0..runs {
+            let sub = format!("init-{}", r + rows.len() * 10);
+            let _ = std::fs::remove_dir_all(server.dir().join(&sub));
+            let (t, n_calls, b) = sync(treesync, &repo, &a, &url(np, mp, &sub, extra_url), &flags)?;
+            check(&repo, &a, &server.dir().join(&sub))?;
+            let _ = std::fs::remove_dir_all(server.dir().join(&sub));
+            times.push(t);
+            (calls, by) = (n_calls, b);
+        }
+        rows.push(Row { case: case.clone(), tool: label.into(), time: median(times), calls, by_proc: by });
+    }
+    let _ = std::fs::remove_dir_all(&repo);
+
+    // Update with K = 10 in an N-file tree.
+    let n = c.update_files;
+    let repo = dir.join(format!("nfs-client-{n}.git"));
+    let _ = std::fs::remove_dir_all(&repo);
+    std::fs::create_dir_all(&repo).map_err(|e| e.to_string())?;
+    treesync_testkit::git(&repo, &["init", "-q", "--bare"]);
+    let base = history::wide_tree(n, 2);
+    let (next, changed) = history::change_some(&base, 6, 2, 2, 3);
+    let k = changed.len();
+    let commits = history::import(&repo, "main", &[base, next]);
+    let (a, b) = (commits[0].clone(), commits[1].clone());
+    let case = format!("update, N={n}, K={k}");
+    eprintln!("{case}: preparing the tree at A…");
+    let sub = "update";
+    let _ = std::fs::remove_dir_all(server.dir().join(sub));
+    sync(treesync, &repo, &a, &url(np, mp, sub, ""), &[])?;
+    for (label, extra_url, flags, runs) in [
+        ("treesync nfs://, pipelined (defaults)", "", vec![], c.runs),
+        ("treesync nfs://, one call in flight", ONE, vec!["--write-jobs", "1", "--lookup-jobs", "1"], c.runs),
+    ] {
+        eprintln!("{case}: {label}…");
+        let mut times = Vec::new();
+        let (mut calls, mut by) = (0, String::new());
+        for _ in 0..runs {
+            sync(treesync, &repo, &a, &url(np, mp, sub, ""), &[])?;
+            let (t, n_calls, bp) = sync(treesync, &repo, &b, &url(np, mp, sub, extra_url), &flags)?;
+            times.push(t);
+            (calls, by) = (n_calls, bp);
+        }
+        check(&repo, &b, &server.dir().join(sub))?;
+        rows.push(Row { case: case.clone(), tool: label.into(), time: median(times), calls, by_proc: by });
+    }
+    let _ = std::fs::remove_dir_all(&repo);
+    drop((nfs, mnt));
+    server.stop();
+    Ok(render(&rows, c, rtt, k))
+}
+
+/// The target (read on the server's side) must be `git archive` of `rev`.
+fn check(repo: &Path, rev: &str, target: &Path) -> Result<(), String> {
+    let want = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let archive = Command::new("git")
+        .arg("-C")
+        .arg(repo)
+        .args(["archive", rev])
+        .output()
+        .map_err(|e| format!("git archive: {e}"))?;
+    let mut tar = Command::new("tar")
+        .arg("-x")
+        .arg("-C")
+        .arg(want.path())
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("tar: {e}"))?;
+    std::io::Write::write_all(tar.stdin.as_mut().ok_or("tar stdin")?, &archive.stdout).map_err(|e| e.to_string())?;
+    drop(tar.stdin.take());
+    tar.wait().map_err(|e| e.to_string())?;
+    let diff = Command::new("diff")
+        .args(["-r", "--no-dereference", "-x", ".treesync"])
+        .arg(want.path())
+        .arg(target)
+        .output()
+        .map_err(|e| format!("diff: {e}"))?;
+    if diff.status.success() {
+        Ok(())
+    } else {
+        Err(format!("the target differs from git archive {rev}: {}", String::from_utf8_lossy(&diff.stdout)))
+    }
+}
+
+fn render(rows: &[Row], c: &Config, rtt: Duration, k: usize) -> String {
+    let mut t = String::new();
+    let _ = writeln!(
+        t,
+        "nfs-ganesha {} on 127.0.0.1 exporting a tmpfs, reached through a TCP delay line of {} ms each way (measured NULL round trip {}). One run of the one-in-flight initial checkout, medians of {} otherwise. Each run is a whole `treesync sync --json` process (connect, MOUNT, lock, journal, the plan); calls are NFS calls counted by the client (MOUNT calls left out of the total). Every target was compared with `git archive`.\n",
+        ganesha_version(),
+        c.one_way.as_secs_f64() * 1000.0,
+        fmt_time(rtt),
+        c.runs
+    );
+    let _ = writeln!(t, "| case | client | time | NFS calls | vs one in flight | calls by procedure |");
+    let _ = writeln!(t, "|---|---|---:|---:|---:|---|");
+    for r in rows {
+        let base = rows.iter().find(|o| o.case == r.case && o.tool.contains("one call")).map(|o| o.time);
+        let ratio = base.map_or(String::new(), |b| format!("{:.1}×", b.as_secs_f64() / r.time.as_secs_f64()));
+        let _ =
+            writeln!(t, "| {} | {} | {} | {} | {} | {} |", r.case, r.tool, fmt_time(r.time), r.calls, ratio, r.by_proc);
+    }
+    if let Some(u) = rows.iter().find(|r| r.case.starts_with("update") && r.tool.contains("pipelined")) {
+        let _ = writeln!(
+            t,
+            "\nUpdate, pipelined: {} NFS calls for K={k} (target ≤ 10·K+10 = {}), {} (target < 0.5 s).",
+            u.calls,
+            10 * k + 10,
+            fmt_time(u.time)
+        );
+    }
+    t
+}
+
+fn ganesha_version() -> String {
+    Command::new("dpkg-query")
+        .args(["-W", "-f", "${Version}", "nfs-ganesha"])
+        .output()
+        .ok()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .filter(|v| !v.is_empty())
+        .unwrap_or_else(|| "(version unknown)".into())
+}
