@@ -187,7 +187,8 @@ enum BackendKind {
     /// Local disks (ext4, xfs, tmpfs, …): wide parallelism, atomic rename into place.
     Local,
     /// Network filesystems mounted here (NFS, SMB, sshfs, …): serialized lookups, each
-    /// directory looked up once per run, adaptive write concurrency.
+    /// directory looked up once per run, adaptive write concurrency. With an nfs:// URL: the
+    /// built-in NFSv3 client, many calls in flight on one connection, no mount needed.
     Nfs,
     /// Object storage through object_store (s3://, file://, memory:// URLs): concurrent PUTs,
     /// bulk deletes, conditional state writes.
