@@ -369,3 +369,67 @@ fn verify_over_nfs() {
     let r = rt.block_on(verify(&h.repo, &b, Level::Stat)).expect("verify");
     assert!(r.is_clean(), "clean again: {r:?}");
 }
+
+/// The server's disk fills up mid-sync: one clear error naming the path and NFS3ERR_NOSPC with
+/// the hint, no temporary left behind, the journal knows; once space is freed the next sync
+/// finishes like git archive.
+#[test]
+fn a_full_server_is_reported_and_recovered() {
+    let rt = rt();
+    // Its own server with an 8 MiB export (stopped when the test process exits).
+    let Some(server) = Ganesha::start_sized(8 << 20) else { return };
+    let server: &'static Ganesha = Box::leak(Box::new(server));
+    let e =
+        Export { server, sub: "full".into(), url: server.url("full"), options: RemoteOptions::default(), _proxy: None };
+    let mut small = Model::default();
+    small.insert("a.txt", history::Entry::File { content: b"a\n".to_vec(), executable: false });
+    let mut big = small.clone();
+    for i in 0..6 {
+        let content: Vec<u8> = (0..700_000u32).map(|j| (j.wrapping_mul(2_654_435_761) >> (i + 7)) as u8).collect();
+        big.insert(&format!("d/big{i}.bin"), history::Entry::File { content, executable: false });
+    }
+    let h = History::from_trees(&[small, big]);
+    let b = e.open();
+    rt.block_on(sync_to(&h.repo, &h.commits[0], &b)).expect("initial");
+    let ballast = server.dir().join("ballast");
+    std::fs::write(&ballast, vec![7u8; 5 << 20]).expect("ballast");
+    let err = rt.block_on(sync_to(&h.repo, &h.commits[1], &b)).expect_err("the disk fills up").to_string();
+    assert!(err.contains("NFS3ERR_NOSPC") && err.contains("d/big"), "{err}");
+    assert!(err.contains("free space and run sync again"), "the hint: {err}");
+    let tmp: Vec<_> = walk(&e.root())
+        .into_iter()
+        .filter(|p| p.file_name().is_some_and(|n| n.to_string_lossy().starts_with(".treesync-tmp.")))
+        .collect();
+    assert!(tmp.is_empty(), "temporaries left behind: {tmp:?}");
+    let status = rt.block_on(treesync_core::sync::status(&b)).expect("status");
+    assert!(status.state.expect("state").in_progress.is_some(), "the journal knows");
+    std::fs::remove_file(&ballast).expect("free space");
+    rt.block_on(sync_to(&h.repo, &h.commits[1], &b)).expect("the rerun finishes");
+    h.assert_matches(&e, 1, "after space was freed");
+}
+
+fn walk(dir: &std::path::Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let p = e.path();
+        if p.is_dir() && !p.is_symlink() {
+            out.extend(walk(&p));
+        }
+        out.push(p);
+    }
+    out
+}
+
+/// Credentials without write permission: NFS3ERR_ACCES, named, with the hint, nothing changed.
+#[test]
+fn permission_denied_is_clear() {
+    let rt = rt();
+    let h = History::random(13, 2);
+    let e = export!(Export::new(RemoteOptions::default()));
+    rt.block_on(sync_to(&h.repo, &h.commits[0], &e.open())).expect("initial as root");
+    let url = format!("{}&uid=4321&gid=4321", e.url);
+    let b = remote::open(&url, RemoteOptions::default()).expect("url");
+    let err = rt.block_on(sync_to(&h.repo, &h.commits[1], &b)).expect_err("no permission").to_string();
+    assert!(err.contains("NFS3ERR_ACCES") && err.contains("check the target's permissions"), "{err}");
+    h.assert_matches(&e, 0, "nothing changed");
+}

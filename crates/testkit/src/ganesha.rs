@@ -144,7 +144,7 @@ fn skip_or_panic(why: &str) {
 const SUPERVISOR: &str = r#"
 base=$1
 shift
-mount -t tmpfs -o mode=0777 "$TMPFS_SOURCE" "$base/export" || { echo "supervisor: cannot mount a tmpfs on $base/export" >> "$base/exited"; exit 1; }
+mount -t tmpfs -o "mode=0777${TMPFS_SIZE:+,size=$TMPFS_SIZE}" "$TMPFS_SOURCE" "$base/export" || { echo "supervisor: cannot mount a tmpfs on $base/export" >> "$base/exited"; exit 1; }
 setpriv --pdeathsig KILL unshare --mount --propagation private --pid --kill-child=KILL sh "$base/init.sh" "$base" "$@" </dev/null >>"$base/init.log" 2>&1 &
 ns=$!
 # The lifeline: returns when the test process drops the instance or dies.
@@ -252,7 +252,20 @@ impl Ganesha {
                 return None;
             }
         };
-        Some(Ganesha::start_with(&tools))
+        Some(Ganesha::start_with(&tools, None))
+    }
+
+    /// Like [`Ganesha::start`], with an export of `bytes` bytes at most: writes beyond it fail
+    /// with NFS3ERR_NOSPC (a full disk on the server).
+    pub fn start_sized(bytes: u64) -> Option<Ganesha> {
+        let tools = match tools() {
+            Ok(t) => t,
+            Err(why) => {
+                skip_or_panic(&why);
+                return None;
+            }
+        };
+        Some(Ganesha::start_with(&tools, Some(bytes)))
     }
 
     /// The instance shared by every test of this process (started on first use), for tests that
@@ -262,7 +275,7 @@ impl Ganesha {
         SHARED.get_or_init(Ganesha::start).as_ref()
     }
 
-    fn start_with(tools: &Tools) -> Ganesha {
+    fn start_with(tools: &Tools, size: Option<u64>) -> Ganesha {
         let started = Instant::now();
         let base = tempfile::Builder::new()
             .prefix("treesync-ganesha-")
@@ -294,6 +307,7 @@ impl Ganesha {
             .arg(&tools.rpcbind)
             .arg(&tools.ganesha)
             .env("TMPFS_SOURCE", TMPFS_SOURCE)
+            .env("TMPFS_SIZE", size.map(|b| b.to_string()).unwrap_or_default())
             .stdin(Stdio::piped())
             .stdout(Stdio::null())
             .stderr(log)
