@@ -242,10 +242,13 @@ impl ObjectStoreBackend {
         mode: u32,
         blobs: &Arc<dyn BlobSource>,
     ) -> Result<(), Error> {
-        let data = read_blob(path, blob, blobs).await?;
         if size < self.options.multipart_threshold {
+            let data = read_blob(path, blob, blobs).await?;
             return self.put(path, data, mode).await;
         }
+        // Large files: parts are read from the repository as they go up (a few in flight),
+        // never the whole file in memory.
+        let part = self.options.part_size.max(1);
         let _permit = self.puts.acquire().await.expect("never closed");
         let opts = object_store::PutMultipartOptions { attributes: self.attributes(mode), ..Default::default() };
         let upload = self
@@ -254,11 +257,55 @@ impl ObjectStoreBackend {
             .await
             .map_err(|e| store_error("start upload of", path, e))?;
         bump(&self.requests.multipart, 1);
-        bump(&self.requests.parts, data.len().div_ceil(self.options.part_size.max(1)) as u64);
-        let mut w = WriteMultipart::new_with_chunk_size(upload, self.options.part_size);
-        for chunk in data.chunks(self.options.part_size) {
-            w.wait_for_capacity(4).await.map_err(|e| store_error("upload", path, e))?;
-            w.put(data.slice_ref(chunk));
+        let (tx, mut rx) = tokio::sync::mpsc::channel::<Bytes>(2);
+        let source = blobs.clone();
+        let p = path.clone();
+        let reader = tokio::task::spawn_blocking(move || {
+            let mut buf = Vec::with_capacity(part);
+            source
+                .read_blob(&blob, &mut |mut chunk| {
+                    while !chunk.is_empty() {
+                        let take = (part - buf.len()).min(chunk.len());
+                        buf.extend_from_slice(&chunk[..take]);
+                        chunk = &chunk[take..];
+                        if buf.len() == part {
+                            let full = std::mem::replace(&mut buf, Vec::with_capacity(part));
+                            tx.blocking_send(Bytes::from(full))
+                                .map_err(|_| std::io::Error::other("the upload stopped"))?;
+                        }
+                    }
+                    Ok(())
+                })
+                .map_err(|e| match e {
+                    BlobError::Source(source) => Error::Blob { path: p.display(), source },
+                    BlobError::Sink(e) => Error::io("read", &p, e),
+                })?;
+            if !buf.is_empty() {
+                let _ = tx.blocking_send(Bytes::from(buf));
+            }
+            Ok::<(), Error>(())
+        });
+        let mut w = WriteMultipart::new_with_chunk_size(upload, part);
+        let mut parts = 0u64;
+        let mut failed = None;
+        while let Some(chunk) = rx.recv().await {
+            if let Err(e) = w.wait_for_capacity(4).await {
+                failed = Some(store_error("upload", path, e));
+                break;
+            }
+            w.put(chunk);
+            parts += 1;
+        }
+        drop(rx);
+        let read = reader.await.unwrap_or_else(|e| Err(Error::State(format!("a worker thread failed: {e}"))));
+        bump(&self.requests.parts, parts);
+        if let Some(e) = failed {
+            let _ = w.abort().await;
+            return Err(e);
+        }
+        if let Err(e) = read {
+            let _ = w.abort().await;
+            return Err(e);
         }
         w.finish().await.map_err(|e| store_error("upload", path, e))?;
         Ok(())

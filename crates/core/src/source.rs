@@ -133,8 +133,109 @@ pub enum BlobError {
     Sink(#[source] std::io::Error),
 }
 
+/// Blobs from this size on are streamed from the object database in chunks instead of being
+/// read whole into memory: gitoxide's object database hands out whole objects, so large loose
+/// objects and undeltified pack entries (what git makes of files above `core.bigFileThreshold`,
+/// 512 MiB by default) are located with `gix-pack` and inflated piecewise with `gix-zlib`.
+/// A large blob stored as a delta is read whole (git itself does the same).
+pub const STREAM_FROM: u64 = 64 << 20;
+
+impl Repo {
+    /// The blob's size, from its header (no content is read).
+    fn blob_size(&self, id: &ObjectId) -> Option<u64> {
+        self.with_objects(|odb| odb.try_header(id).ok().flatten()).map(|h| h.size)
+    }
+
+    fn objects_dir(&self) -> PathBuf {
+        self.shared.to_thread_local().common_dir().join("objects")
+    }
+
+    /// Stream a large blob in chunks of 1 MiB. `None` when it cannot be streamed (a delta, an
+    /// alternate object store): the caller reads it whole.
+    fn stream_blob(
+        &self,
+        id: &ObjectId,
+        size: u64,
+        sink: &mut dyn FnMut(&[u8]) -> std::io::Result<()>,
+    ) -> Option<Result<(), BlobError>> {
+        use std::io::{BufReader, Seek, SeekFrom};
+        let objects = self.objects_dir();
+        let hex = id.to_hex().to_string();
+        if let Ok(f) = std::fs::File::open(objects.join(&hex[..2]).join(&hex[2..])) {
+            return Some(inflate_to(BufReader::with_capacity(1 << 20, f), id, size, true, sink));
+        }
+        let packs = std::fs::read_dir(objects.join("pack")).ok()?;
+        for entry in packs.flatten() {
+            let idx = entry.path();
+            if idx.extension().is_none_or(|e| e != "idx") {
+                continue;
+            }
+            let Ok(index) = gix_pack::index::File::at(&idx, id.kind()) else { continue };
+            let Some(i) = index.lookup(id) else { continue };
+            let offset = index.pack_offset_at_index(i);
+            let pack_path = idx.with_extension("pack");
+            let pack = gix_pack::data::File::at(&pack_path, id.kind()).ok()?;
+            let e = pack.entry(offset).ok()?;
+            if !matches!(e.header, gix_pack::data::entry::Header::Blob) || e.decompressed_size != size {
+                return None;
+            }
+            // Read the pack through a file, not the mapping: touched pages of a mapping count
+            // towards the resident set.
+            let mut f = std::fs::File::open(&pack_path).ok()?;
+            f.seek(SeekFrom::Start(e.data_offset)).ok()?;
+            return Some(inflate_to(BufReader::with_capacity(1 << 20, f), id, size, false, sink));
+        }
+        None
+    }
+}
+
+/// Inflate a zlib stream from `rd` into `sink` in chunks; a loose object starts with its header
+/// (`blob SIZE\0`), which is skipped.
+fn inflate_to(
+    mut rd: impl std::io::BufRead,
+    id: &ObjectId,
+    size: u64,
+    loose: bool,
+    sink: &mut dyn FnMut(&[u8]) -> std::io::Result<()>,
+) -> Result<(), BlobError> {
+    let failed =
+        |message: String| BlobError::Source(Error::Object { what: "blob", id: *id, at: String::new(), message });
+    let mut state = gix_zlib::Decompress::new();
+    let mut buf = vec![0u8; 1 << 20];
+    let mut header = loose;
+    let mut written = 0u64;
+    while written < size || header {
+        let n = gix_zlib::stream::inflate::read(&mut rd, &mut state, &mut buf)
+            .map_err(|e| failed(format!("cannot inflate it: {e}")))?;
+        if n == 0 {
+            break;
+        }
+        let mut chunk = &buf[..n];
+        if header {
+            // The header is a few bytes: the first read has it whole.
+            let Some(nul) = chunk.iter().position(|b| *b == 0) else {
+                return Err(failed("its loose object header is garbled".into()));
+            };
+            chunk = &chunk[nul + 1..];
+            header = false;
+        }
+        let take = chunk.len().min(usize::try_from(size - written).unwrap_or(usize::MAX));
+        written += take as u64;
+        sink(&chunk[..take]).map_err(BlobError::Sink)?;
+    }
+    if written != size {
+        return Err(failed(format!("it ends after {written} of {size} bytes (truncated?)")));
+    }
+    Ok(())
+}
+
 impl BlobSource for Repo {
     fn read_blob(&self, id: &ObjectId, sink: &mut dyn FnMut(&[u8]) -> std::io::Result<()>) -> Result<(), BlobError> {
+        if let Some(size) = self.blob_size(id).filter(|s| *s >= STREAM_FROM)
+            && let Some(done) = self.stream_blob(id, size, sink)
+        {
+            return done;
+        }
         thread_local! {
             static BUF: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
         }
