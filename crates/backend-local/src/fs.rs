@@ -28,6 +28,8 @@ pub struct Target {
     root_fd: OnceLock<OwnedFd>,
     tmp_fd: OnceLock<OwnedFd>,
     counter: AtomicU64,
+    /// Whether the filesystem tells names apart by case (probed once `.treesync` exists).
+    case_sensitive: OnceLock<bool>,
 }
 
 fn io(e: Errno) -> std::io::Error {
@@ -55,7 +57,26 @@ impl Target {
             root_fd: OnceLock::new(),
             tmp_fd: OnceLock::new(),
             counter: AtomicU64::new(0),
+            case_sensitive: OnceLock::new(),
         }
+    }
+
+    /// Does the target's filesystem tell names apart by case? Probed once, with one `lstat` of
+    /// `.TREESYNC` once `.treesync` exists (APFS, NTFS, SMB shares, ext4 casefold directories
+    /// find it); `true` until then.
+    pub fn case_sensitive(&self) -> bool {
+        *self.case_sensitive.get().unwrap_or(&true)
+    }
+
+    /// Run the probe of [`Target::case_sensitive`] if it has not run; only once `.treesync`
+    /// exists (a managed target, or under the lock).
+    pub fn probe_case(&self) {
+        if self.case_sensitive.get().is_some() {
+            return;
+        }
+        let upper = STATE_DIR.to_ascii_uppercase();
+        let insensitive = std::fs::symlink_metadata(self.root.join(upper)).is_ok();
+        let _ = self.case_sensitive.set(!insensitive);
     }
 
     fn root_display(&self) -> String {

@@ -104,7 +104,8 @@ impl fmt::Display for LocalBackend {
 #[async_trait]
 impl Backend for LocalBackend {
     fn capabilities(&self) -> Capabilities {
-        Capabilities { symlinks: true, exec_bit: true, empty_dirs: true, case_sensitive: true, exclusive_lock: true }
+        let case_sensitive = self.inner.case_sensitive();
+        Capabilities { symlinks: true, exec_bit: true, empty_dirs: true, case_sensitive, exclusive_lock: true }
     }
 
     fn policy(&self) -> Policy {
@@ -127,7 +128,14 @@ impl Backend for LocalBackend {
     }
 
     async fn prepare_target(&self, create: bool) -> Result<TargetState, Error> {
-        self.blocking(move |t| t.prepare(create)).await
+        self.blocking(move |t| {
+            let state = t.prepare(create)?;
+            if state == TargetState::Managed {
+                t.probe_case();
+            }
+            Ok(state)
+        })
+        .await
     }
 
     async fn read_dir(&self, dir: &RelPath) -> Result<Vec<DirEntry>, Error> {
@@ -146,7 +154,12 @@ impl Backend for LocalBackend {
 
     async fn lock(&self, holder: &str) -> Result<LockGuard, Error> {
         let holder = holder.to_string();
-        self.blocking(move |t| t.lock(&holder)).await
+        self.blocking(move |t| {
+            let guard = t.lock(&holder)?;
+            t.probe_case();
+            Ok(guard)
+        })
+        .await
     }
 
     async fn scan(&self, jobs: usize) -> Result<Vec<Found>, Error> {

@@ -177,7 +177,8 @@ impl fmt::Display for NfsBackend {
 #[async_trait]
 impl Backend for NfsBackend {
     fn capabilities(&self) -> Capabilities {
-        Capabilities { symlinks: true, exec_bit: true, empty_dirs: true, case_sensitive: true, exclusive_lock: true }
+        let case_sensitive = self.target.case_sensitive();
+        Capabilities { symlinks: true, exec_bit: true, empty_dirs: true, case_sensitive, exclusive_lock: true }
     }
 
     fn cost(&self) -> Vec<(&'static str, u64)> {
@@ -210,7 +211,14 @@ impl Backend for NfsBackend {
     }
 
     async fn prepare_target(&self, create: bool) -> Result<TargetState, Error> {
-        self.blocking(move |b| b.meta.prepare(create)).await
+        self.blocking(move |b| {
+            let state = b.meta.prepare(create)?;
+            if state == TargetState::Managed {
+                b.target.probe_case();
+            }
+            Ok(state)
+        })
+        .await
     }
 
     async fn read_dir(&self, dir: &RelPath) -> Result<Vec<DirEntry>, Error> {
@@ -231,6 +239,7 @@ impl Backend for NfsBackend {
         let holder = holder.to_string();
         self.blocking(move |b| {
             let guard = b.meta.lock(&holder)?;
+            b.target.probe_case();
             // A new run: whatever we knew about directories may be stale now.
             b.dirs.clear();
             Ok(guard)

@@ -68,6 +68,97 @@ impl Fixture for Slow {
     }
 }
 
+/// A case-insensitive, case-preserving filesystem (like APFS, NTFS or an SMB share), through
+/// the local and the NFS backend: both find out with their probe, the whole suite passes, and
+/// names that differ only by case are refused before any write.
+struct CaseInsensitive {
+    fs: SlowFs,
+    nfs: bool,
+}
+
+impl CaseInsensitive {
+    fn new(nfs: bool) -> Option<Self> {
+        if !slowfs::available() {
+            return None;
+        }
+        let fs = SlowFs::temp(Config { case_insensitive: true, ..Config::default() }).expect("mount slowfs");
+        Some(CaseInsensitive { fs, nfs })
+    }
+}
+
+impl Fixture for CaseInsensitive {
+    fn backend(&self) -> Arc<dyn Backend> {
+        let root = self.fs.path().join("target");
+        if self.nfs {
+            Arc::new(treesync_backend_nfs::open(root, Options::default()))
+        } else {
+            Arc::new(LocalBackend::new(root, Default::default()))
+        }
+    }
+    fn read(&self) -> BTreeMap<String, Node> {
+        tree::read_dir(&self.fs.backing().join("target"))
+    }
+    fn put_file(&self, path: &str, content: &[u8]) {
+        tree::put_file(&self.fs.backing().join("target"), path, content)
+    }
+    fn replace_dir_by_symlink(&self, path: &str, target: &Path) -> bool {
+        tree::replace_dir_by_symlink(&self.fs.backing().join("target"), path, target)
+    }
+}
+
+macro_rules! case_insensitive_suite {
+    ($nfs:expr) => {
+        macro_rules! case {
+            ($name:ident) => {
+                #[test]
+                fn $name() {
+                    let Some(f) = CaseInsensitive::new($nfs) else { return };
+                    runtime().block_on(treesync_testkit::conformance::$name(&f));
+                }
+            };
+        }
+        case!(initial_sync_matches_git_archive);
+        case!(type_changes_match_git);
+        case!(interrupted_sync_is_finished_by_next_run);
+        case!(incremental_sync_touches_only_changed_paths);
+        case!(never_writes_through_a_symlink);
+        case!(case_collisions_are_refused_where_case_is_not_told_apart);
+
+        #[test]
+        fn the_probe_finds_out() {
+            let Some(f) = CaseInsensitive::new($nfs) else { return };
+            let h = History::random(4, 1);
+            let b = f.backend();
+            assert!(b.capabilities().case_sensitive, "unknown before the first look");
+            runtime().block_on(sync_to(&h.repo, &h.commits[0], &*b)).expect("sync");
+            assert!(!b.capabilities().case_sensitive, "probed under the lock");
+            let fresh = f.backend();
+            runtime().block_on(fresh.prepare_target(false)).expect("prepare");
+            assert!(!fresh.capabilities().case_sensitive, "probed on a managed target");
+        }
+    };
+}
+
+mod case_insensitive_local {
+    use super::*;
+    case_insensitive_suite!(false);
+}
+
+mod case_insensitive_nfs {
+    use super::*;
+    case_insensitive_suite!(true);
+}
+
+/// A case-sensitive filesystem is found to be one.
+#[test]
+fn the_probe_finds_a_case_sensitive_filesystem() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let h = History::random(4, 1);
+    let b = LocalBackend::new(dir.path().join("t"), Default::default());
+    runtime().block_on(sync_to(&h.repo, &h.commits[0], &b)).expect("sync");
+    assert!(b.capabilities().case_sensitive);
+}
+
 /// The whole conformance suite through the mount (a machine without FUSE fails here, as the
 /// suite cannot run; CI has it).
 mod conformance_on_slowfs {

@@ -684,7 +684,10 @@ fn exit_code(e: &anyhow::Error) -> u8 {
         if let Some(e) = cause.downcast_ref::<sync::Error>() {
             return match e {
                 sync::Error::Backend(backend::Error::Locked { .. } | backend::Error::Conflict { .. }) => 3,
-                sync::Error::Unmanaged { .. } | sync::Error::Plan(treesync_core::plan::Error::Unsafe(_)) => 4,
+                sync::Error::Unmanaged { .. }
+                | sync::Error::Plan(
+                    treesync_core::plan::Error::Unsafe(_) | treesync_core::plan::Error::CaseCollision { .. },
+                ) => 4,
                 _ => 2,
             };
         }

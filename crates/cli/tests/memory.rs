@@ -15,6 +15,7 @@ fn big_mib() -> u64 {
 }
 
 /// Peak RSS in MiB of one run of `cmd`, which must succeed.
+#[allow(clippy::zombie_processes)] // reaped by wait4, which also gives the peak RSS
 fn peak_rss_mib(cmd: &mut Command) -> u64 {
     cmd.stdout(std::process::Stdio::null()).stderr(std::process::Stdio::piped());
     let child = cmd.spawn().expect("treesync runs");

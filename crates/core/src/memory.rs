@@ -10,7 +10,7 @@ use async_trait::async_trait;
 
 use crate::backend::{Backend, Capabilities, DirEntry, Error, Found, FoundKind, LockGuard, Policy, TargetState};
 use crate::op::Op;
-use crate::path::RelPath;
+use crate::path::{RelPath, fold_case};
 use crate::source::BlobSource;
 
 /// An entry of a [`MemoryBackend`].
@@ -37,6 +37,40 @@ struct Inner {
     nodes: BTreeMap<Vec<u8>, MemNode>,
     state: Option<Vec<u8>>,
     lock: Option<String>,
+    /// Names that differ only by case are one entry (like APFS, NTFS, SMB shares): the name
+    /// it was first created with is kept.
+    case_insensitive: bool,
+}
+
+/// The key that `path` reaches: on a case-insensitive tree, each component takes the spelling
+/// of an existing entry that differs from it only by case.
+fn resolve(nodes: &BTreeMap<Vec<u8>, MemNode>, path: &RelPath, insensitive: bool) -> Vec<u8> {
+    if !insensitive {
+        return path.as_bytes().to_vec();
+    }
+    let mut key: Vec<u8> = Vec::new();
+    for c in path.components() {
+        let base = key.len();
+        if !key.is_empty() {
+            key.push(b'/');
+        }
+        key.extend_from_slice(c);
+        if nodes.contains_key(&key) {
+            continue;
+        }
+        let (parent, want) = (key[..base].to_vec(), fold_case(c));
+        let found = nodes.keys().find(|k| {
+            let (kp, kn) = match k.iter().rposition(|b| *b == b'/') {
+                Some(i) => (&k[..i], &k[i + 1..]),
+                None => (&k[..0], &k[..]),
+            };
+            kp == parent.as_slice() && fold_case(kn) == want
+        });
+        if let Some(k) = found {
+            key = k.clone();
+        }
+    }
+    key
 }
 
 /// An in-memory tree. Clones share the same tree.
@@ -61,6 +95,14 @@ impl MemoryBackend {
         Self::default()
     }
 
+    /// An empty tree where names that differ only by case are the same entry, like on APFS,
+    /// NTFS or an SMB share (case-preserving, case-insensitive).
+    pub fn case_insensitive() -> Self {
+        let b = Self::default();
+        b.inner.lock().expect("never poisoned").case_insensitive = true;
+        b
+    }
+
     /// Everything in the tree, by path.
     pub fn snapshot(&self) -> BTreeMap<Vec<u8>, MemNode> {
         self.inner.lock().expect("never poisoned").nodes.clone()
@@ -73,8 +115,12 @@ impl MemoryBackend {
 
     fn apply(&self, op: &Op, content: Option<Vec<u8>>) -> Result<(), Error> {
         let mut inner = self.inner.lock().expect("never poisoned");
+        let insensitive = inner.case_insensitive;
         let nodes = &mut inner.nodes;
         let path = op.path();
+        let resolved = resolve(nodes, path, insensitive);
+        let resolved = RelPath::respelled(resolved);
+        let path = &resolved;
         let parent_state = {
             let mut ok = Ok(true);
             let mut prefix = Vec::new();
@@ -166,7 +212,8 @@ impl Drop for MemLock {
 #[async_trait]
 impl Backend for MemoryBackend {
     fn capabilities(&self) -> Capabilities {
-        Capabilities { symlinks: true, exec_bit: true, empty_dirs: true, case_sensitive: true, exclusive_lock: true }
+        let case_sensitive = !self.inner.lock().expect("never poisoned").case_insensitive;
+        Capabilities { symlinks: true, exec_bit: true, empty_dirs: true, case_sensitive, exclusive_lock: true }
     }
 
     fn policy(&self) -> Policy {

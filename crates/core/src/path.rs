@@ -53,6 +53,15 @@ fn validate_options() -> gix_validate::path::component::Options {
     }
 }
 
+/// `name` folded for comparison on targets that do not tell case apart (Unicode lowercase for
+/// UTF-8 names, ASCII lowercase otherwise).
+pub fn fold_case(name: &[u8]) -> Vec<u8> {
+    match std::str::from_utf8(name) {
+        Ok(s) => s.to_lowercase().into_bytes(),
+        Err(_) => name.to_ascii_lowercase(),
+    }
+}
+
 impl RelPath {
     /// The target root.
     pub fn root() -> Self {
@@ -121,6 +130,11 @@ impl RelPath {
             Some(i) => (&self.0[..i], &self.0[i + 1..]),
             None => (&[], &self.0[..]),
         }
+    }
+
+    /// A path respelled from the components of existing validated paths (case folding).
+    pub(crate) fn respelled(bytes: Vec<u8>) -> RelPath {
+        RelPath(bytes.into())
     }
 
     /// The parent directory (the root for top-level entries and the root itself).

@@ -205,6 +205,12 @@ async fn prepare_at(
     } else {
         plan::with_big_stack(|| repo.with_objects(|odb| plan::plan(odb, base, to.tree)))?
     };
+    if !backend.capabilities().case_sensitive {
+        plan::with_big_stack(|| repo.with_objects(|odb| plan::case_collision(odb, to.tree, &main)))?;
+        if let Some((p, plan)) = &resume {
+            plan::with_big_stack(|| repo.with_objects(|odb| plan::case_collision(odb, p.to_tree, plan)))?;
+        }
+    }
     Ok(Prepared { state, target, resume, main, to, takeover })
 }
 

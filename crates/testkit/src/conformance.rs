@@ -333,6 +333,47 @@ pub async fn locked_target_is_refused(f: &dyn Fixture) {
     h.assert_matches(f, 1, "after the lock was released");
 }
 
+/// Names that differ only by case: on a target that tells them apart they are two entries,
+/// like in git; on one that does not (probed, or told by the server), the sync that would make
+/// one overwrite the other is refused before any write, naming both, and the target stays at
+/// the commit it had.
+pub async fn case_collisions_are_refused_where_case_is_not_told_apart(f: &dyn Fixture) {
+    let file = |s: &str| Entry::File { content: s.as_bytes().to_vec(), executable: false };
+    let mut a = Model::default();
+    a.insert("a.txt", file("a\n"));
+    let mut b = a.clone();
+    b.insert("README", file("upper\n"));
+    b.insert("readme", file("lower\n"));
+    let mut c = a.clone();
+    c.insert("Dir/x", file("x\n"));
+    c.insert("dir/y", file("y\n"));
+    let h = History::from_trees(&[a, b, c]);
+    let backend = f.backend();
+    sync_to(&h.repo, &h.commits[0], &*backend).await.expect("initial");
+    if backend.capabilities().case_sensitive {
+        for i in [1, 2, 0] {
+            sync_to(&h.repo, &h.commits[i], &*backend).await.expect("a case-sensitive target holds both");
+            h.assert_matches(f, i, "case-sensitive");
+        }
+        return;
+    }
+    for (i, (x, y)) in [(1, ("README", "readme")), (2, ("Dir", "dir"))] {
+        let err = sync_to(&h.repo, &h.commits[i], &*backend).await.expect_err("refused").to_string();
+        assert!(
+            err.contains("differ only by case")
+                && err.contains(x)
+                && err.contains(y)
+                && err.contains("nothing was written"),
+            "{err}"
+        );
+        h.assert_matches(f, 0, "nothing written");
+        let status = sync::status(&*backend).await.expect("status");
+        let state = status.state.expect("state");
+        assert!(state.in_progress.is_none(), "no unfinished sync recorded");
+        assert_eq!(state.synced.expect("synced").commit.to_string(), h.commits[0], "still at the first commit");
+    }
+}
+
 /// A target that someone changed so that a directory is a symlink: nothing is written through it.
 pub async fn never_writes_through_a_symlink(f: &dyn Fixture) {
     let outside = tempfile::tempdir().expect("tempdir");
@@ -381,6 +422,7 @@ macro_rules! conformance_suite {
         $crate::conformance_suite!(@case $make, incremental_sync_touches_only_changed_paths);
         $crate::conformance_suite!(@case $make, locked_target_is_refused);
         $crate::conformance_suite!(@case $make, never_writes_through_a_symlink);
+        $crate::conformance_suite!(@case $make, case_collisions_are_refused_where_case_is_not_told_apart);
         $crate::conformance_suite!(@case $make, unmanaged_target_needs_force);
         #[test]
         fn random_walk_matches_git() {

@@ -59,6 +59,9 @@ pub struct Config {
     pub record_paths: bool,
     /// Serve [`Stats`] to other processes on this unix socket (see [`query`]).
     pub control: Option<PathBuf>,
+    /// Names that differ only by case are the same entry, like on APFS, NTFS or an SMB share
+    /// (case-preserving: an entry keeps the spelling it was created with).
+    pub case_insensitive: bool,
 }
 
 impl Default for Config {
@@ -70,6 +73,7 @@ impl Default for Config {
             max_concurrent: None,
             record_paths: false,
             control: None,
+            case_insensitive: false,
         }
     }
 }
@@ -318,6 +322,7 @@ impl SlowFs {
             root_ino: root.ino(),
             meta_latency: config.meta_latency,
             data_latency: config.data_latency,
+            case_insensitive: config.case_insensitive,
             service: Service {
                 limit: config.max_concurrent.map(|n| n.max(1)),
                 busy: Mutex::new(0),
@@ -750,6 +755,7 @@ struct Inner {
     root_ino: u64,
     meta_latency: Duration,
     data_latency: Duration,
+    case_insensitive: bool,
     service: Service,
     counters: Counters,
     recording: AtomicBool,
@@ -921,7 +927,19 @@ impl Inner {
     }
 
     fn child(&self, parent: u64, name: &OsStr) -> Res<PathBuf> {
-        Ok(self.path(parent)?.join(name))
+        let dir = self.path(parent)?;
+        let exact = dir.join(name);
+        if !self.case_insensitive || std::fs::symlink_metadata(&exact).is_ok() {
+            return Ok(exact);
+        }
+        // Case-insensitive: an existing entry spelled differently is this one.
+        let want = name.to_string_lossy().to_lowercase();
+        let found = std::fs::read_dir(&dir)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .find(|e| e.file_name().to_string_lossy().to_lowercase() == want);
+        Ok(found.map_or(exact, |e| dir.join(e.file_name())))
     }
 
     fn describe(&self, ino: u64, name: Option<&OsStr>) -> String {
@@ -951,7 +969,8 @@ impl Inner {
     fn entry(&self, parent: u64, name: &OsStr, path: &Path) -> Res<FileAttr> {
         let md = std::fs::symlink_metadata(path).map_err(errno)?;
         let attr = self.attr(&md);
-        self.remember(attr.ino.0, parent, name);
+        // The spelling on disk (it differs from `name` on a case-insensitive filesystem).
+        self.remember(attr.ino.0, parent, path.file_name().unwrap_or(name));
         Ok(attr)
     }
 
@@ -1080,7 +1099,7 @@ impl Inner {
         let ino = std::fs::symlink_metadata(&path).map(|md| self.fuse_ino(md.ino())).ok();
         if dir { std::fs::remove_dir(&path) } else { std::fs::remove_file(&path) }.map_err(errno)?;
         if let Some(ino) = ino {
-            self.forget_name(ino, parent, name);
+            self.forget_name(ino, parent, path.file_name().unwrap_or(name));
         }
         Ok(())
     }
@@ -1101,13 +1120,13 @@ impl Inner {
         let exchanged = flags.contains(rustix::fs::RenameFlags::EXCHANGE);
         if let Some(ino) = to_ino.filter(|&ino| Some(ino) != from_ino) {
             if exchanged {
-                self.remember(ino, parent, name);
+                self.remember(ino, parent, from.file_name().unwrap_or(name));
             } else {
-                self.forget_name(ino, newparent, newname);
+                self.forget_name(ino, newparent, to.file_name().unwrap_or(newname));
             }
         }
         if let Some(ino) = from_ino {
-            self.remember(ino, newparent, newname);
+            self.remember(ino, newparent, to.file_name().unwrap_or(newname));
         }
         Ok(())
     }

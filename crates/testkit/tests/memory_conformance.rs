@@ -32,4 +32,13 @@ impl Fixture for Memory {
     }
 }
 
-treesync_testkit::conformance_suite!(Memory(MemoryBackend::new()));
+mod case_sensitive {
+    use super::*;
+    treesync_testkit::conformance_suite!(Memory(MemoryBackend::new()));
+}
+
+/// Like APFS, NTFS or an SMB share: names that differ only by case are one entry.
+mod case_insensitive {
+    use super::*;
+    treesync_testkit::conformance_suite!(Memory(MemoryBackend::case_insensitive()));
+}

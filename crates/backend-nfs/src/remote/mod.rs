@@ -127,6 +127,8 @@ struct Inner {
     /// The run holding the lock: the lock file and the state file with its length.
     run: Mutex<Option<Run>>,
     wtmax: OnceCell<u32>,
+    /// PATHCONF's answer: names that differ by case are different entries.
+    case_sensitive: OnceCell<bool>,
 }
 
 struct Run {
@@ -208,6 +210,7 @@ impl RemoteBackend {
                 meta: tokio::sync::Mutex::new(None),
                 run: Mutex::new(None),
                 wtmax: OnceCell::new(),
+                case_sensitive: OnceCell::new(),
             }),
         })
     }
@@ -840,7 +843,8 @@ impl Drop for Held {
 #[async_trait]
 impl Backend for RemoteBackend {
     fn capabilities(&self) -> Capabilities {
-        Capabilities { symlinks: true, exec_bit: true, empty_dirs: true, case_sensitive: true, exclusive_lock: true }
+        let case_sensitive = *self.inner.case_sensitive.get().unwrap_or(&true);
+        Capabilities { symlinks: true, exec_bit: true, empty_dirs: true, case_sensitive, exclusive_lock: true }
     }
 
     fn policy(&self) -> Policy {
@@ -872,6 +876,12 @@ impl Backend for RemoteBackend {
         *self.inner.meta.lock().await = None;
         self.inner.dirs.clear();
         let Some(root) = self.root(create).await? else { return Ok(TargetState::Empty) };
+        if self.inner.case_sensitive.get().is_none() {
+            // Once per backend: servers on APFS, NTFS or casefold directories say so here.
+            let nfs = self.nfs().await?;
+            let sensitive = nfs.pathconf(&root).await.map(|p| !p.case_insensitive).unwrap_or(true);
+            let _ = self.inner.case_sensitive.set(sensitive);
+        }
         if self.meta(false).await?.is_some() {
             return Ok(TargetState::Managed);
         }

@@ -115,11 +115,14 @@ pub const PROCS: [&str; 22] = [
     "COMMIT",
 ];
 
+/// Calls with the path each was about.
+type Recorded = Mutex<Vec<(&'static str, Vec<u8>)>>;
+
 /// The NFS program at one server, counted.
 pub struct Nfs {
     rpc: Client,
     counts: [AtomicU64; 22],
-    record: Option<Mutex<Vec<(&'static str, Vec<u8>)>>>,
+    record: Option<Recorded>,
 }
 
 /// An entry of a directory listing.
@@ -361,6 +364,12 @@ impl Nfs {
     pub async fn fsinfo(&self, root: &Fh) -> Result<n::FSINFO3resok, NfsError> {
         let args = n::FSINFO3args { fsroot: root.clone() };
         self.res::<n::FSINFO3resok, n::FSINFO3resfail>(19, &args, b"").await.map(|(r, _)| r)
+    }
+
+    /// PATHCONF: name limits and whether the server tells names apart by case.
+    pub async fn pathconf(&self, fh: &Fh) -> Result<n::PATHCONF3resok, NfsError> {
+        let args = n::PATHCONF3args { object: fh.clone() };
+        self.res::<n::PATHCONF3resok, n::PATHCONF3resfail>(20, &args, b"").await.map(|(r, _)| r)
     }
 
     /// COMMIT everything written to `fh`; returns the write verifier.

@@ -39,6 +39,47 @@ pub fn plan(odb: &dyn FindObjectOrHeader, from: Option<ObjectId>, to: ObjectId) 
     Ok(p.finish(from, to))
 }
 
+/// For targets that do not tell case apart: refuse ([`Error::CaseCollision`]) if two entries
+/// of one directory of tree `to` differ only by case. Only directories the plan creates
+/// entries in are read (a collision needs a new entry), so the check costs O(changed).
+pub fn case_collision(odb: &dyn FindObjectOrHeader, to: ObjectId, plan: &Plan) -> Result<(), Error> {
+    let mut dirs = std::collections::BTreeSet::new();
+    for op in plan.ops() {
+        if matches!(op, Op::Mkdir { .. } | Op::Write { .. } | Op::Symlink { .. }) {
+            dirs.insert(op.path().split_last().0.to_vec());
+        }
+    }
+    let mut p = Planner::new(odb);
+    'dirs: for dir in dirs {
+        let mut id = to;
+        let mut path = RelPath::root();
+        for c in dir.split(|b| *b == b'/').filter(|c| !c.is_empty()) {
+            let entries = p.entries(id, &path)?;
+            match entries.binary_search_by(|e| e.0.as_slice().cmp(c)) {
+                Ok(i) => match entries[i].1 {
+                    Node::Tree { id: sub } => id = sub,
+                    _ => continue 'dirs,
+                },
+                Err(_) => continue 'dirs,
+            }
+            let mut next = path.as_bytes().to_vec();
+            if !next.is_empty() {
+                next.push(b'/');
+            }
+            next.extend_from_slice(c);
+            path = RelPath::respelled(next);
+        }
+        let mut seen: HashMap<Vec<u8>, BString> = HashMap::new();
+        for (name, _) in p.entries(id, &path)? {
+            if let Some(other) = seen.insert(crate::path::fold_case(&name), name.clone()) {
+                let at = |n: &BString| if path.is_root() { n.to_string() } else { format!("{path}/{n}") };
+                return Err(Error::CaseCollision { a: at(&other), b: at(&name) });
+            }
+        }
+    }
+    Ok(())
+}
+
 /// What a target that treesync does not manage yet holds at one path (for `--force`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ExistingKind {

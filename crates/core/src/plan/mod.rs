@@ -6,7 +6,7 @@
 
 mod function;
 pub(crate) use function::with_big_stack;
-pub use function::{ExistingEntry, ExistingKind, MAX_PATH_BYTES, MAX_TREE_DEPTH, plan, plan_takeover};
+pub use function::{ExistingEntry, ExistingKind, MAX_PATH_BYTES, MAX_TREE_DEPTH, case_collision, plan, plan_takeover};
 
 use gix_hash::ObjectId;
 
@@ -19,6 +19,17 @@ pub enum Error {
         "refusing to sync: {0}\n  hint: the repository contains a hostile or broken tree entry; nothing was written"
     )]
     Unsafe(#[from] crate::path::UnsafeName),
+    /// Two entries of one directory differ only by case, and the target does not tell them
+    /// apart.
+    #[error(
+        "refusing to sync: {a} and {b} differ only by case, and the target does not tell such names apart (one would overwrite the other)\n  hint: rename one of them in the repository, or sync to a case-sensitive target; nothing was written"
+    )]
+    CaseCollision {
+        /// One entry.
+        a: String,
+        /// The other.
+        b: String,
+    },
     /// An object could not be read.
     #[error(transparent)]
     Object(#[from] crate::source::Error),
