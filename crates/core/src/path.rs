@@ -17,14 +17,29 @@ pub const STATE_DIR: &str = ".treesync";
 /// Tree entries with this prefix are refused, like `.git`, so they can never collide.
 pub const TMP_PREFIX: &str = ".treesync-tmp.";
 
+/// The longest name (one path component) in bytes that treesync writes: what ext4, xfs, NFS,
+/// APFS and NTFS take (a longer one fails there at write time; it is refused before any write).
+pub const NAME_MAX: usize = 255;
+
 /// Why a tree entry name was refused.
 #[derive(Debug, thiserror::Error)]
-#[error("unsafe tree entry {path:?}: {reason}")]
+#[error("unsafe tree entry {:?}: {reason}", shorten(path))]
 pub struct UnsafeName {
     /// The full path of the offending entry, lossily decoded for display.
     pub path: String,
     /// What is wrong with it.
     pub reason: String,
+}
+
+/// A path cut to fit an error line: its first and last 60 characters around a `…`.
+fn shorten(path: &str) -> String {
+    let chars: Vec<char> = path.chars().collect();
+    if chars.len() <= 130 {
+        return path.to_string();
+    }
+    let head: String = chars[..60].iter().collect();
+    let tail: String = chars[chars.len() - 60..].iter().collect();
+    format!("{head}…{tail}")
 }
 
 /// A non-empty, validated, `/`-separated path relative to the target root.
@@ -80,8 +95,26 @@ impl RelPath {
             NameKind::Other => None,
         };
         let mut reason = gix_validate::path::component(name, mode, validate_options()).err().map(|e| e.to_string());
+        if reason.is_none() && kind == NameKind::Symlink {
+            // git checks every component of a symlink's path as if it were the link (so a
+            // symlink below a directory named .gitmodules is refused); so does treesync.
+            let symlink = Some(gix_validate::path::component::Mode::Symlink);
+            if let Some(c) = self
+                .components()
+                .find(|c| gix_validate::path::component(c.as_bstr(), symlink, validate_options()).is_err())
+            {
+                reason = Some(format!(
+                    "a symlink below a directory named {:?} (git refuses this tree too)",
+                    c.as_bstr().to_str_lossy()
+                ));
+            }
+        }
         if reason.is_none() && name.find_byte(0).is_some() {
             reason = Some("NUL bytes are not allowed in names".into());
+        }
+        if reason.is_none() && name.len() > NAME_MAX {
+            reason =
+                Some(format!("the name is {} bytes long; filesystems take at most {NAME_MAX} (NAME_MAX)", name.len()));
         }
         if reason.is_none() && name.starts_with(TMP_PREFIX.as_bytes()) {
             reason = Some(format!("names starting with {TMP_PREFIX} are reserved for treesync's temporary files"));
