@@ -8,6 +8,7 @@ mod campaign;
 mod ci;
 mod dist;
 mod ganesha;
+mod scale;
 mod slowfs;
 mod util;
 
@@ -32,6 +33,10 @@ Tasks:
           finishes the job like git archive, and record the figures in RELIABILITY.md
           options: --trials N (200)  --seed N (7)  --no-write
   ci      Run what .ci/run runs (the whole test suite)
+  scale   Large trees, measured: 100,000 and 1,000,000 files synced initially and incrementally,
+          and 200,000 entries in one directory (time and peak RSS, each target compared with
+          git archive); recorded in RELIABILITY.md
+          options: --files N,N (100000,1000000)  --one-dir N (200000)  --dir DIR  --no-write
   dist    Build the release tarball target/dist/treesync-VERSION-TARGET.tar.gz (profile dist:
           fat LTO, stripped; bin/, man pages, shell completions, licenses, docs) and
           target/dist/SHA256SUMS, then unpack it and check it: --version, the checksum, the
@@ -61,6 +66,7 @@ fn main() -> std::process::ExitCode {
         Some("dist") => dist::run(&args[1..]),
         Some("campaign") => campaign::run(&args[1..]),
         Some("slowfs") => slowfs::run(&args[1..]),
+        Some("scale") => scale::run(&args[1..]),
         Some("ganesha") => ganesha::run(&args[1..]),
         Some("bench-generate") => bench::generate(&args[1..]),
         Some("help" | "--help" | "-h") | None => {
