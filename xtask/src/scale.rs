@@ -8,8 +8,6 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use treesync_testkit::history::{self, Entry, Model};
-
 use crate::bench::{fmt_time, make_repo};
 use crate::util::{measure, project_root, run_quiet, run_status};
 
@@ -56,7 +54,7 @@ pub fn run(args: &[String]) -> Result<(), String> {
         for &n in &sizes {
             let repo = dir.join(format!("repo-{n}.git"));
             make_repo(&repo, n)?;
-            wide(&bin, &repo, &dir, &format!("{n} files in 10,000-file directories… (K=14)"), &mut rows)?;
+            wide(&bin, &repo, &dir, &format!("{n} files, 100 per directory (K=14)"), &mut rows)?;
             let _ = std::fs::remove_dir_all(&repo);
         }
         if one_dir > 0 {
@@ -101,22 +99,84 @@ pub fn run(args: &[String]) -> Result<(), String> {
     Ok(())
 }
 
-/// A bare repository with tags A (`n` files in one directory) and B (5 modified, 2 added, 2 deleted).
+/// A bare repository with tags A (`n` files in one directory `flat/`, and a README) and B (5
+/// modified, 2 added, 2 deleted). Built with `hash-object` and `mktree` (git fast-import slows
+/// down quadratically with the size of one directory).
 fn one_directory(repo: &Path, n: usize) -> Result<(), String> {
     let _ = std::fs::remove_dir_all(repo);
     std::fs::create_dir_all(repo).map_err(|e| e.to_string())?;
     run_quiet(Command::new("git").arg("init").arg("-q").arg("--bare").arg(repo))?;
     eprintln!("generating {n} entries in one directory…");
-    let mut a = Model::default();
-    for i in 0..n {
-        a.insert(&format!("flat/e{i:07}"), Entry::File { content: format!("{i}\n").into_bytes(), executable: false });
+    let files = repo.join("gen");
+    std::fs::create_dir_all(&files).map_err(|e| e.to_string())?;
+    let mut paths = String::new();
+    for i in 0..n + 7 {
+        let p = files.join(format!("{i}"));
+        std::fs::write(&p, format!("{i}\n")).map_err(|e| e.to_string())?;
+        let _ = writeln!(paths, "{}", p.display());
     }
-    a.insert("README", Entry::File { content: b"one big directory\n".to_vec(), executable: false });
-    let (b, _) = history::change_some(&a, 5, 2, 2, 9);
-    let commits = history::import(repo, "main", &[a, b]);
-    run_quiet(Command::new("git").arg("-C").arg(repo).args(["update-ref", "refs/tags/A", &commits[0]]))?;
-    run_quiet(Command::new("git").arg("-C").arg(repo).args(["update-ref", "refs/tags/B", &commits[1]]))?;
+    let ids = pipe(repo, &["hash-object", "-w", "--stdin-paths"], paths.as_bytes())?;
+    let ids: Vec<&str> = ids.lines().collect();
+    let _ = std::fs::remove_dir_all(&files);
+    let readme = pipe(repo, &["hash-object", "-w", "--stdin"], b"one big directory\n")?;
+    let mk = |entries: &[(String, &str)]| -> Result<String, String> {
+        let mut input = String::new();
+        for (name, id) in entries {
+            let _ = writeln!(input, "100644 blob {id}\t{name}");
+        }
+        let flat = pipe(repo, &["mktree"], input.as_bytes())?;
+        let root = pipe(
+            repo,
+            &["mktree"],
+            format!("100644 blob {}\tREADME\n040000 tree {}\tflat\n", readme.trim(), flat.trim()).as_bytes(),
+        )?;
+        Ok(root.trim().to_string())
+    };
+    let a: Vec<(String, &str)> = (0..n).map(|i| (format!("e{i:07}"), ids[i])).collect();
+    let mut b = a.clone();
+    for k in 0..5 {
+        b[k * n / 5 + 1].1 = ids[n + k];
+    }
+    b.push((format!("new{:07}", 1), ids[n + 5]));
+    b.push((format!("new{:07}", 2), ids[n + 6]));
+    b.remove(n / 3);
+    b.remove(2 * n / 3);
+    let commit = |tree: &str, parent: Option<&str>| -> Result<String, String> {
+        let mut args = vec!["-c", "user.name=t", "-c", "user.email=t@t", "commit-tree", tree, "-m", "one dir"];
+        if let Some(p) = parent {
+            args.extend(["-p", p]);
+        }
+        pipe(repo, &args, b"").map(|s| s.trim().to_string())
+    };
+    let ca = commit(&mk(&a)?, None)?;
+    let cb = commit(&mk(&b)?, Some(&ca))?;
+    run_quiet(Command::new("git").arg("-C").arg(repo).args(["update-ref", "refs/tags/A", &ca]))?;
+    run_quiet(Command::new("git").arg("-C").arg(repo).args(["update-ref", "refs/tags/B", &cb]))?;
     Ok(())
+}
+
+/// Run git in `repo` with `input` on stdin; its stdout.
+fn pipe(repo: &Path, args: &[&str], input: &[u8]) -> Result<String, String> {
+    use std::io::Write;
+    use std::process::Stdio;
+    let mut child = Command::new("git")
+        .arg("-C")
+        .arg(repo)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("git: {e}"))?;
+    let mut stdin = child.stdin.take().ok_or("stdin")?;
+    let data = input.to_vec();
+    let writer = std::thread::spawn(move || stdin.write_all(&data));
+    let out = child.wait_with_output().map_err(|e| format!("git: {e}"))?;
+    let _ = writer.join();
+    if !out.status.success() {
+        return Err(format!("git {args:?}: {}", String::from_utf8_lossy(&out.stderr)));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
 fn sync(bin: &Path, repo: &Path, rev: &str, target: &Path) -> Command {
@@ -145,14 +205,17 @@ fn wide(bin: &Path, repo: &Path, dir: &Path, case: &str, rows: &mut Vec<Row>) ->
     let scratch = dir.join("want");
     let _ = std::fs::remove_dir_all(&target);
     let mib = |kib: u64| kib / 1024;
-    for (run, rev) in [("initial sync (nothing → A)", "A"), ("incremental sync A → B", "B"), ("incremental sync B → A", "A")]
+    for (run, rev) in
+        [("initial sync (nothing → A)", "A"), ("incremental sync A → B", "B"), ("incremental sync B → A", "A")]
     {
         eprintln!("{case}: {run}…");
         let (t, rss) = measure(&mut sync(bin, repo, rev, &target))?;
         same(repo, rev, &target, &scratch)?;
+        eprintln!("  {} in {}, peak RSS {} MiB, same as git archive", run, fmt_time(t), mib(rss));
         rows.push(Row { case: case.into(), run: run.into(), time: t, rss_mib: mib(rss) });
     }
-    let (t, rss) = measure(Command::new(bin).args(["plan", "--repo"]).arg(repo).args(["--ref", "B", "--target"]).arg(&target))?;
+    let (t, rss) =
+        measure(Command::new(bin).args(["plan", "--repo"]).arg(repo).args(["--ref", "B", "--target"]).arg(&target))?;
     rows.push(Row { case: case.into(), run: "plan A → B (no writes)".into(), time: t, rss_mib: mib(rss) });
     let _ = std::fs::remove_dir_all(&target);
     Ok(())

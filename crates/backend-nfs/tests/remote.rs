@@ -113,6 +113,7 @@ macro_rules! suite_on {
         case!(locked_target_is_refused);
         case!(never_writes_through_a_symlink);
         case!(case_collisions_are_refused_where_case_is_not_told_apart);
+        case!(slow_and_reordered_ops_change_nothing_but_time);
         case!(unmanaged_target_needs_force);
         #[test]
         fn random_walk_matches_git() {

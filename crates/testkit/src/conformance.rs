@@ -333,6 +333,38 @@ pub async fn locked_target_is_refused(f: &dyn Fixture) {
     h.assert_matches(f, 1, "after the lock was released");
 }
 
+/// Slow storage whose ops finish out of order (0–3 ms each, spread by path): every sync of a
+/// walk through a random history still gives `git archive`, and a sync interrupted while ops
+/// are slow is recorded and finished by the next run.
+pub async fn slow_and_reordered_ops_change_nothing_but_time(f: &dyn Fixture) {
+    use std::time::Duration;
+    use treesync_core::policy::Latency;
+    let h = History::random(41, 6);
+    let slow = Latency::spread(f.backend(), Duration::ZERO, Duration::from_millis(3));
+    for i in [0, 3, 1, 5, 2, 4] {
+        sync_to(&h.repo, &h.commits[i], &slow).await.unwrap_or_else(|e| panic!("slow sync to {i}: {e}"));
+        h.assert_matches(f, i, &format!("slow sync to commit {i}"));
+    }
+    // Interrupted while ops are slow (Ctrl-C): the journal knows, the next run finishes.
+    let interrupt = std::sync::Arc::new(AtomicBool::new(false));
+    let flag = interrupt.clone();
+    let stopper = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(4)).await;
+        flag.store(true, std::sync::atomic::Ordering::SeqCst);
+    });
+    let slower = Latency::spread(f.backend(), Duration::from_millis(2), Duration::from_millis(6));
+    let options = sync::Options { backend_name: "test".into(), ..Default::default() };
+    let r = sync::sync(&h.repo, &h.commits[0], &slower, &options, &|_| {}, &interrupt).await;
+    let _ = stopper.await;
+    if let Err(e) = &r {
+        assert!(matches!(e, sync::Error::Interrupted { .. }), "interrupted, not {e}");
+        let status = sync::status(&*f.backend()).await.expect("status");
+        assert!(status.state.expect("state").in_progress.is_some(), "the journal knows");
+    }
+    sync_to(&h.repo, &h.commits[0], &slow).await.expect("the next run finishes");
+    h.assert_matches(f, 0, "after the interrupted slow sync");
+}
+
 /// Names that differ only by case: on a target that tells them apart they are two entries,
 /// like in git; on one that does not (probed, or told by the server), the sync that would make
 /// one overwrite the other is refused before any write, naming both, and the target stays at
@@ -423,6 +455,7 @@ macro_rules! conformance_suite {
         $crate::conformance_suite!(@case $make, locked_target_is_refused);
         $crate::conformance_suite!(@case $make, never_writes_through_a_symlink);
         $crate::conformance_suite!(@case $make, case_collisions_are_refused_where_case_is_not_told_apart);
+        $crate::conformance_suite!(@case $make, slow_and_reordered_ops_change_nothing_but_time);
         $crate::conformance_suite!(@case $make, unmanaged_target_needs_force);
         #[test]
         fn random_walk_matches_git() {

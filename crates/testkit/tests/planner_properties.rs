@@ -4,12 +4,17 @@
 //! 1. from any commit X to any commit Y, applying plan(X→Y) to a target holding X gives exactly
 //!    `git archive Y`;
 //! 2. planning again right after is empty (X→X costs nothing);
-//! 3. every op's path is a path that differs between X and Y, or one of their parents.
+//! 3. every op's path is a path that differs between X and Y, or one of their parents;
+//! 4. the phases are ordered right and the ops of a phase are independent: running each phase's
+//!    ops in reverse order (or any order a backend picks) gives the same tree.
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use std::sync::Arc;
+
 use treesync_core::memory::MemoryBackend;
-use treesync_core::sync;
+use treesync_core::source::BlobSource;
+use treesync_core::{Backend, sync};
 use treesync_testkit::conformance::{History, sync_to};
 use treesync_testkit::tree::{self, Node};
 
@@ -52,6 +57,20 @@ fn every_pair_of_commits_of_random_histories_plans_like_git() {
                             "seed {seed} {x}→{y}: {op:?} touches a path that does not differ"
                         );
                     }
+                }
+                // Property 4: each phase's ops in reverse order, one at a time.
+                let reversed = MemoryBackend::new();
+                rt.block_on(sync_to(&h.repo, &h.commits[x], &reversed)).expect("to X");
+                let blobs: Arc<dyn BlobSource> = Arc::new(h.repo.clone());
+                for phase in &prepared.main.phases {
+                    for op in phase.ops.iter().rev() {
+                        rt.block_on(reversed.execute(op, &blobs)).unwrap_or_else(|e| {
+                            panic!("seed {seed} {x}→{y}: phase '{}' reversed: {op:?}: {e}", phase.name)
+                        });
+                    }
+                }
+                if let Some(d) = tree::diff(&expected[y], &tree::read_memory(&reversed.snapshot())) {
+                    panic!("seed {seed} {x}→{y}: phases with their ops reversed give another tree:\n{d}");
                 }
                 rt.block_on(sync_to(&h.repo, &h.commits[y], &target)).expect("X→Y");
                 if let Some(d) = tree::diff(&expected[y], &tree::read_memory(&target.snapshot())) {

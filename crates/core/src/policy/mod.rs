@@ -4,9 +4,11 @@
 mod budget;
 mod count;
 mod fail;
+mod latency;
 mod limit;
 
 pub use budget::{Adaptive, Budgets, Gate, Ticket};
 pub use count::{Count, Record};
 pub use fail::{Fail, Fault};
+pub use latency::Latency;
 pub use limit::Limit;
