@@ -435,3 +435,33 @@ fn permission_denied_is_clear() {
     assert!(err.contains("NFS3ERR_ACCES") && err.contains("check the target's permissions"), "{err}");
     h.assert_matches(&e, 0, "nothing changed");
 }
+
+/// A server that stops answering (every reply later than the timeout): each call is sent
+/// again on a new connection, then the sync stops with one clear error naming the call; the
+/// next run against a server that answers finishes the job.
+#[test]
+fn a_server_that_does_not_answer_times_out_clearly() {
+    let rt = rt();
+    let h = History::random(15, 2);
+    let e = export!(Export::new(RemoteOptions::default()));
+    rt.block_on(sync_to(&h.repo, &h.commits[0], &e.open())).expect("initial");
+    let slow = DelayProxy::start(e.server.nfs_addr(), Duration::from_millis(1500));
+    let url = format!(
+        "nfs://127.0.0.1:{}{}/{}?mountport={}&timeout=1",
+        slow.addr().port(),
+        e.server.export_path(),
+        e.sub,
+        e.server.mount_port()
+    );
+    let b = remote::open(&url, RemoteOptions::default()).expect("url");
+    let err = rt.block_on(sync_to(&h.repo, &h.commits[1], &b)).expect_err("no answer in time").to_string();
+    assert!(
+        err.contains("no reply from") && err.contains("after 4 tries") && err.contains("no reply within 1s"),
+        "{err}"
+    );
+    assert!(err.lines().count() <= 3, "{err}");
+    assert!(slow.connections() >= 2, "sent again on new connections: {}", slow.connections());
+    h.assert_matches(&e, 0, "nothing changed");
+    rt.block_on(sync_to(&h.repo, &h.commits[1], &e.open())).expect("a server that answers");
+    h.assert_matches(&e, 1, "finished");
+}
