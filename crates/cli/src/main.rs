@@ -138,7 +138,7 @@ struct TargetArgs {
     /// Where to keep the tree: a directory (created if missing; its parent must exist), an
     /// object-store URL (s3://BUCKET/PREFIX, file:///DIR, memory://), or an NFS export reached
     /// by the built-in NFSv3 client, no mount needed:
-    /// nfs://HOST[:PORT]/EXPORT/PATH[?mountport=N&nfsport=N&uid=N&gid=N&inflight=N&timeout=S].
+    /// `nfs://HOST[:PORT]/EXPORT/PATH[?mountport=N&nfsport=N&uid=N&gid=N&inflight=N&timeout=S]`.
     #[arg(long = "target", value_name = "DIR|URL", required_unless_present_any = ["mirror", "all"])]
     target_arg: Option<String>,
     /// Storage backend. `auto` infers it from the target: s3 for URLs; for directories nfs on

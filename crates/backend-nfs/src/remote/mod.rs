@@ -3,7 +3,7 @@
 //!
 //! Through a kernel mount every lookup is a synchronous round trip behind the VFS's locks; NFS
 //! itself allows many calls in flight. Here each op of a phase is a short chain of calls
-//! (the ops run concurrently under the [`Budgets`](treesync_core::policy::Budgets) wrapper, and
+//! (the ops run concurrently under the [`Budgets`] wrapper, and
 //! the calls of all of them share the connection):
 //!
 //! | op | calls |
