@@ -231,14 +231,7 @@ impl Target {
                 Ok(()) => Ok(()),
                 Err(Errno::EXIST) => match rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW) {
                     Ok(st) if FileType::from_raw_mode(st.st_mode) == FileType::Directory => Ok(()),
-                    Ok(_) => Err(Error::io(
-                        "create directory",
-                        path,
-                        std::io::Error::new(
-                            std::io::ErrorKind::AlreadyExists,
-                            "something that is not a directory is in the way",
-                        ),
-                    )),
+                    Ok(_) => Err(Error::not_a_directory_in_the_way(path)),
                     Err(e) => Err(Error::io("create directory", path, io(e))),
                 },
                 Err(e) => Err(Error::io("create directory", path, io(e))),

@@ -12,7 +12,7 @@ use treesync_backend_local::LocalBackend;
 use treesync_core::{Repo, plan, sync};
 use treesync_testkit::conformance::sync_to;
 use treesync_testkit::tree::{self, Node};
-use treesync_testkit::{BareRepo, Rng, git, git_stdin};
+use treesync_testkit::{BareRepo, Rng, git, git_stdin, raw_tree};
 
 /// Names that must be refused (as any entry).
 const HOSTILE: &[&[u8]] = &[
@@ -133,17 +133,9 @@ impl Gen<'_> {
             };
             key(a).cmp(&key(b))
         });
-        let mut body = Vec::new();
-        for (mode, name, id) in &entries {
-            body.extend_from_slice(mode.as_bytes());
-            body.push(b' ');
-            body.extend_from_slice(name);
-            body.push(0);
-            for i in 0..20 {
-                body.push(u8::from_str_radix(&id[2 * i..2 * i + 2], 16).expect("hex"));
-            }
-        }
-        let id = git_stdin(self.repo, &["hash-object", "-t", "tree", "-w", "--literally", "--stdin"], &body);
+        let raw: Vec<(&str, &[u8], &str)> =
+            entries.iter().map(|(m, n, i)| (m.as_str(), n.as_slice(), i.as_str())).collect();
+        let id = raw_tree(self.repo, &raw);
         self.blobs.push(id.clone());
         id
     }

@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use treesync_testkit::history::{self, Entry, Model};
-use treesync_testkit::{BareRepo, git, git_stdin, tree};
+use treesync_testkit::{BareRepo, git, git_stdin, raw_tree, tree};
 
 fn treesync(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_treesync")).args(args).output().expect("treesync runs")
@@ -139,21 +139,6 @@ fn unwritable_target_is_a_clear_error() {
     let _guard = Unmount(ro.clone());
     let o = sync(&bare.path, "main", &ro);
     assert_clear_error(&o, 2, "read-only");
-}
-
-/// Write a tree object with exactly these raw entries (mode, name, id), bypassing git's checks.
-fn raw_tree(repo: &Path, entries: &[(&str, &[u8], &str)]) -> String {
-    let mut body = Vec::new();
-    for (mode, name, id) in entries {
-        body.extend_from_slice(mode.as_bytes());
-        body.push(b' ');
-        body.extend_from_slice(name);
-        body.push(0);
-        for i in 0..20 {
-            body.push(u8::from_str_radix(&id[2 * i..2 * i + 2], 16).expect("hex"));
-        }
-    }
-    git_stdin(repo, &["hash-object", "-t", "tree", "-w", "--literally", "--stdin"], &body)
 }
 
 fn commit_tree(repo: &Path, tree: &str) -> String {

@@ -255,6 +255,15 @@ impl Error {
     pub fn io(op: &'static str, path: impl fmt::Display, source: std::io::Error) -> Self {
         Error::Io { op, path: path.to_string(), source }
     }
+
+    /// A directory cannot be made at `path`: something that is not a directory is there.
+    pub fn not_a_directory_in_the_way(path: impl fmt::Display) -> Self {
+        Error::io(
+            "create directory",
+            path,
+            std::io::Error::new(std::io::ErrorKind::AlreadyExists, "something that is not a directory is in the way"),
+        )
+    }
 }
 
 /// Where ops land. See the [module docs](self).

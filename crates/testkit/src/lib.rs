@@ -29,6 +29,22 @@ pub fn git(dir: &Path, args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 
+/// Write a tree object with exactly these raw entries (mode, name, hex id), in the order given,
+/// bypassing git's checks (`hash-object -t tree --literally`); its id.
+pub fn raw_tree(repo: &Path, entries: &[(&str, &[u8], &str)]) -> String {
+    let mut body = Vec::new();
+    for (mode, name, id) in entries {
+        body.extend_from_slice(mode.as_bytes());
+        body.push(b' ');
+        body.extend_from_slice(name);
+        body.push(0);
+        for i in 0..20 {
+            body.push(u8::from_str_radix(&id[2 * i..2 * i + 2], 16).expect("a 40-digit hex object id"));
+        }
+    }
+    git_stdin(repo, &["hash-object", "-t", "tree", "-w", "--literally", "--stdin"], &body)
+}
+
 /// Run git with `input` on stdin.
 pub fn git_stdin(dir: &Path, args: &[&str], input: &[u8]) -> String {
     use std::io::Write;

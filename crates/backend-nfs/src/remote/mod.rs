@@ -516,14 +516,7 @@ impl RemoteBackend {
                         self.remember(about, fh);
                         Ok(())
                     }
-                    Ok(_) => Err(Error::io(
-                        "create directory",
-                        path,
-                        std::io::Error::new(
-                            std::io::ErrorKind::AlreadyExists,
-                            "something that is not a directory is in the way",
-                        ),
-                    )),
+                    Ok(_) => Err(Error::not_a_directory_in_the_way(path)),
                     Err(e) => Err(nfs_io("create directory", path, e)),
                 },
                 Err(e) => Err(nfs_io("create directory", path, e)),
