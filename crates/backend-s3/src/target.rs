@@ -144,7 +144,7 @@ mod profile {
         let config_path = std::env::var_os("AWS_CONFIG_FILE").map(Into::into).unwrap_or(home.join(".aws/config"));
         let creds = std::fs::read_to_string(creds_path).unwrap_or_default();
         let config = std::fs::read_to_string(config_path).unwrap_or_default();
-        let c = section(&creds, &[name.clone()]);
+        let c = section(&creds, std::slice::from_ref(&name));
         let g = section(&config, &[format!("profile {name}"), name.clone()]);
         let get = |k: &str| c.get(k).or_else(|| g.get(k)).cloned();
         Some(Profile {

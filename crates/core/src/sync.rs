@@ -409,6 +409,7 @@ async fn sync_locked(
 
 /// Refuse to take over an unfinished sync whose holder may still be running (backends without
 /// an exclusive lock only).
+#[allow(clippy::result_large_err)] // the crate's one error type; this is not a hot path
 fn check_lease(p: &InProgress, backend: &dyn Backend, options: &Options) -> Result<(), Error> {
     let Some(h) = &p.holder else { return Ok(()) };
     if backend.capabilities().exclusive_lock || options.break_lock {

@@ -85,6 +85,7 @@ fn random_content(rng: &mut Rng) -> Vec<u8> {
     (0..len).map(|_| b"abcdefghij \n"[r.below(12)]).collect()
 }
 
+#[allow(clippy::explicit_auto_deref)] // the suggested form does not compile here
 fn random_path(rng: &mut Rng, model: &Model) -> String {
     let dirs = model.dirs();
     let mut path = if !dirs.is_empty() && rng.percent(60) { rng.pick(&dirs).clone() } else { String::new() };
@@ -108,7 +109,7 @@ pub fn mutate(rng: &mut Rng, model: &mut Model) {
     let dirs = model.dirs();
     let pick_key = |rng: &mut Rng| if keys.is_empty() { None } else { Some(rng.pick(&keys).clone()) };
     match rng.below(14) {
-        0 | 1 | 2 => {
+        0..=2 => {
             let p = random_path(rng, model);
             let executable = rng.percent(20);
             model.insert(&p, Entry::File { content: random_content(rng), executable });
@@ -132,10 +133,10 @@ pub fn mutate(rng: &mut Rng, model: &mut Model) {
             }
         }
         7 => {
-            if let Some(k) = pick_key(rng) {
-                if let Some(Entry::File { executable, .. }) = model.0.get_mut(&k) {
-                    *executable = !*executable;
-                }
+            if let Some(k) = pick_key(rng)
+                && let Some(Entry::File { executable, .. }) = model.0.get_mut(&k)
+            {
+                *executable = !*executable;
             }
         }
         8 => {

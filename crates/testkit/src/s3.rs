@@ -245,7 +245,7 @@ fn serve(
     client.set_nonblocking(false)?;
     while let Some(request) = read_message(&mut client)? {
         let n = seen.fetch_add(1, Ordering::SeqCst) + 1;
-        if every > 0 && n % every == 0 {
+        if every > 0 && n.is_multiple_of(every) {
             injected.fetch_add(1, Ordering::SeqCst);
             let body = "<Error><Code>SlowDown</Code><Message>injected</Message></Error>";
             write!(
