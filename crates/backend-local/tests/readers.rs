@@ -1,78 +1,17 @@
-//! Readers never see a broken file: while syncs go back and forth between two commits, a reader
-//! opening files continuously always gets the whole content of that path in one of the commits
-//! (or no file, where one commit has none).
+//! Readers never see a broken file on a local disk (see `treesync_testkit::readers`).
 
-use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Duration;
 
 use treesync_backend_local::{LocalBackend, Options};
-use treesync_testkit::conformance::{History, sync_to};
-use treesync_testkit::history::{Entry, Model};
+use treesync_core::Backend;
 
 #[test]
 fn readers_see_old_or_new_content_never_a_partial_file() {
-    let mut a = Model::default();
-    let mut b = Model::default();
-    for i in 0..300 {
-        let p = format!("d{}/f{i}", i % 10);
-        a.insert(&p, Entry::File { content: vec![b'a'; 1000 + 37 * i], executable: false });
-        b.insert(&p, Entry::File { content: vec![b'b'; 20_000 + 11 * i], executable: i % 4 == 0 });
-    }
-    for i in 0..20 {
-        a.insert(&format!("only-a/f{i}"), Entry::File { content: vec![b'x'; 500], executable: false });
-        b.insert(&format!("only-b/f{i}"), Entry::File { content: vec![b'y'; 700], executable: false });
-    }
-    let contents = |m: &Model| -> BTreeMap<String, Vec<u8>> {
-        m.0.iter()
-            .filter_map(|(k, e)| match e {
-                Entry::File { content, .. } => Some((k.clone(), content.clone())),
-                _ => None,
-            })
-            .collect()
-    };
-    let (ca, cb) = (contents(&a), contents(&b));
-    let paths: Vec<String> = ca.keys().chain(cb.keys()).cloned().collect();
-    let h = History::from_trees(&[a, b]);
     let dir = tempfile::tempdir().expect("tempdir");
     let root = dir.path().join("t");
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
-    rt.block_on(sync_to(&h.repo, &h.commits[0], &LocalBackend::new(&root, Options::default()))).expect("initial");
-    let stop = AtomicBool::new(false);
-    let (mut reads, mut bad) = (0u64, Vec::new());
-    let mut syncs = 0;
-    std::thread::scope(|s| {
-        s.spawn(|| {
-            let deadline = Instant::now() + Duration::from_secs(3);
-            let mut i = 1;
-            while Instant::now() < deadline {
-                rt.block_on(sync_to(&h.repo, &h.commits[i % 2], &LocalBackend::new(&root, Options::default())))
-                    .expect("sync");
-                i += 1;
-                syncs += 1;
-            }
-            stop.store(true, Ordering::SeqCst);
-        });
-        let mut n = 0usize;
-        while !stop.load(Ordering::SeqCst) {
-            let p = &paths[n % paths.len()];
-            n = n.wrapping_mul(31).wrapping_add(7);
-            match std::fs::read(root.join(p)) {
-                Ok(data) => {
-                    reads += 1;
-                    if Some(&data) != ca.get(p) && Some(&data) != cb.get(p) {
-                        bad.push(format!("{p}: {} bytes", data.len()));
-                    }
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                    if ca.contains_key(p) && cb.contains_key(p) {
-                        bad.push(format!("{p}: missing although both commits have it"));
-                    }
-                }
-                Err(e) => bad.push(format!("{p}: {e}")),
-            }
-        }
-    });
-    assert!(syncs >= 4 && reads >= 1000, "the test must actually race: {syncs} syncs, {reads} reads");
-    assert!(bad.is_empty(), "{} broken reads, e.g. {:?}", bad.len(), &bad[..bad.len().min(5)]);
+    let make = || Arc::new(LocalBackend::new(&root, Options::default())) as Arc<dyn Backend>;
+    let r = treesync_testkit::readers::race(&make, &root, Duration::from_secs(3));
+    assert!(r.syncs >= 4 && r.reads >= 1000, "the test must actually race: {r:?}");
+    assert!(r.bad.is_empty(), "{} broken reads, e.g. {:?}", r.bad.len(), &r.bad[..r.bad.len().min(5)]);
 }

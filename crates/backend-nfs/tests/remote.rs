@@ -465,3 +465,14 @@ fn a_server_that_does_not_answer_times_out_clearly() {
     rt.block_on(sync_to(&h.repo, &h.commits[1], &e.open())).expect("a server that answers");
     h.assert_matches(&e, 1, "finished");
 }
+
+/// Readers on the server never see a broken file while syncs over `nfs://` go back and forth
+/// between two commits (files are written under a temporary name and RENAMEd into place).
+#[test]
+fn readers_on_the_server_never_see_a_partial_file() {
+    let e = export!(Export::new(RemoteOptions::default()));
+    let make = || e.backend();
+    let r = treesync_testkit::readers::race(&make, &e.root(), Duration::from_secs(3));
+    assert!(r.syncs >= 4 && r.reads >= 1000, "the test must actually race: {r:?}");
+    assert!(r.bad.is_empty(), "{} broken reads, e.g. {:?}", r.bad.len(), &r.bad[..r.bad.len().min(5)]);
+}
