@@ -236,10 +236,10 @@ impl Target {
                 },
                 Err(e) => Err(Error::io("create directory", path, io(e))),
             },
-            Op::Write { blob, executable, .. } => {
+            Op::Write { blob, size, executable, .. } => {
                 let tmp = Self::sibling_tmp(name.as_bytes());
                 let tmp = OsStr::from_bytes(&tmp);
-                let result = self.write_tmp(dir, tmp, *blob, *executable, blobs, path).and_then(|()| {
+                let result = self.write_tmp(dir, tmp, *blob, *size, *executable, blobs, path).and_then(|()| {
                     rustix::fs::renameat(dir, tmp, dir, name).map_err(|e| Error::io("write", path, io(e)))
                 });
                 if result.is_err() {
@@ -300,6 +300,7 @@ impl Target {
         dir: BorrowedFd<'_>,
         tmp: &OsStr,
         blob: treesync_core::ObjectId,
+        size: u64,
         executable: bool,
         blobs: &dyn BlobSource,
         path: &RelPath,
@@ -307,7 +308,7 @@ impl Target {
         let fd = Self::create_tmp(dir, tmp, if executable { 0o777 } else { 0o666 })
             .map_err(|e| Error::io("write", path, io(e)))?;
         blobs
-            .read_blob(&blob, &mut |mut chunk| {
+            .read_blob(&blob, size, &mut |mut chunk| {
                 while !chunk.is_empty() {
                     match rustix::io::write(&fd, chunk) {
                         Ok(n) => chunk = &chunk[n..],

@@ -243,7 +243,7 @@ impl ObjectStoreBackend {
         blobs: &Arc<dyn BlobSource>,
     ) -> Result<(), Error> {
         if size < self.options.multipart_threshold {
-            let data = read_blob(path, blob, blobs).await?;
+            let data = read_blob(path, blob, size, blobs).await?;
             return self.put(path, data, mode).await;
         }
         // Large files: parts are read from the repository as they go up (a few in flight),
@@ -263,7 +263,7 @@ impl ObjectStoreBackend {
         let reader = tokio::task::spawn_blocking(move || {
             let mut buf = Vec::with_capacity(part);
             source
-                .read_blob(&blob, &mut |mut chunk| {
+                .read_blob(&blob, size, &mut |mut chunk| {
                     while !chunk.is_empty() {
                         let take = (part - buf.len()).min(chunk.len());
                         buf.extend_from_slice(&chunk[..take]);
@@ -363,13 +363,18 @@ impl ObjectStoreBackend {
     }
 }
 
-async fn read_blob(path: &RelPath, blob: treesync_core::ObjectId, blobs: &Arc<dyn BlobSource>) -> Result<Bytes, Error> {
+async fn read_blob(
+    path: &RelPath,
+    blob: treesync_core::ObjectId,
+    size: u64,
+    blobs: &Arc<dyn BlobSource>,
+) -> Result<Bytes, Error> {
     let blobs = blobs.clone();
     let p = path.clone();
     tokio::task::spawn_blocking(move || {
         let mut data = Vec::new();
         blobs
-            .read_blob(&blob, &mut |chunk| {
+            .read_blob(&blob, size, &mut |chunk| {
                 data.extend_from_slice(chunk);
                 Ok(())
             })

@@ -222,10 +222,10 @@ impl Backend for MemoryBackend {
 
     async fn execute(&self, op: &Op, blobs: &Arc<dyn BlobSource>) -> Result<(), Error> {
         let content = match op {
-            Op::Write { blob, path, .. } => {
+            Op::Write { blob, path, size, .. } => {
                 let mut data = Vec::new();
                 blobs
-                    .read_blob(blob, &mut |chunk| {
+                    .read_blob(blob, *size, &mut |chunk| {
                         data.extend_from_slice(chunk);
                         Ok(())
                     })

@@ -118,8 +118,15 @@ impl Repo {
 /// Where the executor gets file contents from. The callback receives the content in one or
 /// more chunks, in order.
 pub trait BlobSource: Send + Sync {
-    /// Feed the bytes of blob `id` to `sink`.
-    fn read_blob(&self, id: &ObjectId, sink: &mut dyn FnMut(&[u8]) -> std::io::Result<()>) -> Result<(), BlobError>;
+    /// Feed the bytes of blob `id` to `sink`. `size` is the blob's size as the plan recorded it
+    /// (every op that writes content carries it), so large blobs can be streamed without
+    /// asking the object database for the size again.
+    fn read_blob(
+        &self,
+        id: &ObjectId,
+        size: u64,
+        sink: &mut dyn FnMut(&[u8]) -> std::io::Result<()>,
+    ) -> Result<(), BlobError>;
 }
 
 /// Reading a blob for the executor failed.
@@ -141,11 +148,6 @@ pub enum BlobError {
 pub const STREAM_FROM: u64 = 64 << 20;
 
 impl Repo {
-    /// The blob's size, from its header (no content is read).
-    fn blob_size(&self, id: &ObjectId) -> Option<u64> {
-        self.with_objects(|odb| odb.try_header(id).ok().flatten()).map(|h| h.size)
-    }
-
     fn objects_dir(&self) -> PathBuf {
         self.shared.to_thread_local().common_dir().join("objects")
     }
@@ -230,8 +232,13 @@ fn inflate_to(
 }
 
 impl BlobSource for Repo {
-    fn read_blob(&self, id: &ObjectId, sink: &mut dyn FnMut(&[u8]) -> std::io::Result<()>) -> Result<(), BlobError> {
-        if let Some(size) = self.blob_size(id).filter(|s| *s >= STREAM_FROM)
+    fn read_blob(
+        &self,
+        id: &ObjectId,
+        size: u64,
+        sink: &mut dyn FnMut(&[u8]) -> std::io::Result<()>,
+    ) -> Result<(), BlobError> {
+        if size >= STREAM_FROM
             && let Some(done) = self.stream_blob(id, size, sink)
         {
             return done;

@@ -623,7 +623,7 @@ impl RemoteBackend {
         if size <= chunk as u64 {
             let mut data = Vec::with_capacity(size as usize);
             blobs
-                .read_blob(&blob, &mut |c| {
+                .read_blob(&blob, size, &mut |c| {
                     data.extend_from_slice(c);
                     Ok(())
                 })
@@ -637,7 +637,7 @@ impl RemoteBackend {
         let source = blobs.clone();
         let reader = tokio::task::spawn_blocking(move || {
             let mut buf = Vec::with_capacity(chunk);
-            source.read_blob(&blob, &mut |mut c| {
+            source.read_blob(&blob, size, &mut |mut c| {
                 while !c.is_empty() {
                     let take = (chunk - buf.len()).min(c.len());
                     buf.extend_from_slice(&c[..take]);
