@@ -239,7 +239,7 @@ impl Target {
             Op::Write { blob, size, executable, .. } => {
                 let tmp = Self::sibling_tmp(name.as_bytes());
                 let tmp = OsStr::from_bytes(&tmp);
-                let result = self.write_tmp(dir, tmp, *blob, *size, *executable, blobs, path).and_then(|()| {
+                let result = self.write_tmp(dir, tmp, (*blob, *size), *executable, blobs, path).and_then(|()| {
                     rustix::fs::renameat(dir, tmp, dir, name).map_err(|e| Error::io("write", path, io(e)))
                 });
                 if result.is_err() {
@@ -299,8 +299,7 @@ impl Target {
         &self,
         dir: BorrowedFd<'_>,
         tmp: &OsStr,
-        blob: treesync_core::ObjectId,
-        size: u64,
+        (blob, size): (treesync_core::ObjectId, u64),
         executable: bool,
         blobs: &dyn BlobSource,
         path: &RelPath,

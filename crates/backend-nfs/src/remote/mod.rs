@@ -132,7 +132,6 @@ struct Inner {
 }
 
 struct Run {
-    lock: Fh,
     released: Arc<AtomicBool>,
     renew: tokio::task::AbortHandle,
     state: Option<(Fh, usize)>,
@@ -146,6 +145,8 @@ enum DirError {
     NotDir,
     /// The call failed.
     Call(NfsError),
+    /// The target itself could not be reached (mount, connection, its path).
+    Target(Error),
 }
 
 fn nfs_io(op: &'static str, path: impl fmt::Display, e: NfsError) -> Error {
@@ -382,16 +383,11 @@ impl RemoteBackend {
                     fh = next;
                 }
                 Err(e) if is(&e, nfsstat3::NFS3ERR_NOENT) && last && create => {
-                    fh = match nfs.mkdir(&fh, c.as_bytes(), 0o755, here.as_bytes()).await {
-                        Ok((Some(made), _)) => made,
-                        Ok((None, _)) | Err(NfsError::DoneBefore(_)) => {
-                            nfs.lookup(&fh, c.as_bytes(), here.as_bytes())
-                                .await
-                                .map_err(|e| nfs_io("create target directory", here, e))?
-                                .0
-                        }
-                        Err(e) => return Err(nfs_io("create target directory", here, e)),
-                    };
+                    let made = nfs.mkdir(&fh, c.as_bytes(), 0o755, here.as_bytes()).await;
+                    fh = nfs
+                        .made(&fh, c.as_bytes(), here.as_bytes(), made, false)
+                        .await
+                        .map_err(|e| nfs_io("create target directory", here, e))?;
                 }
                 Err(e) if is(&e, nfsstat3::NFS3ERR_NOENT) && last => return Ok(None),
                 Err(e) => return Err(nfs_io("look up", here, e)),
@@ -417,24 +413,14 @@ impl RemoteBackend {
             return match self.root(false).await {
                 Ok(Some(fh)) => Ok(fh),
                 Ok(None) => Err(DirError::Missing),
-                Err(e) => Err(DirError::Call(NfsError::Rpc(rpc::RpcError::Garbled {
-                    addr: SocketAddr::from(([127, 0, 0, 1], 0)),
-                    what: "the target".into(),
-                    why: e.to_string(),
-                }))),
+                Err(e) => Err(DirError::Target(e)),
             };
         }
         let cell = self.inner.dirs.entry(path.to_vec()).or_default().clone();
         cell.get_or_try_init(|| async {
             let (parent, name) = split_last(path);
             let pfh = Box::pin(self.dir(parent)).await?;
-            let nfs = self.nfs().await.map_err(|e| {
-                DirError::Call(NfsError::Rpc(rpc::RpcError::Garbled {
-                    addr: SocketAddr::from(([127, 0, 0, 1], 0)),
-                    what: "connect".into(),
-                    why: e.to_string(),
-                }))
-            })?;
+            let nfs = self.nfs().await.map_err(DirError::Target)?;
             let (fh, attr) = match nfs.lookup(&pfh, name, path).await {
                 Ok(r) => r,
                 Err(e) if is(&e, nfsstat3::NFS3ERR_NOENT) => return Err(DirError::Missing),
@@ -502,15 +488,16 @@ impl RemoteBackend {
                 ));
             }
             Err(DirError::Call(e)) => return Err(nfs_io("open the directory of", path, e)),
+            Err(DirError::Target(e)) => return Err(e),
         };
         let about = path.as_bytes();
         match op {
             Op::Mkdir { .. } => match nfs.mkdir(&dir, name, 0o755, about).await {
-                Ok((Some(fh), _)) => {
+                Ok(Some(fh)) => {
                     self.remember(about, fh);
                     Ok(())
                 }
-                Ok((None, _)) => Ok(()),
+                Ok(None) => Ok(()),
                 Err(e) if is(&e, nfsstat3::NFS3ERR_EXIST) => match nfs.lookup(&dir, name, about).await {
                     Ok((fh, Some(a))) if a.type_ == ftype3::NF3DIR => {
                         self.remember(about, fh);
@@ -525,11 +512,7 @@ impl RemoteBackend {
                 let tmp = Target::sibling_tmp(name);
                 let mode = if *executable { 0o755 } else { 0o644 };
                 let created = nfs.create(&dir, &tmp, nfs::mode_attr(mode, Some(0)), false, about).await;
-                let fh = match created {
-                    Ok((Some(fh), _)) => fh,
-                    Ok((None, _)) => nfs.lookup(&dir, &tmp, about).await.map_err(|e| nfs_io("write", path, e))?.0,
-                    Err(e) => return Err(nfs_io("write", path, e)),
-                };
+                let fh = nfs.made(&dir, &tmp, about, created, false).await.map_err(|e| nfs_io("write", path, e))?;
                 let result = async {
                     self.write_content(nfs, &fh, *blob, *size, blobs, path).await?;
                     match nfs.rename(&dir, &tmp, &dir, name, about).await {
@@ -708,42 +691,15 @@ impl RemoteBackend {
         let name = STATE_DIR.as_bytes();
         let fh = match nfs.lookup(&root, name, name).await {
             Ok((fh, _)) => fh,
-            Err(e) if is(&e, nfsstat3::NFS3ERR_NOENT) && create => match nfs.mkdir(&root, name, 0o755, name).await {
-                Ok((Some(fh), _)) => fh,
-                Ok((None, _)) | Err(NfsError::DoneBefore(_)) => {
-                    nfs.lookup(&root, name, name).await.map_err(|e| nfs_io("create", STATE_DIR, e))?.0
-                }
-                Err(e) if is(&e, nfsstat3::NFS3ERR_EXIST) => {
-                    nfs.lookup(&root, name, name).await.map_err(|e| nfs_io("create", STATE_DIR, e))?.0
-                }
-                Err(e) => return Err(nfs_io("create", STATE_DIR, e)),
-            },
+            Err(e) if is(&e, nfsstat3::NFS3ERR_NOENT) && create => {
+                let made = nfs.mkdir(&root, name, 0o755, name).await;
+                nfs.made(&root, name, name, made, true).await.map_err(|e| nfs_io("create", STATE_DIR, e))?
+            }
             Err(e) if is(&e, nfsstat3::NFS3ERR_NOENT) => return Ok(None),
             Err(e) => return Err(nfs_io("read", STATE_DIR, e)),
         };
         *slot = Some(fh.clone());
         Ok(Some(fh))
-    }
-
-    /// A whole file, by handle.
-    async fn read_all(&self, fh: &Fh, size_hint: u64, about: &[u8]) -> Result<Vec<u8>, NfsError> {
-        let nfs = self.nfs().await.map_err(|e| {
-            NfsError::Rpc(rpc::RpcError::Garbled {
-                addr: SocketAddr::from(([127, 0, 0, 1], 0)),
-                what: "connect".into(),
-                why: e.to_string(),
-            })
-        })?;
-        let mut out = Vec::new();
-        let count = u32::try_from(size_hint.clamp(4096, 1 << 20)).unwrap_or(1 << 20);
-        loop {
-            let (data, eof) = nfs.read(fh, out.len() as u64, count, about).await?;
-            let empty = data.is_empty();
-            out.extend_from_slice(&data);
-            if eof || empty {
-                return Ok(out);
-            }
-        }
     }
 
     async fn read_meta_file(&self, name: &[u8]) -> Result<Option<(Fh, Vec<u8>)>, Error> {
@@ -756,7 +712,7 @@ impl RemoteBackend {
             Err(e) => return Err(nfs_io("read", shown, e)),
         };
         let size = attr.map_or(0, |a| a.size);
-        let bytes = self.read_all(&fh, size, shown.as_bytes()).await.map_err(|e| nfs_io("read", &shown, e))?;
+        let bytes = read_all(nfs, &fh, size, shown.as_bytes()).await.map_err(|e| nfs_io("read", &shown, e))?;
         Ok(Some((fh, bytes)))
     }
 
@@ -773,6 +729,20 @@ impl RemoteBackend {
         }
         let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_secs();
         attr.is_some_and(|a| now.saturating_sub(u64::from(a.mtime.seconds)) > LEASE.as_secs())
+    }
+}
+
+/// A whole file, by handle, in READs of its size (at least 4 KiB, at most 1 MiB).
+async fn read_all(nfs: &nfs::Nfs, fh: &Fh, size_hint: u64, about: &[u8]) -> Result<Vec<u8>, NfsError> {
+    let mut out = Vec::new();
+    let count = u32::try_from(size_hint.clamp(4096, 1 << 20)).unwrap_or(1 << 20);
+    loop {
+        let (data, eof) = nfs.read(fh, out.len() as u64, count, about).await?;
+        let empty = data.is_empty();
+        out.extend_from_slice(&data);
+        if eof || empty {
+            return Ok(out);
+        }
     }
 }
 
@@ -811,7 +781,6 @@ impl fmt::Display for RemoteBackend {
 /// the background, or taken over by the next run.
 struct Held {
     backend: RemoteBackend,
-    lock: Fh,
     released: Arc<AtomicBool>,
     renew: tokio::task::AbortHandle,
 }
@@ -822,7 +791,7 @@ impl Drop for Held {
         if !self.released.swap(true, Ordering::Relaxed)
             && let Ok(rt) = tokio::runtime::Handle::try_current()
         {
-            let (b, _lock) = (self.backend.clone(), self.lock.clone());
+            let b = self.backend.clone();
             rt.spawn(async move {
                 if let (Ok(nfs), Ok(Some(meta))) = (b.nfs().await, b.meta(false).await) {
                     let _ = nfs.remove(&meta, LOCK_FILE, LOCK_FILE).await;
@@ -893,6 +862,7 @@ impl Backend for RemoteBackend {
             }
             Err(DirError::NotDir) => return Err(Error::NotBeneath { path: dir.display() }),
             Err(DirError::Call(e)) => return Err(nfs_io("read directory", dir, e)),
+            Err(DirError::Target(e)) => return Err(e),
         };
         let entries = nfs.readdirplus(&fh, dir.as_bytes()).await.map_err(|e| nfs_io("read directory", dir, e))?;
         let mut out = Vec::with_capacity(entries.len());
@@ -937,16 +907,11 @@ impl Backend for RemoteBackend {
             Some(k) => k,
             None => {
                 let meta = self.meta(true).await?.expect("created");
-                let fh = match nfs.create(&meta, b"state", nfs::mode_attr(0o644, None), true, shown.as_bytes()).await {
-                    Ok((Some(fh), _)) => fh,
-                    Ok((None, _)) | Err(NfsError::DoneBefore(_)) => {
-                        nfs.lookup(&meta, b"state", shown.as_bytes()).await.map_err(|e| nfs_io("write", &shown, e))?.0
-                    }
-                    Err(e) if is(&e, nfsstat3::NFS3ERR_EXIST) => {
-                        nfs.lookup(&meta, b"state", shown.as_bytes()).await.map_err(|e| nfs_io("write", &shown, e))?.0
-                    }
-                    Err(e) => return Err(nfs_io("write", &shown, e)),
-                };
+                let made = nfs.create(&meta, b"state", nfs::mode_attr(0o644, None), true, shown.as_bytes()).await;
+                let fh = nfs
+                    .made(&meta, b"state", shown.as_bytes(), made, true)
+                    .await
+                    .map_err(|e| nfs_io("write", &shown, e))?;
                 (fh, 0)
             }
         };
@@ -969,22 +934,16 @@ impl Backend for RemoteBackend {
         let nfs = self.nfs().await?;
         let mut took_over = false;
         let fh = loop {
-            match nfs.create(&meta, LOCK_FILE, nfs::mode_attr(0o644, Some(0)), true, shown.as_bytes()).await {
-                Ok((Some(fh), _)) => break fh,
-                Ok((None, _)) | Err(NfsError::DoneBefore(_)) => {
-                    break nfs
-                        .lookup(&meta, LOCK_FILE, shown.as_bytes())
-                        .await
-                        .map_err(|e| nfs_io("lock", &shown, e))?
-                        .0;
-                }
+            let made = nfs.create(&meta, LOCK_FILE, nfs::mode_attr(0o644, Some(0)), true, shown.as_bytes()).await;
+            match nfs.made(&meta, LOCK_FILE, shown.as_bytes(), made, false).await {
+                Ok(fh) => break fh,
                 Err(e) if is(&e, nfsstat3::NFS3ERR_EXIST) && !took_over => {
                     let (fh, attr) = match nfs.lookup(&meta, LOCK_FILE, shown.as_bytes()).await {
                         Ok(r) => r,
                         Err(e) if is(&e, nfsstat3::NFS3ERR_NOENT) => continue,
                         Err(e) => return Err(nfs_io("lock", &shown, e)),
                     };
-                    let text = self.read_all(&fh, 256, shown.as_bytes()).await.unwrap_or_default();
+                    let text = read_all(nfs, &fh, 256, shown.as_bytes()).await.unwrap_or_default();
                     let other = String::from_utf8_lossy(&text).trim().to_string();
                     if Self::stale(&other, attr.as_ref()) {
                         tracing::warn!(target: "treesync::nfs", holder = %other, "taking over a stale lock");
@@ -1023,10 +982,10 @@ impl Backend for RemoteBackend {
         .abort_handle();
         let released = Arc::new(AtomicBool::new(false));
         *self.inner.run.lock().expect("never poisoned") =
-            Some(Run { lock: fh.clone(), released: released.clone(), renew: renew.clone(), state: None });
+            Some(Run { released: released.clone(), renew: renew.clone(), state: None });
         // A new run: whatever we knew about directories may be stale now.
         self.inner.dirs.clear();
-        Ok(LockGuard(Box::new(Held { backend: self.clone(), lock: fh, released, renew })))
+        Ok(LockGuard(Box::new(Held { backend: self.clone(), released, renew })))
     }
 
     async fn unlock(&self, guard: LockGuard) -> Result<(), Error> {
@@ -1034,7 +993,6 @@ impl Backend for RemoteBackend {
         if let Some(run) = run {
             run.renew.abort();
             if !run.released.swap(true, Ordering::Relaxed) {
-                let _ = run.lock;
                 let nfs = self.nfs().await?;
                 if let Some(meta) = self.meta(false).await? {
                     match nfs.remove(&meta, LOCK_FILE, LOCK_FILE).await {
@@ -1125,9 +1083,10 @@ impl Backend for RemoteBackend {
                 return Err(Error::io("read", path, std::io::Error::from(std::io::ErrorKind::NotFound)));
             }
             Err(DirError::Call(e)) => return Err(nfs_io("read", path, e)),
+            Err(DirError::Target(e)) => return Err(e),
         };
         let (fh, attr) = nfs.lookup(&dir, name, path.as_bytes()).await.map_err(|e| nfs_io("read", path, e))?;
-        self.read_all(&fh, attr.map_or(0, |a| a.size), path.as_bytes()).await.map_err(|e| nfs_io("read", path, e))
+        read_all(nfs, &fh, attr.map_or(0, |a| a.size), path.as_bytes()).await.map_err(|e| nfs_io("read", path, e))
     }
 
     async fn load_aux(&self, name: &str) -> Result<Option<Vec<u8>>, Error> {
@@ -1139,11 +1098,9 @@ impl Backend for RemoteBackend {
         let meta = self.meta(true).await?.expect("created");
         let nfs = self.nfs().await?;
         let tmp = Target::sibling_tmp(name.as_bytes());
-        let fh = match nfs.create(&meta, &tmp, nfs::mode_attr(0o644, Some(0)), false, shown.as_bytes()).await {
-            Ok((Some(fh), _)) => fh,
-            Ok((None, _)) => nfs.lookup(&meta, &tmp, shown.as_bytes()).await.map_err(|e| nfs_io("write", &shown, e))?.0,
-            Err(e) => return Err(nfs_io("write", &shown, e)),
-        };
+        let created = nfs.create(&meta, &tmp, nfs::mode_attr(0o644, Some(0)), false, shown.as_bytes()).await;
+        let fh =
+            nfs.made(&meta, &tmp, shown.as_bytes(), created, false).await.map_err(|e| nfs_io("write", &shown, e))?;
         let chunk = self.wtmax().await as usize;
         let result = async {
             for (i, part) in bytes.chunks(chunk).enumerate() {

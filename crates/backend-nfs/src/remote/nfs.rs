@@ -199,14 +199,16 @@ impl Nfs {
         Ok((value, reply.retransmitted))
     }
 
+    /// Call `proc` and decode its result; a status other than OK is an error (see
+    /// [`NfsError::DoneBefore`] for those of a call sent again).
     async fn res<T: Unpack, E: Unpack>(
         &self,
         proc: u32,
         args: &(impl Pack + Sync),
         about: &[u8],
-    ) -> Result<(T, bool), NfsError> {
+    ) -> Result<T, NfsError> {
         match self.call::<Nfs3Result<T, E>>(proc, args, about).await? {
-            (Nfs3Result::Ok(v), again) => Ok((v, again)),
+            (Nfs3Result::Ok(v), _) => Ok(v),
             (Nfs3Result::Err((s, _)), true)
                 if (s == nfsstat3::NFS3ERR_EXIST && matches!(proc, 8..=10))
                     || (s == nfsstat3::NFS3ERR_NOENT && matches!(proc, 12..=14)) =>
@@ -225,13 +227,13 @@ impl Nfs {
     /// GETATTR.
     pub async fn getattr(&self, fh: &Fh, about: &[u8]) -> Result<n::fattr3, NfsError> {
         let args = n::GETATTR3args { object: fh.clone() };
-        self.res::<n::GETATTR3resok, nfs3_types::xdr_codec::Void>(1, &args, about).await.map(|(r, _)| r.obj_attributes)
+        self.res::<n::GETATTR3resok, nfs3_types::xdr_codec::Void>(1, &args, about).await.map(|r| r.obj_attributes)
     }
 
     /// LOOKUP `name` in `dir`: its handle and attributes.
     pub async fn lookup(&self, dir: &Fh, nm: &[u8], about: &[u8]) -> Result<(Fh, Option<n::fattr3>), NfsError> {
         let args = n::LOOKUP3args { what: dirop(dir, nm) };
-        let (r, _) = self.res::<n::LOOKUP3resok, n::LOOKUP3resfail>(3, &args, about).await?;
+        let r = self.res::<n::LOOKUP3resok, n::LOOKUP3resfail>(3, &args, about).await?;
         Ok((r.object, some(r.obj_attributes)))
     }
 
@@ -251,14 +253,14 @@ impl Nfs {
     /// READLINK.
     pub async fn readlink(&self, fh: &Fh, about: &[u8]) -> Result<Vec<u8>, NfsError> {
         let args = n::READLINK3args { symlink: fh.clone() };
-        let (r, _) = self.res::<n::READLINK3resok<'static>, n::READLINK3resfail>(5, &args, about).await?;
+        let r = self.res::<n::READLINK3resok<'static>, n::READLINK3resfail>(5, &args, about).await?;
         Ok(r.data.0.into_owned())
     }
 
     /// READ up to `count` bytes at `offset`: the data and whether it reached the end.
     pub async fn read(&self, fh: &Fh, offset: u64, count: u32, about: &[u8]) -> Result<(Vec<u8>, bool), NfsError> {
         let args = n::READ3args { file: fh.clone(), offset, count };
-        let (r, _) = self.res::<n::READ3resok<'static>, n::READ3resfail>(6, &args, about).await?;
+        let r = self.res::<n::READ3resok<'static>, n::READ3resfail>(6, &args, about).await?;
         Ok((r.data.into_owned(), r.eof))
     }
 
@@ -273,7 +275,7 @@ impl Nfs {
     ) -> Result<(u32, stable_how, [u8; 8]), NfsError> {
         let count = u32::try_from(data.len()).expect("chunks are at most wtmax");
         let args = n::WRITE3args { file: fh.clone(), offset, count, stable, data: Opaque::borrowed(data) };
-        let (r, _) = self.res::<n::WRITE3resok, n::WRITE3resfail>(7, &args, about).await?;
+        let r = self.res::<n::WRITE3resok, n::WRITE3resfail>(7, &args, about).await?;
         Ok((r.count, r.committed, r.verf.0))
     }
 
@@ -285,22 +287,41 @@ impl Nfs {
         attr: sattr3,
         guarded: bool,
         about: &[u8],
-    ) -> Result<(Option<Fh>, bool), NfsError> {
+    ) -> Result<Option<Fh>, NfsError> {
         let how = if guarded { n::createhow3::GUARDED(attr) } else { n::createhow3::UNCHECKED(attr) };
         let args = n::CREATE3args { where_: dirop(dir, nm), how };
-        let (r, again) = self.res::<n::CREATE3resok, n::CREATE3resfail>(8, &args, about).await?;
-        Ok((some(r.obj), again))
+        self.res::<n::CREATE3resok, n::CREATE3resfail>(8, &args, about).await.map(|r| some(r.obj))
     }
 
     /// MKDIR `name` in `dir`: the new directory's handle, if the server sent it.
-    pub async fn mkdir(&self, dir: &Fh, nm: &[u8], mode: u32, about: &[u8]) -> Result<(Option<Fh>, bool), NfsError> {
+    pub async fn mkdir(&self, dir: &Fh, nm: &[u8], mode: u32, about: &[u8]) -> Result<Option<Fh>, NfsError> {
         let args = n::MKDIR3args { where_: dirop(dir, nm), attributes: mode_attr(mode, None) };
-        let (r, again) = self.res::<n::MKDIR3resok, n::MKDIR3resfail>(9, &args, about).await?;
-        Ok((some(r.obj), again))
+        self.res::<n::MKDIR3resok, n::MKDIR3resfail>(9, &args, about).await.map(|r| some(r.obj))
+    }
+
+    /// The handle of what a CREATE or MKDIR of `name` in `dir` gave (`result`): from its reply,
+    /// or by LOOKUP when the reply carries none or a call sent again found it made
+    /// ([`NfsError::DoneBefore`]); with `exists_ok`, also when it was there before.
+    pub async fn made(
+        &self,
+        dir: &Fh,
+        nm: &[u8],
+        about: &[u8],
+        result: Result<Option<Fh>, NfsError>,
+        exists_ok: bool,
+    ) -> Result<Fh, NfsError> {
+        match result {
+            Ok(Some(fh)) => Ok(fh),
+            Ok(None) | Err(NfsError::DoneBefore(_)) => self.lookup(dir, nm, about).await.map(|(fh, _)| fh),
+            Err(e) if exists_ok && e.status() == Some(nfsstat3::NFS3ERR_EXIST) => {
+                self.lookup(dir, nm, about).await.map(|(fh, _)| fh)
+            }
+            Err(e) => Err(e),
+        }
     }
 
     /// SYMLINK `name` in `dir` pointing at `target`.
-    pub async fn symlink(&self, dir: &Fh, nm: &[u8], target: &[u8], about: &[u8]) -> Result<bool, NfsError> {
+    pub async fn symlink(&self, dir: &Fh, nm: &[u8], target: &[u8], about: &[u8]) -> Result<(), NfsError> {
         let args = n::SYMLINK3args {
             where_: dirop(dir, nm),
             symlink: n::symlinkdata3 {
@@ -308,25 +329,25 @@ impl Nfs {
                 symlink_data: n::nfspath3(Opaque::borrowed(target)),
             },
         };
-        self.res::<n::SYMLINK3resok, n::SYMLINK3resfail>(10, &args, about).await.map(|(_, again)| again)
+        self.res::<n::SYMLINK3resok, n::SYMLINK3resfail>(10, &args, about).await.map(drop)
     }
 
-    /// REMOVE `name` from `dir`; `true` if the call was retransmitted.
-    pub async fn remove(&self, dir: &Fh, nm: &[u8], about: &[u8]) -> Result<bool, NfsError> {
+    /// REMOVE `name` from `dir`.
+    pub async fn remove(&self, dir: &Fh, nm: &[u8], about: &[u8]) -> Result<(), NfsError> {
         let args = n::REMOVE3args { object: dirop(dir, nm) };
-        self.res::<n::REMOVE3resok, n::REMOVE3resfail>(12, &args, about).await.map(|(_, again)| again)
+        self.res::<n::REMOVE3resok, n::REMOVE3resfail>(12, &args, about).await.map(drop)
     }
 
     /// RMDIR `name` from `dir`.
-    pub async fn rmdir(&self, dir: &Fh, nm: &[u8], about: &[u8]) -> Result<bool, NfsError> {
+    pub async fn rmdir(&self, dir: &Fh, nm: &[u8], about: &[u8]) -> Result<(), NfsError> {
         let args = n::RMDIR3args { object: dirop(dir, nm) };
-        self.res::<n::RMDIR3resok, n::RMDIR3resfail>(13, &args, about).await.map(|(_, again)| again)
+        self.res::<n::RMDIR3resok, n::RMDIR3resfail>(13, &args, about).await.map(drop)
     }
 
-    /// RENAME `from` in `fdir` to `to` in `tdir`; `true` if the call was retransmitted.
-    pub async fn rename(&self, fdir: &Fh, from: &[u8], tdir: &Fh, to: &[u8], about: &[u8]) -> Result<bool, NfsError> {
+    /// RENAME `from` in `fdir` to `to` in `tdir`.
+    pub async fn rename(&self, fdir: &Fh, from: &[u8], tdir: &Fh, to: &[u8], about: &[u8]) -> Result<(), NfsError> {
         let args = n::RENAME3args { from: dirop(fdir, from), to: dirop(tdir, to) };
-        self.res::<n::RENAME3resok, n::RENAME3resfail>(14, &args, about).await.map(|(_, again)| again)
+        self.res::<n::RENAME3resok, n::RENAME3resfail>(14, &args, about).await.map(drop)
     }
 
     /// READDIRPLUS of a whole directory (as many calls as it takes), without `.` and `..`.
@@ -342,7 +363,7 @@ impl Nfs {
                 dircount: 64 << 10,
                 maxcount: 256 << 10,
             };
-            let (r, _) = self.res::<n::READDIRPLUS3resok<'static>, n::READDIRPLUS3resfail>(17, &args, about).await?;
+            let r = self.res::<n::READDIRPLUS3resok<'static>, n::READDIRPLUS3resfail>(17, &args, about).await?;
             verf = r.cookieverf;
             let entries = r.reply.entries.into_inner();
             let empty = entries.is_empty();
@@ -363,19 +384,19 @@ impl Nfs {
     /// FSINFO: the server's preferred and largest read and write sizes.
     pub async fn fsinfo(&self, root: &Fh) -> Result<n::FSINFO3resok, NfsError> {
         let args = n::FSINFO3args { fsroot: root.clone() };
-        self.res::<n::FSINFO3resok, n::FSINFO3resfail>(19, &args, b"").await.map(|(r, _)| r)
+        self.res::<n::FSINFO3resok, n::FSINFO3resfail>(19, &args, b"").await
     }
 
     /// PATHCONF: name limits and whether the server tells names apart by case.
     pub async fn pathconf(&self, fh: &Fh) -> Result<n::PATHCONF3resok, NfsError> {
         let args = n::PATHCONF3args { object: fh.clone() };
-        self.res::<n::PATHCONF3resok, n::PATHCONF3resfail>(20, &args, b"").await.map(|(r, _)| r)
+        self.res::<n::PATHCONF3resok, n::PATHCONF3resfail>(20, &args, b"").await
     }
 
     /// COMMIT everything written to `fh`; returns the write verifier.
     pub async fn commit(&self, fh: &Fh, about: &[u8]) -> Result<[u8; 8], NfsError> {
         let args = n::COMMIT3args { file: fh.clone(), offset: 0, count: 0 };
-        self.res::<n::COMMIT3resok, n::COMMIT3resfail>(21, &args, about).await.map(|(r, _)| r.verf.0)
+        self.res::<n::COMMIT3resok, n::COMMIT3resfail>(21, &args, about).await.map(|r| r.verf.0)
     }
 }
 
