@@ -13,7 +13,7 @@ use treesync_testkit::ganesha::{self, Ganesha};
 use treesync_testkit::history;
 
 use crate::bench::fmt_time;
-use crate::util::median;
+use crate::util::{matches_git_archive, median};
 
 pub struct Config {
     /// Files of the initial-checkout case.
@@ -116,7 +116,7 @@ pub fn run(c: &Config, dir: &Path, treesync: &Path) -> Result<String, String> {
             let sub = format!("init-{}", r + rows.len() * 10);
             let _ = std::fs::remove_dir_all(server.dir().join(&sub));
             let (t, n_calls, b) = sync(treesync, &repo, &a, &url(np, mp, &sub, extra_url), &flags)?;
-            check(&repo, &a, &server.dir().join(&sub))?;
+            matches_git_archive(&repo, &a, &server.dir().join(&sub), &dir.join("want"))?;
             let _ = std::fs::remove_dir_all(server.dir().join(&sub));
             times.push(t);
             (calls, by) = (n_calls, b);
@@ -154,45 +154,13 @@ pub fn run(c: &Config, dir: &Path, treesync: &Path) -> Result<String, String> {
             times.push(t);
             (calls, by) = (n_calls, bp);
         }
-        check(&repo, &b, &server.dir().join(sub))?;
+        matches_git_archive(&repo, &b, &server.dir().join(sub), &dir.join("want"))?;
         rows.push(Row { case: case.clone(), tool: label.into(), time: median(times), calls, by_proc: by });
     }
     let _ = std::fs::remove_dir_all(&repo);
     drop((nfs, mnt));
     server.stop();
     Ok(render(&rows, c, rtt, k))
-}
-
-/// The target (read on the server's side) must be `git archive` of `rev`.
-fn check(repo: &Path, rev: &str, target: &Path) -> Result<(), String> {
-    let want = tempfile::tempdir().map_err(|e| e.to_string())?;
-    let archive = Command::new("git")
-        .arg("-C")
-        .arg(repo)
-        .args(["archive", rev])
-        .output()
-        .map_err(|e| format!("git archive: {e}"))?;
-    let mut tar = Command::new("tar")
-        .arg("-x")
-        .arg("-C")
-        .arg(want.path())
-        .stdin(std::process::Stdio::piped())
-        .spawn()
-        .map_err(|e| format!("tar: {e}"))?;
-    std::io::Write::write_all(tar.stdin.as_mut().ok_or("tar stdin")?, &archive.stdout).map_err(|e| e.to_string())?;
-    drop(tar.stdin.take());
-    tar.wait().map_err(|e| e.to_string())?;
-    let diff = Command::new("diff")
-        .args(["-r", "--no-dereference", "-x", ".treesync"])
-        .arg(want.path())
-        .arg(target)
-        .output()
-        .map_err(|e| format!("diff: {e}"))?;
-    if diff.status.success() {
-        Ok(())
-    } else {
-        Err(format!("the target differs from git archive {rev}: {}", String::from_utf8_lossy(&diff.stdout)))
-    }
 }
 
 fn render(rows: &[Row], c: &Config, rtt: Duration, k: usize) -> String {

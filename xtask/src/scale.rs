@@ -8,8 +8,10 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
+use treesync_testkit::git_stdin;
+
 use crate::bench::{fmt_time, make_repo};
-use crate::util::{measure, project_root, run_quiet, run_status};
+use crate::util::{matches_git_archive, measure, project_root, run_quiet, run_status};
 
 struct Row {
     case: String,
@@ -115,22 +117,17 @@ fn one_directory(repo: &Path, n: usize) -> Result<(), String> {
         std::fs::write(&p, format!("{i}\n")).map_err(|e| e.to_string())?;
         let _ = writeln!(paths, "{}", p.display());
     }
-    let ids = pipe(repo, &["hash-object", "-w", "--stdin-paths"], paths.as_bytes())?;
+    let ids = git_stdin(repo, &["hash-object", "-w", "--stdin-paths"], paths.as_bytes());
     let ids: Vec<&str> = ids.lines().collect();
     let _ = std::fs::remove_dir_all(&files);
-    let readme = pipe(repo, &["hash-object", "-w", "--stdin"], b"one big directory\n")?;
-    let mk = |entries: &[(String, &str)]| -> Result<String, String> {
+    let readme = git_stdin(repo, &["hash-object", "-w", "--stdin"], b"one big directory\n");
+    let mk = |entries: &[(String, &str)]| -> String {
         let mut input = String::new();
         for (name, id) in entries {
             let _ = writeln!(input, "100644 blob {id}\t{name}");
         }
-        let flat = pipe(repo, &["mktree"], input.as_bytes())?;
-        let root = pipe(
-            repo,
-            &["mktree"],
-            format!("100644 blob {}\tREADME\n040000 tree {}\tflat\n", readme.trim(), flat.trim()).as_bytes(),
-        )?;
-        Ok(root.trim().to_string())
+        let flat = git_stdin(repo, &["mktree"], input.as_bytes());
+        git_stdin(repo, &["mktree"], format!("100644 blob {readme}\tREADME\n040000 tree {flat}\tflat\n").as_bytes())
     };
     let a: Vec<(String, &str)> = (0..n).map(|i| (format!("e{i:07}"), ids[i])).collect();
     let mut b = a.clone();
@@ -141,63 +138,24 @@ fn one_directory(repo: &Path, n: usize) -> Result<(), String> {
     b.push((format!("new{:07}", 2), ids[n + 6]));
     b.remove(n / 3);
     b.remove(2 * n / 3);
-    let commit = |tree: &str, parent: Option<&str>| -> Result<String, String> {
+    let commit = |tree: &str, parent: Option<&str>| -> String {
         let mut args = vec!["-c", "user.name=t", "-c", "user.email=t@t", "commit-tree", tree, "-m", "one dir"];
         if let Some(p) = parent {
             args.extend(["-p", p]);
         }
-        pipe(repo, &args, b"").map(|s| s.trim().to_string())
+        git_stdin(repo, &args, b"")
     };
-    let ca = commit(&mk(&a)?, None)?;
-    let cb = commit(&mk(&b)?, Some(&ca))?;
+    let ca = commit(&mk(&a), None);
+    let cb = commit(&mk(&b), Some(&ca));
     run_quiet(Command::new("git").arg("-C").arg(repo).args(["update-ref", "refs/tags/A", &ca]))?;
     run_quiet(Command::new("git").arg("-C").arg(repo).args(["update-ref", "refs/tags/B", &cb]))?;
     Ok(())
-}
-
-/// Run git in `repo` with `input` on stdin; its stdout.
-fn pipe(repo: &Path, args: &[&str], input: &[u8]) -> Result<String, String> {
-    use std::io::Write;
-    use std::process::Stdio;
-    let mut child = Command::new("git")
-        .arg("-C")
-        .arg(repo)
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|e| format!("git: {e}"))?;
-    let mut stdin = child.stdin.take().ok_or("stdin")?;
-    let data = input.to_vec();
-    let writer = std::thread::spawn(move || stdin.write_all(&data));
-    let out = child.wait_with_output().map_err(|e| format!("git: {e}"))?;
-    let _ = writer.join();
-    if !out.status.success() {
-        return Err(format!("git {args:?}: {}", String::from_utf8_lossy(&out.stderr)));
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
 fn sync(bin: &Path, repo: &Path, rev: &str, target: &Path) -> Command {
     let mut c = Command::new(bin);
     c.args(["sync", "-q", "--repo"]).arg(repo).args(["--ref", rev, "--target"]).arg(target);
     c
-}
-
-fn same(repo: &Path, rev: &str, target: &Path, scratch: &Path) -> Result<(), String> {
-    let _ = std::fs::remove_dir_all(scratch);
-    std::fs::create_dir_all(scratch).map_err(|e| e.to_string())?;
-    let script = format!(
-        "git -C '{}' archive {rev} | tar -x -C '{}' && diff -r --no-dereference -x .treesync '{}' '{}'",
-        repo.display(),
-        scratch.display(),
-        scratch.display(),
-        target.display()
-    );
-    let r = run_quiet(Command::new("sh").args(["-c", &script]));
-    let _ = std::fs::remove_dir_all(scratch);
-    r.map(|_| ()).map_err(|e| format!("the target differs from git archive {rev}: {e}"))
 }
 
 fn wide(bin: &Path, repo: &Path, dir: &Path, case: &str, rows: &mut Vec<Row>) -> Result<(), String> {
@@ -210,7 +168,7 @@ fn wide(bin: &Path, repo: &Path, dir: &Path, case: &str, rows: &mut Vec<Row>) ->
     {
         eprintln!("{case}: {run}…");
         let (t, rss) = measure(&mut sync(bin, repo, rev, &target))?;
-        same(repo, rev, &target, &scratch)?;
+        matches_git_archive(repo, rev, &target, &scratch)?;
         eprintln!("  {} in {}, peak RSS {} MiB, same as git archive", run, fmt_time(t), mib(rss));
         rows.push(Row { case: case.into(), run: run.into(), time: t, rss_mib: mib(rss) });
     }

@@ -50,3 +50,25 @@ pub fn median(mut v: Vec<Duration>) -> Duration {
     v.sort();
     v[v.len() / 2]
 }
+
+/// Check that `target` holds exactly `git archive REV` of `repo` (`.treesync` left out): the
+/// archive is unpacked into `scratch` (removed afterwards) and compared with `diff -r`.
+pub fn matches_git_archive(
+    repo: &std::path::Path,
+    rev: &str,
+    target: &std::path::Path,
+    scratch: &std::path::Path,
+) -> Result<(), String> {
+    let _ = std::fs::remove_dir_all(scratch);
+    std::fs::create_dir_all(scratch).map_err(|e| format!("{}: {e}", scratch.display()))?;
+    let script = format!(
+        "git -C '{}' archive {rev} | tar -x -C '{}' && diff -r --no-dereference -x .treesync '{}' '{}'",
+        repo.display(),
+        scratch.display(),
+        scratch.display(),
+        target.display()
+    );
+    let r = run_quiet(Command::new("sh").args(["-c", &script]));
+    let _ = std::fs::remove_dir_all(scratch);
+    r.map(|_| ()).map_err(|e| format!("the target differs from git archive {rev}: {e}"))
+}
