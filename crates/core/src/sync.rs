@@ -267,7 +267,124 @@ pub async fn sync(
     let me = holder();
     let target = backend.prepare_target(!options.dry_run).await?;
     let lock = if options.dry_run { None } else { Some(backend.lock(&me).await?) };
-    let result = sync_locked(repo, to, &me, target, backend, options, progress, interrupt, start).await;
+    let result: Result<Outcome, Error> = async {
+        let prepared = prepare_at(repo, to, backend, options.force, target).await?;
+        let Prepared { state, resume, main, to, takeover, .. } = prepared;
+        if let Some((p, _)) = &resume {
+            check_lease(p, backend, options)?;
+        }
+        let from = state.as_ref().and_then(|s| s.synced);
+        let mut planned = main.counts;
+        if let Some((_, plan)) = &resume {
+            planned.merge(&plan.counts);
+        }
+        let mut outcome = Outcome {
+            from,
+            commit: to.commit,
+            tree: to.tree,
+            resumed: resume.as_ref().map(|r| r.0.clone()),
+            takeover,
+            dry_run: options.dry_run,
+            planned,
+            applied: OpCounts::default(),
+            state_writes: 0,
+            elapsed: Duration::ZERO,
+        };
+        if options.dry_run {
+            outcome.elapsed = start.elapsed();
+            return Ok(outcome);
+        }
+
+        let blobs: Arc<dyn BlobSource> = Arc::new(repo.clone());
+        let mut current = state.unwrap_or(SyncState {
+            version: state::VERSION,
+            synced: None,
+            in_progress: None,
+            backend: options.backend_name.clone(),
+        });
+        current.version = state::VERSION;
+        current.backend = options.backend_name.clone();
+
+        tracing::debug!(target: "treesync::sync", %backend, ?target, "target prepared and locked");
+        if let Some((p, plan)) = &resume {
+            tracing::info!(
+                target: "treesync::sync",
+                to = %p.to_commit,
+                ops = plan.len(),
+                "finishing an interrupted sync first"
+            );
+            // The journal says "in progress" for this transition; it is ours now.
+            if p.holder.is_some() && !backend.capabilities().exclusive_lock {
+                current.in_progress = Some(InProgress {
+                    holder: Some(me.to_string()),
+                    host: Some(hostname()),
+                    pid: Some(std::process::id()),
+                    ..p.clone()
+                });
+                backend.store_state(&current.to_bytes()).await?;
+                outcome.state_writes += 1;
+            }
+            let done = apply::apply(plan, backend, &blobs, options.apply, progress, interrupt).await;
+            let done = match done {
+                Ok(d) => d,
+                Err(e) => return Err(release(backend, current, add_counts(e.into(), &outcome.applied)).await),
+            };
+            outcome.applied.merge(&done.counts);
+            current.synced = Some(Synced { commit: p.to_commit, tree: p.to_tree, at_unix: state::now_unix() });
+            current.in_progress = None;
+            if main.is_empty() && p.to_commit == to.commit {
+                backend.store_state(&current.to_bytes()).await?;
+                outcome.state_writes += 1;
+            }
+        }
+
+        let already = current.synced.is_some_and(|s| s.commit == to.commit) && current.in_progress.is_none();
+        tracing::info!(
+            target: "treesync::sync",
+            from = ?current.synced.map(|s| s.commit.to_string()),
+            to = %to.commit,
+            plan = %main.counts,
+            takeover,
+            "planned"
+        );
+        if !main.is_empty() {
+            current.in_progress = Some(InProgress {
+                from_tree: if takeover { None } else { current.synced.map(|s| s.tree) },
+                to_commit: to.commit,
+                to_tree: to.tree,
+                takeover,
+                started_unix: state::now_unix(),
+                holder: Some(me.to_string()),
+                host: Some(hostname()),
+                pid: Some(std::process::id()),
+            });
+            backend.store_state(&current.to_bytes()).await?;
+            outcome.state_writes += 1;
+            tracing::debug!(target: "treesync::sync", "journal: in progress");
+            let done = apply::apply(&main, backend, &blobs, options.apply, progress, interrupt).await;
+            let done = match done {
+                Ok(d) => d,
+                Err(e) => return Err(release(backend, current, add_counts(e.into(), &outcome.applied)).await),
+            };
+            outcome.applied.merge(&done.counts);
+        }
+        if !main.is_empty() || !already {
+            current.synced = Some(Synced { commit: to.commit, tree: to.tree, at_unix: state::now_unix() });
+            current.in_progress = None;
+            backend.store_state(&current.to_bytes()).await?;
+            outcome.state_writes += 1;
+        }
+        outcome.elapsed = start.elapsed();
+        tracing::info!(
+            target: "treesync::sync",
+            applied = %outcome.applied,
+            state_writes = outcome.state_writes,
+            elapsed_ms = outcome.elapsed.as_millis() as u64,
+            "synced"
+        );
+        Ok(outcome)
+    }
+    .await;
     if let Some(lock) = lock {
         // Released on every path; a failure to release matters only when all else went well.
         let unlocked = backend.unlock(lock).await;
@@ -276,135 +393,6 @@ pub async fn sync(
         }
     }
     result
-}
-
-#[allow(clippy::too_many_arguments)]
-async fn sync_locked(
-    repo: &Repo,
-    to: crate::source::Resolved,
-    me: &str,
-    target: TargetState,
-    backend: &dyn Backend,
-    options: &Options,
-    progress: &(dyn Fn(&Progress<'_>) + Send + Sync),
-    interrupt: &AtomicBool,
-    start: Instant,
-) -> Result<Outcome, Error> {
-    let prepared = prepare_at(repo, to, backend, options.force, target).await?;
-    let Prepared { state, resume, main, to, takeover, .. } = prepared;
-    if let Some((p, _)) = &resume {
-        check_lease(p, backend, options)?;
-    }
-    let from = state.as_ref().and_then(|s| s.synced);
-    let mut planned = main.counts;
-    if let Some((_, plan)) = &resume {
-        planned.merge(&plan.counts);
-    }
-    let mut outcome = Outcome {
-        from,
-        commit: to.commit,
-        tree: to.tree,
-        resumed: resume.as_ref().map(|r| r.0.clone()),
-        takeover,
-        dry_run: options.dry_run,
-        planned,
-        applied: OpCounts::default(),
-        state_writes: 0,
-        elapsed: Duration::ZERO,
-    };
-    if options.dry_run {
-        outcome.elapsed = start.elapsed();
-        return Ok(outcome);
-    }
-
-    let blobs: Arc<dyn BlobSource> = Arc::new(repo.clone());
-    let mut current = state.unwrap_or(SyncState {
-        version: state::VERSION,
-        synced: None,
-        in_progress: None,
-        backend: options.backend_name.clone(),
-    });
-    current.version = state::VERSION;
-    current.backend = options.backend_name.clone();
-
-    tracing::debug!(target: "treesync::sync", %backend, ?target, "target prepared and locked");
-    if let Some((p, plan)) = &resume {
-        tracing::info!(
-            target: "treesync::sync",
-            to = %p.to_commit,
-            ops = plan.len(),
-            "finishing an interrupted sync first"
-        );
-        // The journal says "in progress" for this transition; it is ours now.
-        if p.holder.is_some() && !backend.capabilities().exclusive_lock {
-            current.in_progress = Some(InProgress {
-                holder: Some(me.to_string()),
-                host: Some(hostname()),
-                pid: Some(std::process::id()),
-                ..p.clone()
-            });
-            backend.store_state(&current.to_bytes()).await?;
-            outcome.state_writes += 1;
-        }
-        let done = apply::apply(plan, backend, &blobs, options.apply, progress, interrupt).await;
-        let done = match done {
-            Ok(d) => d,
-            Err(e) => return Err(release(backend, current, add_counts(e.into(), &outcome.applied)).await),
-        };
-        outcome.applied.merge(&done.counts);
-        current.synced = Some(Synced { commit: p.to_commit, tree: p.to_tree, at_unix: state::now_unix() });
-        current.in_progress = None;
-        if main.is_empty() && p.to_commit == to.commit {
-            backend.store_state(&current.to_bytes()).await?;
-            outcome.state_writes += 1;
-        }
-    }
-
-    let already = current.synced.is_some_and(|s| s.commit == to.commit) && current.in_progress.is_none();
-    tracing::info!(
-        target: "treesync::sync",
-        from = ?current.synced.map(|s| s.commit.to_string()),
-        to = %to.commit,
-        plan = %main.counts,
-        takeover,
-        "planned"
-    );
-    if !main.is_empty() {
-        current.in_progress = Some(InProgress {
-            from_tree: if takeover { None } else { current.synced.map(|s| s.tree) },
-            to_commit: to.commit,
-            to_tree: to.tree,
-            takeover,
-            started_unix: state::now_unix(),
-            holder: Some(me.to_string()),
-            host: Some(hostname()),
-            pid: Some(std::process::id()),
-        });
-        backend.store_state(&current.to_bytes()).await?;
-        outcome.state_writes += 1;
-        tracing::debug!(target: "treesync::sync", "journal: in progress");
-        let done = apply::apply(&main, backend, &blobs, options.apply, progress, interrupt).await;
-        let done = match done {
-            Ok(d) => d,
-            Err(e) => return Err(release(backend, current, add_counts(e.into(), &outcome.applied)).await),
-        };
-        outcome.applied.merge(&done.counts);
-    }
-    if !main.is_empty() || !already {
-        current.synced = Some(Synced { commit: to.commit, tree: to.tree, at_unix: state::now_unix() });
-        current.in_progress = None;
-        backend.store_state(&current.to_bytes()).await?;
-        outcome.state_writes += 1;
-    }
-    outcome.elapsed = start.elapsed();
-    tracing::info!(
-        target: "treesync::sync",
-        applied = %outcome.applied,
-        state_writes = outcome.state_writes,
-        elapsed_ms = outcome.elapsed.as_millis() as u64,
-        "synced"
-    );
-    Ok(outcome)
 }
 
 /// Refuse to take over an unfinished sync whose holder may still be running (backends without
