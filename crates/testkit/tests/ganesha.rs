@@ -47,6 +47,11 @@ fn nfs_and_mount_answer_null_calls() {
     assert!(ganesha::rpc_null(g.nfs_addr(), 100_021, 4).is_err(), "NLM is not served");
     // The export is a tmpfs mounted at dir().
     assert!(mounted(g.dir()), "{} is not a mount point", g.dir().display());
+    // ganesha answers calls a moment before it logs that it is up: give the line time to come.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while !g.log().contains("NFS SERVER INITIALIZED") && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
     assert!(g.log().contains("NFS SERVER INITIALIZED"), "{}", g.log());
 }
 
