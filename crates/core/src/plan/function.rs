@@ -1,6 +1,6 @@
 use std::collections::{BTreeMap, HashMap};
 
-use gix::bstr::{BString, ByteSlice};
+use gix::bstr::{BStr, ByteSlice};
 use gix_hash::ObjectId;
 use gix_object::{FindExt, FindObjectOrHeader, tree::EntryKind};
 
@@ -49,13 +49,14 @@ pub fn case_collision(odb: &dyn FindObjectOrHeader, to: ObjectId, plan: &Plan) -
             dirs.insert(op.path().split_last().0.to_vec());
         }
     }
-    let mut p = Planner::new(odb);
+    let p = Planner::new(odb);
+    let mut buf = Vec::new();
     'dirs: for dir in dirs {
         let mut id = to;
         let mut path = RelPath::root();
         for c in dir.split(|b| *b == b'/').filter(|c| !c.is_empty()) {
-            let entries = p.entries(id, &path)?;
-            match entries.binary_search_by(|e| e.0.as_slice().cmp(c)) {
+            let entries = p.entries(id, &path, &mut buf)?;
+            match entries.binary_search_by(|e| e.0.as_bytes().cmp(c)) {
                 Ok(i) => match entries[i].1 {
                     Node::Tree { id: sub } => id = sub,
                     _ => continue 'dirs,
@@ -69,11 +70,11 @@ pub fn case_collision(odb: &dyn FindObjectOrHeader, to: ObjectId, plan: &Plan) -
             next.extend_from_slice(c);
             path = RelPath::respelled(next);
         }
-        let mut seen: HashMap<Vec<u8>, BString> = HashMap::new();
-        for (name, _) in p.entries(id, &path)? {
-            if let Some(other) = seen.insert(crate::path::fold_case(&name), name.clone()) {
-                let at = |n: &BString| if path.is_root() { n.to_string() } else { format!("{path}/{n}") };
-                return Err(Error::CaseCollision { a: at(&other), b: at(&name) });
+        let mut seen: HashMap<Vec<u8>, &BStr> = HashMap::new();
+        for (name, _) in p.entries(id, &path, &mut buf)? {
+            if let Some(other) = seen.insert(crate::path::fold_case(name), name) {
+                let at = |n: &BStr| if path.is_root() { n.to_string() } else { format!("{path}/{n}") };
+                return Err(Error::CaseCollision { a: at(other), b: at(name) });
             }
         }
     }
@@ -129,6 +130,9 @@ pub fn plan_takeover(odb: &dyn FindObjectOrHeader, existing: &[ExistingEntry], t
     }
     Ok(p.finish(None, to))
 }
+
+/// A tree's entries, sorted by name, the names borrowed from the tree's buffer.
+type Entries<'b> = Vec<(&'b BStr, Node)>;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Node {
@@ -206,11 +210,14 @@ impl<'a> Planner<'a> {
         })
     }
 
-    /// The entries of a tree, sorted by name.
-    fn entries(&mut self, id: ObjectId, path: &RelPath) -> Result<Vec<(BString, Node)>, Error> {
-        let tree = self.odb.find_tree(&id, &mut self.buf).map_err(|e| Self::object_error("tree", id, path, e))?;
-        let mut out = Vec::with_capacity(tree.entries.len());
-        for e in &tree.entries {
+    /// The entries of a tree, sorted by name; the names point into `buf`, which holds the tree
+    /// (one per tree level being diffed: a directory of N entries costs its raw tree plus
+    /// N small entries, no allocation per name).
+    fn entries<'b>(&self, id: ObjectId, path: &RelPath, buf: &'b mut Vec<u8>) -> Result<Entries<'b>, Error> {
+        let tree = self.odb.find_tree_iter(&id, buf).map_err(|e| Self::object_error("tree", id, path, e))?;
+        let mut out = Vec::new();
+        for e in tree {
+            let e = e.map_err(|e| Self::object_error("tree", id, path, e))?;
             let oid = e.oid.to_owned();
             let node = match e.mode.kind() {
                 EntryKind::Tree => Node::Tree { id: oid },
@@ -228,9 +235,10 @@ impl<'a> Planner<'a> {
                     Node::Gitlink
                 }
             };
-            out.push((e.filename.to_owned(), node));
+            out.push((e.filename, node));
         }
-        out.sort_by(|a, b| a.0.cmp(&b.0));
+        // In place (a stable sort would allocate half the listing again); equal names are refused.
+        out.sort_unstable_by(|a, b| a.0.cmp(b.0));
         if let Some(w) = out.windows(2).find(|w| w[0].0 == w[1].0) {
             return Err(Error::Unsafe(crate::path::UnsafeName {
                 path: if path.is_root() { w[0].0.to_string() } else { format!("{path}/{}", w[0].0) },
@@ -245,19 +253,28 @@ impl<'a> Planner<'a> {
         if let Some(v) = self.has_content.get(&id) {
             return Ok(*v);
         }
-        let entries = self.entries(id, path)?;
-        let v = self.entries_have_content(&entries, path)?;
+        let mut buf = Vec::new();
+        let entries = self.entries(id, path, &mut buf)?;
+        self.has_content_of(id, &entries, path)
+    }
+
+    /// [`Self::tree_has_content`] of a tree whose entries were read already.
+    fn has_content_of(&mut self, id: ObjectId, entries: &[(&BStr, Node)], path: &RelPath) -> Result<bool, Error> {
+        if let Some(v) = self.has_content.get(&id) {
+            return Ok(*v);
+        }
+        let v = self.entries_have_content(entries, path)?;
         self.has_content.insert(id, v);
         Ok(v)
     }
 
-    fn entries_have_content(&mut self, entries: &[(BString, Node)], path: &RelPath) -> Result<bool, Error> {
+    fn entries_have_content(&mut self, entries: &[(&BStr, Node)], path: &RelPath) -> Result<bool, Error> {
         if entries.iter().any(|(_, n)| !matches!(n, Node::Tree { .. })) {
             return Ok(true);
         }
         for (name, n) in entries {
             if let Node::Tree { id } = n {
-                let child = path.join(name.as_bstr(), NameKind::Other)?;
+                let child = path.join(name, NameKind::Other)?;
                 if self.tree_has_content(*id, &child)? {
                     return Ok(true);
                 }
@@ -266,46 +283,52 @@ impl<'a> Planner<'a> {
         Ok(false)
     }
 
-    /// Diff the entries of two trees at `dir` (which exists, or is planned to), merge-joined by name.
+    /// Diff the contents of two trees at `dir` (which exists, or is planned to).
     fn diff_tree_contents(&mut self, dir: &RelPath, old: Option<ObjectId>, new: Option<ObjectId>) -> Result<(), Error> {
         if old == new {
             return Ok(());
         }
+        let (mut old_buf, mut new_buf) = (Vec::new(), Vec::new());
         let old = match old {
-            Some(id) => self.entries(id, dir)?,
+            Some(id) => self.entries(id, dir, &mut old_buf)?,
             None => Vec::new(),
         };
         let new = match new {
-            Some(id) => self.entries(id, dir)?,
+            Some(id) => self.entries(id, dir, &mut new_buf)?,
             None => Vec::new(),
         };
+        self.diff_entries(dir, &old, &new)
+    }
+
+    /// Diff the entries of two trees at `dir` (which exists, or is planned to), merge-joined by name.
+    fn diff_entries(&mut self, dir: &RelPath, old: &[(&BStr, Node)], new: &[(&BStr, Node)]) -> Result<(), Error> {
         let (mut i, mut j) = (0, 0);
         while i < old.len() || j < new.len() {
             let ord = match (old.get(i), new.get(j)) {
-                (Some(a), Some(b)) => a.0.cmp(&b.0),
+                (Some(a), Some(b)) => a.0.cmp(b.0),
                 (Some(_), None) => std::cmp::Ordering::Less,
                 (None, _) => std::cmp::Ordering::Greater,
             };
             let (name, o, n) = match ord {
                 std::cmp::Ordering::Less => {
                     i += 1;
-                    (&old[i - 1].0, Some(old[i - 1].1), None)
+                    (old[i - 1].0, Some(old[i - 1].1), None)
                 }
                 std::cmp::Ordering::Greater => {
                     j += 1;
-                    (&new[j - 1].0, None, Some(new[j - 1].1))
+                    (new[j - 1].0, None, Some(new[j - 1].1))
                 }
                 std::cmp::Ordering::Equal => {
                     i += 1;
                     j += 1;
-                    (&new[j - 1].0, Some(old[i - 1].1), Some(new[j - 1].1))
+                    (new[j - 1].0, Some(old[i - 1].1), Some(new[j - 1].1))
                 }
             };
             if o == n {
                 continue;
             }
             let kind = if matches!(n, Some(Node::Link { .. })) { NameKind::Symlink } else { NameKind::Other };
-            let path = dir.join(name.as_bstr(), kind)?;
+            let path = dir.join(name, kind)?;
             if n.is_some() {
                 let reason = if path.depth() > MAX_TREE_DEPTH {
                     Some(format!(
@@ -331,12 +354,23 @@ impl<'a> Planner<'a> {
         // First take away what the old entry was, where the new one cannot simply replace it.
         match (old, new) {
             (Some(Tree { id: a }), Some(Tree { id: b })) => {
-                let had = self.tree_has_content(a, path)?;
-                let has = self.tree_has_content(b, path)?;
+                // Each tree is read once: for whether it has content and for the diff.
+                let (mut old_buf, mut new_buf) = (Vec::new(), Vec::new());
+                let old = self.entries(a, path, &mut old_buf)?;
+                let new = self.entries(b, path, &mut new_buf)?;
+                let had = self.has_content_of(a, &old, path)?;
+                let has = self.has_content_of(b, &new, path)?;
                 return match (had, has) {
-                    (true, true) => self.diff_tree_contents(path, Some(a), Some(b)),
-                    (true, false) => self.remove_tree(path, a),
-                    (false, true) => self.add_tree(path, b),
+                    (true, true) => self.diff_entries(path, &old, &new),
+                    (true, false) => {
+                        self.diff_entries(path, &old, &[])?;
+                        self.rmdir(path);
+                        Ok(())
+                    }
+                    (false, true) => {
+                        self.mkdir(path);
+                        self.diff_entries(path, &[], &new)
+                    }
                     (false, false) => Ok(()),
                 };
             }
@@ -405,19 +439,23 @@ impl<'a> Planner<'a> {
 
     /// Plan the creation of tree `id` at `path` (and its directory, if a checkout would make one).
     fn add_tree(&mut self, path: &RelPath, id: ObjectId) -> Result<(), Error> {
-        if !self.tree_has_content(id, path)? {
+        let mut buf = Vec::new();
+        let entries = self.entries(id, path, &mut buf)?;
+        if !self.has_content_of(id, &entries, path)? {
             return Ok(());
         }
         self.mkdir(path);
-        self.diff_tree_contents(path, None, Some(id))
+        self.diff_entries(path, &[], &entries)
     }
 
     /// Plan the removal of tree `id` at `path`, content first.
     fn remove_tree(&mut self, path: &RelPath, id: ObjectId) -> Result<(), Error> {
-        if !self.tree_has_content(id, path)? {
+        let mut buf = Vec::new();
+        let entries = self.entries(id, path, &mut buf)?;
+        if !self.has_content_of(id, &entries, path)? {
             return Ok(());
         }
-        self.diff_tree_contents(path, Some(id), None)?;
+        self.diff_entries(path, &entries, &[])?;
         self.rmdir(path);
         Ok(())
     }
