@@ -69,6 +69,7 @@ fn main() -> std::process::ExitCode {
         Some("scale") => scale::run(&args[1..]),
         Some("ganesha") => ganesha::run(&args[1..]),
         Some("bench-generate") => bench::generate(&args[1..]),
+        Some("__measure") => util::measure_child(&args[1..]),
         Some("help" | "--help" | "-h") | None => {
             print!("{HELP}");
             Ok(())

@@ -74,7 +74,7 @@ pub fn run(args: &[String]) -> Result<(), String> {
     let mut md = String::new();
     let _ = writeln!(
         md,
-        "Targets on a tmpfs; release build; one run each; peak RSS of the `treesync` process (`wait4`). Every target was compared with `git archive` (`diff -r`) after each sync.\n"
+        "Targets on a tmpfs; release build; one run each; peak RSS of the `treesync` process (`wait4` in a small parent process, so that the benchmark's own memory does not count). Every target was compared with `git archive` (`diff -r`) after each sync.\n"
     );
     let _ = writeln!(md, "| tree | run | time | peak RSS |");
     let _ = writeln!(md, "|---|---|---:|---:|");
