@@ -13,7 +13,7 @@ use rustix::fs::{AtFlags, FileType, FlockOperation, Mode, OFlags, ResolveFlags};
 use rustix::io::Errno;
 use treesync_core::backend::{DirEntry, Error, FileStat, Found, FoundKind, LockGuard, TargetState};
 use treesync_core::path::{STATE_DIR, TMP_PREFIX};
-use treesync_core::source::{BlobError, BlobSource};
+use treesync_core::source::BlobSource;
 use treesync_core::{Op, RelPath};
 
 const TMP_DIR: &str = ".treesync/tmp";
@@ -317,10 +317,7 @@ impl Target {
                 }
                 Ok(())
             })
-            .map_err(|e| match e {
-                BlobError::Source(source) => Error::Blob { path: path.display(), source },
-                BlobError::Sink(e) => Error::io("write", path, e),
-            })?;
+            .map_err(|e| Error::from_blob("write", path, e))?;
         if self.fsync {
             rustix::fs::fsync(&fd).map_err(|e| Error::io("fsync", path, io(e)))?;
         }

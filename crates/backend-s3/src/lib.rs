@@ -41,7 +41,7 @@ use tokio::sync::Semaphore;
 use treesync_core::backend::{
     Backend, Batch, Capabilities, DirEntry, Error, Found, FoundKind, LockGuard, Policy, TargetState,
 };
-use treesync_core::source::{BlobError, BlobSource};
+use treesync_core::source::BlobSource;
 use treesync_core::{Op, RelPath};
 
 /// `st_mode` of a regular file (0100644), as s3fs-fuse stores it.
@@ -276,10 +276,7 @@ impl ObjectStoreBackend {
                     }
                     Ok(())
                 })
-                .map_err(|e| match e {
-                    BlobError::Source(source) => Error::Blob { path: p.display(), source },
-                    BlobError::Sink(e) => Error::io("read", &p, e),
-                })?;
+                .map_err(|e| Error::from_blob("read", &p, e))?;
             if !buf.is_empty() {
                 let _ = tx.blocking_send(Bytes::from(buf));
             }
@@ -378,10 +375,7 @@ async fn read_blob(
                 data.extend_from_slice(chunk);
                 Ok(())
             })
-            .map_err(|e| match e {
-                BlobError::Source(source) => Error::Blob { path: p.display(), source },
-                BlobError::Sink(e) => Error::io("read", &p, e),
-            })?;
+            .map_err(|e| Error::from_blob("read", &p, e))?;
         Ok(Bytes::from(data))
     })
     .await

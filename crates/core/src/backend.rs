@@ -256,6 +256,15 @@ impl Error {
         Error::Io { op, path: path.to_string(), source }
     }
 
+    /// Feeding a blob to the file at `path` failed: the repository could not give it
+    /// ([`Error::Blob`]), or the side taking it failed while doing `op` ("write", "read").
+    pub fn from_blob(op: &'static str, path: &RelPath, e: crate::source::BlobError) -> Self {
+        match e {
+            crate::source::BlobError::Source(source) => Error::Blob { path: path.display(), source },
+            crate::source::BlobError::Sink(e) => Error::io(op, path, e),
+        }
+    }
+
     /// A directory cannot be made at `path`: something that is not a directory is there.
     pub fn not_a_directory_in_the_way(path: impl fmt::Display) -> Self {
         Error::io(

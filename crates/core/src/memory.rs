@@ -229,10 +229,7 @@ impl Backend for MemoryBackend {
                         data.extend_from_slice(chunk);
                         Ok(())
                     })
-                    .map_err(|e| match e {
-                        crate::source::BlobError::Source(source) => Error::Blob { path: path.display(), source },
-                        crate::source::BlobError::Sink(e) => Error::io("write", path, e),
-                    })?;
+                    .map_err(|e| Error::from_blob("write", path, e))?;
                 Some(data)
             }
             _ => None,

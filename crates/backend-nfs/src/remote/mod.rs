@@ -595,10 +595,7 @@ impl RemoteBackend {
         path: &RelPath,
     ) -> Result<(), Error> {
         let about = path.as_bytes();
-        let blob_err = |e: BlobError| match e {
-            BlobError::Source(source) => Error::Blob { path: path.display(), source },
-            BlobError::Sink(e) => Error::io("write", path, e),
-        };
+        let blob_err = |e: BlobError| Error::from_blob("write", path, e);
         if size == 0 {
             return Ok(());
         }
