@@ -176,15 +176,18 @@ async fn prepare_at(
         };
     }
 
+    let options = plan::Options { case_insensitive: !backend.capabilities().case_sensitive };
     let mut resume = None;
     let mut takeover = false;
     let base = match &state {
         Some(SyncState { in_progress: Some(p), .. }) => {
             let plan = if p.takeover {
                 let existing = scan(backend).await?;
-                plan::with_big_stack(|| repo.with_objects(|odb| plan::plan_takeover(odb, &existing, p.to_tree)))?
+                plan::with_big_stack(|| {
+                    repo.with_objects(|odb| plan::plan_takeover(odb, &existing, p.to_tree, options))
+                })?
             } else {
-                plan::with_big_stack(|| repo.with_objects(|odb| plan::plan(odb, p.from_tree, p.to_tree)))?
+                plan::with_big_stack(|| repo.with_objects(|odb| plan::plan_with(odb, p.from_tree, p.to_tree, options)))?
             };
             resume = Some((p.clone(), plan));
             Some(p.to_tree)
@@ -201,16 +204,10 @@ async fn prepare_at(
     };
     let main = if takeover {
         let existing = scan(backend).await?;
-        plan::with_big_stack(|| repo.with_objects(|odb| plan::plan_takeover(odb, &existing, to.tree)))?
+        plan::with_big_stack(|| repo.with_objects(|odb| plan::plan_takeover(odb, &existing, to.tree, options)))?
     } else {
-        plan::with_big_stack(|| repo.with_objects(|odb| plan::plan(odb, base, to.tree)))?
+        plan::with_big_stack(|| repo.with_objects(|odb| plan::plan_with(odb, base, to.tree, options)))?
     };
-    if !backend.capabilities().case_sensitive {
-        plan::with_big_stack(|| repo.with_objects(|odb| plan::case_collision(odb, to.tree, &main)))?;
-        if let Some((p, plan)) = &resume {
-            plan::with_big_stack(|| repo.with_objects(|odb| plan::case_collision(odb, p.to_tree, plan)))?;
-        }
-    }
     Ok(Prepared { state, target, resume, main, to, takeover })
 }
 

@@ -1,6 +1,6 @@
 use std::collections::{BTreeMap, HashMap};
 
-use gix::bstr::{BStr, ByteSlice};
+use gix::bstr::BStr;
 use gix_hash::ObjectId;
 use gix_object::{FindExt, FindObjectOrHeader, tree::EntryKind};
 
@@ -28,57 +28,34 @@ pub(crate) fn with_big_stack<T: Send>(f: impl FnOnce() -> T + Send) -> T {
     })
 }
 
+/// How to plan: what the target needs beyond git's rules.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Options {
+    /// The target does not tell names apart by case: refuse ([`Error::CaseCollision`]) when two
+    /// entries of a directory whose entries the plan changes differ only by case (one would
+    /// overwrite the other). Costs nothing more than the diff: those directories are read anyway.
+    pub case_insensitive: bool,
+}
+
 /// Plan the ops that turn a target holding tree `from` (`None`: an empty target) into one
 /// holding tree `to`. Reads only the trees and symlink blobs on changed paths.
 ///
 /// The walk recurses once per tree level: for trees near [`MAX_TREE_DEPTH`] run it on a thread
 /// with a large stack (as `sync` does).
 pub fn plan(odb: &dyn FindObjectOrHeader, from: Option<ObjectId>, to: ObjectId) -> Result<Plan, Error> {
-    let mut p = Planner::new(odb);
-    p.diff_tree_contents(&RelPath::root(), from, Some(to))?;
-    Ok(p.finish(from, to))
+    plan_with(odb, from, to, Options::default())
 }
 
-/// For targets that do not tell case apart: refuse ([`Error::CaseCollision`]) if two entries
-/// of one directory of tree `to` differ only by case. Only directories the plan creates
-/// entries in are read (a collision needs a new entry), so the check costs O(changed).
-pub fn case_collision(odb: &dyn FindObjectOrHeader, to: ObjectId, plan: &Plan) -> Result<(), Error> {
-    let mut dirs = std::collections::BTreeSet::new();
-    for op in plan.ops() {
-        if matches!(op, Op::Mkdir { .. } | Op::Write { .. } | Op::Symlink { .. }) {
-            dirs.insert(op.path().split_last().0.to_vec());
-        }
-    }
-    let p = Planner::new(odb);
-    let mut buf = Vec::new();
-    'dirs: for dir in dirs {
-        let mut id = to;
-        let mut path = RelPath::root();
-        for c in dir.split(|b| *b == b'/').filter(|c| !c.is_empty()) {
-            let entries = p.entries(id, &path, &mut buf)?;
-            match entries.binary_search_by(|e| e.0.as_bytes().cmp(c)) {
-                Ok(i) => match entries[i].1 {
-                    Node::Tree { id: sub } => id = sub,
-                    _ => continue 'dirs,
-                },
-                Err(_) => continue 'dirs,
-            }
-            let mut next = path.as_bytes().to_vec();
-            if !next.is_empty() {
-                next.push(b'/');
-            }
-            next.extend_from_slice(c);
-            path = RelPath::respelled(next);
-        }
-        let mut seen: HashMap<Vec<u8>, &BStr> = HashMap::new();
-        for (name, _) in p.entries(id, &path, &mut buf)? {
-            if let Some(other) = seen.insert(crate::path::fold_case(name), name) {
-                let at = |n: &BStr| if path.is_root() { n.to_string() } else { format!("{path}/{n}") };
-                return Err(Error::CaseCollision { a: at(other), b: at(name) });
-            }
-        }
-    }
-    Ok(())
+/// [`plan`] for a target with the needs `options` names.
+pub fn plan_with(
+    odb: &dyn FindObjectOrHeader,
+    from: Option<ObjectId>,
+    to: ObjectId,
+    options: Options,
+) -> Result<Plan, Error> {
+    let mut p = Planner::new(odb, options);
+    p.diff_tree_contents(&RelPath::root(), from, Some(to))?;
+    Ok(p.finish(from, to))
 }
 
 /// What a target that treesync does not manage yet holds at one path (for `--force`).
@@ -102,8 +79,13 @@ pub struct ExistingEntry {
 /// Plan the takeover of a target that holds `existing` entries (a full scan of it, parents
 /// before children) but no state: remove everything the tree `to` does not have (or has with
 /// another type), then write the whole tree.
-pub fn plan_takeover(odb: &dyn FindObjectOrHeader, existing: &[ExistingEntry], to: ObjectId) -> Result<Plan, Error> {
-    let mut p = Planner::new(odb);
+pub fn plan_takeover(
+    odb: &dyn FindObjectOrHeader,
+    existing: &[ExistingEntry],
+    to: ObjectId,
+    options: Options,
+) -> Result<Plan, Error> {
+    let mut p = Planner::new(odb, options);
     p.diff_tree_contents(&RelPath::root(), None, Some(to))?;
     let mut wanted: HashMap<RelPath, ExistingKind> = HashMap::new();
     for op in p.ops_so_far() {
@@ -144,6 +126,7 @@ enum Node {
 
 struct Planner<'a> {
     odb: &'a dyn FindObjectOrHeader,
+    options: Options,
     buf: Vec<u8>,
     /// Whether a tree holds anything git would write (a tree of only empty trees makes no
     /// directory in a checkout).
@@ -156,9 +139,10 @@ struct Planner<'a> {
 }
 
 impl<'a> Planner<'a> {
-    fn new(odb: &'a dyn FindObjectOrHeader) -> Self {
+    fn new(odb: &'a dyn FindObjectOrHeader, options: Options) -> Self {
         Planner {
             odb,
+            options,
             buf: Vec::new(),
             has_content: HashMap::new(),
             unlinks: Vec::new(),
@@ -302,6 +286,7 @@ impl<'a> Planner<'a> {
 
     /// Diff the entries of two trees at `dir` (which exists, or is planned to), merge-joined by name.
     fn diff_entries(&mut self, dir: &RelPath, old: &[(&BStr, Node)], new: &[(&BStr, Node)]) -> Result<(), Error> {
+        let mut changed = false;
         let (mut i, mut j) = (0, 0);
         while i < old.len() || j < new.len() {
             let ord = match (old.get(i), new.get(j)) {
@@ -327,6 +312,7 @@ impl<'a> Planner<'a> {
             if o == n {
                 continue;
             }
+            changed |= n.is_some();
             let kind = if matches!(n, Some(Node::Link { .. })) { NameKind::Symlink } else { NameKind::Other };
             let path = dir.join(name, kind)?;
             if n.is_some() {
@@ -345,6 +331,9 @@ impl<'a> Planner<'a> {
                 }
             }
             self.diff_entry(&path, o, n)?;
+        }
+        if changed && self.options.case_insensitive {
+            refuse_case_collisions(dir, new)?;
         }
         Ok(())
     }
@@ -459,4 +448,17 @@ impl<'a> Planner<'a> {
         self.rmdir(path);
         Ok(())
     }
+}
+
+/// On a target that does not tell case apart: two entries of `dir` that differ only by case
+/// would be one file there.
+fn refuse_case_collisions(dir: &RelPath, entries: &[(&BStr, Node)]) -> Result<(), Error> {
+    let mut seen: HashMap<Vec<u8>, &BStr> = HashMap::with_capacity(entries.len());
+    for (name, _) in entries {
+        if let Some(other) = seen.insert(crate::path::fold_case(name), name) {
+            let at = |n: &BStr| if dir.is_root() { n.to_string() } else { format!("{dir}/{n}") };
+            return Err(Error::CaseCollision { a: at(other), b: at(name) });
+        }
+    }
+    Ok(())
 }

@@ -6,7 +6,9 @@
 
 mod function;
 pub(crate) use function::with_big_stack;
-pub use function::{ExistingEntry, ExistingKind, MAX_PATH_BYTES, MAX_TREE_DEPTH, case_collision, plan, plan_takeover};
+pub use function::{
+    ExistingEntry, ExistingKind, MAX_PATH_BYTES, MAX_TREE_DEPTH, Options, plan, plan_takeover, plan_with,
+};
 
 use gix_hash::ObjectId;
 
