@@ -557,24 +557,23 @@ async fn watch_one(name: Option<String>, args: WatchArgs, interrupt: Arc<AtomicB
                 && last_verify.elapsed() >= every
             {
                 last_verify = std::time::Instant::now();
-                let report = verify::verify(&repo, &*backend, verify::Level::Stat).await?;
+                // With --repair, compare and repair under the target's lock and journal, like a
+                // sync: never a repair planned against a tree that a sync replaced meanwhile.
+                let (report, repaired) = if args.repair {
+                    let repair = sync::RepairOptions { sync: options.clone(), ..Default::default() };
+                    let out = sync::repair(&repo, &*backend, &repair, &|_| {}, &interrupt).await?;
+                    (out.report, out.applied)
+                } else {
+                    (verify::verify(&repo, &*backend, verify::Level::Stat).await?, None)
+                };
                 let text = if report.is_clean() {
                     format!("verify: clean ({} entries, {} hashed)", report.expected, report.hashed)
                 } else {
                     format!("verify: DRIFT in {} paths, first: {}", report.drift.len(), report.drift[0].path())
                 };
                 emit("verified", serde_json::json!({ "report": &report, "clean": report.is_clean() }), text, false);
-                if !report.is_clean() && args.repair {
-                    let plan = verify::repair_plan(&repo, &report, false)?;
-                    let blobs: Arc<dyn treesync_core::source::BlobSource> = Arc::new(repo.clone());
-                    let done =
-                        apply::apply(&plan, &*backend, &blobs, apply::Options::default(), &|_| {}, &interrupt).await?;
-                    emit(
-                        "repaired",
-                        serde_json::json!({ "repaired": done.counts }),
-                        format!("repaired: {}", done.counts),
-                        false,
-                    );
+                if let Some(done) = repaired {
+                    emit("repaired", serde_json::json!({ "repaired": done }), format!("repaired: {done}"), false);
                 }
             }
             Ok(())
@@ -1010,7 +1009,9 @@ fn human_age(secs: u64) -> String {
 fn run_verify(args: VerifyArgs) -> anyhow::Result<ExitCode> {
     use treesync_core::verify::{self, Level};
     let repo = Repo::open(args.repo.as_deref().expect("clap or the config file sets --repo"))?;
-    let backend = make_backend(&args.target)?.backend;
+    let chosen = make_backend(&args.target)?;
+    let chosen_label = chosen.label();
+    let backend = chosen.backend;
     let level = match args.level {
         LevelArg::Quick => Level::Quick,
         LevelArg::Stat => Level::Stat,
@@ -1025,41 +1026,39 @@ fn run_verify(args: VerifyArgs) -> anyhow::Result<ExitCode> {
         bar.enable_steady_tick(std::time::Duration::from_millis(120));
         bar
     });
-    let report = rt.block_on(verify::verify(&repo, &*backend, level));
-    if let Some(bar) = &spinner {
-        bar.finish_and_clear();
-    }
-    let report = report.with_context(ctx)?;
-    let mut repaired = None;
-    let mut after = None;
-    let mut would_repair = None;
-    if args.repair && args.dry_run && !report.is_clean() {
-        let plan = verify::repair_plan(&repo, &report, args.delete_extra).with_context(ctx)?;
-        if !args.json {
-            print_plan(&plan);
+    let (report, finished, repaired, after, would_repair) = if args.repair {
+        // Under the target's lock and journal, like a sync (see sync::repair).
+        let options = sync::RepairOptions {
+            level,
+            delete_extra: args.delete_extra,
+            dry_run: args.dry_run,
+            check_after: true,
+            sync: sync::Options { backend_name: chosen_label.clone(), ..Default::default() },
+        };
+        let out = rt.block_on(sync::repair(&repo, &*backend, &options, &|_| {}, &AtomicBool::new(false)));
+        if let Some(bar) = &spinner {
+            bar.finish_and_clear();
         }
-        would_repair = Some(plan.counts);
-    } else if args.repair && !report.is_clean() {
+        let out = out.with_context(|| format!("repairing {backend}"))?;
+        let would = (args.dry_run && !out.report.is_clean()).then_some(out.planned);
+        (out.report, out.finished, out.applied, out.after, would)
+    } else {
+        let report = rt.block_on(verify::verify(&repo, &*backend, level));
+        if let Some(bar) = &spinner {
+            bar.finish_and_clear();
+        }
+        (report.with_context(ctx)?, None, None, None, None)
+    };
+    if let (Some(_), false) = (would_repair, args.json) {
         let plan = verify::repair_plan(&repo, &report, args.delete_extra).with_context(ctx)?;
-        let blobs: Arc<dyn treesync_core::source::BlobSource> = Arc::new(repo.clone());
-        let done = rt
-            .block_on(apply::apply(
-                &plan,
-                &*backend,
-                &blobs,
-                apply::Options::default(),
-                &|_| {},
-                &AtomicBool::new(false),
-            ))
-            .with_context(|| format!("repairing {backend}"))?;
-        repaired = Some(done.counts);
-        after = Some(rt.block_on(verify::verify(&repo, &*backend, level)).with_context(ctx)?);
+        print_plan(&plan);
     }
     let final_clean = after.as_ref().unwrap_or(&report).is_clean();
     if args.json {
         let mut out = serde_json::json!({
             "target": backend.to_string(),
             "report": report,
+            "finished": finished,
             "repaired": repaired,
             "after_repair": after,
             "clean": final_clean,
@@ -1069,6 +1068,19 @@ fn run_verify(args: VerifyArgs) -> anyhow::Result<ExitCode> {
         }
         println!("{}", serde_json::to_string_pretty(&out)?);
     } else {
+        if let Some(f) = &finished {
+            println!(
+                "finished the interrupted sync to {} first: {}, {}",
+                short(&f.commit),
+                f.applied,
+                human_bytes(f.applied.bytes)
+            );
+        } else if report.interrupted {
+            println!(
+                "the journal records a sync to {} that did not finish: compared with that commit (`treesync sync` or `verify --repair` finishes it)",
+                short(&report.commit)
+            );
+        }
         for d in &report.drift {
             let what = match d {
                 verify::Drift::Missing { .. } => "missing".to_string(),
