@@ -20,8 +20,9 @@ Exit codes:
   0  success
   2  error (bad repository or revision, I/O error, usage error); the message says what to do
   3  another treesync holds the target's lock; try again later
-  4  refused: the target holds files treesync did not write (see --force), or the tree
-     contains an entry that must never be written (e.g. `..` or `.git`)";
+  4  refused: the target holds files treesync did not write (see --force), the tree
+     contains an entry that must never be written (e.g. `..` or `.git`), or something
+     other than treesync's own folder is at TARGET/.treesync (e.g. a symlink)";
 
 /// Keep a read-only working tree in sync with a git repository, touching only what changed.
 ///
@@ -287,7 +288,9 @@ const VERIFY_EXIT_CODES: &str = "\
 Exit codes:
   0  the target holds exactly the synced tree (after --repair: it does now)
   1  drift was found (and not repaired)
-  2  error";
+  2  error
+  3  (--repair) another treesync holds the target's lock; try again later
+  4  refused: something other than treesync's own folder is at TARGET/.treesync";
 
 #[derive(Clone, Copy, ValueEnum)]
 enum LevelArg {
@@ -679,17 +682,29 @@ fn init_logging(verbose: u8) {
 }
 
 fn exit_code(e: &anyhow::Error) -> u8 {
+    use treesync_core::verify;
     for cause in e.chain() {
-        if let Some(e) = cause.downcast_ref::<sync::Error>() {
-            return match e {
-                sync::Error::Backend(backend::Error::Locked { .. } | backend::Error::Conflict { .. }) => 3,
+        let target = if let Some(e) = cause.downcast_ref::<sync::Error>() {
+            match e {
                 sync::Error::Unmanaged { .. }
                 | sync::Error::Plan(
                     treesync_core::plan::Error::Unsafe(_) | treesync_core::plan::Error::CaseCollision { .. },
-                ) => 4,
-                _ => 2,
-            };
-        }
+                ) => return 4,
+                sync::Error::Backend(b) | sync::Error::Verify(verify::Error::Backend(b)) => b,
+                _ => return 2,
+            }
+        } else if let Some(verify::Error::Backend(b)) = cause.downcast_ref::<verify::Error>() {
+            b
+        } else if let Some(b) = cause.downcast_ref::<backend::Error>() {
+            b
+        } else {
+            continue;
+        };
+        return match target {
+            backend::Error::Locked { .. } | backend::Error::Conflict { .. } => 3,
+            backend::Error::StateFolder { .. } => 4,
+            _ => 2,
+        };
     }
     2
 }
@@ -1092,7 +1107,7 @@ fn run_verify(args: VerifyArgs) -> anyhow::Result<ExitCode> {
                 verify::Drift::ContentChanged { .. } => "content differs".into(),
                 verify::Drift::LinkChanged { .. } => "symlink target differs".into(),
             };
-            println!("{:<40} {what}", d.path());
+            println!("{:<40} {what}", treesync_core::path::quote(d.path().as_bytes()));
         }
         println!(
             "{} {}: {} entries checked at level {:?}, {} hashed, {} proven by stat data: {}",
@@ -1118,8 +1133,68 @@ fn run_verify(args: VerifyArgs) -> anyhow::Result<ExitCode> {
     Ok(if final_clean { ExitCode::SUCCESS } else { ExitCode::from(1) })
 }
 
+/// `path` made absolute with symlinks resolved as far as it exists (the rest appended).
+fn resolved_path(path: &std::path::Path) -> std::path::PathBuf {
+    let path = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
+    let mut rest = Vec::new();
+    let mut p = path.as_path();
+    loop {
+        if let Ok(c) = p.canonicalize() {
+            return rest.iter().rev().fold(c, |acc, c| acc.join(c));
+        }
+        match (p.parent(), p.file_name()) {
+            (Some(parent), Some(name)) => {
+                rest.push(name.to_os_string());
+                p = parent;
+            }
+            _ => return path,
+        }
+    }
+}
+
+/// Refuse targets where a sync would wreck something: inside the repository's git directory
+/// (always), and with `--force` (which removes everything the tree does not have) the
+/// filesystem root, the home directory and the repository itself.
+fn check_target_place(repo: &Repo, target: &str, force: bool) -> anyhow::Result<()> {
+    if target.contains("://") {
+        return Ok(());
+    }
+    let t = resolved_path(std::path::Path::new(target));
+    let git_dir = resolved_path(&repo.git_dir());
+    anyhow::ensure!(
+        !t.starts_with(&git_dir),
+        "refusing to sync into {}: it is inside the repository's git directory {}, where the tree's files would mix with git's own\n  hint: choose a target directory outside {}",
+        t.display(),
+        git_dir.display(),
+        git_dir.display()
+    );
+    if force {
+        let home = std::env::var_os("HOME").filter(|h| !h.is_empty()).map(|h| resolved_path(h.as_ref()));
+        let work = repo.work_dir().map(|w| resolved_path(&w));
+        let what = if t.parent().is_none() {
+            Some("the filesystem root")
+        } else if home.as_ref() == Some(&t) {
+            Some("your home directory")
+        } else if work.as_ref().is_some_and(|w| t == *w || w.starts_with(&t)) {
+            Some("the repository's working tree (or a directory holding it)")
+        } else if git_dir.starts_with(&t) {
+            Some("a directory holding the repository")
+        } else {
+            None
+        };
+        if let Some(what) = what {
+            anyhow::bail!(
+                "refusing to take over {} with --force: it is {what}, and --force removes everything the tree does not have\n  hint: sync into a new or empty directory instead",
+                t.display()
+            );
+        }
+    }
+    Ok(())
+}
+
 fn run_sync(args: SyncArgs) -> anyhow::Result<()> {
     let repo = Repo::open(args.source.repo())?;
+    check_target_place(&repo, args.target.target(), args.force)?;
     let chosen = make_backend(&args.target)?;
     let backend = chosen.backend.clone();
     let options = sync::Options {

@@ -382,10 +382,12 @@ pub async fn sync(
             {
                 p
             }
-            _ => {
+            // Another writer got there first: read the target again.
+            Some(_) => {
                 let target = backend.prepare_target(false).await?;
                 prepare_at(repo, to, backend, options.force, target).await?
             }
+            None => prepare_at(repo, to, backend, options.force, target).await?,
         };
         run_locked(repo, backend, prepared, options, &me, progress, interrupt, start).await
     }

@@ -576,7 +576,16 @@ pub fn repair_plan(repo: &Repo, report: &Report, delete_extra: bool) -> Result<P
             if p.as_slice() != path && p.get(path.len()) != Some(&b'/') {
                 continue;
             }
-            if let Ok(r) = RelPath::parse(&String::from_utf8_lossy(p)) {
+            let (parent, name) = p.rsplit_once_str(b"/").unwrap_or((b"", p));
+            let r = RelPath::parse(&String::from_utf8_lossy(p)).ok().or_else(|| {
+                let parent = if parent.is_empty() {
+                    Some(RelPath::root())
+                } else {
+                    RelPath::parse(&String::from_utf8_lossy(parent)).ok()
+                };
+                parent.and_then(|d| d.leftover(name.as_bstr())).filter(|_| !*is_dir)
+            });
+            if let Some(r) = r {
                 ops.push(if *is_dir { Op::Rmdir { path: r } } else { Op::Unlink { path: r } });
             }
         }
