@@ -386,6 +386,8 @@ fn run_adopt(args: AdoptArgs) -> anyhow::Result<ExitCode> {
                 );
             }
         }
+        // The clone's files are written while the lock is held, like every write of a sync.
+        treesync_core::gitworktree::exclude_state_dir(&args.target)?;
         let state = SyncState {
             version: VERSION,
             synced: Some(Synced { commit: resolved.commit, tree: resolved.tree, at_unix: now_unix() }),
@@ -395,7 +397,6 @@ fn run_adopt(args: AdoptArgs) -> anyhow::Result<ExitCode> {
         backend.store_state(&state.to_bytes()).await?;
         anyhow::Ok(())
     })?;
-    treesync_core::gitworktree::exclude_state_dir(&args.target)?;
     report("adopted")?;
     Ok(ExitCode::SUCCESS)
 }
@@ -681,6 +682,10 @@ fn init_logging(verbose: u8) {
 
 fn exit_code(e: &anyhow::Error) -> u8 {
     for cause in e.chain() {
+        // Commands that take the lock outside of a sync (adopt).
+        if let Some(backend::Error::Locked { .. } | backend::Error::Conflict { .. }) = cause.downcast_ref() {
+            return 3;
+        }
         if let Some(e) = cause.downcast_ref::<sync::Error>() {
             return match e {
                 sync::Error::Backend(backend::Error::Locked { .. } | backend::Error::Conflict { .. }) => 3,
@@ -1117,7 +1122,9 @@ fn run_sync(args: SyncArgs) -> anyhow::Result<()> {
         backend_name: chosen.label(),
         lease: None,
         break_lock: args.break_lock,
+        git_worktree: args.git_worktree.then(|| PathBuf::from(args.target.target())),
     };
+    anyhow::ensure!(!args.git_worktree || chosen.name != "s3", "--git-worktree needs a directory target");
     let show_progress = !args.json && !args.quiet && std::io::stderr().is_terminal();
     let bar = show_progress.then(|| {
         let bar = indicatif::ProgressBar::new(0);
@@ -1154,16 +1161,6 @@ fn run_sync(args: SyncArgs) -> anyhow::Result<()> {
         bar.finish_and_clear();
     }
     let outcome = outcome.with_context(|| format!("syncing {} to {}", args.source.rev(), backend))?;
-    if args.git_worktree && !outcome.dry_run {
-        anyhow::ensure!(chosen.name != "s3", "--git-worktree needs a directory target");
-        treesync_core::gitworktree::update(
-            std::path::Path::new(args.target.target()),
-            &repo,
-            outcome.commit,
-            outcome.tree,
-        )
-        .context("updating the clone's index and HEAD")?;
-    }
     if args.json {
         let mut out = serde_json::to_value(&outcome)?;
         out["backend"] = chosen.name.into();

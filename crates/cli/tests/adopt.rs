@@ -207,3 +207,74 @@ fn sync_git_worktree_refuses_refs_heads_that_is_a_symlink_and_creates_nothing_th
     assert_eq!(git_status(&t), "", "git status in the clone is clean");
     assert_eq!(listing(&elsewhere), Vec::<String>::new(), "nothing created outside");
 }
+
+#[test]
+fn adopt_while_the_target_is_locked_exits_3_and_writes_nothing() {
+    use treesync_core::Backend;
+    let trees = history::random_history(97, 2);
+    let bare = BareRepo::new();
+    let commits = history::import(&bare.path, "staging", &trees);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let t = clone_at(&bare, &commits[1], dir.path());
+    let exclude_before = std::fs::read(t.join(".git/info/exclude")).ok();
+    let backend = treesync_backend_local::LocalBackend::new(&t, Default::default());
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let guard = rt.block_on(backend.lock("pid 777 on buildhost")).expect("lock");
+
+    let o = treesync(&["adopt", "--target", s(&t)]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(3), "{err}");
+    assert!(err.contains("pid 777 on buildhost"), "{err}");
+    assert_eq!(std::fs::read(t.join(".git/info/exclude")).ok(), exclude_before, "exclude untouched");
+    assert!(!t.join(".treesync/state").exists(), "nothing recorded");
+    drop(guard);
+    assert!(treesync(&["adopt", "--target", s(&t)]).status.success());
+}
+
+/// Under `strace`: every write of the clone's `.git` (adopt's `info/exclude`, the index and
+/// HEAD of `sync --git-worktree`) happens before the target lock is released.
+#[test]
+fn git_worktree_writes_happen_while_the_target_lock_is_held() {
+    if Command::new("strace").arg("-V").output().is_err() {
+        eprintln!("skipped: strace is not installed (.ci/run installs it)");
+        return;
+    }
+    let trees = history::random_history(98, 3);
+    let bare = BareRepo::new();
+    let commits = history::import(&bare.path, "staging", &trees);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let t = clone_at(&bare, &commits[1], dir.path());
+    let traced = |args: &[&str], name: &str| -> Vec<String> {
+        let log = dir.path().join(name);
+        let o = Command::new("strace")
+            .args(["-f", "-e", "trace=flock,open,openat,rename,renameat,renameat2", "-o"])
+            .arg(&log)
+            .arg(env!("CARGO_BIN_EXE_treesync"))
+            .args(args)
+            .output()
+            .expect("strace runs");
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        std::fs::read_to_string(&log).expect("strace log").lines().map(str::to_string).collect()
+    };
+    let check = |lines: &[String], what: &str| {
+        let unlock = lines.iter().position(|l| l.contains("LOCK_UN")).expect("the lock is released explicitly");
+        let writes: Vec<usize> = lines
+            .iter()
+            .enumerate()
+            .filter(|(_, l)| !l.contains("O_RDONLY") && (l.contains("exclude") || l.contains(".lock\"")))
+            .map(|(i, _)| i)
+            .collect();
+        assert!(!writes.is_empty(), "{what}: no write of .git seen:\n{}", lines.join("\n"));
+        for i in writes {
+            assert!(i < unlock, "{what}: written after the lock was released: {}\n{}", lines[i], lines.join("\n"));
+        }
+    };
+    check(&traced(&["adopt", "--target", s(&t)], "adopt.strace"), "adopt");
+    let lines = traced(
+        &["sync", "--repo", s(&bare.path), "--ref", &commits[2], "--target", s(&t), "--git-worktree"],
+        "sync.strace",
+    );
+    check(&lines, "sync --git-worktree");
+    assert_eq!(git(&t, &["rev-parse", "HEAD"]), commits[2], "HEAD moved");
+    assert_eq!(git_status(&t), "", "git status in the clone is clean");
+}

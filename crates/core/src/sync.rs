@@ -1,6 +1,7 @@
 //! [`sync()`]: the whole job — lock, read the journal, finish an interrupted sync, plan, apply,
 //! record. One small state read and two small writes per sync, nothing proportional to the tree.
 
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
@@ -9,6 +10,7 @@ use serde::Serialize;
 
 use crate::apply::{self, Progress};
 use crate::backend::{self, Backend, TargetState};
+use crate::gitworktree;
 use crate::op::{OpCounts, Plan};
 use crate::path::RelPath;
 use crate::plan::{self, ExistingEntry, ExistingKind};
@@ -32,6 +34,10 @@ pub struct Options {
     pub lease: Option<Duration>,
     /// Take over an unfinished sync of another process even if its lease has not expired.
     pub break_lock: bool,
+    /// The target is this git clone (a directory): keep its `.git/index` and HEAD on the synced
+    /// commit ([`gitworktree::update()`]), checked before and written after the sync, while the
+    /// target's lock is held.
+    pub git_worktree: Option<PathBuf>,
 }
 
 /// The lease of [`Options::lease`] when none is given.
@@ -54,6 +60,9 @@ pub enum Error {
     /// The state file.
     #[error(transparent)]
     State(#[from] state::ParseError),
+    /// The clone's index or HEAD (with [`Options::git_worktree`]).
+    #[error(transparent)]
+    GitWorktree(#[from] gitworktree::Error),
     /// The target holds files treesync did not write.
     #[error(
         "target {target} is not empty and was not written by treesync\n  hint: pass --force to take it over: treesync writes the tree there and removes everything the tree does not have"
@@ -265,6 +274,11 @@ pub async fn sync(
     let target = backend.prepare_target(!options.dry_run).await?;
     let lock = if options.dry_run { None } else { Some(backend.lock(&me).await?) };
     let result: Result<Outcome, Error> = async {
+        if let (Some(clone), false) = (&options.git_worktree, options.dry_run) {
+            // Before any file changes: a clone whose index or HEAD cannot be written safely
+            // is refused while it still matches its HEAD.
+            gitworktree::check(clone)?;
+        }
         let prepared = prepare_at(repo, to, backend, options.force, target).await?;
         let Prepared { state, resume, main, to, takeover, .. } = prepared;
         if let Some((p, _)) = &resume {
@@ -370,6 +384,10 @@ pub async fn sync(
             current.in_progress = None;
             backend.store_state(&current.to_bytes()).await?;
             outcome.state_writes += 1;
+        }
+        if let Some(clone) = &options.git_worktree {
+            // Still under the lock: no other sync moves the files while the index is rewritten.
+            gitworktree::update(clone, repo, to.commit, to.tree)?;
         }
         outcome.elapsed = start.elapsed();
         tracing::info!(
