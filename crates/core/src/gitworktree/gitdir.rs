@@ -222,3 +222,63 @@ fn split(rel: &str) -> (&str, &str) {
         None => ("", rel),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn clone() -> (tempfile::TempDir, GitDir) {
+        let dir = tempfile::tempdir().expect("tempdir");
+        std::fs::create_dir(dir.path().join(".git")).expect("mkdir");
+        let git = GitDir::open(dir.path()).expect("open");
+        (dir, git)
+    }
+
+    #[test]
+    fn writes_create_missing_directories_and_leave_no_lock_behind() {
+        let (dir, git) = clone();
+        git.write("refs/heads/topic/x", b"1\n").expect("write");
+        git.write("refs/heads/topic/x", b"2\n").expect("rewrite");
+        let heads = dir.path().join(".git/refs/heads/topic");
+        assert_eq!(std::fs::read(heads.join("x")).expect("read"), b"2\n");
+        assert!(!heads.join("x.lock").exists());
+        assert_eq!(git.read("refs/heads/topic/x").expect("read"), Some(b"2\n".to_vec()));
+        assert_eq!(git.read("refs/heads/none").expect("read"), None);
+    }
+
+    #[test]
+    fn an_existing_lock_is_refused_like_git_and_left_alone() {
+        let (dir, git) = clone();
+        git.write("index", b"old").expect("write");
+        std::fs::write(dir.path().join(".git/index.lock"), b"someone").expect("lock");
+        let err = git.write("index", b"new").expect_err("locked");
+        assert!(matches!(err, Error::Locked { .. }), "{err}");
+        assert_eq!(std::fs::read(dir.path().join(".git/index")).expect("read"), b"old");
+        assert_eq!(std::fs::read(dir.path().join(".git/index.lock")).expect("read"), b"someone");
+    }
+
+    #[test]
+    fn symlinks_are_refused_at_every_level_and_nothing_is_written_through_them() {
+        let (dir, git) = clone();
+        let outside = tempfile::tempdir().expect("tempdir");
+        let victim = outside.path().join("victim");
+        std::fs::write(&victim, b"precious").expect("write");
+        std::os::unix::fs::symlink(&victim, dir.path().join(".git/HEAD")).expect("symlink");
+        std::os::unix::fs::symlink(outside.path(), dir.path().join(".git/refs")).expect("symlink");
+        for rel in ["HEAD", "refs/heads/main"] {
+            let err = git.write(rel, b"x").expect_err("refused");
+            assert!(matches!(err, Error::Unsafe { what: "a symlink", .. }), "{rel}: {err}");
+            assert!(matches!(git.check_file(rel), Err(Error::Unsafe { .. })), "{rel}");
+        }
+        assert!(matches!(git.read("HEAD"), Err(Error::Unsafe { .. })));
+        assert_eq!(std::fs::read(&victim).expect("read"), b"precious");
+        assert_eq!(std::fs::read_dir(outside.path()).expect("ls").count(), 1, "nothing created outside");
+        // A `.git` that is itself a symlink, or a `gitdir:` file, is refused when opened.
+        let other = tempfile::tempdir().expect("tempdir");
+        std::os::unix::fs::symlink(dir.path().join(".git"), other.path().join(".git")).expect("symlink");
+        assert!(matches!(GitDir::open(other.path()), Err(Error::Unsafe { what: "a symlink", .. })));
+        std::fs::remove_file(other.path().join(".git")).expect("rm");
+        std::fs::write(other.path().join(".git"), "gitdir: /elsewhere\n").expect("write");
+        assert!(matches!(GitDir::open(other.path()), Err(Error::Unsafe { .. })));
+    }
+}
