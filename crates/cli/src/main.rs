@@ -389,6 +389,8 @@ fn run_adopt(args: AdoptArgs) -> anyhow::Result<ExitCode> {
                 );
             }
         }
+        // The clone's files are written while the lock is held, like every write of a sync.
+        treesync_core::gitworktree::exclude_state_dir(&args.target)?;
         let state = SyncState {
             version: VERSION,
             synced: Some(Synced { commit: resolved.commit, tree: resolved.tree, at_unix: now_unix() }),
@@ -398,7 +400,6 @@ fn run_adopt(args: AdoptArgs) -> anyhow::Result<ExitCode> {
         backend.store_state(&state.to_bytes()).await?;
         anyhow::Ok(())
     })?;
-    treesync_core::gitworktree::exclude_state_dir(&args.target)?;
     report("adopted")?;
     Ok(ExitCode::SUCCESS)
 }
@@ -1204,7 +1205,9 @@ fn run_sync(args: SyncArgs) -> anyhow::Result<()> {
         backend_name: chosen.label(),
         lease: None,
         break_lock: args.break_lock,
+        git_worktree: args.git_worktree.then(|| PathBuf::from(args.target.target())),
     };
+    anyhow::ensure!(!args.git_worktree || chosen.name != "s3", "--git-worktree needs a directory target");
     let show_progress = !args.json && !args.quiet && std::io::stderr().is_terminal();
     let bar = show_progress.then(|| {
         let bar = indicatif::ProgressBar::new(0);
@@ -1241,16 +1244,6 @@ fn run_sync(args: SyncArgs) -> anyhow::Result<()> {
         bar.finish_and_clear();
     }
     let outcome = outcome.with_context(|| format!("syncing {} to {}", args.source.rev(), backend))?;
-    if args.git_worktree && !outcome.dry_run {
-        anyhow::ensure!(chosen.name != "s3", "--git-worktree needs a directory target");
-        treesync_core::gitworktree::update(
-            std::path::Path::new(args.target.target()),
-            &repo,
-            outcome.commit,
-            outcome.tree,
-        )
-        .context("updating the clone's index and HEAD")?;
-    }
     if args.json {
         let mut out = serde_json::to_value(&outcome)?;
         out["backend"] = chosen.name.into();

@@ -1,6 +1,7 @@
 //! [`sync()`]: the whole job — lock, read the journal, finish an interrupted sync, plan, apply,
 //! record. One small state read and two small writes per sync, nothing proportional to the tree.
 
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
@@ -9,6 +10,7 @@ use serde::Serialize;
 
 use crate::apply::{self, Progress};
 use crate::backend::{self, Backend, TargetState};
+use crate::gitworktree;
 use crate::op::{OpCounts, Plan};
 use crate::path::RelPath;
 use crate::plan::{self, ExistingEntry, ExistingKind};
@@ -34,6 +36,10 @@ pub struct Options {
     pub lease: Option<Duration>,
     /// Take over an unfinished sync of another process even if its lease has not expired.
     pub break_lock: bool,
+    /// The target is this git clone (a directory): keep its `.git/index` and HEAD on the synced
+    /// commit ([`gitworktree::update()`]), checked before and written after the sync, while the
+    /// target's lock is held.
+    pub git_worktree: Option<PathBuf>,
 }
 
 /// The lease of [`Options::lease`] when none is given.
@@ -67,6 +73,9 @@ pub enum Error {
         /// `commit ID` or `tree ID`.
         what: String,
     },
+    /// The clone's index or HEAD (with [`Options::git_worktree`]).
+    #[error(transparent)]
+    GitWorktree(#[from] gitworktree::Error),
     /// The target holds files treesync did not write.
     #[error(
         "target {target} is not empty and was not written by treesync\n  hint: pass --force to take it over: treesync writes the tree there and removes everything the tree does not have"
@@ -373,6 +382,11 @@ pub async fn sync(
     let me = holder();
     let lock = backend.lock(&me).await?;
     let result = async {
+        if let Some(clone) = &options.git_worktree {
+            // Before any file changes: a clone whose index or HEAD cannot be written safely
+            // is refused while it still matches its HEAD.
+            gitworktree::check(clone)?;
+        }
         let prepared = match early {
             // Still what it was planned against (the lock also tells case-insensitive
             // targets apart, which a first sync plans for)?
@@ -389,7 +403,12 @@ pub async fn sync(
             }
             None => prepare_at(repo, to, backend, options.force, target).await?,
         };
-        run_locked(repo, backend, prepared, options, &me, progress, interrupt, start).await
+        let outcome = run_locked(repo, backend, prepared, options, &me, progress, interrupt, start).await?;
+        if let Some(clone) = &options.git_worktree {
+            // Still under the lock: no other sync moves the files while the index is rewritten.
+            gitworktree::update(clone, repo, outcome.commit, outcome.tree)?;
+        }
+        Ok(outcome)
     }
     .await;
     // Released on every path; a failure to release matters only when all else went well.
