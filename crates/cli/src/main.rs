@@ -1277,8 +1277,37 @@ fn run_sync(args: SyncArgs) -> anyhow::Result<()> {
             if outcome.takeover { " (took over the target)" } else { "" },
             if cost.is_empty() || outcome.dry_run { String::new() } else { format!(" ({})", cost.join(", ")) },
         );
+        if let Some(r) = &outcome.replaced {
+            print_replaced(r, outcome.dry_run);
+        }
     }
     Ok(())
+}
+
+/// What a takeover removes and writes over, with the first paths of each.
+fn print_replaced(r: &sync::Replaced, dry_run: bool) {
+    let list = |n: u64, first: &[String]| {
+        let mut s: Vec<String> = first.iter().map(|p| treesync_core::path::quote(p.as_bytes()).into_owned()).collect();
+        if n > first.len() as u64 {
+            s.push("…".into());
+        }
+        s.join(", ")
+    };
+    let (removes, overwrites) = if dry_run { ("removes", "writes over") } else { ("removed", "wrote over") };
+    if r.removed > 0 {
+        println!(
+            "takeover {removes} {} entries the tree does not have: {}",
+            r.removed,
+            list(r.removed, &r.first_removed)
+        );
+    }
+    if r.overwritten > 0 {
+        println!(
+            "takeover {overwrites} {} files that were there: {}",
+            r.overwritten,
+            list(r.overwritten, &r.first_overwritten)
+        );
+    }
 }
 
 fn run_plan(args: PlanArgs) -> anyhow::Result<()> {
@@ -1294,6 +1323,7 @@ fn run_plan(args: PlanArgs) -> anyhow::Result<()> {
             "commit": prepared.to.commit.to_string(),
             "tree": prepared.to.tree.to_string(),
             "takeover": prepared.takeover,
+            "replaced": prepared.replaced,
             "resume": prepared.resume.as_ref().map(|(_, p)| p),
             "plan": prepared.main,
         });
@@ -1308,6 +1338,9 @@ fn run_plan(args: PlanArgs) -> anyhow::Result<()> {
     plans.push(&prepared.main);
     for plan in plans {
         print_plan(plan);
+    }
+    if let Some(r) = &prepared.replaced {
+        print_replaced(r, true);
     }
     Ok(())
 }

@@ -291,7 +291,7 @@ fn names_that_could_fake_output_lines_are_quoted_like_git() {
     assert_ok(&o);
     let out = String::from_utf8(o.stdout).expect("utf8");
     assert!(!out.contains('\x1b'), "a terminal escape reached the output: {out:?}");
-    let writes: Vec<&str> = out.lines().filter(|l| l.trim_start().starts_with("write ")).collect();
+    let writes: Vec<&str> = out.lines().filter(|l| l.starts_with("  write ")).collect();
     assert_eq!(writes.len(), 3, "one line per op, no faked line: {out}");
     assert!(out.contains(r#""evil\n  write   fake.txt (1 B)""#), "{out}");
     assert!(out.contains(r#""\033[31mred""#), "{out}");
@@ -306,4 +306,76 @@ fn names_that_could_fake_output_lines_are_quoted_like_git() {
         .collect();
     assert!(paths.contains(&"evil\n  write   fake.txt (1 B)".to_string()), "{paths:?}");
     assert!(!t.exists(), "plan writes nothing");
+}
+
+#[test]
+fn targets_inside_the_git_directory_and_forced_takeovers_of_precious_places_are_refused() {
+    let (bare, commits) = two_commits();
+    let inside = bare.path.join("refs/t");
+    let o = sync(&bare.path, &commits[0], &inside, &[]);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("inside the repository's git directory"), "{err}");
+    assert!(!inside.exists());
+    // A non-bare repository: its .git, and with --force its working tree, / and $HOME.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let work = dir.path().join("work");
+    std::fs::create_dir(&work).expect("mkdir");
+    git(&work, &["init", "-q", "-b", "main"]);
+    std::fs::write(work.join("a"), b"a\n").expect("write");
+    git(&work, &["add", "-A"]);
+    git(&work, &["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "a"]);
+    let o = sync(&work, "main", &work.join(".git/x"), &[]);
+    assert!(stderr(&o).contains("inside the repository's git directory"), "{}", stderr(&o));
+    let home = dir.path().join("home");
+    std::fs::create_dir(&home).expect("mkdir");
+    std::fs::write(home.join("precious"), b"mine\n").expect("write");
+    for (target, what) in
+        [(work.clone(), "working tree"), (home.clone(), "home directory"), ("/".into(), "filesystem root")]
+    {
+        let o = Command::new(env!("CARGO_BIN_EXE_treesync"))
+            .args(["sync", "--repo", s(&work), "--ref", "main", "--target", s(&target), "--force"])
+            .env("HOME", &home)
+            .output()
+            .expect("runs");
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(2), "{err}");
+        assert!(err.contains("refusing to take over") && err.contains(what), "{err}");
+    }
+    assert_eq!(std::fs::read(home.join("precious")).expect("precious"), b"mine\n");
+    assert!(!work.join(".treesync").exists() && !home.join(".treesync").exists());
+}
+
+#[test]
+fn force_says_what_it_removes_and_writes_over() {
+    let (bare, commits) = two_commits();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let t = dir.path().join("t");
+    std::fs::create_dir_all(t.join("junk/deeper")).expect("mkdir");
+    std::fs::write(t.join("junk/deeper/x"), b"x\n").expect("write");
+    std::fs::write(t.join("notes.txt"), b"mine\n").expect("write");
+    std::fs::write(t.join("a"), b"someone else's a\n").expect("write");
+    let o = treesync(&["plan", "--repo", s(&bare.path), "--ref", &commits[0], "--target", s(&t), "--force", "--json"]);
+    assert_ok(&o);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
+    assert_eq!(v["replaced"]["removed"], 2, "{v}");
+    assert_eq!(v["replaced"]["first_removed"], serde_json::json!(["junk", "notes.txt"]), "{v}");
+    assert_eq!(v["replaced"]["overwritten"], 1, "{v}");
+    assert_eq!(v["replaced"]["first_overwritten"], serde_json::json!(["a"]), "{v}");
+    let o = treesync(&["sync", "--repo", s(&bare.path), "--ref", &commits[0], "--target", s(&t), "--force"]);
+    assert_ok(&o);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("takeover removed 2 entries the tree does not have: junk, notes.txt"), "{out}");
+    assert!(out.contains("takeover wrote over 1 files that were there: a"), "{out}");
+    assert_target_is(&bare, &commits[0], &t);
+    // --force on the managed target now: compared once, only what differs is named.
+    std::fs::write(t.join("d/x"), b"changed\n").expect("write");
+    std::fs::write(t.join("stray"), b"s\n").expect("write");
+    let o = sync(&bare.path, &commits[1], &t, &["--force", "--json"]);
+    assert_ok(&o);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
+    assert_eq!(v["takeover"], true, "{v}");
+    assert_eq!(v["replaced"]["first_removed"], serde_json::json!(["stray"]), "{v}");
+    assert!(v["replaced"]["first_overwritten"].as_array().expect("array").contains(&"d/x".into()), "{v}");
+    assert_target_is(&bare, &commits[1], &t);
 }

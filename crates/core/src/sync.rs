@@ -112,6 +112,38 @@ impl From<apply::Error> for Error {
     }
 }
 
+/// What a takeover (`--force`) does to what is in the target already.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Replaced {
+    /// Entries it removes: the tree does not have them, or has them with another type
+    /// (a directory counts once, with what it holds).
+    pub removed: u64,
+    /// Files and symlinks it writes over (their content, target or mode differ, or it cannot
+    /// tell without reading them).
+    pub overwritten: u64,
+    /// The first removed paths (at most [`Replaced::SHOWN`]).
+    pub first_removed: Vec<String>,
+    /// The first overwritten paths (at most [`Replaced::SHOWN`]).
+    pub first_overwritten: Vec<String>,
+}
+
+impl Replaced {
+    /// How many paths of each kind are listed.
+    pub const SHOWN: usize = 5;
+
+    fn note(&mut self, removed: bool, path: String) {
+        let (n, first) = if removed {
+            (&mut self.removed, &mut self.first_removed)
+        } else {
+            (&mut self.overwritten, &mut self.first_overwritten)
+        };
+        *n += 1;
+        if first.len() < Self::SHOWN {
+            first.push(path);
+        }
+    }
+}
+
 /// What [`prepare()`] found and planned.
 #[derive(Debug, Clone)]
 pub struct Prepared {
@@ -130,6 +162,8 @@ pub struct Prepared {
     pub takeover: bool,
     /// `main` repairs what differs from the requested tree (see [`InProgress::repair`]).
     pub repair: bool,
+    /// With `takeover`: what of the target's present content it removes and writes over.
+    pub replaced: Option<Replaced>,
     /// The state file as read, to check under the lock that it is still the one planned against.
     state_bytes: Option<Vec<u8>>,
     /// Planned for a target that does not tell case apart.
@@ -151,6 +185,8 @@ pub struct Outcome {
     pub resumed: Option<InProgress>,
     /// The target was taken over (`--force`).
     pub takeover: bool,
+    /// With `takeover`: what of the target's content was removed and written over.
+    pub replaced: Option<Replaced>,
     /// Nothing was changed (`--dry-run`).
     pub dry_run: bool,
     /// Ops planned (resume and main plan together).
@@ -223,7 +259,7 @@ async fn prepare_at(
     // also gets a target out of any state: a damaged state file, a synced commit that is gone
     // from the repository, an interrupted sync whose replay keeps failing.
     if force && target == TargetState::Managed {
-        let main = repair_plan_to(repo, backend, to, true).await?;
+        let (main, replaced) = repair_plan_to(repo, backend, to, true).await?;
         return Ok(Prepared {
             state,
             target,
@@ -232,6 +268,7 @@ async fn prepare_at(
             to,
             takeover: true,
             repair: true,
+            replaced: Some(replaced),
             state_bytes,
             case_insensitive: options.case_insensitive,
         });
@@ -242,7 +279,7 @@ async fn prepare_at(
         Some(SyncState { in_progress: Some(p), .. }) => {
             let plan = if p.repair {
                 let to = Resolved { commit: p.to_commit, tree: p.to_tree };
-                repair_plan_to(repo, backend, to, p.takeover).await?
+                repair_plan_to(repo, backend, to, p.takeover).await?.0
             } else if p.takeover {
                 let existing = scan(backend).await?;
                 plan::with_big_stack(|| {
@@ -269,9 +306,13 @@ async fn prepare_at(
             TargetState::Unmanaged => return Err(Error::Unmanaged { target: backend.to_string() }),
         },
     };
+    let mut replaced = None;
     let main = if takeover {
         let existing = scan(backend).await?;
-        plan::with_big_stack(|| repo.with_objects(|odb| plan::plan_takeover(odb, &existing, to.tree, options)))?
+        let plan =
+            plan::with_big_stack(|| repo.with_objects(|odb| plan::plan_takeover(odb, &existing, to.tree, options)))?;
+        replaced = Some(replaced_by(&plan, &existing));
+        plan
     } else {
         plan::with_big_stack(|| repo.with_objects(|odb| plan::plan_with(odb, base, to.tree, options)))?
     };
@@ -283,16 +324,66 @@ async fn prepare_at(
         to,
         takeover,
         repair: false,
+        replaced,
         state_bytes,
         case_insensitive: options.case_insensitive,
     })
 }
 
 /// The ops that bring the target to `to`'s tree from whatever it holds: compare once, repair
-/// what differs (foreign entries too with `delete_extra`). Writes nothing, not even the index.
-async fn repair_plan_to(repo: &Repo, backend: &dyn Backend, to: Resolved, delete_extra: bool) -> Result<Plan, Error> {
+/// what differs (foreign entries too with `delete_extra`), and what that replaces. Writes
+/// nothing, not even the index.
+async fn repair_plan_to(
+    repo: &Repo,
+    backend: &dyn Backend,
+    to: Resolved,
+    delete_extra: bool,
+) -> Result<(Plan, Replaced), Error> {
     let report = verify::verify_against(repo, backend, verify::Level::Stat, to.commit, to.tree, false).await?;
-    Ok(verify::repair_plan(repo, &report, delete_extra)?)
+    let mut replaced = Replaced::default();
+    for d in &report.drift {
+        match d {
+            verify::Drift::Missing { .. } => {}
+            verify::Drift::Extra { path, .. } if delete_extra => replaced.note(true, path.clone()),
+            verify::Drift::Extra { .. } => {}
+            verify::Drift::TypeChanged { path, .. } => replaced.note(true, path.clone()),
+            d => replaced.note(false, d.path().to_string()),
+        }
+    }
+    Ok((verify::repair_plan(repo, &report, delete_extra)?, replaced))
+}
+
+/// What the takeover `plan` removes and writes over of the `existing` entries.
+fn replaced_by(plan: &Plan, existing: &[ExistingEntry]) -> Replaced {
+    let present: std::collections::HashSet<&RelPath> =
+        existing.iter().filter(|e| e.kind == ExistingKind::NonDir).map(|e| &e.path).collect();
+    let mut replaced = Replaced::default();
+    let mut removed_dirs: Vec<&RelPath> = Vec::new();
+    for op in plan.ops() {
+        match op {
+            crate::Op::Rmdir { path } => removed_dirs.push(path),
+            crate::Op::Write { path, .. } | crate::Op::Symlink { path, .. } if present.contains(path) => {
+                replaced.note(false, String::from_utf8_lossy(path.as_bytes()).into_owned())
+            }
+            _ => {}
+        }
+    }
+    let below = |p: &RelPath, d: &RelPath| {
+        p.as_bytes().starts_with(d.as_bytes()) && p.as_bytes().get(d.as_bytes().len()) == Some(&b'/')
+    };
+    let mut removed: Vec<&RelPath> = plan
+        .ops()
+        .filter_map(|op| match op {
+            crate::Op::Unlink { path } | crate::Op::Rmdir { path } => Some(path),
+            _ => None,
+        })
+        .filter(|p| !removed_dirs.iter().any(|d| below(p, d)))
+        .collect();
+    removed.sort();
+    for p in removed {
+        replaced.note(true, String::from_utf8_lossy(p.as_bytes()).into_owned());
+    }
+    replaced
 }
 
 /// The tree a diff starts from must still be in the repository: a commit that was amended
@@ -430,6 +521,7 @@ fn outcome_of(prepared: &Prepared, options: &Options) -> Outcome {
         tree: prepared.to.tree,
         resumed: prepared.resume.as_ref().map(|r| r.0.clone()),
         takeover: prepared.takeover,
+        replaced: prepared.replaced.clone(),
         dry_run: options.dry_run,
         planned,
         applied: OpCounts::default(),
@@ -560,7 +652,7 @@ async fn run_locked(
         });
         backend.store_state(&current.to_bytes()).await?;
         outcome.state_writes += 1;
-        let plan = repair_plan_to(repo, backend, to, takeover).await?;
+        let (plan, _) = repair_plan_to(repo, backend, to, takeover).await?;
         let done = match apply::apply(&plan, backend, &blobs, options.apply, progress, interrupt).await {
             Ok(d) => d,
             Err(e) => return Err(release(backend, current, add_counts(e.into(), &outcome.applied)).await),
