@@ -32,6 +32,9 @@ pub struct Options {
     pub lease: Option<Duration>,
     /// Take over an unfinished sync of another process even if its lease has not expired.
     pub break_lock: bool,
+    /// How large a plan may get ([`plan::Limits`]; the defaults are far above any real
+    /// repository and refuse tree bombs).
+    pub limits: plan::Limits,
 }
 
 /// The lease of [`Options::lease`] when none is given.
@@ -151,9 +154,21 @@ pub async fn prepare(
     force: bool,
     create: bool,
 ) -> Result<Prepared, Error> {
+    prepare_with(repo, rev, backend, force, create, plan::Limits::default()).await
+}
+
+/// [`prepare`] with other [`plan::Limits`] than the defaults.
+pub async fn prepare_with(
+    repo: &Repo,
+    rev: &str,
+    backend: &dyn Backend,
+    force: bool,
+    create: bool,
+    limits: plan::Limits,
+) -> Result<Prepared, Error> {
     let to = repo.resolve(rev)?;
     let target = backend.prepare_target(create).await?;
-    prepare_at(repo, to, backend, force, target).await
+    prepare_at(repo, to, backend, force, target, limits).await
 }
 
 async fn prepare_at(
@@ -162,6 +177,7 @@ async fn prepare_at(
     backend: &dyn Backend,
     force: bool,
     mut target: TargetState,
+    limits: plan::Limits,
 ) -> Result<Prepared, Error> {
     let state = match backend.load_state().await? {
         Some(bytes) => Some(SyncState::parse(&bytes)?),
@@ -176,7 +192,7 @@ async fn prepare_at(
         };
     }
 
-    let options = plan::Options { case_insensitive: !backend.capabilities().case_sensitive };
+    let options = plan::Options { case_insensitive: !backend.capabilities().case_sensitive, limits };
     let mut resume = None;
     let mut takeover = false;
     let base = match &state {
@@ -265,7 +281,7 @@ pub async fn sync(
     let target = backend.prepare_target(!options.dry_run).await?;
     let lock = if options.dry_run { None } else { Some(backend.lock(&me).await?) };
     let result: Result<Outcome, Error> = async {
-        let prepared = prepare_at(repo, to, backend, options.force, target).await?;
+        let prepared = prepare_at(repo, to, backend, options.force, target, options.limits).await?;
         let Prepared { state, resume, main, to, takeover, .. } = prepared;
         if let Some((p, _)) = &resume {
             check_lease(p, backend, options)?;
