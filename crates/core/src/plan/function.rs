@@ -1,11 +1,11 @@
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 
 use gix::bstr::BStr;
 use gix_hash::ObjectId;
 use gix_object::{FindExt, FindObjectOrHeader, tree::EntryKind};
 
 use super::Error;
-use crate::op::{Op, Plan};
+use crate::op::{Op, Phases, Plan};
 use crate::path::{NameKind, RelPath};
 
 /// The deepest tree accepted: git's default `core.maxTreeDepth`.
@@ -239,11 +239,7 @@ struct Planner<'a> {
     sizes: HashMap<ObjectId, Size>,
     /// What the ops so far add up to, checked against [`Options::limits`] at every op.
     planned: Size,
-    unlinks: Vec<Op>,
-    rmdirs: BTreeMap<usize, Vec<Op>>,
-    mkdirs: BTreeMap<usize, Vec<Op>>,
-    writes: Vec<Op>,
-    symlinks: Vec<Op>,
+    ops: Phases,
 }
 
 /// One tree on the stack of a walk over a chain of trees (the walks below the diff do not
@@ -269,32 +265,16 @@ impl<'a> Planner<'a> {
             has_content: HashMap::new(),
             sizes: HashMap::new(),
             planned: Size::default(),
-            unlinks: Vec::new(),
-            rmdirs: BTreeMap::new(),
-            mkdirs: BTreeMap::new(),
-            writes: Vec::new(),
-            symlinks: Vec::new(),
+            ops: Phases::default(),
         }
     }
 
     fn ops_so_far(&self) -> impl Iterator<Item = &Op> {
-        self.unlinks
-            .iter()
-            .chain(self.rmdirs.values().flatten())
-            .chain(self.mkdirs.values().flatten())
-            .chain(self.writes.iter())
-            .chain(self.symlinks.iter())
+        self.ops.iter()
     }
 
     fn finish(self, from: Option<ObjectId>, to: ObjectId) -> Plan {
-        let ops = self
-            .unlinks
-            .into_iter()
-            .chain(self.rmdirs.into_values().flatten())
-            .chain(self.mkdirs.into_values().flatten())
-            .chain(self.writes)
-            .chain(self.symlinks);
-        Plan::from_ops(from, to, ops)
+        self.ops.into_plan(from, to)
     }
 
     /// Refuse if the plan so far plus `more` exceeds a limit.
@@ -322,19 +302,19 @@ impl<'a> Planner<'a> {
 
     fn unlink(&mut self, path: &RelPath) -> Result<(), Error> {
         self.count(0)?;
-        self.unlinks.push(Op::Unlink { path: path.clone() });
+        self.ops.push(Op::Unlink { path: path.clone() });
         Ok(())
     }
 
     fn rmdir(&mut self, path: &RelPath) -> Result<(), Error> {
         self.count(0)?;
-        self.rmdirs.entry(path.depth()).or_default().push(Op::Rmdir { path: path.clone() });
+        self.ops.push(Op::Rmdir { path: path.clone() });
         Ok(())
     }
 
     fn mkdir(&mut self, path: &RelPath) -> Result<(), Error> {
         self.count(0)?;
-        self.mkdirs.entry(path.depth()).or_default().push(Op::Mkdir { path: path.clone() });
+        self.ops.push(Op::Mkdir { path: path.clone() });
         Ok(())
     }
 
@@ -656,7 +636,7 @@ impl<'a> Planner<'a> {
                     if was != executable {
                         let size = self.blob_size(id).map_err(|e| Self::object_error("blob", id, &at(path), e))?;
                         self.count(0)?;
-                        self.writes.push(Op::Chmod { path: path.clone(), executable, blob: id, size });
+                        self.ops.push(Op::Chmod { path: path.clone(), executable, blob: id, size });
                     }
                 }
                 _ => self.write(path, id, executable)?,
@@ -669,7 +649,7 @@ impl<'a> Planner<'a> {
     fn write(&mut self, path: &RelPath, blob: ObjectId, executable: bool) -> Result<(), Error> {
         let size = self.blob_size(blob).map_err(|e| Self::object_error("blob", blob, &at(path), e))?;
         self.count(size)?;
-        self.writes.push(Op::Write { path: path.clone(), blob, size, executable });
+        self.ops.push(Op::Write { path: path.clone(), blob, size, executable });
         Ok(())
     }
 
@@ -698,7 +678,7 @@ impl<'a> Planner<'a> {
         }
         let target = target.data.to_vec();
         self.count(target.len() as u64)?;
-        self.symlinks.push(Op::Symlink { path: path.clone(), target });
+        self.ops.push(Op::Symlink { path: path.clone(), target });
         Ok(())
     }
 
