@@ -322,7 +322,8 @@ const VERIFY_EXIT_CODES: &str = "\
 Exit codes:
   0  the target holds exactly the synced tree (after --repair: it does now)
   1  drift was found (and not repaired)
-  2  error";
+  2  error
+  4  refused: the synced tree is deeper than 4096 levels or larger than --max-entries";
 
 #[derive(Clone, Copy, ValueEnum)]
 enum LevelArg {
