@@ -69,6 +69,10 @@ pub struct Mirror {
     pub verify_every: Option<Duration>,
     /// With `verify_every`: repair the drift verify finds.
     pub repair: bool,
+    /// The most ops one plan may hold (`--max-entries`; the core's default unless set).
+    pub max_entries: Option<u64>,
+    /// The most bytes of content one plan may write (`--max-bytes`; the core's default unless set).
+    pub max_bytes: Option<u64>,
 }
 
 /// The `backend` key.
@@ -391,6 +395,8 @@ pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
             interval: settings.interval.unwrap_or(DEFAULT_INTERVAL),
             verify_every: settings.verify_every.flatten(),
             repair: settings.repair.unwrap_or(false),
+            max_entries: settings.max_entries,
+            max_bytes: settings.max_bytes,
         });
     }
     Ok(Config { path: path.to_path_buf(), mirrors })
@@ -431,6 +437,8 @@ const SETTING_KEYS: &[&str] = &[
     "region",
     "allow_http",
     "repair",
+    "max_entries",
+    "max_bytes",
 ];
 /// Every key of a `[mirror.NAME]` table: the required ones, then the settings.
 fn mirror_keys() -> Vec<&'static str> {
@@ -460,6 +468,8 @@ struct Settings {
     region: Option<String>,
     allow_http: Option<bool>,
     repair: Option<bool>,
+    max_entries: Option<u64>,
+    max_bytes: Option<u64>,
     origins: BTreeMap<&'static str, Origin>,
 }
 
@@ -527,6 +537,8 @@ impl Settings {
             "repair" => self.repair = Some(cx.boolean(section, key, value)?),
             "endpoint" => self.endpoint = Some(cx.non_empty(section, key, value)?.to_string()),
             "region" => self.region = Some(cx.non_empty(section, key, value)?.to_string()),
+            "max_entries" => self.max_entries = Some(cx.count(section, key, value)? as u64),
+            "max_bytes" => self.max_bytes = Some(cx.size(section, key, value)?),
             _ => return Ok(false),
         }
         let line = cx.position(key.span().start).0;
@@ -696,6 +708,28 @@ impl Cx<'_> {
         }
     }
 
+    /// A size in bytes: `"1TiB"`, `"500 GiB"`, `"2TB"`, or a number of bytes.
+    fn size(
+        &self,
+        section: &str,
+        key: &Spanned<Cow<'_, str>>,
+        value: &Spanned<DeValue<'_>>,
+    ) -> Result<u64, ConfigError> {
+        let name = key.get_ref();
+        let hint = "write a number and a unit (B, KiB, MiB, GiB, TiB; KB, MB, GB, TB), e.g. \"500GiB\" or \"2TiB\"";
+        match value.get_ref() {
+            DeValue::String(s) => parse_size(s).map_err(|why| {
+                self.err(value.span(), format!("bad size {s:?} for {name} in {section}: {why}")).hint(hint)
+            }),
+            DeValue::Integer(i) => match i128::from_str_radix(i.as_str(), i.radix()) {
+                Ok(n) if n >= 1 => u64::try_from(n)
+                    .map_err(|_| self.err(value.span(), format!("{name} in {section} is too large: {i}"))),
+                _ => Err(self.err(value.span(), format!("{name} in {section} must be at least 1 byte, not {i}"))),
+            },
+            _ => Err(self.wrong_type(section, key, value, "a size (\"2TiB\") or a number of bytes").hint(hint)),
+        }
+    }
+
     /// A repository or target path of the file, absolute: relative ones are taken from the file's directory.
     fn resolve(&self, s: &str, value: &Spanned<DeValue<'_>>, section: &str, key: &str) -> Result<PathBuf, ConfigError> {
         if s == "~" || s.starts_with("~/") {
@@ -807,6 +841,45 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
         rest = after.trim_start();
     }
     Duration::try_from_secs_f64(total).map_err(|_| "it is too long".to_string())
+}
+
+/// A size in bytes, for `max_bytes` and `--max-bytes`: a number of bytes, or a number and a
+/// unit — `B`, `K`/`KiB`, `M`/`MiB`, `G`/`GiB`, `T`/`TiB`, `P`/`PiB` (powers of 1024), `KB`,
+/// `MB`, `GB`, `TB`, `PB` (powers of 1000); `1.5TiB` and `500 GiB` too. At least 1 byte.
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit() && c != '.').unwrap_or(t.len());
+    let (number, unit) = t.split_at(split);
+    if number.is_empty() {
+        return Err(format!("{s:?} is not a size like 500GiB, 2TiB or 1000000 (bytes)"));
+    }
+    let n: f64 = number.parse().map_err(|_| format!("{number:?} is not a number"))?;
+    let unit_bytes: f64 = match unit.trim() {
+        "" | "B" => 1.0,
+        "K" | "KiB" => 1024.0,
+        "M" | "MiB" => 1024f64.powi(2),
+        "G" | "GiB" => 1024f64.powi(3),
+        "T" | "TiB" => 1024f64.powi(4),
+        "P" | "PiB" => 1024f64.powi(5),
+        "KB" => 1e3,
+        "MB" => 1e6,
+        "GB" => 1e9,
+        "TB" => 1e12,
+        "PB" => 1e15,
+        other => {
+            return Err(format!(
+                "unknown unit {other:?} in {s:?} (use B, KiB, MiB, GiB, TiB, PiB, or KB, MB, GB, TB, PB)"
+            ));
+        }
+    };
+    let bytes = (n * unit_bytes).round();
+    if bytes < 1.0 {
+        return Err(format!("{s:?} is less than 1 byte"));
+    }
+    if bytes >= u64::MAX as f64 {
+        return Err(format!("{s:?} is too large"));
+    }
+    Ok(bytes as u64)
 }
 
 /// `a string ("8")`, `an integer (8)`, `a table`, … for wrong-type messages.
@@ -967,6 +1040,43 @@ repair = true
     }
 
     #[test]
+    fn config_plan_limits() {
+        let c = ok("[defaults]\nmax_entries = 50_000_000\nmax_bytes = \"2TiB\"\n\
+             [mirror.a]\nrepo = \"/r\"\nref = \"main\"\ntarget = \"/a\"\n\
+             [mirror.b]\nrepo = \"/r\"\nref = \"main\"\ntarget = \"/b\"\nmax_bytes = 1000\n");
+        assert_eq!((c.mirrors[0].max_entries, c.mirrors[0].max_bytes), (Some(50_000_000), Some(2 << 40)));
+        assert_eq!((c.mirrors[1].max_entries, c.mirrors[1].max_bytes), (Some(50_000_000), Some(1000)));
+        let m = &ok("[mirror.a]\nrepo = \"/r\"\nref = \"main\"\ntarget = \"/t\"\n").mirrors[0];
+        assert_eq!((m.max_entries, m.max_bytes), (None, None), "the core's defaults");
+        let base = "[mirror.a]\nrepo = \"/r\"\nref = \"main\"\ntarget = \"/t\"\n";
+        assert_err(&format!("{base}max_entries = 0\n"), (5, 15), "max_entries in [mirror.a] must be at least 1", &[]);
+        assert_err(
+            &format!("{base}max_bytes = \"2 parsecs\"\n"),
+            (5, 13),
+            "bad size \"2 parsecs\" for max_bytes in [mirror.a]: unknown unit \"parsecs\"",
+            &["hint: write a number and a unit"],
+        );
+        assert_err(
+            &format!("{base}max_byte = 1\n"),
+            (5, 1),
+            "unknown key \"max_byte\"",
+            &["did you mean \"max_bytes\"?"],
+        );
+    }
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("1TiB"), Ok(1 << 40));
+        assert_eq!(parse_size("1T"), Ok(1 << 40));
+        assert_eq!(parse_size("500 GiB"), Ok(500 << 30));
+        assert_eq!(parse_size("1.5KiB"), Ok(1536));
+        assert_eq!(parse_size("2TB"), Ok(2_000_000_000_000));
+        assert_eq!(parse_size("4096"), Ok(4096));
+        assert!(parse_size("0").is_err() && parse_size("GiB").is_err() && parse_size("1 XB").is_err());
+        assert!(parse_size("99999999PiB").is_err());
+    }
+
+    #[test]
     fn config_inline_and_dotted_mirrors() {
         let c = ok("[mirror]\nb = { repo = \"/r\", ref = \"main\", target = \"/b\" }\n\
              a.repo = \"/r\"\na.ref = \"x\"\na.target = \"/a\"\n");
@@ -1006,7 +1116,7 @@ repair = true
             text,
             (7, 1),
             "unknown key \"tagret\" in [mirror.site] (expected one of: repo, ref, target, backend, interval, \
-             verify_every, jobs, lookup_jobs, write_jobs, fsync, endpoint, region, allow_http, repair)",
+             verify_every, jobs, lookup_jobs, write_jobs, fsync, endpoint, region, allow_http, repair, max_entries, max_bytes)",
             &["\n  hint: did you mean \"target\"?"],
         );
         assert_err(

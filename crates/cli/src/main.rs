@@ -21,8 +21,9 @@ Exit codes:
   2  error (bad repository or revision, I/O error, usage error); the message says what to do
   3  another treesync holds the target's lock; try again later
   4  refused: the target holds files treesync did not write (see --force), the tree
-     contains an entry that must never be written (e.g. `..` or `.git`), or something
-     other than treesync's own folder is at TARGET/.treesync (e.g. a symlink)";
+     contains an entry that must never be written (e.g. `..` or `.git`), it is deeper
+     than 4096 levels or larger than --max-entries / --max-bytes (a tree bomb), or
+     something other than treesync's own folder is at TARGET/.treesync (e.g. a symlink)";
 
 /// Keep a read-only working tree in sync with a git repository, touching only what changed.
 ///
@@ -207,6 +208,36 @@ impl BackendKind {
     }
 }
 
+/// How large a plan may get before it is refused (see `treesync_core::plan::Limits`).
+#[derive(Args, Clone, Default)]
+struct LimitArgs {
+    /// Refuse a tree that needs more than N ops (directories, files and symlinks to create,
+    /// change or remove): a tree bomb expands a few KB of shared subtrees into millions of
+    /// paths. Checked while planning, before anything is written [default: 20000000].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..), help_heading = "Limits")]
+    max_entries: Option<u64>,
+    /// Refuse a plan that writes more than SIZE of file content, e.g. 500GiB, 2TiB (powers of
+    /// 1024; KB, MB, GB, TB are powers of 1000) [default: 1TiB].
+    #[arg(long, value_name = "SIZE", value_parser = config::parse_size, help_heading = "Limits")]
+    max_bytes: Option<u64>,
+}
+
+impl LimitArgs {
+    fn limits(&self) -> treesync_core::plan::Limits {
+        let default = treesync_core::plan::Limits::default();
+        treesync_core::plan::Limits {
+            max_entries: self.max_entries.unwrap_or(default.max_entries),
+            max_bytes: self.max_bytes.unwrap_or(default.max_bytes),
+        }
+    }
+
+    /// A mirror's limits, where the command line did not set them.
+    fn fill(&mut self, m: &config::Mirror) {
+        self.max_entries = self.max_entries.or(m.max_entries);
+        self.max_bytes = self.max_bytes.or(m.max_bytes);
+    }
+}
+
 #[derive(Clone, Copy, Debug)]
 enum WriteJobsArg {
     Auto,
@@ -233,6 +264,8 @@ struct SyncArgs {
     source: Source,
     #[command(flatten)]
     target: TargetArgs,
+    #[command(flatten)]
+    limits: LimitArgs,
     /// Take over a non-empty target that treesync did not write: write the tree there and
     /// remove everything the tree does not have. This scans the target once.
     #[arg(long)]
@@ -265,6 +298,8 @@ struct PlanArgs {
     source: Source,
     #[command(flatten)]
     target: TargetArgs,
+    #[command(flatten)]
+    limits: LimitArgs,
     /// Plan a takeover of a non-empty target that treesync did not write.
     #[arg(long)]
     force: bool,
@@ -290,7 +325,8 @@ Exit codes:
   1  drift was found (and not repaired)
   2  error
   3  (--repair) another treesync holds the target's lock; try again later
-  4  refused: something other than treesync's own folder is at TARGET/.treesync";
+  4  refused: the synced tree is deeper than 4096 levels or larger than --max-entries, or
+     something other than treesync's own folder is at TARGET/.treesync";
 
 #[derive(Clone, Copy, ValueEnum)]
 enum LevelArg {
@@ -311,6 +347,8 @@ struct VerifyArgs {
     repo: Option<PathBuf>,
     #[command(flatten)]
     target: TargetArgs,
+    #[command(flatten)]
+    limits: LimitArgs,
     /// How thoroughly to compare.
     #[arg(long, value_enum, default_value_t = LevelArg::Stat)]
     level: LevelArg,
@@ -412,6 +450,8 @@ struct WatchArgs {
     source: Source,
     #[command(flatten)]
     target: TargetArgs,
+    #[command(flatten)]
+    limits: LimitArgs,
     /// How often to look at the ref (e.g. 500ms, 5s, 1m) [default: 5s].
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     interval: Option<std::time::Duration>,
@@ -514,6 +554,7 @@ async fn watch_one(name: Option<String>, args: WatchArgs, interrupt: Arc<AtomicB
     let options = sync::Options {
         apply: apply::Options { jobs: args.target.jobs, batch: args.target.batch },
         backend_name: chosen.label(),
+        limits: args.limits.limits(),
         ..Default::default()
     };
     emit(
@@ -568,7 +609,7 @@ async fn watch_one(name: Option<String>, args: WatchArgs, interrupt: Arc<AtomicB
                     let out = sync::repair(&repo, &*backend, &repair, &|_| {}, &interrupt).await?;
                     (out.report, out.applied)
                 } else {
-                    (verify::verify(&repo, &*backend, verify::Level::Stat).await?, None)
+                    (verify::verify_with(&repo, &*backend, verify::Level::Stat, options.limits).await?, None)
                 };
                 let text = if report.is_clean() {
                     format!("verify: clean ({} entries, {} hashed)", report.expected, report.hashed)
@@ -687,15 +728,17 @@ fn exit_code(e: &anyhow::Error) -> u8 {
     for cause in e.chain() {
         let target = if let Some(e) = cause.downcast_ref::<sync::Error>() {
             match e {
-                sync::Error::Unmanaged { .. }
-                | sync::Error::Plan(
-                    treesync_core::plan::Error::Unsafe(_) | treesync_core::plan::Error::CaseCollision { .. },
-                ) => return 4,
+                sync::Error::Unmanaged { .. } => return 4,
+                sync::Error::Plan(e) | sync::Error::Verify(verify::Error::Plan(e)) if refused(e) => return 4,
                 sync::Error::Backend(b) | sync::Error::Verify(verify::Error::Backend(b)) => b,
                 _ => return 2,
             }
-        } else if let Some(verify::Error::Backend(b)) = cause.downcast_ref::<verify::Error>() {
-            b
+        } else if let Some(e) = cause.downcast_ref::<verify::Error>() {
+            match e {
+                verify::Error::Plan(e) if refused(e) => return 4,
+                verify::Error::Backend(b) => b,
+                _ => return 2,
+            }
         } else if let Some(b) = cause.downcast_ref::<backend::Error>() {
             b
         } else {
@@ -708,6 +751,13 @@ fn exit_code(e: &anyhow::Error) -> u8 {
         };
     }
     2
+}
+
+/// A tree refused before anything is written: an entry that must never be written, names
+/// that collide on the target, a tree too deep or too large.
+fn refused(e: &treesync_core::plan::Error) -> bool {
+    use treesync_core::plan::Error;
+    matches!(e, Error::Unsafe(_) | Error::CaseCollision { .. } | Error::TooLarge { .. })
 }
 
 fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
@@ -825,11 +875,23 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Sync(args) => {
             let pick = args.pick.clone();
-            each(expand(&cfg, &pick, args, |a, m| fill(&mut a.source, &mut a.target, m))?, run_sync)
+            each(
+                expand(&cfg, &pick, args, |a, m| {
+                    fill(&mut a.source, &mut a.target, m);
+                    a.limits.fill(m);
+                })?,
+                run_sync,
+            )
         }
         Command::Plan(args) => {
             let pick = args.pick.clone();
-            each(expand(&cfg, &pick, args, |a, m| fill(&mut a.source, &mut a.target, m))?, run_plan)
+            each(
+                expand(&cfg, &pick, args, |a, m| {
+                    fill(&mut a.source, &mut a.target, m);
+                    a.limits.fill(m);
+                })?,
+                run_plan,
+            )
         }
         Command::Status(args) => {
             let pick = args.pick.clone();
@@ -844,6 +906,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let runs = expand(&cfg, &pick, args, |a, m| {
                 a.repo = Some(m.repo.clone());
                 fill_target(&mut a.target, m);
+                a.limits.fill(m);
             })?;
             each_code(runs, run_verify)
         }
@@ -851,6 +914,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let pick = args.pick.clone();
             run_watch(expand(&cfg, &pick, args, |a, m| {
                 fill(&mut a.source, &mut a.target, m);
+                a.limits.fill(m);
                 a.interval = a.interval.or(Some(m.interval));
                 a.verify_every = a.verify_every.or(m.verify_every);
                 a.repair |= m.repair;
@@ -1049,7 +1113,11 @@ fn run_verify(args: VerifyArgs) -> anyhow::Result<ExitCode> {
             delete_extra: args.delete_extra,
             dry_run: args.dry_run,
             check_after: true,
-            sync: sync::Options { backend_name: chosen_label.clone(), ..Default::default() },
+            sync: sync::Options {
+                backend_name: chosen_label.clone(),
+                limits: args.limits.limits(),
+                ..Default::default()
+            },
         };
         let out = rt.block_on(sync::repair(&repo, &*backend, &options, &|_| {}, &AtomicBool::new(false)));
         if let Some(bar) = &spinner {
@@ -1059,7 +1127,7 @@ fn run_verify(args: VerifyArgs) -> anyhow::Result<ExitCode> {
         let would = (args.dry_run && !out.report.is_clean()).then_some(out.planned);
         (out.report, out.finished, out.applied, out.after, would)
     } else {
-        let report = rt.block_on(verify::verify(&repo, &*backend, level));
+        let report = rt.block_on(verify::verify_with(&repo, &*backend, level, args.limits.limits()));
         if let Some(bar) = &spinner {
             bar.finish_and_clear();
         }
@@ -1206,6 +1274,7 @@ fn run_sync(args: SyncArgs) -> anyhow::Result<()> {
         lease: None,
         break_lock: args.break_lock,
         git_worktree: args.git_worktree.then(|| PathBuf::from(args.target.target())),
+        limits: args.limits.limits(),
     };
     anyhow::ensure!(!args.git_worktree || chosen.name != "s3", "--git-worktree needs a directory target");
     let show_progress = !args.json && !args.quiet && std::io::stderr().is_terminal();
@@ -1315,7 +1384,7 @@ fn run_plan(args: PlanArgs) -> anyhow::Result<()> {
     let backend = make_backend(&args.target)?.backend;
     let rt = runtime()?;
     let prepared = rt
-        .block_on(sync::prepare(&repo, args.source.rev(), &*backend, args.force, false))
+        .block_on(sync::prepare_with(&repo, args.source.rev(), &*backend, args.force, false, args.limits.limits()))
         .with_context(|| format!("planning {} for {}", args.source.rev(), backend))?;
     if args.json {
         let out = serde_json::json!({

@@ -292,23 +292,22 @@ fn incremental_sync_makes_few_stat_calls() {
     assert_target_is(&bare, &commits[1], &target);
 }
 
-/// Deep trees: 1,000 levels sync like git archive (the walk runs on a large stack); 10,000
-/// levels (a path far beyond PATH_MAX, deeper than git's core.maxTreeDepth) are refused before
-/// any write instead of overflowing the stack.
+/// Deep trees: 1,000 levels sync like git archive (the walk runs on a large stack); 3,000
+/// levels (a path beyond PATH_MAX) and 10,000 levels (deeper than git's core.maxTreeDepth) are
+/// refused before any write instead of overflowing the stack.
 #[test]
 fn deep_trees_sync_or_are_refused_clearly() {
     let bare = BareRepo::new();
-    let mut ok = Model::default();
-    ok.insert(
-        &format!("{}/leaf", vec!["d"; 1000].join("/")),
-        Entry::File { content: b"deep\n".to_vec(), executable: false },
-    );
-    let mut too_deep = Model::default();
-    too_deep.insert(
-        &format!("{}/leaf", vec!["d"; 10_000].join("/")),
-        Entry::File { content: b"x\n".to_vec(), executable: false },
-    );
-    let commits = history::import(&bare.path, "main", &[ok, too_deep]);
+    let chain = |levels: usize, content: &[u8]| {
+        let mut m = Model::default();
+        m.insert(
+            &format!("{}/leaf", vec!["d"; levels].join("/")),
+            Entry::File { content: content.to_vec(), executable: false },
+        );
+        m
+    };
+    let commits =
+        history::import(&bare.path, "main", &[chain(1000, b"deep\n"), chain(3000, b"x\n"), chain(10_000, b"x\n")]);
     let dir = tempfile::tempdir().expect("tempdir");
     let target = dir.path().join("t");
     let o = sync(&bare.path, &commits[0], &target);
@@ -316,6 +315,9 @@ fn deep_trees_sync_or_are_refused_clearly() {
     assert_target_is(&bare, &commits[0], &target);
     let o = sync(&bare.path, &commits[1], &target);
     assert_clear_error(&o, 4, "PATH_MAX");
+    assert_target_is(&bare, &commits[0], &target);
+    let o = sync(&bare.path, &commits[2], &target);
+    assert_clear_error(&o, 4, "deeper than 4096 levels");
     assert_target_is(&bare, &commits[0], &target);
 }
 

@@ -233,6 +233,68 @@ pub struct Phase {
     pub ops: Arc<[Op]>,
 }
 
+/// Ops sorted into the phases of a [`Plan`] as they come (the planner fills one directly, so a
+/// plan's ops are never held twice).
+#[derive(Debug, Default)]
+pub(crate) struct Phases {
+    unlinks: Vec<Op>,
+    rmdirs: std::collections::BTreeMap<usize, Vec<Op>>,
+    mkdirs: std::collections::BTreeMap<usize, Vec<Op>>,
+    writes: Vec<Op>,
+    symlinks: Vec<Op>,
+}
+
+impl Phases {
+    /// Add an op to its phase.
+    pub(crate) fn push(&mut self, op: Op) {
+        match &op {
+            Op::Unlink { .. } => self.unlinks.push(op),
+            Op::Rmdir { path } => self.rmdirs.entry(path.depth()).or_default().push(op),
+            Op::Mkdir { path } => self.mkdirs.entry(path.depth()).or_default().push(op),
+            Op::Write { .. } | Op::Chmod { .. } => self.writes.push(op),
+            Op::Symlink { .. } => self.symlinks.push(op),
+        }
+    }
+
+    /// The ops so far, in no particular order.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = &Op> {
+        self.unlinks
+            .iter()
+            .chain(self.rmdirs.values().flatten())
+            .chain(self.mkdirs.values().flatten())
+            .chain(self.writes.iter())
+            .chain(self.symlinks.iter())
+    }
+
+    /// The plan: each phase sorted by path, without duplicates, counted. One phase at a time
+    /// is copied into its shared slice, so the peak is the ops plus the largest phase.
+    pub(crate) fn into_plan(self, from: Option<ObjectId>, to: ObjectId) -> Plan {
+        let mut phases = Vec::new();
+        let mut counts = OpCounts::default();
+        let mut push = |name: String, mut ops: Vec<Op>| {
+            if ops.is_empty() {
+                return;
+            }
+            ops.sort_by(|a, b| a.path().cmp(b.path()));
+            ops.dedup();
+            for op in &ops {
+                counts.add(op);
+            }
+            phases.push(Phase { name, ops: ops.into() });
+        };
+        push("remove files".into(), self.unlinks);
+        for (depth, ops) in self.rmdirs.into_iter().rev() {
+            push(format!("remove directories (depth {depth})"), ops);
+        }
+        for (depth, ops) in self.mkdirs {
+            push(format!("create directories (depth {depth})"), ops);
+        }
+        push("write files".into(), self.writes);
+        push("create symlinks".into(), self.symlinks);
+        Plan { from, to, phases, counts }
+    }
+}
+
 /// What a sync from one tree to another does to the target.
 #[derive(Debug, Clone, Serialize)]
 pub struct Plan {
@@ -259,44 +321,11 @@ impl Plan {
     /// Order `ops` into phases of independent ops: files removed, directories removed deepest
     /// first, directories created parents first, files written (and chmods), symlinks last.
     pub fn from_ops(from: Option<ObjectId>, to: ObjectId, ops: impl IntoIterator<Item = Op>) -> Plan {
-        use std::collections::BTreeMap;
-        let mut unlinks = Vec::new();
-        let mut rmdirs: BTreeMap<usize, Vec<Op>> = BTreeMap::new();
-        let mut mkdirs: BTreeMap<usize, Vec<Op>> = BTreeMap::new();
-        let mut writes = Vec::new();
-        let mut symlinks = Vec::new();
+        let mut phases = Phases::default();
         for op in ops {
-            match &op {
-                Op::Unlink { .. } => unlinks.push(op),
-                Op::Rmdir { path } => rmdirs.entry(path.depth()).or_default().push(op),
-                Op::Mkdir { path } => mkdirs.entry(path.depth()).or_default().push(op),
-                Op::Write { .. } | Op::Chmod { .. } => writes.push(op),
-                Op::Symlink { .. } => symlinks.push(op),
-            }
+            phases.push(op);
         }
-        let mut phases = Vec::new();
-        let mut counts = OpCounts::default();
-        let mut push = |name: String, mut ops: Vec<Op>| {
-            if ops.is_empty() {
-                return;
-            }
-            ops.sort_by(|a, b| a.path().cmp(b.path()));
-            ops.dedup();
-            for op in &ops {
-                counts.add(op);
-            }
-            phases.push(Phase { name, ops: ops.into() });
-        };
-        push("remove files".into(), unlinks);
-        for (depth, ops) in rmdirs.into_iter().rev() {
-            push(format!("remove directories (depth {depth})"), ops);
-        }
-        for (depth, ops) in mkdirs {
-            push(format!("create directories (depth {depth})"), ops);
-        }
-        push("write files".into(), writes);
-        push("create symlinks".into(), symlinks);
-        Plan { from, to, phases, counts }
+        phases.into_plan(from, to)
     }
 
     /// Does this plan change nothing?

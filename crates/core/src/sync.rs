@@ -40,6 +40,9 @@ pub struct Options {
     /// commit ([`gitworktree::update()`]), checked before and written after the sync, while the
     /// target's lock is held.
     pub git_worktree: Option<PathBuf>,
+    /// How large a plan may get ([`plan::Limits`]; the defaults are far above any real
+    /// repository and refuse tree bombs).
+    pub limits: plan::Limits,
 }
 
 /// The lease of [`Options::lease`] when none is given.
@@ -218,9 +221,21 @@ pub async fn prepare(
     force: bool,
     create: bool,
 ) -> Result<Prepared, Error> {
+    prepare_with(repo, rev, backend, force, create, plan::Limits::default()).await
+}
+
+/// [`prepare`] with other [`plan::Limits`] than the defaults.
+pub async fn prepare_with(
+    repo: &Repo,
+    rev: &str,
+    backend: &dyn Backend,
+    force: bool,
+    create: bool,
+    limits: plan::Limits,
+) -> Result<Prepared, Error> {
     let to = repo.resolve(rev)?;
     let target = backend.prepare_target(create).await?;
-    prepare_at(repo, to, backend, force, target).await
+    prepare_at(repo, to, backend, force, target, limits).await
 }
 
 async fn prepare_at(
@@ -229,6 +244,7 @@ async fn prepare_at(
     backend: &dyn Backend,
     force: bool,
     mut target: TargetState,
+    limits: plan::Limits,
 ) -> Result<Prepared, Error> {
     let state_bytes = backend.load_state().await?;
     let state = match &state_bytes {
@@ -252,14 +268,14 @@ async fn prepare_at(
         };
     }
 
-    let options = plan::Options { case_insensitive: !backend.capabilities().case_sensitive };
+    let options = plan::Options { case_insensitive: !backend.capabilities().case_sensitive, limits };
     // `--force` on a managed target: take it over by comparing it with the requested tree
     // once (stat data proves what it can, the rest is hashed) and repairing what differs,
     // foreign entries included. Neither the journal nor the recorded tree is needed, so this
     // also gets a target out of any state: a damaged state file, a synced commit that is gone
     // from the repository, an interrupted sync whose replay keeps failing.
     if force && target == TargetState::Managed {
-        let (main, replaced) = repair_plan_to(repo, backend, to, true).await?;
+        let (main, replaced) = repair_plan_to(repo, backend, to, true, limits).await?;
         return Ok(Prepared {
             state,
             target,
@@ -279,7 +295,7 @@ async fn prepare_at(
         Some(SyncState { in_progress: Some(p), .. }) => {
             let plan = if p.repair {
                 let to = Resolved { commit: p.to_commit, tree: p.to_tree };
-                repair_plan_to(repo, backend, to, p.takeover).await?.0
+                repair_plan_to(repo, backend, to, p.takeover, limits).await?.0
             } else if p.takeover {
                 let existing = scan(backend).await?;
                 plan::with_big_stack(|| {
@@ -338,8 +354,9 @@ async fn repair_plan_to(
     backend: &dyn Backend,
     to: Resolved,
     delete_extra: bool,
+    limits: plan::Limits,
 ) -> Result<(Plan, Replaced), Error> {
-    let report = verify::verify_against(repo, backend, verify::Level::Stat, to.commit, to.tree, false).await?;
+    let report = verify::verify_against(repo, backend, verify::Level::Stat, to.commit, to.tree, false, limits).await?;
     let mut replaced = Replaced::default();
     for d in &report.drift {
         match d {
@@ -459,7 +476,7 @@ pub async fn sync(
     let to = repo.resolve(rev)?;
     let target = backend.prepare_target(false).await?;
     let early = if target != TargetState::Managed || options.dry_run {
-        let prepared = prepare_at(repo, to, backend, options.force, target).await?;
+        let prepared = prepare_at(repo, to, backend, options.force, target, options.limits).await?;
         if options.dry_run {
             let mut outcome = outcome_of(&prepared, options);
             outcome.elapsed = start.elapsed();
@@ -490,9 +507,9 @@ pub async fn sync(
             // Another writer got there first: read the target again.
             Some(_) => {
                 let target = backend.prepare_target(false).await?;
-                prepare_at(repo, to, backend, options.force, target).await?
+                prepare_at(repo, to, backend, options.force, target, options.limits).await?
             }
-            None => prepare_at(repo, to, backend, options.force, target).await?,
+            None => prepare_at(repo, to, backend, options.force, target, options.limits).await?,
         };
         let outcome = run_locked(repo, backend, prepared, options, &me, progress, interrupt, start).await?;
         if let Some(clone) = &options.git_worktree {
@@ -652,7 +669,7 @@ async fn run_locked(
         });
         backend.store_state(&current.to_bytes()).await?;
         outcome.state_writes += 1;
-        let (plan, _) = repair_plan_to(repo, backend, to, takeover).await?;
+        let (plan, _) = repair_plan_to(repo, backend, to, takeover, options.limits).await?;
         let done = match apply::apply(&plan, backend, &blobs, options.apply, progress, interrupt).await {
             Ok(d) => d,
             Err(e) => return Err(release(backend, current, add_counts(e.into(), &outcome.applied)).await),
@@ -724,7 +741,7 @@ pub async fn repair(
     // Refuse a target without a state before taking (and so creating) its lock.
     verify::recorded_commit(backend).await?;
     if options.dry_run {
-        let report = verify::verify(repo, backend, options.level).await?;
+        let report = verify::verify_with(repo, backend, options.level, options.sync.limits).await?;
         let plan = verify::repair_plan(repo, &report, options.delete_extra)?;
         return Ok(RepairOutcome { finished: None, planned: plan.counts, report, applied: None, after: None });
     }
@@ -736,12 +753,14 @@ pub async fn repair(
         let to = Resolved { commit: goal.commit, tree: goal.tree };
         let finished = if interrupted {
             let target = backend.prepare_target(false).await?;
-            let prepared = prepare_at(repo, to, backend, false, target).await?;
+            let prepared = prepare_at(repo, to, backend, false, target, options.sync.limits).await?;
             Some(run_locked(repo, backend, prepared, &options.sync, &me, progress, interrupt, start).await?)
         } else {
             None
         };
-        let report = verify::verify_against(repo, backend, options.level, goal.commit, goal.tree, true).await?;
+        let report =
+            verify::verify_against(repo, backend, options.level, goal.commit, goal.tree, true, options.sync.limits)
+                .await?;
         let plan = verify::repair_plan(repo, &report, options.delete_extra)?;
         let mut outcome = RepairOutcome { finished, planned: plan.counts, report, applied: None, after: None };
         if !plan.is_empty() {
@@ -771,8 +790,10 @@ pub async fn repair(
             backend.store_state(&current.to_bytes()).await?;
         }
         if options.check_after && outcome.applied.is_some() {
-            outcome.after =
-                Some(verify::verify_against(repo, backend, options.level, goal.commit, goal.tree, true).await?);
+            outcome.after = Some(
+                verify::verify_against(repo, backend, options.level, goal.commit, goal.tree, true, options.sync.limits)
+                    .await?,
+            );
         }
         Ok(outcome)
     }

@@ -195,59 +195,100 @@ pub async fn recorded_commit(backend: &dyn Backend) -> Result<(crate::state::Syn
 /// Every path of `tree` as a checkout would make it (directories only where they hold
 /// something), sorted by path bytes. Names are not validated again: verify never writes, and
 /// repair validates the paths it writes.
-fn walk_tree(repo: &Repo, tree: ObjectId) -> Result<Vec<(Vec<u8>, Want)>, Error> {
-    fn walk(
-        odb: &dyn gix_object::FindObjectOrHeader,
-        id: ObjectId,
-        prefix: &[u8],
-        out: &mut Vec<(Vec<u8>, Want)>,
-    ) -> Result<bool, Error> {
-        let mut buf = Vec::new();
-        let entries: Vec<(gix::bstr::BString, EntryKind, ObjectId)> = odb
-            .find_tree(&id, &mut buf)
-            .map_err(|e| source::Error::Object {
+///
+/// No recursion and one path buffer: a chain of trees costs one small frame per level, and is
+/// refused below [`crate::plan::MAX_TREE_DEPTH`] before anything deeper is read; a tree that
+/// expands to more than `limits.max_entries` paths (a tree bomb) is refused as soon as the
+/// walk gets there.
+fn walk_tree(repo: &Repo, tree: ObjectId, limits: crate::plan::Limits) -> Result<Vec<(Vec<u8>, Want)>, Error> {
+    struct Frame {
+        subtrees: Vec<(ObjectId, gix::bstr::BString)>,
+        next: usize,
+        /// Something below it will exist, so its directory does.
+        any: bool,
+        /// The length of `path` to return to when leaving it.
+        path_before: usize,
+    }
+    let max_depth = crate::plan::MAX_TREE_DEPTH;
+    let mut out: Vec<(Vec<u8>, Want)> = Vec::new();
+    let mut path: Vec<u8> = Vec::new();
+    let mut buf = Vec::new();
+    let key = |path: &[u8], name: &[u8]| {
+        let mut key = Vec::with_capacity(path.len() + 1 + name.len());
+        key.extend_from_slice(path);
+        if !path.is_empty() {
+            key.push(b'/');
+        }
+        key.extend_from_slice(name);
+        key
+    };
+    repo.with_objects(|odb| {
+        // A tree bomb is refused after reading its few trees, before it is expanded below.
+        crate::plan::check_tree_size(odb, tree, crate::plan::Limits { max_bytes: u64::MAX, ..limits })?;
+        let mut read = |id: ObjectId, path: &[u8], path_before: usize, out: &mut Vec<(Vec<u8>, Want)>| {
+            let tree = odb.find_tree_iter(&id, &mut buf).map_err(|e| source::Error::Object {
                 what: "tree",
                 id,
-                at: format!(" (at {})", String::from_utf8_lossy(prefix)),
+                at: format!(" (at {})", String::from_utf8_lossy(path)),
                 message: e.to_string(),
-            })?
-            .entries
-            .iter()
-            .map(|e| (e.filename.to_owned(), e.mode.kind(), e.oid.to_owned()))
-            .collect();
-        let mut any = false;
-        for (name, kind, oid) in entries {
-            let mut key = Vec::with_capacity(prefix.len() + 1 + name.len());
-            key.extend_from_slice(prefix);
-            if !prefix.is_empty() {
-                key.push(b'/');
+            })?;
+            let mut frame = Frame { subtrees: Vec::new(), next: 0, any: false, path_before };
+            for e in tree {
+                let e = e.map_err(|e| source::Error::Object {
+                    what: "tree",
+                    id,
+                    at: format!(" (at {})", String::from_utf8_lossy(path)),
+                    message: e.to_string(),
+                })?;
+                let (kind, oid) = (e.mode.kind(), e.oid.to_owned());
+                let want = match kind {
+                    EntryKind::Tree => {
+                        frame.subtrees.push((oid, e.filename.to_owned()));
+                        continue;
+                    }
+                    EntryKind::Blob | EntryKind::BlobExecutable => {
+                        Want::File { id: oid, executable: kind == EntryKind::BlobExecutable }
+                    }
+                    EntryKind::Link => Want::Link { id: oid },
+                    EntryKind::Commit => Want::Gitlink { id: oid },
+                };
+                out.push((key(path, e.filename), want));
+                frame.any = true;
             }
-            key.extend_from_slice(&name);
-            match kind {
-                EntryKind::Tree => {
-                    if walk(odb, oid, &key, out)? {
-                        out.push((key, Want::Dir));
-                        any = true;
+            if out.len() as u64 > limits.max_entries {
+                return Err(Error::Plan(crate::plan::Error::TooLarge {
+                    limit: crate::plan::Limit::Entries,
+                    max: limits.max_entries,
+                    planned: out.len() as u64,
+                }));
+            }
+            Ok::<_, Error>(frame)
+        };
+        let mut stack = vec![read(tree, &path, 0, &mut out)?];
+        while let Some(top) = stack.last_mut() {
+            if let Some((child, name)) = top.subtrees.get(top.next) {
+                top.next += 1;
+                let child = *child;
+                let before = path.len();
+                path = key(&path, name);
+                if stack.len() > max_depth {
+                    return Err(Error::Plan(crate::plan::too_deep(&path)));
+                }
+                let frame = read(child, &path, before, &mut out)?;
+                stack.push(frame);
+            } else {
+                let done = stack.pop().expect("non-empty");
+                if done.any && !stack.is_empty() {
+                    out.push((path.clone(), Want::Dir));
+                    if let Some(parent) = stack.last_mut() {
+                        parent.any = true;
                     }
                 }
-                EntryKind::Blob | EntryKind::BlobExecutable => {
-                    out.push((key, Want::File { id: oid, executable: kind == EntryKind::BlobExecutable }));
-                    any = true;
-                }
-                EntryKind::Link => {
-                    out.push((key, Want::Link { id: oid }));
-                    any = true;
-                }
-                EntryKind::Commit => {
-                    out.push((key, Want::Gitlink { id: oid }));
-                    any = true;
-                }
+                path.truncate(done.path_before);
             }
         }
-        Ok(any)
-    }
-    let mut out = Vec::new();
-    crate::plan::with_big_stack(|| repo.with_objects(|odb| walk(odb, tree, b"", &mut out)))?;
+        Ok(())
+    })?;
     out.sort_unstable_by(|a, b| a.0.cmp(&b.0));
     Ok(out)
 }
@@ -321,8 +362,19 @@ fn lookup<'a, T>(v: &'a [(Vec<u8>, T)], path: &[u8]) -> Option<&'a T> {
 /// Compare `backend` with the tree its state records (see [`recorded_commit`]). Writes the
 /// stat index (where the backend keeps one) with what was proven, so the next verify hashes less.
 pub async fn verify(repo: &Repo, backend: &dyn Backend, level: Level) -> Result<Report, Error> {
+    verify_with(repo, backend, level, crate::plan::Limits::default()).await
+}
+
+/// [`verify`] of a tree that may be larger than the default [`crate::plan::Limits`] (only
+/// `max_entries` applies: verify writes nothing).
+pub async fn verify_with(
+    repo: &Repo,
+    backend: &dyn Backend,
+    level: Level,
+    limits: crate::plan::Limits,
+) -> Result<Report, Error> {
     let (synced, interrupted) = recorded_commit(backend).await?;
-    let mut report = verify_against(repo, backend, level, synced.commit, synced.tree, true).await?;
+    let mut report = verify_against(repo, backend, level, synced.commit, synced.tree, true, limits).await?;
     report.interrupted = interrupted;
     Ok(report)
 }
@@ -336,13 +388,14 @@ pub async fn verify_against(
     commit: ObjectId,
     tree: ObjectId,
     record: bool,
+    limits: crate::plan::Limits,
 ) -> Result<Report, Error> {
     let synced = crate::state::Synced { commit, tree, at_unix: 0 };
     // Walking the tree (CPU, in the object database) overlaps with scanning the target
     // (mostly waiting on the filesystem or the network).
     let walker = {
         let repo = repo.clone();
-        tokio::task::spawn_blocking(move || walk_tree(&repo, synced.tree))
+        tokio::task::spawn_blocking(move || walk_tree(&repo, synced.tree, limits))
     };
     let caps = backend.capabilities();
     let scanned = backend.scan(backend.policy().lookups).await;

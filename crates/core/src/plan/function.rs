@@ -1,11 +1,11 @@
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 
 use gix::bstr::BStr;
 use gix_hash::ObjectId;
 use gix_object::{FindExt, FindObjectOrHeader, tree::EntryKind};
 
 use super::Error;
-use crate::op::{Op, Plan};
+use crate::op::{Op, Phases, Plan};
 use crate::path::{NameKind, RelPath};
 
 /// The deepest tree accepted: git's default `core.maxTreeDepth`.
@@ -35,6 +35,100 @@ pub struct Options {
     /// entries of a directory whose entries the plan changes differ only by case (one would
     /// overwrite the other). Costs nothing more than the diff: those directories are read anyway.
     pub case_insensitive: bool,
+    /// How large a plan may get before it is refused ([`Error::TooLarge`]).
+    pub limits: Limits,
+}
+
+/// The default of [`Limits::max_entries`]: 10 million ops, about three times the largest git
+/// working tree described in public (Windows, ~3.5 million files) and 100 times Linux
+/// (~90,000 files). A 22-level tree bomb (a 2 KB pack) plans 12.6 million and is refused.
+pub const DEFAULT_MAX_ENTRIES: u64 = 10_000_000;
+
+/// The default of [`Limits::max_bytes`]: 1 TiB of file content written by one plan.
+pub const DEFAULT_MAX_BYTES: u64 = 1 << 40;
+
+/// The most a plan may hold, so that a tree that expands to more than any real repository
+/// (a tree bomb: a few KB of trees whose entries point at the same subtree, 2^N files) is
+/// refused while planning, before anything is written and before its ops fill the memory.
+///
+/// A subtree about to be written is measured first (each distinct tree read once), so a bomb
+/// is refused after reading a few trees, not after planning millions of ops.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Ops (directories, files and symlinks to create, change or remove) in one plan.
+    pub max_entries: u64,
+    /// Bytes of file content and link targets one plan writes.
+    pub max_bytes: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits { max_entries: DEFAULT_MAX_ENTRIES, max_bytes: DEFAULT_MAX_BYTES }
+    }
+}
+
+/// What a subtree expands to when it is written: ops, and bytes of content.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Size {
+    entries: u64,
+    bytes: u64,
+}
+
+impl Size {
+    /// Add a subdirectory of this size: its own mkdir and its content (nothing for a directory
+    /// without content, which a checkout does not create).
+    fn add_dir(&mut self, s: Size) {
+        if s.entries > 0 {
+            self.entries = self.entries.saturating_add(s.entries).saturating_add(1);
+            self.bytes = self.bytes.saturating_add(s.bytes);
+        }
+    }
+}
+
+/// At most this much of a path is kept while walking a chain of trees, for messages: a chain
+/// can be far longer than any path worth printing, and memory must not grow with it.
+const SHOWN_MAX: usize = MAX_PATH_BYTES + 1;
+
+/// The path of the tree a walk is in, for messages: its first [`SHOWN_MAX`] bytes.
+struct Shown(Vec<u8>);
+
+impl Shown {
+    fn of(path: &RelPath) -> Self {
+        Shown(path.as_bytes()[..path.as_bytes().len().min(SHOWN_MAX)].to_vec())
+    }
+
+    /// Step into `name`; the length to [`Self::truncate`] back to.
+    fn push(&mut self, name: &[u8]) -> usize {
+        let before = self.0.len();
+        if !self.0.is_empty() {
+            self.0.push(b'/');
+        }
+        let room = SHOWN_MAX.saturating_sub(self.0.len());
+        self.0.extend_from_slice(&name[..name.len().min(room)]);
+        self.0.truncate(SHOWN_MAX);
+        before
+    }
+
+    fn truncate(&mut self, len: usize) {
+        self.0.truncate(len);
+    }
+
+    /// `dir/name`, for an error about one entry of the current tree.
+    fn child(&self, name: &[u8]) -> String {
+        let mut s = Shown(self.0.clone());
+        s.push(name);
+        String::from_utf8_lossy(&s.0).into_owned()
+    }
+}
+
+/// The error for a tree deeper than [`MAX_TREE_DEPTH`], naming the first components of `path`.
+pub(crate) fn too_deep(path: &[u8]) -> Error {
+    let path = String::from_utf8_lossy(path);
+    let shown: String = path.chars().take(100).collect();
+    Error::Unsafe(crate::path::UnsafeName {
+        path: format!("{shown}…"),
+        reason: format!("the tree is deeper than {MAX_TREE_DEPTH} levels (git's core.maxTreeDepth refuses it too)"),
+    })
 }
 
 /// Plan the ops that turn a target holding tree `from` (`None`: an empty target) into one
@@ -56,6 +150,16 @@ pub fn plan_with(
     let mut p = Planner::new(odb, options);
     p.diff_tree_contents(&RelPath::root(), from, Some(to))?;
     Ok(p.finish(from, to))
+}
+
+/// Refuse tree `tree` if writing it would exceed `limits` (`max_bytes: u64::MAX` reads no blob
+/// header), without planning it: each distinct tree is read once, without recursion, and a
+/// tree deeper than [`MAX_TREE_DEPTH`] is refused too. For walks that expand a whole tree
+/// (verify) and must refuse a tree bomb before they expand it.
+pub fn check_tree_size(odb: &dyn FindObjectOrHeader, tree: ObjectId, limits: Limits) -> Result<(), Error> {
+    let mut p = Planner::new(odb, Options { limits, ..Options::default() });
+    let size = p.subtree_size(tree, &RelPath::root())?;
+    p.check_room(size)
 }
 
 /// What a target that treesync does not manage yet holds at one path (for `--force`).
@@ -105,8 +209,8 @@ pub fn plan_takeover(
         // too, and it is removed because its own path is not wanted either.
         if !keep {
             match e.kind {
-                ExistingKind::Dir => p.rmdir(&e.path),
-                ExistingKind::NonDir => p.unlink(&e.path),
+                ExistingKind::Dir => p.rmdir(&e.path)?,
+                ExistingKind::NonDir => p.unlink(&e.path)?,
             }
         }
     }
@@ -131,11 +235,25 @@ struct Planner<'a> {
     /// Whether a tree holds anything git would write (a tree of only empty trees makes no
     /// directory in a checkout).
     has_content: HashMap<ObjectId, bool>,
-    unlinks: Vec<Op>,
-    rmdirs: BTreeMap<usize, Vec<Op>>,
-    mkdirs: BTreeMap<usize, Vec<Op>>,
-    writes: Vec<Op>,
-    symlinks: Vec<Op>,
+    /// What a tree expands to when written ([`Self::subtree_size`]).
+    sizes: HashMap<ObjectId, Size>,
+    /// What the ops so far add up to, checked against [`Options::limits`] at every op.
+    planned: Size,
+    ops: Phases,
+}
+
+/// One tree on the stack of a walk over a chain of trees (the walks below the diff do not
+/// recurse: a chain of 100,000 trees costs a stack of frames on the heap, bounded by
+/// [`MAX_TREE_DEPTH`], and one path of at most [`SHOWN_MAX`] bytes).
+struct Frame<T> {
+    id: ObjectId,
+    /// Its subtrees, not yet visited past `next`.
+    subtrees: Vec<(ObjectId, gix::bstr::BString)>,
+    next: usize,
+    /// What the walk learned about it so far.
+    acc: T,
+    /// The length of the shown path to return to when leaving it.
+    shown_before: usize,
 }
 
 impl<'a> Planner<'a> {
@@ -145,51 +263,66 @@ impl<'a> Planner<'a> {
             options,
             buf: Vec::new(),
             has_content: HashMap::new(),
-            unlinks: Vec::new(),
-            rmdirs: BTreeMap::new(),
-            mkdirs: BTreeMap::new(),
-            writes: Vec::new(),
-            symlinks: Vec::new(),
+            sizes: HashMap::new(),
+            planned: Size::default(),
+            ops: Phases::default(),
         }
     }
 
     fn ops_so_far(&self) -> impl Iterator<Item = &Op> {
-        self.unlinks
-            .iter()
-            .chain(self.rmdirs.values().flatten())
-            .chain(self.mkdirs.values().flatten())
-            .chain(self.writes.iter())
-            .chain(self.symlinks.iter())
+        self.ops.iter()
     }
 
     fn finish(self, from: Option<ObjectId>, to: ObjectId) -> Plan {
-        let ops = self
-            .unlinks
-            .into_iter()
-            .chain(self.rmdirs.into_values().flatten())
-            .chain(self.mkdirs.into_values().flatten())
-            .chain(self.writes)
-            .chain(self.symlinks);
-        Plan::from_ops(from, to, ops)
+        self.ops.into_plan(from, to)
     }
 
-    fn unlink(&mut self, path: &RelPath) {
-        self.unlinks.push(Op::Unlink { path: path.clone() });
+    /// Refuse if the plan so far plus `more` exceeds a limit.
+    fn check_room(&self, more: Size) -> Result<(), Error> {
+        let limits = self.options.limits;
+        let entries = self.planned.entries.saturating_add(more.entries);
+        if entries > limits.max_entries {
+            return Err(Error::TooLarge { limit: super::Limit::Entries, max: limits.max_entries, planned: entries });
+        }
+        let bytes = self.planned.bytes.saturating_add(more.bytes);
+        if bytes > limits.max_bytes {
+            return Err(Error::TooLarge { limit: super::Limit::Bytes, max: limits.max_bytes, planned: bytes });
+        }
+        Ok(())
     }
 
-    fn rmdir(&mut self, path: &RelPath) {
-        self.rmdirs.entry(path.depth()).or_default().push(Op::Rmdir { path: path.clone() });
+    /// Count one op of `bytes` against the limits.
+    fn count(&mut self, bytes: u64) -> Result<(), Error> {
+        let one = Size { entries: 1, bytes };
+        self.check_room(one)?;
+        self.planned.entries += 1;
+        self.planned.bytes += bytes;
+        Ok(())
     }
 
-    fn mkdir(&mut self, path: &RelPath) {
-        self.mkdirs.entry(path.depth()).or_default().push(Op::Mkdir { path: path.clone() });
+    fn unlink(&mut self, path: &RelPath) -> Result<(), Error> {
+        self.count(0)?;
+        self.ops.push(Op::Unlink { path: path.clone() });
+        Ok(())
     }
 
-    fn object_error(what: &'static str, id: ObjectId, path: &RelPath, e: impl std::fmt::Display) -> Error {
+    fn rmdir(&mut self, path: &RelPath) -> Result<(), Error> {
+        self.count(0)?;
+        self.ops.push(Op::Rmdir { path: path.clone() });
+        Ok(())
+    }
+
+    fn mkdir(&mut self, path: &RelPath) -> Result<(), Error> {
+        self.count(0)?;
+        self.ops.push(Op::Mkdir { path: path.clone() });
+        Ok(())
+    }
+
+    fn object_error(what: &'static str, id: ObjectId, at: &str, e: impl std::fmt::Display) -> Error {
         Error::Object(crate::source::Error::Object {
             what,
             id,
-            at: if path.is_root() { String::new() } else { format!(" (at {path})") },
+            at: if at.is_empty() { String::new() } else { format!(" (at {at})") },
             message: e.to_string(),
         })
     }
@@ -198,10 +331,10 @@ impl<'a> Planner<'a> {
     /// (one per tree level being diffed: a directory of N entries costs its raw tree plus
     /// N small entries, no allocation per name).
     fn entries<'b>(&self, id: ObjectId, path: &RelPath, buf: &'b mut Vec<u8>) -> Result<Entries<'b>, Error> {
-        let tree = self.odb.find_tree_iter(&id, buf).map_err(|e| Self::object_error("tree", id, path, e))?;
+        let tree = self.odb.find_tree_iter(&id, buf).map_err(|e| Self::object_error("tree", id, &at(path), e))?;
         let mut out = Vec::new();
         for e in tree {
-            let e = e.map_err(|e| Self::object_error("tree", id, path, e))?;
+            let e = e.map_err(|e| Self::object_error("tree", id, &at(path), e))?;
             let oid = e.oid.to_owned();
             let node = match e.mode.kind() {
                 EntryKind::Tree => Node::Tree { id: oid },
@@ -232,14 +365,79 @@ impl<'a> Planner<'a> {
         Ok(out)
     }
 
-    /// Would a checkout of this tree create anything (and so the directory holding it)?
-    fn tree_has_content(&mut self, id: ObjectId, path: &RelPath) -> Result<bool, Error> {
+    /// Read tree `id` (at `shown`) for a walk: its subtrees, and what its other entries add up
+    /// to through `leaf` (called with the entry's kind, id and name).
+    fn frame<T>(
+        &self,
+        id: ObjectId,
+        shown: &Shown,
+        shown_before: usize,
+        mut acc: T,
+        mut leaf: impl FnMut(&Self, &mut T, EntryKind, ObjectId, &BStr, &Shown) -> Result<(), Error>,
+    ) -> Result<Frame<T>, Error> {
+        let at = || String::from_utf8_lossy(&shown.0).into_owned();
+        let mut buf = Vec::new();
+        let tree = self.odb.find_tree_iter(&id, &mut buf).map_err(|e| Self::object_error("tree", id, &at(), e))?;
+        let mut subtrees = Vec::new();
+        for e in tree {
+            let e = e.map_err(|e| Self::object_error("tree", id, &at(), e))?;
+            match e.mode.kind() {
+                EntryKind::Tree => subtrees.push((e.oid.to_owned(), e.filename.to_owned())),
+                kind => leaf(self, &mut acc, kind, e.oid.to_owned(), e.filename, shown)?,
+            }
+        }
+        Ok(Frame { id, subtrees, next: 0, acc, shown_before })
+    }
+
+    /// Would a checkout of tree `id` at `path` (`depth` levels down) create anything (and so
+    /// the directory holding it)? Stops at the first entry that is not a tree; walks chains of
+    /// trees without recursion, refusing them below [`MAX_TREE_DEPTH`] before reading deeper.
+    fn tree_has_content(&mut self, id: ObjectId, path: &[u8], depth: usize) -> Result<bool, Error> {
         if let Some(v) = self.has_content.get(&id) {
             return Ok(*v);
         }
-        let mut buf = Vec::new();
-        let entries = self.entries(id, path, &mut buf)?;
-        self.has_content_of(id, &entries, path)
+        if depth > MAX_TREE_DEPTH {
+            return Err(too_deep(path));
+        }
+        let mut shown = Shown(path[..path.len().min(SHOWN_MAX)].to_vec());
+        let content = |_: &Self, found: &mut bool, _, _, _: &BStr, _: &Shown| {
+            *found = true;
+            Ok(())
+        };
+        let mut stack = vec![self.frame(id, &shown, shown.0.len(), false, content)?];
+        loop {
+            let top = stack.last_mut().expect("the walk ends when the stack is empty");
+            if top.acc {
+                // Content found: every tree on the way down to it has content too.
+                for f in &stack {
+                    self.has_content.insert(f.id, true);
+                }
+                return Ok(true);
+            }
+            if let Some((child, name)) = top.subtrees.get(top.next) {
+                top.next += 1;
+                match self.has_content.get(child) {
+                    Some(true) => top.acc = true,
+                    Some(false) => {}
+                    None => {
+                        let child = *child;
+                        let before = shown.push(name);
+                        if depth + stack.len() > MAX_TREE_DEPTH {
+                            return Err(too_deep(&shown.0));
+                        }
+                        let frame = self.frame(child, &shown, before, false, content)?;
+                        stack.push(frame);
+                    }
+                }
+            } else {
+                let done = stack.pop().expect("non-empty");
+                self.has_content.insert(done.id, false);
+                shown.truncate(done.shown_before);
+                if stack.is_empty() {
+                    return Ok(false);
+                }
+            }
+        }
     }
 
     /// [`Self::tree_has_content`] of a tree whose entries were read already.
@@ -256,15 +454,69 @@ impl<'a> Planner<'a> {
         if entries.iter().any(|(_, n)| !matches!(n, Node::Tree { .. })) {
             return Ok(true);
         }
+        let mut shown = Shown::of(path);
         for (name, n) in entries {
             if let Node::Tree { id } = n {
-                let child = path.join(name, NameKind::Other)?;
-                if self.tree_has_content(*id, &child)? {
+                let before = shown.push(name);
+                let has = self.tree_has_content(*id, &shown.0, path.depth() + 1)?;
+                shown.truncate(before);
+                if has {
                     return Ok(true);
                 }
             }
         }
         Ok(false)
+    }
+
+    /// What writing tree `id` at `path` takes: ops and bytes (nothing for a tree without
+    /// content). Each distinct tree is read once per plan, so a tree bomb (2^N paths through N
+    /// trees) is measured in N reads and refused before its ops are planned; chains of trees
+    /// are walked without recursion and refused below [`MAX_TREE_DEPTH`].
+    fn subtree_size(&mut self, id: ObjectId, path: &RelPath) -> Result<Size, Error> {
+        if let Some(s) = self.sizes.get(&id) {
+            return Ok(*s);
+        }
+        let depth = path.depth();
+        let leaf = |p: &Self, size: &mut Size, kind: EntryKind, oid: ObjectId, name: &BStr, shown: &Shown| {
+            size.entries += 1;
+            // Without a limit on bytes (verify), no header is read.
+            if p.options.limits.max_bytes < u64::MAX
+                && matches!(kind, EntryKind::Blob | EntryKind::BlobExecutable | EntryKind::Link)
+            {
+                let bytes = p.blob_size(oid).map_err(|e| Self::object_error("blob", oid, &shown.child(name), e))?;
+                size.bytes = size.bytes.saturating_add(bytes);
+            }
+            Ok(())
+        };
+        let mut shown = Shown::of(path);
+        let mut stack = vec![self.frame(id, &shown, shown.0.len(), Size::default(), leaf)?];
+        loop {
+            let top = stack.last_mut().expect("the walk ends when the stack is empty");
+            if let Some((child, name)) = top.subtrees.get(top.next) {
+                top.next += 1;
+                match self.sizes.get(child) {
+                    Some(s) => top.acc.add_dir(*s),
+                    None => {
+                        let child = *child;
+                        let before = shown.push(name);
+                        if depth + stack.len() > MAX_TREE_DEPTH {
+                            return Err(too_deep(&shown.0));
+                        }
+                        let frame = self.frame(child, &shown, before, Size::default(), leaf)?;
+                        stack.push(frame);
+                    }
+                }
+            } else {
+                let done = stack.pop().expect("non-empty");
+                self.sizes.insert(done.id, done.acc);
+                self.has_content.insert(done.id, done.acc.entries > 0);
+                shown.truncate(done.shown_before);
+                match stack.last_mut() {
+                    Some(parent) => parent.acc.add_dir(done.acc),
+                    None => return Ok(done.acc),
+                }
+            }
+        }
     }
 
     /// Diff the contents of two trees at `dir` (which exists, or is planned to).
@@ -278,7 +530,14 @@ impl<'a> Planner<'a> {
             None => Vec::new(),
         };
         let new = match new {
-            Some(id) => self.entries(id, dir, &mut new_buf)?,
+            Some(id) => {
+                if old.is_empty() {
+                    // An initial checkout: measure the whole tree before planning any of it.
+                    let size = self.subtree_size(id, dir)?;
+                    self.check_room(size)?;
+                }
+                self.entries(id, dir, &mut new_buf)?
+            }
             None => Vec::new(),
         };
         self.diff_entries(dir, &old, &new)
@@ -287,6 +546,7 @@ impl<'a> Planner<'a> {
     /// Diff the entries of two trees at `dir` (which exists, or is planned to), merge-joined by name.
     fn diff_entries(&mut self, dir: &RelPath, old: &[(&BStr, Node)], new: &[(&BStr, Node)]) -> Result<(), Error> {
         let mut changed = false;
+        let depth = dir.depth() + 1;
         let (mut i, mut j) = (0, 0);
         while i < old.len() || j < new.len() {
             let ord = match (old.get(i), new.get(j)) {
@@ -315,20 +575,16 @@ impl<'a> Planner<'a> {
             changed |= n.is_some();
             let kind = if matches!(n, Some(Node::Link { .. })) { NameKind::Symlink } else { NameKind::Other };
             let path = dir.join(name, kind)?;
-            if n.is_some() {
-                let reason = if path.depth() > MAX_TREE_DEPTH {
-                    Some(format!(
-                        "the tree is deeper than {MAX_TREE_DEPTH} levels (git's core.maxTreeDepth refuses it too)"
-                    ))
-                } else if path.as_bytes().len() > MAX_PATH_BYTES {
-                    Some(format!("the path is longer than PATH_MAX ({} bytes)", MAX_PATH_BYTES + 1))
-                } else {
-                    None
-                };
-                if let Some(reason) = reason {
-                    let shown: String = path.display().chars().take(120).collect();
-                    return Err(Error::Unsafe(crate::path::UnsafeName { path: format!("{shown}…"), reason }));
-                }
+            // Before going any deeper, on either side: the walk below is bounded by the depth.
+            if depth > MAX_TREE_DEPTH {
+                return Err(too_deep(path.as_bytes()));
+            }
+            if n.is_some() && path.as_bytes().len() > MAX_PATH_BYTES {
+                let shown: String = path.display().chars().take(120).collect();
+                return Err(Error::Unsafe(crate::path::UnsafeName {
+                    path: format!("{shown}…"),
+                    reason: format!("the path is longer than PATH_MAX ({} bytes)", MAX_PATH_BYTES + 1),
+                }));
             }
             self.diff_entry(&path, o, n)?;
         }
@@ -353,11 +609,12 @@ impl<'a> Planner<'a> {
                     (true, true) => self.diff_entries(path, &old, &new),
                     (true, false) => {
                         self.diff_entries(path, &old, &[])?;
-                        self.rmdir(path);
-                        Ok(())
+                        self.rmdir(path)
                     }
                     (false, true) => {
-                        self.mkdir(path);
+                        let size = self.subtree_size(b, path)?;
+                        self.check_room(size)?;
+                        self.mkdir(path)?;
                         self.diff_entries(path, &[], &new)
                     }
                     (false, false) => Ok(()),
@@ -365,20 +622,21 @@ impl<'a> Planner<'a> {
             }
             (Some(Tree { id }), _) => self.remove_tree(path, id)?,
             (Some(Gitlink), Some(Gitlink)) => return Ok(()),
-            (Some(Gitlink), _) => self.rmdir(path),
-            (Some(File { .. } | Link { .. }), Some(Tree { .. } | Gitlink) | None) => self.unlink(path),
+            (Some(Gitlink), _) => self.rmdir(path)?,
+            (Some(File { .. } | Link { .. }), Some(Tree { .. } | Gitlink) | None) => self.unlink(path)?,
             (Some(File { .. } | Link { .. }), Some(File { .. } | Link { .. })) | (None, _) => {}
         }
         // Then create the new one.
         match new {
             None => {}
             Some(Tree { id }) => self.add_tree(path, id)?,
-            Some(Gitlink) => self.mkdir(path),
+            Some(Gitlink) => self.mkdir(path)?,
             Some(File { id, executable }) => match old {
                 Some(File { id: old_id, executable: was }) if old_id == id => {
                     if was != executable {
-                        let size = self.blob_size(path, id)?;
-                        self.writes.push(Op::Chmod { path: path.clone(), executable, blob: id, size });
+                        let size = self.blob_size(id).map_err(|e| Self::object_error("blob", id, &at(path), e))?;
+                        self.count(0)?;
+                        self.ops.push(Op::Chmod { path: path.clone(), executable, blob: id, size });
                     }
                 }
                 _ => self.write(path, id, executable)?,
@@ -389,32 +647,29 @@ impl<'a> Planner<'a> {
     }
 
     fn write(&mut self, path: &RelPath, blob: ObjectId, executable: bool) -> Result<(), Error> {
-        let size = self.blob_size(path, blob)?;
-        self.writes.push(Op::Write { path: path.clone(), blob, size, executable });
+        let size = self.blob_size(blob).map_err(|e| Self::object_error("blob", blob, &at(path), e))?;
+        self.count(size)?;
+        self.ops.push(Op::Write { path: path.clone(), blob, size, executable });
         Ok(())
     }
 
-    fn blob_size(&mut self, path: &RelPath, blob: ObjectId) -> Result<u64, Error> {
-        Ok(if blob.is_empty_blob() {
-            0
-        } else {
-            // Only the header: the content is read once, when the executor writes the file.
-            self.odb
-                .try_header(&blob)
-                .map_err(|e| Self::object_error("blob", blob, path, e))?
-                .ok_or_else(|| Self::object_error("blob", blob, path, "object not found"))
-                .and_then(|h| {
-                    if h.kind == gix_object::Kind::Blob {
-                        Ok(h.size)
-                    } else {
-                        Err(Self::object_error("blob", blob, path, format!("it is a {}, not a blob", h.kind)))
-                    }
-                })?
-        })
+    /// The size of a blob, from its header only: the content is read once, when the executor
+    /// writes the file.
+    fn blob_size(&self, blob: ObjectId) -> Result<u64, String> {
+        if blob.is_empty_blob() {
+            return Ok(0);
+        }
+        match self.odb.try_header(&blob) {
+            Err(e) => Err(e.to_string()),
+            Ok(None) => Err("object not found".into()),
+            Ok(Some(h)) if h.kind == gix_object::Kind::Blob => Ok(h.size),
+            Ok(Some(h)) => Err(format!("it is a {}, not a blob", h.kind)),
+        }
     }
 
     fn symlink(&mut self, path: &RelPath, id: ObjectId) -> Result<(), Error> {
-        let target = self.odb.find_blob(&id, &mut self.buf).map_err(|e| Self::object_error("blob", id, path, e))?;
+        let target =
+            self.odb.find_blob(&id, &mut self.buf).map_err(|e| Self::object_error("blob", id, &at(path), e))?;
         if target.data.is_empty() || target.data.contains(&0) {
             return Err(Error::Unsafe(crate::path::UnsafeName {
                 path: path.display(),
@@ -422,18 +677,22 @@ impl<'a> Planner<'a> {
             }));
         }
         let target = target.data.to_vec();
-        self.symlinks.push(Op::Symlink { path: path.clone(), target });
+        self.count(target.len() as u64)?;
+        self.ops.push(Op::Symlink { path: path.clone(), target });
         Ok(())
     }
 
     /// Plan the creation of tree `id` at `path` (and its directory, if a checkout would make one).
     fn add_tree(&mut self, path: &RelPath, id: ObjectId) -> Result<(), Error> {
-        let mut buf = Vec::new();
-        let entries = self.entries(id, path, &mut buf)?;
-        if !self.has_content_of(id, &entries, path)? {
+        // Measured before anything of it is planned (each distinct tree once per plan).
+        let size = self.subtree_size(id, path)?;
+        if size.entries == 0 {
             return Ok(());
         }
-        self.mkdir(path);
+        self.check_room(size)?;
+        let mut buf = Vec::new();
+        let entries = self.entries(id, path, &mut buf)?;
+        self.mkdir(path)?;
         self.diff_entries(path, &[], &entries)
     }
 
@@ -445,9 +704,13 @@ impl<'a> Planner<'a> {
             return Ok(());
         }
         self.diff_entries(path, &entries, &[])?;
-        self.rmdir(path);
-        Ok(())
+        self.rmdir(path)
     }
+}
+
+/// `path` for an error message (empty at the root).
+fn at(path: &RelPath) -> String {
+    if path.is_root() { String::new() } else { path.display() }
 }
 
 /// On a target that does not tell case apart: two entries of `dir` that differ only by case
@@ -461,4 +724,102 @@ fn refuse_case_collisions(dir: &RelPath, entries: &[(&BStr, Node)]) -> Result<()
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A repository with one commit per `paths` list (each path a file holding its own name,
+    /// `big` files 100 bytes long), made with `git fast-import`; the trees, in order.
+    fn repo(commits: &[&[&str]]) -> (tempfile::TempDir, crate::Repo, Vec<ObjectId>) {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let git = |args: &[&str]| {
+            std::process::Command::new("git").current_dir(dir.path()).args(args).output().expect("git runs")
+        };
+        assert!(git(&["init", "-q", "--bare", "-b", "main"]).status.success());
+        let mut script = String::new();
+        for (i, paths) in commits.iter().enumerate() {
+            script.push_str(&format!("commit refs/heads/main\ncommitter T <t@t> {i} +0000\ndata 1\nx\n"));
+            script.push_str("deleteall\n");
+            for p in paths.iter() {
+                let content = if p.starts_with("big") { "x".repeat(100) } else { p.to_string() };
+                script.push_str(&format!("M 100644 inline {p}\ndata {}\n{content}\n", content.len()));
+            }
+            script.push('\n');
+        }
+        let mut child = std::process::Command::new("git")
+            .current_dir(dir.path())
+            .args(["fast-import", "--quiet"])
+            .stdin(std::process::Stdio::piped())
+            .spawn()
+            .expect("git fast-import runs");
+        std::io::Write::write_all(&mut child.stdin.take().expect("piped"), script.as_bytes()).expect("script");
+        assert!(child.wait().expect("fast-import ends").success());
+        let repo = crate::Repo::open(dir.path()).expect("open");
+        let trees =
+            (0..commits.len()).map(|i| repo.resolve(&format!("main~{}", commits.len() - 1 - i)).expect("rev").tree);
+        let trees = trees.collect();
+        (dir, repo, trees)
+    }
+
+    fn limits(max_entries: u64, max_bytes: u64) -> Options {
+        Options { limits: Limits { max_entries, max_bytes }, ..Options::default() }
+    }
+
+    fn too_large(r: Result<Plan, Error>) -> (super::super::Limit, u64, u64) {
+        match r {
+            Err(Error::TooLarge { limit, max, planned }) => (limit, max, planned),
+            other => panic!("expected a refusal, got {:?}", other.map(|p| p.counts)),
+        }
+    }
+
+    #[test]
+    fn a_new_tree_over_the_limit_is_refused_before_any_op_is_planned() {
+        // 2 mkdir + 4 writes.
+        let (_d, repo, trees) = repo(&[&["a/1", "a/2", "a/b/3", "top"]]);
+        let ok = repo.with_objects(|odb| plan_with(odb, None, trees[0], limits(6, u64::MAX))).expect("fits");
+        assert_eq!(ok.counts.total(), 6);
+        let r = repo.with_objects(|odb| plan_with(odb, None, trees[0], limits(5, u64::MAX)));
+        assert_eq!(too_large(r), (super::super::Limit::Entries, 5, 6), "measured before planning: all 6");
+    }
+
+    #[test]
+    fn ops_of_an_incremental_diff_count_against_the_limit_as_they_are_planned() {
+        let (_d, repo, trees) = repo(&[&["keep", "gone1", "gone2"], &["keep", "new1", "new2", "new3"]]);
+        let from = Some(trees[0]);
+        let ok = repo.with_objects(|odb| plan_with(odb, from, trees[1], limits(5, u64::MAX))).expect("fits");
+        assert_eq!((ok.counts.unlink, ok.counts.write), (2, 3));
+        let r = repo.with_objects(|odb| plan_with(odb, from, trees[1], limits(4, u64::MAX)));
+        assert_eq!(too_large(r), (super::super::Limit::Entries, 4, 5), "refused at the op past the limit");
+    }
+
+    #[test]
+    fn bytes_over_the_limit_are_refused_naming_the_limit() {
+        let (_d, repo, trees) = repo(&[&["big1", "bigdir/2"]]);
+        let ok = repo.with_objects(|odb| plan_with(odb, None, trees[0], limits(100, 200))).expect("fits");
+        assert_eq!(ok.counts.bytes, 200);
+        let r = repo.with_objects(|odb| plan_with(odb, None, trees[0], limits(100, 199)));
+        assert_eq!(too_large(r), (super::super::Limit::Bytes, 199, 200));
+        let e = repo.with_objects(|odb| plan_with(odb, None, trees[0], limits(100, 199))).expect_err("refused");
+        let text = e.to_string();
+        assert!(
+            text.contains("more than the limit of 199 bytes (max_bytes)") && text.contains("--max-bytes"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn a_chain_deeper_than_the_limit_is_refused_naming_its_first_components() {
+        let deep = format!("{}/leaf", vec!["d"; MAX_TREE_DEPTH + 1].join("/"));
+        let (_d, repo, trees) = repo(&[&["a"], &["a", deep.as_str()]]);
+        for from in [None, Some(trees[0])] {
+            let e = with_big_stack(|| repo.with_objects(|odb| plan_with(odb, from, trees[1], Options::default())));
+            let text = e.expect_err("refused").to_string();
+            assert!(text.contains("deeper than 4096 levels") && text.contains("\"d/d/d/d/"), "{text}");
+            assert!(text.len() < 400, "short: {text}");
+        }
+        let e = repo.with_objects(|odb| check_tree_size(odb, trees[1], Limits::default())).expect_err("refused");
+        assert!(e.to_string().contains("deeper than 4096 levels"), "{e}");
+    }
 }

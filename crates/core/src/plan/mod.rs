@@ -5,9 +5,11 @@
 //! paths (times their depth), not with the size of the tree.
 
 mod function;
+pub(crate) use function::too_deep;
 pub(crate) use function::with_big_stack;
 pub use function::{
-    ExistingEntry, ExistingKind, MAX_PATH_BYTES, MAX_TREE_DEPTH, Options, plan, plan_takeover, plan_with,
+    DEFAULT_MAX_BYTES, DEFAULT_MAX_ENTRIES, ExistingEntry, ExistingKind, Limits, MAX_PATH_BYTES, MAX_TREE_DEPTH,
+    Options, check_tree_size, plan, plan_takeover, plan_with,
 };
 
 use gix_hash::ObjectId;
@@ -32,6 +34,24 @@ pub enum Error {
         /// The other.
         b: String,
     },
+    /// The plan would hold more than [`Limits`] allow: a tree bomb, or a tree larger than
+    /// the limits were set for.
+    #[error(
+        "refusing to sync: the tree needs {planned_shown} {what}, more than the limit of {max_shown} ({key})\n  hint: a tree this large is most likely a tree bomb (subtrees shared many times over); if it is legitimate, raise the limit with --{flag} (or {key} in treesync.toml); nothing was written",
+        planned_shown = limit.show(*planned),
+        max_shown = limit.show(*max),
+        what = limit.what(),
+        key = limit.key(),
+        flag = limit.flag(),
+    )]
+    TooLarge {
+        /// Which limit.
+        limit: Limit,
+        /// Its value.
+        max: u64,
+        /// What the plan reached when it was refused (at least this much).
+        planned: u64,
+    },
     /// An object could not be read.
     #[error(transparent)]
     Object(#[from] crate::source::Error),
@@ -45,4 +65,52 @@ pub enum Error {
         /// Its mode.
         mode: u32,
     },
+}
+
+/// One of the [`Limits`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Limit {
+    /// [`Limits::max_entries`].
+    Entries,
+    /// [`Limits::max_bytes`].
+    Bytes,
+}
+
+impl Limit {
+    fn what(self) -> &'static str {
+        match self {
+            Limit::Entries => "ops (directories, files and symlinks to create, change or remove)",
+            Limit::Bytes => "of file content",
+        }
+    }
+
+    fn key(self) -> &'static str {
+        match self {
+            Limit::Entries => "max_entries",
+            Limit::Bytes => "max_bytes",
+        }
+    }
+
+    fn flag(self) -> &'static str {
+        match self {
+            Limit::Entries => "max-entries N",
+            Limit::Bytes => "max-bytes SIZE",
+        }
+    }
+
+    /// `at least 50,331,646`, or bytes as `1.5 TiB (1649267441664 bytes)`.
+    fn show(self, n: u64) -> String {
+        match self {
+            Limit::Entries => n.to_string(),
+            Limit::Bytes => {
+                const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
+                let (mut v, mut u) = (n as f64, 0);
+                while v >= 1024.0 && u + 1 < UNITS.len() {
+                    v /= 1024.0;
+                    u += 1;
+                }
+                if u == 0 { format!("{n} bytes") } else { format!("{v:.1} {} ({n} bytes)", UNITS[u]) }
+            }
+        }
+    }
 }
