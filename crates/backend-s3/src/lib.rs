@@ -152,6 +152,11 @@ fn one_line(e: &dyn std::error::Error) -> String {
             };
             format!("{}{code}: {message}{hint}", s[..xml].trim_end_matches([' ', ':']).to_string() + ": ")
         }
+        // No credentials in the environment or a profile: the client then asks the EC2
+        // instance metadata service, which answers nothing useful off EC2.
+        _ if s.contains("169.254.169.254") => format!(
+            "{s} (no S3 credentials were found: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE with ~/.aws/credentials)"
+        ),
         _ => s,
     }
 }

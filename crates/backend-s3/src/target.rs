@@ -41,6 +41,18 @@ impl std::error::Error for OpenError {}
 /// Open `url` (`s3://BUCKET/PREFIX`, `file:///DIR`, `memory://`) as a backend.
 pub fn open(url: &str, config: &Config, options: Options) -> Result<ObjectStoreBackend, OpenError> {
     let parsed = url::Url::parse(url).map_err(|e| OpenError(format!("{url:?} is not a URL: {e}")))?;
+    // URL parsing resolves `.` and `..` away (`s3://b/../../x` is prefix `x`): a target must
+    // name the prefix it means.
+    let raw_path = url.split_once("://").map_or("", |(_, rest)| rest.split_once('/').map_or("", |(_, p)| p));
+    let raw_path = raw_path.split(['?', '#']).next().unwrap_or_default();
+    if raw_path
+        .split('/')
+        .any(|seg| matches!(seg.to_ascii_lowercase().as_str(), "." | ".." | "%2e" | "%2e%2e" | ".%2e" | "%2e."))
+    {
+        return Err(OpenError(format!(
+            "{url}: the path holds a `.` or `..` segment, which URLs resolve away (it would name another prefix)\n  hint: write the prefix without them, e.g. s3://BUCKET/site"
+        )));
+    }
     match parsed.scheme() {
         "s3" | "s3a" => open_s3(&parsed, url, config, options),
         "memory" | "file" => {

@@ -783,6 +783,10 @@ impl Chosen {
 }
 
 fn make_backend(args: &TargetArgs) -> anyhow::Result<Chosen> {
+    anyhow::ensure!(
+        !args.target().is_empty(),
+        "the target is empty\n  hint: give a directory (--target /srv/site) or a URL (s3://BUCKET/PREFIX, nfs://HOST/EXPORT/PATH)"
+    );
     let is_url = args.target().contains("://");
     if args.target().starts_with("nfs://") {
         let why = match args.backend {
@@ -1263,8 +1267,8 @@ fn check_target_place(repo: &Repo, target: &str, force: bool) -> anyhow::Result<
 
 fn run_sync(args: SyncArgs) -> anyhow::Result<()> {
     let repo = Repo::open(args.source.repo())?;
-    check_target_place(&repo, args.target.target(), args.force)?;
     let chosen = make_backend(&args.target)?;
+    check_target_place(&repo, args.target.target(), args.force)?;
     let backend = chosen.backend.clone();
     let options = sync::Options {
         force: args.force,

@@ -392,7 +392,7 @@ fn status_of_missing_synced_running_and_interrupted_targets() {
     // An interrupted update from commit 0 to 1 (killed before its first op), as its journal says.
     let mut state = read_state(&t);
     let record = json!({
-        "from_tree": f.trees[0], "to_commit": f.commits[1], "to_tree": f.trees[1], "takeover": false,
+        "from_tree": f.trees[0], "to_commit": f.commits[1], "to_tree": f.trees[1], "takeover": false, "repair": false,
         "started_unix": 1_796_000_000u64, "holder": "pid 4242 on elsewhere, started at unix time 1796000000",
         "host": "elsewhere", "pid": 4242
     });
@@ -417,7 +417,7 @@ fn status_of_missing_synced_running_and_interrupted_targets() {
 
     // An interrupted first sync whose holder recorded its failure (nulls, as object stores write).
     let record = json!({
-        "from_tree": null, "to_commit": f.commits[0], "to_tree": f.trees[0], "takeover": false,
+        "from_tree": null, "to_commit": f.commits[0], "to_tree": f.trees[0], "takeover": false, "repair": false,
         "started_unix": 1_796_000_000u64, "holder": null, "host": null, "pid": null
     });
     let t2 = f.target("t2");
@@ -542,7 +542,7 @@ fn schemas_reject_mutated_documents() {
     f.sync(0, &t, &[]);
     let mut state = read_state(&t);
     state["in_progress"] = json!({
-        "from_tree": f.trees[0], "to_commit": f.commits[1], "to_tree": f.trees[1], "takeover": false,
+        "from_tree": f.trees[0], "to_commit": f.commits[1], "to_tree": f.trees[1], "takeover": false, "repair": false,
         "started_unix": 1u64, "holder": "h", "host": "elsewhere", "pid": 1
     });
     write_state(&t, &state);

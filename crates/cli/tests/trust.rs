@@ -298,7 +298,7 @@ fn names_that_could_fake_output_lines_are_quoted_like_git() {
     // --json keeps the name itself (JSON escapes it).
     let o = treesync(&["plan", "--repo", s(&bare.path), "--ref", &commit, "--target", s(&t), "--json"]);
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
-    let paths: Vec<String> = v["main"]["phases"]
+    let paths: Vec<String> = v["plan"]["phases"]
         .as_array()
         .expect("phases")
         .iter()
@@ -378,4 +378,19 @@ fn force_says_what_it_removes_and_writes_over() {
     assert_eq!(v["replaced"]["first_removed"], serde_json::json!(["stray"]), "{v}");
     assert!(v["replaced"]["first_overwritten"].as_array().expect("array").contains(&"d/x".into()), "{v}");
     assert_target_is(&bare, &commits[1], &t);
+}
+
+#[test]
+fn targets_that_name_nothing_or_another_prefix_get_a_clear_error() {
+    let (bare, commits) = two_commits();
+    let o = sync(&bare.path, &commits[0], Path::new(""), &[]);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("the target is empty") && err.contains("hint: "), "{err}");
+    for url in ["s3://bucket/../../x", "s3://bucket/site/./x", "file:///tmp/a/../b"] {
+        let o = treesync(&["plan", "--repo", s(&bare.path), "--ref", &commits[0], "--target", url]);
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(2), "{url}: {err}");
+        assert!(err.contains("`.` or `..` segment"), "{url}: {err}");
+    }
 }

@@ -42,7 +42,7 @@ pub struct InProgress {
     /// It was a repair (`verify --repair`, or `sync --force` on a managed target): it is
     /// finished by comparing the target with `to_tree` again and repairing what differs,
     /// not by replaying a diff of two trees.
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    #[serde(default)]
     pub repair: bool,
     /// When it started.
     pub started_unix: u64,
