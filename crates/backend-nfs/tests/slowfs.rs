@@ -128,6 +128,7 @@ macro_rules! case_insensitive_suite {
         case!(interrupted_sync_is_finished_by_next_run);
         case!(incremental_sync_touches_only_changed_paths);
         case!(never_writes_through_a_symlink);
+        case!(drift_on_the_paths_a_sync_touches_is_healed);
         case!(case_collisions_are_refused_where_case_is_not_told_apart);
 
         #[test]

@@ -83,3 +83,37 @@ fn watch_follows_pushes_and_stops_cleanly_on_sigterm() {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     assert!(matches(&bare, &commits[4], &target));
 }
+
+/// A ref deleted, then the repository moved away, while `watch` follows it: each is logged as
+/// what it is (not "couldn't parse revision"), and watch keeps going.
+#[test]
+fn watch_says_when_the_ref_or_the_repository_is_gone() {
+    let bare = BareRepo::new();
+    let commits = history::import(&bare.path, "main", &history::random_history(5, 1));
+    git(&bare.path, &["update-ref", "refs/heads/other", &commits[0]]);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let target = dir.path().join("t");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_treesync"))
+        .args(["watch", "--repo"])
+        .arg(&bare.path)
+        .args(["--ref", "other", "--target"])
+        .arg(&target)
+        .args(["--interval", "100ms"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("watch starts");
+    wait_for("the first sync", || matches(&bare, &commits[0], &target));
+    git(&bare.path, &["update-ref", "-d", "refs/heads/other"]);
+    std::thread::sleep(Duration::from_millis(400));
+    let moved = dir.path().join("moved.git");
+    std::fs::rename(&bare.path, &moved).expect("move the repository away");
+    std::thread::sleep(Duration::from_millis(600));
+    std::fs::rename(&moved, &bare.path).expect("move it back");
+    let _ = Command::new("kill").arg(child.id().to_string()).status();
+    let out = child.wait_with_output().expect("watch ends");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("no branch, tag or other ref of that name"), "{err}");
+    assert!(err.contains("it is gone"), "{err}");
+    assert!(!err.contains("couldn't parse revision"), "{err}");
+}

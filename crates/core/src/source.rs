@@ -101,7 +101,24 @@ impl Repo {
     pub fn resolve(&self, rev: &str) -> Result<Resolved, Error> {
         let err = |message: String| Error::Revision { rev: rev.into(), repo: self.path.clone(), message };
         let repo = self.shared.to_thread_local();
-        let id = repo.rev_parse_single(rev).map_err(|e| err(e.to_string()))?;
+        let id = repo.rev_parse_single(rev).map_err(|e| {
+            // Say what is really wrong where the parser only says it could not parse
+            // (a long-running `watch` sees repositories and refs go away).
+            if !repo.git_dir().exists() {
+                return Error::Open {
+                    path: self.path.clone(),
+                    message: "it is gone (no such directory; it was there when treesync opened it)".into(),
+                };
+            }
+            let is_ref_name = !rev.is_empty() && !rev.contains(['~', '^', '@', ':']) && !rev.chars().all(|c| c.is_ascii_hexdigit());
+            if is_ref_name && repo.try_find_reference(rev).ok().flatten().is_none() {
+                return err(format!(
+                    "no branch, tag or other ref of that name (deleted or renamed?); `git -C {} for-each-ref` lists them",
+                    self.path.display()
+                ));
+            }
+            err(e.to_string())
+        })?;
         let commit = id
             .object()
             .map_err(|e| err(e.to_string()))?
