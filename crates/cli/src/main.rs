@@ -266,8 +266,12 @@ struct SyncArgs {
     target: TargetArgs,
     #[command(flatten)]
     limits: LimitArgs,
-    /// Take over a non-empty target that treesync did not write: write the tree there and
-    /// remove everything the tree does not have. This scans the target once.
+    /// Take the target over: make it exactly the tree and remove everything the tree does not
+    /// have, scanning it once. On a target treesync did not write, the tree is written there;
+    /// on a managed one, it is compared with the commit (stat data proves what it can, the rest
+    /// is hashed) and only what differs is rewritten — the way out of a damaged state file or a
+    /// synced commit that is no longer in the repository. Says how many entries it removes and
+    /// writes over, with the first paths. Never on /, your home directory or the repository.
     #[arg(long)]
     force: bool,
     /// Only say what would be done.
@@ -300,7 +304,8 @@ struct PlanArgs {
     target: TargetArgs,
     #[command(flatten)]
     limits: LimitArgs,
-    /// Plan a takeover of a non-empty target that treesync did not write.
+    /// Plan a takeover (see `sync --force`): of a target treesync did not write, or of a
+    /// managed one by comparing it with the commit once; lists what it removes and writes over.
     #[arg(long)]
     force: bool,
     /// Print the plan as JSON.

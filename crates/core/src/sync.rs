@@ -780,11 +780,32 @@ pub async fn repair(
             });
             backend.store_state(&current.to_bytes()).await?;
             let blobs: Arc<dyn BlobSource> = Arc::new(repo.clone());
-            let done = match apply::apply(&plan, backend, &blobs, options.sync.apply, progress, interrupt).await {
-                Ok(d) => d,
-                Err(e) => return Err(release(backend, current, e.into()).await),
-            };
-            outcome.applied = Some(done.counts);
+            let mut plan = plan;
+            let mut applied = OpCounts::default();
+            for pass in 1.. {
+                let done = match apply::apply(&plan, backend, &blobs, options.sync.apply, progress, interrupt).await {
+                    Ok(d) => d,
+                    Err(e) => return Err(release(backend, current, add_counts(e.into(), &applied)).await),
+                };
+                applied.merge(&done.counts);
+                // Healing had to make directories whose other content is gone (someone
+                // changed the target while it was compared): compare those once more.
+                if done.dirs_recreated == 0 || pass == 3 {
+                    break;
+                }
+                let again = verify::verify_against(
+                    repo,
+                    backend,
+                    verify::Level::Stat,
+                    goal.commit,
+                    goal.tree,
+                    false,
+                    options.sync.limits,
+                )
+                .await?;
+                plan = verify::repair_plan(repo, &again, options.delete_extra)?;
+            }
+            outcome.applied = Some(applied);
             current.synced = synced.filter(|s| s.commit == goal.commit).or(Some(goal));
             current.in_progress = None;
             backend.store_state(&current.to_bytes()).await?;
