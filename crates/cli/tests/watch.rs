@@ -93,7 +93,7 @@ fn watch_says_when_the_ref_or_the_repository_is_gone() {
     git(&bare.path, &["update-ref", "refs/heads/other", &commits[0]]);
     let dir = tempfile::tempdir().expect("tempdir");
     let target = dir.path().join("t");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_treesync"))
+    let child = Command::new(env!("CARGO_BIN_EXE_treesync"))
         .args(["watch", "--repo"])
         .arg(&bare.path)
         .args(["--ref", "other", "--target"])

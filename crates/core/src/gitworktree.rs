@@ -197,8 +197,8 @@ pub fn check(worktree: &Path) -> Result<(), Error> {
 /// After a sync of `worktree` to `commit`/`tree` (objects from `repo`): rewrite its index for
 /// that tree — keeping the stat data of unchanged entries, taking a fresh `lstat` of changed
 /// ones — and move HEAD (its branch, if it has one) to `commit`. Every file it writes is
-/// checked first ([`GitDir`]): a symlink on the way refuses the update before anything is
-/// written.
+/// checked first (its directory is opened without following symlinks): a symlink on the way
+/// refuses the update before anything is written.
 pub fn update(worktree: &Path, repo: &Repo, commit: ObjectId, tree: ObjectId) -> Result<(), Error> {
     let (clone, git) = open(worktree)?;
     let head = check_files(&git, worktree)?;

@@ -500,7 +500,7 @@ pub async fn sync(
             // targets apart, which a first sync plans for)?
             Some(p)
                 if backend.load_state().await? == p.state_bytes
-                    && p.case_insensitive == !backend.capabilities().case_sensitive =>
+                    && p.case_insensitive != backend.capabilities().case_sensitive =>
             {
                 p
             }
