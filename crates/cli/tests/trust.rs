@@ -394,3 +394,19 @@ fn targets_that_name_nothing_or_another_prefix_get_a_clear_error() {
         assert!(err.contains("`.` or `..` segment"), "{url}: {err}");
     }
 }
+
+#[test]
+fn an_entry_with_a_mode_git_does_not_write_is_named_plainly() {
+    let bare = BareRepo::new();
+    let blob = treesync_testkit::git_stdin(&bare.path, &["hash-object", "-w", "--stdin"], b"x\n");
+    let tree = treesync_testkit::raw_tree(&bare.path, &[("0", b"w", &blob)]);
+    let commit = git(&bare.path, &["-c", "user.name=t", "-c", "user.email=t@t", "commit-tree", &tree, "-m", "mode 0"]);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let t = dir.path().join("t");
+    let o = sync(&bare.path, &commit, &t, &[]);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("has an entry w with mode 0, which git does not write"), "{err}");
+    assert!(!err.contains("./w") && err.contains("hint: "), "{err}");
+    assert!(!t.exists(), "nothing written");
+}

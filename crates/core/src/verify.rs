@@ -222,6 +222,10 @@ fn walk_tree(repo: &Repo, tree: ObjectId, limits: crate::plan::Limits) -> Result
         key.extend_from_slice(name);
         key
     };
+    // Where a tree is, for messages: nothing for the root tree (not " (at )").
+    let at = |path: &[u8]| {
+        if path.is_empty() { String::new() } else { format!(" (at {})", crate::path::quote(path)) }
+    };
     repo.with_objects(|odb| {
         // A tree bomb is refused after reading its few trees, before it is expanded below.
         crate::plan::check_tree_size(odb, tree, crate::plan::Limits { max_bytes: u64::MAX, ..limits })?;
@@ -229,17 +233,13 @@ fn walk_tree(repo: &Repo, tree: ObjectId, limits: crate::plan::Limits) -> Result
             let tree = odb.find_tree_iter(&id, &mut buf).map_err(|e| source::Error::Object {
                 what: "tree",
                 id,
-                at: format!(" (at {})", String::from_utf8_lossy(path)),
+                at: at(path),
                 message: e.to_string(),
             })?;
             let mut frame = Frame { subtrees: Vec::new(), next: 0, any: false, path_before };
             for e in tree {
-                let e = e.map_err(|e| source::Error::Object {
-                    what: "tree",
-                    id,
-                    at: format!(" (at {})", String::from_utf8_lossy(path)),
-                    message: e.to_string(),
-                })?;
+                let e =
+                    e.map_err(|e| source::Error::Object { what: "tree", id, at: at(path), message: e.to_string() })?;
                 let (kind, oid) = (e.mode.kind(), e.oid.to_owned());
                 let want = match kind {
                     EntryKind::Tree => {

@@ -345,7 +345,11 @@ impl<'a> Planner<'a> {
                     if !e.mode.is_commit() {
                         return Err(Error::Mode {
                             tree: id,
-                            path: format!("{path}/{}", e.filename),
+                            path: if path.is_root() {
+                                e.filename.to_string()
+                            } else {
+                                format!("{}/{}", path.as_bstr(), e.filename)
+                            },
                             mode: u32::from(e.mode.value()),
                         });
                     }

@@ -56,7 +56,9 @@ pub enum Error {
     #[error(transparent)]
     Object(#[from] crate::source::Error),
     /// A tree entry has a mode git does not write.
-    #[error("tree {tree} has an entry {path:?} with unknown mode {mode:o}")]
+    #[error(
+        "tree {tree} has an entry {} with mode {mode:o}, which git does not write\n  hint: the repository holds a tree git itself would refuse; `git fsck` names it", crate::path::quote(path.as_bytes())
+    )]
     Mode {
         /// The tree.
         tree: ObjectId,
