@@ -410,6 +410,20 @@ impl Target {
                 return Ok(TargetState::Empty);
             }
             Err(e) => return Err(Error::io("read target directory", self.root_display(), e)),
+            Ok(m) if m.is_symlink() => {
+                let to = std::fs::read_link(&self.root).map(|t| t.display().to_string()).unwrap_or_default();
+                return Err(Error::io(
+                    "use target",
+                    self.root_display(),
+                    std::io::Error::new(
+                        std::io::ErrorKind::NotADirectory,
+                        format!(
+                            "it is a symlink (to {to}); treesync does not follow it, so that nobody can redirect the writes by swapping the link\n  hint: pass the directory it points to, or end the target with a slash ({}/) to follow the link on purpose",
+                            self.root_display()
+                        ),
+                    ),
+                ));
+            }
             Ok(m) if !m.is_dir() => {
                 return Err(Error::io(
                     "use target",

@@ -410,3 +410,21 @@ fn an_entry_with_a_mode_git_does_not_write_is_named_plainly() {
     assert!(!err.contains("./w") && err.contains("hint: "), "{err}");
     assert!(!t.exists(), "nothing written");
 }
+
+#[test]
+fn a_target_that_is_a_symlink_is_refused_with_a_hint_that_works() {
+    let (bare, commits) = two_commits();
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::create_dir(dir.path().join("real")).expect("mkdir");
+    let link = dir.path().join("link");
+    std::os::unix::fs::symlink("real", &link).expect("ln -s");
+    let o = sync(&bare.path, &commits[0], &link, &[]);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("it is a symlink (to real)") && err.contains("end the target with a slash"), "{err}");
+    assert_eq!(names(&dir.path().join("real")), Vec::<String>::new(), "nothing written");
+    // The hint works: a trailing slash follows the link on purpose.
+    let followed = format!("{}/", s(&link));
+    assert_ok(&sync(&bare.path, &commits[0], Path::new(&followed), &[]));
+    assert_target_is(&bare, &commits[0], &dir.path().join("real"));
+}
