@@ -292,6 +292,10 @@ struct SyncArgs {
     /// at once.
     #[arg(long)]
     break_lock: bool,
+    /// When another treesync holds the target's lock (a sync, or `verify --repair` of a
+    /// `watch`), wait up to this long for it instead of exiting with 3 (e.g. 10m in a hook).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    wait: Option<std::time::Duration>,
 }
 
 #[derive(Args, Clone)]
@@ -1282,6 +1286,7 @@ fn run_sync(args: SyncArgs) -> anyhow::Result<()> {
         backend_name: chosen.label(),
         lease: None,
         break_lock: args.break_lock,
+        lock_wait: args.wait,
         git_worktree: args.git_worktree.then(|| PathBuf::from(args.target.target())),
         limits: args.limits.limits(),
     };

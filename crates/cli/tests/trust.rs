@@ -428,3 +428,24 @@ fn a_target_that_is_a_symlink_is_refused_with_a_hint_that_works() {
     assert_ok(&sync(&bare.path, &commits[0], Path::new(&followed), &[]));
     assert_target_is(&bare, &commits[0], &dir.path().join("real"));
 }
+
+#[test]
+fn sync_waits_for_the_lock_with_wait() {
+    let (bare, commits) = two_commits();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let t = dir.path().join("t");
+    assert_ok(&sync(&bare.path, &commits[0], &t, &[]));
+    // Another writer holds the lock for a second (flock, like treesync's own lock).
+    let mut holder = Command::new("flock")
+        .arg(t.join(".treesync/lock"))
+        .args(["sleep", "1"])
+        .spawn()
+        .expect("flock (util-linux) runs");
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let o = sync(&bare.path, &commits[1], &t, &[]);
+    assert_eq!(o.status.code(), Some(3), "without --wait: {}", stderr(&o));
+    let o = sync(&bare.path, &commits[1], &t, &["--wait", "30s"]);
+    assert_ok(&o);
+    assert!(holder.wait().expect("flock ends").success());
+    assert_target_is(&bare, &commits[1], &t);
+}

@@ -36,6 +36,9 @@ pub struct Options {
     pub lease: Option<Duration>,
     /// Take over an unfinished sync of another process even if its lease has not expired.
     pub break_lock: bool,
+    /// When another writer holds the target's lock: wait this long for it (trying again every
+    /// 200 ms) before giving up with [`backend::Error::Locked`]. `None`: give up at once.
+    pub lock_wait: Option<Duration>,
     /// The target is this git clone (a directory): keep its `.git/index` and HEAD on the synced
     /// commit ([`gitworktree::update()`]), checked before and written after the sync, while the
     /// target's lock is held.
@@ -488,7 +491,7 @@ pub async fn sync(
         None
     };
     let me = holder();
-    let lock = backend.lock(&me).await?;
+    let lock = lock_waiting(backend, &me, options.lock_wait).await?;
     let result = async {
         if let Some(clone) = &options.git_worktree {
             // Before any file changes: a clone whose index or HEAD cannot be written safely
@@ -746,7 +749,7 @@ pub async fn repair(
         return Ok(RepairOutcome { finished: None, planned: plan.counts, report, applied: None, after: None });
     }
     let me = holder();
-    let lock = backend.lock(&me).await?;
+    let lock = lock_waiting(backend, &me, options.sync.lock_wait).await?;
     let result = async {
         // Under the lock: the state as it is now (a sync may have finished meanwhile).
         let (goal, interrupted) = verify::recorded_commit(backend).await?;
@@ -824,6 +827,19 @@ pub async fn repair(
         unlocked?;
     }
     result
+}
+
+/// Take the target's lock, waiting up to `wait` while another writer holds it.
+async fn lock_waiting(backend: &dyn Backend, me: &str, wait: Option<Duration>) -> Result<backend::LockGuard, Error> {
+    let deadline = wait.map(|w| Instant::now() + w);
+    loop {
+        match backend.lock(me).await {
+            Err(backend::Error::Locked { .. }) if deadline.is_some_and(|d| Instant::now() < d) => {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            r => return Ok(r?),
+        }
+    }
 }
 
 /// Refuse to take over an unfinished sync whose holder may still be running (backends without
