@@ -491,8 +491,7 @@ pub async fn sync(
         None
     };
     let me = holder();
-    let lock = lock_waiting(backend, &me, options.lock_wait).await?;
-    let result = async {
+    under_lock(backend, &me, options.lock_wait, async || {
         if let Some(clone) = &options.git_worktree {
             // Before any file changes: a clone whose index or HEAD cannot be written safely
             // is refused while it still matches its HEAD.
@@ -520,14 +519,8 @@ pub async fn sync(
             gitworktree::update(clone, repo, outcome.commit, outcome.tree)?;
         }
         Ok(outcome)
-    }
-    .await;
-    // Released on every path; a failure to release matters only when all else went well.
-    let unlocked = backend.unlock(lock).await;
-    if result.is_ok() {
-        unlocked?;
-    }
-    result
+    })
+    .await
 }
 
 fn outcome_of(prepared: &Prepared, options: &Options) -> Outcome {
@@ -749,8 +742,7 @@ pub async fn repair(
         return Ok(RepairOutcome { finished: None, planned: plan.counts, report, applied: None, after: None });
     }
     let me = holder();
-    let lock = lock_waiting(backend, &me, options.sync.lock_wait).await?;
-    let result = async {
+    under_lock(backend, &me, options.sync.lock_wait, async || {
         // Under the lock: the state as it is now (a sync may have finished meanwhile).
         let (goal, interrupted) = verify::recorded_commit(backend).await?;
         let to = Resolved { commit: goal.commit, tree: goal.tree };
@@ -820,26 +812,34 @@ pub async fn repair(
             );
         }
         Ok(outcome)
-    }
-    .await;
+    })
+    .await
+}
+
+/// Run `body` holding the target's lock (waiting up to `wait` while another writer holds
+/// it), and release the lock on every path out of it.
+async fn under_lock<T>(
+    backend: &dyn Backend,
+    me: &str,
+    wait: Option<Duration>,
+    body: impl AsyncFnOnce() -> Result<T, Error>,
+) -> Result<T, Error> {
+    let deadline = wait.map(|w| Instant::now() + w);
+    let lock = loop {
+        match backend.lock(me).await {
+            Err(backend::Error::Locked { .. }) if deadline.is_some_and(|d| Instant::now() < d) => {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            r => break r?,
+        }
+    };
+    let result = body().await;
+    // A failure to release matters only when all else went well.
     let unlocked = backend.unlock(lock).await;
     if result.is_ok() {
         unlocked?;
     }
     result
-}
-
-/// Take the target's lock, waiting up to `wait` while another writer holds it.
-async fn lock_waiting(backend: &dyn Backend, me: &str, wait: Option<Duration>) -> Result<backend::LockGuard, Error> {
-    let deadline = wait.map(|w| Instant::now() + w);
-    loop {
-        match backend.lock(me).await {
-            Err(backend::Error::Locked { .. }) if deadline.is_some_and(|d| Instant::now() < d) => {
-                tokio::time::sleep(Duration::from_millis(200)).await;
-            }
-            r => return Ok(r?),
-        }
-    }
 }
 
 /// Refuse to take over an unfinished sync whose holder may still be running (backends without
