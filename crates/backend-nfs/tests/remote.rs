@@ -313,14 +313,8 @@ fn stale_locks_are_taken_over() {
     let e = export!(Export::new(RemoteOptions::default()));
     rt.block_on(sync_to(&h.repo, &h.commits[0], &e.open())).expect("initial");
     let lock = e.root().join(".treesync/lock.nfs");
-    // A process of this host that is gone.
-    let dead = {
-        let mut c = std::process::Command::new("true").spawn().expect("spawn");
-        c.wait().expect("wait");
-        c.id()
-    };
     let host = treesync_core::sync::hostname();
-    std::fs::write(&lock, format!("pid {dead} on {host}, started at unix time 1\n")).expect("write lock");
+    std::fs::write(&lock, format!("pid {} on {host}, started at unix time 1\n", dead_pid())).expect("write lock");
     rt.block_on(sync_to(&h.repo, &h.commits[1], &e.open())).expect("stale lock taken over");
     h.assert_matches(&e, 1, "after taking over");
     assert!(!lock.exists(), "the lock is released after the sync");
@@ -475,4 +469,93 @@ fn readers_on_the_server_never_see_a_partial_file() {
     let r = treesync_testkit::readers::race(&make, &e.root(), Duration::from_secs(3));
     assert!(r.syncs >= 4 && r.reads >= 1000, "the test must actually race: {r:?}");
     assert!(r.bad.is_empty(), "{} broken reads, e.g. {:?}", r.bad.len(), &r.bad[..r.bad.len().min(5)]);
+}
+
+/// The id of a process of this host that is gone.
+fn dead_pid() -> u32 {
+    let mut c = std::process::Command::new("true").spawn().expect("spawn");
+    c.wait().expect("wait");
+    c.id()
+}
+
+/// Two syncs to different commits (hundreds of files apart) started together against a lock
+/// left by a sync that was killed, round after round: one takes the stale lock over (by
+/// renaming it aside, never by removing a name it judged a moment before) and the other finds
+/// the winner's fresh lock (exit 3) or runs after it; never both at once, no other error, and
+/// the tree equals `git archive` of the commit the state records.
+#[test]
+fn racing_syncs_take_over_a_stale_lock_one_at_a_time() {
+    let rt = rt();
+    let base = history::wide_tree(400, 31);
+    let (one, _) = history::change_some(&base, 150, 75, 75, 32);
+    let (two, _) = history::change_some(&base, 150, 75, 75, 33);
+    let h = History::from_trees(&[base, one, two]);
+    let e = export!(Export::new(RemoteOptions::default()));
+    let lock = e.root().join(".treesync/lock.nfs");
+    let stale = format!("pid {} on {}, started at unix time 1\n", dead_pid(), treesync_core::sync::hostname());
+    // More by hand: TREESYNC_RACE_ROUNDS=300.
+    let rounds = std::env::var("TREESYNC_RACE_ROUNDS").ok().and_then(|r| r.parse().ok()).unwrap_or(30);
+    let (mut locked_out, mut after) = (0, 0);
+    for round in 0..rounds {
+        rt.block_on(sync_to(&h.repo, &h.commits[0], &e.open())).expect("back to the first commit");
+        std::fs::write(&lock, &stale).expect("a killed sync's lock");
+        let results = treesync_testkit::race::two_syncs(&h, [&h.commits[1], &h.commits[2]], &|| e.backend());
+        let ended = treesync_testkit::race::check(&h, &e, [1, 2], results, round);
+        locked_out += usize::from(ended.one_locked_out);
+        after += usize::from(ended.one_after_the_other);
+        assert!(!lock.exists(), "round {round}: the lock is released");
+        let left: Vec<_> = std::fs::read_dir(e.root().join(".treesync"))
+            .expect("list .treesync")
+            .flatten()
+            .map(|d| d.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with("lock"))
+            .collect();
+        assert!(left.is_empty(), "round {round}: lock files left: {left:?}");
+    }
+    eprintln!("{rounds} rounds: {locked_out} with one sync locked out, {after} one after the other");
+}
+
+/// Two first syncs into a target directory that does not exist yet, started together: making
+/// the directory is no error for the one that finds it made; one of them syncs, the other finds
+/// the lock (exit 3) or runs after it.
+#[test]
+fn concurrent_first_syncs_into_a_missing_target() {
+    let base = history::wide_tree(200, 41);
+    let (one, _) = history::change_some(&base, 60, 20, 20, 42);
+    let h = History::from_trees(&[base, one]);
+    for round in 0..15 {
+        let e = export!(Export::new(RemoteOptions::default()));
+        let results = treesync_testkit::race::two_syncs(&h, [&h.commits[0], &h.commits[1]], &|| e.backend());
+        treesync_testkit::race::check(&h, &e, [0, 1], results, round);
+    }
+}
+
+/// `.treesync/lock.nfs` as a hard link to a file outside the tree: nothing is written to it and
+/// its content is never shown (only a holder line treesync wrote, in a file of its own, is).
+#[test]
+fn a_lock_file_that_is_a_hard_link_is_neither_written_nor_shown() {
+    let rt = rt();
+    let h = History::random(17, 2);
+    let e = export!(Export::new(RemoteOptions::default()));
+    rt.block_on(sync_to(&h.repo, &h.commits[0], &e.open())).expect("initial");
+    let outside = e.server.dir().join(format!("{}-outside", e.sub));
+    std::fs::create_dir(&outside).expect("mkdir outside");
+    // The lock: a fresh file (not stale) that is not treesync's.
+    let secret = outside.join("secret");
+    std::fs::write(&secret, "pid 1 on db, started at unix time 1 SECRET-TOKEN\n").expect("outside file");
+    let lock = e.root().join(".treesync/lock.nfs");
+    std::fs::hard_link(&secret, &lock).expect("plant the lock");
+    let err = rt.block_on(sync_to(&h.repo, &h.commits[1], &e.open())).expect_err("locked");
+    assert!(matches!(err, treesync_core::sync::Error::Backend(treesync_core::backend::Error::Locked { .. })), "{err}");
+    let text = err.to_string();
+    assert!(!text.contains("SECRET-TOKEN"), "the outside file's content is not shown: {text}");
+    assert!(text.contains("holder unknown"), "{text}");
+    assert_eq!(
+        std::fs::read_to_string(&secret).expect("read"),
+        "pid 1 on db, started at unix time 1 SECRET-TOKEN\n",
+        "the outside file is unchanged"
+    );
+    std::fs::remove_file(&lock).expect("rm the planted lock");
+    rt.block_on(sync_to(&h.repo, &h.commits[1], &e.open())).expect("sync once it is gone");
+    h.assert_matches(&e, 1, "after the planted lock was removed");
 }

@@ -8,6 +8,7 @@ pub mod crash;
 pub mod delay;
 pub mod ganesha;
 pub mod history;
+pub mod race;
 pub mod readers;
 pub mod s3;
 pub mod schema;

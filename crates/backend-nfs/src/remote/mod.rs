@@ -19,7 +19,9 @@
 //! ever looked up. The journal costs one LOOKUP + READ to read it and one WRITE per update (in
 //! place, like the mounted backend); the lock is a file created with a guarded CREATE
 //! (`.treesync/lock.nfs`), renewed every 30 s while held, taken over when its holder's process
-//! is gone (same host) or it was not renewed for two minutes.
+//! is gone (same host) or it was not renewed for two minutes. A takeover RENAMEs the stale
+//! file to a name of its own and checks it got the file it judged, so of several syncs taking
+//! over at once one wins and the others find its fresh lock ([`Error::Locked`]).
 //!
 //! Calls that get no reply in time, or whose connection breaks, go again on a new connection;
 //! the server's status codes become errors that name the path and say what they mean.
@@ -383,7 +385,33 @@ impl RemoteBackend {
                     fh = next;
                 }
                 Err(e) if is(&e, nfsstat3::NFS3ERR_NOENT) && last && create => {
-                    let made = nfs.mkdir(&fh, c.as_bytes(), 0o755, here.as_bytes()).await;
+                    let made = match nfs.mkdir(&fh, c.as_bytes(), 0o755, here.as_bytes()).await {
+                        // Another sync made it a moment ago: use it if it is a directory.
+                        Err(e) if is(&e, nfsstat3::NFS3ERR_EXIST) => {
+                            let (next, attr) = nfs
+                                .lookup(&fh, c.as_bytes(), here.as_bytes())
+                                .await
+                                .map_err(|e| nfs_io("create target directory", here, e))?;
+                            let attr = match attr {
+                                Some(a) => a,
+                                None => {
+                                    nfs.getattr(&next, here.as_bytes()).await.map_err(|e| nfs_io("look up", here, e))?
+                                }
+                            };
+                            if attr.type_ != ftype3::NF3DIR {
+                                return Err(Error::io(
+                                    "use target",
+                                    here,
+                                    std::io::Error::new(
+                                        std::io::ErrorKind::NotADirectory,
+                                        "it exists and is not a directory",
+                                    ),
+                                ));
+                            }
+                            Ok(Some(next))
+                        }
+                        r => r,
+                    };
                     fh = nfs
                         .made(&fh, c.as_bytes(), here.as_bytes(), made, false)
                         .await
@@ -713,6 +741,54 @@ impl RemoteBackend {
         Ok(Some((fh, bytes)))
     }
 
+    /// Take the stale lock file judged from `judged` (its attributes) out of the way, without
+    /// ever removing another sync's lock by name: RENAME it to a name of our own (atomic:
+    /// of several syncs doing this at once, one gets the stale file), then check that what we
+    /// renamed is the file we judged (same fileid and mtime). If it is, remove it; if it is
+    /// not, it is the fresh lock of a sync that took the stale one over first: put it back
+    /// with LINK (which, unlike RENAME, never replaces a lock made in the meantime).
+    async fn take_over(&self, nfs: &nfs::Nfs, meta: &Fh, judged: &fattr3, shown: &str) -> Result<(), Error> {
+        static ASIDE: AtomicU64 = AtomicU64::new(0);
+        let aside = format!(
+            "lock.nfs.stale.{}.{}.{}",
+            std::process::id(),
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos(),
+            ASIDE.fetch_add(1, Ordering::Relaxed)
+        );
+        let aside = aside.as_bytes();
+        match nfs.rename(meta, LOCK_FILE, meta, aside, shown.as_bytes()).await {
+            Ok(()) | Err(NfsError::DoneBefore(_)) => {}
+            // Gone: its holder removed it, or another sync took it aside first.
+            Err(e) if is(&e, nfsstat3::NFS3ERR_NOENT) => return Ok(()),
+            Err(e) => return Err(nfs_io("take over the lock", shown, e)),
+        }
+        let (fh, attr) =
+            nfs.lookup(meta, aside, shown.as_bytes()).await.map_err(|e| nfs_io("take over the lock", shown, e))?;
+        let attr = match attr {
+            Some(a) => a,
+            None => nfs.getattr(&fh, shown.as_bytes()).await.map_err(|e| nfs_io("take over the lock", shown, e))?,
+        };
+        let same = attr.fileid == judged.fileid
+            && attr.fsid == judged.fsid
+            && (attr.mtime.seconds, attr.mtime.nseconds) == (judged.mtime.seconds, judged.mtime.nseconds);
+        if !same {
+            match nfs.link(&fh, meta, LOCK_FILE, shown.as_bytes()).await {
+                Ok(()) => {}
+                Err(e) => {
+                    // A third sync made a lock in the moment the other one was aside: leave
+                    // that one be (the one aside still holds its run; it was not stale).
+                    tracing::warn!(target: "treesync::nfs", error = %e, "could not put back a lock taken aside");
+                    return Ok(());
+                }
+            }
+        }
+        match nfs.remove(meta, aside, shown.as_bytes()).await {
+            Ok(()) | Err(NfsError::DoneBefore(_)) => Ok(()),
+            Err(e) if is(&e, nfsstat3::NFS3ERR_NOENT) => Ok(()),
+            Err(e) => Err(nfs_io("take over the lock", shown, e)),
+        }
+    }
+
     /// Take over a lock whose holder is gone: same host and no such process, or not renewed
     /// within the lease.
     fn stale(holder: &str, attr: Option<&fattr3>) -> bool {
@@ -727,6 +803,20 @@ impl RemoteBackend {
         let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_secs();
         attr.is_some_and(|a| now.saturating_sub(u64::from(a.mtime.seconds)) > LEASE.as_secs())
     }
+}
+
+/// The holder line of the lock file `fh`, if it is one treesync wrote: a regular file of its
+/// own (one link: not a hard link to some other file) holding one short holder line
+/// (`pid N on HOST, started at unix time T`). Anything else is never shown.
+async fn lock_holder(nfs: &nfs::Nfs, fh: &Fh, attr: &fattr3, about: &[u8]) -> Option<String> {
+    const MAX: u32 = 512;
+    if attr.type_ != ftype3::NF3REG || attr.nlink != 1 || attr.size > u64::from(MAX) {
+        return None;
+    }
+    let (data, _) = nfs.read(fh, 0, MAX, about).await.ok()?;
+    let text = std::str::from_utf8(&data).ok()?.trim();
+    let ours = text.starts_with("pid ") && text.contains(" on ") && text.chars().all(|c| !c.is_control());
+    ours.then(|| text.to_string())
 }
 
 /// A whole file, by handle, in READs of its size (at least 4 KiB, at most 1 MiB).
@@ -847,7 +937,15 @@ impl Backend for RemoteBackend {
         let nfs = self.nfs().await?;
         let entries =
             nfs.readdirplus(&root, b"").await.map_err(|e| nfs_io("read target directory", self.shown(b""), e))?;
-        Ok(if entries.is_empty() { TargetState::Empty } else { TargetState::Unmanaged })
+        Ok(if entries.iter().any(|e| e.name == STATE_DIR.as_bytes()) {
+            // Made a moment ago by a sync starting at the same time as this one: whatever
+            // else is there is its work (the state, read under the lock, will tell).
+            TargetState::Managed
+        } else if entries.is_empty() {
+            TargetState::Empty
+        } else {
+            TargetState::Unmanaged
+        })
     }
 
     async fn read_dir(&self, dir: &RelPath) -> Result<Vec<DirEntry>, Error> {
@@ -929,32 +1027,35 @@ impl Backend for RemoteBackend {
         let shown = format!("{STATE_DIR}/{}", String::from_utf8_lossy(LOCK_FILE));
         let meta = self.meta(true).await?.expect("created");
         let nfs = self.nfs().await?;
-        let mut took_over = false;
+        let mut tries = 0;
         let fh = loop {
+            tries += 1;
             let made = nfs.create(&meta, LOCK_FILE, nfs::mode_attr(0o644, Some(0)), true, shown.as_bytes()).await;
             match nfs.made(&meta, LOCK_FILE, shown.as_bytes(), made, false).await {
                 Ok(fh) => break fh,
-                Err(e) if is(&e, nfsstat3::NFS3ERR_EXIST) && !took_over => {
+                Err(e) if is(&e, nfsstat3::NFS3ERR_EXIST) => {
                     let (fh, attr) = match nfs.lookup(&meta, LOCK_FILE, shown.as_bytes()).await {
                         Ok(r) => r,
-                        Err(e) if is(&e, nfsstat3::NFS3ERR_NOENT) => continue,
+                        Err(e) if is(&e, nfsstat3::NFS3ERR_NOENT) && tries < 4 => continue,
                         Err(e) => return Err(nfs_io("lock", &shown, e)),
                     };
-                    let text = read_all(nfs, &fh, 256, shown.as_bytes()).await.unwrap_or_default();
-                    let other = String::from_utf8_lossy(&text).trim().to_string();
-                    if Self::stale(&other, attr.as_ref()) {
-                        tracing::warn!(target: "treesync::nfs", holder = %other, "taking over a stale lock");
-                        took_over = true;
-                        match nfs.remove(&meta, LOCK_FILE, shown.as_bytes()).await {
-                            Ok(_) | Err(NfsError::DoneBefore(_)) => continue,
-                            Err(e) if is(&e, nfsstat3::NFS3ERR_NOENT) => continue,
-                            Err(e) => return Err(nfs_io("lock", &shown, e)),
-                        }
+                    let attr = match attr {
+                        Some(a) => a,
+                        None => nfs.getattr(&fh, shown.as_bytes()).await.map_err(|e| nfs_io("lock", &shown, e))?,
+                    };
+                    let other = lock_holder(nfs, &fh, &attr, shown.as_bytes()).await;
+                    if tries < 4 && Self::stale(other.as_deref().unwrap_or(""), Some(&attr)) {
+                        tracing::warn!(target: "treesync::nfs", holder = ?other, "taking over a stale lock");
+                        self.take_over(nfs, &meta, &attr, &shown).await?;
+                        // Whoever got it: CREATE again, and a lock found now is judged afresh.
+                        continue;
                     }
                     return Err(Error::Locked {
                         holder: format!(
                             "{}; lock file {shown} on the server, renewed every {} s while held and taken over {} s after the last renewal",
-                            if other.is_empty() { "holder unknown" } else { &other },
+                            other.as_deref().unwrap_or(
+                                "holder unknown: the lock file is not one treesync wrote (not a regular file of its own, or not a holder line)"
+                            ),
                             RENEW.as_secs(),
                             LEASE.as_secs()
                         ),

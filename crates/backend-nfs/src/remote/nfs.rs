@@ -332,6 +332,13 @@ impl Nfs {
         self.res::<n::SYMLINK3resok, n::SYMLINK3resfail>(10, &args, about).await.map(drop)
     }
 
+    /// LINK: a new name `nm` in `dir` for the file `fh` (fails with EXIST if `nm` is taken:
+    /// unlike RENAME it never replaces anything).
+    pub async fn link(&self, fh: &Fh, dir: &Fh, nm: &[u8], about: &[u8]) -> Result<(), NfsError> {
+        let args = n::LINK3args { file: fh.clone(), link: dirop(dir, nm) };
+        self.res::<n::LINK3resok, n::LINK3resfail>(15, &args, about).await.map(drop)
+    }
+
     /// REMOVE `name` from `dir`.
     pub async fn remove(&self, dir: &Fh, nm: &[u8], about: &[u8]) -> Result<(), NfsError> {
         let args = n::REMOVE3args { object: dirop(dir, nm) };
