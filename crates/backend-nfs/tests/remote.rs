@@ -478,6 +478,16 @@ fn dead_pid() -> u32 {
     c.id()
 }
 
+fn inode(p: &std::path::Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::symlink_metadata(p).expect("stat").ino()
+}
+
+fn mode(p: &std::path::Path) -> u32 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::symlink_metadata(p).expect("stat").mode() & 0o7777
+}
+
 /// Two syncs to different commits (hundreds of files apart) started together against a lock
 /// left by a sync that was killed, round after round: one takes the stale lock over (by
 /// renaming it aside, never by removing a name it judged a moment before) and the other finds
@@ -530,6 +540,48 @@ fn concurrent_first_syncs_into_a_missing_target() {
     }
 }
 
+/// A hard link planted (on the server) at a temporary's name, to a file outside the synced
+/// tree: the CREATE of the temporary is GUARDED, so that file is neither truncated nor filled
+/// with repository content, and the synced file is a new inode. Same for `.treesync`'s
+/// temporaries (the index `verify` writes).
+#[test]
+fn a_hard_link_at_a_temporary_name_is_not_written_through() {
+    let rt = rt();
+    let mut m0 = Model::default();
+    m0.insert("a.txt", history::Entry::File { content: b"old a\n".to_vec(), executable: false });
+    m0.insert("d/b.txt", history::Entry::File { content: b"old b\n".to_vec(), executable: false });
+    let mut m1 = m0.clone();
+    m1.insert("a.txt", history::Entry::File { content: b"new a, from the repository\n".to_vec(), executable: false });
+    m1.insert("d/b.txt", history::Entry::File { content: b"new b, from the repository\n".to_vec(), executable: true });
+    let h = History::from_trees(&[m0, m1]);
+    let e = export!(Export::new(RemoteOptions::default()));
+    rt.block_on(sync_to(&h.repo, &h.commits[0], &e.open())).expect("initial");
+    let outside = e.server.dir().join(format!("{}-outside", e.sub));
+    std::fs::create_dir(&outside).expect("mkdir outside");
+    let planted = [(".treesync-tmp.a.txt", "secret a\n"), ("d/.treesync-tmp.b.txt", "secret b\n")];
+    for (i, (at, content)) in planted.iter().enumerate() {
+        let file = outside.join(format!("f{i}"));
+        std::fs::write(&file, content).expect("outside file");
+        std::fs::hard_link(&file, e.root().join(at)).expect("plant the hard link");
+    }
+    rt.block_on(sync_to(&h.repo, &h.commits[1], &e.open())).expect("sync");
+    for (i, (at, content)) in planted.iter().enumerate() {
+        let file = outside.join(format!("f{i}"));
+        assert_eq!(std::fs::read_to_string(&file).expect("read"), *content, "{at}: the outside file is unchanged");
+        assert_eq!(mode(&file) & 0o111, 0, "{at}: its mode too");
+        let synced = e.root().join(at.replace(".treesync-tmp.", ""));
+        assert_ne!(inode(&synced), inode(&file), "{at}: the synced file is a new inode");
+    }
+    h.assert_matches(&e, 1, "after the planted links");
+    // `.treesync`'s own temporary (verify writes the index through one).
+    let file = outside.join("index");
+    std::fs::write(&file, "secret index\n").expect("outside file");
+    std::fs::hard_link(&file, e.root().join(".treesync/.treesync-tmp.index")).expect("plant");
+    let r = rt.block_on(treesync_core::verify::verify(&h.repo, &e.open(), treesync_core::verify::Level::Stat));
+    assert!(r.expect("verify").is_clean());
+    assert_eq!(std::fs::read_to_string(&file).expect("read"), "secret index\n", "the outside file is unchanged");
+}
+
 /// `.treesync/lock.nfs` as a hard link to a file outside the tree: nothing is written to it and
 /// its content is never shown (only a holder line treesync wrote, in a file of its own, is).
 #[test]
@@ -558,4 +610,28 @@ fn a_lock_file_that_is_a_hard_link_is_neither_written_nor_shown() {
     std::fs::remove_file(&lock).expect("rm the planted lock");
     rt.block_on(sync_to(&h.repo, &h.commits[1], &e.open())).expect("sync once it is gone");
     h.assert_matches(&e, 1, "after the planted lock was removed");
+}
+
+/// `.treesync/state` as a hard link to a file outside the tree (holding a copy of the state):
+/// the state is written to a new file, the outside one is unchanged.
+#[test]
+fn a_state_file_that_is_a_hard_link_is_replaced_not_written_through() {
+    let rt = rt();
+    let h = History::random(18, 2);
+    let e = export!(Export::new(RemoteOptions::default()));
+    rt.block_on(sync_to(&h.repo, &h.commits[0], &e.open())).expect("initial");
+    let outside = e.server.dir().join(format!("{}-outside", e.sub));
+    std::fs::create_dir(&outside).expect("mkdir outside");
+    let state = e.root().join(".treesync/state");
+    let copy = outside.join("state-copy");
+    std::fs::copy(&state, &copy).expect("copy state");
+    let before = std::fs::read_to_string(&copy).expect("read");
+    std::fs::remove_file(&state).expect("rm state");
+    std::fs::hard_link(&copy, &state).expect("plant the state");
+    rt.block_on(sync_to(&h.repo, &h.commits[1], &e.open())).expect("sync");
+    h.assert_matches(&e, 1, "after the planted state");
+    assert_eq!(std::fs::read_to_string(&copy).expect("read"), before, "the outside file is unchanged");
+    assert_ne!(inode(&state), inode(&copy), "the state is a file of its own again");
+    let status = rt.block_on(treesync_core::sync::status(&e.open())).expect("status");
+    assert_eq!(status.state.expect("state").synced.expect("synced").commit.to_string(), h.commits[1]);
 }

@@ -9,7 +9,7 @@
 //! | op | calls |
 //! |---|---|
 //! | mkdir | MKDIR (its reply carries the new handle: no LOOKUP later) |
-//! | write | CREATE of `.treesync-tmp.NAME` with the mode, WRITE (`FILE_SYNC` for one chunk; `UNSTABLE` chunks of the server's `wtmax` + one COMMIT for larger files), RENAME over `NAME` |
+//! | write | GUARDED CREATE of `.treesync-tmp.NAME` with the mode (whatever is there is removed, never written through), WRITE (`FILE_SYNC` for one chunk; `UNSTABLE` chunks of the server's `wtmax` + one COMMIT for larger files), RENAME over `NAME` |
 //! | symlink | SYMLINK of the temporary name, RENAME |
 //! | chmod | LOOKUP, SETATTR |
 //! | unlink, rmdir | REMOVE, RMDIR |
@@ -17,11 +17,12 @@
 //! and every directory a plan touches is looked up once per run (LOOKUP results are cached by
 //! path; directories made by the run are known from their MKDIR replies). No unchanged path is
 //! ever looked up. The journal costs one LOOKUP + READ to read it and one WRITE per update (in
-//! place, like the mounted backend); the lock is a file created with a guarded CREATE
-//! (`.treesync/lock.nfs`), renewed every 30 s while held, taken over when its holder's process
-//! is gone (same host) or it was not renewed for two minutes. A takeover RENAMEs the stale
-//! file to a name of its own and checks it got the file it judged, so of several syncs taking
-//! over at once one wins and the others find its fresh lock ([`Error::Locked`]).
+//! place, like the mounted backend, unless the file has other hard links: then it is replaced
+//! by a new file); the lock is a file created with a guarded CREATE (`.treesync/lock.nfs`),
+//! renewed every 30 s while held, taken over when its holder's process is gone (same host) or
+//! it was not renewed for two minutes. A takeover RENAMEs the stale file to a name of its own
+//! and checks it got the file it judged, so of several syncs taking over at once one wins and
+//! the others find its fresh lock ([`Error::Locked`]).
 //!
 //! Calls that get no reply in time, or whose connection breaks, go again on a new connection;
 //! the server's status codes become errors that name the path and say what they mean.
@@ -537,23 +538,7 @@ impl RemoteBackend {
                 Err(e) => Err(nfs_io("create directory", path, e)),
             },
             Op::Write { blob, size, executable, .. } => {
-                let tmp = Target::sibling_tmp(name);
-                let mode = if *executable { 0o755 } else { 0o644 };
-                let created = nfs.create(&dir, &tmp, nfs::mode_attr(mode, Some(0)), false, about).await;
-                let fh = nfs.made(&dir, &tmp, about, created, false).await.map_err(|e| nfs_io("write", path, e))?;
-                let result = async {
-                    self.write_content(nfs, &fh, *blob, *size, blobs, path).await?;
-                    match nfs.rename(&dir, &tmp, &dir, name, about).await {
-                        Ok(_) | Err(NfsError::DoneBefore(_)) => Ok(()),
-                        Err(e) => Err(nfs_io("write", path, e)),
-                    }
-                }
-                .await;
-                if result.is_err() {
-                    // Never leave a temporary behind (a full server must not fill up further).
-                    let _ = nfs.remove(&dir, &tmp, about).await;
-                }
-                result
+                self.replace_file(nfs, &dir, name, (*blob, *size), *executable, blobs, path).await
             }
             Op::Symlink { target, .. } => {
                 let tmp = Target::sibling_tmp(name);
@@ -608,6 +593,38 @@ impl RemoteBackend {
                 }
             }
         }
+    }
+
+    /// Write a new file `name` in `dir` with the blob's content: CREATE of `.treesync-tmp.NAME`
+    /// (a new inode, see [`create_new`]), WRITE, RENAME over `name`. The temporary never
+    /// outlives an error (a full server must not fill up further).
+    #[allow(clippy::too_many_arguments)] // one op's parts, passed through from `run`
+    async fn replace_file(
+        &self,
+        nfs: &nfs::Nfs,
+        dir: &Fh,
+        name: &[u8],
+        (blob, size): (treesync_core::ObjectId, u64),
+        executable: bool,
+        blobs: &Arc<dyn BlobSource>,
+        path: &RelPath,
+    ) -> Result<(), Error> {
+        let about = path.as_bytes();
+        let tmp = Target::sibling_tmp(name);
+        let mode = if executable { 0o755 } else { 0o644 };
+        let fh = create_new(nfs, dir, &tmp, mode, about).await.map_err(|e| nfs_io("write", path, e))?;
+        let result = async {
+            self.write_content(nfs, &fh, blob, size, blobs, path).await?;
+            match nfs.rename(dir, &tmp, dir, name, about).await {
+                Ok(_) | Err(NfsError::DoneBefore(_)) => Ok(()),
+                Err(e) => Err(nfs_io("write", path, e)),
+            }
+        }
+        .await;
+        if result.is_err() {
+            let _ = nfs.remove(dir, &tmp, about).await;
+        }
+        result
     }
 
     /// Write the blob into the open temporary `fh`: one FILE_SYNC WRITE when it fits in one
@@ -727,7 +744,7 @@ impl RemoteBackend {
         Ok(Some(fh))
     }
 
-    async fn read_meta_file(&self, name: &[u8]) -> Result<Option<(Fh, Vec<u8>)>, Error> {
+    async fn read_meta_file(&self, name: &[u8]) -> Result<Option<(Fh, Option<fattr3>, Vec<u8>)>, Error> {
         let shown = format!("{STATE_DIR}/{}", String::from_utf8_lossy(name));
         let Some(meta) = self.meta(false).await? else { return Ok(None) };
         let nfs = self.nfs().await?;
@@ -736,9 +753,9 @@ impl RemoteBackend {
             Err(e) if is(&e, nfsstat3::NFS3ERR_NOENT) => return Ok(None),
             Err(e) => return Err(nfs_io("read", shown, e)),
         };
-        let size = attr.map_or(0, |a| a.size);
+        let size = attr.as_ref().map_or(0, |a| a.size);
         let bytes = read_all(nfs, &fh, size, shown.as_bytes()).await.map_err(|e| nfs_io("read", &shown, e))?;
-        Ok(Some((fh, bytes)))
+        Ok(Some((fh, attr, bytes)))
     }
 
     /// Take the stale lock file judged from `judged` (its attributes) out of the way, without
@@ -817,6 +834,27 @@ async fn lock_holder(nfs: &nfs::Nfs, fh: &Fh, attr: &fattr3, about: &[u8]) -> Op
     let text = std::str::from_utf8(&data).ok()?.trim();
     let ours = text.starts_with("pid ") && text.contains(" on ") && text.chars().all(|c| !c.is_control());
     ours.then(|| text.to_string())
+}
+
+/// CREATE `name` in `dir` as a new, empty file with `mode`: GUARDED, so whatever is already
+/// there (a killed run's temporary, or a hard link someone planted to a file outside the tree)
+/// is never truncated or written through. It is removed (only its name: the file it links
+/// to is untouched) and the CREATE tried once more.
+async fn create_new(nfs: &nfs::Nfs, dir: &Fh, name: &[u8], mode: u32, about: &[u8]) -> Result<Fh, NfsError> {
+    let mut first = true;
+    loop {
+        let created = nfs.create(dir, name, nfs::mode_attr(mode, None), true, about).await;
+        if first && matches!(&created, Err(NfsError::Status(s)) if *s == nfsstat3::NFS3ERR_EXIST) {
+            first = false;
+            match nfs.remove(dir, name, about).await {
+                Ok(()) | Err(NfsError::DoneBefore(_)) => {}
+                Err(e) if is(&e, nfsstat3::NFS3ERR_NOENT) => {}
+                Err(e) => return Err(e),
+            }
+            continue;
+        }
+        return nfs.made(dir, name, about, created, false).await;
+    }
 }
 
 /// A whole file, by handle, in READs of its size (at least 4 KiB, at most 1 MiB).
@@ -982,9 +1020,12 @@ impl Backend for RemoteBackend {
     }
 
     async fn load_state(&self) -> Result<Option<Vec<u8>>, Error> {
-        let Some((fh, bytes)) = self.read_meta_file(b"state").await? else { return Ok(None) };
+        let Some((fh, attr, bytes)) = self.read_meta_file(b"state").await? else { return Ok(None) };
+        // Written in place only if it is a file of its own: never through a hard link (or
+        // anything else) someone put there; that is replaced by a new file instead.
+        let own = attr.is_some_and(|a| a.type_ == ftype3::NF3REG && a.nlink == 1);
         if let Some(run) = self.inner.run.lock().expect("never poisoned").as_mut() {
-            run.state = Some((fh, bytes.len()));
+            run.state = own.then_some((fh, bytes.len()));
         }
         Ok(Some(bytes))
     }
@@ -1001,13 +1042,29 @@ impl Backend for RemoteBackend {
         let (fh, len) = match known {
             Some(k) => k,
             None => {
+                // No state file of our own yet (none, or one that is not ours to write
+                // through): a new file, renamed into place; later writes go in place.
                 let meta = self.meta(true).await?.expect("created");
-                let made = nfs.create(&meta, b"state", nfs::mode_attr(0o644, None), true, shown.as_bytes()).await;
-                let fh = nfs
-                    .made(&meta, b"state", shown.as_bytes(), made, true)
+                let tmp = Target::sibling_tmp(b"state");
+                let fh = create_new(nfs, &meta, &tmp, 0o644, shown.as_bytes())
                     .await
                     .map_err(|e| nfs_io("write", &shown, e))?;
-                (fh, 0)
+                let result = async {
+                    write_all(nfs, &fh, 0, bytes, stable_how::FILE_SYNC, shown.as_bytes()).await?;
+                    match nfs.rename(&meta, &tmp, &meta, b"state", shown.as_bytes()).await {
+                        Ok(_) | Err(NfsError::DoneBefore(_)) => Ok(()),
+                        Err(e) => Err(e),
+                    }
+                }
+                .await;
+                if let Err(e) = result {
+                    let _ = nfs.remove(&meta, &tmp, shown.as_bytes()).await;
+                    return Err(nfs_io("write", &shown, e));
+                }
+                if let Some(run) = self.inner.run.lock().expect("never poisoned").as_mut() {
+                    run.state = Some((fh, bytes.len()));
+                }
+                return Ok(());
             }
         };
         let mut padded = bytes.to_vec();
@@ -1188,7 +1245,7 @@ impl Backend for RemoteBackend {
     }
 
     async fn load_aux(&self, name: &str) -> Result<Option<Vec<u8>>, Error> {
-        Ok(self.read_meta_file(name.as_bytes()).await?.map(|(_, b)| b))
+        Ok(self.read_meta_file(name.as_bytes()).await?.map(|(_, _, b)| b))
     }
 
     async fn store_aux(&self, name: &str, bytes: &[u8]) -> Result<(), Error> {
@@ -1196,9 +1253,7 @@ impl Backend for RemoteBackend {
         let meta = self.meta(true).await?.expect("created");
         let nfs = self.nfs().await?;
         let tmp = Target::sibling_tmp(name.as_bytes());
-        let created = nfs.create(&meta, &tmp, nfs::mode_attr(0o644, Some(0)), false, shown.as_bytes()).await;
-        let fh =
-            nfs.made(&meta, &tmp, shown.as_bytes(), created, false).await.map_err(|e| nfs_io("write", &shown, e))?;
+        let fh = create_new(nfs, &meta, &tmp, 0o644, shown.as_bytes()).await.map_err(|e| nfs_io("write", &shown, e))?;
         let chunk = self.wtmax().await as usize;
         let result = async {
             for (i, part) in bytes.chunks(chunk).enumerate() {
