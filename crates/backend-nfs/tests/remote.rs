@@ -635,3 +635,29 @@ fn a_state_file_that_is_a_hard_link_is_replaced_not_written_through() {
     let status = rt.block_on(treesync_core::sync::status(&e.open())).expect("status");
     assert_eq!(status.state.expect("state").synced.expect("synced").commit.to_string(), h.commits[1]);
 }
+
+/// A chmod-only change of a file that has another hard link (from outside the tree): the
+/// other name keeps its mode (the file is written anew instead of SETATTR on the shared inode).
+#[test]
+fn a_chmod_does_not_reach_through_a_hard_link() {
+    let rt = rt();
+    let mut m0 = Model::default();
+    m0.insert("run.sh", history::Entry::File { content: b"#!/bin/sh\necho hi\n".to_vec(), executable: false });
+    m0.insert("plain", history::Entry::File { content: b"plain\n".to_vec(), executable: false });
+    let mut m1 = m0.clone();
+    m1.insert("run.sh", history::Entry::File { content: b"#!/bin/sh\necho hi\n".to_vec(), executable: true });
+    m1.insert("plain", history::Entry::File { content: b"plain\n".to_vec(), executable: true });
+    let h = History::from_trees(&[m0, m1]);
+    let e = export!(Export::new(RemoteOptions::default()));
+    rt.block_on(sync_to(&h.repo, &h.commits[0], &e.open())).expect("initial");
+    let outside = e.server.dir().join(format!("{}-outside", e.sub));
+    std::fs::hard_link(e.root().join("run.sh"), &outside).expect("hard link from outside");
+    let plain = inode(&e.root().join("plain"));
+    let b = e.open();
+    rt.block_on(sync_to(&h.repo, &h.commits[1], &b)).expect("sync");
+    h.assert_matches(&e, 1, "after the chmod");
+    assert_eq!(mode(&outside) & 0o111, 0, "the outside name keeps its mode");
+    assert_ne!(inode(&e.root().join("run.sh")), inode(&outside), "run.sh is a new file");
+    assert_eq!(inode(&e.root().join("plain")), plain, "a file of its own gets a SETATTR, not a rewrite");
+    assert_eq!(calls(b.inner()).get("SETATTR"), Some(&1), "one SETATTR (plain): {:?}", calls(b.inner()));
+}

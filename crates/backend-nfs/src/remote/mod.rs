@@ -11,7 +11,7 @@
 //! | mkdir | MKDIR (its reply carries the new handle: no LOOKUP later) |
 //! | write | GUARDED CREATE of `.treesync-tmp.NAME` with the mode (whatever is there is removed, never written through), WRITE (`FILE_SYNC` for one chunk; `UNSTABLE` chunks of the server's `wtmax` + one COMMIT for larger files), RENAME over `NAME` |
 //! | symlink | SYMLINK of the temporary name, RENAME |
-//! | chmod | LOOKUP, SETATTR |
+//! | chmod | LOOKUP, SETATTR; a file with other hard links is written anew like a write instead |
 //! | unlink, rmdir | REMOVE, RMDIR |
 //!
 //! and every directory a plan touches is looked up once per run (LOOKUP results are cached by
@@ -563,14 +563,23 @@ impl RemoteBackend {
                 }
                 result.map_err(|e| nfs_io("create symlink", path, e))
             }
-            Op::Chmod { executable, .. } => {
+            Op::Chmod { executable, blob, size, .. } => {
                 let (fh, attr) = nfs.lookup(&dir, name, about).await.map_err(|e| nfs_io("change mode of", path, e))?;
-                if attr.is_some_and(|a| a.type_ != ftype3::NF3REG) {
+                let attr = match attr {
+                    Some(a) => a,
+                    None => nfs.getattr(&fh, about).await.map_err(|e| nfs_io("change mode of", path, e))?,
+                };
+                if attr.type_ != ftype3::NF3REG {
                     return Err(Error::io(
                         "change mode of",
                         path,
                         std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a regular file"),
                     ));
+                }
+                if attr.nlink > 1 {
+                    // Another name shares the inode (a hard link from outside the tree): a
+                    // SETATTR would change that file's mode too. Write a new file instead.
+                    return self.replace_file(nfs, &dir, name, (*blob, *size), *executable, blobs, path).await;
                 }
                 let mode = if *executable { 0o755 } else { 0o644 };
                 nfs.setattr(&fh, Some(mode), false, about).await.map_err(|e| nfs_io("change mode of", path, e))
