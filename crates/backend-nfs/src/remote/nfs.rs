@@ -411,3 +411,29 @@ impl Nfs {
 pub fn kind(attr: &Option<n::fattr3>) -> Option<ftype3> {
     attr.as_ref().map(|a| a.type_)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::ErrorKind as K;
+
+    /// The executor tells drift apart by these kinds (something missing, a file where a
+    /// directory should be, …): each status maps to the one that says the same.
+    #[test]
+    fn statuses_map_to_the_io_error_kinds_that_mean_the_same() {
+        for (status, kind) in [
+            (nfsstat3::NFS3ERR_NOENT, K::NotFound),
+            (nfsstat3::NFS3ERR_NOTDIR, K::NotADirectory),
+            (nfsstat3::NFS3ERR_ISDIR, K::IsADirectory),
+            (nfsstat3::NFS3ERR_EXIST, K::AlreadyExists),
+            (nfsstat3::NFS3ERR_NOTEMPTY, K::DirectoryNotEmpty),
+            (nfsstat3::NFS3ERR_ACCES, K::PermissionDenied),
+            (nfsstat3::NFS3ERR_NOSPC, K::StorageFull),
+            (nfsstat3::NFS3ERR_ROFS, K::ReadOnlyFilesystem),
+            (nfsstat3::NFS3ERR_STALE, K::StaleNetworkFileHandle),
+        ] {
+            assert_eq!(NfsError::Status(status).into_io().kind(), kind, "{status}");
+            assert_eq!(NfsError::DoneBefore(status).into_io().kind(), kind, "{status}, sent again");
+        }
+    }
+}
