@@ -53,8 +53,13 @@ impl Meta {
         if let Some(fd) = &*slot {
             return Ok(fd.clone());
         }
-        let fd =
-            Arc::new(rustix::fs::open(&self.root, OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())?);
+        // Not through a symlink at the target's own path: the local backend and `nfs://`
+        // refuse one too (the tree and `.treesync` would land wherever it points).
+        let fd = Arc::new(rustix::fs::open(
+            &self.root,
+            OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        )?);
         *slot = Some(fd.clone());
         Ok(fd)
     }
@@ -72,7 +77,7 @@ impl Meta {
                 }
                 return Ok(TargetState::Empty);
             }
-            Err(Errno::NOTDIR) => {
+            Err(Errno::NOTDIR | Errno::LOOP) => {
                 return Err(Error::io(
                     "use target",
                     self.root.display(),

@@ -245,3 +245,26 @@ fn write_budget_holds_at_the_filesystem() {
     assert!(seen[0].0 <= 4 && seen[0].1 == 4, "write-jobs 4: creates in flight {:?}", seen[0]);
     assert!(seen[1].0 > 4, "write-jobs 24 lets more than 4 creates overlap: {:?}", seen[1]);
 }
+
+/// A target path that is a symlink (to a directory on the mount) is refused, with the local
+/// backend's words, and nothing lands where it points.
+#[test]
+fn a_target_that_is_a_symlink_is_refused_like_on_a_local_disk() {
+    let f = Slow::new(Options::default());
+    let rt = runtime();
+    let h = History::random(63, 1);
+    std::fs::create_dir(f.fs().backing().join("real")).expect("mkdir");
+    std::os::unix::fs::symlink("real", f.fs().backing().join("link")).expect("symlink");
+    let link = f.fs().path().join("link");
+    let nfs = rt
+        .block_on(sync_to(&h.repo, &h.commits[0], &treesync_backend_nfs::open(&link, Options::default())))
+        .expect_err("refused")
+        .to_string();
+    let local = rt
+        .block_on(sync_to(&h.repo, &h.commits[0], &LocalBackend::new(&link, Default::default())))
+        .expect_err("refused");
+    assert_eq!(nfs, local.to_string(), "one rule, one message");
+    assert!(nfs.contains("not a directory"), "{nfs}");
+    let written: Vec<_> = std::fs::read_dir(f.fs().backing().join("real")).expect("list").collect();
+    assert!(written.is_empty(), "nothing written where the link points: {written:?}");
+}
