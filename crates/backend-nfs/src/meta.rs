@@ -72,8 +72,12 @@ impl Meta {
             Ok(fd) => fd,
             Err(Errno::NOENT) => {
                 if create {
-                    std::fs::create_dir(&self.root)
-                        .map_err(|e| Error::io("create target directory", self.root.display(), e))?;
+                    match std::fs::create_dir(&self.root) {
+                        Ok(()) => {}
+                        // Another sync made it a moment ago: look at it like any existing one.
+                        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => return self.prepare(false),
+                        Err(e) => return Err(Error::io("create target directory", self.root.display(), e)),
+                    }
                 }
                 return Ok(TargetState::Empty);
             }
@@ -101,13 +105,19 @@ impl Meta {
                 .map_err(|e| Error::io("read target directory", self.root.display(), io(e)))?;
                 let dir = rustix::fs::Dir::read_from(&fd)
                     .map_err(|e| Error::io("read target directory", self.root.display(), io(e)))?;
+                let mut state = TargetState::Empty;
                 for e in dir {
                     let e = e.map_err(|e| Error::io("read target directory", self.root.display(), io(e)))?;
-                    if e.file_name().to_bytes() != b"." && e.file_name().to_bytes() != b".." {
-                        return Ok(TargetState::Unmanaged);
+                    match e.file_name().to_bytes() {
+                        b"." | b".." => {}
+                        // Made a moment ago by a sync starting at the same time as this one:
+                        // whatever else is there is its work (the state, read under the lock,
+                        // will tell).
+                        name if name == STATE_DIR.as_bytes() => return Ok(TargetState::Managed),
+                        _ => state = TargetState::Unmanaged,
                     }
                 }
-                Ok(TargetState::Empty)
+                Ok(state)
             }
             Err(e) => Err(Error::io("read", self.shown(STATE_DIR), io(e))),
         }

@@ -268,3 +268,18 @@ fn a_target_that_is_a_symlink_is_refused_like_on_a_local_disk() {
     let written: Vec<_> = std::fs::read_dir(f.fs().backing().join("real")).expect("list").collect();
     assert!(written.is_empty(), "nothing written where the link points: {written:?}");
 }
+
+/// Two first syncs into a target directory that does not exist yet, started together through
+/// the mount: making the directory is no error for the one that finds it made (no "File
+/// exists"); one syncs, the other finds the lock (exit 3) or runs after it.
+#[test]
+fn concurrent_first_syncs_into_a_missing_target_on_a_mount() {
+    let base = history::wide_tree(200, 51);
+    let (one, _) = history::change_some(&base, 60, 20, 20, 52);
+    let h = History::from_trees(&[base, one]);
+    for round in 0..12 {
+        let f = Slow::new(Options::default());
+        let results = treesync_testkit::race::two_syncs(&h, [&h.commits[0], &h.commits[1]], &|| f.backend());
+        treesync_testkit::race::check(&h, &f, [0, 1], results, round);
+    }
+}
