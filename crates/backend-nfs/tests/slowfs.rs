@@ -283,3 +283,56 @@ fn concurrent_first_syncs_into_a_missing_target_on_a_mount() {
         treesync_testkit::race::check(&h, &f, [0, 1], results, round);
     }
 }
+
+fn inode(p: &Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::symlink_metadata(p).expect("stat").ino()
+}
+
+/// `.treesync/lock` as a hard link (made on the server side) to a file outside the tree: the
+/// holder line is not written over that file's first bytes; the sync stops naming the path and
+/// what to do, and runs once the link is removed.
+#[test]
+fn a_lock_file_that_is_a_hard_link_is_not_written_through_on_a_mount() {
+    let f = Slow::new(Options::default());
+    let rt = runtime();
+    let h = History::random(61, 2);
+    rt.block_on(sync_to(&h.repo, &h.commits[0], &*f.backend())).expect("initial");
+    let outside = f.fs().backing().join("outside-lock");
+    let secret = "SECRET-TOKEN and more bytes than a holder line has, so that an overwrite shows at once ".repeat(4);
+    std::fs::write(&outside, &secret).expect("outside file");
+    let lock = f.backing().join(".treesync/lock");
+    std::fs::remove_file(&lock).expect("rm lock");
+    std::fs::hard_link(&outside, &lock).expect("plant the lock");
+    let result = rt.block_on(sync_to(&h.repo, &h.commits[1], &*f.backend()));
+    assert_eq!(std::fs::read_to_string(&outside).expect("read"), secret, "the outside file is unchanged");
+    let err = result.expect_err("refused").to_string();
+    assert!(err.contains(".treesync/lock") && err.contains("hard link") && err.contains("hint"), "{err}");
+    assert!(!err.contains("SECRET-TOKEN"), "{err}");
+    h.assert_matches(&f, 0, "nothing changed");
+    std::fs::remove_file(&lock).expect("rm the planted lock");
+    rt.block_on(sync_to(&h.repo, &h.commits[1], &*f.backend())).expect("sync once it is gone");
+    h.assert_matches(&f, 1, "after the planted lock was removed");
+}
+
+/// `.treesync/state` as a hard link (made on the server side) to a file outside the tree that
+/// holds a copy of it: the state is written to a new file, the outside one is unchanged.
+#[test]
+fn a_state_file_that_is_a_hard_link_is_replaced_on_a_mount() {
+    let f = Slow::new(Options::default());
+    let rt = runtime();
+    let h = History::random(62, 2);
+    rt.block_on(sync_to(&h.repo, &h.commits[0], &*f.backend())).expect("initial");
+    let outside = f.fs().backing().join("outside-state");
+    let state = f.backing().join(".treesync/state");
+    std::fs::copy(&state, &outside).expect("copy state");
+    let before = std::fs::read_to_string(&outside).expect("read");
+    std::fs::remove_file(&state).expect("rm state");
+    std::fs::hard_link(&outside, &state).expect("plant the state");
+    rt.block_on(sync_to(&h.repo, &h.commits[1], &*f.backend())).expect("sync");
+    assert_eq!(std::fs::read_to_string(&outside).expect("read"), before, "the outside file is unchanged");
+    assert_ne!(inode(&state), inode(&outside), "the state is a file of its own again");
+    h.assert_matches(&f, 1, "after the planted state");
+    let status = rt.block_on(treesync_core::sync::status(&*f.backend())).expect("status");
+    assert_eq!(status.state.expect("state").synced.expect("synced").commit.to_string(), h.commits[1]);
+}
