@@ -1119,9 +1119,7 @@ impl Backend for RemoteBackend {
                     return Err(Error::Locked {
                         holder: format!(
                             "{}; lock file {shown} on the server, renewed every {} s while held and taken over {} s after the last renewal",
-                            other.as_deref().unwrap_or(
-                                "holder unknown: the lock file is not one treesync wrote (not a regular file of its own, or not a holder line)"
-                            ),
+                            other.unwrap_or_else(|| "holder unknown: no holder line treesync wrote".into()),
                             RENEW.as_secs(),
                             LEASE.as_secs()
                         ),
