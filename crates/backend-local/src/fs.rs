@@ -17,7 +17,6 @@ use treesync_core::source::BlobSource;
 use treesync_core::{Op, RelPath};
 
 const TMP_DIR: &str = ".treesync/tmp";
-const STATE_FILE: &str = ".treesync/state";
 const LOCK_FILE: &str = ".treesync/lock";
 
 /// A target directory and how files are written there.
@@ -26,10 +25,21 @@ pub struct Target {
     fsync: bool,
     umask: u32,
     root_fd: OnceLock<OwnedFd>,
+    state_fd: OnceLock<OwnedFd>,
     tmp_fd: OnceLock<OwnedFd>,
     counter: AtomicU64,
     /// Whether the filesystem tells names apart by case (probed once `.treesync` exists).
     case_sensitive: OnceLock<bool>,
+}
+
+/// What a file type is called in messages.
+fn file_type_name(t: FileType) -> &'static str {
+    match t {
+        FileType::Directory => "directory",
+        FileType::RegularFile => "file",
+        FileType::Symlink => "symlink",
+        _ => "special file",
+    }
 }
 
 fn io(e: Errno) -> std::io::Error {
@@ -55,6 +65,7 @@ impl Target {
             fsync,
             umask: read_umask(),
             root_fd: OnceLock::new(),
+            state_fd: OnceLock::new(),
             tmp_fd: OnceLock::new(),
             counter: AtomicU64::new(0),
             case_sensitive: OnceLock::new(),
@@ -94,20 +105,72 @@ impl Target {
         Ok(self.root_fd.get().expect("just set").as_fd())
     }
 
+    /// The state folder `.treesync`, created when `create` and missing, opened without
+    /// following a symlink: a `.treesync` that is not a real directory is refused, so nothing
+    /// treesync writes there (lock, state, temporaries) can land outside the target. `None`
+    /// when it does not exist (and `create` is false).
+    fn state_fd(&self, create: bool) -> Result<Option<BorrowedFd<'_>>, Error> {
+        if let Some(fd) = self.state_fd.get() {
+            return Ok(Some(fd.as_fd()));
+        }
+        let root = self.root_fd()?;
+        if create {
+            match rustix::fs::mkdirat(root, STATE_DIR, Mode::from_raw_mode(0o777)) {
+                Ok(()) | Err(Errno::EXIST) => {}
+                Err(e) => return Err(Error::io("create", self.root.join(STATE_DIR).display(), io(e))),
+            }
+        }
+        let fd = match self.open_beneath(root, STATE_DIR.as_bytes(), OFlags::PATH | OFlags::DIRECTORY) {
+            Ok(fd) => fd,
+            Err(Errno::NOENT) if !create => return Ok(None),
+            Err(e) => return Err(self.state_path_error(STATE_DIR, e)),
+        };
+        let _ = self.state_fd.set(fd);
+        Ok(Some(self.state_fd.get().expect("just set").as_fd()))
+    }
+
+    /// The error for a path of the state folder that could not be opened: the first component
+    /// that is a symlink or not a directory is named as such.
+    fn state_path_error(&self, rel: &str, e: Errno) -> Error {
+        if matches!(e, Errno::LOOP | Errno::XDEV | Errno::NOTDIR)
+            && let Ok(root) = self.root_fd()
+        {
+            let parts: Vec<&str> = rel.split('/').collect();
+            for n in 1..=parts.len() {
+                let prefix = parts[..n].join("/");
+                let last = n == parts.len();
+                let found = match rustix::fs::statat(root, prefix.as_str(), AtFlags::SYMLINK_NOFOLLOW) {
+                    Ok(st) => FileType::from_raw_mode(st.st_mode),
+                    Err(_) => break,
+                };
+                let bad = match found {
+                    FileType::Directory => false,
+                    FileType::RegularFile => !last,
+                    _ => true,
+                };
+                if bad {
+                    return Error::StateFolder {
+                        path: self.root.join(&prefix).display().to_string(),
+                        found: file_type_name(found),
+                    };
+                }
+            }
+        }
+        Error::io("open", self.root.join(rel).display(), io(e))
+    }
+
     fn tmp_fd(&self) -> Result<BorrowedFd<'_>, Error> {
         if let Some(fd) = self.tmp_fd.get() {
             return Ok(fd.as_fd());
         }
-        let root = self.root_fd()?;
-        for dir in [STATE_DIR, TMP_DIR] {
-            match rustix::fs::mkdirat(root, dir, Mode::from_raw_mode(0o777)) {
-                Ok(()) | Err(Errno::EXIST) => {}
-                Err(e) => return Err(Error::io("create", self.root.join(dir).display(), io(e))),
-            }
+        let state = self.state_fd(true)?.expect("created");
+        match rustix::fs::mkdirat(state, "tmp", Mode::from_raw_mode(0o777)) {
+            Ok(()) | Err(Errno::EXIST) => {}
+            Err(e) => return Err(Error::io("create", self.root.join(TMP_DIR).display(), io(e))),
         }
         let fd = self
-            .open_beneath(root, TMP_DIR.as_bytes(), OFlags::DIRECTORY | OFlags::RDONLY)
-            .map_err(|e| Error::io("open", self.root.join(TMP_DIR).display(), io(e)))?;
+            .open_beneath(state, b"tmp", OFlags::DIRECTORY | OFlags::RDONLY)
+            .map_err(|e| self.state_path_error(TMP_DIR, e))?;
         let _ = self.tmp_fd.set(fd);
         Ok(self.tmp_fd.get().expect("just set").as_fd())
     }
@@ -204,13 +267,9 @@ impl Target {
             let dir = &cached.as_ref().expect("set above").1;
             let dir = match (dir, op) {
                 (Ok(fd), _) => fd.as_fd(),
-                // The parent is gone (or is no directory any more): so is what we should remove.
-                (
-                    Err(Errno::NOENT | Errno::NOTDIR | Errno::LOOP | Errno::XDEV),
-                    Op::Unlink { .. } | Op::Rmdir { .. },
-                ) => {
-                    continue;
-                }
+                // The parent is gone: so is what we should remove. (A parent that is a symlink
+                // or a file now is drift, healed by the executor: never removed through.)
+                (Err(Errno::NOENT), Op::Unlink { .. } | Op::Rmdir { .. }) => continue,
                 (Err(Errno::LOOP | Errno::XDEV | Errno::NOTDIR), _) => {
                     return Err(Error::NotBeneath { path: path.display() });
                 }
@@ -237,16 +296,7 @@ impl Target {
                 Err(e) => Err(Error::io("create directory", path, io(e))),
             },
             Op::Write { blob, size, executable, .. } => {
-                let tmp = Self::sibling_tmp(name.as_bytes());
-                let tmp = OsStr::from_bytes(&tmp);
-                let result = self.write_tmp(dir, tmp, (*blob, *size), *executable, blobs, path).and_then(|()| {
-                    rustix::fs::renameat(dir, tmp, dir, name).map_err(|e| Error::io("write", path, io(e)))
-                });
-                if result.is_err() {
-                    // Never leave a temporary behind (a full disk must not fill up further).
-                    let _ = rustix::fs::unlinkat(dir, tmp, AtFlags::empty());
-                }
-                result
+                self.write_file(dir, name, (*blob, *size), *executable, blobs, path)
             }
             Op::Symlink { target, .. } => {
                 let tmp = Self::sibling_tmp(name.as_bytes());
@@ -263,24 +313,28 @@ impl Target {
                 }
                 result
             }
-            Op::Chmod { executable, .. } => {
+            Op::Chmod { executable, blob, size, .. } => {
+                // Only a regular file with no other name is changed in place: through a hard
+                // link, fchmod would change a file outside the target too. Anything else (a
+                // shared inode, a symlink or nothing in its place) gets the file written anew.
                 let fd = rustix::fs::openat(
                     dir,
                     name,
                     OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC,
                     Mode::empty(),
-                )
-                .map_err(|e| Error::io("change mode of", path, io(e)))?;
-                let st = rustix::fs::fstat(&fd).map_err(|e| Error::io("change mode of", path, io(e)))?;
-                if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
-                    return Err(Error::io(
-                        "change mode of",
-                        path,
-                        std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a regular file"),
-                    ));
+                );
+                let alone = match &fd {
+                    Ok(fd) => rustix::fs::fstat(fd)
+                        .map(|st| FileType::from_raw_mode(st.st_mode) == FileType::RegularFile && st.st_nlink == 1)
+                        .map_err(|e| Error::io("change mode of", path, io(e)))?,
+                    Err(Errno::LOOP | Errno::NOENT) => false,
+                    Err(e) => return Err(Error::io("change mode of", path, io(*e))),
+                };
+                match fd {
+                    Ok(fd) if alone => rustix::fs::fchmod(&fd, Mode::from_raw_mode(self.file_mode(*executable)))
+                        .map_err(|e| Error::io("change mode of", path, io(e))),
+                    _ => self.write_file(dir, name, (*blob, *size), *executable, blobs, path),
                 }
-                rustix::fs::fchmod(&fd, Mode::from_raw_mode(self.file_mode(*executable)))
-                    .map_err(|e| Error::io("change mode of", path, io(e)))
             }
             Op::Unlink { .. } => match rustix::fs::unlinkat(dir, name, AtFlags::empty()) {
                 // Gone already, or a directory took its place (an interrupted sync made it).
@@ -293,6 +347,28 @@ impl Target {
                 Err(e) => Err(Error::io("remove directory", path, io(e))),
             },
         }
+    }
+
+    /// Write `blob` as the file `name` of `dir`: a temporary next to it, renamed over it.
+    fn write_file(
+        &self,
+        dir: BorrowedFd<'_>,
+        name: &OsStr,
+        blob: (treesync_core::ObjectId, u64),
+        executable: bool,
+        blobs: &dyn BlobSource,
+        path: &RelPath,
+    ) -> Result<(), Error> {
+        let tmp = Self::sibling_tmp(name.as_bytes());
+        let tmp = OsStr::from_bytes(&tmp);
+        let result = self
+            .write_tmp(dir, tmp, blob, executable, blobs, path)
+            .and_then(|()| rustix::fs::renameat(dir, tmp, dir, name).map_err(|e| Error::io("write", path, io(e))));
+        if result.is_err() {
+            // Never leave a temporary behind (a full disk must not fill up further).
+            let _ = rustix::fs::unlinkat(dir, tmp, AtFlags::empty());
+        }
+        result
     }
 
     fn write_tmp(
@@ -345,8 +421,21 @@ impl Target {
         }
         // A managed target answers with one lookup; only an unmanaged one is listed (and only
         // until its first entry).
-        if std::fs::symlink_metadata(self.root.join(STATE_DIR)).is_ok_and(|m| m.is_dir()) {
-            return Ok(TargetState::Managed);
+        match std::fs::symlink_metadata(self.root.join(STATE_DIR)) {
+            Ok(m) if m.is_dir() => return Ok(TargetState::Managed),
+            Ok(m) => {
+                return Err(Error::StateFolder {
+                    path: self.root.join(STATE_DIR).display().to_string(),
+                    found: if m.is_symlink() {
+                        "symlink"
+                    } else if m.is_file() {
+                        "file"
+                    } else {
+                        "special file"
+                    },
+                });
+            }
+            Err(_) => {}
         }
         let mut entries =
             std::fs::read_dir(&self.root).map_err(|e| Error::io("read target directory", self.root_display(), e))?;
@@ -383,15 +472,15 @@ impl Target {
     }
 
     pub fn load_state(&self) -> Result<Option<Vec<u8>>, Error> {
-        self.load_file(STATE_FILE)
+        self.load_file("state")
     }
 
     pub fn load_aux(&self, name: &str) -> Result<Option<Vec<u8>>, Error> {
-        self.load_file(&format!("{STATE_DIR}/{name}"))
+        self.load_file(name)
     }
 
     pub fn store_aux(&self, name: &str, bytes: &[u8]) -> Result<(), Error> {
-        self.store_file(&format!("{STATE_DIR}/{name}"), bytes)
+        self.store_file(name, bytes)
     }
 
     /// Walk the whole target with `jobs` threads: one readdir per directory, one lstat per
@@ -528,36 +617,40 @@ impl Target {
         Ok(buf)
     }
 
-    fn load_file(&self, rel: &str) -> Result<Option<Vec<u8>>, Error> {
-        let root = match self.root_fd() {
-            Ok(fd) => fd,
-            Err(_) => return Ok(None),
-        };
-        match self.open_beneath(root, rel.as_bytes(), OFlags::RDONLY) {
+    /// Read `name` of the state folder; `None` if it (or the folder) does not exist.
+    fn load_file(&self, name: &str) -> Result<Option<Vec<u8>>, Error> {
+        if self.root_fd().is_err() {
+            return Ok(None);
+        }
+        let Some(dir) = self.state_fd(false)? else { return Ok(None) };
+        let rel = format!("{STATE_DIR}/{name}");
+        match self.open_beneath(dir, name.as_bytes(), OFlags::RDONLY) {
             Ok(fd) => {
                 let mut f = std::fs::File::from(fd);
                 let mut buf = Vec::new();
-                std::io::Read::read_to_end(&mut f, &mut buf).map_err(|e| Error::io("read", rel, e))?;
+                std::io::Read::read_to_end(&mut f, &mut buf).map_err(|e| Error::io("read", &rel, e))?;
                 Ok(Some(buf))
             }
             Err(Errno::NOENT) => Ok(None),
-            Err(e) => Err(Error::io("read", self.root.join(rel).display(), io(e))),
+            Err(e) => Err(self.state_path_error(&rel, e)),
         }
     }
 
     pub fn store_state(&self, bytes: &[u8]) -> Result<(), Error> {
-        self.store_file(STATE_FILE, bytes)
+        self.store_file("state", bytes)
     }
 
-    fn store_file(&self, rel: &str, bytes: &[u8]) -> Result<(), Error> {
+    /// Replace `name` of the state folder atomically (a temporary in `.treesync/tmp`, renamed
+    /// into the folder, both opened without following symlinks).
+    fn store_file(&self, name: &str, bytes: &[u8]) -> Result<(), Error> {
         let tmp_dir = self.tmp_fd()?;
-        let root = self.root_fd()?;
+        let dir = self.state_fd(true)?.expect("created");
         let tmp = format!("state.{}", self.tmp_name());
         let result = (|| {
             let fd = rustix::fs::openat(
                 tmp_dir,
                 tmp.as_str(),
-                OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::CLOEXEC,
+                OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
                 Mode::from_raw_mode(0o666),
             )?;
             let mut rest = bytes;
@@ -568,26 +661,28 @@ impl Target {
             if self.fsync {
                 rustix::fs::fsync(&fd)?;
             }
-            rustix::fs::renameat(tmp_dir, tmp.as_str(), root, rel)
+            rustix::fs::renameat(tmp_dir, tmp.as_str(), dir, name)
         })();
         if let Err(e) = result {
             let _ = rustix::fs::unlinkat(tmp_dir, tmp.as_str(), AtFlags::empty());
-            return Err(Error::io("write", self.root.join(rel).display(), io(e)));
+            return Err(Error::io("write", self.root.join(STATE_DIR).join(name).display(), io(e)));
         }
         Ok(())
     }
 
     pub fn lock(&self, holder: &str) -> Result<LockGuard, Error> {
-        let tmp_dir = self.tmp_fd()?;
-        let root = self.root_fd()?;
+        let dir = self.state_fd(true)?.expect("created");
         let lock_path = || self.root.join(LOCK_FILE).display().to_string();
         let fd = rustix::fs::openat(
-            root,
-            LOCK_FILE,
+            dir,
+            "lock",
             OFlags::RDWR | OFlags::CREATE | OFlags::NOFOLLOW | OFlags::CLOEXEC,
             Mode::from_raw_mode(0o666),
         )
-        .map_err(|e| Error::io("open lock file", lock_path(), io(e)))?;
+        .map_err(|e| match e {
+            Errno::LOOP => self.state_path_error(LOCK_FILE, e),
+            e => Error::io("open lock file", lock_path(), io(e)),
+        })?;
         match rustix::fs::flock(&fd, FlockOperation::NonBlockingLockExclusive) {
             Ok(()) => {}
             Err(Errno::WOULDBLOCK) => {
@@ -605,13 +700,15 @@ impl Target {
         rustix::io::write(&fd, format!("{holder}\n").as_bytes())
             .map_err(|e| Error::io("write lock file", lock_path(), io(e)))?;
         // Temporaries of runs that were killed: they are ours alone now that we hold the lock.
-        if let Ok(dfd) = self.open_beneath(tmp_dir, b".", OFlags::RDONLY | OFlags::DIRECTORY)
+        // (The folder is made by the first state write, not here: `status` probes the lock.)
+        if let Ok(tmp_dir) = self.open_beneath(dir, b"tmp", OFlags::PATH | OFlags::DIRECTORY)
+            && let Ok(dfd) = self.open_beneath(tmp_dir.as_fd(), b".", OFlags::RDONLY | OFlags::DIRECTORY)
             && let Ok(mut dir) = rustix::fs::Dir::read_from(&dfd)
         {
             while let Some(Ok(e)) = dir.next() {
                 let n = e.file_name();
                 if n.to_bytes() != b"." && n.to_bytes() != b".." {
-                    let _ = rustix::fs::unlinkat(tmp_dir, n, AtFlags::empty());
+                    let _ = rustix::fs::unlinkat(&dfd, n, AtFlags::empty());
                 }
             }
         }

@@ -35,6 +35,9 @@ impl Fixture for Local {
     fn replace_dir_by_symlink(&self, path: &str, target: &std::path::Path) -> bool {
         tree::replace_dir_by_symlink(&self.root, path, target)
     }
+    fn tamper(&self, path: &str, how: &tree::Tamper) -> bool {
+        tree::tamper(&self.root, path, how)
+    }
 }
 
 mod wide {

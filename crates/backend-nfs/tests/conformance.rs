@@ -36,6 +36,9 @@ impl Fixture for Dir {
     fn replace_dir_by_symlink(&self, path: &str, target: &std::path::Path) -> bool {
         tree::replace_dir_by_symlink(&self.root, path, target)
     }
+    fn tamper(&self, path: &str, how: &tree::Tamper) -> bool {
+        tree::tamper(&self.root, path, how)
+    }
 }
 
 /// The defaults: lookups serialized, adaptive writes.

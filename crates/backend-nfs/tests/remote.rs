@@ -77,6 +77,9 @@ impl Fixture for Export {
     fn replace_dir_by_symlink(&self, path: &str, target: &std::path::Path) -> bool {
         tree::replace_dir_by_symlink(&self.root(), path, target)
     }
+    fn tamper(&self, path: &str, how: &tree::Tamper) -> bool {
+        tree::tamper(&self.root(), path, how)
+    }
 }
 
 /// Skips (or fails under CI) without ganesha: the suites below need the real server.

@@ -66,6 +66,9 @@ impl Fixture for Slow {
     fn replace_dir_by_symlink(&self, path: &str, target: &Path) -> bool {
         tree::replace_dir_by_symlink(&self.backing(), path, target)
     }
+    fn tamper(&self, path: &str, how: &tree::Tamper) -> bool {
+        tree::tamper(&self.backing(), path, how)
+    }
 }
 
 /// A case-insensitive, case-preserving filesystem (like APFS, NTFS or an SMB share), through
@@ -103,6 +106,9 @@ impl Fixture for CaseInsensitive {
     }
     fn replace_dir_by_symlink(&self, path: &str, target: &Path) -> bool {
         tree::replace_dir_by_symlink(&self.fs.backing().join("target"), path, target)
+    }
+    fn tamper(&self, path: &str, how: &tree::Tamper) -> bool {
+        tree::tamper(&self.fs.backing().join("target"), path, how)
     }
 }
 

@@ -184,7 +184,9 @@ impl ObjectStoreBackend {
     }
 
     /// For a store on a local directory (`file://`): remove directories that plans remove,
-    /// since the filesystem keeps them after their last object is gone.
+    /// since the filesystem keeps them after their last object is gone, and refuse to write or
+    /// remove anything whose path below the prefix passes through a symlink
+    /// ([`Error::NotBeneath`]).
     pub fn with_local_root(mut self, root: std::path::PathBuf) -> Self {
         self.local_root = Some(root);
         self
@@ -211,6 +213,33 @@ impl ObjectStoreBackend {
         key
     }
 
+    /// `file://` stores: object_store's local store resolves keys as paths and follows every
+    /// symlink on the way, so a directory below the target replaced by a symlink would send
+    /// writes and removals outside the target. Before each one, every directory between the
+    /// target and the key is `lstat`ed: a symlink or anything but a directory there refuses the
+    /// op; a missing one ends the check (the store creates it). A symlink at the key itself is
+    /// harmless: a write renames over it, a removal unlinks the link.
+    ///
+    /// Residual race: a local user who swaps a checked directory for a symlink between this
+    /// check and the store's own syscalls still wins; the local backend (`openat2` beneath the
+    /// target) has no such window.
+    fn check_beneath(&self, key: &Path, shown: &dyn fmt::Display) -> Result<(), Error> {
+        let Some(root) = &self.local_root else { return Ok(()) };
+        let parts: Vec<_> = key.parts().collect();
+        let below = parts.get(self.prefix.parts().count()..parts.len().saturating_sub(1)).unwrap_or_default();
+        let mut dir = root.join(self.prefix.as_ref());
+        for part in below {
+            dir.push(part.as_ref());
+            match std::fs::symlink_metadata(&dir) {
+                Ok(m) if m.is_dir() => {}
+                Ok(_) => return Err(Error::NotBeneath { path: shown.to_string() }),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+                Err(e) => return Err(Error::io("look up", dir.display(), e)),
+            }
+        }
+        Ok(())
+    }
+
     fn state_key(&self) -> Path {
         self.prefix.clone().join(treesync_core::path::STATE_DIR).join("state")
     }
@@ -226,11 +255,10 @@ impl ObjectStoreBackend {
     async fn put(&self, path: &RelPath, data: Bytes, mode: u32) -> Result<(), Error> {
         let _permit = self.puts.acquire().await.expect("never closed");
         let opts = PutOptions { attributes: self.attributes(mode), ..Default::default() };
+        let key = self.key(path);
+        self.check_beneath(&key, path)?;
         bump(&self.requests.put, 1);
-        self.store
-            .put_opts(&self.key(path), PutPayload::from(data), opts)
-            .await
-            .map_err(|e| store_error("upload", path, e))?;
+        self.store.put_opts(&key, PutPayload::from(data), opts).await.map_err(|e| store_error("upload", path, e))?;
         Ok(())
     }
 
@@ -251,11 +279,10 @@ impl ObjectStoreBackend {
         let part = self.options.part_size.max(1);
         let _permit = self.puts.acquire().await.expect("never closed");
         let opts = object_store::PutMultipartOptions { attributes: self.attributes(mode), ..Default::default() };
-        let upload = self
-            .store
-            .put_multipart_opts(&self.key(path), opts)
-            .await
-            .map_err(|e| store_error("start upload of", path, e))?;
+        let key = self.key(path);
+        self.check_beneath(&key, path)?;
+        let upload =
+            self.store.put_multipart_opts(&key, opts).await.map_err(|e| store_error("start upload of", path, e))?;
         bump(&self.requests.multipart, 1);
         let (tx, mut rx) = tokio::sync::mpsc::channel::<Bytes>(2);
         let source = blobs.clone();
@@ -314,7 +341,9 @@ impl ObjectStoreBackend {
             Op::Mkdir { .. } => Ok(()),
             Op::Rmdir { path } => {
                 if let Some(root) = &self.local_root {
-                    let dir = root.join(self.key(path).as_ref());
+                    let key = self.key(path);
+                    self.check_beneath(&key, path)?;
+                    let dir = root.join(key.as_ref());
                     match std::fs::remove_dir(&dir) {
                         Err(e)
                             if e.kind() != std::io::ErrorKind::NotFound
@@ -339,14 +368,21 @@ impl ObjectStoreBackend {
     }
 
     async fn delete_one(&self, path: &RelPath) -> Result<(), Error> {
-        match self.store.delete(&self.key(path)).await {
+        let key = self.key(path);
+        self.check_beneath(&key, path)?;
+        match self.store.delete(&key).await {
             Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
             Err(e) => Err(store_error("delete", path, e)),
         }
     }
 
     async fn delete_many(&self, paths: Vec<&RelPath>) -> Result<(), Error> {
-        let keys: Vec<object_store::Result<Path>> = paths.iter().map(|p| Ok(self.key(p))).collect();
+        let mut keys: Vec<object_store::Result<Path>> = Vec::with_capacity(paths.len());
+        for p in &paths {
+            let key = self.key(p);
+            self.check_beneath(&key, p)?;
+            keys.push(Ok(key));
+        }
         // S3 takes up to 1,000 keys per DeleteObjects request.
         bump(&self.requests.bulk_delete, keys.len().div_ceil(1000) as u64);
         let mut results = self.store.delete_stream(futures::stream::iter(keys).boxed());
@@ -493,6 +529,7 @@ impl Backend for ObjectStoreBackend {
         };
         let opts = PutOptions { mode, ..Default::default() };
         let key = self.state_key();
+        self.check_beneath(&key, &key)?;
         bump(&self.requests.put, 1);
         let r = self.store.put_opts(&key, PutPayload::from(bytes.to_vec()), opts).await.map_err(|e| match e {
             object_store::Error::Precondition { .. } | object_store::Error::AlreadyExists { .. } => {

@@ -19,6 +19,8 @@ struct Store {
     #[allow(dead_code)]
     metadata: bool,
     make: Box<dyn Fn() -> ObjectStoreBackend + Send + Sync>,
+    /// `file://`: the directory holding the prefix.
+    local_root: Option<std::path::PathBuf>,
     _keep: Option<Box<dyn Send + Sync>>,
 }
 
@@ -66,8 +68,12 @@ impl Fixture for Store {
         let key = Path::parse(format!("{}/{path}", self.prefix)).expect("key");
         block(self.store.put(&key, PutPayload::from(content.to_vec()))).expect("put");
     }
-    fn replace_dir_by_symlink(&self, _: &str, _: &std::path::Path) -> bool {
-        false
+    fn replace_dir_by_symlink(&self, path: &str, target: &std::path::Path) -> bool {
+        let Some(root) = &self.local_root else { return false };
+        let dir = root.join(self.prefix.as_ref()).join(path);
+        std::fs::remove_dir_all(&dir).expect("remove directory");
+        std::os::unix::fs::symlink(target, &dir).expect("symlink");
+        true
     }
 }
 
@@ -82,6 +88,7 @@ fn memory() -> Store {
         make: Box::new(move || {
             ObjectStoreBackend::new(s.clone(), p.clone(), "memory://site".into(), true, true, Options::default())
         }),
+        local_root: None,
         _keep: None,
     }
 }
@@ -103,6 +110,7 @@ fn file() -> Store {
                     .with_local_root(root.clone())
             })
         },
+        local_root: Some(dir.path().to_path_buf()),
         _keep: Some(Box::new(dir)),
     }
 }
@@ -125,6 +133,7 @@ fn s3() -> Option<Store> {
         make: Box::new(move || {
             treesync_backend_s3::open("s3://bucket/site", &config, Options::default()).expect("open")
         }),
+        local_root: None,
         _keep: Some(Box::new(moto)),
     })
 }

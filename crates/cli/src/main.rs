@@ -20,8 +20,9 @@ Exit codes:
   0  success
   2  error (bad repository or revision, I/O error, usage error); the message says what to do
   3  another treesync holds the target's lock; try again later
-  4  refused: the target holds files treesync did not write (see --force), or the tree
-     contains an entry that must never be written (e.g. `..` or `.git`)";
+  4  refused: the target holds files treesync did not write (see --force), the tree
+     contains an entry that must never be written (e.g. `..` or `.git`), or something
+     other than treesync's own folder is at TARGET/.treesync (e.g. a symlink)";
 
 /// Keep a read-only working tree in sync with a git repository, touching only what changed.
 ///
@@ -287,7 +288,9 @@ const VERIFY_EXIT_CODES: &str = "\
 Exit codes:
   0  the target holds exactly the synced tree (after --repair: it does now)
   1  drift was found (and not repaired)
-  2  error";
+  2  error
+  3  (--repair) another treesync holds the target's lock; try again later
+  4  refused: something other than treesync's own folder is at TARGET/.treesync";
 
 #[derive(Clone, Copy, ValueEnum)]
 enum LevelArg {
@@ -386,6 +389,8 @@ fn run_adopt(args: AdoptArgs) -> anyhow::Result<ExitCode> {
                 );
             }
         }
+        // The clone's files are written while the lock is held, like every write of a sync.
+        treesync_core::gitworktree::exclude_state_dir(&args.target)?;
         let state = SyncState {
             version: VERSION,
             synced: Some(Synced { commit: resolved.commit, tree: resolved.tree, at_unix: now_unix() }),
@@ -395,7 +400,6 @@ fn run_adopt(args: AdoptArgs) -> anyhow::Result<ExitCode> {
         backend.store_state(&state.to_bytes()).await?;
         anyhow::Ok(())
     })?;
-    treesync_core::gitworktree::exclude_state_dir(&args.target)?;
     report("adopted")?;
     Ok(ExitCode::SUCCESS)
 }
@@ -557,24 +561,23 @@ async fn watch_one(name: Option<String>, args: WatchArgs, interrupt: Arc<AtomicB
                 && last_verify.elapsed() >= every
             {
                 last_verify = std::time::Instant::now();
-                let report = verify::verify(&repo, &*backend, verify::Level::Stat).await?;
+                // With --repair, compare and repair under the target's lock and journal, like a
+                // sync: never a repair planned against a tree that a sync replaced meanwhile.
+                let (report, repaired) = if args.repair {
+                    let repair = sync::RepairOptions { sync: options.clone(), ..Default::default() };
+                    let out = sync::repair(&repo, &*backend, &repair, &|_| {}, &interrupt).await?;
+                    (out.report, out.applied)
+                } else {
+                    (verify::verify(&repo, &*backend, verify::Level::Stat).await?, None)
+                };
                 let text = if report.is_clean() {
                     format!("verify: clean ({} entries, {} hashed)", report.expected, report.hashed)
                 } else {
                     format!("verify: DRIFT in {} paths, first: {}", report.drift.len(), report.drift[0].path())
                 };
                 emit("verified", serde_json::json!({ "report": &report, "clean": report.is_clean() }), text, false);
-                if !report.is_clean() && args.repair {
-                    let plan = verify::repair_plan(&repo, &report, false)?;
-                    let blobs: Arc<dyn treesync_core::source::BlobSource> = Arc::new(repo.clone());
-                    let done =
-                        apply::apply(&plan, &*backend, &blobs, apply::Options::default(), &|_| {}, &interrupt).await?;
-                    emit(
-                        "repaired",
-                        serde_json::json!({ "repaired": done.counts }),
-                        format!("repaired: {}", done.counts),
-                        false,
-                    );
+                if let Some(done) = repaired {
+                    emit("repaired", serde_json::json!({ "repaired": done }), format!("repaired: {done}"), false);
                 }
             }
             Ok(())
@@ -680,17 +683,29 @@ fn init_logging(verbose: u8) {
 }
 
 fn exit_code(e: &anyhow::Error) -> u8 {
+    use treesync_core::verify;
     for cause in e.chain() {
-        if let Some(e) = cause.downcast_ref::<sync::Error>() {
-            return match e {
-                sync::Error::Backend(backend::Error::Locked { .. } | backend::Error::Conflict { .. }) => 3,
+        let target = if let Some(e) = cause.downcast_ref::<sync::Error>() {
+            match e {
                 sync::Error::Unmanaged { .. }
                 | sync::Error::Plan(
                     treesync_core::plan::Error::Unsafe(_) | treesync_core::plan::Error::CaseCollision { .. },
-                ) => 4,
-                _ => 2,
-            };
-        }
+                ) => return 4,
+                sync::Error::Backend(b) | sync::Error::Verify(verify::Error::Backend(b)) => b,
+                _ => return 2,
+            }
+        } else if let Some(verify::Error::Backend(b)) = cause.downcast_ref::<verify::Error>() {
+            b
+        } else if let Some(b) = cause.downcast_ref::<backend::Error>() {
+            b
+        } else {
+            continue;
+        };
+        return match target {
+            backend::Error::Locked { .. } | backend::Error::Conflict { .. } => 3,
+            backend::Error::StateFolder { .. } => 4,
+            _ => 2,
+        };
     }
     2
 }
@@ -1010,7 +1025,9 @@ fn human_age(secs: u64) -> String {
 fn run_verify(args: VerifyArgs) -> anyhow::Result<ExitCode> {
     use treesync_core::verify::{self, Level};
     let repo = Repo::open(args.repo.as_deref().expect("clap or the config file sets --repo"))?;
-    let backend = make_backend(&args.target)?.backend;
+    let chosen = make_backend(&args.target)?;
+    let chosen_label = chosen.label();
+    let backend = chosen.backend;
     let level = match args.level {
         LevelArg::Quick => Level::Quick,
         LevelArg::Stat => Level::Stat,
@@ -1025,41 +1042,39 @@ fn run_verify(args: VerifyArgs) -> anyhow::Result<ExitCode> {
         bar.enable_steady_tick(std::time::Duration::from_millis(120));
         bar
     });
-    let report = rt.block_on(verify::verify(&repo, &*backend, level));
-    if let Some(bar) = &spinner {
-        bar.finish_and_clear();
-    }
-    let report = report.with_context(ctx)?;
-    let mut repaired = None;
-    let mut after = None;
-    let mut would_repair = None;
-    if args.repair && args.dry_run && !report.is_clean() {
-        let plan = verify::repair_plan(&repo, &report, args.delete_extra).with_context(ctx)?;
-        if !args.json {
-            print_plan(&plan);
+    let (report, finished, repaired, after, would_repair) = if args.repair {
+        // Under the target's lock and journal, like a sync (see sync::repair).
+        let options = sync::RepairOptions {
+            level,
+            delete_extra: args.delete_extra,
+            dry_run: args.dry_run,
+            check_after: true,
+            sync: sync::Options { backend_name: chosen_label.clone(), ..Default::default() },
+        };
+        let out = rt.block_on(sync::repair(&repo, &*backend, &options, &|_| {}, &AtomicBool::new(false)));
+        if let Some(bar) = &spinner {
+            bar.finish_and_clear();
         }
-        would_repair = Some(plan.counts);
-    } else if args.repair && !report.is_clean() {
+        let out = out.with_context(|| format!("repairing {backend}"))?;
+        let would = (args.dry_run && !out.report.is_clean()).then_some(out.planned);
+        (out.report, out.finished, out.applied, out.after, would)
+    } else {
+        let report = rt.block_on(verify::verify(&repo, &*backend, level));
+        if let Some(bar) = &spinner {
+            bar.finish_and_clear();
+        }
+        (report.with_context(ctx)?, None, None, None, None)
+    };
+    if let (Some(_), false) = (would_repair, args.json) {
         let plan = verify::repair_plan(&repo, &report, args.delete_extra).with_context(ctx)?;
-        let blobs: Arc<dyn treesync_core::source::BlobSource> = Arc::new(repo.clone());
-        let done = rt
-            .block_on(apply::apply(
-                &plan,
-                &*backend,
-                &blobs,
-                apply::Options::default(),
-                &|_| {},
-                &AtomicBool::new(false),
-            ))
-            .with_context(|| format!("repairing {backend}"))?;
-        repaired = Some(done.counts);
-        after = Some(rt.block_on(verify::verify(&repo, &*backend, level)).with_context(ctx)?);
+        print_plan(&plan);
     }
     let final_clean = after.as_ref().unwrap_or(&report).is_clean();
     if args.json {
         let mut out = serde_json::json!({
             "target": backend.to_string(),
             "report": report,
+            "finished": finished,
             "repaired": repaired,
             "after_repair": after,
             "clean": final_clean,
@@ -1069,6 +1084,19 @@ fn run_verify(args: VerifyArgs) -> anyhow::Result<ExitCode> {
         }
         println!("{}", serde_json::to_string_pretty(&out)?);
     } else {
+        if let Some(f) = &finished {
+            println!(
+                "finished the interrupted sync to {} first: {}, {}",
+                short(&f.commit),
+                f.applied,
+                human_bytes(f.applied.bytes)
+            );
+        } else if report.interrupted {
+            println!(
+                "the journal records a sync to {} that did not finish: compared with that commit (`treesync sync` or `verify --repair` finishes it)",
+                short(&report.commit)
+            );
+        }
         for d in &report.drift {
             let what = match d {
                 verify::Drift::Missing { .. } => "missing".to_string(),
@@ -1080,7 +1108,7 @@ fn run_verify(args: VerifyArgs) -> anyhow::Result<ExitCode> {
                 verify::Drift::ContentChanged { .. } => "content differs".into(),
                 verify::Drift::LinkChanged { .. } => "symlink target differs".into(),
             };
-            println!("{:<40} {what}", d.path());
+            println!("{:<40} {what}", treesync_core::path::quote(d.path().as_bytes()));
         }
         println!(
             "{} {}: {} entries checked at level {:?}, {} hashed, {} proven by stat data: {}",
@@ -1106,8 +1134,68 @@ fn run_verify(args: VerifyArgs) -> anyhow::Result<ExitCode> {
     Ok(if final_clean { ExitCode::SUCCESS } else { ExitCode::from(1) })
 }
 
+/// `path` made absolute with symlinks resolved as far as it exists (the rest appended).
+fn resolved_path(path: &std::path::Path) -> std::path::PathBuf {
+    let path = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
+    let mut rest = Vec::new();
+    let mut p = path.as_path();
+    loop {
+        if let Ok(c) = p.canonicalize() {
+            return rest.iter().rev().fold(c, |acc, c| acc.join(c));
+        }
+        match (p.parent(), p.file_name()) {
+            (Some(parent), Some(name)) => {
+                rest.push(name.to_os_string());
+                p = parent;
+            }
+            _ => return path,
+        }
+    }
+}
+
+/// Refuse targets where a sync would wreck something: inside the repository's git directory
+/// (always), and with `--force` (which removes everything the tree does not have) the
+/// filesystem root, the home directory and the repository itself.
+fn check_target_place(repo: &Repo, target: &str, force: bool) -> anyhow::Result<()> {
+    if target.contains("://") {
+        return Ok(());
+    }
+    let t = resolved_path(std::path::Path::new(target));
+    let git_dir = resolved_path(&repo.git_dir());
+    anyhow::ensure!(
+        !t.starts_with(&git_dir),
+        "refusing to sync into {}: it is inside the repository's git directory {}, where the tree's files would mix with git's own\n  hint: choose a target directory outside {}",
+        t.display(),
+        git_dir.display(),
+        git_dir.display()
+    );
+    if force {
+        let home = std::env::var_os("HOME").filter(|h| !h.is_empty()).map(|h| resolved_path(h.as_ref()));
+        let work = repo.work_dir().map(|w| resolved_path(&w));
+        let what = if t.parent().is_none() {
+            Some("the filesystem root")
+        } else if home.as_ref() == Some(&t) {
+            Some("your home directory")
+        } else if work.as_ref().is_some_and(|w| t == *w || w.starts_with(&t)) {
+            Some("the repository's working tree (or a directory holding it)")
+        } else if git_dir.starts_with(&t) {
+            Some("a directory holding the repository")
+        } else {
+            None
+        };
+        if let Some(what) = what {
+            anyhow::bail!(
+                "refusing to take over {} with --force: it is {what}, and --force removes everything the tree does not have\n  hint: sync into a new or empty directory instead",
+                t.display()
+            );
+        }
+    }
+    Ok(())
+}
+
 fn run_sync(args: SyncArgs) -> anyhow::Result<()> {
     let repo = Repo::open(args.source.repo())?;
+    check_target_place(&repo, args.target.target(), args.force)?;
     let chosen = make_backend(&args.target)?;
     let backend = chosen.backend.clone();
     let options = sync::Options {
@@ -1117,7 +1205,9 @@ fn run_sync(args: SyncArgs) -> anyhow::Result<()> {
         backend_name: chosen.label(),
         lease: None,
         break_lock: args.break_lock,
+        git_worktree: args.git_worktree.then(|| PathBuf::from(args.target.target())),
     };
+    anyhow::ensure!(!args.git_worktree || chosen.name != "s3", "--git-worktree needs a directory target");
     let show_progress = !args.json && !args.quiet && std::io::stderr().is_terminal();
     let bar = show_progress.then(|| {
         let bar = indicatif::ProgressBar::new(0);
@@ -1154,16 +1244,6 @@ fn run_sync(args: SyncArgs) -> anyhow::Result<()> {
         bar.finish_and_clear();
     }
     let outcome = outcome.with_context(|| format!("syncing {} to {}", args.source.rev(), backend))?;
-    if args.git_worktree && !outcome.dry_run {
-        anyhow::ensure!(chosen.name != "s3", "--git-worktree needs a directory target");
-        treesync_core::gitworktree::update(
-            std::path::Path::new(args.target.target()),
-            &repo,
-            outcome.commit,
-            outcome.tree,
-        )
-        .context("updating the clone's index and HEAD")?;
-    }
     if args.json {
         let mut out = serde_json::to_value(&outcome)?;
         out["backend"] = chosen.name.into();

@@ -90,3 +90,191 @@ fn adopt_refuses_staged_changes_and_bare_repositories() {
     assert_eq!(o.status.code(), Some(2));
     assert!(err.contains("bare"), "{err}");
 }
+
+/// A clone whose `.git/info/exclude` is a symlink to a file outside the target (what a user of
+/// a shared NAS could plant for a treesync running as root).
+fn plant_exclude_symlink(t: &Path, outside: &Path) -> std::path::PathBuf {
+    let victim = outside.join("victim");
+    std::fs::write(&victim, "precious\n").expect("write");
+    let exclude = t.join(".git/info/exclude");
+    let _ = std::fs::remove_file(&exclude);
+    std::os::unix::fs::symlink(&victim, &exclude).expect("symlink");
+    victim
+}
+
+/// A clone whose `.git/refs/heads` is a symlink to an empty directory outside the target (the
+/// branch stays readable through `packed-refs`).
+fn plant_refs_heads_symlink(t: &Path, outside: &Path) -> std::path::PathBuf {
+    git(t, &["pack-refs", "--all"]);
+    let elsewhere = outside.join("heads");
+    std::fs::create_dir(&elsewhere).expect("mkdir");
+    let heads = t.join(".git/refs/heads");
+    std::fs::remove_dir_all(&heads).expect("rm refs/heads");
+    std::os::unix::fs::symlink(&elsewhere, &heads).expect("symlink");
+    elsewhere
+}
+
+fn assert_refused(o: &Output, path: &str) {
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains(&format!("{path} is a symlink")) && err.contains("never writes through symlinks"), "{err}");
+}
+
+fn listing(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .expect("read_dir")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+#[test]
+fn adopt_refuses_an_exclude_file_that_is_a_symlink_and_leaves_its_target_alone() {
+    let trees = history::random_history(93, 2);
+    let bare = BareRepo::new();
+    let commits = history::import(&bare.path, "staging", &trees);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let t = clone_at(&bare, &commits[1], dir.path());
+    let outside = tempfile::tempdir().expect("tempdir");
+    let victim = plant_exclude_symlink(&t, outside.path());
+
+    let o = treesync(&["adopt", "--target", s(&t)]);
+    assert_eq!(std::fs::read_to_string(&victim).expect("read"), "precious\n", "the outside file is unchanged");
+    assert_refused(&o, ".git/info/exclude");
+    assert!(!t.join(".treesync/state").exists(), "nothing recorded");
+}
+
+#[test]
+fn adopt_refuses_refs_heads_that_is_a_symlink_and_creates_nothing_there() {
+    let trees = history::random_history(94, 2);
+    let bare = BareRepo::new();
+    let commits = history::import(&bare.path, "staging", &trees);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let t = clone_at(&bare, &commits[1], dir.path());
+    let outside = tempfile::tempdir().expect("tempdir");
+    let elsewhere = plant_refs_heads_symlink(&t, outside.path());
+
+    let o = treesync(&["adopt", "--target", s(&t)]);
+    assert_eq!(listing(&elsewhere), Vec::<String>::new(), "nothing created outside");
+    assert_refused(&o, ".git/refs/heads");
+    assert!(!t.join(".treesync/state").exists(), "nothing recorded");
+}
+
+#[test]
+fn sync_git_worktree_refuses_an_exclude_file_that_is_a_symlink_and_leaves_its_target_alone() {
+    let trees = history::random_history(95, 3);
+    let bare = BareRepo::new();
+    let commits = history::import(&bare.path, "staging", &trees);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let t = clone_at(&bare, &commits[1], dir.path());
+    let o = treesync(&["adopt", "--target", s(&t)]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let outside = tempfile::tempdir().expect("tempdir");
+    let victim = plant_exclude_symlink(&t, outside.path());
+
+    let o = treesync(&["sync", "--repo", s(&bare.path), "--ref", &commits[2], "--target", s(&t), "--git-worktree"]);
+    assert_eq!(std::fs::read_to_string(&victim).expect("read"), "precious\n", "the outside file is unchanged");
+    assert_refused(&o, ".git/info/exclude");
+    assert_eq!(git(&t, &["rev-parse", "HEAD"]), commits[1], "HEAD did not move");
+}
+
+#[test]
+fn sync_git_worktree_refuses_refs_heads_that_is_a_symlink_and_creates_nothing_there() {
+    let trees = history::random_history(96, 3);
+    let bare = BareRepo::new();
+    let commits = history::import(&bare.path, "staging", &trees);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let t = clone_at(&bare, &commits[1], dir.path());
+    let o = treesync(&["adopt", "--target", s(&t)]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let outside = tempfile::tempdir().expect("tempdir");
+    let elsewhere = plant_refs_heads_symlink(&t, outside.path());
+
+    let sync = ["sync", "--repo", s(&bare.path), "--ref", &commits[2], "--target", s(&t), "--git-worktree"];
+    let o = treesync(&sync);
+    assert_eq!(listing(&elsewhere), Vec::<String>::new(), "nothing created outside");
+    assert_refused(&o, ".git/refs/heads");
+    assert_eq!(git(&t, &["rev-parse", "HEAD"]), commits[1], "HEAD did not move");
+
+    // Doing what the message says makes it work, and git reads what treesync wrote.
+    std::fs::remove_file(t.join(".git/refs/heads")).expect("rm symlink");
+    std::fs::create_dir(t.join(".git/refs/heads")).expect("mkdir");
+    let o = treesync(&sync);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(git(&t, &["rev-parse", "HEAD"]), commits[2], "HEAD moved");
+    assert_eq!(git(&t, &["rev-parse", "refs/heads/main"]), commits[2], "through its branch");
+    assert_eq!(git_status(&t), "", "git status in the clone is clean");
+    assert_eq!(listing(&elsewhere), Vec::<String>::new(), "nothing created outside");
+}
+
+#[test]
+fn adopt_while_the_target_is_locked_exits_3_and_writes_nothing() {
+    use treesync_core::Backend;
+    let trees = history::random_history(97, 2);
+    let bare = BareRepo::new();
+    let commits = history::import(&bare.path, "staging", &trees);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let t = clone_at(&bare, &commits[1], dir.path());
+    let exclude_before = std::fs::read(t.join(".git/info/exclude")).ok();
+    let backend = treesync_backend_local::LocalBackend::new(&t, Default::default());
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let guard = rt.block_on(backend.lock("pid 777 on buildhost")).expect("lock");
+
+    let o = treesync(&["adopt", "--target", s(&t)]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(3), "{err}");
+    assert!(err.contains("pid 777 on buildhost"), "{err}");
+    assert_eq!(std::fs::read(t.join(".git/info/exclude")).ok(), exclude_before, "exclude untouched");
+    assert!(!t.join(".treesync/state").exists(), "nothing recorded");
+    drop(guard);
+    assert!(treesync(&["adopt", "--target", s(&t)]).status.success());
+}
+
+/// Under `strace`: every write of the clone's `.git` (adopt's `info/exclude`, the index and
+/// HEAD of `sync --git-worktree`) happens before the target lock is released.
+#[test]
+fn git_worktree_writes_happen_while_the_target_lock_is_held() {
+    if Command::new("strace").arg("-V").output().is_err() {
+        eprintln!("skipped: strace is not installed (.ci/run installs it)");
+        return;
+    }
+    let trees = history::random_history(98, 3);
+    let bare = BareRepo::new();
+    let commits = history::import(&bare.path, "staging", &trees);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let t = clone_at(&bare, &commits[1], dir.path());
+    let traced = |args: &[&str], name: &str| -> Vec<String> {
+        let log = dir.path().join(name);
+        let o = Command::new("strace")
+            .args(["-f", "-e", "trace=flock,open,openat,rename,renameat,renameat2", "-o"])
+            .arg(&log)
+            .arg(env!("CARGO_BIN_EXE_treesync"))
+            .args(args)
+            .output()
+            .expect("strace runs");
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        std::fs::read_to_string(&log).expect("strace log").lines().map(str::to_string).collect()
+    };
+    let check = |lines: &[String], what: &str| {
+        let unlock = lines.iter().position(|l| l.contains("LOCK_UN")).expect("the lock is released explicitly");
+        let writes: Vec<usize> = lines
+            .iter()
+            .enumerate()
+            .filter(|(_, l)| !l.contains("O_RDONLY") && (l.contains("exclude") || l.contains(".lock\"")))
+            .map(|(i, _)| i)
+            .collect();
+        assert!(!writes.is_empty(), "{what}: no write of .git seen:\n{}", lines.join("\n"));
+        for i in writes {
+            assert!(i < unlock, "{what}: written after the lock was released: {}\n{}", lines[i], lines.join("\n"));
+        }
+    };
+    check(&traced(&["adopt", "--target", s(&t)], "adopt.strace"), "adopt");
+    let lines = traced(
+        &["sync", "--repo", s(&bare.path), "--ref", &commits[2], "--target", s(&t), "--git-worktree"],
+        "sync.strace",
+    );
+    check(&lines, "sync --git-worktree");
+    assert_eq!(git(&t, &["rev-parse", "HEAD"]), commits[2], "HEAD moved");
+    assert_eq!(git_status(&t), "", "git status in the clone is clean");
+}

@@ -200,6 +200,17 @@ pub enum Error {
         /// Where.
         path: String,
     },
+    /// Something other than what treesync keeps in its state folder is there: a symlink or a
+    /// file in place of `.treesync` or `.treesync/tmp`, a symlink in place of the lock or state.
+    #[error(
+        "refusing to use {path}: it is a {found}, not what treesync keeps there\n  hint: treesync keeps its lock, journal and temporaries in a real directory .treesync at the target's root and never follows a symlink there; remove {path} and run again (a target holding files then needs sync --force, which takes it over)"
+    )]
+    StateFolder {
+        /// Where.
+        path: String,
+        /// What was found there (`symlink`, `file`, …).
+        found: &'static str,
+    },
     /// Another sync holds the target's lock.
     #[error(
         "another treesync is working on this target ({holder})\n  hint: wait for it to finish; a lock of a process that died is released by the OS automatically"
@@ -262,6 +273,21 @@ impl Error {
         match e {
             crate::source::BlobError::Source(source) => Error::Blob { path: path.display(), source },
             crate::source::BlobError::Sink(e) => Error::io(op, path, e),
+        }
+    }
+
+    /// The op met a target that differs from what the plan expects on the path it touches: a
+    /// parent missing or not a directory (a symlink, a file), a directory where a file should
+    /// be replaced, something else where a directory should be made. The executor heals such
+    /// ops (see [`crate::apply`]); backends report these cases with these errors and kinds.
+    pub fn is_drift(&self) -> bool {
+        use std::io::ErrorKind::*;
+        match self {
+            Error::NotBeneath { .. } => true,
+            Error::Io { source, .. } => {
+                matches!(source.kind(), NotFound | NotADirectory | IsADirectory | AlreadyExists | DirectoryNotEmpty)
+            }
+            _ => false,
         }
     }
 

@@ -8,6 +8,9 @@ use gix_hash::ObjectId;
 
 use crate::source::{Repo, Resolved};
 
+mod gitdir;
+use gitdir::GitDir;
+
 /// Adopting or updating a git working tree failed.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -42,6 +45,26 @@ pub enum Error {
         /// One of them.
         path: String,
     },
+    /// Something under `.git` that treesync writes is a symlink, or not what git makes there.
+    #[error(
+        "{path} is {what}; treesync never writes through symlinks, and wrote nothing there\n  hint: replace it with {want} (or re-clone the target), then run again"
+    )]
+    Unsafe {
+        /// The offending path.
+        path: PathBuf,
+        /// What it is (`a symlink`, `not a directory`, …).
+        what: &'static str,
+        /// What git makes there (`a directory`, `a file`).
+        want: &'static str,
+    },
+    /// A git lock file exists.
+    #[error(
+        "{path} exists: another git process seems to be working in this clone\n  hint: wait for it; if no git is running there, remove {path} and run again"
+    )]
+    Locked {
+        /// The lock file.
+        path: PathBuf,
+    },
     /// Reading or writing the index or HEAD.
     #[error("cannot {what} in {worktree}: {message}")]
     Io {
@@ -54,27 +77,52 @@ pub enum Error {
     },
 }
 
-fn open(worktree: &Path) -> Result<gix::Repository, Error> {
+/// Open the clone at `worktree`: its `.git` must be a real directory inside it (see [`GitDir`]).
+fn open(worktree: &Path) -> Result<(gix::Repository, GitDir), Error> {
+    let git = match GitDir::open(worktree) {
+        Ok(g) => g,
+        Err(Error::NotAWorktree { path, message }) => {
+            // gix tells a bare repository or a missing directory apart.
+            return Err(match gix::open(worktree) {
+                Ok(r) if r.workdir().is_none() => {
+                    Error::NotAWorktree { path, message: "it is a bare repository".into() }
+                }
+                Ok(_) => Error::NotAWorktree { path, message },
+                Err(e) => Error::NotAWorktree { path, message: e.to_string() },
+            });
+        }
+        Err(e) => return Err(e),
+    };
     let repo =
         gix::open(worktree).map_err(|e| Error::NotAWorktree { path: worktree.into(), message: e.to_string() })?;
     if repo.workdir().is_none() {
         return Err(Error::NotAWorktree { path: worktree.into(), message: "it is a bare repository".into() });
     }
-    Ok(repo)
+    Ok((repo, git))
 }
 
 fn io(what: &'static str, worktree: &Path, e: impl std::fmt::Display) -> Error {
     Error::Io { what, worktree: worktree.into(), message: e.to_string() }
 }
 
+/// Read `.git/index` (a regular file, reached without symlinks).
+fn read_index(git: &GitDir, hash: gix_hash::Kind, worktree: &Path) -> Result<Option<gix_index::File>, Error> {
+    git.check_file(INDEX)?;
+    match gix_index::File::at(git.path().join(INDEX), hash, false, Default::default()) {
+        Ok(f) => Ok(Some(f)),
+        Err(_) if git.read(INDEX)?.is_none() => Ok(None),
+        Err(e) => Err(io("read the index", worktree, e)),
+    }
+}
+
 /// Which commit a git working tree holds, from its `.git/index` and `HEAD`, without reading the
 /// files: refused when the index has conflicts or differs from HEAD's tree (staged changes).
 pub fn adopt(worktree: &Path) -> Result<(Resolved, usize), Error> {
-    let repo = open(worktree)?;
+    let (repo, git) = open(worktree)?;
     let commit = repo.head_commit().map_err(|e| io("read HEAD", worktree, e))?;
     let tree = commit.tree_id().map_err(|e| io("read HEAD's tree", worktree, e))?.detach();
-    let index = gix_index::File::at(repo.index_path(), repo.object_hash(), false, Default::default())
-        .map_err(|e| io("read the index", worktree, e))?;
+    let index = read_index(&git, repo.object_hash(), worktree)?
+        .ok_or_else(|| io("read the index", worktree, "there is no .git/index"))?;
     if let Some(e) = index.entries().iter().find(|e| e.stage() != gix_index::entry::Stage::Unconflicted) {
         return Err(Error::Unmerged { worktree: worktree.into(), path: e.path(&index).to_string() });
     }
@@ -87,15 +135,25 @@ pub fn adopt(worktree: &Path) -> Result<(Resolved, usize), Error> {
     if let Some(first) = differ.first() {
         return Err(Error::Staged { worktree: worktree.into(), count: differ.len(), path: first.0.to_string() });
     }
+    // Refuse now a clone whose later updates would be refused.
+    check_files(&git, worktree)?;
     Ok((Resolved { commit: commit.id, tree }, ours.len()))
 }
 
+/// `.git/info/exclude`, below `.git`.
+const EXCLUDE: &str = "info/exclude";
+/// `.git/index`, below `.git`.
+const INDEX: &str = "index";
+
 /// Make git ignore treesync's state folder in that clone (`.git/info/exclude`, local only).
 pub fn exclude_state_dir(worktree: &Path) -> Result<(), Error> {
-    let clone = open(worktree)?;
-    let exclude = clone.git_dir().join("info").join("exclude");
+    let (_, git) = open(worktree)?;
+    exclude_in(&git)
+}
+
+fn exclude_in(git: &GitDir) -> Result<(), Error> {
     let line = format!("/{}/", crate::path::STATE_DIR);
-    let existing = std::fs::read_to_string(&exclude).unwrap_or_default();
+    let existing = String::from_utf8_lossy(&git.read(EXCLUDE)?.unwrap_or_default()).into_owned();
     if existing.lines().any(|l| l.trim() == line) {
         return Ok(());
     }
@@ -104,19 +162,48 @@ pub fn exclude_state_dir(worktree: &Path) -> Result<(), Error> {
         text.push('\n');
     }
     text.push_str(&format!("# treesync's state (added by `treesync adopt`)\n{line}\n"));
-    std::fs::create_dir_all(exclude.parent().expect("info dir"))
-        .map_err(|e| io("write .git/info/exclude", worktree, e))?;
-    std::fs::write(&exclude, text).map_err(|e| io("write .git/info/exclude", worktree, e))
+    git.write(EXCLUDE, text.as_bytes())
+}
+
+/// The file HEAD moves: the branch it names (`refs/heads/…`), or HEAD itself when detached.
+fn head_target(git: &GitDir, worktree: &Path) -> Result<String, Error> {
+    let head = git.read("HEAD")?.ok_or_else(|| io("read HEAD", worktree, "there is no .git/HEAD"))?;
+    let head = String::from_utf8_lossy(&head);
+    Ok(match head.trim().strip_prefix("ref: ") {
+        Some(r) if r.starts_with("refs/heads/") && gix_validate::reference::name(r.as_bytes().into()).is_ok() => {
+            r.to_string()
+        }
+        _ => "HEAD".into(),
+    })
+}
+
+/// Every file [`update()`] writes (`info/exclude`, `index`, HEAD's branch or HEAD) is reached
+/// without a symlink and is a regular file or missing; the branch HEAD names, below `.git`.
+fn check_files(git: &GitDir, worktree: &Path) -> Result<String, Error> {
+    let head = head_target(git, worktree)?;
+    for file in [EXCLUDE, INDEX, head.as_str()] {
+        git.check_file(file)?;
+    }
+    Ok(head)
+}
+
+/// Check, before a sync touches its files, that [`update()`] will be able to write the clone's
+/// index and HEAD without going through a symlink.
+pub fn check(worktree: &Path) -> Result<(), Error> {
+    let (_, git) = open(worktree)?;
+    check_files(&git, worktree).map(drop)
 }
 
 /// After a sync of `worktree` to `commit`/`tree` (objects from `repo`): rewrite its index for
 /// that tree — keeping the stat data of unchanged entries, taking a fresh `lstat` of changed
-/// ones — and move HEAD (its branch, if it has one) to `commit`.
+/// ones — and move HEAD (its branch, if it has one) to `commit`. Every file it writes is
+/// checked first ([`GitDir`]): a symlink on the way refuses the update before anything is
+/// written.
 pub fn update(worktree: &Path, repo: &Repo, commit: ObjectId, tree: ObjectId) -> Result<(), Error> {
-    exclude_state_dir(worktree)?;
-    let clone = open(worktree)?;
-    let index_path = clone.index_path();
-    let old = gix_index::File::at(&index_path, clone.object_hash(), false, Default::default()).ok();
+    let (clone, git) = open(worktree)?;
+    let head = check_files(&git, worktree)?;
+    exclude_in(&git)?;
+    let old = read_index(&git, clone.object_hash(), worktree).ok().flatten();
     let mut state = repo
         .with_objects(|odb| gix_index::State::from_tree(&tree, Objects(odb), Default::default()))
         .map_err(|e| io("build the index", worktree, e))?;
@@ -143,22 +230,11 @@ pub fn update(worktree: &Path, repo: &Repo, commit: ObjectId, tree: ObjectId) ->
         }
     }
     let mut bytes = Vec::new();
-    gix_index::File::from_state(state, &index_path)
+    gix_index::File::from_state(state, git.path().join(INDEX))
         .write_to(&mut bytes, Default::default())
         .map_err(|e| io("write the index", worktree, e))?;
-    write_atomically(&index_path, &bytes).map_err(|e| io("write the index", worktree, e))?;
-
-    // HEAD: move the branch it names, or HEAD itself when detached.
-    let git_dir = clone.git_dir().to_path_buf();
-    let head = std::fs::read_to_string(git_dir.join("HEAD")).map_err(|e| io("read HEAD", worktree, e))?;
-    let target = match head.trim().strip_prefix("ref: ") {
-        Some(r) if r.starts_with("refs/heads/") && !r.contains("..") => git_dir.join(r),
-        _ => git_dir.join("HEAD"),
-    };
-    if let Some(parent) = target.parent() {
-        std::fs::create_dir_all(parent).map_err(|e| io("move HEAD", worktree, e))?;
-    }
-    write_atomically(&target, format!("{commit}\n").as_bytes()).map_err(|e| io("move HEAD", worktree, e))
+    git.write(INDEX, &bytes)?;
+    git.write(&head, format!("{commit}\n").as_bytes())
 }
 
 /// Lends a `dyn` object finder to APIs that take `impl Find`.
@@ -172,19 +248,4 @@ impl gix_object::Find for Objects<'_> {
     ) -> gix::error::Result<Option<gix_object::Data<'b>>> {
         self.0.try_find(id, buffer)
     }
-}
-
-/// Write via `PATH.lock` and rename, as git does (and fail like git when the lock exists).
-fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    use std::io::Write;
-    let lock = path.with_extension(match path.extension() {
-        Some(e) => format!("{}.lock", e.to_string_lossy()),
-        None => "lock".into(),
-    });
-    let mut f = std::fs::OpenOptions::new().write(true).create_new(true).open(&lock)?;
-    let r = f.write_all(bytes).and_then(|()| std::fs::rename(&lock, path));
-    if r.is_err() {
-        let _ = std::fs::remove_file(&lock);
-    }
-    r
 }

@@ -133,6 +133,21 @@ impl RelPath {
         }
     }
 
+    /// The path of a temporary treesync left in this directory (a name starting with
+    /// [`TMP_PREFIX`], which no tree may have): only to remove it.
+    pub fn leftover(&self, name: &BStr) -> Option<RelPath> {
+        let plain =
+            name.starts_with(TMP_PREFIX.as_bytes()) && name.len() <= NAME_MAX && name.find_byteset(b"/\0").is_none();
+        plain.then(|| {
+            let mut path = self.0.clone();
+            if !path.is_empty() {
+                path.push(b'/');
+            }
+            path.extend_from_slice(name);
+            RelPath(path)
+        })
+    }
+
     /// Parse a `/`-separated path, validating every component.
     pub fn parse(path: &str) -> Result<RelPath, UnsafeName> {
         let mut out = RelPath::root();
@@ -187,9 +202,11 @@ impl RelPath {
         std::path::Path::new(std::ffi::OsStr::from_bytes(&self.0))
     }
 
-    /// Lossy string form, for messages.
+    /// The form for people: [`quote`]d like git quotes paths when a name holds control
+    /// characters, quotes, backslashes or bytes outside ASCII, so that no name can fake a line
+    /// of output or a terminal escape.
     pub fn display(&self) -> String {
-        if self.is_root() { ".".into() } else { self.0.to_str_lossy().into_owned() }
+        if self.is_root() { ".".into() } else { quote(&self.0).into_owned() }
     }
 }
 
@@ -207,8 +224,37 @@ impl fmt::Debug for RelPath {
 
 impl serde::Serialize for RelPath {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(&self.display())
+        if self.is_root() { s.serialize_str(".") } else { s.serialize_str(&self.0.to_str_lossy()) }
     }
+}
+
+/// `path` as git shows it with `core.quotePath` (the default): unchanged when every byte is
+/// printable ASCII other than `"` and `\`; otherwise in double quotes, with C escapes for
+/// `\a \b \t \n \v \f \r \" \\` and three octal digits for every other such byte.
+pub fn quote(path: &[u8]) -> std::borrow::Cow<'_, str> {
+    let plain = |b: u8| (0x20..0x7f).contains(&b) && b != b'"' && b != b'\\';
+    if path.iter().all(|b| plain(*b)) {
+        return String::from_utf8_lossy(path);
+    }
+    let mut out = String::with_capacity(path.len() + 8);
+    out.push('"');
+    for &b in path {
+        match b {
+            0x07 => out.push_str("\\a"),
+            0x08 => out.push_str("\\b"),
+            b'\t' => out.push_str("\\t"),
+            b'\n' => out.push_str("\\n"),
+            0x0b => out.push_str("\\v"),
+            0x0c => out.push_str("\\f"),
+            b'\r' => out.push_str("\\r"),
+            b'"' => out.push_str("\\\""),
+            b'\\' => out.push_str("\\\\"),
+            b if plain(b) => out.push(b as char),
+            b => out.push_str(&format!("\\{b:03o}")),
+        }
+    }
+    out.push('"');
+    std::borrow::Cow::Owned(out)
 }
 
 #[cfg(test)]
@@ -217,6 +263,16 @@ mod tests {
 
     fn bad(name: &str) -> bool {
         RelPath::root().join(name.into(), NameKind::Other).is_err()
+    }
+
+    #[test]
+    fn unusual_names_are_quoted_like_git() {
+        assert_eq!(quote(b"plain/name.txt"), "plain/name.txt");
+        assert_eq!(quote(b"a\nb"), "\"a\\nb\"");
+        assert_eq!(quote(b"\x1b[31mred"), "\"\\033[31mred\"");
+        assert_eq!(quote("caf\u{e9}".as_bytes()), "\"caf\\303\\251\"");
+        assert_eq!(quote(b"q\"b\\"), "\"q\\\"b\\\\\"");
+        assert_eq!(quote(b"\xff"), "\"\\377\"");
     }
 
     #[test]

@@ -87,6 +87,16 @@ impl Repo {
         &self.path
     }
 
+    /// The repository's git directory (the repository itself when bare).
+    pub fn git_dir(&self) -> PathBuf {
+        self.shared.git_dir().to_path_buf()
+    }
+
+    /// The working tree of a non-bare repository.
+    pub fn work_dir(&self) -> Option<PathBuf> {
+        self.shared.work_dir().map(Path::to_path_buf)
+    }
+
     /// Resolve `rev` (branch, tag, full or short id, `main~3`, …) to a commit and its tree.
     pub fn resolve(&self, rev: &str) -> Result<Resolved, Error> {
         let err = |message: String| Error::Revision { rev: rev.into(), repo: self.path.clone(), message };

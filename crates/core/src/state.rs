@@ -37,7 +37,13 @@ pub struct InProgress {
     #[serde(with = "hex")]
     pub to_tree: ObjectId,
     /// It was a takeover of an unmanaged target (`--force`), which must remove foreign entries.
+    /// With `repair`: the repair removes entries the tree does not have.
     pub takeover: bool,
+    /// It was a repair (`verify --repair`, or `sync --force` on a managed target): it is
+    /// finished by comparing the target with `to_tree` again and repairing what differs,
+    /// not by replaying a diff of two trees.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub repair: bool,
     /// When it started.
     pub started_unix: u64,
     /// Who is running it; `None` once it stopped with an error (so the next run need not wait).

@@ -1,6 +1,7 @@
 //! [`sync()`]: the whole job — lock, read the journal, finish an interrupted sync, plan, apply,
 //! record. One small state read and two small writes per sync, nothing proportional to the tree.
 
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
@@ -9,11 +10,14 @@ use serde::Serialize;
 
 use crate::apply::{self, Progress};
 use crate::backend::{self, Backend, TargetState};
+use crate::gitworktree;
 use crate::op::{OpCounts, Plan};
 use crate::path::RelPath;
 use crate::plan::{self, ExistingEntry, ExistingKind};
 use crate::source::{self, BlobSource, Repo, Resolved};
 use crate::state::{self, InProgress, SyncState, Synced};
+use crate::verify;
+use gix_hash::ObjectId;
 
 /// How to sync.
 #[derive(Debug, Clone, Default)]
@@ -32,6 +36,10 @@ pub struct Options {
     pub lease: Option<Duration>,
     /// Take over an unfinished sync of another process even if its lease has not expired.
     pub break_lock: bool,
+    /// The target is this git clone (a directory): keep its `.git/index` and HEAD on the synced
+    /// commit ([`gitworktree::update()`]), checked before and written after the sync, while the
+    /// target's lock is held.
+    pub git_worktree: Option<PathBuf>,
 }
 
 /// The lease of [`Options::lease`] when none is given.
@@ -54,6 +62,20 @@ pub enum Error {
     /// The state file.
     #[error(transparent)]
     State(#[from] state::ParseError),
+    /// Comparing the target with a tree (a repair, or `--force` on a managed target).
+    #[error(transparent)]
+    Verify(#[from] verify::Error),
+    /// The tree the target holds according to its state is no longer in the repository.
+    #[error(
+        "the {what} this target was last synced to is no longer in the repository (amended or force-pushed, then garbage-collected); the repository itself is fine\n  hint: run sync again with --force: treesync then compares the target with the requested commit once and rewrites only what differs"
+    )]
+    BaseGone {
+        /// `commit ID` or `tree ID`.
+        what: String,
+    },
+    /// The clone's index or HEAD (with [`Options::git_worktree`]).
+    #[error(transparent)]
+    GitWorktree(#[from] gitworktree::Error),
     /// The target holds files treesync did not write.
     #[error(
         "target {target} is not empty and was not written by treesync\n  hint: pass --force to take it over: treesync writes the tree there and removes everything the tree does not have"
@@ -103,8 +125,15 @@ pub struct Prepared {
     pub main: Plan,
     /// The requested commit.
     pub to: Resolved,
-    /// `main` is a takeover of an unmanaged target.
+    /// `main` is a takeover: of an unmanaged target, or of a managed one (`--force`) by
+    /// repairing it to the requested tree (then `repair` too).
     pub takeover: bool,
+    /// `main` repairs what differs from the requested tree (see [`InProgress::repair`]).
+    pub repair: bool,
+    /// The state file as read, to check under the lock that it is still the one planned against.
+    state_bytes: Option<Vec<u8>>,
+    /// Planned for a target that does not tell case apart.
+    case_insensitive: bool,
 }
 
 /// What a sync did.
@@ -128,6 +157,8 @@ pub struct Outcome {
     pub planned: OpCounts,
     /// Ops done.
     pub applied: OpCounts,
+    /// Ops that met drift on the target and corrected it (see [`apply::Outcome::healed`]).
+    pub healed: u64,
     /// Writes of the state file (0 when nothing changed, else 1 or 2).
     pub state_writes: u32,
     /// Wall time.
@@ -163,11 +194,20 @@ async fn prepare_at(
     force: bool,
     mut target: TargetState,
 ) -> Result<Prepared, Error> {
-    let state = match backend.load_state().await? {
-        Some(bytes) => Some(SyncState::parse(&bytes)?),
+    let state_bytes = backend.load_state().await?;
+    let state = match &state_bytes {
+        Some(bytes) => match SyncState::parse(bytes) {
+            Ok(s) => Some(s),
+            // A damaged state file: `--force` takes the target over whatever it says.
+            Err(_) if force => {
+                target = TargetState::Managed;
+                None
+            }
+            Err(e) => return Err(e.into()),
+        },
         None => None,
     };
-    if target == TargetState::Managed && state.is_none() {
+    if target == TargetState::Managed && state_bytes.is_none() {
         // A first sync that died before its journal was written leaves only the lock file.
         target = if backend.read_dir(&RelPath::root()).await?.is_empty() {
             TargetState::Empty
@@ -177,22 +217,49 @@ async fn prepare_at(
     }
 
     let options = plan::Options { case_insensitive: !backend.capabilities().case_sensitive };
+    // `--force` on a managed target: take it over by comparing it with the requested tree
+    // once (stat data proves what it can, the rest is hashed) and repairing what differs,
+    // foreign entries included. Neither the journal nor the recorded tree is needed, so this
+    // also gets a target out of any state: a damaged state file, a synced commit that is gone
+    // from the repository, an interrupted sync whose replay keeps failing.
+    if force && target == TargetState::Managed {
+        let main = repair_plan_to(repo, backend, to, true).await?;
+        return Ok(Prepared {
+            state,
+            target,
+            resume: None,
+            main,
+            to,
+            takeover: true,
+            repair: true,
+            state_bytes,
+            case_insensitive: options.case_insensitive,
+        });
+    }
     let mut resume = None;
     let mut takeover = false;
     let base = match &state {
         Some(SyncState { in_progress: Some(p), .. }) => {
-            let plan = if p.takeover {
+            let plan = if p.repair {
+                let to = Resolved { commit: p.to_commit, tree: p.to_tree };
+                repair_plan_to(repo, backend, to, p.takeover).await?
+            } else if p.takeover {
                 let existing = scan(backend).await?;
                 plan::with_big_stack(|| {
                     repo.with_objects(|odb| plan::plan_takeover(odb, &existing, p.to_tree, options))
                 })?
             } else {
+                check_base(repo, p.from_tree, state.as_ref())?;
                 plan::with_big_stack(|| repo.with_objects(|odb| plan::plan_with(odb, p.from_tree, p.to_tree, options)))?
             };
             resume = Some((p.clone(), plan));
             Some(p.to_tree)
         }
-        Some(SyncState { synced, .. }) => synced.map(|s| s.tree),
+        Some(SyncState { synced, .. }) => {
+            let base = synced.map(|s| s.tree);
+            check_base(repo, base, state.as_ref())?;
+            base
+        }
         None => match target {
             TargetState::Empty | TargetState::Managed => None,
             TargetState::Unmanaged if force => {
@@ -208,7 +275,39 @@ async fn prepare_at(
     } else {
         plan::with_big_stack(|| repo.with_objects(|odb| plan::plan_with(odb, base, to.tree, options)))?
     };
-    Ok(Prepared { state, target, resume, main, to, takeover })
+    Ok(Prepared {
+        state,
+        target,
+        resume,
+        main,
+        to,
+        takeover,
+        repair: false,
+        state_bytes,
+        case_insensitive: options.case_insensitive,
+    })
+}
+
+/// The ops that bring the target to `to`'s tree from whatever it holds: compare once, repair
+/// what differs (foreign entries too with `delete_extra`). Writes nothing, not even the index.
+async fn repair_plan_to(repo: &Repo, backend: &dyn Backend, to: Resolved, delete_extra: bool) -> Result<Plan, Error> {
+    let report = verify::verify_against(repo, backend, verify::Level::Stat, to.commit, to.tree, false).await?;
+    Ok(verify::repair_plan(repo, &report, delete_extra)?)
+}
+
+/// The tree a diff starts from must still be in the repository: a commit that was amended
+/// and garbage-collected is not corruption, and gets its own message.
+#[allow(clippy::result_large_err)] // the crate's one error type; not a hot path
+fn check_base(repo: &Repo, tree: Option<ObjectId>, state: Option<&SyncState>) -> Result<(), Error> {
+    let Some(tree) = tree else { return Ok(()) };
+    if repo.with_objects(|odb| odb.try_header(&tree).ok().flatten().is_some()) {
+        return Ok(());
+    }
+    let what = match state.and_then(|s| s.synced).filter(|s| s.tree == tree) {
+        Some(s) => format!("commit {} (tree {tree})", s.commit),
+        None => format!("tree {tree}"),
+    };
+    Err(Error::BaseGone { what })
 }
 
 /// List everything in the target (parents before children), for a takeover.
@@ -250,6 +349,12 @@ pub fn holder() -> String {
 }
 
 /// Sync `backend` to `rev` of `repo`. See the [module docs](self).
+///
+/// A target that treesync does not manage yet (missing, empty or foreign) is read and the sync
+/// planned before anything is written: a refused sync (a foreign target, a hostile tree)
+/// leaves it as it was, not even creating it or its lock; under the lock its state is read
+/// again and the sync planned anew if another writer got there first. A managed target is
+/// locked first and planned under the lock.
 pub async fn sync(
     repo: &Repo,
     rev: &str,
@@ -261,133 +366,328 @@ pub async fn sync(
     let start = Instant::now();
     // Resolve first: a typo in the revision must not create the target or its lock.
     let to = repo.resolve(rev)?;
-    let me = holder();
-    let target = backend.prepare_target(!options.dry_run).await?;
-    let lock = if options.dry_run { None } else { Some(backend.lock(&me).await?) };
-    let result: Result<Outcome, Error> = async {
+    let target = backend.prepare_target(false).await?;
+    let early = if target != TargetState::Managed || options.dry_run {
         let prepared = prepare_at(repo, to, backend, options.force, target).await?;
-        let Prepared { state, resume, main, to, takeover, .. } = prepared;
-        if let Some((p, _)) = &resume {
-            check_lease(p, backend, options)?;
-        }
-        let from = state.as_ref().and_then(|s| s.synced);
-        let mut planned = main.counts;
-        if let Some((_, plan)) = &resume {
-            planned.merge(&plan.counts);
-        }
-        let mut outcome = Outcome {
-            from,
-            commit: to.commit,
-            tree: to.tree,
-            resumed: resume.as_ref().map(|r| r.0.clone()),
-            takeover,
-            dry_run: options.dry_run,
-            planned,
-            applied: OpCounts::default(),
-            state_writes: 0,
-            elapsed: Duration::ZERO,
-        };
         if options.dry_run {
+            let mut outcome = outcome_of(&prepared, options);
             outcome.elapsed = start.elapsed();
             return Ok(outcome);
         }
-
-        let blobs: Arc<dyn BlobSource> = Arc::new(repo.clone());
-        let mut current = state.unwrap_or(SyncState {
-            version: state::VERSION,
-            synced: None,
-            in_progress: None,
-            backend: options.backend_name.clone(),
-        });
-        current.version = state::VERSION;
-        current.backend = options.backend_name.clone();
-
-        tracing::debug!(target: "treesync::sync", %backend, ?target, "target prepared and locked");
-        if let Some((p, plan)) = &resume {
-            tracing::info!(
-                target: "treesync::sync",
-                to = %p.to_commit,
-                ops = plan.len(),
-                "finishing an interrupted sync first"
-            );
-            // The journal says "in progress" for this transition; it is ours now.
-            if p.holder.is_some() && !backend.capabilities().exclusive_lock {
-                current.in_progress = Some(InProgress {
-                    holder: Some(me.to_string()),
-                    host: Some(hostname()),
-                    pid: Some(std::process::id()),
-                    ..p.clone()
-                });
-                backend.store_state(&current.to_bytes()).await?;
-                outcome.state_writes += 1;
-            }
-            let done = apply::apply(plan, backend, &blobs, options.apply, progress, interrupt).await;
-            let done = match done {
-                Ok(d) => d,
-                Err(e) => return Err(release(backend, current, add_counts(e.into(), &outcome.applied)).await),
-            };
-            outcome.applied.merge(&done.counts);
-            current.synced = Some(Synced { commit: p.to_commit, tree: p.to_tree, at_unix: state::now_unix() });
-            current.in_progress = None;
-            if main.is_empty() && p.to_commit == to.commit {
-                backend.store_state(&current.to_bytes()).await?;
-                outcome.state_writes += 1;
-            }
+        backend.prepare_target(true).await?;
+        Some(prepared)
+    } else {
+        None
+    };
+    let me = holder();
+    let lock = backend.lock(&me).await?;
+    let result = async {
+        if let Some(clone) = &options.git_worktree {
+            // Before any file changes: a clone whose index or HEAD cannot be written safely
+            // is refused while it still matches its HEAD.
+            gitworktree::check(clone)?;
         }
+        let prepared = match early {
+            // Still what it was planned against (the lock also tells case-insensitive
+            // targets apart, which a first sync plans for)?
+            Some(p)
+                if backend.load_state().await? == p.state_bytes
+                    && p.case_insensitive == !backend.capabilities().case_sensitive =>
+            {
+                p
+            }
+            // Another writer got there first: read the target again.
+            Some(_) => {
+                let target = backend.prepare_target(false).await?;
+                prepare_at(repo, to, backend, options.force, target).await?
+            }
+            None => prepare_at(repo, to, backend, options.force, target).await?,
+        };
+        let outcome = run_locked(repo, backend, prepared, options, &me, progress, interrupt, start).await?;
+        if let Some(clone) = &options.git_worktree {
+            // Still under the lock: no other sync moves the files while the index is rewritten.
+            gitworktree::update(clone, repo, outcome.commit, outcome.tree)?;
+        }
+        Ok(outcome)
+    }
+    .await;
+    // Released on every path; a failure to release matters only when all else went well.
+    let unlocked = backend.unlock(lock).await;
+    if result.is_ok() {
+        unlocked?;
+    }
+    result
+}
 
-        let already = current.synced.is_some_and(|s| s.commit == to.commit) && current.in_progress.is_none();
+fn outcome_of(prepared: &Prepared, options: &Options) -> Outcome {
+    let mut planned = prepared.main.counts;
+    if let Some((_, plan)) = &prepared.resume {
+        planned.merge(&plan.counts);
+    }
+    Outcome {
+        from: prepared.state.as_ref().and_then(|s| s.synced),
+        commit: prepared.to.commit,
+        tree: prepared.to.tree,
+        resumed: prepared.resume.as_ref().map(|r| r.0.clone()),
+        takeover: prepared.takeover,
+        dry_run: options.dry_run,
+        planned,
+        applied: OpCounts::default(),
+        healed: 0,
+        state_writes: 0,
+        elapsed: Duration::ZERO,
+    }
+}
+
+/// The part of a sync that runs under the target's lock: finish an interrupted sync, journal,
+/// apply, record.
+#[allow(clippy::too_many_arguments)] // one call site each in sync() and repair()
+async fn run_locked(
+    repo: &Repo,
+    backend: &dyn Backend,
+    prepared: Prepared,
+    options: &Options,
+    me: &str,
+    progress: &(dyn Fn(&Progress<'_>) + Send + Sync),
+    interrupt: &AtomicBool,
+    start: Instant,
+) -> Result<Outcome, Error> {
+    let mut outcome = outcome_of(&prepared, options);
+    let Prepared { state, resume, main, to, takeover, repair, .. } = prepared;
+    if let Some((p, _)) = &resume {
+        check_lease(p, backend, options)?;
+    }
+    let blobs: Arc<dyn BlobSource> = Arc::new(repo.clone());
+    let mut current = state.unwrap_or(SyncState {
+        version: state::VERSION,
+        synced: None,
+        in_progress: None,
+        backend: options.backend_name.clone(),
+    });
+    current.version = state::VERSION;
+    current.backend = options.backend_name.clone();
+
+    tracing::debug!(target: "treesync::sync", %backend, "target prepared and locked");
+    let mut dirs_recreated = 0;
+    if let Some((p, plan)) = &resume {
         tracing::info!(
             target: "treesync::sync",
-            from = ?current.synced.map(|s| s.commit.to_string()),
-            to = %to.commit,
-            plan = %main.counts,
-            takeover,
-            "planned"
+            to = %p.to_commit,
+            ops = plan.len(),
+            "finishing an interrupted sync first"
         );
-        if !main.is_empty() {
+        // The journal says "in progress" for this transition; it is ours now.
+        if p.holder.is_some() && !backend.capabilities().exclusive_lock {
             current.in_progress = Some(InProgress {
-                from_tree: if takeover { None } else { current.synced.map(|s| s.tree) },
-                to_commit: to.commit,
-                to_tree: to.tree,
-                takeover,
+                holder: Some(me.to_string()),
+                host: Some(hostname()),
+                pid: Some(std::process::id()),
+                ..p.clone()
+            });
+            backend.store_state(&current.to_bytes()).await?;
+            outcome.state_writes += 1;
+        }
+        let done = apply::apply(plan, backend, &blobs, options.apply, progress, interrupt).await;
+        let done = match done {
+            Ok(d) => d,
+            Err(e) => return Err(release(backend, current, add_counts(e.into(), &outcome.applied)).await),
+        };
+        outcome.applied.merge(&done.counts);
+        outcome.healed += done.healed;
+        dirs_recreated += done.dirs_recreated;
+        current.synced = Some(Synced { commit: p.to_commit, tree: p.to_tree, at_unix: state::now_unix() });
+        current.in_progress = None;
+        if main.is_empty() && p.to_commit == to.commit && dirs_recreated == 0 {
+            backend.store_state(&current.to_bytes()).await?;
+            outcome.state_writes += 1;
+        }
+    }
+
+    let already = current.synced.is_some_and(|s| s.commit == to.commit) && current.in_progress.is_none();
+    tracing::info!(
+        target: "treesync::sync",
+        from = ?current.synced.map(|s| s.commit.to_string()),
+        to = %to.commit,
+        plan = %main.counts,
+        takeover,
+        repair,
+        "planned"
+    );
+    if !main.is_empty() {
+        current.in_progress = Some(InProgress {
+            from_tree: if takeover { None } else { current.synced.map(|s| s.tree) },
+            to_commit: to.commit,
+            to_tree: to.tree,
+            takeover,
+            repair,
+            started_unix: state::now_unix(),
+            holder: Some(me.to_string()),
+            host: Some(hostname()),
+            pid: Some(std::process::id()),
+        });
+        backend.store_state(&current.to_bytes()).await?;
+        outcome.state_writes += 1;
+        tracing::debug!(target: "treesync::sync", "journal: in progress");
+        let done = apply::apply(&main, backend, &blobs, options.apply, progress, interrupt).await;
+        let done = match done {
+            Ok(d) => d,
+            Err(e) => return Err(release(backend, current, add_counts(e.into(), &outcome.applied)).await),
+        };
+        outcome.applied.merge(&done.counts);
+        outcome.healed += done.healed;
+        dirs_recreated += done.dirs_recreated;
+    }
+    if dirs_recreated > 0 {
+        // Healing had to make directories whose other content is gone (someone deleted a
+        // directory, or put a symlink or a file in its place): the diff cannot know what else
+        // is missing, so compare the target with the destination once and repair what
+        // differs. Journaled as a repair: an interruption is finished the same way.
+        tracing::warn!(
+            target: "treesync::sync",
+            dirs_recreated,
+            "the target had drifted (directories missing or replaced); comparing it with the destination once"
+        );
+        current.in_progress = Some(InProgress {
+            from_tree: None,
+            to_commit: to.commit,
+            to_tree: to.tree,
+            takeover,
+            repair: true,
+            started_unix: state::now_unix(),
+            holder: Some(me.to_string()),
+            host: Some(hostname()),
+            pid: Some(std::process::id()),
+        });
+        backend.store_state(&current.to_bytes()).await?;
+        outcome.state_writes += 1;
+        let plan = repair_plan_to(repo, backend, to, takeover).await?;
+        let done = match apply::apply(&plan, backend, &blobs, options.apply, progress, interrupt).await {
+            Ok(d) => d,
+            Err(e) => return Err(release(backend, current, add_counts(e.into(), &outcome.applied)).await),
+        };
+        outcome.applied.merge(&done.counts);
+        outcome.healed += done.healed;
+    }
+    if !main.is_empty() || !already || dirs_recreated > 0 {
+        current.synced = Some(Synced { commit: to.commit, tree: to.tree, at_unix: state::now_unix() });
+        current.in_progress = None;
+        backend.store_state(&current.to_bytes()).await?;
+        outcome.state_writes += 1;
+    }
+    outcome.elapsed = start.elapsed();
+    tracing::info!(
+        target: "treesync::sync",
+        applied = %outcome.applied,
+        healed = outcome.healed,
+        state_writes = outcome.state_writes,
+        elapsed_ms = outcome.elapsed.as_millis() as u64,
+        "synced"
+    );
+    Ok(outcome)
+}
+
+/// How to repair a target (`verify --repair`).
+#[derive(Debug, Clone, Default)]
+pub struct RepairOptions {
+    /// How thoroughly to compare before repairing.
+    pub level: verify::Level,
+    /// Also remove files and directories the tree does not have.
+    pub delete_extra: bool,
+    /// Compare and plan only; change nothing (no lock, no journal).
+    pub dry_run: bool,
+    /// Compare again after repairing (a second scan), to prove the result.
+    pub check_after: bool,
+    /// Lock, journal and executor settings, as for a sync.
+    pub sync: Options,
+}
+
+/// What a repair found and did.
+#[derive(Debug, Clone, Serialize)]
+pub struct RepairOutcome {
+    /// An interrupted sync that was finished first (before comparing).
+    pub finished: Option<Outcome>,
+    /// The comparison that planned the repair.
+    pub report: verify::Report,
+    /// Ops planned to repair the drift.
+    pub planned: OpCounts,
+    /// Ops done (`None` with `dry_run`, or when nothing differed).
+    pub applied: Option<OpCounts>,
+    /// The comparison after repairing (with `check_after`).
+    pub after: Option<verify::Report>,
+}
+
+/// Repair `backend` to the tree its state records — under the target's lock, with the
+/// repair journaled like a sync (an interrupted repair is finished by the next sync or
+/// repair), and against the state as it is once the lock is held, so a repair never writes
+/// back a tree that a sync replaced meanwhile. A target whose journal records an unfinished
+/// sync gets that sync finished first (its replay heals drift on the paths it touches).
+pub async fn repair(
+    repo: &Repo,
+    backend: &dyn Backend,
+    options: &RepairOptions,
+    progress: &(dyn Fn(&Progress<'_>) + Send + Sync),
+    interrupt: &AtomicBool,
+) -> Result<RepairOutcome, Error> {
+    let start = Instant::now();
+    // Refuse a target without a state before taking (and so creating) its lock.
+    verify::recorded_commit(backend).await?;
+    if options.dry_run {
+        let report = verify::verify(repo, backend, options.level).await?;
+        let plan = verify::repair_plan(repo, &report, options.delete_extra)?;
+        return Ok(RepairOutcome { finished: None, planned: plan.counts, report, applied: None, after: None });
+    }
+    let me = holder();
+    let lock = backend.lock(&me).await?;
+    let result = async {
+        // Under the lock: the state as it is now (a sync may have finished meanwhile).
+        let (goal, interrupted) = verify::recorded_commit(backend).await?;
+        let to = Resolved { commit: goal.commit, tree: goal.tree };
+        let finished = if interrupted {
+            let target = backend.prepare_target(false).await?;
+            let prepared = prepare_at(repo, to, backend, false, target).await?;
+            Some(run_locked(repo, backend, prepared, &options.sync, &me, progress, interrupt, start).await?)
+        } else {
+            None
+        };
+        let report = verify::verify_against(repo, backend, options.level, goal.commit, goal.tree, true).await?;
+        let plan = verify::repair_plan(repo, &report, options.delete_extra)?;
+        let mut outcome = RepairOutcome { finished, planned: plan.counts, report, applied: None, after: None };
+        if !plan.is_empty() {
+            let bytes = backend.load_state().await?;
+            let mut current = SyncState::parse(bytes.as_deref().unwrap_or_default())?;
+            let synced = current.synced;
+            current.in_progress = Some(InProgress {
+                from_tree: None,
+                to_commit: goal.commit,
+                to_tree: goal.tree,
+                takeover: options.delete_extra,
+                repair: true,
                 started_unix: state::now_unix(),
                 holder: Some(me.to_string()),
                 host: Some(hostname()),
                 pid: Some(std::process::id()),
             });
             backend.store_state(&current.to_bytes()).await?;
-            outcome.state_writes += 1;
-            tracing::debug!(target: "treesync::sync", "journal: in progress");
-            let done = apply::apply(&main, backend, &blobs, options.apply, progress, interrupt).await;
-            let done = match done {
+            let blobs: Arc<dyn BlobSource> = Arc::new(repo.clone());
+            let done = match apply::apply(&plan, backend, &blobs, options.sync.apply, progress, interrupt).await {
                 Ok(d) => d,
-                Err(e) => return Err(release(backend, current, add_counts(e.into(), &outcome.applied)).await),
+                Err(e) => return Err(release(backend, current, e.into()).await),
             };
-            outcome.applied.merge(&done.counts);
-        }
-        if !main.is_empty() || !already {
-            current.synced = Some(Synced { commit: to.commit, tree: to.tree, at_unix: state::now_unix() });
+            outcome.applied = Some(done.counts);
+            current.synced = synced.filter(|s| s.commit == goal.commit).or(Some(goal));
             current.in_progress = None;
             backend.store_state(&current.to_bytes()).await?;
-            outcome.state_writes += 1;
         }
-        outcome.elapsed = start.elapsed();
-        tracing::info!(
-            target: "treesync::sync",
-            applied = %outcome.applied,
-            state_writes = outcome.state_writes,
-            elapsed_ms = outcome.elapsed.as_millis() as u64,
-            "synced"
-        );
+        if options.check_after && outcome.applied.is_some() {
+            outcome.after =
+                Some(verify::verify_against(repo, backend, options.level, goal.commit, goal.tree, true).await?);
+        }
         Ok(outcome)
     }
     .await;
-    if let Some(lock) = lock {
-        // Released on every path; a failure to release matters only when all else went well.
-        let unlocked = backend.unlock(lock).await;
-        if result.is_ok() {
-            unlocked?;
-        }
+    let unlocked = backend.unlock(lock).await;
+    if result.is_ok() {
+        unlocked?;
     }
     result
 }

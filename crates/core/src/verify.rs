@@ -96,9 +96,13 @@ impl Drift {
 /// What a verify found and did.
 #[derive(Debug, Clone, Serialize)]
 pub struct Report {
-    /// The commit the state records.
+    /// The commit the state records (or, with `interrupted`, the commit the interrupted sync
+    /// was going to).
     #[serde(serialize_with = "ser_id")]
     pub commit: ObjectId,
+    /// The target's journal records a sync that did not finish: it was compared with that
+    /// sync's destination, and differs from it where the sync did not get to.
+    pub interrupted: bool,
     /// The level.
     pub level: Level,
     /// Entries the tree has (files, symlinks, directories).
@@ -172,15 +176,19 @@ enum Want {
     },
 }
 
-/// The recorded commit of a target, or an error if it has none.
-pub async fn recorded_commit(backend: &dyn Backend) -> Result<crate::state::Synced, Error> {
+/// The commit a target should hold: the one its state records, or, when a sync was
+/// interrupted, the one that sync was going to (then `true`). An error if it has neither.
+pub async fn recorded_commit(backend: &dyn Backend) -> Result<(crate::state::Synced, bool), Error> {
     let state = match backend.load_state().await? {
         Some(b) => crate::state::SyncState::parse(&b)?,
         None => return Err(Error::NoState(backend.to_string())),
     };
     match (state.synced, state.in_progress) {
-        (Some(s), None) => Ok(s),
-        _ => Err(Error::NoState(backend.to_string())),
+        (_, Some(p)) => {
+            Ok((crate::state::Synced { commit: p.to_commit, tree: p.to_tree, at_unix: p.started_unix }, true))
+        }
+        (Some(s), None) => Ok((s, false)),
+        (None, None) => Err(Error::NoState(backend.to_string())),
     }
 }
 
@@ -310,10 +318,26 @@ fn lookup<'a, T>(v: &'a [(Vec<u8>, T)], path: &[u8]) -> Option<&'a T> {
     v.binary_search_by(|e| e.0.as_slice().cmp(path)).ok().map(|i| &v[i].1)
 }
 
-/// Compare `backend` with the tree its state records. Writes the stat index (where the backend
-/// keeps one) with what was proven, so the next verify hashes less.
+/// Compare `backend` with the tree its state records (see [`recorded_commit`]). Writes the
+/// stat index (where the backend keeps one) with what was proven, so the next verify hashes less.
 pub async fn verify(repo: &Repo, backend: &dyn Backend, level: Level) -> Result<Report, Error> {
-    let synced = recorded_commit(backend).await?;
+    let (synced, interrupted) = recorded_commit(backend).await?;
+    let mut report = verify_against(repo, backend, level, synced.commit, synced.tree, true).await?;
+    report.interrupted = interrupted;
+    Ok(report)
+}
+
+/// Compare `backend` with `tree` (of `commit`). With `record`, write the stat index with what
+/// was proven.
+pub async fn verify_against(
+    repo: &Repo,
+    backend: &dyn Backend,
+    level: Level,
+    commit: ObjectId,
+    tree: ObjectId,
+    record: bool,
+) -> Result<Report, Error> {
+    let synced = crate::state::Synced { commit, tree, at_unix: 0 };
     // Walking the tree (CPU, in the object database) overlaps with scanning the target
     // (mostly waiting on the filesystem or the network).
     let walker = {
@@ -334,6 +358,7 @@ pub async fn verify(repo: &Repo, backend: &dyn Backend, level: Level) -> Result<
     let index_entries = index.entries();
     let mut report = Report {
         commit: synced.commit,
+        interrupted: false,
         level,
         expected: want.len() as u64,
         scanned: found.len() as u64,
@@ -513,14 +538,15 @@ pub async fn verify(repo: &Repo, backend: &dyn Backend, level: Level) -> Result<
         && new_index.iter().zip(index_entries).all(|(n, o)| {
             want[n.0].0.as_slice() == o.path(&index).as_bytes() && n.1 == o.id && n.2 == o.mode && n.3 == o.stat
         });
-    if level != Level::Quick && !new_index.is_empty() && !unchanged {
+    if record && level != Level::Quick && !new_index.is_empty() && !unchanged {
         backend.store_aux("index", &write_index(&want, &new_index)).await?;
     }
     Ok(report)
 }
 
 /// The ops that turn the drift of `report` back into the recorded tree: rewrite what differs,
-/// restore what is missing, fix modes; remove extra entries only with `delete_extra`. Uses what
+/// restore what is missing, fix modes; remove extra entries only with `delete_extra` (and
+/// temporaries of killed runs always). Uses what
 /// [`verify`] recorded in the report: no second walk of the tree, no second scan of the target.
 pub fn repair_plan(repo: &Repo, report: &Report, delete_extra: bool) -> Result<Plan, Error> {
     let want = &report.wanted;
@@ -550,7 +576,16 @@ pub fn repair_plan(repo: &Repo, report: &Report, delete_extra: bool) -> Result<P
             if p.as_slice() != path && p.get(path.len()) != Some(&b'/') {
                 continue;
             }
-            if let Ok(r) = RelPath::parse(&String::from_utf8_lossy(p)) {
+            let (parent, name) = p.rsplit_once_str(b"/").unwrap_or((b"", p));
+            let r = RelPath::parse(&String::from_utf8_lossy(p)).ok().or_else(|| {
+                let parent = if parent.is_empty() {
+                    Some(RelPath::root())
+                } else {
+                    RelPath::parse(&String::from_utf8_lossy(parent)).ok()
+                };
+                parent.and_then(|d| d.leftover(name.as_bstr())).filter(|_| !*is_dir)
+            });
+            if let Some(r) = r {
                 ops.push(if *is_dir { Op::Rmdir { path: r } } else { Op::Unlink { path: r } });
             }
         }
@@ -576,6 +611,13 @@ pub fn repair_plan(repo: &Repo, report: &Report, delete_extra: bool) -> Result<P
                 }
             }
             Drift::Extra { .. } if delete_extra => remove_found(&mut ops, key),
+            // A temporary of a run that was killed (the planner refuses tree entries with this
+            // prefix): always ours to remove.
+            Drift::Extra { path, dir: false }
+                if path.rsplit('/').next().is_some_and(|n| n.starts_with(crate::path::TMP_PREFIX)) =>
+            {
+                remove_found(&mut ops, key)
+            }
             Drift::Extra { .. } => {}
         }
     }

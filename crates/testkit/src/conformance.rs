@@ -26,6 +26,11 @@ pub trait Fixture: Send + Sync {
     /// Replace the directory at `path` by a symlink to `target` (which may be outside), bypassing treesync.
     /// Returns `false` if the backend has no symlinks.
     fn replace_dir_by_symlink(&self, path: &str, target: &std::path::Path) -> bool;
+    /// Replace whatever is at `path` as `how` says, bypassing treesync. Returns `false` if the
+    /// fixture cannot (object stores: no directories, nothing of the wrong type to heal).
+    fn tamper(&self, _path: &str, _how: &tree::Tamper) -> bool {
+        false
+    }
     /// What the backend can represent (expected trees are reduced to that).
     fn capabilities(&self) -> backend::Capabilities {
         self.backend().capabilities()
@@ -406,26 +411,100 @@ pub async fn case_collisions_are_refused_where_case_is_not_told_apart(f: &dyn Fi
     }
 }
 
-/// A target that someone changed so that a directory is a symlink: nothing is written through it.
+/// A target that someone changed so that a directory is a symlink to a directory elsewhere:
+/// nothing is written through it (nor removed), the symlink is replaced by the directory the
+/// tree has, and the target ends as the tree.
 pub async fn never_writes_through_a_symlink(f: &dyn Fixture) {
     let outside = tempfile::tempdir().expect("tempdir");
+    std::fs::write(outside.path().join("x"), b"outside\n").expect("write");
     let file = |s: &str| Entry::File { content: s.as_bytes().to_vec(), executable: false };
     let mut a = Model::default();
     a.insert("d/x", file("x"));
     let mut b = a.clone();
     b.insert("d/y", file("y"));
-    let h = History::from_trees(&[a, b]);
+    let h = History::from_trees(&[a.clone(), b, a]);
     let backend = f.backend();
     sync_to(&h.repo, &h.commits[0], &*backend).await.expect("first sync");
     if !f.replace_dir_by_symlink("d", outside.path()) {
         return;
     }
-    let err = sync_to(&h.repo, &h.commits[1], &*backend).await.expect_err("must refuse");
-    assert!(
-        matches!(err, sync::Error::Apply { source: backend::Error::NotBeneath { .. }, .. }),
-        "unexpected error: {err}"
-    );
-    assert_eq!(std::fs::read_dir(outside.path()).expect("outside").count(), 0, "something was written outside");
+    let out = sync_to(&h.repo, &h.commits[1], &*backend).await.expect("the sync replaces the symlink");
+    assert!(out.healed > 0, "the sync reports that it healed drift");
+    let only_x = || {
+        let names: Vec<_> =
+            std::fs::read_dir(outside.path()).expect("outside").map(|e| e.expect("entry").file_name()).collect();
+        assert_eq!(names, ["x"], "something was written or removed outside");
+        assert_eq!(std::fs::read(outside.path().join("x")).expect("x"), b"outside\n", "a file outside changed");
+    };
+    only_x();
+    h.assert_matches(f, 1, "after replacing the planted symlink");
+    f.replace_dir_by_symlink("d", outside.path());
+    sync_to(&h.repo, &h.commits[2], &*backend).await.expect("syncing back");
+    only_x();
+    h.assert_matches(f, 2, "after syncing back over a planted symlink");
+}
+
+/// Someone changed the target on paths a sync touches: a managed directory deleted, or
+/// replaced by a symlink or a file; a managed file replaced by a directory; a file whose only
+/// change is its mode replaced by a symlink. Each time, with and without an interrupted sync
+/// before it, one plain run finishes: the tree equals `git archive`, nothing outside the target
+/// is written, changed or removed.
+pub async fn drift_on_the_paths_a_sync_touches_is_healed(f: &dyn Fixture) {
+    use tree::Tamper;
+    let outside = tempfile::tempdir().expect("tempdir");
+    std::fs::write(outside.path().join("keep"), b"outside\n").expect("write");
+    let file = |s: &str, x: bool| Entry::File { content: s.as_bytes().to_vec(), executable: x };
+    let mut a = Model::default();
+    for (p, c) in [("d/x", "x"), ("d/sub/y", "y"), ("d/sub/z", "z"), ("e/f", "f"), ("k/z", "z"), ("top", "t")] {
+        a.insert(p, file(c, false));
+    }
+    a.insert("m", file("mode only", false));
+    let mut b = a.clone();
+    for (p, c) in [("d/x", "x2"), ("d/sub/y", "y2"), ("d/new", "n"), ("e/f", "f2"), ("k/z2", "z2"), ("top", "t2")] {
+        b.insert(p, file(c, false));
+    }
+    b.insert("m", file("mode only", true));
+    let h = History::from_trees(&[a, b]);
+    let backend = f.backend();
+    let variants = [
+        ("d", Tamper::Remove),
+        ("d", Tamper::File),
+        ("d", Tamper::Symlink(outside.path().to_path_buf())),
+        ("d/sub", Tamper::Symlink(outside.path().to_path_buf())),
+        ("e/f", Tamper::Dir),
+        ("m", Tamper::Symlink(outside.path().join("keep"))),
+        ("k", Tamper::Remove),
+    ];
+    for (path, how) in &variants {
+        for interrupted in [false, true] {
+            let context = format!("{path} tampered ({how:?}), interrupted before: {interrupted}");
+            sync_with(&h.repo, &h.commits[0], &*backend, true).await.expect("back to the first commit");
+            h.assert_matches(f, 0, &context);
+            if interrupted {
+                let failing = Fail::after(f.backend(), 2);
+                sync_to(&h.repo, &h.commits[1], &failing).await.expect_err("the fault stops the sync");
+            }
+            if !f.tamper(path, how) {
+                return;
+            }
+            let out = sync_to(&h.repo, &h.commits[1], &*backend)
+                .await
+                .unwrap_or_else(|e| panic!("{context}: one run must finish: {e}"));
+            assert_eq!(out.resumed.is_some(), interrupted, "{context}");
+            h.assert_matches(f, 1, &context);
+            let names: Vec<_> =
+                std::fs::read_dir(outside.path()).expect("outside").map(|e| e.expect("entry").file_name()).collect();
+            assert_eq!(names, ["keep"], "{context}: something was written or removed outside");
+            assert_eq!(std::fs::read(outside.path().join("keep")).expect("keep"), b"outside\n", "{context}");
+            let mode = std::os::unix::fs::PermissionsExt::mode(
+                &std::fs::metadata(outside.path().join("keep")).expect("keep").permissions(),
+            );
+            assert_eq!(mode & 0o111, 0, "{context}: the mode of a file outside changed");
+            // Nothing left to do.
+            let again = sync::prepare(&h.repo, &h.commits[1], &*backend, false, false).await.expect("plan");
+            assert!(again.main.is_empty() && again.resume.is_none(), "{context}: planning again is not empty");
+        }
+    }
 }
 
 /// A non-empty target that treesync did not write is refused without `--force`, taken over with it.
@@ -454,6 +533,7 @@ macro_rules! conformance_suite {
         $crate::conformance_suite!(@case $make, incremental_sync_touches_only_changed_paths);
         $crate::conformance_suite!(@case $make, locked_target_is_refused);
         $crate::conformance_suite!(@case $make, never_writes_through_a_symlink);
+        $crate::conformance_suite!(@case $make, drift_on_the_paths_a_sync_touches_is_healed);
         $crate::conformance_suite!(@case $make, case_collisions_are_refused_where_case_is_not_told_apart);
         $crate::conformance_suite!(@case $make, slow_and_reordered_ops_change_nothing_but_time);
         $crate::conformance_suite!(@case $make, unmanaged_target_needs_force);

@@ -110,6 +110,40 @@ pub fn put_file(root: &Path, path: &str, content: &[u8]) {
 }
 
 /// Replace the directory at `path` below `root` by a symlink to `target`, bypassing treesync.
+/// How a test changes a target behind treesync's back ([`tamper`]).
+#[derive(Debug, Clone)]
+pub enum Tamper {
+    /// Remove what is at the path (recursively).
+    Remove,
+    /// Put a file there.
+    File,
+    /// Put a directory holding one file there.
+    Dir,
+    /// Put a symlink to this target there.
+    Symlink(std::path::PathBuf),
+}
+
+/// Replace whatever is at `path` below `root` as `how` says (what was there is removed first,
+/// a directory with its content), not through treesync.
+pub fn tamper(root: &Path, path: &str, how: &Tamper) -> bool {
+    let p = root.join(path);
+    match std::fs::symlink_metadata(&p) {
+        Ok(m) if m.is_dir() => std::fs::remove_dir_all(&p).expect("rm -r"),
+        Ok(_) => std::fs::remove_file(&p).expect("rm"),
+        Err(_) => {}
+    }
+    match how {
+        Tamper::Remove => {}
+        Tamper::File => std::fs::write(&p, b"planted by a test\n").expect("write"),
+        Tamper::Dir => {
+            std::fs::create_dir(&p).expect("mkdir");
+            std::fs::write(p.join("planted"), b"planted by a test\n").expect("write");
+        }
+        Tamper::Symlink(target) => std::os::unix::fs::symlink(target, &p).expect("symlink"),
+    }
+    true
+}
+
 pub fn replace_dir_by_symlink(root: &Path, path: &str, target: &Path) -> bool {
     let p = root.join(path);
     std::fs::remove_dir_all(&p).expect("rm -r");

@@ -30,6 +30,32 @@ impl Fixture for Memory {
         self.0.insert(path, MemNode::Link { target: target.to_string_lossy().as_bytes().to_vec() });
         true
     }
+    fn tamper(&self, path: &str, how: &treesync_testkit::tree::Tamper) -> bool {
+        use treesync_testkit::tree::Tamper;
+        let prefix = format!("{path}/");
+        for (k, _) in self.0.snapshot() {
+            if k.starts_with(prefix.as_bytes()) || k == path.as_bytes() {
+                self.0.remove(std::str::from_utf8(&k).expect("utf8"));
+            }
+        }
+        match how {
+            Tamper::Remove => {}
+            Tamper::File => {
+                self.0.insert(path, MemNode::File { data: b"planted by a test\n".to_vec(), executable: false })
+            }
+            Tamper::Dir => {
+                self.0.insert(path, MemNode::Dir);
+                self.0.insert(
+                    &format!("{path}/planted"),
+                    MemNode::File { data: b"planted\n".to_vec(), executable: false },
+                );
+            }
+            Tamper::Symlink(t) => {
+                self.0.insert(path, MemNode::Link { target: t.to_string_lossy().as_bytes().to_vec() })
+            }
+        }
+        true
+    }
 }
 
 mod case_sensitive {

@@ -5,8 +5,9 @@ use std::time::Instant;
 use futures::StreamExt;
 
 use super::{Error, Options, Outcome, Progress};
-use crate::backend::{Backend, Batch};
+use crate::backend::{self, Backend, Batch};
 use crate::op::{Op, OpCounts, Plan};
+use crate::path::{NameKind, RelPath};
 use crate::source::BlobSource;
 
 /// Apply `plan` to `backend`, reading file content from `blobs`.
@@ -27,6 +28,8 @@ pub async fn apply(
     let jobs = options.jobs.unwrap_or(policy.jobs).max(1);
     let batch_size = options.batch.unwrap_or(policy.batch).max(1);
     let mut done = OpCounts::default();
+    let mut healed = 0;
+    let mut dirs_recreated = 0;
     let ops_total = plan.len() as u64;
     let bytes_total = plan.counts.bytes;
 
@@ -46,7 +49,13 @@ pub async fn apply(
                     if failed.load(Ordering::SeqCst) || interrupt.load(Ordering::SeqCst) {
                         return (batch, None);
                     }
-                    let r = backend.execute_batch(batch.clone(), blobs).await;
+                    let r = match backend.execute_batch(batch.clone(), blobs).await {
+                        // The target drifted on a path of this batch: run its ops one by one,
+                        // healing those that meet the drift (the ones done already are
+                        // idempotent).
+                        Err(e) if e.is_drift() => one_by_one(backend, &batch, blobs).await,
+                        r => r.map(|()| Healed::default()),
+                    };
                     (batch, Some(r))
                 }
             })
@@ -54,7 +63,9 @@ pub async fn apply(
         while let Some((batch, result)) = results.next().await {
             match result {
                 None => {}
-                Some(Ok(())) => {
+                Some(Ok(healed_here)) => {
+                    healed += healed_here.ops;
+                    dirs_recreated += healed_here.dirs_recreated;
                     for op in batch.iter() {
                         done.add(op);
                     }
@@ -81,7 +92,115 @@ pub async fn apply(
             return Err(Error::Interrupted { done });
         }
     }
-    Ok(Outcome { counts: done, elapsed: start.elapsed() })
+    Ok(Outcome { counts: done, healed, dirs_recreated, elapsed: start.elapsed() })
+}
+
+/// What healing a batch did.
+#[derive(Default)]
+struct Healed {
+    ops: u64,
+    dirs_recreated: u64,
+}
+
+/// Run the ops of `batch` one at a time, healing each that meets drift.
+async fn one_by_one(
+    backend: &dyn Backend,
+    batch: &Batch,
+    blobs: &Arc<dyn BlobSource>,
+) -> Result<Healed, backend::Error> {
+    let mut healed = Healed::default();
+    for op in batch.iter() {
+        match backend.execute(op, blobs).await {
+            Ok(()) => {}
+            Err(e) if e.is_drift() => {
+                tracing::info!(target: "treesync::apply", path = %op.path(), error = %e, "the target drifted here; healing");
+                healed.dirs_recreated += heal(backend, op, blobs).await.map_err(|_| e)?;
+                healed.ops += 1;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(healed)
+}
+
+/// `op` met a target that differs from what the plan expects on the path it touches (a
+/// directory deleted, or replaced by a symlink or a file; a file replaced by a directory).
+/// Correct exactly that and run the op again: every directory on the way is made a real one
+/// (whatever is in its place is removed first) and whatever of the wrong type is at the path
+/// itself is removed. Each step is an op of the backend, so none follows a symlink; what is
+/// looked at is listed with [`Backend::read_dir`], which never follows one either. Returns
+/// how many directories on the way had to be made (their other content is gone).
+async fn heal(backend: &dyn Backend, op: &Op, blobs: &Arc<dyn BlobSource>) -> Result<u64, backend::Error> {
+    let path = op.path();
+    let mut recreated = 0;
+    let mut dir = RelPath::root();
+    for name in path.components().collect::<Vec<_>>().split_last().map_or(&[][..], |(_, up)| up) {
+        let next = dir.join((*name).into(), NameKind::Other).expect("a component of a valid path");
+        match kind_at(backend, &dir, name).await? {
+            Some(true) => {}
+            Some(false) => {
+                backend.execute(&Op::Unlink { path: next.clone() }, blobs).await?;
+                backend.execute(&Op::Mkdir { path: next.clone() }, blobs).await?;
+                recreated += 1;
+            }
+            None => {
+                backend.execute(&Op::Mkdir { path: next.clone() }, blobs).await?;
+                recreated += 1;
+            }
+        }
+        dir = next;
+    }
+    let here = kind_at(backend, &dir, path.split_last().1).await?;
+    let op = match (op, here) {
+        // Nothing (or nothing of that kind) left to remove.
+        (Op::Unlink { .. } | Op::Rmdir { .. }, None) | (Op::Unlink { .. }, Some(true)) => return Ok(recreated),
+        (Op::Rmdir { path }, Some(false)) => Op::Unlink { path: path.clone() },
+        (Op::Mkdir { path }, Some(false)) => {
+            backend.execute(&Op::Unlink { path: path.clone() }, blobs).await?;
+            op.clone()
+        }
+        (Op::Write { .. } | Op::Symlink { .. } | Op::Chmod { .. }, Some(true)) => {
+            remove_tree(backend, path, blobs).await?;
+            op.clone()
+        }
+        _ => op.clone(),
+    };
+    // A mode change of a file that is no longer there as one: write the file.
+    let op = match op {
+        Op::Chmod { path, executable, blob, size } => Op::Write { path, blob, size, executable },
+        op => op,
+    };
+    backend.execute(&op, blobs).await?;
+    Ok(recreated)
+}
+
+/// Is `name` in `dir` a directory (`Some(true)`), something else, or absent?
+async fn kind_at(backend: &dyn Backend, dir: &RelPath, name: &[u8]) -> Result<Option<bool>, backend::Error> {
+    Ok(backend.read_dir(dir).await?.into_iter().find(|e| e.name == name).map(|e| e.is_dir))
+}
+
+/// Remove the directory `path` and everything below it, deepest first.
+async fn remove_tree(backend: &dyn Backend, path: &RelPath, blobs: &Arc<dyn BlobSource>) -> Result<(), backend::Error> {
+    let mut dirs = vec![path.clone()];
+    let mut i = 0;
+    while i < dirs.len() {
+        let dir = dirs[i].clone();
+        for e in backend.read_dir(&dir).await? {
+            let child = dir
+                .join(e.name.as_slice().into(), NameKind::Other)
+                .map_err(|e| backend::Error::NotEmpty { path: format!("{} (it holds {:?})", dir, e.path) })?;
+            if e.is_dir {
+                dirs.push(child);
+            } else {
+                backend.execute(&Op::Unlink { path: child }, blobs).await?;
+            }
+        }
+        i += 1;
+    }
+    for dir in dirs.iter().rev() {
+        backend.execute(&Op::Rmdir { path: dir.clone() }, blobs).await?;
+    }
+    Ok(())
 }
 
 /// `ops` (in path order) interleaved over their parent directories: one op of each directory

@@ -37,6 +37,13 @@ pub struct Progress<'a> {
 pub struct Outcome {
     /// Ops done, by kind.
     pub counts: OpCounts,
+    /// Ops that met drift on the target (a directory missing or replaced by a symlink or a
+    /// file, a file replaced by a directory) and corrected it before they ran again.
+    pub healed: u64,
+    /// Directories that healing had to make on the way to an op (missing, or something else
+    /// in their place): what else they held in the tree is not there, so the caller brings
+    /// the target to the tree by comparing it once ([`crate::sync`] does).
+    pub dirs_recreated: u64,
     /// Wall time.
     #[serde(serialize_with = "ser_secs")]
     pub elapsed: Duration,
