@@ -141,8 +141,9 @@ impl NfsBackend {
         let (parent, name) = path.split_last();
         let dir = match (self.dirs.get(&self.meta, parent), op) {
             (Ok(fd), _) => fd,
-            // The parent is gone (or is no directory any more): so is what we should remove.
-            (Err(Errno::NOENT | Errno::NOTDIR | Errno::LOOP), Op::Unlink { .. } | Op::Rmdir { .. }) => {
+            // The parent is gone: so is what we should remove. (A parent that is a symlink or
+            // a file is drift the executor heals: reported below like for any other op.)
+            (Err(Errno::NOENT), Op::Unlink { .. } | Op::Rmdir { .. }) => {
                 if matches!(op, Op::Rmdir { .. }) {
                     self.dirs.forget(path.as_bytes());
                 }

@@ -502,7 +502,9 @@ impl RemoteBackend {
         let removal = matches!(op, Op::Unlink { .. } | Op::Rmdir { .. });
         let dir = match self.dir(parent).await {
             Ok(fh) => fh,
-            Err(DirError::Missing | DirError::NotDir) if removal => {
+            // The parent is gone: so is what we should remove. (A parent that is a symlink or
+            // a file is drift the executor heals: reported below like for any other op.)
+            Err(DirError::Missing) if removal => {
                 if matches!(op, Op::Rmdir { .. }) {
                     self.forget(path.as_bytes());
                 }
