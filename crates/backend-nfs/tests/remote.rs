@@ -115,6 +115,7 @@ macro_rules! suite_on {
         case!(incremental_sync_touches_only_changed_paths);
         case!(locked_target_is_refused);
         case!(never_writes_through_a_symlink);
+        case!(drift_on_the_paths_a_sync_touches_is_healed);
         case!(case_collisions_are_refused_where_case_is_not_told_apart);
         case!(slow_and_reordered_ops_change_nothing_but_time);
         case!(unmanaged_target_needs_force);

@@ -566,25 +566,27 @@ impl RemoteBackend {
                 result.map_err(|e| nfs_io("create symlink", path, e))
             }
             Op::Chmod { executable, blob, size, .. } => {
-                let (fh, attr) = nfs.lookup(&dir, name, about).await.map_err(|e| nfs_io("change mode of", path, e))?;
-                let attr = match attr {
-                    Some(a) => a,
-                    None => nfs.getattr(&fh, about).await.map_err(|e| nfs_io("change mode of", path, e))?,
+                let found = match nfs.lookup(&dir, name, about).await {
+                    Ok((fh, Some(a))) => Some((fh, a)),
+                    Ok((fh, None)) => {
+                        let a = nfs.getattr(&fh, about).await.map_err(|e| nfs_io("change mode of", path, e))?;
+                        Some((fh, a))
+                    }
+                    Err(e) if is(&e, nfsstat3::NFS3ERR_NOENT) => None,
+                    Err(e) => return Err(nfs_io("change mode of", path, e)),
                 };
-                if attr.type_ != ftype3::NF3REG {
-                    return Err(Error::io(
-                        "change mode of",
-                        path,
-                        std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a regular file"),
-                    ));
+                match found {
+                    // A file of its own: one SETATTR.
+                    Some((fh, a)) if a.type_ == ftype3::NF3REG && a.nlink == 1 => {
+                        let mode = if *executable { 0o755 } else { 0o644 };
+                        nfs.setattr(&fh, Some(mode), false, about).await.map_err(|e| nfs_io("change mode of", path, e))
+                    }
+                    // Another name shares the inode (a hard link from outside the tree: a
+                    // SETATTR would change that file's mode too), or the file is gone or
+                    // something else took its place (like the local backend: write the file
+                    // anew; a directory there fails the RENAME as drift the executor heals).
+                    _ => self.replace_file(nfs, &dir, name, (*blob, *size), *executable, blobs, path).await,
                 }
-                if attr.nlink > 1 {
-                    // Another name shares the inode (a hard link from outside the tree): a
-                    // SETATTR would change that file's mode too. Write a new file instead.
-                    return self.replace_file(nfs, &dir, name, (*blob, *size), *executable, blobs, path).await;
-                }
-                let mode = if *executable { 0o755 } else { 0o644 };
-                nfs.setattr(&fh, Some(mode), false, about).await.map_err(|e| nfs_io("change mode of", path, e))
             }
             Op::Unlink { .. } => match nfs.remove(&dir, name, about).await {
                 Ok(_) | Err(NfsError::DoneBefore(_)) => Ok(()),
