@@ -142,7 +142,7 @@ impl NfsBackend {
         let dir = match (self.dirs.get(&self.meta, parent), op) {
             (Ok(fd), _) => fd,
             // The parent is gone: so is what we should remove. (A parent that is a symlink or
-            // a file now is drift, healed by the executor: never removed through.)
+            // a file is drift the executor heals: reported below like for any other op.)
             (Err(Errno::NOENT), Op::Unlink { .. } | Op::Rmdir { .. }) => {
                 if matches!(op, Op::Rmdir { .. }) {
                     self.dirs.forget(path.as_bytes());

@@ -7,13 +7,20 @@
 //! 0, padded with spaces to the length it had (JSON ignores trailing whitespace), so it never
 //! needs a truncate. A process killed between writes leaves one whole version (a write of a few
 //! hundred bytes is one request); the file stays readable by the local backend.
+//!
+//! Nothing is written in place through a file that is not treesync's own: the state file only
+//! when `fstat` says it is a regular file with one link (else its first write goes to a new
+//! file renamed over it), and a lock file that is a hard link (or not a regular file) stops the
+//! sync with the path and what to do, before anything is written to it.
 
 use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
-use rustix::fs::{FileType, FlockOperation, Mode, OFlags};
+use rustix::fs::{AtFlags, FileType, FlockOperation, Mode, OFlags};
 use rustix::io::Errno;
+use treesync_backend_local::fs::Target;
 use treesync_core::backend::{Error, LockGuard, TargetState};
 use treesync_core::path::STATE_DIR;
 
@@ -35,6 +42,8 @@ pub(crate) struct Meta {
 
 struct Run {
     state: Option<OwnedFd>,
+    /// The state file is a regular file of its own (one link), so it may be written in place.
+    own: bool,
     len: usize,
 }
 
@@ -53,8 +62,13 @@ impl Meta {
         if let Some(fd) = &*slot {
             return Ok(fd.clone());
         }
-        let fd =
-            Arc::new(rustix::fs::open(&self.root, OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())?);
+        // Not through a symlink at the target's own path: the local backend and `nfs://`
+        // refuse one too (the tree and `.treesync` would land wherever it points).
+        let fd = Arc::new(rustix::fs::open(
+            &self.root,
+            OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        )?);
         *slot = Some(fd.clone());
         Ok(fd)
     }
@@ -67,12 +81,16 @@ impl Meta {
             Ok(fd) => fd,
             Err(Errno::NOENT) => {
                 if create {
-                    std::fs::create_dir(&self.root)
-                        .map_err(|e| Error::io("create target directory", self.root.display(), e))?;
+                    match std::fs::create_dir(&self.root) {
+                        Ok(()) => {}
+                        // Another sync made it a moment ago: look at it like any existing one.
+                        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => return self.prepare(false),
+                        Err(e) => return Err(Error::io("create target directory", self.root.display(), e)),
+                    }
                 }
                 return Ok(TargetState::Empty);
             }
-            Err(Errno::NOTDIR) => {
+            Err(Errno::NOTDIR | Errno::LOOP) => {
                 return Err(Error::io(
                     "use target",
                     self.root.display(),
@@ -96,13 +114,19 @@ impl Meta {
                 .map_err(|e| Error::io("read target directory", self.root.display(), io(e)))?;
                 let dir = rustix::fs::Dir::read_from(&fd)
                     .map_err(|e| Error::io("read target directory", self.root.display(), io(e)))?;
+                let mut state = TargetState::Empty;
                 for e in dir {
                     let e = e.map_err(|e| Error::io("read target directory", self.root.display(), io(e)))?;
-                    if e.file_name().to_bytes() != b"." && e.file_name().to_bytes() != b".." {
-                        return Ok(TargetState::Unmanaged);
+                    match e.file_name().to_bytes() {
+                        b"." | b".." => {}
+                        // Made a moment ago by a sync starting at the same time as this one:
+                        // whatever else is there is its work (the state, read under the lock,
+                        // will tell).
+                        name if name == STATE_DIR.as_bytes() => return Ok(TargetState::Managed),
+                        _ => state = TargetState::Unmanaged,
                     }
                 }
-                Ok(TargetState::Empty)
+                Ok(state)
             }
             Err(e) => Err(Error::io("read", self.shown(STATE_DIR), io(e))),
         }
@@ -154,14 +178,26 @@ impl Meta {
             Mode::from_raw_mode(0o666),
         )
         .map_err(|e| Error::io("open lock file", lock_path(), io(e)))?;
+        let own = own_file(&fd).map_err(|e| Error::io("lock", lock_path(), io(e)))?;
         match rustix::fs::flock(&fd, FlockOperation::NonBlockingLockExclusive) {
             Ok(()) => {}
             Err(Errno::WOULDBLOCK) => {
-                let bytes = read_all(&fd).unwrap_or_default();
-                let holder = String::from_utf8_lossy(&bytes).trim().to_string();
-                return Err(Error::Locked { holder: if holder.is_empty() { "holder unknown".into() } else { holder } });
+                let holder = if own { holder_line(&fd) } else { None };
+                return Err(Error::Locked {
+                    holder: holder
+                        .unwrap_or_else(|| format!("holder unknown: no holder line treesync wrote in {}", lock_path())),
+                });
             }
             Err(e) => return Err(Error::io("lock", lock_path(), io(e))),
+        }
+        if !own {
+            // A hard link to some other file (or not a file at all): writing the holder line
+            // would overwrite that file's first bytes.
+            return Err(Error::State(format!(
+                "{} is not a file of its own (a hard link to another file, or not a regular file); treesync does not write through it\n  hint: remove it (rm {}) and run sync again",
+                lock_path(),
+                lock_path()
+            )));
         }
         let mut line = format!("{holder:<HOLDER_LEN$}").into_bytes();
         line.truncate(HOLDER_LEN);
@@ -177,7 +213,13 @@ impl Meta {
             Err(Errno::NOENT) => None,
             Err(e) => return Err(Error::io("open", self.shown(&format!("{STATE_DIR}/state")), io(e))),
         };
-        *self.run.lock().expect("never poisoned") = Some(Run { state, len: 0 });
+        let own = match &state {
+            Some(fd) => {
+                own_file(fd).map_err(|e| Error::io("open", self.shown(&format!("{STATE_DIR}/state")), io(e)))?
+            }
+            None => false,
+        };
+        *self.run.lock().expect("never poisoned") = Some(Run { state, own, len: 0 });
         Ok(LockGuard(Box::new(Held { lock: fd, run: self.run.clone() })))
     }
 
@@ -207,21 +249,15 @@ impl Meta {
         let Some(run) = guard.as_mut() else {
             return Err(Error::State("the NFS backend writes its state only while it holds the lock".into()));
         };
-        if run.state.is_none() {
+        if !run.own {
+            // No state file of our own (none yet, or a hard link to another file, or not a
+            // regular file): a new file renamed over it; later writes go in place.
             let dir = self.dir(true)?.expect("created");
-            let fd = rustix::fs::openat(
-                &*dir,
-                "state",
-                OFlags::RDWR | OFlags::CREATE | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-                Mode::from_raw_mode(0o666),
-            )
-            .map_err(|e| Error::io("write", shown(), io(e)))?;
-            let st = rustix::fs::fstat(&fd).map_err(|e| Error::io("write", shown(), io(e)))?;
-            if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
-                return Err(Error::State(format!("{} is not a regular file; remove it", shown())));
-            }
-            run.len = st.st_size as usize;
+            let fd = replace(&dir, "state", bytes, self.fsync).map_err(|e| Error::io("write", shown(), io(e)))?;
+            run.len = bytes.len();
             run.state = Some(fd);
+            run.own = true;
+            return Ok(());
         }
         let fd = run.state.as_ref().expect("opened above");
         let mut padded = bytes.to_vec();
@@ -235,6 +271,59 @@ impl Meta {
         run.len = padded.len();
         Ok(())
     }
+}
+
+/// A regular file with no other name (a hard link elsewhere would share every write). Asked
+/// with `AT_STATX_DONT_SYNC`: the attributes the open's own LOOKUP brought are enough, so on a
+/// network filesystem this costs no request (an `fstat` would be a GETATTR).
+fn own_file(fd: &OwnedFd) -> Result<bool, Errno> {
+    let (mode, nlink) = match rustix::fs::statx(
+        fd,
+        "",
+        AtFlags::EMPTY_PATH | AtFlags::STATX_DONT_SYNC,
+        rustix::fs::StatxFlags::TYPE | rustix::fs::StatxFlags::NLINK,
+    ) {
+        Ok(st) => (u32::from(st.stx_mode), u64::from(st.stx_nlink)),
+        Err(Errno::NOSYS) => {
+            let st = rustix::fs::fstat(fd)?;
+            (st.st_mode, st.st_nlink)
+        }
+        Err(e) => return Err(e),
+    };
+    Ok(FileType::from_raw_mode(mode) == FileType::RegularFile && nlink == 1)
+}
+
+/// The holder line of a lock file, if it looks like one treesync wrote (read at most 512
+/// bytes; nothing else is shown).
+fn holder_line(fd: &OwnedFd) -> Option<String> {
+    let mut buf = [0u8; 512];
+    let n = rustix::io::pread(fd, &mut buf, 0).ok()?;
+    let text = std::str::from_utf8(&buf[..n]).ok()?.trim();
+    let ours = text.starts_with("pid ") && text.contains(" on ") && text.chars().all(|c| !c.is_control());
+    ours.then(|| text.to_string())
+}
+
+/// Write `bytes` to a new file `.treesync-tmp.NAME` in `dir` (`O_EXCL`: never through what is
+/// there; a leftover is removed first) and rename it over `name`: the new file, open.
+fn replace(dir: &OwnedFd, name: &str, bytes: &[u8], fsync: bool) -> Result<OwnedFd, Errno> {
+    let tmp = Target::sibling_tmp(name.as_bytes());
+    let tmp = std::ffi::OsStr::from_bytes(&tmp);
+    let flags = OFlags::RDWR | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    let fd = match rustix::fs::openat(dir, tmp, flags, Mode::from_raw_mode(0o666)) {
+        Err(Errno::EXIST) => {
+            rustix::fs::unlinkat(dir, tmp, AtFlags::empty())?;
+            rustix::fs::openat(dir, tmp, flags, Mode::from_raw_mode(0o666))
+        }
+        r => r,
+    }?;
+    let result = write_all_at(&fd, bytes)
+        .and_then(|()| if fsync { rustix::fs::fdatasync(&fd) } else { Ok(()) })
+        .and_then(|()| rustix::fs::renameat(dir, tmp, dir, name));
+    if let Err(e) = result {
+        let _ = rustix::fs::unlinkat(dir, tmp, AtFlags::empty());
+        return Err(e);
+    }
+    Ok(fd)
 }
 
 /// The whole file. A short read of a regular file is its end (nobody else writes these files

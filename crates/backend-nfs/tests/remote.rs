@@ -317,14 +317,8 @@ fn stale_locks_are_taken_over() {
     let e = export!(Export::new(RemoteOptions::default()));
     rt.block_on(sync_to(&h.repo, &h.commits[0], &e.open())).expect("initial");
     let lock = e.root().join(".treesync/lock.nfs");
-    // A process of this host that is gone.
-    let dead = {
-        let mut c = std::process::Command::new("true").spawn().expect("spawn");
-        c.wait().expect("wait");
-        c.id()
-    };
     let host = treesync_core::sync::hostname();
-    std::fs::write(&lock, format!("pid {dead} on {host}, started at unix time 1\n")).expect("write lock");
+    std::fs::write(&lock, format!("pid {} on {host}, started at unix time 1\n", dead_pid())).expect("write lock");
     rt.block_on(sync_to(&h.repo, &h.commits[1], &e.open())).expect("stale lock taken over");
     h.assert_matches(&e, 1, "after taking over");
     assert!(!lock.exists(), "the lock is released after the sync");
@@ -479,4 +473,217 @@ fn readers_on_the_server_never_see_a_partial_file() {
     let r = treesync_testkit::readers::race(&make, &e.root(), Duration::from_secs(3));
     assert!(r.syncs >= 4 && r.reads >= 1000, "the test must actually race: {r:?}");
     assert!(r.bad.is_empty(), "{} broken reads, e.g. {:?}", r.bad.len(), &r.bad[..r.bad.len().min(5)]);
+}
+
+/// The id of a process of this host that is gone.
+fn dead_pid() -> u32 {
+    let mut c = std::process::Command::new("true").spawn().expect("spawn");
+    c.wait().expect("wait");
+    c.id()
+}
+
+fn inode(p: &std::path::Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::symlink_metadata(p).expect("stat").ino()
+}
+
+fn mode(p: &std::path::Path) -> u32 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::symlink_metadata(p).expect("stat").mode() & 0o7777
+}
+
+/// Two syncs to different commits (hundreds of files apart) started together against a lock
+/// left by a sync that was killed, round after round: one takes the stale lock over (by
+/// renaming it aside, never by removing a name it judged a moment before) and the other finds
+/// the winner's fresh lock (exit 3) or runs after it; never both at once, no other error, and
+/// the tree equals `git archive` of the commit the state records.
+#[test]
+fn racing_syncs_take_over_a_stale_lock_one_at_a_time() {
+    let rt = rt();
+    let base = history::wide_tree(400, 31);
+    let (one, _) = history::change_some(&base, 150, 75, 75, 32);
+    let (two, _) = history::change_some(&base, 150, 75, 75, 33);
+    let h = History::from_trees(&[base, one, two]);
+    let e = export!(Export::new(RemoteOptions::default()));
+    let lock = e.root().join(".treesync/lock.nfs");
+    let stale = format!("pid {} on {}, started at unix time 1\n", dead_pid(), treesync_core::sync::hostname());
+    // More by hand: TREESYNC_RACE_ROUNDS=300.
+    let rounds = std::env::var("TREESYNC_RACE_ROUNDS").ok().and_then(|r| r.parse().ok()).unwrap_or(30);
+    let (mut locked_out, mut after) = (0, 0);
+    for round in 0..rounds {
+        rt.block_on(sync_to(&h.repo, &h.commits[0], &e.open())).expect("back to the first commit");
+        std::fs::write(&lock, &stale).expect("a killed sync's lock");
+        let results = treesync_testkit::race::two_syncs(&h, [&h.commits[1], &h.commits[2]], &|| e.backend());
+        let ended = treesync_testkit::race::check(&h, &e, [1, 2], results, round);
+        locked_out += usize::from(ended.one_locked_out);
+        after += usize::from(ended.one_after_the_other);
+        assert!(!lock.exists(), "round {round}: the lock is released");
+        let left: Vec<_> = std::fs::read_dir(e.root().join(".treesync"))
+            .expect("list .treesync")
+            .flatten()
+            .map(|d| d.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with("lock"))
+            .collect();
+        assert!(left.is_empty(), "round {round}: lock files left: {left:?}");
+    }
+    eprintln!("{rounds} rounds: {locked_out} with one sync locked out, {after} one after the other");
+}
+
+/// Two first syncs into a target directory that does not exist yet, started together: making
+/// the directory is no error for the one that finds it made; one of them syncs, the other finds
+/// the lock (exit 3) or runs after it.
+#[test]
+fn concurrent_first_syncs_into_a_missing_target() {
+    let base = history::wide_tree(200, 41);
+    let (one, _) = history::change_some(&base, 60, 20, 20, 42);
+    let h = History::from_trees(&[base, one]);
+    for round in 0..15 {
+        let e = export!(Export::new(RemoteOptions::default()));
+        let results = treesync_testkit::race::two_syncs(&h, [&h.commits[0], &h.commits[1]], &|| e.backend());
+        treesync_testkit::race::check(&h, &e, [0, 1], results, round);
+    }
+}
+
+/// A hard link planted (on the server) at a temporary's name, to a file outside the synced
+/// tree: the CREATE of the temporary is GUARDED, so that file is neither truncated nor filled
+/// with repository content, and the synced file is a new inode. Same for `.treesync`'s
+/// temporaries (the index `verify` writes).
+#[test]
+fn a_hard_link_at_a_temporary_name_is_not_written_through() {
+    let rt = rt();
+    let mut m0 = Model::default();
+    m0.insert("a.txt", history::Entry::File { content: b"old a\n".to_vec(), executable: false });
+    m0.insert("d/b.txt", history::Entry::File { content: b"old b\n".to_vec(), executable: false });
+    let mut m1 = m0.clone();
+    m1.insert("a.txt", history::Entry::File { content: b"new a, from the repository\n".to_vec(), executable: false });
+    m1.insert("d/b.txt", history::Entry::File { content: b"new b, from the repository\n".to_vec(), executable: true });
+    let h = History::from_trees(&[m0, m1]);
+    let e = export!(Export::new(RemoteOptions::default()));
+    rt.block_on(sync_to(&h.repo, &h.commits[0], &e.open())).expect("initial");
+    let outside = e.server.dir().join(format!("{}-outside", e.sub));
+    std::fs::create_dir(&outside).expect("mkdir outside");
+    let planted = [(".treesync-tmp.a.txt", "secret a\n"), ("d/.treesync-tmp.b.txt", "secret b\n")];
+    for (i, (at, content)) in planted.iter().enumerate() {
+        let file = outside.join(format!("f{i}"));
+        std::fs::write(&file, content).expect("outside file");
+        std::fs::hard_link(&file, e.root().join(at)).expect("plant the hard link");
+    }
+    rt.block_on(sync_to(&h.repo, &h.commits[1], &e.open())).expect("sync");
+    for (i, (at, content)) in planted.iter().enumerate() {
+        let file = outside.join(format!("f{i}"));
+        assert_eq!(std::fs::read_to_string(&file).expect("read"), *content, "{at}: the outside file is unchanged");
+        assert_eq!(mode(&file) & 0o111, 0, "{at}: its mode too");
+        let synced = e.root().join(at.replace(".treesync-tmp.", ""));
+        assert_ne!(inode(&synced), inode(&file), "{at}: the synced file is a new inode");
+    }
+    h.assert_matches(&e, 1, "after the planted links");
+    // `.treesync`'s own temporary (verify writes the index through one).
+    let file = outside.join("index");
+    std::fs::write(&file, "secret index\n").expect("outside file");
+    std::fs::hard_link(&file, e.root().join(".treesync/.treesync-tmp.index")).expect("plant");
+    let r = rt.block_on(treesync_core::verify::verify(&h.repo, &e.open(), treesync_core::verify::Level::Stat));
+    assert!(r.expect("verify").is_clean());
+    assert_eq!(std::fs::read_to_string(&file).expect("read"), "secret index\n", "the outside file is unchanged");
+}
+
+/// `.treesync/lock.nfs` as a hard link to a file outside the tree: nothing is written to it and
+/// its content is never shown (only a holder line treesync wrote, in a file of its own, is).
+#[test]
+fn a_lock_file_that_is_a_hard_link_is_neither_written_nor_shown() {
+    let rt = rt();
+    let h = History::random(17, 2);
+    let e = export!(Export::new(RemoteOptions::default()));
+    rt.block_on(sync_to(&h.repo, &h.commits[0], &e.open())).expect("initial");
+    let outside = e.server.dir().join(format!("{}-outside", e.sub));
+    std::fs::create_dir(&outside).expect("mkdir outside");
+    // The lock: a fresh file (not stale) that is not treesync's.
+    let secret = outside.join("secret");
+    std::fs::write(&secret, "pid 1 on db, started at unix time 1 SECRET-TOKEN\n").expect("outside file");
+    let lock = e.root().join(".treesync/lock.nfs");
+    std::fs::hard_link(&secret, &lock).expect("plant the lock");
+    let err = rt.block_on(sync_to(&h.repo, &h.commits[1], &e.open())).expect_err("locked");
+    assert!(matches!(err, treesync_core::sync::Error::Backend(treesync_core::backend::Error::Locked { .. })), "{err}");
+    let text = err.to_string();
+    assert!(!text.contains("SECRET-TOKEN"), "the outside file's content is not shown: {text}");
+    assert!(text.contains("holder unknown"), "{text}");
+    assert_eq!(
+        std::fs::read_to_string(&secret).expect("read"),
+        "pid 1 on db, started at unix time 1 SECRET-TOKEN\n",
+        "the outside file is unchanged"
+    );
+    std::fs::remove_file(&lock).expect("rm the planted lock");
+    rt.block_on(sync_to(&h.repo, &h.commits[1], &e.open())).expect("sync once it is gone");
+    h.assert_matches(&e, 1, "after the planted lock was removed");
+}
+
+/// `.treesync/state` as a hard link to a file outside the tree (holding a copy of the state):
+/// the state is written to a new file, the outside one is unchanged.
+#[test]
+fn a_state_file_that_is_a_hard_link_is_replaced_not_written_through() {
+    let rt = rt();
+    let h = History::random(18, 2);
+    let e = export!(Export::new(RemoteOptions::default()));
+    rt.block_on(sync_to(&h.repo, &h.commits[0], &e.open())).expect("initial");
+    let outside = e.server.dir().join(format!("{}-outside", e.sub));
+    std::fs::create_dir(&outside).expect("mkdir outside");
+    let state = e.root().join(".treesync/state");
+    let copy = outside.join("state-copy");
+    std::fs::copy(&state, &copy).expect("copy state");
+    let before = std::fs::read_to_string(&copy).expect("read");
+    std::fs::remove_file(&state).expect("rm state");
+    std::fs::hard_link(&copy, &state).expect("plant the state");
+    rt.block_on(sync_to(&h.repo, &h.commits[1], &e.open())).expect("sync");
+    h.assert_matches(&e, 1, "after the planted state");
+    assert_eq!(std::fs::read_to_string(&copy).expect("read"), before, "the outside file is unchanged");
+    assert_ne!(inode(&state), inode(&copy), "the state is a file of its own again");
+    let status = rt.block_on(treesync_core::sync::status(&e.open())).expect("status");
+    assert_eq!(status.state.expect("state").synced.expect("synced").commit.to_string(), h.commits[1]);
+}
+
+/// A chmod-only change of a file that has another hard link (from outside the tree): the
+/// other name keeps its mode (the file is written anew instead of SETATTR on the shared inode).
+#[test]
+fn a_chmod_does_not_reach_through_a_hard_link() {
+    let rt = rt();
+    let mut m0 = Model::default();
+    m0.insert("run.sh", history::Entry::File { content: b"#!/bin/sh\necho hi\n".to_vec(), executable: false });
+    m0.insert("plain", history::Entry::File { content: b"plain\n".to_vec(), executable: false });
+    let mut m1 = m0.clone();
+    m1.insert("run.sh", history::Entry::File { content: b"#!/bin/sh\necho hi\n".to_vec(), executable: true });
+    m1.insert("plain", history::Entry::File { content: b"plain\n".to_vec(), executable: true });
+    let h = History::from_trees(&[m0, m1]);
+    let e = export!(Export::new(RemoteOptions::default()));
+    rt.block_on(sync_to(&h.repo, &h.commits[0], &e.open())).expect("initial");
+    let outside = e.server.dir().join(format!("{}-outside", e.sub));
+    std::fs::hard_link(e.root().join("run.sh"), &outside).expect("hard link from outside");
+    let plain = inode(&e.root().join("plain"));
+    let b = e.open();
+    rt.block_on(sync_to(&h.repo, &h.commits[1], &b)).expect("sync");
+    h.assert_matches(&e, 1, "after the chmod");
+    assert_eq!(mode(&outside) & 0o111, 0, "the outside name keeps its mode");
+    assert_ne!(inode(&e.root().join("run.sh")), inode(&outside), "run.sh is a new file");
+    assert_eq!(inode(&e.root().join("plain")), plain, "a file of its own gets a SETATTR, not a rewrite");
+    assert_eq!(calls(b.inner()).get("SETATTR"), Some(&1), "one SETATTR (plain): {:?}", calls(b.inner()));
+}
+
+/// A chmod-only change of a file that someone replaced by a symlink (to a file outside the
+/// tree): the file is written anew, the symlink's target keeps its mode.
+#[test]
+fn a_chmod_of_a_file_replaced_by_a_symlink_writes_the_file() {
+    let rt = rt();
+    let mut m0 = Model::default();
+    m0.insert("m", history::Entry::File { content: b"mode only\n".to_vec(), executable: false });
+    let mut m1 = m0.clone();
+    m1.insert("m", history::Entry::File { content: b"mode only\n".to_vec(), executable: true });
+    let h = History::from_trees(&[m0, m1]);
+    let e = export!(Export::new(RemoteOptions::default()));
+    rt.block_on(sync_to(&h.repo, &h.commits[0], &e.open())).expect("initial");
+    let outside = e.server.dir().join(format!("{}-outside", e.sub));
+    std::fs::write(&outside, "outside\n").expect("outside file");
+    std::fs::remove_file(e.root().join("m")).expect("rm");
+    std::os::unix::fs::symlink(&outside, e.root().join("m")).expect("plant the symlink");
+    rt.block_on(sync_to(&h.repo, &h.commits[1], &e.open())).expect("sync");
+    assert_eq!(mode(&outside) & 0o111, 0, "the symlink's target keeps its mode");
+    assert_eq!(std::fs::read_to_string(&outside).expect("read"), "outside\n");
+    h.assert_matches(&e, 1, "after the chmod");
 }

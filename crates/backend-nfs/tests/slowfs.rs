@@ -252,3 +252,94 @@ fn write_budget_holds_at_the_filesystem() {
     assert!(seen[0].0 <= 4 && seen[0].1 == 4, "write-jobs 4: creates in flight {:?}", seen[0]);
     assert!(seen[1].0 > 4, "write-jobs 24 lets more than 4 creates overlap: {:?}", seen[1]);
 }
+
+/// A target path that is a symlink (to a directory on the mount) is refused, with the local
+/// backend's words, and nothing lands where it points.
+#[test]
+fn a_target_that_is_a_symlink_is_refused_like_on_a_local_disk() {
+    let f = Slow::new(Options::default());
+    let rt = runtime();
+    let h = History::random(63, 1);
+    std::fs::create_dir(f.fs().backing().join("real")).expect("mkdir");
+    std::os::unix::fs::symlink("real", f.fs().backing().join("link")).expect("symlink");
+    let link = f.fs().path().join("link");
+    let nfs = rt
+        .block_on(sync_to(&h.repo, &h.commits[0], &treesync_backend_nfs::open(&link, Options::default())))
+        .expect_err("refused")
+        .to_string();
+    let local = rt
+        .block_on(sync_to(&h.repo, &h.commits[0], &LocalBackend::new(&link, Default::default())))
+        .expect_err("refused");
+    assert_eq!(nfs, local.to_string(), "one rule, one message");
+    assert!(nfs.contains("not a directory"), "{nfs}");
+    let written: Vec<_> = std::fs::read_dir(f.fs().backing().join("real")).expect("list").collect();
+    assert!(written.is_empty(), "nothing written where the link points: {written:?}");
+}
+
+/// Two first syncs into a target directory that does not exist yet, started together through
+/// the mount: making the directory is no error for the one that finds it made (no "File
+/// exists"); one syncs, the other finds the lock (exit 3) or runs after it.
+#[test]
+fn concurrent_first_syncs_into_a_missing_target_on_a_mount() {
+    let base = history::wide_tree(200, 51);
+    let (one, _) = history::change_some(&base, 60, 20, 20, 52);
+    let h = History::from_trees(&[base, one]);
+    for round in 0..12 {
+        let f = Slow::new(Options::default());
+        let results = treesync_testkit::race::two_syncs(&h, [&h.commits[0], &h.commits[1]], &|| f.backend());
+        treesync_testkit::race::check(&h, &f, [0, 1], results, round);
+    }
+}
+
+fn inode(p: &Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::symlink_metadata(p).expect("stat").ino()
+}
+
+/// `.treesync/lock` as a hard link (made on the server side) to a file outside the tree: the
+/// holder line is not written over that file's first bytes; the sync stops naming the path and
+/// what to do, and runs once the link is removed.
+#[test]
+fn a_lock_file_that_is_a_hard_link_is_not_written_through_on_a_mount() {
+    let f = Slow::new(Options::default());
+    let rt = runtime();
+    let h = History::random(61, 2);
+    rt.block_on(sync_to(&h.repo, &h.commits[0], &*f.backend())).expect("initial");
+    let outside = f.fs().backing().join("outside-lock");
+    let secret = "SECRET-TOKEN and more bytes than a holder line has, so that an overwrite shows at once ".repeat(4);
+    std::fs::write(&outside, &secret).expect("outside file");
+    let lock = f.backing().join(".treesync/lock");
+    std::fs::remove_file(&lock).expect("rm lock");
+    std::fs::hard_link(&outside, &lock).expect("plant the lock");
+    let result = rt.block_on(sync_to(&h.repo, &h.commits[1], &*f.backend()));
+    assert_eq!(std::fs::read_to_string(&outside).expect("read"), secret, "the outside file is unchanged");
+    let err = result.expect_err("refused").to_string();
+    assert!(err.contains(".treesync/lock") && err.contains("hard link") && err.contains("hint"), "{err}");
+    assert!(!err.contains("SECRET-TOKEN"), "{err}");
+    h.assert_matches(&f, 0, "nothing changed");
+    std::fs::remove_file(&lock).expect("rm the planted lock");
+    rt.block_on(sync_to(&h.repo, &h.commits[1], &*f.backend())).expect("sync once it is gone");
+    h.assert_matches(&f, 1, "after the planted lock was removed");
+}
+
+/// `.treesync/state` as a hard link (made on the server side) to a file outside the tree that
+/// holds a copy of it: the state is written to a new file, the outside one is unchanged.
+#[test]
+fn a_state_file_that_is_a_hard_link_is_replaced_on_a_mount() {
+    let f = Slow::new(Options::default());
+    let rt = runtime();
+    let h = History::random(62, 2);
+    rt.block_on(sync_to(&h.repo, &h.commits[0], &*f.backend())).expect("initial");
+    let outside = f.fs().backing().join("outside-state");
+    let state = f.backing().join(".treesync/state");
+    std::fs::copy(&state, &outside).expect("copy state");
+    let before = std::fs::read_to_string(&outside).expect("read");
+    std::fs::remove_file(&state).expect("rm state");
+    std::fs::hard_link(&outside, &state).expect("plant the state");
+    rt.block_on(sync_to(&h.repo, &h.commits[1], &*f.backend())).expect("sync");
+    assert_eq!(std::fs::read_to_string(&outside).expect("read"), before, "the outside file is unchanged");
+    assert_ne!(inode(&state), inode(&outside), "the state is a file of its own again");
+    h.assert_matches(&f, 1, "after the planted state");
+    let status = rt.block_on(treesync_core::sync::status(&*f.backend())).expect("status");
+    assert_eq!(status.state.expect("state").synced.expect("synced").commit.to_string(), h.commits[1]);
+}

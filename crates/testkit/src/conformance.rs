@@ -477,7 +477,8 @@ pub async fn drift_on_the_paths_a_sync_touches_is_healed(f: &dyn Fixture) {
     }
     b.insert("m", file("mode only", true));
     let h = History::from_trees(&[a, b]);
-    let backend = f.backend();
+    // A fresh backend for every run, as every run of the CLI has: handles of directories that
+    // were tampered with are not kept from one run to the next.
     let variants = [
         ("d", Tamper::Remove),
         ("d", Tamper::File),
@@ -490,7 +491,7 @@ pub async fn drift_on_the_paths_a_sync_touches_is_healed(f: &dyn Fixture) {
     for (path, how) in &variants {
         for interrupted in [false, true] {
             let context = format!("{path} tampered ({how:?}), interrupted before: {interrupted}");
-            sync_with(&h.repo, &h.commits[0], &*backend, true).await.expect("back to the first commit");
+            sync_with(&h.repo, &h.commits[0], &*f.backend(), true).await.expect("back to the first commit");
             h.assert_matches(f, 0, &context);
             if interrupted {
                 let failing = Fail::after(f.backend(), 2);
@@ -499,7 +500,7 @@ pub async fn drift_on_the_paths_a_sync_touches_is_healed(f: &dyn Fixture) {
             if !f.tamper(path, how) {
                 return;
             }
-            let out = sync_to(&h.repo, &h.commits[1], &*backend)
+            let out = sync_to(&h.repo, &h.commits[1], &*f.backend())
                 .await
                 .unwrap_or_else(|e| panic!("{context}: one run must finish: {e}"));
             assert_eq!(out.resumed.is_some(), interrupted, "{context}");
@@ -513,7 +514,7 @@ pub async fn drift_on_the_paths_a_sync_touches_is_healed(f: &dyn Fixture) {
             );
             assert_eq!(mode & 0o111, 0, "{context}: the mode of a file outside changed");
             // Nothing left to do.
-            let again = sync::prepare(&h.repo, &h.commits[1], &*backend, false, false).await.expect("plan");
+            let again = sync::prepare(&h.repo, &h.commits[1], &*f.backend(), false, false).await.expect("plan");
             assert!(again.main.is_empty() && again.resume.is_none(), "{context}: planning again is not empty");
         }
     }

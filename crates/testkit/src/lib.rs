@@ -9,6 +9,7 @@ pub mod delay;
 pub mod ganesha;
 pub mod history;
 pub mod pack;
+pub mod race;
 pub mod readers;
 pub mod s3;
 pub mod schema;

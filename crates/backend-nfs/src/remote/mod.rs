@@ -9,17 +9,20 @@
 //! | op | calls |
 //! |---|---|
 //! | mkdir | MKDIR (its reply carries the new handle: no LOOKUP later) |
-//! | write | CREATE of `.treesync-tmp.NAME` with the mode, WRITE (`FILE_SYNC` for one chunk; `UNSTABLE` chunks of the server's `wtmax` + one COMMIT for larger files), RENAME over `NAME` |
+//! | write | GUARDED CREATE of `.treesync-tmp.NAME` with the mode (whatever is there is removed, never written through), WRITE (`FILE_SYNC` for one chunk; `UNSTABLE` chunks of the server's `wtmax` + one COMMIT for larger files), RENAME over `NAME` |
 //! | symlink | SYMLINK of the temporary name, RENAME |
-//! | chmod | LOOKUP, SETATTR |
+//! | chmod | LOOKUP, SETATTR; a file with other hard links is written anew like a write instead |
 //! | unlink, rmdir | REMOVE, RMDIR |
 //!
 //! and every directory a plan touches is looked up once per run (LOOKUP results are cached by
 //! path; directories made by the run are known from their MKDIR replies). No unchanged path is
 //! ever looked up. The journal costs one LOOKUP + READ to read it and one WRITE per update (in
-//! place, like the mounted backend); the lock is a file created with a guarded CREATE
-//! (`.treesync/lock.nfs`), renewed every 30 s while held, taken over when its holder's process
-//! is gone (same host) or it was not renewed for two minutes.
+//! place, like the mounted backend, unless the file has other hard links: then it is replaced
+//! by a new file); the lock is a file created with a guarded CREATE (`.treesync/lock.nfs`),
+//! renewed every 30 s while held, taken over when its holder's process is gone (same host) or
+//! it was not renewed for two minutes. A takeover RENAMEs the stale file to a name of its own
+//! and checks it got the file it judged, so of several syncs taking over at once one wins and
+//! the others find its fresh lock ([`Error::Locked`]).
 //!
 //! Calls that get no reply in time, or whose connection breaks, go again on a new connection;
 //! the server's status codes become errors that name the path and say what they mean.
@@ -383,7 +386,33 @@ impl RemoteBackend {
                     fh = next;
                 }
                 Err(e) if is(&e, nfsstat3::NFS3ERR_NOENT) && last && create => {
-                    let made = nfs.mkdir(&fh, c.as_bytes(), 0o755, here.as_bytes()).await;
+                    let made = match nfs.mkdir(&fh, c.as_bytes(), 0o755, here.as_bytes()).await {
+                        // Another sync made it a moment ago: use it if it is a directory.
+                        Err(e) if is(&e, nfsstat3::NFS3ERR_EXIST) => {
+                            let (next, attr) = nfs
+                                .lookup(&fh, c.as_bytes(), here.as_bytes())
+                                .await
+                                .map_err(|e| nfs_io("create target directory", here, e))?;
+                            let attr = match attr {
+                                Some(a) => a,
+                                None => {
+                                    nfs.getattr(&next, here.as_bytes()).await.map_err(|e| nfs_io("look up", here, e))?
+                                }
+                            };
+                            if attr.type_ != ftype3::NF3DIR {
+                                return Err(Error::io(
+                                    "use target",
+                                    here,
+                                    std::io::Error::new(
+                                        std::io::ErrorKind::NotADirectory,
+                                        "it exists and is not a directory",
+                                    ),
+                                ));
+                            }
+                            Ok(Some(next))
+                        }
+                        r => r,
+                    };
                     fh = nfs
                         .made(&fh, c.as_bytes(), here.as_bytes(), made, false)
                         .await
@@ -473,8 +502,8 @@ impl RemoteBackend {
         let removal = matches!(op, Op::Unlink { .. } | Op::Rmdir { .. });
         let dir = match self.dir(parent).await {
             Ok(fh) => fh,
-            // The parent is gone: so is what we should remove. (A parent that is a symlink or a
-            // file now is drift, healed by the executor: never removed through.)
+            // The parent is gone: so is what we should remove. (A parent that is a symlink or
+            // a file is drift the executor heals: reported below like for any other op.)
             Err(DirError::Missing) if removal => {
                 if matches!(op, Op::Rmdir { .. }) {
                     self.forget(path.as_bytes());
@@ -511,23 +540,7 @@ impl RemoteBackend {
                 Err(e) => Err(nfs_io("create directory", path, e)),
             },
             Op::Write { blob, size, executable, .. } => {
-                let tmp = Target::sibling_tmp(name);
-                let mode = if *executable { 0o755 } else { 0o644 };
-                let created = nfs.create(&dir, &tmp, nfs::mode_attr(mode, Some(0)), false, about).await;
-                let fh = nfs.made(&dir, &tmp, about, created, false).await.map_err(|e| nfs_io("write", path, e))?;
-                let result = async {
-                    self.write_content(nfs, &fh, *blob, *size, blobs, path).await?;
-                    match nfs.rename(&dir, &tmp, &dir, name, about).await {
-                        Ok(_) | Err(NfsError::DoneBefore(_)) => Ok(()),
-                        Err(e) => Err(nfs_io("write", path, e)),
-                    }
-                }
-                .await;
-                if result.is_err() {
-                    // Never leave a temporary behind (a full server must not fill up further).
-                    let _ = nfs.remove(&dir, &tmp, about).await;
-                }
-                result
+                self.replace_file(nfs, &dir, name, (*blob, *size), *executable, blobs, path).await
             }
             Op::Symlink { target, .. } => {
                 let tmp = Target::sibling_tmp(name);
@@ -552,17 +565,28 @@ impl RemoteBackend {
                 }
                 result.map_err(|e| nfs_io("create symlink", path, e))
             }
-            Op::Chmod { executable, .. } => {
-                let (fh, attr) = nfs.lookup(&dir, name, about).await.map_err(|e| nfs_io("change mode of", path, e))?;
-                if attr.is_some_and(|a| a.type_ != ftype3::NF3REG) {
-                    return Err(Error::io(
-                        "change mode of",
-                        path,
-                        std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a regular file"),
-                    ));
+            Op::Chmod { executable, blob, size, .. } => {
+                let found = match nfs.lookup(&dir, name, about).await {
+                    Ok((fh, Some(a))) => Some((fh, a)),
+                    Ok((fh, None)) => {
+                        let a = nfs.getattr(&fh, about).await.map_err(|e| nfs_io("change mode of", path, e))?;
+                        Some((fh, a))
+                    }
+                    Err(e) if is(&e, nfsstat3::NFS3ERR_NOENT) => None,
+                    Err(e) => return Err(nfs_io("change mode of", path, e)),
+                };
+                match found {
+                    // A file of its own: one SETATTR.
+                    Some((fh, a)) if a.type_ == ftype3::NF3REG && a.nlink == 1 => {
+                        let mode = if *executable { 0o755 } else { 0o644 };
+                        nfs.setattr(&fh, Some(mode), false, about).await.map_err(|e| nfs_io("change mode of", path, e))
+                    }
+                    // Another name shares the inode (a hard link from outside the tree: a
+                    // SETATTR would change that file's mode too), or the file is gone or
+                    // something else took its place (like the local backend: write the file
+                    // anew; a directory there fails the RENAME as drift the executor heals).
+                    _ => self.replace_file(nfs, &dir, name, (*blob, *size), *executable, blobs, path).await,
                 }
-                let mode = if *executable { 0o755 } else { 0o644 };
-                nfs.setattr(&fh, Some(mode), false, about).await.map_err(|e| nfs_io("change mode of", path, e))
             }
             Op::Unlink { .. } => match nfs.remove(&dir, name, about).await {
                 Ok(_) | Err(NfsError::DoneBefore(_)) => Ok(()),
@@ -582,6 +606,38 @@ impl RemoteBackend {
                 }
             }
         }
+    }
+
+    /// Write a new file `name` in `dir` with the blob's content: CREATE of `.treesync-tmp.NAME`
+    /// (a new inode, see [`create_new`]), WRITE, RENAME over `name`. The temporary never
+    /// outlives an error (a full server must not fill up further).
+    #[allow(clippy::too_many_arguments)] // one op's parts, passed through from `run`
+    async fn replace_file(
+        &self,
+        nfs: &nfs::Nfs,
+        dir: &Fh,
+        name: &[u8],
+        (blob, size): (treesync_core::ObjectId, u64),
+        executable: bool,
+        blobs: &Arc<dyn BlobSource>,
+        path: &RelPath,
+    ) -> Result<(), Error> {
+        let about = path.as_bytes();
+        let tmp = Target::sibling_tmp(name);
+        let mode = if executable { 0o755 } else { 0o644 };
+        let fh = create_new(nfs, dir, &tmp, mode, about).await.map_err(|e| nfs_io("write", path, e))?;
+        let result = async {
+            self.write_content(nfs, &fh, blob, size, blobs, path).await?;
+            match nfs.rename(dir, &tmp, dir, name, about).await {
+                Ok(_) | Err(NfsError::DoneBefore(_)) => Ok(()),
+                Err(e) => Err(nfs_io("write", path, e)),
+            }
+        }
+        .await;
+        if result.is_err() {
+            let _ = nfs.remove(dir, &tmp, about).await;
+        }
+        result
     }
 
     /// Write the blob into the open temporary `fh`: one FILE_SYNC WRITE when it fits in one
@@ -701,7 +757,7 @@ impl RemoteBackend {
         Ok(Some(fh))
     }
 
-    async fn read_meta_file(&self, name: &[u8]) -> Result<Option<(Fh, Vec<u8>)>, Error> {
+    async fn read_meta_file(&self, name: &[u8]) -> Result<Option<(Fh, Option<fattr3>, Vec<u8>)>, Error> {
         let shown = format!("{STATE_DIR}/{}", String::from_utf8_lossy(name));
         let Some(meta) = self.meta(false).await? else { return Ok(None) };
         let nfs = self.nfs().await?;
@@ -710,9 +766,57 @@ impl RemoteBackend {
             Err(e) if is(&e, nfsstat3::NFS3ERR_NOENT) => return Ok(None),
             Err(e) => return Err(nfs_io("read", shown, e)),
         };
-        let size = attr.map_or(0, |a| a.size);
+        let size = attr.as_ref().map_or(0, |a| a.size);
         let bytes = read_all(nfs, &fh, size, shown.as_bytes()).await.map_err(|e| nfs_io("read", &shown, e))?;
-        Ok(Some((fh, bytes)))
+        Ok(Some((fh, attr, bytes)))
+    }
+
+    /// Take the stale lock file judged from `judged` (its attributes) out of the way, without
+    /// ever removing another sync's lock by name: RENAME it to a name of our own (atomic:
+    /// of several syncs doing this at once, one gets the stale file), then check that what we
+    /// renamed is the file we judged (same fileid and mtime). If it is, remove it; if it is
+    /// not, it is the fresh lock of a sync that took the stale one over first: put it back
+    /// with LINK (which, unlike RENAME, never replaces a lock made in the meantime).
+    async fn take_over(&self, nfs: &nfs::Nfs, meta: &Fh, judged: &fattr3, shown: &str) -> Result<(), Error> {
+        static ASIDE: AtomicU64 = AtomicU64::new(0);
+        let aside = format!(
+            "lock.nfs.stale.{}.{}.{}",
+            std::process::id(),
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos(),
+            ASIDE.fetch_add(1, Ordering::Relaxed)
+        );
+        let aside = aside.as_bytes();
+        match nfs.rename(meta, LOCK_FILE, meta, aside, shown.as_bytes()).await {
+            Ok(()) | Err(NfsError::DoneBefore(_)) => {}
+            // Gone: its holder removed it, or another sync took it aside first.
+            Err(e) if is(&e, nfsstat3::NFS3ERR_NOENT) => return Ok(()),
+            Err(e) => return Err(nfs_io("take over the lock", shown, e)),
+        }
+        let (fh, attr) =
+            nfs.lookup(meta, aside, shown.as_bytes()).await.map_err(|e| nfs_io("take over the lock", shown, e))?;
+        let attr = match attr {
+            Some(a) => a,
+            None => nfs.getattr(&fh, shown.as_bytes()).await.map_err(|e| nfs_io("take over the lock", shown, e))?,
+        };
+        let same = attr.fileid == judged.fileid
+            && attr.fsid == judged.fsid
+            && (attr.mtime.seconds, attr.mtime.nseconds) == (judged.mtime.seconds, judged.mtime.nseconds);
+        if !same {
+            match nfs.link(&fh, meta, LOCK_FILE, shown.as_bytes()).await {
+                Ok(()) => {}
+                Err(e) => {
+                    // A third sync made a lock in the moment the other one was aside: leave
+                    // that one be (the one aside still holds its run; it was not stale).
+                    tracing::warn!(target: "treesync::nfs", error = %e, "could not put back a lock taken aside");
+                    return Ok(());
+                }
+            }
+        }
+        match nfs.remove(meta, aside, shown.as_bytes()).await {
+            Ok(()) | Err(NfsError::DoneBefore(_)) => Ok(()),
+            Err(e) if is(&e, nfsstat3::NFS3ERR_NOENT) => Ok(()),
+            Err(e) => Err(nfs_io("take over the lock", shown, e)),
+        }
     }
 
     /// Take over a lock whose holder is gone: same host and no such process, or not renewed
@@ -728,6 +832,41 @@ impl RemoteBackend {
         }
         let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_secs();
         attr.is_some_and(|a| now.saturating_sub(u64::from(a.mtime.seconds)) > LEASE.as_secs())
+    }
+}
+
+/// The holder line of the lock file `fh`, if it is one treesync wrote: a regular file of its
+/// own (one link: not a hard link to some other file) holding one short holder line
+/// (`pid N on HOST, started at unix time T`). Anything else is never shown.
+async fn lock_holder(nfs: &nfs::Nfs, fh: &Fh, attr: &fattr3, about: &[u8]) -> Option<String> {
+    const MAX: u32 = 512;
+    if attr.type_ != ftype3::NF3REG || attr.nlink != 1 || attr.size > u64::from(MAX) {
+        return None;
+    }
+    let (data, _) = nfs.read(fh, 0, MAX, about).await.ok()?;
+    let text = std::str::from_utf8(&data).ok()?.trim();
+    let ours = text.starts_with("pid ") && text.contains(" on ") && text.chars().all(|c| !c.is_control());
+    ours.then(|| text.to_string())
+}
+
+/// CREATE `name` in `dir` as a new, empty file with `mode`: GUARDED, so whatever is already
+/// there (a killed run's temporary, or a hard link someone planted to a file outside the tree)
+/// is never truncated or written through. It is removed (only its name: the file it links
+/// to is untouched) and the CREATE tried once more.
+async fn create_new(nfs: &nfs::Nfs, dir: &Fh, name: &[u8], mode: u32, about: &[u8]) -> Result<Fh, NfsError> {
+    let mut first = true;
+    loop {
+        let created = nfs.create(dir, name, nfs::mode_attr(mode, None), true, about).await;
+        if first && matches!(&created, Err(NfsError::Status(s)) if *s == nfsstat3::NFS3ERR_EXIST) {
+            first = false;
+            match nfs.remove(dir, name, about).await {
+                Ok(()) | Err(NfsError::DoneBefore(_)) => {}
+                Err(e) if is(&e, nfsstat3::NFS3ERR_NOENT) => {}
+                Err(e) => return Err(e),
+            }
+            continue;
+        }
+        return nfs.made(dir, name, about, created, false).await;
     }
 }
 
@@ -849,7 +988,15 @@ impl Backend for RemoteBackend {
         let nfs = self.nfs().await?;
         let entries =
             nfs.readdirplus(&root, b"").await.map_err(|e| nfs_io("read target directory", self.shown(b""), e))?;
-        Ok(if entries.is_empty() { TargetState::Empty } else { TargetState::Unmanaged })
+        Ok(if entries.iter().any(|e| e.name == STATE_DIR.as_bytes()) {
+            // Made a moment ago by a sync starting at the same time as this one: whatever
+            // else is there is its work (the state, read under the lock, will tell).
+            TargetState::Managed
+        } else if entries.is_empty() {
+            TargetState::Empty
+        } else {
+            TargetState::Unmanaged
+        })
     }
 
     async fn read_dir(&self, dir: &RelPath) -> Result<Vec<DirEntry>, Error> {
@@ -886,9 +1033,12 @@ impl Backend for RemoteBackend {
     }
 
     async fn load_state(&self) -> Result<Option<Vec<u8>>, Error> {
-        let Some((fh, bytes)) = self.read_meta_file(b"state").await? else { return Ok(None) };
+        let Some((fh, attr, bytes)) = self.read_meta_file(b"state").await? else { return Ok(None) };
+        // Written in place only if it is a file of its own: never through a hard link (or
+        // anything else) someone put there; that is replaced by a new file instead.
+        let own = attr.is_some_and(|a| a.type_ == ftype3::NF3REG && a.nlink == 1);
         if let Some(run) = self.inner.run.lock().expect("never poisoned").as_mut() {
-            run.state = Some((fh, bytes.len()));
+            run.state = own.then_some((fh, bytes.len()));
         }
         Ok(Some(bytes))
     }
@@ -905,13 +1055,29 @@ impl Backend for RemoteBackend {
         let (fh, len) = match known {
             Some(k) => k,
             None => {
+                // No state file of our own yet (none, or one that is not ours to write
+                // through): a new file, renamed into place; later writes go in place.
                 let meta = self.meta(true).await?.expect("created");
-                let made = nfs.create(&meta, b"state", nfs::mode_attr(0o644, None), true, shown.as_bytes()).await;
-                let fh = nfs
-                    .made(&meta, b"state", shown.as_bytes(), made, true)
+                let tmp = Target::sibling_tmp(b"state");
+                let fh = create_new(nfs, &meta, &tmp, 0o644, shown.as_bytes())
                     .await
                     .map_err(|e| nfs_io("write", &shown, e))?;
-                (fh, 0)
+                let result = async {
+                    write_all(nfs, &fh, 0, bytes, stable_how::FILE_SYNC, shown.as_bytes()).await?;
+                    match nfs.rename(&meta, &tmp, &meta, b"state", shown.as_bytes()).await {
+                        Ok(_) | Err(NfsError::DoneBefore(_)) => Ok(()),
+                        Err(e) => Err(e),
+                    }
+                }
+                .await;
+                if let Err(e) = result {
+                    let _ = nfs.remove(&meta, &tmp, shown.as_bytes()).await;
+                    return Err(nfs_io("write", &shown, e));
+                }
+                if let Some(run) = self.inner.run.lock().expect("never poisoned").as_mut() {
+                    run.state = Some((fh, bytes.len()));
+                }
+                return Ok(());
             }
         };
         let mut padded = bytes.to_vec();
@@ -931,32 +1097,33 @@ impl Backend for RemoteBackend {
         let shown = format!("{STATE_DIR}/{}", String::from_utf8_lossy(LOCK_FILE));
         let meta = self.meta(true).await?.expect("created");
         let nfs = self.nfs().await?;
-        let mut took_over = false;
+        let mut tries = 0;
         let fh = loop {
+            tries += 1;
             let made = nfs.create(&meta, LOCK_FILE, nfs::mode_attr(0o644, Some(0)), true, shown.as_bytes()).await;
             match nfs.made(&meta, LOCK_FILE, shown.as_bytes(), made, false).await {
                 Ok(fh) => break fh,
-                Err(e) if is(&e, nfsstat3::NFS3ERR_EXIST) && !took_over => {
+                Err(e) if is(&e, nfsstat3::NFS3ERR_EXIST) => {
                     let (fh, attr) = match nfs.lookup(&meta, LOCK_FILE, shown.as_bytes()).await {
                         Ok(r) => r,
-                        Err(e) if is(&e, nfsstat3::NFS3ERR_NOENT) => continue,
+                        Err(e) if is(&e, nfsstat3::NFS3ERR_NOENT) && tries < 4 => continue,
                         Err(e) => return Err(nfs_io("lock", &shown, e)),
                     };
-                    let text = read_all(nfs, &fh, 256, shown.as_bytes()).await.unwrap_or_default();
-                    let other = String::from_utf8_lossy(&text).trim().to_string();
-                    if Self::stale(&other, attr.as_ref()) {
-                        tracing::warn!(target: "treesync::nfs", holder = %other, "taking over a stale lock");
-                        took_over = true;
-                        match nfs.remove(&meta, LOCK_FILE, shown.as_bytes()).await {
-                            Ok(_) | Err(NfsError::DoneBefore(_)) => continue,
-                            Err(e) if is(&e, nfsstat3::NFS3ERR_NOENT) => continue,
-                            Err(e) => return Err(nfs_io("lock", &shown, e)),
-                        }
+                    let attr = match attr {
+                        Some(a) => a,
+                        None => nfs.getattr(&fh, shown.as_bytes()).await.map_err(|e| nfs_io("lock", &shown, e))?,
+                    };
+                    let other = lock_holder(nfs, &fh, &attr, shown.as_bytes()).await;
+                    if tries < 4 && Self::stale(other.as_deref().unwrap_or(""), Some(&attr)) {
+                        tracing::warn!(target: "treesync::nfs", holder = ?other, "taking over a stale lock");
+                        self.take_over(nfs, &meta, &attr, &shown).await?;
+                        // Whoever got it: CREATE again, and a lock found now is judged afresh.
+                        continue;
                     }
                     return Err(Error::Locked {
                         holder: format!(
                             "{}; lock file {shown} on the server, renewed every {} s while held and taken over {} s after the last renewal",
-                            if other.is_empty() { "holder unknown" } else { &other },
+                            other.unwrap_or_else(|| "holder unknown: no holder line treesync wrote".into()),
                             RENEW.as_secs(),
                             LEASE.as_secs()
                         ),
@@ -1089,7 +1256,7 @@ impl Backend for RemoteBackend {
     }
 
     async fn load_aux(&self, name: &str) -> Result<Option<Vec<u8>>, Error> {
-        Ok(self.read_meta_file(name.as_bytes()).await?.map(|(_, b)| b))
+        Ok(self.read_meta_file(name.as_bytes()).await?.map(|(_, _, b)| b))
     }
 
     async fn store_aux(&self, name: &str, bytes: &[u8]) -> Result<(), Error> {
@@ -1097,9 +1264,7 @@ impl Backend for RemoteBackend {
         let meta = self.meta(true).await?.expect("created");
         let nfs = self.nfs().await?;
         let tmp = Target::sibling_tmp(name.as_bytes());
-        let created = nfs.create(&meta, &tmp, nfs::mode_attr(0o644, Some(0)), false, shown.as_bytes()).await;
-        let fh =
-            nfs.made(&meta, &tmp, shown.as_bytes(), created, false).await.map_err(|e| nfs_io("write", &shown, e))?;
+        let fh = create_new(nfs, &meta, &tmp, 0o644, shown.as_bytes()).await.map_err(|e| nfs_io("write", &shown, e))?;
         let chunk = self.wtmax().await as usize;
         let result = async {
             for (i, part) in bytes.chunks(chunk).enumerate() {

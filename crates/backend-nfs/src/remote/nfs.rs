@@ -332,6 +332,13 @@ impl Nfs {
         self.res::<n::SYMLINK3resok, n::SYMLINK3resfail>(10, &args, about).await.map(drop)
     }
 
+    /// LINK: a new name `nm` in `dir` for the file `fh` (fails with EXIST if `nm` is taken:
+    /// unlike RENAME it never replaces anything).
+    pub async fn link(&self, fh: &Fh, dir: &Fh, nm: &[u8], about: &[u8]) -> Result<(), NfsError> {
+        let args = n::LINK3args { file: fh.clone(), link: dirop(dir, nm) };
+        self.res::<n::LINK3resok, n::LINK3resfail>(15, &args, about).await.map(drop)
+    }
+
     /// REMOVE `name` from `dir`.
     pub async fn remove(&self, dir: &Fh, nm: &[u8], about: &[u8]) -> Result<(), NfsError> {
         let args = n::REMOVE3args { object: dirop(dir, nm) };
@@ -403,4 +410,30 @@ impl Nfs {
 /// The type of an object from its attributes.
 pub fn kind(attr: &Option<n::fattr3>) -> Option<ftype3> {
     attr.as_ref().map(|a| a.type_)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::ErrorKind as K;
+
+    /// The executor tells drift apart by these kinds (something missing, a file where a
+    /// directory should be, …): each status maps to the one that says the same.
+    #[test]
+    fn statuses_map_to_the_io_error_kinds_that_mean_the_same() {
+        for (status, kind) in [
+            (nfsstat3::NFS3ERR_NOENT, K::NotFound),
+            (nfsstat3::NFS3ERR_NOTDIR, K::NotADirectory),
+            (nfsstat3::NFS3ERR_ISDIR, K::IsADirectory),
+            (nfsstat3::NFS3ERR_EXIST, K::AlreadyExists),
+            (nfsstat3::NFS3ERR_NOTEMPTY, K::DirectoryNotEmpty),
+            (nfsstat3::NFS3ERR_ACCES, K::PermissionDenied),
+            (nfsstat3::NFS3ERR_NOSPC, K::StorageFull),
+            (nfsstat3::NFS3ERR_ROFS, K::ReadOnlyFilesystem),
+            (nfsstat3::NFS3ERR_STALE, K::StaleNetworkFileHandle),
+        ] {
+            assert_eq!(NfsError::Status(status).into_io().kind(), kind, "{status}");
+            assert_eq!(NfsError::DoneBefore(status).into_io().kind(), kind, "{status}, sent again");
+        }
+    }
 }
