@@ -404,8 +404,12 @@ impl Target {
         match std::fs::symlink_metadata(&self.root) {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 if create {
-                    std::fs::create_dir(&self.root)
-                        .map_err(|e| Error::io("create target directory", self.root_display(), e))?;
+                    match std::fs::create_dir(&self.root) {
+                        Ok(()) => {}
+                        // Another sync made it a moment ago: look again (its lock decides).
+                        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => return self.prepare(false),
+                        Err(e) => return Err(Error::io("create target directory", self.root_display(), e)),
+                    }
                 }
                 return Ok(TargetState::Empty);
             }

@@ -51,3 +51,20 @@ mod serial {
     use super::*;
     treesync_testkit::conformance_suite!(Local::new(Options { jobs: 1, batch: 1, min_batch: 1, fsync: false }));
 }
+
+/// Two first syncs into a target directory that does not exist yet, started together, 20
+/// rounds: neither fails with "File exists"; the loser finds the lock (exit 3) or runs after
+/// the winner; the target equals `git archive` of the commit its state records.
+#[test]
+fn concurrent_first_syncs_into_a_missing_target() {
+    use treesync_testkit::conformance::History;
+    use treesync_testkit::history;
+    let base = history::wide_tree(200, 51);
+    let (one, _) = history::change_some(&base, 60, 20, 20, 52);
+    let h = History::from_trees(&[base, one]);
+    for round in 0..20 {
+        let f = Local::new(Options::default());
+        let results = treesync_testkit::race::two_syncs(&h, [&h.commits[0], &h.commits[1]], &|| f.backend());
+        treesync_testkit::race::check(&h, &f, [0, 1], results, round);
+    }
+}
