@@ -32,6 +32,24 @@ pub struct Target {
     case_sensitive: OnceLock<bool>,
 }
 
+/// The error for a target path that is a symlink, on every backend for mounted filesystems:
+/// it is not followed (so that nobody can redirect the writes by swapping the link), and a
+/// trailing slash follows it on purpose.
+pub fn target_is_a_symlink(root: &std::path::Path) -> Error {
+    let to = std::fs::read_link(root).map(|t| t.display().to_string()).unwrap_or_default();
+    Error::io(
+        "use target",
+        root.display(),
+        std::io::Error::new(
+            std::io::ErrorKind::NotADirectory,
+            format!(
+                "it is a symlink (to {to}); treesync does not follow it, so that nobody can redirect the writes by swapping the link\n  hint: pass the directory it points to, or end the target with a slash ({}/) to follow the link on purpose",
+                root.display()
+            ),
+        ),
+    )
+}
+
 /// What a file type is called in messages.
 fn file_type_name(t: FileType) -> &'static str {
     match t {
@@ -414,20 +432,7 @@ impl Target {
                 return Ok(TargetState::Empty);
             }
             Err(e) => return Err(Error::io("read target directory", self.root_display(), e)),
-            Ok(m) if m.is_symlink() => {
-                let to = std::fs::read_link(&self.root).map(|t| t.display().to_string()).unwrap_or_default();
-                return Err(Error::io(
-                    "use target",
-                    self.root_display(),
-                    std::io::Error::new(
-                        std::io::ErrorKind::NotADirectory,
-                        format!(
-                            "it is a symlink (to {to}); treesync does not follow it, so that nobody can redirect the writes by swapping the link\n  hint: pass the directory it points to, or end the target with a slash ({}/) to follow the link on purpose",
-                            self.root_display()
-                        ),
-                    ),
-                ));
-            }
+            Ok(m) if m.is_symlink() => return Err(target_is_a_symlink(&self.root)),
             Ok(m) if !m.is_dir() => {
                 return Err(Error::io(
                     "use target",

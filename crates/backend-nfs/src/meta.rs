@@ -90,6 +90,12 @@ impl Meta {
                 }
                 return Ok(TargetState::Empty);
             }
+            // O_NOFOLLOW | O_DIRECTORY on a symlink says ENOTDIR (or ELOOP): tell them apart.
+            Err(Errno::NOTDIR | Errno::LOOP)
+                if std::fs::symlink_metadata(&self.root).is_ok_and(|m| m.file_type().is_symlink()) =>
+            {
+                return Err(treesync_backend_local::fs::target_is_a_symlink(&self.root));
+            }
             Err(Errno::NOTDIR | Errno::LOOP) => {
                 return Err(Error::io(
                     "use target",

@@ -271,7 +271,7 @@ fn a_target_that_is_a_symlink_is_refused_like_on_a_local_disk() {
         .block_on(sync_to(&h.repo, &h.commits[0], &LocalBackend::new(&link, Default::default())))
         .expect_err("refused");
     assert_eq!(nfs, local.to_string(), "one rule, one message");
-    assert!(nfs.contains("not a directory"), "{nfs}");
+    assert!(nfs.contains("it is a symlink (to real)"), "{nfs}");
     let written: Vec<_> = std::fs::read_dir(f.fs().backing().join("real")).expect("list").collect();
     assert!(written.is_empty(), "nothing written where the link points: {written:?}");
 }

@@ -30,6 +30,9 @@ pub async fn apply(
     let mut done = OpCounts::default();
     let mut healed = 0;
     let mut dirs_recreated = 0;
+    // One heal at a time: two ops that meet the same drift (a directory replaced by a
+    // symlink, say) must not both replace it, the second removing what the first made.
+    let healing = tokio::sync::Mutex::new(());
     let ops_total = plan.len() as u64;
     let bytes_total = plan.counts.bytes;
 
@@ -41,6 +44,7 @@ pub async fn apply(
         let size = batch_size.min(n.div_ceil(jobs).max(policy.min_batch)).max(1);
         let batches: Vec<Batch> = (0..n).step_by(size).map(|i| Batch::new(ops.clone(), i..(i + size).min(n))).collect();
         let failed = AtomicBool::new(false);
+        let healing = &healing;
         let mut first_error = None;
         let mut results = futures::stream::iter(batches)
             .map(|batch| {
@@ -53,7 +57,7 @@ pub async fn apply(
                         // The target drifted on a path of this batch: run its ops one by one,
                         // healing those that meet the drift (the ones done already are
                         // idempotent).
-                        Err(e) if e.is_drift() => one_by_one(backend, &batch, blobs).await,
+                        Err(e) if e.is_drift() => one_by_one(backend, &batch, blobs, healing).await,
                         r => r.map(|()| Healed::default()),
                     };
                     (batch, Some(r))
@@ -107,14 +111,19 @@ async fn one_by_one(
     backend: &dyn Backend,
     batch: &Batch,
     blobs: &Arc<dyn BlobSource>,
+    healing: &tokio::sync::Mutex<()>,
 ) -> Result<Healed, backend::Error> {
     let mut healed = Healed::default();
     for op in batch.iter() {
         match backend.execute(op, blobs).await {
             Ok(()) => {}
             Err(e) if e.is_drift() => {
+                let _one_at_a_time = healing.lock().await;
                 tracing::info!(target: "treesync::apply", path = %op.path(), error = %e, "the target drifted here; healing");
-                healed.dirs_recreated += heal(backend, op, blobs).await.map_err(|_| e)?;
+                healed.dirs_recreated += heal(backend, op, blobs).await.map_err(|h| {
+                    tracing::warn!(target: "treesync::apply", path = %op.path(), error = %h, "healing failed");
+                    e
+                })?;
                 healed.ops += 1;
             }
             Err(e) => return Err(e),
