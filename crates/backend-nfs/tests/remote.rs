@@ -115,7 +115,11 @@ macro_rules! suite_on {
         case!(incremental_sync_touches_only_changed_paths);
         case!(locked_target_is_refused);
         case!(never_writes_through_a_symlink);
-        case!(drift_on_the_paths_a_sync_touches_is_healed);
+        // Not drift_on_the_paths_a_sync_touches_is_healed: the test tampers with ganesha's
+        // exported directory behind its back, and ganesha's cache then hands out handles of
+        // the removed directories (NFS3ERR_STALE, about one run in three), which no client
+        // would see of a change made through the server. Its chmod part is a test of its own
+        // below (a_chmod_of_a_file_replaced_by_a_symlink_writes_the_file).
         case!(case_collisions_are_refused_where_case_is_not_told_apart);
         case!(slow_and_reordered_ops_change_nothing_but_time);
         case!(unmanaged_target_needs_force);
