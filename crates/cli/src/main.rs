@@ -623,7 +623,11 @@ async fn watch_one(name: Option<String>, args: WatchArgs, interrupt: Arc<AtomicB
                 let text = if report.is_clean() {
                     format!("verify: clean ({} entries, {} hashed)", report.expected, report.hashed)
                 } else {
-                    format!("verify: DRIFT in {} paths, first: {}", report.drift.len(), report.drift[0].path())
+                    format!(
+                        "verify: DRIFT in {} paths, first: {}",
+                        report.drift.len(),
+                        treesync_core::path::quote(report.drift[0].path())
+                    )
                 };
                 emit("verified", serde_json::json!({ "report": &report, "clean": report.is_clean() }), text, false);
                 if let Some(done) = repaired {
@@ -1189,7 +1193,7 @@ fn run_verify(args: VerifyArgs) -> anyhow::Result<ExitCode> {
                 verify::Drift::ContentChanged { .. } => "content differs".into(),
                 verify::Drift::LinkChanged { .. } => "symlink target differs".into(),
             };
-            println!("{:<40} {what}", treesync_core::path::quote(d.path().as_bytes()));
+            println!("{:<40} {what}", treesync_core::path::quote(d.path()));
         }
         println!(
             "{} {}: {} entries checked at level {:?}, {} hashed, {} proven by stat data: {}",
@@ -1369,8 +1373,8 @@ fn run_sync(args: SyncArgs) -> anyhow::Result<()> {
 
 /// What a takeover removes and writes over, with the first paths of each.
 fn print_replaced(r: &sync::Replaced, dry_run: bool) {
-    let list = |n: u64, first: &[String]| {
-        let mut s: Vec<String> = first.iter().map(|p| treesync_core::path::quote(p.as_bytes()).into_owned()).collect();
+    let list = |n: u64, first: &[Vec<u8>]| {
+        let mut s: Vec<String> = first.iter().map(|p| treesync_core::path::quote(p).into_owned()).collect();
         if n > first.len() as u64 {
             s.push("…".into());
         }

@@ -449,3 +449,34 @@ fn sync_waits_for_the_lock_with_wait() {
     assert!(holder.wait().expect("flock ends").success());
     assert_target_is(&bare, &commits[1], &t);
 }
+
+/// A name that is not UTF-8: `--json` writes it losslessly (git's C-quoted form, documented in
+/// docs/json.md), and `verify --repair` repairs it instead of skipping it.
+#[test]
+fn names_that_are_not_utf8_lose_nothing_in_json_and_are_repaired() {
+    use std::os::unix::ffi::OsStrExt;
+    let bare = BareRepo::new();
+    let blob = treesync_testkit::git_stdin(&bare.path, &["hash-object", "-w", "--stdin"], b"latin-1 name\n");
+    let tree = treesync_testkit::raw_tree(&bare.path, &[("100644", b"caf\xe9.txt", &blob), ("100644", b"ok", &blob)]);
+    let commit = git(&bare.path, &["-c", "user.name=t", "-c", "user.email=t@t", "commit-tree", &tree, "-m", "latin-1"]);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let t = dir.path().join("t");
+    let o = treesync(&["plan", "--repo", s(&bare.path), "--ref", &commit, "--target", s(&t), "--json"]);
+    assert_ok(&o);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
+    let paths: Vec<&str> = v["plan"]["phases"]
+        .as_array()
+        .expect("phases")
+        .iter()
+        .flat_map(|p| p["ops"].as_array().expect("ops").iter().map(|op| op["path"].as_str().expect("path")))
+        .collect();
+    assert_eq!(paths, [r#""caf\351.txt""#, "ok"], "{v}");
+    assert_ok(&sync(&bare.path, &commit, &t, &[]));
+    let odd = t.join(std::ffi::OsStr::from_bytes(b"caf\xe9.txt"));
+    std::fs::write(&odd, b"tampered\n").expect("tamper");
+    let o = treesync(&["verify", "--repo", s(&bare.path), "--target", s(&t), "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
+    assert_eq!(v["report"]["drift"][0]["path"], r#""caf\351.txt""#, "{v}");
+    assert_ok(&treesync(&["verify", "--repo", s(&bare.path), "--target", s(&t), "--repair"]));
+    assert_eq!(std::fs::read(&odd).expect("read"), b"latin-1 name\n", "repaired, not skipped");
+}

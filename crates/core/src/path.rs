@@ -148,6 +148,15 @@ impl RelPath {
         })
     }
 
+    /// Parse a `/`-separated path of bytes, validating every component.
+    pub fn parse_bytes(path: &[u8]) -> Result<RelPath, UnsafeName> {
+        let mut out = RelPath::root();
+        for c in path.split(|b| *b == b'/') {
+            out = out.join(c.as_bstr(), NameKind::Other)?;
+        }
+        Ok(out)
+    }
+
     /// Parse a `/`-separated path, validating every component.
     pub fn parse(path: &str) -> Result<RelPath, UnsafeName> {
         let mut out = RelPath::root();
@@ -224,8 +233,30 @@ impl fmt::Debug for RelPath {
 
 impl serde::Serialize for RelPath {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        if self.is_root() { s.serialize_str(".") } else { s.serialize_str(&self.0.to_str_lossy()) }
+        if self.is_root() { s.serialize_str(".") } else { ser_json(&self.0, s) }
     }
+}
+
+/// `path` as `--json` writes it, losing nothing: as it is when it is UTF-8 holding neither `"`
+/// nor `\\` (JSON escapes the rest); otherwise C-quoted like git does (in `"…"`, with `\\t \\n
+/// \\" \\\\` and three octal digits for every other byte that is not printable ASCII or part of
+/// UTF-8 text, so bytes that are not UTF-8 too). A plain name never starts with `"`, so a
+/// string that does is always the quoted form.
+pub fn json_form(path: &[u8]) -> std::borrow::Cow<'_, str> {
+    match std::str::from_utf8(path) {
+        Ok(s) if !s.contains(['"', '\\']) => std::borrow::Cow::Borrowed(s),
+        _ => std::borrow::Cow::Owned(c_quote(path, true)),
+    }
+}
+
+/// Serialize a path in its [`json_form`] (for `#[serde(serialize_with)]`).
+pub fn ser_json<S: serde::Serializer>(path: &impl AsRef<[u8]>, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(&json_form(path.as_ref()))
+}
+
+/// Serialize a list of paths in their [`json_form`] (for `#[serde(serialize_with)]`).
+pub fn ser_json_list<S: serde::Serializer, P: AsRef<[u8]>>(paths: &[P], s: S) -> Result<S::Ok, S::Error> {
+    s.collect_seq(paths.iter().map(|p| json_form(p.as_ref())))
 }
 
 /// `path` as git shows it with `core.quotePath` (the default): unchanged when every byte is
@@ -236,9 +267,33 @@ pub fn quote(path: &[u8]) -> std::borrow::Cow<'_, str> {
     if path.iter().all(|b| plain(*b)) {
         return String::from_utf8_lossy(path);
     }
+    std::borrow::Cow::Owned(c_quote(path, false))
+}
+
+/// `path` in double quotes with C escapes; with `keep_utf8`, UTF-8 text outside ASCII is kept
+/// as it is (git's `core.quotePath=false`), else every byte outside printable ASCII is octal.
+fn c_quote(path: &[u8], keep_utf8: bool) -> String {
     let mut out = String::with_capacity(path.len() + 8);
     out.push('"');
-    for &b in path {
+    let mut rest = path;
+    while !rest.is_empty() {
+        let b = rest[0];
+        let text = if keep_utf8 && b >= 0x80 {
+            let len = match b {
+                0xc0..=0xdf => 2,
+                0xe0..=0xef => 3,
+                0xf0..=0xf7 => 4,
+                _ => 1,
+            };
+            rest.get(..len).and_then(|c| std::str::from_utf8(c).ok())
+        } else {
+            None
+        };
+        if let Some(t) = text {
+            out.push_str(t);
+            rest = &rest[t.len()..];
+            continue;
+        }
         match b {
             0x07 => out.push_str("\\a"),
             0x08 => out.push_str("\\b"),
@@ -249,12 +304,13 @@ pub fn quote(path: &[u8]) -> std::borrow::Cow<'_, str> {
             b'\r' => out.push_str("\\r"),
             b'"' => out.push_str("\\\""),
             b'\\' => out.push_str("\\\\"),
-            b if plain(b) => out.push(b as char),
+            0x20..0x7f => out.push(b as char),
             b => out.push_str(&format!("\\{b:03o}")),
         }
+        rest = &rest[1..];
     }
     out.push('"');
-    std::borrow::Cow::Owned(out)
+    out
 }
 
 #[cfg(test)]
@@ -263,6 +319,14 @@ mod tests {
 
     fn bad(name: &str) -> bool {
         RelPath::root().join(name.into(), NameKind::Other).is_err()
+    }
+
+    #[test]
+    fn json_paths_lose_nothing_and_plain_ones_stay_plain() {
+        assert_eq!(json_form(b"plain/caf\xc3\xa9 n\na.txt"), "plain/caf\u{e9} n\na.txt");
+        assert_eq!(json_form(b"caf\xe9"), "\"caf\\351\"");
+        assert_eq!(json_form(b"a\"b"), "\"a\\\"b\"");
+        assert_eq!(json_form(b"back\\slash\xff\xc3\xa9"), "\"back\\\\slash\\377\u{e9}\"");
     }
 
     #[test]

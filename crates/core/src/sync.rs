@@ -128,16 +128,18 @@ pub struct Replaced {
     /// tell without reading them).
     pub overwritten: u64,
     /// The first removed paths (at most [`Replaced::SHOWN`]).
-    pub first_removed: Vec<String>,
+    #[serde(serialize_with = "crate::path::ser_json_list")]
+    pub first_removed: Vec<Vec<u8>>,
     /// The first overwritten paths (at most [`Replaced::SHOWN`]).
-    pub first_overwritten: Vec<String>,
+    #[serde(serialize_with = "crate::path::ser_json_list")]
+    pub first_overwritten: Vec<Vec<u8>>,
 }
 
 impl Replaced {
     /// How many paths of each kind are listed.
     pub const SHOWN: usize = 5;
 
-    fn note(&mut self, removed: bool, path: String) {
+    fn note(&mut self, removed: bool, path: Vec<u8>) {
         let (n, first) = if removed {
             (&mut self.removed, &mut self.first_removed)
         } else {
@@ -367,7 +369,7 @@ async fn repair_plan_to(
             verify::Drift::Extra { path, .. } if delete_extra => replaced.note(true, path.clone()),
             verify::Drift::Extra { .. } => {}
             verify::Drift::TypeChanged { path, .. } => replaced.note(true, path.clone()),
-            d => replaced.note(false, d.path().to_string()),
+            d => replaced.note(false, d.path().to_vec()),
         }
     }
     Ok((verify::repair_plan(repo, &report, delete_extra)?, replaced))
@@ -383,7 +385,7 @@ fn replaced_by(plan: &Plan, existing: &[ExistingEntry]) -> Replaced {
         match op {
             crate::Op::Rmdir { path } => removed_dirs.push(path),
             crate::Op::Write { path, .. } | crate::Op::Symlink { path, .. } if present.contains(path) => {
-                replaced.note(false, String::from_utf8_lossy(path.as_bytes()).into_owned())
+                replaced.note(false, path.as_bytes().to_vec())
             }
             _ => {}
         }
@@ -401,7 +403,7 @@ fn replaced_by(plan: &Plan, existing: &[ExistingEntry]) -> Replaced {
         .collect();
     removed.sort();
     for p in removed {
-        replaced.note(true, String::from_utf8_lossy(p.as_bytes()).into_owned());
+        replaced.note(true, p.as_bytes().to_vec());
     }
     replaced
 }

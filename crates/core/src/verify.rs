@@ -41,20 +41,23 @@ pub enum Level {
 pub enum Drift {
     /// In the tree, not in the target.
     Missing {
-        /// Where.
-        path: String,
+        /// Where (raw bytes; `--json` writes them losslessly, see [`crate::path::json_form`]).
+        #[serde(serialize_with = "crate::path::ser_json")]
+        path: Vec<u8>,
     },
     /// In the target, not in the tree.
     Extra {
-        /// Where.
-        path: String,
+        /// Where (raw bytes; `--json` writes them losslessly, see [`crate::path::json_form`]).
+        #[serde(serialize_with = "crate::path::ser_json")]
+        path: Vec<u8>,
         /// `true` for a directory.
         dir: bool,
     },
     /// A file where a directory should be, and the like.
     TypeChanged {
-        /// Where.
-        path: String,
+        /// Where (raw bytes; `--json` writes them losslessly, see [`crate::path::json_form`]).
+        #[serde(serialize_with = "crate::path::ser_json")]
+        path: Vec<u8>,
         /// What the tree has.
         expected: &'static str,
         /// What the target has.
@@ -62,26 +65,29 @@ pub enum Drift {
     },
     /// The exec bit differs.
     ModeChanged {
-        /// Where.
-        path: String,
+        /// Where (raw bytes; `--json` writes them losslessly, see [`crate::path::json_form`]).
+        #[serde(serialize_with = "crate::path::ser_json")]
+        path: Vec<u8>,
         /// Whether the tree says executable.
         executable: bool,
     },
     /// The content (or size) differs.
     ContentChanged {
-        /// Where.
-        path: String,
+        /// Where (raw bytes; `--json` writes them losslessly, see [`crate::path::json_form`]).
+        #[serde(serialize_with = "crate::path::ser_json")]
+        path: Vec<u8>,
     },
     /// A symlink points elsewhere.
     LinkChanged {
-        /// Where.
-        path: String,
+        /// Where (raw bytes; `--json` writes them losslessly, see [`crate::path::json_form`]).
+        #[serde(serialize_with = "crate::path::ser_json")]
+        path: Vec<u8>,
     },
 }
 
 impl Drift {
-    /// The path.
-    pub fn path(&self) -> &str {
+    /// The path (`/`-separated bytes below the target root).
+    pub fn path(&self) -> &[u8] {
         match self {
             Drift::Missing { path }
             | Drift::Extra { path, .. }
@@ -425,7 +431,7 @@ pub async fn verify_against(
     // What the index will hold: (position in `want`, id, mode, stat) — no path copies.
     let mut new_index: Vec<(usize, ObjectId, gix_index::entry::Mode, gix_index::entry::Stat)> =
         Vec::with_capacity(want.len());
-    let show = |p: &[u8]| String::from_utf8_lossy(p).into_owned();
+    let show = |p: &[u8]| p.to_vec();
     let mut buf = Vec::new();
     let mut extras: Vec<usize> = Vec::new();
     let (mut fi, mut ii) = (0, 0);
@@ -491,7 +497,7 @@ pub async fn verify_against(
                         report.proven_by_stat += 1;
                     }
                 } else {
-                    let rel = RelPath::parse(&show(path)).map_err(crate::plan::Error::from)?;
+                    let rel = RelPath::parse_bytes(path).map_err(crate::plan::Error::from)?;
                     let data = backend.read_file(&rel).await?;
                     report.hashed += 1;
                     if blob_id(&data) != *id {
@@ -520,7 +526,7 @@ pub async fn verify_against(
                 let mut same = *size == target.len() as u64;
                 if same && level != Level::Quick && etag.as_deref().is_none_or(|e| e != md5_hex(&target)) {
                     // No ETag, or one that is not an MD5 (stores other than S3): read it.
-                    let rel = RelPath::parse(&show(path)).map_err(crate::plan::Error::from)?;
+                    let rel = RelPath::parse_bytes(path).map_err(crate::plan::Error::from)?;
                     same = backend.read_file(&rel).await? == target;
                     report.hashed += 1;
                 }
@@ -568,7 +574,7 @@ pub async fn verify_against(
     }
     report.drift.sort_by(|a, b| a.path().cmp(b.path()));
     for d in &report.drift {
-        let key = d.path().as_bytes();
+        let key = d.path();
         if let Some(w) = lookup(&want, key) {
             report.wanted.push((key.to_vec(), *w));
         }
@@ -606,7 +612,7 @@ pub fn repair_plan(repo: &Repo, report: &Report, delete_extra: bool) -> Result<P
     let found = &report.found_below;
     let mut ops = Vec::new();
     let mut buf = Vec::new();
-    let rel = |p: &str| RelPath::parse(p).map_err(crate::plan::Error::from);
+    let rel = |p: &[u8]| RelPath::parse_bytes(p).map_err(crate::plan::Error::from);
     let size_of =
         |id: &ObjectId| repo.with_objects(|odb| odb.try_header(id).ok().flatten().map(|h| h.size).unwrap_or(0));
     let create = |ops: &mut Vec<Op>, path: RelPath, w: &Want, buf: &mut Vec<u8>| match w {
@@ -630,12 +636,8 @@ pub fn repair_plan(repo: &Repo, report: &Report, delete_extra: bool) -> Result<P
                 continue;
             }
             let (parent, name) = p.rsplit_once_str(b"/").unwrap_or((b"", p));
-            let r = RelPath::parse(&String::from_utf8_lossy(p)).ok().or_else(|| {
-                let parent = if parent.is_empty() {
-                    Some(RelPath::root())
-                } else {
-                    RelPath::parse(&String::from_utf8_lossy(parent)).ok()
-                };
+            let r = RelPath::parse_bytes(p).ok().or_else(|| {
+                let parent = if parent.is_empty() { Some(RelPath::root()) } else { RelPath::parse_bytes(parent).ok() };
                 parent.and_then(|d| d.leftover(name.as_bstr())).filter(|_| !*is_dir)
             });
             if let Some(r) = r {
@@ -644,7 +646,7 @@ pub fn repair_plan(repo: &Repo, report: &Report, delete_extra: bool) -> Result<P
         }
     };
     for d in &report.drift {
-        let key = d.path().as_bytes();
+        let key = d.path();
         match d {
             Drift::Missing { path } | Drift::ContentChanged { path } | Drift::LinkChanged { path } => {
                 // A missing file's parents may be missing too; their own Missing entries make them.
@@ -667,7 +669,10 @@ pub fn repair_plan(repo: &Repo, report: &Report, delete_extra: bool) -> Result<P
             // A temporary of a run that was killed (the planner refuses tree entries with this
             // prefix): always ours to remove.
             Drift::Extra { path, dir: false }
-                if path.rsplit('/').next().is_some_and(|n| n.starts_with(crate::path::TMP_PREFIX)) =>
+                if path
+                    .rsplit(|b| *b == b'/')
+                    .next()
+                    .is_some_and(|n| n.starts_with(crate::path::TMP_PREFIX.as_bytes())) =>
             {
                 remove_found(&mut ops, key)
             }
