@@ -134,8 +134,24 @@ impl Meta {
                 }
                 Ok(state)
             }
-            Err(e) => Err(Error::io("read", self.shown(STATE_DIR), io(e))),
+            Err(e) => Err(self.state_dir_error(&root, "read", e)),
         }
+    }
+
+    /// `.treesync` could not be opened: name a symlink or a file in its place as such.
+    fn state_dir_error(&self, root: &OwnedFd, op: &'static str, e: Errno) -> Error {
+        if matches!(e, Errno::NOTDIR | Errno::LOOP)
+            && let Ok(st) = rustix::fs::statat(root, STATE_DIR, rustix::fs::AtFlags::SYMLINK_NOFOLLOW)
+        {
+            let found = match rustix::fs::FileType::from_raw_mode(st.st_mode) {
+                rustix::fs::FileType::Symlink => "symlink",
+                rustix::fs::FileType::RegularFile => "file",
+                rustix::fs::FileType::Directory => "directory",
+                _ => "special file",
+            };
+            return Error::StateFolder { path: self.shown(STATE_DIR), found };
+        }
+        Error::io(op, self.shown(STATE_DIR), io(e))
     }
 
     fn open_dir(&self, root: &OwnedFd) -> Result<Arc<OwnedFd>, Errno> {
@@ -165,10 +181,10 @@ impl Meta {
                     Ok(()) | Err(Errno::EXIST) => {}
                     Err(e) => return Err(Error::io("create", self.shown(STATE_DIR), io(e))),
                 }
-                self.open_dir(&root).map_err(|e| Error::io("open", self.shown(STATE_DIR), io(e)))?
+                self.open_dir(&root).map_err(|e| self.state_dir_error(&root, "open", e))?
             }
             Err(Errno::NOENT) => return Ok(None),
-            Err(e) => return Err(Error::io("open", self.shown(STATE_DIR), io(e))),
+            Err(e) => return Err(self.state_dir_error(&root, "open", e)),
         };
         *self.dir.lock().expect("never poisoned") = Some(fd.clone());
         Ok(Some(fd))

@@ -691,3 +691,32 @@ fn a_chmod_of_a_file_replaced_by_a_symlink_writes_the_file() {
     assert_eq!(std::fs::read_to_string(&outside).expect("read"), "outside\n");
     h.assert_matches(&e, 1, "after the chmod");
 }
+
+/// A `.treesync` that is a symlink (made on the server side) to a directory outside the tree:
+/// refused naming it as the local backend does, nothing written where it points; removing it
+/// and taking the target over (`--force`) works.
+#[test]
+fn a_state_folder_that_is_a_symlink_is_refused_naming_it() {
+    let rt = rt();
+    let h = History::random(19, 2);
+    let e = export!(Export::new(RemoteOptions::default()));
+    rt.block_on(sync_to(&h.repo, &h.commits[0], &e.open())).expect("initial");
+    let outside = e.server.dir().join(format!("{}-outside-state", e.sub));
+    std::fs::create_dir(&outside).expect("mkdir outside");
+    let state = e.root().join(".treesync");
+    std::fs::remove_dir_all(&state).expect("rm .treesync");
+    std::os::unix::fs::symlink(&outside, &state).expect("plant the symlink");
+    let err = rt.block_on(sync_to(&h.repo, &h.commits[1], &e.open())).expect_err("refused");
+    assert!(
+        matches!(
+            err,
+            treesync_core::sync::Error::Backend(treesync_core::backend::Error::StateFolder { found: "symlink", .. })
+        ),
+        "{err}"
+    );
+    assert!(err.to_string().contains(".treesync: it is a symlink"), "{err}");
+    assert_eq!(std::fs::read_dir(&outside).expect("ls").count(), 0, "nothing written where it points");
+    std::fs::remove_file(&state).expect("rm the symlink");
+    rt.block_on(treesync_testkit::conformance::sync_with(&h.repo, &h.commits[1], &e.open(), true)).expect("--force");
+    h.assert_matches(&e, 1, "after the planted symlink was removed");
+}

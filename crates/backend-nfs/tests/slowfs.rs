@@ -343,3 +343,27 @@ fn a_state_file_that_is_a_hard_link_is_replaced_on_a_mount() {
     let status = rt.block_on(treesync_core::sync::status(&*f.backend())).expect("status");
     assert_eq!(status.state.expect("state").synced.expect("synced").commit.to_string(), h.commits[1]);
 }
+
+/// A `.treesync` that is a symlink to a directory outside the tree, through the mount:
+/// refused naming it as the local backend does, nothing written where it points.
+#[test]
+fn a_state_folder_that_is_a_symlink_is_refused_naming_it_on_a_mount() {
+    let f = Slow::new(Options::default());
+    let rt = runtime();
+    let h = History::random(65, 2);
+    rt.block_on(sync_to(&h.repo, &h.commits[0], &*f.backend())).expect("initial");
+    let outside = f.fs().backing().join("outside-state");
+    std::fs::create_dir(&outside).expect("mkdir outside");
+    let state = f.backing().join(".treesync");
+    std::fs::remove_dir_all(&state).expect("rm .treesync");
+    std::os::unix::fs::symlink(&outside, &state).expect("plant the symlink");
+    let err = rt.block_on(sync_to(&h.repo, &h.commits[1], &*f.backend())).expect_err("refused");
+    assert!(
+        matches!(
+            err,
+            treesync_core::sync::Error::Backend(treesync_core::backend::Error::StateFolder { found: "symlink", .. })
+        ),
+        "{err}"
+    );
+    assert_eq!(std::fs::read_dir(&outside).expect("ls").count(), 0, "nothing written where it points");
+}

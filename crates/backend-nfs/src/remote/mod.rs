@@ -745,6 +745,17 @@ impl RemoteBackend {
         let nfs = self.nfs().await?;
         let name = STATE_DIR.as_bytes();
         let fh = match nfs.lookup(&root, name, name).await {
+            // Something else in place of the state folder (a symlink, a file): never used.
+            Ok((_, Some(attr))) if attr.type_ != ftype3::NF3DIR => {
+                return Err(Error::StateFolder {
+                    path: format!("{}/{STATE_DIR}", self.inner.url),
+                    found: match attr.type_ {
+                        ftype3::NF3LNK => "symlink",
+                        ftype3::NF3REG => "file",
+                        _ => "special file",
+                    },
+                });
+            }
             Ok((fh, _)) => fh,
             Err(e) if is(&e, nfsstat3::NFS3ERR_NOENT) && create => {
                 let made = nfs.mkdir(&root, name, 0o755, name).await;
