@@ -23,7 +23,7 @@
 
 mod target;
 
-pub use target::{Config, open};
+pub use target::{Config, OpenError, open};
 
 use std::fmt;
 use std::sync::atomic::AtomicU64;

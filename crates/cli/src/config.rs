@@ -85,6 +85,17 @@ pub enum BackendName {
     S3,
 }
 
+impl From<BackendName> for treesync::BackendKind {
+    fn from(b: BackendName) -> Self {
+        match b {
+            BackendName::Auto => treesync::BackendKind::Auto,
+            BackendName::Local => treesync::BackendKind::Local,
+            BackendName::Nfs => treesync::BackendKind::Nfs,
+            BackendName::S3 => treesync::BackendKind::S3,
+        }
+    }
+}
+
 impl BackendName {
     pub const ALL: [BackendName; 4] = [BackendName::Auto, BackendName::Local, BackendName::Nfs, BackendName::S3];
 
@@ -108,12 +119,8 @@ impl fmt::Display for BackendName {
     }
 }
 
-/// The `write_jobs` key: `"auto"` or a number.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum WriteJobs {
-    Auto,
-    Fixed(usize),
-}
+/// The `write_jobs` key: `"auto"` or a number (the library's own type).
+pub use treesync::WriteJobs;
 
 /// What is wrong with the config file, and where: `treesync.toml:7:1: message`, then
 /// `  hint: …` on a second line when there is one.
@@ -321,8 +328,17 @@ pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
 
         let backend = settings.backend.unwrap_or_default();
         let from = settings.origin_note("backend", &section);
+        // nfs:// targets: the library's own rules and URL parser, as the binary applies them.
+        if target.starts_with("nfs://")
+            && let Err(e) = treesync::check(&target, backend.into())
+        {
+            let text = e.to_string();
+            let (message, hint) = text.split_once("\n  hint: ").unwrap_or((&text, ""));
+            let err = cx.err(target_value.span(), format!("{message}{from}"));
+            return Err(if hint.is_empty() { err } else { err.hint(hint.to_string()) });
+        }
         match backend {
-            BackendName::Local | BackendName::Nfs if is_url => {
+            BackendName::Local | BackendName::Nfs if is_url && !target.starts_with("nfs://") => {
                 return Err(cx
                     .err(
                         target_value.span(),
@@ -747,10 +763,10 @@ impl Cx<'_> {
             "s3" | "s3a" if rest.split('/').next().is_none_or(str::is_empty) => Err(self
                 .err(value.span(), format!("target {target:?} has no bucket name"))
                 .hint("write s3://BUCKET/PREFIX")),
-            "s3" | "s3a" | "file" | "memory" => Ok(()),
-            other => Err(self
-                .err(value.span(), format!("unsupported target scheme {other:?} in {target:?}"))
-                .hint("targets are directories or s3://BUCKET/PREFIX, file:///DIR, memory:// URLs")),
+            "s3" | "s3a" | "file" | "memory" | "nfs" => Ok(()),
+            other => Err(self.err(value.span(), format!("unsupported target scheme {other:?} in {target:?}")).hint(
+                "targets are directories or s3://BUCKET/PREFIX, file:///DIR, memory://, nfs://HOST/EXPORT/PATH URLs",
+            )),
         }
     }
 }
@@ -1288,6 +1304,26 @@ repair = true
             (5, 10),
             "target \"/mnt/nas/site\" is not a URL, but backend \"s3\" needs one (s3://BUCKET/PREFIX)",
             &["hint: set backend = \"auto\", \"local\" or \"nfs\""],
+        );
+    }
+
+    #[test]
+    fn config_takes_nfs_urls_by_the_rules_of_the_binary() {
+        let m = "[mirror.a]\nrepo = \"/r\"\nref = \"main\"\n";
+        let c = ok(&format!("{m}target = \"nfs://127.0.0.1:2049/export/site?mountport=20048\"\n"));
+        assert_eq!(c.get("a").unwrap().target, "nfs://127.0.0.1:2049/export/site?mountport=20048");
+        ok(&format!("{m}backend = \"nfs\"\ntarget = \"nfs://nas/export/site\"\n"));
+        assert_err(
+            &format!("{m}backend = \"s3\"\ntarget = \"nfs://nas/export/site\"\n"),
+            (5, 10),
+            "backend s3 cannot use an NFS URL, got \"nfs://nas/export/site\"",
+            &["hint: use backend auto or nfs for nfs:// targets"],
+        );
+        assert_err(
+            &format!("{m}target = \"nfs://[::1/x\"\n"),
+            (4, 10),
+            "bad NFS URL \"nfs://[::1/x\": an IPv6 address in [ ] is not closed with ]",
+            &["hint: the form is nfs://HOST[:PORT]/EXPORT"],
         );
     }
 

@@ -158,7 +158,7 @@ struct TargetArgs {
     /// nfs: writes (creates, renames, removals) in flight: a number, or `auto` to adapt to the
     /// latency the server shows (grows while throughput rises, backs off when latency climbs).
     #[arg(long, value_name = "N|auto", value_parser = parse_write_jobs, help_heading = "Network filesystems (--backend nfs)")]
-    write_jobs: Option<WriteJobsArg>,
+    write_jobs: Option<treesync::WriteJobs>,
     /// Operations per batch (default: the backend's policy, 64 for local).
     #[arg(long, value_name = "N", hide_short_help = true)]
     batch: Option<usize>,
@@ -197,13 +197,13 @@ enum BackendKind {
     S3,
 }
 
-impl BackendKind {
-    fn name(self) -> &'static str {
-        match self {
-            BackendKind::Auto => "auto",
-            BackendKind::Local => "local",
-            BackendKind::Nfs => "nfs",
-            BackendKind::S3 => "s3",
+impl From<BackendKind> for treesync::BackendKind {
+    fn from(kind: BackendKind) -> Self {
+        match kind {
+            BackendKind::Auto => treesync::BackendKind::Auto,
+            BackendKind::Local => treesync::BackendKind::Local,
+            BackendKind::Nfs => treesync::BackendKind::Nfs,
+            BackendKind::S3 => treesync::BackendKind::S3,
         }
     }
 }
@@ -238,20 +238,14 @@ impl LimitArgs {
     }
 }
 
-#[derive(Clone, Copy, Debug)]
-enum WriteJobsArg {
-    Auto,
-    Fixed(usize),
-}
-
-fn parse_write_jobs(s: &str) -> Result<WriteJobsArg, String> {
+fn parse_write_jobs(s: &str) -> Result<treesync::WriteJobs, String> {
     match s {
-        "auto" => Ok(WriteJobsArg::Auto),
+        "auto" => Ok(treesync::WriteJobs::Auto),
         n => n
             .parse::<usize>()
             .ok()
             .filter(|n| *n > 0)
-            .map(WriteJobsArg::Fixed)
+            .map(treesync::WriteJobs::Fixed)
             .ok_or_else(|| format!("{s:?} is neither a number of writes in flight (1, 8, 32, …) nor `auto`")),
     }
 }
@@ -780,111 +774,25 @@ fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
 }
 
 /// Which backend serves a target, and why (for `status`, the state file and logs).
-struct Chosen {
-    backend: Arc<dyn Backend>,
-    name: &'static str,
-    why: String,
-    /// The lookup and write budgets (nfs).
-    gates: Option<(treesync_core::policy::Gate, treesync_core::policy::Gate)>,
-}
+type Chosen = treesync::Opened;
 
-impl Chosen {
-    /// `nfs (auto: /mnt/nas/site is on nfs4 (nas:/export at /mnt/nas))`
-    fn label(&self) -> String {
-        format!("{} ({})", self.name, self.why)
-    }
-}
-
+/// Open the target as the library's front door does ([`treesync::open`]), with the flags.
 fn make_backend(args: &TargetArgs) -> anyhow::Result<Chosen> {
-    anyhow::ensure!(
-        !args.target().is_empty(),
-        "the target is empty\n  hint: give a directory (--target /srv/site) or a URL (s3://BUCKET/PREFIX, nfs://HOST/EXPORT/PATH)"
-    );
-    let is_url = args.target().contains("://");
-    if args.target().starts_with("nfs://") {
-        let why = match args.backend {
-            BackendKind::Auto => "auto: an nfs:// URL, the built-in NFSv3 client",
-            BackendKind::Nfs => "--backend nfs with an nfs:// URL: the built-in NFSv3 client",
-            other => anyhow::bail!(
-                "--backend {} cannot use the NFS URL {:?}\n  hint: drop --backend, or use --backend nfs",
-                other.name(),
-                args.target()
-            ),
-        };
-        let mut options = treesync_backend_nfs::remote::RemoteOptions::default();
-        match (args.jobs, args.write_jobs) {
-            (_, Some(WriteJobsArg::Fixed(n))) | (Some(n), None) => {
-                options.write_jobs = treesync_backend_nfs::WriteJobs::Fixed(n.max(1));
-            }
-            (_, Some(WriteJobsArg::Auto)) | (None, None) => {}
-        }
-        if let Some(n) = args.lookup_jobs {
-            options.lookup_jobs = n.max(1);
-        }
-        let b = treesync_backend_nfs::remote::open(args.target(), options)?;
-        let gates = Some((b.lookups().clone(), b.writes().clone()));
-        return Ok(Chosen { backend: Arc::new(b), name: "nfs", why: why.into(), gates });
-    }
-    match args.backend {
-        BackendKind::S3 | BackendKind::Auto if is_url => {
-            let config = treesync_backend_s3::Config {
-                endpoint: args.endpoint.clone(),
-                region: args.region.clone(),
-                allow_http: args.allow_http,
-                ..Default::default()
-            };
-            let mut options = treesync_backend_s3::Options::default();
-            if let Some(j) = args.jobs {
-                options.puts_in_flight = j.max(1);
-            }
-            let b = treesync_backend_s3::open(args.target(), &config, options)?;
-            let why =
-                if matches!(args.backend, BackendKind::Auto) { "auto: the target is a URL" } else { "--backend s3" };
-            Ok(Chosen { backend: Arc::new(b), name: "s3", why: why.into(), gates: None })
-        }
-        BackendKind::S3 => {
-            anyhow::bail!("--backend s3 needs a URL target such as s3://BUCKET/PREFIX, got {:?}", args.target())
-        }
-        BackendKind::Local | BackendKind::Nfs if is_url => {
-            anyhow::bail!("--backend {} needs a directory, got the URL {:?}", args.backend.name(), args.target())
-        }
-        BackendKind::Auto | BackendKind::Local | BackendKind::Nfs => {
-            let (nfs, why) = match args.backend {
-                BackendKind::Nfs => (true, "--backend nfs".to_string()),
-                BackendKind::Local => (false, "--backend local".to_string()),
-                _ => {
-                    let c = treesync_backend_nfs::detect::choose(std::path::Path::new(&args.target()));
-                    let kind = if c.network { "a network filesystem" } else { "not a network filesystem" };
-                    (c.network, format!("auto: {}, {kind}", c.reason))
-                }
-            };
-            if nfs {
-                let write_jobs = match (args.jobs, args.write_jobs) {
-                    (_, Some(WriteJobsArg::Fixed(n))) | (Some(n), None) => {
-                        treesync_backend_nfs::WriteJobs::Fixed(n.max(1))
-                    }
-                    (_, Some(WriteJobsArg::Auto)) | (None, None) => treesync_backend_nfs::WriteJobs::default(),
-                };
-                let options = treesync_backend_nfs::Options {
-                    lookup_jobs: args.lookup_jobs.unwrap_or(1).max(1),
-                    write_jobs,
-                    fsync: args.fsync,
-                };
-                let b = treesync_backend_nfs::open(args.target(), options);
-                let gates = Some((b.lookups().clone(), b.writes().clone()));
-                return Ok(Chosen { backend: Arc::new(b), name: "nfs", why, gates });
-            }
-            let mut options = treesync_backend_local::Options { fsync: args.fsync, ..Default::default() };
-            if let Some(j) = args.jobs {
-                options.jobs = j.max(1);
-            }
-            if let Some(b) = args.batch {
-                options.batch = b.max(1);
-            }
-            let b = treesync_backend_local::LocalBackend::new(args.target(), options);
-            Ok(Chosen { backend: Arc::new(b), name: "local", why, gates: None })
-        }
-    }
+    let options = treesync::OpenOptions {
+        backend: args.backend.into(),
+        jobs: args.jobs,
+        batch: args.batch,
+        write_jobs: args.write_jobs,
+        lookup_jobs: args.lookup_jobs,
+        fsync: args.fsync,
+        s3: treesync_backend_s3::Config {
+            endpoint: args.endpoint.clone(),
+            region: args.region.clone(),
+            allow_http: args.allow_http,
+            ..Default::default()
+        },
+    };
+    Ok(treesync::open(args.target(), &options)?)
 }
 
 fn run(cli: Cli) -> anyhow::Result<ExitCode> {
@@ -990,10 +898,7 @@ fn fill_target(target: &mut TargetArgs, m: &config::Mirror) {
     }
     target.jobs = target.jobs.or(m.jobs);
     target.lookup_jobs = target.lookup_jobs.or(m.lookup_jobs);
-    target.write_jobs = target.write_jobs.or(m.write_jobs.map(|w| match w {
-        config::WriteJobs::Auto => WriteJobsArg::Auto,
-        config::WriteJobs::Fixed(n) => WriteJobsArg::Fixed(n),
-    }));
+    target.write_jobs = target.write_jobs.or(m.write_jobs);
     target.fsync |= m.fsync;
     target.endpoint = target.endpoint.clone().or_else(|| m.endpoint.clone());
     target.region = target.region.clone().or_else(|| m.region.clone());

@@ -85,5 +85,5 @@ fn bad_nfs_urls_get_clear_errors() {
         treesync(&["sync", "--repo", s(&repo), "--ref", &h.commits[0], "--target", "nfs://nas/e", "--backend", "s3"]);
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(2), "{err}");
-    assert!(err.contains("--backend s3 cannot use the NFS URL"), "{err}");
+    assert!(err.contains("backend s3 cannot use an NFS URL"), "{err}");
 }

@@ -39,12 +39,26 @@ impl NfsUrl {
             Some(i) => (&rest[..i], &rest[i..]),
             None => (rest, ""),
         };
-        let (host, port) = match authority.rsplit_once(':') {
-            Some((h, p)) if !h.ends_with(']') || authority.starts_with('[') => {
-                let p = p.parse::<u16>().map_err(|_| bad(&format!("{p:?} is not a port number")))?;
-                (h.trim_start_matches('[').trim_end_matches(']'), Some(p))
+        let port_of = |p: &str| p.parse::<u16>().map_err(|_| bad(&format!("{p:?} is not a port number")));
+        let (host, port) = if let Some(v6) = authority.strip_prefix('[') {
+            let (h, after) = v6.split_once(']').ok_or_else(|| bad("an IPv6 address in [ ] is not closed with ]"))?;
+            match after {
+                "" => (h, None),
+                _ => match after.strip_prefix(':') {
+                    Some(p) => (h, Some(port_of(p)?)),
+                    None => return Err(bad(&format!("{after:?} after the address is not :PORT"))),
+                },
             }
-            _ => (authority, None),
+        } else if authority.contains([']', '[']) {
+            return Err(bad("brackets belong around an IPv6 address: nfs://[::1]:2049/export"));
+        } else {
+            match authority.rsplit_once(':') {
+                Some((h, _)) if h.contains(':') => {
+                    return Err(bad("an IPv6 address needs brackets: nfs://[::1]:2049/export"));
+                }
+                Some((h, p)) => (h, Some(port_of(p)?)),
+                None => (authority, None),
+            }
         };
         if host.is_empty() {
             return Err(bad("the server name is missing"));
