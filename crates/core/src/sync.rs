@@ -594,14 +594,8 @@ async fn run_locked(
             backend.store_state(&current.to_bytes()).await?;
             outcome.state_writes += 1;
         }
-        let done = apply::apply(plan, backend, &blobs, options.apply, progress, interrupt).await;
-        let done = match done {
-            Ok(d) => d,
-            Err(e) => return Err(release(backend, current, add_counts(e.into(), &outcome.applied)).await),
-        };
-        outcome.applied.merge(&done.counts);
-        outcome.healed += done.healed;
-        dirs_recreated += done.dirs_recreated;
+        dirs_recreated +=
+            apply_journaled(plan, backend, &blobs, options, progress, interrupt, &current, &mut outcome).await?;
         current.synced = Some(Synced { commit: p.to_commit, tree: p.to_tree, at_unix: state::now_unix() });
         current.in_progress = None;
         if main.is_empty() && p.to_commit == to.commit && dirs_recreated == 0 {
@@ -621,28 +615,13 @@ async fn run_locked(
         "planned"
     );
     if !main.is_empty() {
-        current.in_progress = Some(InProgress {
-            from_tree: if takeover { None } else { current.synced.map(|s| s.tree) },
-            to_commit: to.commit,
-            to_tree: to.tree,
-            takeover,
-            repair,
-            started_unix: state::now_unix(),
-            holder: Some(me.to_string()),
-            host: Some(hostname()),
-            pid: Some(std::process::id()),
-        });
+        let from_tree = if takeover { None } else { current.synced.map(|s| s.tree) };
+        current.in_progress = Some(journal_entry(to, from_tree, takeover, repair, me));
         backend.store_state(&current.to_bytes()).await?;
         outcome.state_writes += 1;
         tracing::debug!(target: "treesync::sync", "journal: in progress");
-        let done = apply::apply(&main, backend, &blobs, options.apply, progress, interrupt).await;
-        let done = match done {
-            Ok(d) => d,
-            Err(e) => return Err(release(backend, current, add_counts(e.into(), &outcome.applied)).await),
-        };
-        outcome.applied.merge(&done.counts);
-        outcome.healed += done.healed;
-        dirs_recreated += done.dirs_recreated;
+        dirs_recreated +=
+            apply_journaled(&main, backend, &blobs, options, progress, interrupt, &current, &mut outcome).await?;
     }
     if dirs_recreated > 0 {
         // Healing had to make directories whose other content is gone (someone deleted a
@@ -654,26 +633,11 @@ async fn run_locked(
             dirs_recreated,
             "the target had drifted (directories missing or replaced); comparing it with the destination once"
         );
-        current.in_progress = Some(InProgress {
-            from_tree: None,
-            to_commit: to.commit,
-            to_tree: to.tree,
-            takeover,
-            repair: true,
-            started_unix: state::now_unix(),
-            holder: Some(me.to_string()),
-            host: Some(hostname()),
-            pid: Some(std::process::id()),
-        });
+        current.in_progress = Some(journal_entry(to, None, takeover, true, me));
         backend.store_state(&current.to_bytes()).await?;
         outcome.state_writes += 1;
         let (plan, _) = repair_plan_to(repo, backend, to, takeover, options.limits).await?;
-        let done = match apply::apply(&plan, backend, &blobs, options.apply, progress, interrupt).await {
-            Ok(d) => d,
-            Err(e) => return Err(release(backend, current, add_counts(e.into(), &outcome.applied)).await),
-        };
-        outcome.applied.merge(&done.counts);
-        outcome.healed += done.healed;
+        apply_journaled(&plan, backend, &blobs, options, progress, interrupt, &current, &mut outcome).await?;
     }
     if !main.is_empty() || !already || dirs_recreated > 0 {
         current.synced = Some(Synced { commit: to.commit, tree: to.tree, at_unix: state::now_unix() });
@@ -764,17 +728,7 @@ pub async fn repair(
             let bytes = backend.load_state().await?;
             let mut current = SyncState::parse(bytes.as_deref().unwrap_or_default())?;
             let synced = current.synced;
-            current.in_progress = Some(InProgress {
-                from_tree: None,
-                to_commit: goal.commit,
-                to_tree: goal.tree,
-                takeover: options.delete_extra,
-                repair: true,
-                started_unix: state::now_unix(),
-                holder: Some(me.to_string()),
-                host: Some(hostname()),
-                pid: Some(std::process::id()),
-            });
+            current.in_progress = Some(journal_entry(to, None, options.delete_extra, true, &me));
             backend.store_state(&current.to_bytes()).await?;
             let blobs: Arc<dyn BlobSource> = Arc::new(repo.clone());
             let mut plan = plan;
@@ -816,6 +770,44 @@ pub async fn repair(
         Ok(outcome)
     })
     .await
+}
+
+/// The journal entry of a transition this process runs now, to `to`.
+fn journal_entry(to: Resolved, from_tree: Option<ObjectId>, takeover: bool, repair: bool, me: &str) -> InProgress {
+    InProgress {
+        from_tree,
+        to_commit: to.commit,
+        to_tree: to.tree,
+        takeover,
+        repair,
+        started_unix: state::now_unix(),
+        holder: Some(me.to_string()),
+        host: Some(hostname()),
+        pid: Some(std::process::id()),
+    }
+}
+
+/// Apply `plan` under the journal entry of `current`, adding what was done to `outcome`; how
+/// many directories healing had to make. On failure the entry is released (see [`release`]).
+#[allow(clippy::too_many_arguments)] // the executor's inputs plus the journal and the tally
+async fn apply_journaled(
+    plan: &Plan,
+    backend: &dyn Backend,
+    blobs: &Arc<dyn BlobSource>,
+    options: &Options,
+    progress: &(dyn Fn(&Progress<'_>) + Send + Sync),
+    interrupt: &AtomicBool,
+    current: &SyncState,
+    outcome: &mut Outcome,
+) -> Result<u64, Error> {
+    match apply::apply(plan, backend, blobs, options.apply, progress, interrupt).await {
+        Ok(done) => {
+            outcome.applied.merge(&done.counts);
+            outcome.healed += done.healed;
+            Ok(done.dirs_recreated)
+        }
+        Err(e) => Err(release(backend, current.clone(), add_counts(e.into(), &outcome.applied)).await),
+    }
 }
 
 /// Run `body` holding the target's lock (waiting up to `wait` while another writer holds
