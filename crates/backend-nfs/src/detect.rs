@@ -69,20 +69,31 @@ pub fn is_network(fstype: &str) -> bool {
     NETWORK.contains(&fstype)
 }
 
+/// `path` made absolute with its symlinks resolved as far as it exists; the components that
+/// do not exist yet are appended as they are (a target about to be created).
+pub fn resolved(path: &Path) -> PathBuf {
+    let path = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
+    let mut missing = Vec::new();
+    let mut p = path.as_path();
+    loop {
+        if let Ok(c) = p.canonicalize() {
+            return missing.iter().rev().fold(c, |acc, name| acc.join(name));
+        }
+        match (p.parent(), p.file_name()) {
+            (Some(parent), Some(name)) => {
+                missing.push(name.to_os_string());
+                p = parent;
+            }
+            _ => return path,
+        }
+    }
+}
+
 /// The mount `path` is on (or would be on, if it does not exist yet: its nearest existing
 /// ancestor decides).
 pub fn mount_of(path: &Path) -> std::io::Result<Mount> {
     let info = std::fs::read_to_string("/proc/self/mountinfo")?;
-    let mut p = std::path::absolute(path)?;
-    let resolved = loop {
-        match p.canonicalize() {
-            Ok(c) => break c,
-            Err(_) => match p.parent() {
-                Some(parent) => p = parent.to_path_buf(),
-                None => break PathBuf::from("/"),
-            },
-        }
-    };
+    let resolved = resolved(path);
     parse(&info)
         .into_iter()
         // The last mount of the longest matching point wins: later mounts cover earlier ones.

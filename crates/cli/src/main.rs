@@ -1124,34 +1124,16 @@ fn run_verify(args: VerifyArgs) -> anyhow::Result<ExitCode> {
     Ok(if final_clean { ExitCode::SUCCESS } else { ExitCode::from(1) })
 }
 
-/// `path` made absolute with symlinks resolved as far as it exists (the rest appended).
-fn resolved_path(path: &std::path::Path) -> std::path::PathBuf {
-    let path = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
-    let mut rest = Vec::new();
-    let mut p = path.as_path();
-    loop {
-        if let Ok(c) = p.canonicalize() {
-            return rest.iter().rev().fold(c, |acc, c| acc.join(c));
-        }
-        match (p.parent(), p.file_name()) {
-            (Some(parent), Some(name)) => {
-                rest.push(name.to_os_string());
-                p = parent;
-            }
-            _ => return path,
-        }
-    }
-}
-
 /// Refuse targets where a sync would wreck something: inside the repository's git directory
 /// (always), and with `--force` (which removes everything the tree does not have) the
 /// filesystem root, the home directory and the repository itself.
 fn check_target_place(repo: &Repo, target: &str, force: bool) -> anyhow::Result<()> {
+    use treesync_backend_nfs::detect::resolved;
     if target.contains("://") {
         return Ok(());
     }
-    let t = resolved_path(std::path::Path::new(target));
-    let git_dir = resolved_path(&repo.git_dir());
+    let t = resolved(std::path::Path::new(target));
+    let git_dir = resolved(&repo.git_dir());
     anyhow::ensure!(
         !t.starts_with(&git_dir),
         "refusing to sync into {}: it is inside the repository's git directory {}, where the tree's files would mix with git's own\n  hint: choose a target directory outside {}",
@@ -1160,8 +1142,8 @@ fn check_target_place(repo: &Repo, target: &str, force: bool) -> anyhow::Result<
         git_dir.display()
     );
     if force {
-        let home = std::env::var_os("HOME").filter(|h| !h.is_empty()).map(|h| resolved_path(h.as_ref()));
-        let work = repo.work_dir().map(|w| resolved_path(&w));
+        let home = std::env::var_os("HOME").filter(|h| !h.is_empty()).map(|h| resolved(h.as_ref()));
+        let work = repo.work_dir().map(|w| resolved(&w));
         let what = if t.parent().is_none() {
             Some("the filesystem root")
         } else if home.as_ref() == Some(&t) {
