@@ -4,7 +4,7 @@
 use treesync_testkit::delay::DelayProxy;
 use treesync_testkit::ganesha::{self, Ganesha, MOUNT_PROGRAM, NFS_PROGRAM};
 
-use crate::slowfs::{Signals, parse_duration};
+use crate::slowfs::Signals;
 
 pub fn run(args: &[String]) -> Result<(), String> {
     let mut delay = None;
@@ -13,7 +13,7 @@ pub fn run(args: &[String]) -> Result<(), String> {
         match a.as_str() {
             "--delay" => {
                 let v = it.next().ok_or("--delay needs a value (e.g. 2ms)")?;
-                delay = Some(parse_duration(v).map_err(|e| format!("--delay: {e}"))?);
+                delay = Some(treesync_core::duration::parse(v).map_err(|e| format!("--delay: {e}"))?);
             }
             other => return Err(format!("unknown option {other:?} (see cargo xtask help)")),
         }

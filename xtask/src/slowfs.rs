@@ -2,7 +2,6 @@
 //! try treesync or git on a "NAS" with a chosen latency, then print what it was asked.
 
 use std::path::PathBuf;
-use std::time::Duration;
 
 use treesync_testkit::slowfs::{Config, SlowFs};
 
@@ -13,9 +12,12 @@ pub fn run(args: &[String]) -> Result<(), String> {
     while let Some(a) = it.next() {
         let mut value = || it.next().ok_or_else(|| format!("{a} needs a value"));
         match a.as_str() {
-            "--latency" => config.meta_latency = parse_duration(value()?).map_err(|e| format!("--latency: {e}"))?,
+            "--latency" => {
+                config.meta_latency = treesync_core::duration::parse(value()?).map_err(|e| format!("--latency: {e}"))?
+            }
             "--data-latency" => {
-                config.data_latency = parse_duration(value()?).map_err(|e| format!("--data-latency: {e}"))?
+                config.data_latency =
+                    treesync_core::duration::parse(value()?).map_err(|e| format!("--data-latency: {e}"))?
             }
             "--max-concurrent" => {
                 let n: usize = value()?.parse().map_err(|e| format!("--max-concurrent: {e}"))?;
@@ -55,23 +57,6 @@ pub fn run(args: &[String]) -> Result<(), String> {
     unmounted.map_err(|e| format!("unmount: {e}"))
 }
 
-/// "200us", "1ms", "0.5ms", "2s", "0" (also "ns", "µs").
-pub(crate) fn parse_duration(s: &str) -> Result<Duration, String> {
-    let s = s.trim();
-    let split = s.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(s.len());
-    let (number, unit) = s.split_at(split);
-    let n: f64 = number.parse().map_err(|_| format!("bad duration {s:?} (e.g. 200us, 1ms, 0.5ms, 2s)"))?;
-    let secs_per_unit = match unit {
-        "" if n == 0.0 => 0.0,
-        "ns" => 1e-9,
-        "us" | "µs" => 1e-6,
-        "ms" => 1e-3,
-        "s" => 1.0,
-        _ => return Err(format!("bad duration {s:?}: unit must be ns, us, ms or s")),
-    };
-    Duration::try_from_secs_f64(n * secs_per_unit).map_err(|e| format!("bad duration {s:?}: {e}"))
-}
-
 /// SIGINT, SIGTERM and SIGHUP, blocked so that they can be waited for.
 pub(crate) struct Signals(libc::sigset_t);
 
@@ -96,22 +81,5 @@ impl Signals {
         // SAFETY: the set was initialised in `block`; sig is a live local.
         unsafe { libc::sigwait(&self.0, &mut sig) };
         sig
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn durations() {
-        assert_eq!(parse_duration("200us"), Ok(Duration::from_micros(200)));
-        assert_eq!(parse_duration("1ms"), Ok(Duration::from_millis(1)));
-        assert_eq!(parse_duration("0.5ms"), Ok(Duration::from_micros(500)));
-        assert_eq!(parse_duration("2s"), Ok(Duration::from_secs(2)));
-        assert_eq!(parse_duration("0"), Ok(Duration::ZERO));
-        assert!(parse_duration("5").is_err());
-        assert!(parse_duration("1h").is_err());
-        assert!(parse_duration("ms").is_err());
     }
 }

@@ -714,7 +714,7 @@ impl Cx<'_> {
         let name = key.get_ref();
         let hint = "write a number and a unit (ms, s, m, h or d): \"500ms\", \"5s\", \"10m\", \"24h\", \"1d\"";
         match value.get_ref() {
-            DeValue::String(s) => parse_duration(s).map_err(|why| {
+            DeValue::String(s) => treesync_core::duration::parse(s).map_err(|why| {
                 self.err(value.span(), format!("bad duration {s:?} for {name} in {section}: {why}")).hint(hint)
             }),
             DeValue::Integer(i) => Err(self
@@ -825,38 +825,6 @@ fn base_dir(path: &Path) -> PathBuf {
         std::env::current_dir().map(|cwd| cwd.join(dir)).unwrap_or_else(|_| dir.to_path_buf())
     };
     normalize(&dir)
-}
-
-/// `500ms`, `5s`, `10m`, `24h`, `1d`, `1.5h`, or a sum such as `1h30m`.
-fn parse_duration(s: &str) -> Result<Duration, String> {
-    let mut rest = s.trim();
-    if rest.is_empty() {
-        return Err("it is empty".into());
-    }
-    let mut total = 0f64;
-    while !rest.is_empty() {
-        let n_end = rest.find(|c: char| !c.is_ascii_digit() && c != '.').unwrap_or(rest.len());
-        let (number, after) = rest.split_at(n_end);
-        let after = after.trim_start();
-        let u_end = after.find(|c: char| !c.is_ascii_alphabetic()).unwrap_or(after.len());
-        let (unit, after) = after.split_at(u_end);
-        if number.is_empty() {
-            return Err(format!("expected a number at {rest:?}"));
-        }
-        let n: f64 = number.parse().map_err(|_| format!("{number:?} is not a number"))?;
-        let seconds = match unit {
-            "ms" => n / 1000.0,
-            "s" => n,
-            "m" => n * 60.0,
-            "h" => n * 3600.0,
-            "d" => n * 86400.0,
-            "" => return Err(format!("{number} has no unit")),
-            other => return Err(format!("unknown unit {other:?}")),
-        };
-        total += seconds;
-        rest = after.trim_start();
-    }
-    Duration::try_from_secs_f64(total).map_err(|_| "it is too long".to_string())
 }
 
 /// A size in bytes, for `max_bytes` and `--max-bytes`: a number of bytes, or a number and a
@@ -1244,15 +1212,15 @@ repair = true
     fn config_bad_duration() {
         let m = "[mirror.a]\nrepo = \"/r\"\nref = \"main\"\ntarget = \"/a\"\n";
         assert_err(
-            &format!("{m}interval = \"5 min\"\n"),
+            &format!("{m}interval = \"5 parsecs\"\n"),
             (5, 12),
-            "bad duration \"5 min\" for interval in [mirror.a]: unknown unit \"min\"",
+            "bad duration \"5 parsecs\" for interval in [mirror.a]: unknown time unit \"parsecs\", supported units: ns, us/µs, ms, sec, min, hours, days, weeks, months, years (and few variations); a duration is a number with a unit (ms, s, m, h, d), or a sum such as 1h30m",
             &["hint: write a number and a unit"],
         );
         assert_err(
             &format!("{m}interval = \"5\"\n"),
             (5, 12),
-            "bad duration \"5\" for interval in [mirror.a]: 5 has no unit",
+            "bad duration \"5\" for interval in [mirror.a]: time unit needed, for example 5sec or 5ms; a duration is a number with a unit (ms, s, m, h, d), or a sum such as 1h30m",
             &[],
         );
         assert_err(
@@ -1265,24 +1233,9 @@ repair = true
         assert_err(
             "[defaults]\nverify_every = \"daily\"\n",
             (2, 16),
-            "bad duration \"daily\" for verify_every in [defaults]: expected a number at \"daily\"",
+            "bad duration \"daily\" for verify_every in [defaults]: expected number at 0; a duration is a number with a unit (ms, s, m, h, d), or a sum such as 1h30m",
             &[],
         );
-    }
-
-    #[test]
-    fn config_durations() {
-        let d = |s| parse_duration(s).unwrap();
-        assert_eq!(d("500ms"), Duration::from_millis(500));
-        assert_eq!(d("5s"), Duration::from_secs(5));
-        assert_eq!(d("10m"), Duration::from_secs(600));
-        assert_eq!(d("24h"), Duration::from_secs(86400));
-        assert_eq!(d("1d"), Duration::from_secs(86400));
-        assert_eq!(d("1.5h"), Duration::from_secs(5400));
-        assert_eq!(d("1h30m"), Duration::from_secs(5400));
-        assert!(parse_duration("").is_err());
-        assert!(parse_duration("s").is_err());
-        assert!(parse_duration("1.2.3s").is_err());
     }
 
     #[test]

@@ -288,7 +288,7 @@ struct SyncArgs {
     break_lock: bool,
     /// When another treesync holds the target's lock (a sync, or `verify --repair` of a
     /// `watch`), wait up to this long for it instead of exiting with 3 (e.g. 10m in a hook).
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    #[arg(long, value_name = "DURATION", value_parser = treesync_core::duration::parse)]
     wait: Option<std::time::Duration>,
 }
 
@@ -456,10 +456,10 @@ struct WatchArgs {
     #[command(flatten)]
     limits: LimitArgs,
     /// How often to look at the ref (e.g. 500ms, 5s, 1m) [default: 5s].
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    #[arg(long, value_name = "DURATION", value_parser = treesync_core::duration::parse)]
     interval: Option<std::time::Duration>,
     /// Run `verify` (stat level) this often (e.g. 24h); off by default.
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    #[arg(long, value_name = "DURATION", value_parser = treesync_core::duration::parse)]
     verify_every: Option<std::time::Duration>,
     /// With --verify-every: repair drift that verify finds.
     #[arg(long)]
@@ -468,39 +468,6 @@ struct WatchArgs {
     /// error, stopped) instead of log lines; see docs/json.md.
     #[arg(long)]
     json: bool,
-}
-
-fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
-    let s = s.trim();
-    let split = s.find(|c: char| !c.is_ascii_digit() && c != '.').unwrap_or(s.len());
-    let (num, unit) = s.split_at(split);
-    let n: f64 = num.parse().map_err(|_| format!("{s:?} is not a duration like 500ms, 5s, 10m, 24h"))?;
-    let secs = match unit {
-        "ms" => n / 1000.0,
-        "" | "s" => n,
-        "m" => n * 60.0,
-        "h" => n * 3600.0,
-        "d" => n * 86400.0,
-        _ => return Err(format!("unknown unit {unit:?} in {s:?} (use ms, s, m, h or d)")),
-    };
-    Ok(std::time::Duration::from_secs_f64(secs))
-}
-
-/// `2026-11-30T00:25:36Z` for log lines.
-fn utc_now() -> String {
-    let secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
-    let (days, rem) = (secs / 86400, secs % 86400);
-    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
-    let z = days as i64 + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z", rem / 3600, rem % 3600 / 60, rem % 60)
 }
 
 /// Watch one target, or every mirror at once (one task each, one process).
@@ -529,7 +496,7 @@ fn run_watch(runs: Vec<(Option<String>, WatchArgs)>) -> anyhow::Result<ExitCode>
             code = code.max(exit_code(&e));
         }
     }
-    eprintln!("{} stopped", utc_now());
+    eprintln!("{} stopped", treesync_core::duration::rfc3339(std::time::SystemTime::now()));
     Ok(ExitCode::from(code))
 }
 
@@ -540,14 +507,14 @@ async fn watch_one(name: Option<String>, args: WatchArgs, interrupt: Arc<AtomicB
     // objects on stdout with --json.
     let emit = |event: &str, mut fields: serde_json::Value, text: String, to_stderr: bool| {
         if args.json {
-            fields["at"] = utc_now().into();
+            fields["at"] = treesync_core::duration::rfc3339(std::time::SystemTime::now()).into();
             fields["mirror"] = name.clone().into();
             fields["event"] = event.into();
             println!("{fields}");
         } else if to_stderr {
-            eprintln!("{} {tag}{text}", utc_now());
+            eprintln!("{} {tag}{text}", treesync_core::duration::rfc3339(std::time::SystemTime::now()));
         } else {
-            println!("{} {tag}{text}", utc_now());
+            println!("{} {tag}{text}", treesync_core::duration::rfc3339(std::time::SystemTime::now()));
         }
     };
     let interval = args.interval.unwrap_or(std::time::Duration::from_secs(5));

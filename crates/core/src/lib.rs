@@ -80,7 +80,9 @@
 
 pub mod apply;
 pub mod backend;
+pub mod duration;
 pub mod gitworktree;
+pub mod json;
 pub mod memory;
 pub mod op;
 pub mod path;

@@ -22,7 +22,7 @@ pub enum Op {
         /// Where.
         path: RelPath,
         /// The blob to write.
-        #[serde(serialize_with = "ser_id")]
+        #[serde(serialize_with = "crate::json::id")]
         blob: ObjectId,
         /// Its size in bytes.
         size: u64,
@@ -33,8 +33,8 @@ pub enum Op {
     Symlink {
         /// Where.
         path: RelPath,
-        /// The link target, verbatim from the blob.
-        #[serde(serialize_with = "ser_bytes")]
+        /// The link target, verbatim from the blob (in JSON: [`crate::path::json_form`], lossless).
+        #[serde(serialize_with = "crate::path::ser_json")]
         target: Vec<u8>,
     },
     /// Change only the exec bits of an existing file (content unchanged).
@@ -44,7 +44,7 @@ pub enum Op {
         /// Whether the file becomes executable.
         executable: bool,
         /// The file's blob, for backends that can only change modes by rewriting (object stores).
-        #[serde(serialize_with = "ser_id")]
+        #[serde(serialize_with = "crate::json::id")]
         blob: ObjectId,
         /// Its size in bytes.
         size: u64,
@@ -59,14 +59,6 @@ pub enum Op {
         /// Where.
         path: RelPath,
     },
-}
-
-fn ser_id<S: serde::Serializer>(id: &ObjectId, s: S) -> Result<S::Ok, S::Error> {
-    s.collect_str(id)
-}
-
-fn ser_bytes<S: serde::Serializer>(b: &[u8], s: S) -> Result<S::Ok, S::Error> {
-    s.serialize_str(&String::from_utf8_lossy(b))
 }
 
 /// The kinds of [`Op`], for counting.
@@ -299,22 +291,15 @@ impl Phases {
 #[derive(Debug, Clone, Serialize)]
 pub struct Plan {
     /// The tree the target holds before (`None`: nothing, an initial checkout).
-    #[serde(serialize_with = "ser_opt_id")]
+    #[serde(serialize_with = "crate::json::opt_id")]
     pub from: Option<ObjectId>,
     /// The tree the target holds after.
-    #[serde(serialize_with = "ser_id")]
+    #[serde(serialize_with = "crate::json::id")]
     pub to: ObjectId,
     /// The phases, in execution order.
     pub phases: Vec<Phase>,
     /// Ops by kind.
     pub counts: OpCounts,
-}
-
-fn ser_opt_id<S: serde::Serializer>(id: &Option<ObjectId>, s: S) -> Result<S::Ok, S::Error> {
-    match id {
-        Some(id) => s.collect_str(id),
-        None => s.serialize_none(),
-    }
 }
 
 impl Plan {

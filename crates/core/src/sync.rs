@@ -184,10 +184,10 @@ pub struct Outcome {
     /// What the target held before (per its state).
     pub from: Option<Synced>,
     /// The commit synced to.
-    #[serde(serialize_with = "ser_id")]
+    #[serde(serialize_with = "crate::json::id")]
     pub commit: gix_hash::ObjectId,
     /// Its tree.
-    #[serde(serialize_with = "ser_id")]
+    #[serde(serialize_with = "crate::json::id")]
     pub tree: gix_hash::ObjectId,
     /// An interrupted sync that was finished first.
     pub resumed: Option<InProgress>,
@@ -206,16 +206,8 @@ pub struct Outcome {
     /// Writes of the state file (0 when nothing changed, else 1 or 2).
     pub state_writes: u32,
     /// Wall time.
-    #[serde(serialize_with = "ser_secs")]
+    #[serde(serialize_with = "crate::json::secs")]
     pub elapsed: Duration,
-}
-
-fn ser_id<S: serde::Serializer>(id: &gix_hash::ObjectId, s: S) -> Result<S::Ok, S::Error> {
-    s.collect_str(id)
-}
-
-fn ser_secs<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
-    s.serialize_f64(d.as_secs_f64())
 }
 
 /// Read the target's state and plan, without writing anything.

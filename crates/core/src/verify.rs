@@ -104,7 +104,7 @@ impl Drift {
 pub struct Report {
     /// The commit the state records (or, with `interrupted`, the commit the interrupted sync
     /// was going to).
-    #[serde(serialize_with = "ser_id")]
+    #[serde(serialize_with = "crate::json::id")]
     pub commit: ObjectId,
     /// The target's journal records a sync that did not finish: it was compared with that
     /// sync's destination, and differs from it where the sync did not get to.
@@ -137,10 +137,6 @@ impl Report {
     pub fn is_clean(&self) -> bool {
         self.drift.is_empty()
     }
-}
-
-fn ser_id<S: serde::Serializer>(id: &ObjectId, s: S) -> Result<S::Ok, S::Error> {
-    s.collect_str(id)
 }
 
 /// Verify failed (not: drift was found).

@@ -45,12 +45,8 @@ pub struct Outcome {
     /// the target to the tree by comparing it once ([`crate::sync`] does).
     pub dirs_recreated: u64,
     /// Wall time.
-    #[serde(serialize_with = "ser_secs")]
+    #[serde(serialize_with = "crate::json::secs")]
     pub elapsed: Duration,
-}
-
-fn ser_secs<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
-    s.serialize_f64(d.as_secs_f64())
 }
 
 /// Applying stopped; ops before the failing batch are done, the journal still says "in progress".
