@@ -330,7 +330,9 @@ pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
         let from = settings.origin_note("backend", &section);
         // nfs:// targets: the library's own rules and URL parser, as the binary applies them.
         if target.starts_with("nfs://")
-            && let Err(e) = treesync::check(&target, backend.into())
+            && let Err(e) = treesync::Target::parse(&target)
+                .map_err(treesync::OpenError::from)
+                .and_then(|t| treesync::check(&t, backend.into()))
         {
             let text = e.to_string();
             let (message, hint) = text.split_once("\n  hint: ").unwrap_or((&text, ""));

@@ -740,12 +740,25 @@ fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_current_thread().enable_all().build().context("cannot start the async runtime")
 }
 
-/// Which backend serves a target, and why (for `status`, the state file and logs).
-type Chosen = treesync::Opened;
+/// Which backend serves a target, and why (for `status`, the state file and logs), and the
+/// budgets the library decided ([`treesync::open`]).
+struct Chosen {
+    backend: Arc<dyn treesync_core::Backend>,
+    name: &'static str,
+    why: String,
+    budgets: treesync::Budgets,
+    label: String,
+}
+
+impl Chosen {
+    fn label(&self) -> String {
+        self.label.clone()
+    }
+}
 
 /// Open the target as the library's front door does ([`treesync::open`]), with the flags.
 fn make_backend(args: &TargetArgs) -> anyhow::Result<Chosen> {
-    let options = treesync::OpenOptions {
+    let options = treesync::TargetOptions {
         backend: args.backend.into(),
         jobs: args.jobs,
         batch: args.batch,
@@ -759,7 +772,11 @@ fn make_backend(args: &TargetArgs) -> anyhow::Result<Chosen> {
             ..Default::default()
         },
     };
-    Ok(treesync::open(args.target(), &options)?)
+    let opened = treesync::open(&treesync::Target::parse(args.target())?, &options)?;
+    // The executor runs with `--jobs` when given, else the backend's policy: both are the
+    // decided `budgets.jobs` (the library gives the backend that policy).
+    let label = opened.label();
+    Ok(Chosen { name: opened.kind.name(), why: opened.reason, budgets: opened.budgets, backend: opened.backend, label })
 }
 
 fn run(cli: Cli) -> anyhow::Result<ExitCode> {
@@ -1190,15 +1207,8 @@ fn run_sync(args: SyncArgs) -> anyhow::Result<()> {
         out["backend"] = chosen.name.into();
         out["backend_reason"] = chosen.why.clone().into();
         out["cost"] = backend.cost().into_iter().map(|(k, v)| (k.to_string(), serde_json::Value::from(v))).collect();
-        if let Some((lookups, writes)) = &chosen.gates {
-            out["budgets"] = serde_json::json!({
-                "lookups": lookups.limit(),
-                "max_lookups_in_flight": lookups.max_in_flight(),
-                "writes": if writes.is_adaptive() { "adaptive".to_string() } else { writes.limit().to_string() },
-                "write_limit_final": writes.limit(),
-                "write_limits": writes.history(),
-                "max_writes_in_flight": writes.max_in_flight(),
-            });
+        if let Some(budgets) = chosen.budgets.report() {
+            out["budgets"] = serde_json::to_value(budgets)?;
         }
         println!("{}", serde_json::to_string_pretty(&out)?);
     } else if !args.quiet {

@@ -248,6 +248,47 @@ fn sync_initial_noop_dry_run_and_incremental() {
 }
 
 #[test]
+fn jobs_and_the_nfs_write_budget_are_decided_together_and_reported() {
+    let f = fixture();
+    let t = f.target("budgets");
+    // --jobs 4 --write-jobs auto: the adaptive budget's ceiling is --jobs, and --json says so.
+    let v = f.sync(0, &t, &["--backend", "nfs", "--jobs", "4", "--write-jobs", "auto"]);
+    let b = &v["budgets"];
+    assert_eq!((&b["jobs"], &b["writes"], &b["write_ceiling"]), (&json!(4), &json!("adaptive"), &json!(4)), "{b}");
+    assert!(b["decided"].as_str().is_some_and(|d| d.contains("the ceiling is --jobs 4")), "{b}");
+    let limits = b["write_limits"].as_array().expect("write_limits");
+    assert!(limits.iter().all(|l| l.as_u64() <= Some(4)), "the adaptive budget never passes --jobs: {b}");
+    assert!(b["max_writes_in_flight"].as_u64() <= Some(4), "{b}");
+    assert_eq!(v["applied"], checkout_counts(&f.models[0]));
+
+    // --jobs 4 --write-jobs 16 would keep 4 in flight under a budget of 16: refused, with the fix.
+    let o = treesync(&[
+        "sync",
+        "--repo",
+        f.repo(),
+        "--ref",
+        &f.commits[1],
+        "--target",
+        &t,
+        "--backend",
+        "nfs",
+        "--jobs",
+        "4",
+        "--write-jobs",
+        "16",
+    ]);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "refused: {stderr}");
+    assert!(stderr.contains("jobs 4 and write_jobs 16 disagree"), "{stderr}");
+    assert!(stderr.contains("hint: give one of them (--write-jobs 16 or --jobs 4)"), "{stderr}");
+
+    // Without --write-jobs, --jobs is the fixed write budget.
+    let v = f.sync(1, &t, &["--backend", "nfs", "--jobs", "2"]);
+    let b = &v["budgets"];
+    assert_eq!((&b["jobs"], &b["writes"], &b["write_ceiling"]), (&json!(2), &json!("2"), &json!(2)), "{b}");
+}
+
+#[test]
 fn sync_with_the_nfs_and_s3_backends() {
     let f = fixture();
     // nfs on a plain directory: the same code paths as on a mount, and the budgets.

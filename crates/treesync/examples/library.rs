@@ -1,74 +1,77 @@
-//! treesync as a library: open any target as the binary would, look at the plan, then sync.
+//! Open any target as the `treesync` binary would, sync a revision to it, and verify it.
 //!
 //! ```sh
-//! cargo run -p treesync --example library -- REPO REV TARGET [auto|local|nfs|s3|memory]
+//! cargo run -p treesync --example library -- REPO REV TARGET [--backend auto|local|nfs|s3|memory]
+//!     [--jobs N] [--write-jobs N|auto] [--endpoint URL] [--allow-http]
 //! cargo run -p treesync --example library -- . HEAD /tmp/treesync-example
 //! cargo run -p treesync --example library -- . HEAD nfs://127.0.0.1/export/site
+//! cargo run -p treesync --example library -- . HEAD s3://bucket/site --endpoint http://127.0.0.1:9000 --allow-http
+//! cargo run -p treesync --example library -- . HEAD memory://
 //! ```
 //!
-//! [`treesync::open`] takes the target as a person writes it (a directory, an NFS mount,
-//! `nfs://`, `s3://`, `file://`, `memory://`) and chooses the backend and its policy the way
-//! the binary does. The backend is an ordinary value: wrap it in policies (`Count` here
-//! records every op and state call) and hand it to `sync::prepare` (plan only) or `sync::sync`
-//! (plan, journal, apply).
+//! [`treesync::Target::parse`] takes the target as a person writes it (a directory, an NFS
+//! mount, `nfs://`, `s3://`, `file://`, `memory://`); [`treesync::open`] chooses the backend and
+//! decides its budgets the way the binary does, and says why. The backend is an ordinary value:
+//! hand it to `sync::sync` (plan, journal, apply) and `verify::verify`.
 
-use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
-use treesync::core::policy::Count;
-use treesync::core::{Backend, MemoryBackend};
-use treesync::{BackendKind, OpenOptions, Repo, sync};
+use treesync::{BackendKind, Repo, Target, TargetOptions, WriteJobs, sync, verify};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let [repo, rev, target, rest @ ..] = args.as_slice() else {
-        eprintln!("usage: library REPO REV TARGET [auto|local|nfs|s3|memory]");
+    let mut args = std::env::args().skip(1);
+    let (Some(repo), Some(rev), Some(target)) = (args.next(), args.next(), args.next()) else {
+        eprintln!(
+            "usage: library REPO REV TARGET [--backend KIND] [--jobs N] [--write-jobs N|auto] [--endpoint URL] [--allow-http]"
+        );
         std::process::exit(2);
     };
-    let kind = rest.first().map(String::as_str).unwrap_or("auto");
-
-    // 1. Open the storage. Each backend has its own policy (local: wide batches; nfs:
-    //    serialized lookups and adaptive writes; s3: concurrent PUTs); `memory` is for tests.
-    let (backend, label): (Arc<dyn Backend>, String) = if kind == "memory" {
-        (Arc::new(MemoryBackend::new()), "memory".into())
-    } else {
-        let backend = match kind {
-            "auto" => BackendKind::Auto,
-            "local" => BackendKind::Local,
-            "nfs" => BackendKind::Nfs,
-            "s3" => BackendKind::S3,
-            other => return Err(format!("unknown backend {other:?} (auto, local, nfs, s3 or memory)").into()),
-        };
-        let opened = treesync::open(target, &OpenOptions { backend, ..Default::default() })?;
-        println!("backend: {}", opened.label());
-        let label = opened.label();
-        (opened.backend, label)
-    };
-    // 2. Compose policies around it.
-    let counted = Count::new(backend);
-    let record = counted.record();
-
-    let repo = Repo::open(repo)?;
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-
-    // 3. Look before leaping: the plan, without writing anything.
-    let prepared = runtime.block_on(sync::prepare(&repo, rev, &counted, false, false))?;
-    println!("plan: {} ({} phases)", prepared.main.counts, prepared.main.phases.len());
-    for phase in &prepared.main.phases {
-        println!("  {}: {} ops", phase.name, phase.ops.len());
+    let mut options = TargetOptions::default();
+    while let Some(flag) = args.next() {
+        let mut value = || args.next().ok_or_else(|| format!("{flag} needs a value"));
+        match flag.as_str() {
+            "--backend" => {
+                options.backend = match value()?.as_str() {
+                    "auto" => BackendKind::Auto,
+                    "local" => BackendKind::Local,
+                    "nfs" => BackendKind::Nfs,
+                    "s3" => BackendKind::S3,
+                    "memory" => BackendKind::Memory,
+                    other => return Err(format!("unknown backend {other:?} (auto, local, nfs, s3, memory)").into()),
+                }
+            }
+            "--jobs" => options.jobs = Some(value()?.parse()?),
+            "--write-jobs" => {
+                options.write_jobs = Some(match value()?.as_str() {
+                    "auto" => WriteJobs::Auto,
+                    n => WriteJobs::Fixed(n.parse()?),
+                })
+            }
+            "--endpoint" => options.s3.endpoint = Some(value()?),
+            "--allow-http" => options.s3.allow_http = true,
+            other => return Err(format!("unknown option {other:?}").into()),
+        }
     }
 
-    // 4. Sync: lock, journal, apply the plan phase by phase, record the new state.
-    let options = sync::Options { backend_name: format!("library example: {label}"), ..Default::default() };
-    let outcome = runtime.block_on(sync::sync(&repo, rev, &counted, &options, &|_| {}, &AtomicBool::new(false)))?;
-    let r = record.lock().map_err(|_| "record lock")?.clone();
-    println!(
-        "synced {} in {:.3}s: {} ({} calls on the target, {} state writes)",
-        outcome.commit,
-        outcome.elapsed.as_secs_f64(),
-        outcome.applied,
-        r.total_calls(),
-        r.state_writes
-    );
+    // 1. Open the target: the backend the binary would choose, with its policy and budgets.
+    let opened = treesync::open(&Target::parse(&target)?, &options)?;
+    println!("backend: {}", opened.label());
+    println!("budgets: {}", opened.budgets);
+
+    // 2. Sync: lock, journal, apply the plan phase by phase, record the new state.
+    let repo = Repo::open(&repo)?;
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let sync_options =
+        sync::Options { backend_name: opened.label(), apply: opened.apply_options(&options), ..Default::default() };
+    let outcome =
+        runtime.block_on(sync::sync(&repo, &rev, &*opened.backend, &sync_options, &|_| {}, &AtomicBool::new(false)))?;
+    println!("synced {} to {}: {}", outcome.commit, opened.backend, outcome.applied);
+
+    // 3. Verify: compare what the target holds with the tree.
+    let report = runtime.block_on(verify::verify(&repo, &*opened.backend, verify::Level::Full))?;
+    if !report.is_clean() {
+        return Err(format!("the target differs from {}: {report:?}", outcome.commit).into());
+    }
+    println!("verified: {} entries, clean", report.expected);
     Ok(())
 }
