@@ -12,14 +12,14 @@
 //! target = "/mnt/nas/site"
 //! ```
 //!
-//! The file is parsed into toml's spanned document tree ([`toml::de::DeTable`]) and validated by
-//! hand, so that every error names the line and column it is about (`treesync.toml:7:1: unknown
-//! key "tagret" in [mirror.site] …`) and, where it helps, carries a hint on a second line.
-//! The format is documented in docs/config.md.
+//! serde reads the file into typed tables (`#[serde(deny_unknown_fields)]`, values in
+//! [`toml::Spanned`] for their positions); each value type says in its own `Deserialize` what
+//! it accepts. Errors name the line and column they are about (`treesync.toml:7:1: unknown key
+//! "tagret" in [mirror.site] …`) and, where it helps, carry a hint on a second line. Targets go
+//! through the library's front door ([`treesync::Target::parse`], [`treesync::check`]), so a
+//! mirror accepts exactly what `--target` and `--backend` accept. The format is documented in
+//! docs/config.md.
 
-// Until main.rs wires `--config`, `--all` and mirror names to this module.
-
-use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::fmt;
@@ -27,6 +27,8 @@ use std::ops::Range;
 use std::path::{Component, Path, PathBuf};
 use std::time::Duration;
 
+use serde::Deserialize;
+use serde::de::{self, Deserializer};
 use toml::Spanned;
 use toml::de::{DeTable, DeValue};
 
@@ -53,7 +55,8 @@ pub struct Mirror {
     pub repo: PathBuf,
     /// The `ref` key: a branch, tag, commit id or revision expression.
     pub rev: String,
-    /// A directory (resolved against the file's directory when relative) or a URL (s3://, file://, memory://).
+    /// A directory (resolved against the file's directory when relative) or a URL (nfs://,
+    /// s3://, file://, memory://): whatever `--target` takes.
     pub target: String,
     pub backend: BackendName,
     pub jobs: Option<usize>,
@@ -217,176 +220,446 @@ fn io_message(e: &std::io::Error) -> String {
     }
 }
 
+// ---- The file as serde reads it -------------------------------------------------------------
+
+/// The whole file.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct File {
+    defaults: Option<Spanned<Defaults>>,
+    mirror: Option<Spanned<BTreeMap<Spanned<String>, Spanned<MirrorTable>>>>,
+}
+
+/// Declares `[defaults]` and `[mirror.NAME]` with the settings they share, once.
+macro_rules! tables {
+    ($($field:ident: $ty:ty),* $(,)?) => {
+        /// `[defaults]`: the settings, nothing else.
+        #[derive(Deserialize, Default)]
+        #[serde(deny_unknown_fields)]
+        struct Defaults {
+            $($field: Option<Spanned<$ty>>,)*
+        }
+
+        /// `[mirror.NAME]`: repo, ref and target, and the settings.
+        #[derive(Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct MirrorTable {
+            repo: Option<Spanned<Text>>,
+            #[serde(rename = "ref")]
+            rev: Option<Spanned<Text>>,
+            target: Option<Spanned<Text>>,
+            $($field: Option<Spanned<$ty>>,)*
+        }
+
+        /// A mirror's settings: its own, else those of `[defaults]`.
+        struct Settings {
+            $($field: Option<Setting<$ty>>,)*
+        }
+
+        impl Settings {
+            fn merge(mirror: &MirrorTable, defaults: &Defaults, cx: &Cx<'_>) -> Settings {
+                Settings {
+                    $($field: Setting::pick(&mirror.$field, &defaults.$field, cx),)*
+                }
+            }
+        }
+
+        /// The settings' names, in the order of the docs.
+        const SETTING_KEYS: &[&str] = &[$(tables!(@name $field)),*];
+    };
+    (@name $field:ident) => { stringify!($field) };
+}
+
+tables! {
+    backend: BackendName,
+    interval: Interval,
+    verify_every: VerifyEvery,
+    jobs: Count,
+    lookup_jobs: Count,
+    write_jobs: WriteJobsValue,
+    fsync: Flag,
+    endpoint: Text,
+    region: Text,
+    allow_http: Flag,
+    repair: Flag,
+    max_entries: Count,
+    max_bytes: Size,
+}
+
+const TOP_KEYS: &[&str] = &["defaults", "mirror"];
+const REQUIRED_KEYS: &[&str] = &["repo", "ref", "target"];
+
+/// Every key of a `[mirror.NAME]` table: the required ones, then the settings.
+fn mirror_keys() -> Vec<&'static str> {
+    [REQUIRED_KEYS, SETTING_KEYS].concat()
+}
+
+/// A setting with where it was written: `inherited` from `[defaults]` at `line`, or not.
+#[derive(Clone)]
+struct Setting<T> {
+    value: T,
+    span: Range<usize>,
+    /// The line of `[defaults]`' value, when the mirror did not set it itself.
+    inherited: Option<usize>,
+}
+
+impl<T: Clone> Setting<T> {
+    fn pick(own: &Option<Spanned<T>>, defaults: &Option<Spanned<T>>, cx: &Cx<'_>) -> Option<Setting<T>> {
+        match (own, defaults) {
+            (Some(v), _) => Some(Setting { value: v.get_ref().clone(), span: v.span(), inherited: None }),
+            (None, Some(v)) => Some(Setting {
+                value: v.get_ref().clone(),
+                span: v.span(),
+                inherited: Some(cx.position(v.span().start).0),
+            }),
+            (None, None) => None,
+        }
+    }
+}
+
+// ---- Values: each type says what it accepts ---------------------------------------------------
+
+// Messages name the key and the table through these markers; `Cx::from_serde` fills them in
+// (a value's `Deserialize` knows neither).
+const KEY: &str = "\u{0}key\u{0}";
+const SECTION: &str = "\u{0}section\u{0}";
+const HINT: &str = "\u{0}hint\u{0}";
+
+/// What a value is, whatever its type: for messages that say what was given.
+enum Got {
+    Str(String),
+    Int(i64),
+    Float(f64),
+    Bool(bool),
+    Date(String),
+    Array,
+    Table,
+}
+
+impl Got {
+    /// `a string ("8")`, `an integer (8)`, `a table`, … for wrong-type messages.
+    fn describe(&self) -> String {
+        match self {
+            Got::Str(s) => format!("a string ({s:?})"),
+            Got::Int(i) => format!("an integer ({i})"),
+            Got::Float(f) => format!("a float ({f})"),
+            Got::Bool(b) => format!("a boolean ({b})"),
+            Got::Date(d) => format!("a date ({d})"),
+            Got::Array => "an array".into(),
+            Got::Table => "a table".into(),
+        }
+    }
+
+    /// `KEY in SECTION must be EXPECTED, not GOT`.
+    fn wrong(&self, expected: &str) -> String {
+        format!("{KEY} in {SECTION} must be {expected}, not {}", self.describe())
+    }
+}
+
+/// `message` with a hint, for [`Cx::from_serde`] to split.
+fn with_hint(message: String, hint: impl fmt::Display) -> String {
+    format!("{message}{HINT}{hint}")
+}
+
+impl<'de> Deserialize<'de> for Got {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> de::Visitor<'de> for V {
+            type Value = Got;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("any value")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Got, E> {
+                Ok(Got::Str(v.to_string()))
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<Got, E> {
+                Ok(Got::Int(v))
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Got, E> {
+                Ok(i64::try_from(v).map_or(Got::Float(v as f64), Got::Int))
+            }
+            fn visit_f64<E: de::Error>(self, v: f64) -> Result<Got, E> {
+                Ok(Got::Float(v))
+            }
+            fn visit_bool<E: de::Error>(self, v: bool) -> Result<Got, E> {
+                Ok(Got::Bool(v))
+            }
+            fn visit_seq<A: de::SeqAccess<'de>>(self, _: A) -> Result<Got, A::Error> {
+                Ok(Got::Array)
+            }
+            fn visit_map<A: de::MapAccess<'de>>(self, mut map: A) -> Result<Got, A::Error> {
+                // toml hands a date to serde as a one-entry table with a private key.
+                match map.next_key::<String>()? {
+                    Some(k) if k.contains("toml_private_datetime") => Ok(Got::Date(map.next_value::<String>()?)),
+                    _ => Ok(Got::Table),
+                }
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// Implements `Deserialize` for a value type by a function from [`Got`].
+macro_rules! from_got {
+    ($ty:ty, $f:expr) => {
+        impl<'de> Deserialize<'de> for $ty {
+            fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                let got = Got::deserialize(d)?;
+                let f: fn(Got) -> Result<$ty, String> = $f;
+                f(got).map_err(de::Error::custom)
+            }
+        }
+    };
+}
+
+/// A non-empty string.
+#[derive(Clone, Debug)]
+struct Text(String);
+from_got!(Text, |got| match got {
+    Got::Str(s) if s.trim().is_empty() => Err(format!("{KEY} in {SECTION} must not be empty")),
+    Got::Str(s) => Ok(Text(s)),
+    got @ (Got::Int(_) | Got::Float(_) | Got::Bool(_) | Got::Date(_)) => {
+        let written = match &got {
+            Got::Int(i) => i.to_string(),
+            Got::Float(f) => f.to_string(),
+            Got::Bool(b) => b.to_string(),
+            Got::Date(d) => d.clone(),
+            _ => String::new(),
+        };
+        Err(with_hint(got.wrong("a string"), format!("quote it: {KEY} = \"{written}\"")))
+    }
+    got => Err(got.wrong("a string")),
+});
+
+/// `true` or `false`.
+#[derive(Clone, Copy, Debug)]
+struct Flag(bool);
+from_got!(Flag, |got| match got {
+    Got::Bool(b) => Ok(Flag(b)),
+    Got::Str(s) if s == "true" || s == "false" => {
+        Err(with_hint(Got::Str(s.clone()).wrong("true or false"), format!("write {KEY} = {s}, without quotes")))
+    }
+    got => Err(got.wrong("true or false")),
+});
+
+/// A number of operations or entries: an integer of at least 1.
+#[derive(Clone, Copy, Debug)]
+struct Count(u64);
+from_got!(Count, count);
+
+fn count(got: Got) -> Result<Count, String> {
+    match got {
+        Got::Int(n) if n < 1 => Err(format!("{KEY} in {SECTION} must be at least 1, not {n}")),
+        Got::Int(n) => {
+            usize::try_from(n).map(|_| Count(n as u64)).map_err(|_| format!("{KEY} in {SECTION} is too large: {n}"))
+        }
+        Got::Str(s) if s.trim().parse::<usize>().is_ok() => {
+            let n = s.trim().to_string();
+            Err(with_hint(Got::Str(s).wrong("a number"), format!("write {KEY} = {n}, without quotes")))
+        }
+        got => Err(got.wrong("a number (1, 8, 32, …)")),
+    }
+}
+
+impl Count {
+    fn usize(self) -> usize {
+        usize::try_from(self.0).expect("checked when read")
+    }
+}
+
+/// `write_jobs`: `"auto"` or a count.
+#[derive(Clone, Copy, Debug)]
+struct WriteJobsValue(WriteJobs);
+from_got!(WriteJobsValue, |got| match got {
+    Got::Str(s) if s == "auto" => Ok(WriteJobsValue(WriteJobs::Auto)),
+    got @ Got::Str(_) => count(got).map(|c| WriteJobsValue(WriteJobs::Fixed(c.usize()))).map_err(|e| {
+        let message = e.split(HINT).next().unwrap_or_default().to_string();
+        with_hint(message, format!("{KEY} is \"auto\" or a number without quotes, e.g. {KEY} = 8"))
+    }),
+    got => count(got).map(|c| WriteJobsValue(WriteJobs::Fixed(c.usize()))),
+});
+
+const DURATION_HINT: &str = "write a number and a unit (ms, s, m, h or d): \"500ms\", \"5s\", \"10m\", \"24h\", \"1d\"";
+
+/// A duration in the one grammar of treesync ([`treesync_core::duration::parse`]).
+fn duration(got: Got) -> Result<Duration, String> {
+    match got {
+        Got::Str(s) => treesync_core::duration::parse(&s)
+            .map_err(|why| with_hint(format!("bad duration {s:?} for {KEY} in {SECTION}: {why}"), DURATION_HINT)),
+        got @ Got::Int(i) => Err(with_hint(got.wrong("a duration string"), format!("give the unit: {KEY} = \"{i}s\""))),
+        got => Err(with_hint(got.wrong("a duration string"), DURATION_HINT)),
+    }
+}
+
+/// `interval`: a duration longer than 0.
+#[derive(Clone, Copy, Debug)]
+struct Interval(Duration);
+from_got!(Interval, |got| match duration(got)? {
+    d if d.is_zero() => Err(with_hint(
+        format!("{KEY} in {SECTION} must be longer than 0"),
+        "watch looks at the ref this often; e.g. interval = \"5s\"",
+    )),
+    d => Ok(Interval(d)),
+});
+
+/// `verify_every`: a duration longer than 0, or `"off"` (which turns off one of `[defaults]`).
+#[derive(Clone, Copy, Debug)]
+struct VerifyEvery(Option<Duration>);
+from_got!(VerifyEvery, |got| match got {
+    Got::Str(s) if s == "off" => Ok(VerifyEvery(None)),
+    got => match duration(got)? {
+        d if d.is_zero() => Err(with_hint(
+            format!("{KEY} in {SECTION} must be longer than 0"),
+            "to turn off a verify_every of [defaults], write verify_every = \"off\"",
+        )),
+        d => Ok(VerifyEvery(Some(d))),
+    },
+});
+
+/// A size in bytes: `"1TiB"`, `"500 GiB"`, `"2TB"`, or a number of bytes.
+#[derive(Clone, Copy, Debug)]
+struct Size(u64);
+from_got!(Size, |got| {
+    let hint = "write a number and a unit (B, KiB, MiB, GiB, TiB; KB, MB, GB, TB), e.g. \"500GiB\" or \"2TiB\"";
+    match got {
+        Got::Str(s) => parse_size(&s)
+            .map(Size)
+            .map_err(|why| with_hint(format!("bad size {s:?} for {KEY} in {SECTION}: {why}"), hint)),
+        Got::Int(n) if n >= 1 => Ok(Size(n as u64)),
+        Got::Int(n) => Err(format!("{KEY} in {SECTION} must be at least 1 byte, not {n}")),
+        got => Err(with_hint(got.wrong("a size (\"2TiB\") or a number of bytes"), hint)),
+    }
+});
+
+from_got!(BackendName, |got| match got {
+    Got::Str(s) => BackendName::from_name(&s).ok_or_else(|| {
+        let names: Vec<&str> = BackendName::ALL.iter().map(|b| b.as_str()).collect();
+        let message = format!("unknown backend {s:?} in {SECTION}{}", expected(&names));
+        match did_you_mean(&s.to_ascii_lowercase(), &names) {
+            Some(hint) => with_hint(message, hint),
+            None => message,
+        }
+    }),
+    got => Err(got.wrong("a string")),
+});
+
+// ---- From the typed file to mirrors -------------------------------------------------------------
+
 /// Validate `text`, the contents of the file at `path` (used for messages and to resolve relative paths).
 pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
     let cx = Cx { text, path, base: base_dir(path) };
     let doc = DeTable::parse(text).map_err(|e| cx.syntax_error(&e))?;
-    let doc = doc.get_ref();
-
-    let mut defaults = Settings::default();
-    let mut mirrors_table = None;
-    for (key, value) in in_file_order(doc) {
-        match key.get_ref().as_ref() {
-            "defaults" => {
-                let table = cx.table(key, value, "defaults", "a table ([defaults])")?;
-                for (k, v) in in_file_order(table) {
-                    let name = k.get_ref().as_ref();
-                    if !defaults.set(&cx, "[defaults]", k, v)? {
-                        let err =
-                            cx.err(k.span(), format!("unknown key {name:?} in [defaults]{}", expected(SETTING_KEYS)));
-                        return Err(if REQUIRED_KEYS.contains(&name) {
-                            err.hint("repo, ref and target are set in each [mirror.NAME], not in [defaults]")
-                        } else {
-                            err.maybe_hint(did_you_mean(name, SETTING_KEYS))
-                        });
-                    }
-                }
-            }
-            "mirror" => {
-                if let DeValue::Array(_) = value.get_ref() {
-                    return Err(cx
-                        .err(value.span(), "[[mirror]] is not a mirror: a mirror is a table with a name")
-                        .hint("write [mirror.NAME], e.g. [mirror.site]"));
-                }
-                mirrors_table = Some((value, cx.table(key, value, "mirror", "a table of mirrors ([mirror.NAME])")?));
-            }
-            other => {
-                let err = cx.err(key.span(), format!("unknown key {other:?} at the top level{}", expected(TOP_KEYS)));
-                return Err(if mirror_keys().contains(&other) {
-                    err.hint("the keys of a mirror go under a [mirror.NAME] header, shared settings under [defaults]")
-                } else {
-                    err.maybe_hint(did_you_mean(other, TOP_KEYS))
-                });
-            }
-        }
-    }
+    let file = File::deserialize(toml::de::Deserializer::from(doc.clone())).map_err(|e| cx.from_serde(&e, &doc))?;
 
     let no_mirrors_hint = "add a [mirror.NAME] table with repo, ref and target (see docs/config.md)";
-    let Some((mirrors_value, table)) = mirrors_table else {
+    let Some(table) = file.mirror else {
         return Err(ConfigError::new(Some(path.display().to_string()), "no mirrors defined").hint(no_mirrors_hint));
     };
-    if table.is_empty() {
-        return Err(cx.err(mirrors_value.span(), "no mirrors defined: [mirror] is empty").hint(no_mirrors_hint));
+    if table.get_ref().is_empty() {
+        return Err(cx.err(table.span(), "no mirrors defined: [mirror] is empty").hint(no_mirrors_hint));
     }
+    let defaults = file.defaults.map(Spanned::into_inner).unwrap_or_default();
+    // toml gives the mirrors sorted by name; keep the order of the file.
+    let mut entries: Vec<_> = table.into_inner().into_iter().collect();
+    entries.sort_by_key(|(name, _)| name.span().start);
 
     let mut mirrors: Vec<Mirror> = Vec::new();
     // The target of each mirror so far, normalized, with the mirror's index and the target's line.
     let mut targets: BTreeMap<String, (usize, usize)> = BTreeMap::new();
-    for (key, value) in in_file_order(table) {
-        let name = key.get_ref().as_ref();
-        check_name(&cx, key)?;
+    for (key, value) in entries {
+        let name = key.get_ref().as_str();
+        check_name(&cx, &key)?;
         let section = format!("[mirror.{name}]");
-        let table = cx.table(key, value, &section, "a table ([mirror.NAME] with repo, ref and target)")?;
-        let mut settings = defaults.clone();
-        let (mut repo, mut rev, mut target) = (None, None, None);
-        for (k, v) in in_file_order(table) {
-            match k.get_ref().as_ref() {
-                "repo" => repo = Some((cx.non_empty(&section, k, v)?, v)),
-                "ref" => rev = Some(cx.non_empty(&section, k, v)?),
-                "target" => target = Some((cx.non_empty(&section, k, v)?, v)),
-                other => {
-                    if !settings.set(&cx, &section, k, v)? {
-                        let err =
-                            cx.err(k.span(), format!("unknown key {other:?} in {section}{}", expected(&mirror_keys())));
-                        return Err(
-                            if v.get_ref().is_table() && cx.text.get(v.span()).is_some_and(|h| h.starts_with('[')) {
-                                // `[mirror.v2.0]` is the key "0" of the mirror "v2".
-                                err.hint(format!(
-                                    "a dot splits a table name; quote a name that has one: [mirror.\"{name}.{other}\"]"
-                                ))
-                            } else {
-                                err.maybe_hint(did_you_mean(other, &mirror_keys()))
-                            },
-                        );
-                    }
-                }
-            }
-        }
-        let (Some((repo, repo_value)), Some(rev), Some((target, target_value))) = (repo, rev, target) else {
-            let missing: Vec<String> = [("repo", repo.is_none()), ("ref", rev.is_none()), ("target", target.is_none())]
-                .into_iter()
-                .filter(|(_, missing)| *missing)
-                .map(|(k, _)| format!("{k:?}"))
-                .collect();
+        let table_span = value.span();
+        let table = value.into_inner();
+        let settings = Settings::merge(&table, &defaults, &cx);
+        let (Some(repo), Some(rev), Some(target)) = (&table.repo, &table.rev, &table.target) else {
+            let missing: Vec<String> =
+                [("repo", table.repo.is_none()), ("ref", table.rev.is_none()), ("target", table.target.is_none())]
+                    .into_iter()
+                    .filter(|(_, missing)| *missing)
+                    .map(|(k, _)| format!("{k:?}"))
+                    .collect();
             let s = if missing.len() == 1 { "" } else { "s" };
             return Err(cx
-                .err(value.span(), format!("missing key{s} {} in {section}", missing.join(", ")))
+                .err(table_span, format!("missing key{s} {} in {section}", missing.join(", ")))
                 .hint("every mirror needs repo (the git repository), ref (what to sync) and target (where to)"));
         };
 
-        let repo = cx.resolve(repo, repo_value, &section, "repo")?;
-        let is_url = target.contains("://");
-        let target = if is_url {
-            cx.check_url(target, target_value)?;
-            target.to_string()
+        let repo = cx.resolve(&repo.get_ref().0, repo.span(), &section, "repo")?;
+        let target_span = target.span();
+        let written = target.get_ref().0.as_str();
+        // A target is what `--target` takes: the library parses it and checks it against the backend.
+        let target = if written.contains("://") {
+            written.to_string()
         } else {
-            let resolved = cx.resolve(target, target_value, &section, "target")?;
+            let resolved = cx.resolve(written, target_span.clone(), &section, "target")?;
             resolved.into_os_string().into_string().map_err(|p| {
-                cx.err(target_value.span(), format!("target {} is not valid UTF-8", PathBuf::from(p).display()))
+                cx.err(target_span.clone(), format!("target {} is not valid UTF-8", PathBuf::from(p).display()))
             })?
         };
-
-        let backend = settings.backend.unwrap_or_default();
-        let from = settings.origin_note("backend", &section);
-        // nfs:// targets: the library's own rules and URL parser, as the binary applies them.
-        if target.starts_with("nfs://")
-            && let Err(e) = treesync::Target::parse(&target)
-                .map_err(treesync::OpenError::from)
-                .and_then(|t| treesync::check(&t, backend.into()))
-        {
+        let backend = settings.backend.as_ref().map(|b| b.value).unwrap_or_default();
+        let parsed = treesync::Target::parse(&target).map_err(treesync::OpenError::from);
+        // Only a directory with backend auto would look at the mount table: nothing to check.
+        let checked = parsed.and_then(|t| match (&t, backend) {
+            (treesync::Target::Dir(_), BackendName::Auto) => Ok(t),
+            _ => treesync::check(&t, backend.into()).map(|_| t),
+        });
+        let parsed = checked.map_err(|e| {
             let text = e.to_string();
             let (message, hint) = text.split_once("\n  hint: ").unwrap_or((&text, ""));
-            let err = cx.err(target_value.span(), format!("{message}{from}"));
-            return Err(if hint.is_empty() { err } else { err.hint(hint.to_string()) });
+            let from = match &settings.backend {
+                Some(Setting { value, inherited: Some(line), .. }) if message.starts_with("backend ") => {
+                    format!(" (backend = \"{value}\" from [defaults], line {line})")
+                }
+                _ => String::new(),
+            };
+            let err = cx.err(target_span.clone(), format!("{message}{from}"));
+            if hint.is_empty() { err } else { err.hint(hint.to_string()) }
+        })?;
+
+        // On nfs, jobs is the write budget: a different fixed write_jobs is refused as the
+        // library refuses it, but here with the line.
+        let on_nfs = matches!(parsed, treesync::Target::Nfs { .. }) || backend == BackendName::Nfs;
+        if on_nfs
+            && let (Some(jobs), Some(write_jobs)) = (&settings.jobs, &settings.write_jobs)
+            && let WriteJobs::Fixed(n) = write_jobs.value.0
+            && n != jobs.value.usize()
+        {
+            let text = treesync::OpenError::Budgets { jobs: jobs.value.usize(), write_jobs: n }.to_string();
+            let (message, hint) = text.split_once("\n  hint: ").unwrap_or((&text, ""));
+            let from = |inherited: Option<usize>| inherited.map(|l| format!(" from [defaults], line {l}"));
+            let notes: Vec<String> = [("jobs", from(jobs.inherited)), ("write_jobs", from(write_jobs.inherited))]
+                .into_iter()
+                .filter_map(|(k, f)| f.map(|f| format!("{k}{f}")))
+                .collect();
+            let message =
+                if notes.is_empty() { message.to_string() } else { format!("{message} ({})", notes.join(", ")) };
+            return Err(cx.err(write_jobs.span.clone(), message).hint(hint.to_string()));
         }
-        match backend {
-            BackendName::Local | BackendName::Nfs if is_url && !target.starts_with("nfs://") => {
-                return Err(cx
-                    .err(
-                        target_value.span(),
-                        format!(
-                            "target {target:?} is a URL, but backend {backend:?}{from} needs a directory",
-                            backend = backend.as_str()
-                        ),
-                    )
-                    .hint(format!("set backend = \"s3\" (or \"auto\") in {section}, or give a directory target")));
-            }
-            BackendName::S3 if !is_url => {
-                return Err(cx
-                    .err(
-                        target_value.span(),
-                        format!(
-                            "target {target:?} is not a URL, but backend \"s3\"{from} needs one (s3://BUCKET/PREFIX)"
-                        ),
-                    )
-                    .hint(format!(
-                        "set backend = \"auto\", \"local\" or \"nfs\" in {section}, or give an s3:// target"
-                    )));
-            }
-            _ => {}
-        }
-        let allow_http = settings.allow_http.unwrap_or(false);
+
+        let allow_http = settings.allow_http.as_ref().is_some_and(|f| f.value.0);
         if let Some(endpoint) = &settings.endpoint
-            && is_url
-            && endpoint.starts_with("http://")
+            && parsed.is_url()
+            && endpoint.value.0.starts_with("http://")
             && !allow_http
         {
-            let at = settings.origins.get("endpoint").map(|o| o.span.clone()).unwrap_or(target_value.span());
             return Err(cx
                 .err(
-                    at,
+                    endpoint.span.clone(),
                     format!(
-                        "endpoint {endpoint:?} of {section} is plain HTTP, which is refused unless allow_http = true"
+                        "endpoint {:?} of {section} is plain HTTP, which is refused unless allow_http = true",
+                        endpoint.value.0
                     ),
                 )
                 .hint(format!("add allow_http = true to {section} (meant for local test servers), or use https://")));
         }
 
-        let target_line = cx.position(target_value.span().start).0;
+        let target_line = cx.position(target_span.start).0;
         if let Some((other, line)) = targets.insert(normalize_target(&target), (mirrors.len(), target_line)) {
             return Err(cx
                 .err(
-                    target_value.span(),
+                    target_span,
                     format!(
                         "{section} and [mirror.{}] (line {line}) have the same target {target:?}",
                         mirrors[other].name
@@ -397,24 +670,25 @@ pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
                 ));
         }
 
+        let value = |s: &Option<Setting<Text>>| s.as_ref().map(|s| s.value.0.clone());
         mirrors.push(Mirror {
             name: name.to_string(),
             repo,
-            rev: rev.to_string(),
+            rev: rev.get_ref().0.clone(),
             target,
             backend,
-            jobs: settings.jobs,
-            lookup_jobs: settings.lookup_jobs,
-            write_jobs: settings.write_jobs,
-            fsync: settings.fsync.unwrap_or(false),
-            endpoint: settings.endpoint,
-            region: settings.region,
+            jobs: settings.jobs.as_ref().map(|c| c.value.usize()),
+            lookup_jobs: settings.lookup_jobs.as_ref().map(|c| c.value.usize()),
+            write_jobs: settings.write_jobs.as_ref().map(|w| w.value.0),
+            fsync: settings.fsync.as_ref().is_some_and(|f| f.value.0),
+            endpoint: value(&settings.endpoint),
+            region: value(&settings.region),
             allow_http,
-            interval: settings.interval.unwrap_or(DEFAULT_INTERVAL),
-            verify_every: settings.verify_every.flatten(),
-            repair: settings.repair.unwrap_or(false),
-            max_entries: settings.max_entries,
-            max_bytes: settings.max_bytes,
+            interval: settings.interval.as_ref().map_or(DEFAULT_INTERVAL, |i| i.value.0),
+            verify_every: settings.verify_every.as_ref().and_then(|v| v.value.0),
+            repair: settings.repair.as_ref().is_some_and(|f| f.value.0),
+            max_entries: settings.max_entries.as_ref().map(|c| c.value.0),
+            max_bytes: settings.max_bytes.as_ref().map(|s| s.value.0),
         });
     }
     Ok(Config { path: path.to_path_buf(), mirrors })
@@ -441,143 +715,18 @@ impl Config {
     }
 }
 
-const TOP_KEYS: &[&str] = &["defaults", "mirror"];
-const REQUIRED_KEYS: &[&str] = &["repo", "ref", "target"];
-const SETTING_KEYS: &[&str] = &[
-    "backend",
-    "interval",
-    "verify_every",
-    "jobs",
-    "lookup_jobs",
-    "write_jobs",
-    "fsync",
-    "endpoint",
-    "region",
-    "allow_http",
-    "repair",
-    "max_entries",
-    "max_bytes",
-];
-/// Every key of a `[mirror.NAME]` table: the required ones, then the settings.
-fn mirror_keys() -> Vec<&'static str> {
-    [REQUIRED_KEYS, SETTING_KEYS].concat()
-}
-
-/// Where a setting was given, to say so when it clashes with something else.
-#[derive(Clone, Debug)]
-struct Origin {
-    section: String,
-    span: Range<usize>,
-    line: usize,
-}
-
-/// The keys that `[defaults]` and a mirror share; `None` where not set.
-#[derive(Clone, Debug, Default)]
-struct Settings {
-    backend: Option<BackendName>,
-    interval: Option<Duration>,
-    /// `Some(None)`: `"off"`, which turns off a verify_every of `[defaults]`.
-    verify_every: Option<Option<Duration>>,
-    jobs: Option<usize>,
-    lookup_jobs: Option<usize>,
-    write_jobs: Option<WriteJobs>,
-    fsync: Option<bool>,
-    endpoint: Option<String>,
-    region: Option<String>,
-    allow_http: Option<bool>,
-    repair: Option<bool>,
-    max_entries: Option<u64>,
-    max_bytes: Option<u64>,
-    origins: BTreeMap<&'static str, Origin>,
-}
-
-impl Settings {
-    /// Take `key = value` if `key` is a setting; `Ok(false)` if it is not.
-    fn set(
-        &mut self,
-        cx: &Cx<'_>,
-        section: &str,
-        key: &Spanned<Cow<'_, str>>,
-        value: &Spanned<DeValue<'_>>,
-    ) -> Result<bool, ConfigError> {
-        let Some(&name) = SETTING_KEYS.iter().find(|k| **k == key.get_ref().as_ref()) else {
-            return Ok(false);
-        };
-        match name {
-            "backend" => {
-                let s = cx.string(section, key, value)?;
-                let b = BackendName::from_name(s).ok_or_else(|| {
-                    let names: Vec<&str> = BackendName::ALL.iter().map(|b| b.as_str()).collect();
-                    cx.err(value.span(), format!("unknown backend {s:?} in {section}{}", expected(&names)))
-                        .maybe_hint(did_you_mean(&s.to_ascii_lowercase(), &names))
-                })?;
-                self.backend = Some(b);
-            }
-            "interval" => {
-                let d = cx.duration(section, key, value)?;
-                if d.is_zero() {
-                    return Err(cx
-                        .err(value.span(), format!("interval in {section} must be longer than 0"))
-                        .hint("watch looks at the ref this often; e.g. interval = \"5s\""));
-                }
-                self.interval = Some(d);
-            }
-            "verify_every" => {
-                self.verify_every = Some(if value.get_ref().as_str() == Some("off") {
-                    None
-                } else {
-                    let d = cx.duration(section, key, value)?;
-                    if d.is_zero() {
-                        return Err(cx
-                            .err(value.span(), format!("verify_every in {section} must be longer than 0"))
-                            .hint("to turn off a verify_every of [defaults], write verify_every = \"off\""));
-                    }
-                    Some(d)
-                });
-            }
-            "jobs" => self.jobs = Some(cx.count(section, key, value)?),
-            "lookup_jobs" => self.lookup_jobs = Some(cx.count(section, key, value)?),
-            "write_jobs" => {
-                self.write_jobs = Some(if value.get_ref().as_str() == Some("auto") {
-                    WriteJobs::Auto
-                } else {
-                    WriteJobs::Fixed(cx.count(section, key, value).map_err(|e| {
-                        if value.get_ref().is_str() {
-                            e.hint("write_jobs is \"auto\" or a number without quotes, e.g. write_jobs = 8")
-                        } else {
-                            e
-                        }
-                    })?)
-                });
-            }
-            "fsync" => self.fsync = Some(cx.boolean(section, key, value)?),
-            "allow_http" => self.allow_http = Some(cx.boolean(section, key, value)?),
-            "repair" => self.repair = Some(cx.boolean(section, key, value)?),
-            "endpoint" => self.endpoint = Some(cx.non_empty(section, key, value)?.to_string()),
-            "region" => self.region = Some(cx.non_empty(section, key, value)?.to_string()),
-            "max_entries" => self.max_entries = Some(cx.count(section, key, value)? as u64),
-            "max_bytes" => self.max_bytes = Some(cx.size(section, key, value)?),
-            _ => return Ok(false),
-        }
-        let line = cx.position(key.span().start).0;
-        self.origins.insert(name, Origin { section: section.to_string(), span: value.span(), line });
-        Ok(true)
-    }
-
-    /// ` (from [defaults], line 3)` when `key` was inherited rather than set in `section`.
-    fn origin_note(&self, key: &str, section: &str) -> String {
-        match self.origins.get(key) {
-            Some(o) if o.section != section => format!(" (from {}, line {})", o.section, o.line),
-            _ => String::new(),
-        }
-    }
-}
-
 /// The file being read: its text (for line numbers), its path (for messages) and its directory.
 struct Cx<'a> {
     text: &'a str,
     path: &'a Path,
     base: PathBuf,
+}
+
+/// A key of the document on the way to an error: its name, where it is, and its value.
+struct Step<'d, 'i> {
+    name: &'d str,
+    key: Range<usize>,
+    value: &'d Spanned<DeValue<'i>>,
 }
 
 impl Cx<'_> {
@@ -611,178 +760,128 @@ impl Cx<'_> {
         }
     }
 
-    /// `value` as a table, or an error naming what was expected.
-    fn table<'v, 'i>(
-        &self,
-        key: &Spanned<Cow<'_, str>>,
-        value: &'v Spanned<DeValue<'i>>,
-        what: &str,
-        expected: &str,
-    ) -> Result<&'v DeTable<'i>, ConfigError> {
-        match value.get_ref() {
-            DeValue::Table(t) => Ok(t),
-            other => Err(self.err(key.span(), format!("{what} must be {expected}, not {}", describe(other)))),
-        }
-    }
-
-    fn wrong_type(
-        &self,
-        section: &str,
-        key: &Spanned<Cow<'_, str>>,
-        value: &Spanned<DeValue<'_>>,
-        expected: &str,
-    ) -> ConfigError {
-        let name = key.get_ref();
-        self.err(value.span(), format!("{name} in {section} must be {expected}, not {}", describe(value.get_ref())))
-    }
-
-    fn string<'v>(
-        &self,
-        section: &str,
-        key: &Spanned<Cow<'_, str>>,
-        value: &'v Spanned<DeValue<'_>>,
-    ) -> Result<&'v str, ConfigError> {
-        value.get_ref().as_str().ok_or_else(|| {
-            let e = self.wrong_type(section, key, value, "a string");
-            match value.get_ref() {
-                DeValue::Integer(_) | DeValue::Float(_) | DeValue::Boolean(_) | DeValue::Datetime(_) => {
-                    let written = self.text.get(value.span()).unwrap_or("…");
-                    e.hint(format!("quote it: {} = \"{written}\"", key.get_ref()))
+    /// The keys from the top of `doc` down to the one whose key or value holds `at` (a table's
+    /// own span is only its header, so every branch is searched).
+    fn path_to<'d, 'i>(&self, doc: &'d DeTable<'i>, at: usize) -> Vec<Step<'d, 'i>> {
+        fn search<'d, 'i>(t: &'d DeTable<'i>, at: usize, path: &mut Vec<Step<'d, 'i>>) -> bool {
+            for (k, v) in t.iter() {
+                path.push(Step { name: k.get_ref().as_ref(), key: k.span(), value: v });
+                if k.span().contains(&at) {
+                    return true;
                 }
-                _ => e,
-            }
-        })
-    }
-
-    fn non_empty<'v>(
-        &self,
-        section: &str,
-        key: &Spanned<Cow<'_, str>>,
-        value: &'v Spanned<DeValue<'_>>,
-    ) -> Result<&'v str, ConfigError> {
-        let s = self.string(section, key, value)?;
-        if s.trim().is_empty() {
-            return Err(self.err(value.span(), format!("{} in {section} must not be empty", key.get_ref())));
-        }
-        Ok(s)
-    }
-
-    fn boolean(
-        &self,
-        section: &str,
-        key: &Spanned<Cow<'_, str>>,
-        value: &Spanned<DeValue<'_>>,
-    ) -> Result<bool, ConfigError> {
-        value.get_ref().as_bool().ok_or_else(|| {
-            let e = self.wrong_type(section, key, value, "true or false");
-            match value.get_ref().as_str() {
-                Some(s @ ("true" | "false")) => e.hint(format!("write {} = {s}, without quotes", key.get_ref())),
-                _ => e,
-            }
-        })
-    }
-
-    /// A number of operations in flight: an integer of at least 1.
-    fn count(
-        &self,
-        section: &str,
-        key: &Spanned<Cow<'_, str>>,
-        value: &Spanned<DeValue<'_>>,
-    ) -> Result<usize, ConfigError> {
-        let name = key.get_ref();
-        match value.get_ref() {
-            DeValue::Integer(i) => match i128::from_str_radix(i.as_str(), i.radix()) {
-                Ok(n) if n < 1 => {
-                    Err(self.err(value.span(), format!("{name} in {section} must be at least 1, not {i}")))
+                if let DeValue::Table(inner) = v.get_ref()
+                    && search(inner, at, path)
+                {
+                    return true;
                 }
-                n => n
-                    .ok()
-                    .and_then(|n| usize::try_from(n).ok())
-                    .ok_or_else(|| self.err(value.span(), format!("{name} in {section} is too large: {i}"))),
-            },
-            DeValue::String(s) if s.trim().parse::<usize>().is_ok() => Err(self
-                .wrong_type(section, key, value, "a number")
-                .hint(format!("write {name} = {}, without quotes", s.trim()))),
-            _ => Err(self.wrong_type(section, key, value, "a number (1, 8, 32, …)")),
+                if v.span().contains(&at) || v.span().start == at {
+                    return true;
+                }
+                path.pop();
+            }
+            false
         }
+        let mut path = Vec::new();
+        search(doc, at, &mut path);
+        path
     }
 
-    fn duration(
-        &self,
-        section: &str,
-        key: &Spanned<Cow<'_, str>>,
-        value: &Spanned<DeValue<'_>>,
-    ) -> Result<Duration, ConfigError> {
-        let name = key.get_ref();
-        let hint = "write a number and a unit (ms, s, m, h or d): \"500ms\", \"5s\", \"10m\", \"24h\", \"1d\"";
-        match value.get_ref() {
-            DeValue::String(s) => treesync_core::duration::parse(s).map_err(|why| {
-                self.err(value.span(), format!("bad duration {s:?} for {name} in {section}: {why}")).hint(hint)
-            }),
-            DeValue::Integer(i) => Err(self
-                .wrong_type(section, key, value, "a duration string")
-                .hint(format!("give the unit: {name} = \"{i}s\""))),
-            _ => Err(self.wrong_type(section, key, value, "a duration string").hint(hint)),
-        }
-    }
+    /// serde's error, said in the file's terms: the key and the table it is about, and a hint.
+    fn from_serde(&self, e: &toml::de::Error, doc: &Spanned<DeTable<'_>>) -> ConfigError {
+        let span = e.span().unwrap_or(0..0);
+        let steps = self.path_to(doc.get_ref(), span.start);
+        let names: Vec<&str> = steps.iter().map(|s| s.name).collect();
+        let section_of = |names: &[&str]| match names {
+            [] => "the top level".to_string(),
+            ["defaults"] => "[defaults]".to_string(),
+            ["mirror", name, ..] => format!("[mirror.{name}]"),
+            other => format!("[{}]", other.join(".")),
+        };
+        let message = e.message().trim();
 
-    /// A size in bytes: `"1TiB"`, `"500 GiB"`, `"2TB"`, or a number of bytes.
-    fn size(
-        &self,
-        section: &str,
-        key: &Spanned<Cow<'_, str>>,
-        value: &Spanned<DeValue<'_>>,
-    ) -> Result<u64, ConfigError> {
-        let name = key.get_ref();
-        let hint = "write a number and a unit (B, KiB, MiB, GiB, TiB; KB, MB, GB, TB), e.g. \"500GiB\" or \"2TiB\"";
-        match value.get_ref() {
-            DeValue::String(s) => parse_size(s).map_err(|why| {
-                self.err(value.span(), format!("bad size {s:?} for {name} in {section}: {why}")).hint(hint)
-            }),
-            DeValue::Integer(i) => match i128::from_str_radix(i.as_str(), i.radix()) {
-                Ok(n) if n >= 1 => u64::try_from(n)
-                    .map_err(|_| self.err(value.span(), format!("{name} in {section} is too large: {i}"))),
-                _ => Err(self.err(value.span(), format!("{name} in {section} must be at least 1 byte, not {i}"))),
-            },
-            _ => Err(self.wrong_type(section, key, value, "a size (\"2TiB\") or a number of bytes").hint(hint)),
+        // An unknown key: serde names it; the table it is in says what is expected.
+        if message.starts_with("unknown field") && !steps.is_empty() {
+            let step = &steps[steps.len() - 1];
+            let (key, parents) = (step.name, &names[..names.len() - 1]);
+            let (known, place): (Vec<&str>, String) = match parents {
+                [] => (TOP_KEYS.to_vec(), "at the top level".into()),
+                ["defaults"] => (SETTING_KEYS.to_vec(), "in [defaults]".into()),
+                _ => (mirror_keys(), format!("in {}", section_of(parents))),
+            };
+            let err = self.err(step.key.clone(), format!("unknown key {key:?} {place}{}", expected(&known)));
+            return match parents {
+                [] if mirror_keys().contains(&key) => {
+                    err.hint("the keys of a mirror go under a [mirror.NAME] header, shared settings under [defaults]")
+                }
+                ["defaults"] if REQUIRED_KEYS.contains(&key) => {
+                    err.hint("repo, ref and target are set in each [mirror.NAME], not in [defaults]")
+                }
+                ["mirror", name]
+                    if step.value.get_ref().is_table()
+                        && self.text.get(step.value.span()).is_some_and(|h| h.starts_with('[')) =>
+                {
+                    // `[mirror.v2.0]` is the key "0" of the mirror "v2".
+                    err.hint(format!("a dot splits a table name; quote a name that has one: [mirror.\"{name}.{key}\"]"))
+                }
+                _ => err.maybe_hint(did_you_mean(key, &known)),
+            };
         }
+
+        // A table where a table belongs, but something else was written.
+        if let Some(step) = steps.last()
+            && !step.value.get_ref().is_table()
+        {
+            let got = describe(step.value.get_ref());
+            match names.as_slice() {
+                ["mirror"] if matches!(step.value.get_ref(), DeValue::Array(_)) => {
+                    return self
+                        .err(step.value.span(), "[[mirror]] is not a mirror: a mirror is a table with a name")
+                        .hint("write [mirror.NAME], e.g. [mirror.site]");
+                }
+                ["mirror"] => {
+                    return self.err(
+                        step.key.clone(),
+                        format!("mirror must be a table of mirrors ([mirror.NAME]), not {got}"),
+                    );
+                }
+                ["defaults"] => {
+                    return self.err(step.key.clone(), format!("defaults must be a table ([defaults]), not {got}"));
+                }
+                ["mirror", name] => {
+                    return self.err(
+                        step.key.clone(),
+                        format!("[mirror.{name}] must be a table ([mirror.NAME] with repo, ref and target), not {got}"),
+                    );
+                }
+                _ => {}
+            }
+        }
+
+        // A value of a key: its type's own message, with the key and the table filled in.
+        let key = names.last().copied().unwrap_or_default();
+        let section = section_of(names.get(..names.len().saturating_sub(1)).unwrap_or_default());
+        let fill = |s: &str| s.replace(KEY, key).replace(SECTION, &section);
+        let (message, hint) = match message.split_once(HINT) {
+            Some((m, h)) => (fill(m), Some(fill(h))),
+            None => (fill(message), None),
+        };
+        self.err(span, message).maybe_hint(hint)
     }
 
     /// A repository or target path of the file, absolute: relative ones are taken from the file's directory.
-    fn resolve(&self, s: &str, value: &Spanned<DeValue<'_>>, section: &str, key: &str) -> Result<PathBuf, ConfigError> {
+    fn resolve(&self, s: &str, span: Range<usize>, section: &str, key: &str) -> Result<PathBuf, ConfigError> {
         if s == "~" || s.starts_with("~/") {
             return Err(self
-                .err(value.span(), format!("{key} {s:?} in {section} starts with ~, which is not expanded"))
+                .err(span, format!("{key} {s:?} in {section} starts with ~, which is not expanded"))
                 .hint("write the full path, e.g. /home/USER/…; relative paths start at the config file's directory"));
         }
         Ok(normalize(&self.base.join(s)))
     }
-
-    /// A URL target: a scheme the s3 backend opens, and a bucket for s3.
-    fn check_url(&self, target: &str, value: &Spanned<DeValue<'_>>) -> Result<(), ConfigError> {
-        let (scheme, rest) = target.split_once("://").unwrap_or((target, ""));
-        match scheme {
-            "s3" | "s3a" if rest.split('/').next().is_none_or(str::is_empty) => Err(self
-                .err(value.span(), format!("target {target:?} has no bucket name"))
-                .hint("write s3://BUCKET/PREFIX")),
-            "s3" | "s3a" | "file" | "memory" | "nfs" => Ok(()),
-            other => Err(self.err(value.span(), format!("unsupported target scheme {other:?} in {target:?}")).hint(
-                "targets are directories or s3://BUCKET/PREFIX, file:///DIR, memory://, nfs://HOST/EXPORT/PATH URLs",
-            )),
-        }
-    }
-}
-
-/// The entries of a table in the order of the file (toml keeps them sorted by name).
-fn in_file_order<'t, 'i>(table: &'t DeTable<'i>) -> Vec<(&'t Spanned<Cow<'i, str>>, &'t Spanned<DeValue<'i>>)> {
-    let mut entries: Vec<_> = table.iter().collect();
-    entries.sort_by_key(|(k, _)| k.span().start);
-    entries
 }
 
 /// `[mirror.NAME]`: names are used on the command line (`treesync sync NAME`) and in file names.
-fn check_name(cx: &Cx<'_>, key: &Spanned<Cow<'_, str>>) -> Result<(), ConfigError> {
-    let name = key.get_ref().as_ref();
+fn check_name(cx: &Cx<'_>, key: &Spanned<String>) -> Result<(), ConfigError> {
+    let name = key.get_ref().as_str();
     let valid = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-');
     if name.is_empty() || !name.chars().all(valid) {
         let suggestion: String = name.chars().map(|c| if valid(c) { c } else { '-' }).collect();
@@ -801,6 +900,19 @@ fn check_name(cx: &Cx<'_>, key: &Spanned<Cow<'_, str>>) -> Result<(), ConfigErro
             .hint("names are used on the command line and in file names; start it with a letter or digit"));
     }
     Ok(())
+}
+
+/// `a string ("8")`, `an integer (8)`, `a table`, … for what was written where a table belongs.
+fn describe(v: &DeValue<'_>) -> String {
+    match v {
+        DeValue::String(s) => format!("a string ({s:?})"),
+        DeValue::Integer(i) => format!("an integer ({i})"),
+        DeValue::Float(f) => format!("a float ({f})"),
+        DeValue::Boolean(b) => format!("a boolean ({b})"),
+        DeValue::Datetime(d) => format!("a date ({d})"),
+        DeValue::Array(_) => "an array".into(),
+        DeValue::Table(_) => "a table".into(),
+    }
 }
 
 /// A target as compared for duplicates: paths without `.` components and trailing slashes, URLs
@@ -866,19 +978,6 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
         return Err(format!("{s:?} is too large"));
     }
     Ok(bytes as u64)
-}
-
-/// `a string ("8")`, `an integer (8)`, `a table`, … for wrong-type messages.
-fn describe(v: &DeValue<'_>) -> String {
-    match v {
-        DeValue::String(s) => format!("a string ({s:?})"),
-        DeValue::Integer(i) => format!("an integer ({i})"),
-        DeValue::Float(f) => format!("a float ({f})"),
-        DeValue::Boolean(b) => format!("a boolean ({b})"),
-        DeValue::Datetime(d) => format!("a date ({d})"),
-        DeValue::Array(_) => "an array".into(),
-        DeValue::Table(_) => "a table".into(),
-    }
 }
 
 /// ` (expected one of: a, b, c)`.
@@ -1242,23 +1341,24 @@ repair = true
 
     #[test]
     fn config_backend_and_target_disagree() {
+        // The library's rules and words, as `--backend` and `--target` give them.
         assert_err(
             "[mirror.docs]\nrepo = \"/r\"\nref = \"main\"\ntarget = \"s3://bucket/docs\"\nbackend = \"nfs\"\n",
             (4, 10),
-            "target \"s3://bucket/docs\" is a URL, but backend \"nfs\" needs a directory",
-            &["hint: set backend = \"s3\" (or \"auto\") in [mirror.docs]"],
+            "backend nfs needs a directory, got \"s3://bucket/docs\"",
+            &["hint: use backend auto or s3 for object-storage URLs"],
         );
         assert_err(
             "[defaults]\nbackend = \"local\"\n\n[mirror.docs]\nrepo = \"/r\"\nref = \"main\"\ntarget = \"memory://\"\n",
             (7, 10),
-            "target \"memory://\" is a URL, but backend \"local\" (from [defaults], line 2) needs a directory",
+            "backend local needs a directory, got \"memory://\" (backend = \"local\" from [defaults], line 2)",
             &[],
         );
         assert_err(
             "[mirror.site]\nrepo = \"/r\"\nref = \"main\"\nbackend = \"s3\"\ntarget = \"/mnt/nas/site\"\n",
             (5, 10),
-            "target \"/mnt/nas/site\" is not a URL, but backend \"s3\" needs one (s3://BUCKET/PREFIX)",
-            &["hint: set backend = \"auto\", \"local\" or \"nfs\""],
+            "backend s3 needs a URL such as s3://BUCKET/PREFIX, got \"/mnt/nas/site\"",
+            &["hint: use backend auto, local or nfs for a directory"],
         );
     }
 
@@ -1280,6 +1380,74 @@ repair = true
             "bad NFS URL \"nfs://[::1/x\": an IPv6 address in [ ] is not closed with ]",
             &["hint: the form is nfs://HOST[:PORT]/EXPORT"],
         );
+    }
+
+    #[test]
+    fn config_mirrors_take_every_target_the_cli_takes() {
+        let m = "[mirror.a]\nrepo = \"/r\"\nref = \"main\"\n";
+        for target in [
+            "nfs://nas/export/site",
+            "nfs://[::1]:2049/export/site?mountport=20048&uid=1000",
+            "s3://bucket/site",
+            "s3a://bucket",
+            "file:///srv/export",
+            "memory://",
+        ] {
+            let c = ok(&format!("{m}target = {target:?}\n"));
+            assert_eq!(c.mirrors[0].target, target, "URLs are kept as written");
+        }
+        ok(&format!("{m}backend = \"s3\"\ntarget = \"s3://bucket/site\"\nendpoint = \"https://s3.example\"\n"));
+        ok(&format!("{m}backend = \"nfs\"\ntarget = \"nfs://nas/export/site\"\njobs = 4\nwrite_jobs = \"auto\"\n"));
+        ok(&format!("{m}target = \"nfs://nas/export/site\"\njobs = 4\nwrite_jobs = 4\n"));
+        assert_err(
+            &format!("{m}target = \"nfs://nas\"\n"),
+            (4, 10),
+            "bad NFS URL \"nfs://nas\": the export path is missing",
+            &["hint: the form is nfs://HOST[:PORT]/EXPORT"],
+        );
+        assert_err(
+            &format!("{m}target = \"nfs://nas:x/e\"\n"),
+            (4, 10),
+            "bad NFS URL \"nfs://nas:x/e\": \"x\" is not a port number",
+            &[],
+        );
+    }
+
+    #[test]
+    fn config_jobs_and_write_jobs_on_nfs_must_agree() {
+        let m = "[mirror.a]\nrepo = \"/r\"\nref = \"main\"\ntarget = \"nfs://nas/export/site\"\n";
+        assert_err(
+            &format!("{m}jobs = 4\nwrite_jobs = 16\n"),
+            (6, 14),
+            "jobs 4 and write_jobs 16 disagree: on nfs every operation in flight is a write",
+            &["hint: give one of them"],
+        );
+        assert_err(
+            &format!("[defaults]\njobs = 8\n{m}write_jobs = 2\n"),
+            (7, 14),
+            "jobs 8 and write_jobs 2 disagree",
+            &["(jobs from [defaults], line 2)"],
+        );
+        // A directory with backend auto may be local (write_jobs unused): decided when opened.
+        ok("[defaults]\njobs = 8\n[mirror.a]\nrepo = \"/r\"\nref = \"main\"\ntarget = \"/t\"\nwrite_jobs = 2\n");
+    }
+
+    #[test]
+    fn config_dates_and_tables_where_values_belong() {
+        let m = "[mirror.a]\nrepo = \"/r\"\ntarget = \"/t\"\n";
+        assert_err(
+            &format!("{m}ref = 1979-05-27\n"),
+            (4, 7),
+            "ref in [mirror.a] must be a string, not a date (1979-05-27)",
+            &["hint: quote it: ref = \"1979-05-27\""],
+        );
+        assert_err(
+            &format!("{m}ref = \"main\"\njobs = [1]\n"),
+            (5, 8),
+            "jobs in [mirror.a] must be a number (1, 8, 32, …), not an array",
+            &[],
+        );
+        assert_err("defaults = 1\n", (1, 1), "defaults must be a table ([defaults]), not an integer (1)", &[]);
     }
 
     #[test]
