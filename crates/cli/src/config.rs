@@ -319,7 +319,7 @@ impl<T: Clone> Setting<T> {
 
 // ---- Values: each type says what it accepts ---------------------------------------------------
 
-// Messages name the key and the table through these markers; `Cx::from_serde` fills them in
+// Messages name the key and the table through these markers; `Cx::serde_error` fills them in
 // (a value's `Deserialize` knows neither).
 const KEY: &str = "\u{0}key\u{0}";
 const SECTION: &str = "\u{0}section\u{0}";
@@ -356,7 +356,7 @@ impl Got {
     }
 }
 
-/// `message` with a hint, for [`Cx::from_serde`] to split.
+/// `message` with a hint, for [`Cx::serde_error`] to split.
 fn with_hint(message: String, hint: impl fmt::Display) -> String {
     format!("{message}{HINT}{hint}")
 }
@@ -549,7 +549,7 @@ from_got!(BackendName, |got| match got {
 pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
     let cx = Cx { text, path, base: base_dir(path) };
     let doc = DeTable::parse(text).map_err(|e| cx.syntax_error(&e))?;
-    let file = File::deserialize(toml::de::Deserializer::from(doc.clone())).map_err(|e| cx.from_serde(&e, &doc))?;
+    let file = File::deserialize(toml::de::Deserializer::from(doc.clone())).map_err(|e| cx.serde_error(&e, &doc))?;
 
     let no_mirrors_hint = "add a [mirror.NAME] table with repo, ref and target (see docs/config.md)";
     let Some(table) = file.mirror else {
@@ -787,7 +787,7 @@ impl Cx<'_> {
     }
 
     /// serde's error, said in the file's terms: the key and the table it is about, and a hint.
-    fn from_serde(&self, e: &toml::de::Error, doc: &Spanned<DeTable<'_>>) -> ConfigError {
+    fn serde_error(&self, e: &toml::de::Error, doc: &Spanned<DeTable<'_>>) -> ConfigError {
         let span = e.span().unwrap_or(0..0);
         let steps = self.path_to(doc.get_ref(), span.start);
         let names: Vec<&str> = steps.iter().map(|s| s.name).collect();
