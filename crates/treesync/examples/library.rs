@@ -62,7 +62,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let repo = Repo::open(&repo)?;
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     let sync_options =
-        sync::Options { backend_name: opened.label(), apply: opened.apply_options(&options), ..Default::default() };
+        sync::Options { backend_name: opened.label(), apply: opened.apply_options(), ..Default::default() };
     let outcome =
         runtime.block_on(sync::sync(&repo, &rev, &*opened.backend, &sync_options, &|_| {}, &AtomicBool::new(false)))?;
     println!("synced {} to {}: {}", outcome.commit, opened.backend, outcome.applied);

@@ -114,7 +114,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     let sync_options = sync::Options {
         backend_name: format!("logging example: {}", opened.label()),
-        apply: opened.apply_options(&options),
+        apply: opened.apply_options(),
         ..Default::default()
     };
     let outcome = runtime.block_on(sync::sync(&repo, rev, &logged, &sync_options, &|_| {}, &AtomicBool::new(false)))?;

@@ -30,7 +30,7 @@
 //! let repo = Repo::open("/srv/git/site.git")?;
 //! let sync_options = sync::Options {
 //!     backend_name: opened.label(),
-//!     apply: opened.apply_options(&options),
+//!     apply: opened.apply_options(),
 //!     ..Default::default()
 //! };
 //! let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;

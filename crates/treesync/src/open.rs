@@ -98,6 +98,8 @@ pub struct TargetOptions {
 pub struct Budgets {
     /// Operations (batches) the executor keeps in flight.
     pub jobs: usize,
+    /// Ops per batch, when [`TargetOptions::batch`] overrides the backend's policy.
+    pub batch: Option<usize>,
     /// Directory lookups in flight (NFS backends).
     pub lookups: Option<Gate>,
     /// Writes in flight (NFS backends), fixed or adaptive; live, so it reports what an
@@ -180,10 +182,10 @@ impl Opened {
         format!("{} ({})", self.kind, self.reason)
     }
 
-    /// The executor's options that keep [`Budgets::jobs`] operations in flight (with the
-    /// batch size from `options`): pass them to [`sync::Options::apply`](crate::sync::Options).
-    pub fn apply_options(&self, options: &TargetOptions) -> treesync_core::apply::Options {
-        treesync_core::apply::Options { jobs: Some(self.budgets.jobs), batch: options.batch }
+    /// The executor's options that keep [`Budgets::jobs`] operations in flight, in batches of
+    /// [`Budgets::batch`]: pass them to [`sync::Options::apply`](crate::sync::Options).
+    pub fn apply_options(&self) -> treesync_core::apply::Options {
+        treesync_core::apply::Options { jobs: Some(self.budgets.jobs), batch: self.budgets.batch }
     }
 }
 
@@ -313,7 +315,7 @@ pub fn open(target: &Target, options: &TargetOptions) -> Result<Opened, OpenErro
         String::new()
     };
     fn gated<B: Backend>(b: &treesync_core::policy::Budgets<B>, jobs: usize, decided: String) -> Budgets {
-        Budgets { jobs, lookups: Some(b.lookups().clone()), writes: Some(b.writes().clone()), decided }
+        Budgets { jobs, batch: None, lookups: Some(b.lookups().clone()), writes: Some(b.writes().clone()), decided }
     }
     let opened = match (kind, target) {
         (BackendKind::Nfs, Target::Nfs { text, .. }) => {
@@ -366,7 +368,7 @@ pub fn open(target: &Target, options: &TargetOptions) -> Result<Opened, OpenErro
                 backend: Arc::new(b),
                 kind,
                 reason,
-                budgets: Budgets { jobs, lookups: None, writes: None, decided },
+                budgets: Budgets { jobs, batch: options.batch, lookups: None, writes: None, decided },
             }
         }
         (BackendKind::Memory, _) => {
@@ -377,7 +379,7 @@ pub fn open(target: &Target, options: &TargetOptions) -> Result<Opened, OpenErro
                 backend: Arc::new(b),
                 kind,
                 reason,
-                budgets: Budgets { jobs, lookups: None, writes: None, decided },
+                budgets: Budgets { jobs, batch: options.batch, lookups: None, writes: None, decided },
             }
         }
         _ => {
@@ -390,13 +392,13 @@ pub fn open(target: &Target, options: &TargetOptions) -> Result<Opened, OpenErro
                 o.batch = b.max(1);
             }
             let decided = format!("{} batches of up to {} ops in flight ({how}){ignored}", o.jobs, o.batch);
-            let jobs = o.jobs;
+            let (jobs, batch) = (o.jobs, options.batch.map(|_| o.batch));
             let b = treesync_backend_local::LocalBackend::new(target.as_str(), o);
             Opened {
                 backend: Arc::new(b),
                 kind,
                 reason,
-                budgets: Budgets { jobs, lookups: None, writes: None, decided },
+                budgets: Budgets { jobs, batch, lookups: None, writes: None, decided },
             }
         }
     };
@@ -500,5 +502,8 @@ mod tests {
         assert_eq!(opened.budgets.jobs, 2);
         assert!(opened.budgets.report().is_none(), "budgets are reported for nfs only");
         assert!(opened.budgets.decided.contains("write_jobs is for nfs only; local ignores it"), "{}", opened.budgets);
+        let o = TargetOptions { batch: Some(7), ..o };
+        let apply = open(&t, &o).expect("local").apply_options();
+        assert_eq!((apply.jobs, apply.batch), (Some(2), Some(7)), "the executor gets what was decided");
     }
 }
