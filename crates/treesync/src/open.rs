@@ -305,6 +305,12 @@ fn nfs_writes(
     })
 }
 
+/// The directory of a directory target ([`check()`] lets only those reach the local and the
+/// mounted NFS backend), as a path, so a name that is not UTF-8 stays what it is.
+fn dir_of(target: &Target) -> std::path::PathBuf {
+    target.dir().map_or_else(|| target.as_str().into_owned().into(), std::path::Path::to_path_buf)
+}
+
 /// Open `target` the way the `treesync` binary does: choose the backend ([`check()`]), decide
 /// the budgets, and give the backend its policy, adjusted by `options`.
 pub fn open(target: &Target, options: &TargetOptions) -> Result<Opened, OpenError> {
@@ -349,7 +355,7 @@ pub fn open(target: &Target, options: &TargetOptions) -> Result<Opened, OpenErro
                 write_jobs,
                 fsync: options.fsync,
             };
-            let b = treesync_backend_nfs::open(target.as_str(), o);
+            let b = treesync_backend_nfs::open(dir_of(target), o);
             let budgets = gated(&b, jobs, decided);
             Opened { backend: Arc::new(b), kind, reason, budgets }
         }
@@ -362,7 +368,7 @@ pub fn open(target: &Target, options: &TargetOptions) -> Result<Opened, OpenErro
                 }
                 None => format!("{} PUTs in flight (the default){ignored}", o.puts_in_flight),
             };
-            let b = treesync_backend_s3::open(target.as_str(), &options.s3, o)?;
+            let b = treesync_backend_s3::open(&target.as_str(), &options.s3, o)?;
             let jobs = options.jobs.map_or_else(|| b.policy().jobs, |j| j.max(1));
             Opened {
                 backend: Arc::new(b),
@@ -393,7 +399,7 @@ pub fn open(target: &Target, options: &TargetOptions) -> Result<Opened, OpenErro
             }
             let decided = format!("{} batches of up to {} ops in flight ({how}){ignored}", o.jobs, o.batch);
             let (jobs, batch) = (o.jobs, options.batch.map(|_| o.batch));
-            let b = treesync_backend_local::LocalBackend::new(target.as_str(), o);
+            let b = treesync_backend_local::LocalBackend::new(dir_of(target), o);
             Opened {
                 backend: Arc::new(b),
                 kind,

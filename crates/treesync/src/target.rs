@@ -81,12 +81,13 @@ impl Target {
         }
     }
 
-    /// The target as written.
-    pub fn as_str(&self) -> &str {
+    /// The target as written (a directory that is not UTF-8, which [`Target::parse`] never
+    /// makes, lossily: [`Target::dir`] has its path).
+    pub fn as_str(&self) -> std::borrow::Cow<'_, str> {
         match self {
-            Target::Dir(p) => p.to_str().unwrap_or_default(),
-            Target::Nfs { text, .. } => text,
-            Target::S3(t) | Target::File(t) | Target::Memory(t) => t,
+            Target::Dir(p) => p.to_string_lossy(),
+            Target::Nfs { text, .. } => text.into(),
+            Target::S3(t) | Target::File(t) | Target::Memory(t) => t.into(),
         }
     }
 
@@ -116,7 +117,7 @@ impl fmt::Display for Target {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Target::Dir(p) => write!(f, "{}", p.display()),
-            other => f.write_str(other.as_str()),
+            other => f.write_str(&other.as_str()),
         }
     }
 }
