@@ -282,6 +282,28 @@ fn jobs_and_the_nfs_write_budget_are_decided_together_and_reported() {
     assert!(stderr.contains("jobs 4 and write_jobs 16 disagree"), "{stderr}");
     assert!(stderr.contains("hint: give one of them (--write-jobs 16 or --jobs 4)"), "{stderr}");
 
+    // Without --json, -vv logs the decision.
+    let o = treesync(&[
+        "sync",
+        "-vv",
+        "--repo",
+        f.repo(),
+        "--ref",
+        &f.commits[1],
+        "--target",
+        &t,
+        "--backend",
+        "nfs",
+        "--jobs",
+        "4",
+        "--write-jobs",
+        "auto",
+        "--dry-run",
+    ]);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{stderr}");
+    assert!(stderr.contains("4 ops in flight") && stderr.contains("the ceiling is --jobs 4"), "{stderr}");
+
     // Without --write-jobs, --jobs is the fixed write budget.
     let v = f.sync(1, &t, &["--backend", "nfs", "--jobs", "2"]);
     let b = &v["budgets"];
