@@ -16,7 +16,7 @@
 
 use std::sync::atomic::AtomicBool;
 
-use treesync::{BackendKind, Repo, Target, TargetOptions, WriteJobs, sync, verify};
+use treesync::{Repo, Target, TargetOptions, sync, verify};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
@@ -30,23 +30,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     while let Some(flag) = args.next() {
         let mut value = || args.next().ok_or_else(|| format!("{flag} needs a value"));
         match flag.as_str() {
-            "--backend" => {
-                options.backend = match value()?.as_str() {
-                    "auto" => BackendKind::Auto,
-                    "local" => BackendKind::Local,
-                    "nfs" => BackendKind::Nfs,
-                    "s3" => BackendKind::S3,
-                    "memory" => BackendKind::Memory,
-                    other => return Err(format!("unknown backend {other:?} (auto, local, nfs, s3, memory)").into()),
-                }
-            }
+            "--backend" => options.backend = value()?.parse()?,
             "--jobs" => options.jobs = Some(value()?.parse()?),
-            "--write-jobs" => {
-                options.write_jobs = Some(match value()?.as_str() {
-                    "auto" => WriteJobs::Auto,
-                    n => WriteJobs::Fixed(n.parse()?),
-                })
-            }
+            "--write-jobs" => options.write_jobs = Some(value()?.parse()?),
             "--endpoint" => options.s3.endpoint = Some(value()?),
             "--allow-http" => options.s3.allow_http = true,
             other => return Err(format!("unknown option {other:?}").into()),

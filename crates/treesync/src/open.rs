@@ -41,6 +41,19 @@ impl BackendKind {
     }
 }
 
+impl std::str::FromStr for BackendKind {
+    type Err = String;
+
+    /// `auto`, `local`, `nfs`, `s3` or `memory`.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        use BackendKind::*;
+        [Auto, Local, Nfs, S3, Memory]
+            .into_iter()
+            .find(|k| k.name() == s)
+            .ok_or_else(|| format!("unknown backend {s:?} (auto, local, nfs, s3 or memory)"))
+    }
+}
+
 impl fmt::Display for BackendKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())
@@ -56,6 +69,23 @@ pub enum WriteJobs {
     Auto,
     /// Exactly this many.
     Fixed(usize),
+}
+
+impl std::str::FromStr for WriteJobs {
+    type Err = String;
+
+    /// `auto`, or a number of writes of at least 1.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "auto" => Ok(WriteJobs::Auto),
+            n => n
+                .parse::<usize>()
+                .ok()
+                .filter(|n| *n > 0)
+                .map(WriteJobs::Fixed)
+                .ok_or_else(|| format!("{s:?} is neither a number of writes in flight (1, 8, 32, …) nor `auto`")),
+        }
+    }
 }
 
 impl fmt::Display for WriteJobs {
@@ -440,6 +470,16 @@ mod tests {
             .expect("nfs:// opens lazily");
         assert_eq!(url.kind, BackendKind::Nfs);
         assert!(url.label().contains("built-in NFSv3 client"), "{}", url.label());
+    }
+
+    #[test]
+    fn kinds_and_write_jobs_parse_from_what_people_write() {
+        assert_eq!("nfs".parse(), Ok(BackendKind::Nfs));
+        assert_eq!("memory".parse(), Ok(BackendKind::Memory));
+        assert!("NFS".parse::<BackendKind>().is_err());
+        assert_eq!("auto".parse(), Ok(WriteJobs::Auto));
+        assert_eq!("8".parse(), Ok(WriteJobs::Fixed(8)));
+        assert!("0".parse::<WriteJobs>().expect_err("zero").contains("neither a number"));
     }
 
     #[test]
