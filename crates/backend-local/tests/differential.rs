@@ -30,7 +30,7 @@ fn walk(seed: u64, wrap: impl Fn(LocalBackend) -> Arc<dyn Backend>) {
         }
     }
     let plan =
-        rt.block_on(sync::prepare(&h.repo, &h.commits[order[order.len() - 1]], &*backend, false, false)).expect("plan");
+        rt.block_on(sync::prepare(&h.repo, &h.commits[order[order.len() - 1]], &*backend, &Default::default())).expect("plan");
     assert!(plan.main.is_empty());
 }
 

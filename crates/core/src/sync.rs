@@ -210,29 +210,30 @@ pub struct Outcome {
     pub elapsed: Duration,
 }
 
-/// Read the target's state and plan, without writing anything.
+/// How to [`prepare()`]: what a sync with these settings would plan.
+#[derive(Debug, Clone, Default)]
+pub struct PrepareOptions {
+    /// Plan a takeover ([`Options::force`]): of a target treesync did not write, or of a
+    /// managed one by comparing it with the requested tree once.
+    pub force: bool,
+    /// Create a missing target root (and its `.treesync` folder) before reading it; without
+    /// it, nothing is written at all.
+    pub create: bool,
+    /// How large a plan may get ([`plan::Limits`]).
+    pub limits: plan::Limits,
+}
+
+/// Read the target's state and plan, without writing anything (unless
+/// [`PrepareOptions::create`]).
 pub async fn prepare(
     repo: &Repo,
     rev: &str,
     backend: &dyn Backend,
-    force: bool,
-    create: bool,
-) -> Result<Prepared, Error> {
-    prepare_with(repo, rev, backend, force, create, plan::Limits::default()).await
-}
-
-/// [`prepare`] with other [`plan::Limits`] than the defaults.
-pub async fn prepare_with(
-    repo: &Repo,
-    rev: &str,
-    backend: &dyn Backend,
-    force: bool,
-    create: bool,
-    limits: plan::Limits,
+    options: &PrepareOptions,
 ) -> Result<Prepared, Error> {
     let to = repo.resolve(rev)?;
-    let target = backend.prepare_target(create).await?;
-    prepare_at(repo, to, backend, force, target, limits).await
+    let target = backend.prepare_target(options.create).await?;
+    prepare_at(repo, to, backend, options.force, target, options.limits).await
 }
 
 async fn prepare_at(

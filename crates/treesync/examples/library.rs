@@ -52,7 +52,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
 
     // 3. Look before leaping: the plan, without writing anything.
-    let prepared = runtime.block_on(sync::prepare(&repo, rev, &counted, false, false))?;
+    let prepared = runtime.block_on(sync::prepare(&repo, rev, &counted, &Default::default()))?;
     println!("plan: {} ({} phases)", prepared.main.counts, prepared.main.phases.len());
     for phase in &prepared.main.phases {
         println!("  {}: {} ops", phase.name, phase.ops.len());
