@@ -85,7 +85,7 @@ async fn step(
         if out.applied.total() > 0 || out.resumed.is_some() || last.is_none() {
             outcome.synced += 1;
             *last = Some(out.commit);
-            on_event(&Event::Synced { outcome: out });
+            on_event(&Event::Synced { outcome: Box::new(out) });
         } else {
             *last = Some(out.commit);
         }
@@ -105,7 +105,7 @@ async fn step(
         };
         outcome.verified += 1;
         let clean = report.is_clean();
-        on_event(&Event::Verified { report, clean });
+        on_event(&Event::Verified { report: Box::new(report), clean });
         if let Some(done) = repaired {
             outcome.repaired += 1;
             on_event(&Event::Repaired { repaired: done });

@@ -100,12 +100,12 @@ pub enum Event {
     /// interrupted sync.
     Synced {
         /// What it did.
-        outcome: sync::Outcome,
+        outcome: Box<sync::Outcome>,
     },
     /// A scheduled verify ran (with [`Options::repair`]: the comparison that planned the repair).
     Verified {
         /// What it found.
-        report: verify::Report,
+        report: Box<verify::Report>,
         /// No drift.
         clean: bool,
     },
