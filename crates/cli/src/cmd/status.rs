@@ -46,17 +46,22 @@ pub(crate) enum StatusRow {
     },
 }
 
-fn read(args: &StatusArgs, rt: &tokio::runtime::Runtime) -> anyhow::Result<StatusOutput> {
+/// Open the target and read its status; `say_what` adds "reading the status of TARGET" to a
+/// failure of the read (`status --all` names the mirror instead).
+fn read(args: &StatusArgs, rt: &tokio::runtime::Runtime, say_what: bool) -> anyhow::Result<StatusOutput> {
     let chosen = make_backend(&args.target)?;
-    let status = rt
-        .block_on(sync::status(&*chosen.backend))
-        .with_context(|| format!("reading the status of {}", chosen.backend))?;
+    let status = rt.block_on(sync::status(&*chosen.backend));
+    let status = if say_what {
+        status.with_context(|| format!("reading the status of {}", chosen.backend))?
+    } else {
+        status?
+    };
     Ok(StatusOutput { status, backend: BackendInfo::of(&chosen), name: chosen.backend.to_string() })
 }
 
 pub(crate) fn run(args: StatusArgs) -> anyhow::Result<()> {
     let rt = runtime()?;
-    let out = read(&args, &rt)?;
+    let out = read(&args, &rt, true)?;
     if args.json {
         return print_json(&out);
     }
@@ -97,7 +102,7 @@ pub(crate) fn run_all(runs: Vec<(Option<String>, StatusArgs)>) -> anyhow::Result
     for (name, args) in runs {
         let mirror = name.unwrap_or_default();
         let target_url = args.target.target().to_string();
-        rows.push(match read(&args, &rt) {
+        rows.push(match read(&args, &rt, false) {
             Ok(status) => StatusRow::Read { mirror, target_url, status },
             Err(e) => {
                 worst = worst.max(exit_code(&e));
