@@ -373,7 +373,6 @@ pub(crate) struct AdoptArgs {
     pub(crate) json: bool,
 }
 
-
 #[derive(Args, Clone)]
 pub(crate) struct WatchArgs {
     #[command(flatten)]
@@ -398,4 +397,3 @@ pub(crate) struct WatchArgs {
     #[arg(long)]
     pub(crate) json: bool,
 }
-

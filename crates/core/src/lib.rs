@@ -81,6 +81,7 @@
 //! resume of interrupted runs around it.)
 #![deny(missing_docs)]
 
+pub mod adopt;
 pub mod apply;
 pub mod backend;
 pub mod duration;
@@ -96,7 +97,6 @@ pub mod state;
 pub mod sync;
 pub mod verify;
 pub mod watch;
-pub mod adopt;
 
 pub use backend::Backend;
 pub use gix_hash::ObjectId;

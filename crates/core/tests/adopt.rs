@@ -43,7 +43,10 @@ fn adopting_records_head_as_synced_and_a_dry_run_writes_nothing() {
     let dry = rt
         .block_on(adopt::adopt(dir.path(), &target, &adopt::Options { dry_run: true, ..Default::default() }))
         .expect("dry run");
-    assert_eq!((dry.commit.to_string(), dry.tree.to_string(), dry.index_entries, dry.dry_run), (commit.clone(), tree.clone(), 2, true));
+    assert_eq!(
+        (dry.commit.to_string(), dry.tree.to_string(), dry.index_entries, dry.dry_run),
+        (commit.clone(), tree.clone(), 2, true)
+    );
     assert_eq!(rt.block_on(target.load_state()).expect("load"), None, "a dry run records nothing");
     let exclude = dir.path().join(".git/info/exclude");
     assert!(!std::fs::read_to_string(&exclude).unwrap_or_default().contains(".treesync"));

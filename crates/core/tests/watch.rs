@@ -117,8 +117,14 @@ fn a_bad_ref_is_an_error_retried_with_growing_waits() {
     commit(dir.path(), "a.txt", "one\n");
     let (seen, interrupt) = (Seen::default(), Arc::new(AtomicBool::new(false)));
     let options = watch::Options { max_backoff: Duration::from_millis(200), ..options() };
-    let handle =
-        start(Repo::open(dir.path()).expect("repo"), "no-such-branch", MemoryBackend::new(), options, &seen, &interrupt);
+    let handle = start(
+        Repo::open(dir.path()).expect("repo"),
+        "no-such-branch",
+        MemoryBackend::new(),
+        options,
+        &seen,
+        &interrupt,
+    );
     seen.wait_for("four failed tries", |e| e.iter().filter(|e| matches!(e, Event::Error { .. })).count() >= 4);
     interrupt.store(true, Ordering::SeqCst);
     let outcome = handle.join().expect("watch thread");

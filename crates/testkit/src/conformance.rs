@@ -208,7 +208,8 @@ pub async fn interrupted_sync_is_finished_by_next_run(f: &dyn Fixture) {
     let mut current = 0;
     // (commit to sync to, which fraction of its plan runs before the fault, commit the next run goes to)
     for (round, (target, percent, next)) in [(5, 0, 5), (3, 33, 3), (0, 50, 0), (5, 99, 1)].into_iter().enumerate() {
-        let total = sync::prepare(&h.repo, &h.commits[target], &*backend, &Default::default()).await.expect("plan").main.len();
+        let total =
+            sync::prepare(&h.repo, &h.commits[target], &*backend, &Default::default()).await.expect("plan").main.len();
         assert!(
             total > 1,
             "round {round}: the test needs a plan of some size, got {total} ops from {current} to {target}"

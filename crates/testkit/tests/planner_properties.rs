@@ -76,7 +76,8 @@ fn every_pair_of_commits_of_random_histories_plans_like_git() {
                 if let Some(d) = tree::diff(&expected[y], &tree::read_memory(&target.snapshot())) {
                     panic!("seed {seed} {x}→{y}: target differs from git archive:\n{d}");
                 }
-                let again = rt.block_on(sync::prepare(&h.repo, &h.commits[y], &target, &Default::default())).expect("again");
+                let again =
+                    rt.block_on(sync::prepare(&h.repo, &h.commits[y], &target, &Default::default())).expect("again");
                 assert!(again.main.is_empty(), "seed {seed} {x}→{y}: planning again is not empty");
                 pairs += 1;
             }

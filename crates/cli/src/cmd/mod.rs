@@ -14,8 +14,8 @@ use anyhow::Context;
 use clap::CommandFactory;
 
 use crate::args::{BackendKind, Cli, Command, Pick, Source, TargetArgs};
-use crate::render::error_text;
 use crate::exit_code;
+use crate::render::error_text;
 use crate::{config, generate};
 
 pub(crate) fn run(cli: Cli) -> anyhow::Result<ExitCode> {

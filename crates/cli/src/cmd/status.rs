@@ -51,11 +51,8 @@ pub(crate) enum StatusRow {
 fn read(args: &StatusArgs, rt: &tokio::runtime::Runtime, say_what: bool) -> anyhow::Result<StatusOutput> {
     let chosen = make_backend(&args.target)?;
     let status = rt.block_on(sync::status(&*chosen.backend));
-    let status = if say_what {
-        status.with_context(|| format!("reading the status of {}", chosen.backend))?
-    } else {
-        status?
-    };
+    let status =
+        if say_what { status.with_context(|| format!("reading the status of {}", chosen.backend))? } else { status? };
     Ok(StatusOutput { status, backend: BackendInfo::of(&chosen), name: chosen.backend.to_string() })
 }
 

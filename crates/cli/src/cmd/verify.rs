@@ -51,7 +51,8 @@ pub(crate) fn run(args: VerifyArgs) -> anyhow::Result<ExitCode> {
         bar.enable_steady_tick(std::time::Duration::from_millis(120));
         bar
     });
-    let outcome = if args.repair {
+    // Either a repair (which reports its comparison) or a plain verify ran.
+    let (repair, verified) = if args.repair {
         // Under the target's lock and journal, like a sync (see sync::repair).
         let options = sync::RepairOptions {
             level,
@@ -60,37 +61,49 @@ pub(crate) fn run(args: VerifyArgs) -> anyhow::Result<ExitCode> {
             check_after: true,
             sync: sync::Options { backend_name: chosen.label(), limits: args.limits.limits(), ..Default::default() },
         };
-        rt.block_on(sync::repair(&repo, &*backend, &options, &|_| {}, &AtomicBool::new(false)))
-            .with_context(|| format!("repairing {backend}"))
+        let out = rt
+            .block_on(sync::repair(&repo, &*backend, &options, &|_| {}, &AtomicBool::new(false)))
+            .with_context(|| format!("repairing {backend}"));
+        (Some(out), None)
     } else {
-        rt.block_on(verify::verify_with(&repo, &*backend, level, args.limits.limits()))
-            .map(|report| sync::RepairOutcome { finished: None, report, planned: OpCounts::default(), applied: None, after: None })
-            .with_context(ctx)
+        (None, Some(rt.block_on(verify::verify_with(&repo, &*backend, level, args.limits.limits())).with_context(ctx)))
     };
     if let Some(bar) = &spinner {
         bar.finish_and_clear();
     }
-    let out = outcome?;
-    let report = &out.report;
-    let would_repair = (args.repair && args.dry_run && !report.is_clean()).then_some(out.planned);
+    let (repair, verified) = (repair.transpose()?, verified.transpose()?);
+    let report = match (&repair, &verified) {
+        (Some(r), _) => &r.report,
+        (None, Some(report)) => report,
+        (None, None) => unreachable!("a repair or a verify ran"),
+    };
+    let finished = repair.as_ref().and_then(|r| r.finished.as_ref());
+    let repaired = repair.as_ref().and_then(|r| r.applied);
+    let after = repair.as_ref().and_then(|r| r.after.as_ref());
+    let would_repair = repair.as_ref().filter(|_| args.dry_run && !report.is_clean()).map(|r| r.planned);
     if would_repair.is_some() && !args.json {
         print_plan(&verify::repair_plan(&repo, report, args.delete_extra).with_context(ctx)?);
     }
-    let clean = out.after.as_ref().unwrap_or(report).is_clean();
+    let clean = after.unwrap_or(report).is_clean();
     if args.json {
         print_json(&VerifyOutput {
             target: backend.to_string(),
             report,
-            finished: out.finished.as_ref(),
-            repaired: out.applied,
-            after_repair: out.after.as_ref(),
+            finished,
+            repaired,
+            after_repair: after,
             clean,
             would_repair,
         })?;
         return Ok(if clean { ExitCode::SUCCESS } else { ExitCode::from(1) });
     }
-    if let Some(f) = &out.finished {
-        println!("finished the interrupted sync to {} first: {}, {}", short(&f.commit), f.applied, human_bytes(f.applied.bytes));
+    if let Some(f) = finished {
+        println!(
+            "finished the interrupted sync to {} first: {}, {}",
+            short(&f.commit),
+            f.applied,
+            human_bytes(f.applied.bytes)
+        );
     } else if report.interrupted {
         println!(
             "the journal records a sync to {} that did not finish: compared with that commit (`treesync sync` or `verify --repair` finishes it)",
@@ -124,7 +137,7 @@ pub(crate) fn run(args: VerifyArgs) -> anyhow::Result<ExitCode> {
             format!("{} differences", report.drift.len())
         },
     );
-    if let Some(c) = out.applied {
+    if let Some(c) = repaired {
         println!(
             "repaired: {c}; verify afterwards: {}",
             if clean { "clean" } else { "STILL DRIFTING (extra entries need --delete-extra)" }

@@ -115,7 +115,8 @@ fn render(event: &Event, mirror: Option<&str>, tag: &str, json: bool) {
         Event::Stopped => "stopped".to_string(),
         other => other.name().to_string(),
     };
-    let to_stderr = matches!(event, Event::Watching { .. } | Event::Error { .. } | Event::Stopping { .. } | Event::Stopped);
+    let to_stderr =
+        matches!(event, Event::Watching { .. } | Event::Error { .. } | Event::Stopping { .. } | Event::Stopped);
     if to_stderr {
         eprintln!("{at} {tag}{text}");
     } else {

@@ -38,7 +38,8 @@ pub async fn watch(
     let mut backoff = interval;
     let mut last_verify = Instant::now();
     while !interrupt.load(Ordering::SeqCst) {
-        let step = step(repo, rev, backend, options, &mut last, &mut last_verify, &mut outcome, on_event, interrupt).await;
+        let step =
+            step(repo, rev, backend, options, &mut last, &mut last_verify, &mut outcome, on_event, interrupt).await;
         let wait = match step {
             Ok(()) => {
                 backoff = interval;
