@@ -6,6 +6,41 @@
 //! consumer handles them its own way. Failures of a step are events too (with the time until
 //! the next try): the loop runs until the interrupt flag is set, and its [`Outcome`] counts what
 //! it did.
+//!
+//! ```
+//! use std::sync::atomic::{AtomicBool, Ordering};
+//! use std::time::Duration;
+//! use treesync_core::watch::{self, Event};
+//! use treesync_core::{MemoryBackend, Repo, sync};
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! # let dir = tempfile::tempdir()?;
+//! # let git = |args: &[&str]| std::process::Command::new("git").current_dir(dir.path()).args(args).output();
+//! # git(&["init", "-q", "-b", "main"])?;
+//! # std::fs::write(dir.path().join("hello.txt"), "hi\n")?;
+//! # git(&["add", "."])?;
+//! # git(&["-c", "user.name=a", "-c", "user.email=a@b", "commit", "-q", "-m", "one"])?;
+//! let repo = Repo::open(dir.path())?;
+//! let target = MemoryBackend::new();
+//! let options = watch::Options {
+//!     interval: Duration::from_millis(100),
+//!     sync: sync::Options { backend_name: "memory".into(), ..Default::default() },
+//!     ..Default::default()
+//! };
+//! // Print every event, and stop once the target holds the commit.
+//! let stop = AtomicBool::new(false);
+//! let mut on_event = |event: &Event| {
+//!     println!("{}", serde_json::to_string(event).expect("events serialize"));
+//!     if let Event::Synced { outcome } = event {
+//!         println!("now at {}", outcome.commit);
+//!         stop.store(true, Ordering::SeqCst);
+//!     }
+//! };
+//! let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+//! let outcome = runtime.block_on(watch::watch(&repo, "main", &target, &options, &mut on_event, &stop));
+//! assert_eq!((outcome.synced, outcome.errors), (1, 0));
+//! assert!(target.snapshot().contains_key(&b"hello.txt"[..]));
+//! # Ok(()) }
+//! ```
 
 use std::sync::Arc;
 use std::time::Duration;
