@@ -117,3 +117,45 @@ fn watch_says_when_the_ref_or_the_repository_is_gone() {
     assert!(err.contains("it is gone"), "{err}");
     assert!(!err.contains("couldn't parse revision"), "{err}");
 }
+
+/// `watch --json` on a ref that does not exist: one `watching` line, then `error` lines whose
+/// waits double from the interval; the end (`stopped`) is a log line on stderr, never a JSON
+/// line, and the exit code is 0.
+#[test]
+fn watch_json_reports_failed_tries_with_doubling_waits_and_stops_on_stderr() {
+    let bare = BareRepo::new();
+    history::import(&bare.path, "main", &history::random_history(3, 1));
+    let dir = tempfile::tempdir().expect("tempdir");
+    let child = Command::new(env!("CARGO_BIN_EXE_treesync"))
+        .args(["watch", "--json", "--repo"])
+        .arg(&bare.path)
+        .args(["--ref", "no-such-branch", "--target"])
+        .arg(dir.path().join("t"))
+        .args(["--interval", "100ms"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("watch starts");
+    // 100 + 200 + 400 ms of waits: at least three tries in a second.
+    std::thread::sleep(Duration::from_millis(1000));
+    assert!(Command::new("kill").args(["-TERM", &child.id().to_string()]).status().expect("kill").success());
+    let out = child.wait_with_output().expect("watch exits");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let lines: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON: {l}: {e}")))
+        .collect();
+    let events: Vec<&str> = lines.iter().map(|v| v["event"].as_str().expect("event")).collect();
+    assert_eq!(events[0], "watching", "{events:?}");
+    assert!(events[1..].iter().all(|e| *e == "error"), "only failed tries: {events:?}");
+    let waits: Vec<f64> = lines[1..].iter().map(|v| v["retry_in_secs"].as_f64().expect("retry_in_secs")).collect();
+    assert!(waits.len() >= 3, "{waits:?}");
+    assert_eq!(waits[..3], [0.1, 0.2, 0.4], "the wait doubles from the interval");
+    for v in &lines {
+        assert!(v["at"].is_string() && v["mirror"].is_null(), "{v}");
+    }
+    assert!(lines[1]["message"].as_str().expect("message").contains("no branch, tag or other ref of that name"));
+    assert!(stderr.lines().last().is_some_and(|l| l.ends_with(" stopped")), "{stderr}");
+    assert!(!stderr.contains('{'), "no JSON on stderr: {stderr}");
+}
