@@ -1,7 +1,7 @@
 //! [`sync()`]: the whole job — lock, read the journal, finish an interrupted sync, plan, apply,
 //! record. One small state read and two small writes per sync, nothing proportional to the tree.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
@@ -100,6 +100,28 @@ pub enum Error {
         /// Why.
         #[source]
         source: backend::Error,
+    },
+    /// The target is inside the repository's git directory ([`check_place()`]).
+    #[error(
+        "refusing to sync into {}: it is inside the repository's git directory {}, where the tree's files would mix with git's own\n  hint: choose a target directory outside {}",
+        target.display(), git_dir.display(), git_dir.display()
+    )]
+    InsideGitDir {
+        /// The target, resolved.
+        target: PathBuf,
+        /// The repository's git directory, resolved.
+        git_dir: PathBuf,
+    },
+    /// A takeover (`--force`) of a place it would wreck ([`check_place()`]).
+    #[error(
+        "refusing to take over {} with --force: it is {what}, and --force removes everything the tree does not have\n  hint: sync into a new or empty directory instead",
+        target.display()
+    )]
+    WouldWreck {
+        /// The target, resolved.
+        target: PathBuf,
+        /// What it is: `the filesystem root`, `your home directory`, ….
+        what: &'static str,
     },
     /// Interrupted on request.
     #[error("sync interrupted after {} ops; run sync again to finish it", done.total())]
@@ -440,6 +462,50 @@ async fn scan(backend: &dyn Backend) -> Result<Vec<ExistingEntry>, Error> {
         }
     }
     Ok(out)
+}
+
+/// Where a directory target is, for [`check_place()`]: every path absolute, with its symlinks
+/// resolved as far as it exists (a target about to be created keeps its missing tail).
+#[derive(Debug, Clone, Copy)]
+pub struct Place<'a> {
+    /// The target directory.
+    pub target: &'a Path,
+    /// The repository's git directory ([`Repo::git_dir()`]).
+    pub git_dir: &'a Path,
+    /// The repository's working tree, if it has one ([`Repo::work_dir()`]).
+    pub work_dir: Option<&'a Path>,
+    /// The user's home directory, if known.
+    pub home: Option<&'a Path>,
+}
+
+/// Refuse directory targets where a sync would wreck something: inside the repository's git
+/// directory (always: the tree's files would mix with git's own), and with `force` (which
+/// removes everything the tree does not have) the filesystem root, the home directory, the
+/// repository's working tree or a directory holding the repository.
+#[allow(clippy::result_large_err)] // the crate's one error type; called once per run
+pub fn check_place(place: &Place<'_>, force: bool) -> Result<(), Error> {
+    let Place { target, git_dir, work_dir, home } = *place;
+    if target.starts_with(git_dir) {
+        return Err(Error::InsideGitDir { target: target.to_path_buf(), git_dir: git_dir.to_path_buf() });
+    }
+    if !force {
+        return Ok(());
+    }
+    let what = if target.parent().is_none() {
+        Some("the filesystem root")
+    } else if home == Some(target) {
+        Some("your home directory")
+    } else if work_dir.is_some_and(|w| target == w || w.starts_with(target)) {
+        Some("the repository's working tree (or a directory holding it)")
+    } else if git_dir.starts_with(target) {
+        Some("a directory holding the repository")
+    } else {
+        None
+    };
+    match what {
+        Some(what) => Err(Error::WouldWreck { target: target.to_path_buf(), what }),
+        None => Ok(()),
+    }
 }
 
 /// This machine's name.

@@ -115,43 +115,18 @@ pub(crate) fn run(args: SyncArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Refuse targets where a sync would wreck something: inside the repository's git directory
-/// (always), and with `--force` (which removes everything the tree does not have) the
-/// filesystem root, the home directory and the repository itself.
+/// Refuse directory targets where a sync would wreck something ([`sync::check_place()`]),
+/// with the paths resolved as the mount detection resolves them.
 fn check_target_place(repo: &Repo, target: &str, force: bool) -> anyhow::Result<()> {
     use treesync_backend_nfs::detect::resolved;
     if target.contains("://") {
         return Ok(());
     }
-    let t = resolved(std::path::Path::new(target));
+    let target = resolved(std::path::Path::new(target));
     let git_dir = resolved(&repo.git_dir());
-    anyhow::ensure!(
-        !t.starts_with(&git_dir),
-        "refusing to sync into {}: it is inside the repository's git directory {}, where the tree's files would mix with git's own\n  hint: choose a target directory outside {}",
-        t.display(),
-        git_dir.display(),
-        git_dir.display()
-    );
-    if force {
-        let home = std::env::var_os("HOME").filter(|h| !h.is_empty()).map(|h| resolved(h.as_ref()));
-        let work = repo.work_dir().map(|w| resolved(&w));
-        let what = if t.parent().is_none() {
-            Some("the filesystem root")
-        } else if home.as_ref() == Some(&t) {
-            Some("your home directory")
-        } else if work.as_ref().is_some_and(|w| t == *w || w.starts_with(&t)) {
-            Some("the repository's working tree (or a directory holding it)")
-        } else if git_dir.starts_with(&t) {
-            Some("a directory holding the repository")
-        } else {
-            None
-        };
-        if let Some(what) = what {
-            anyhow::bail!(
-                "refusing to take over {} with --force: it is {what}, and --force removes everything the tree does not have\n  hint: sync into a new or empty directory instead",
-                t.display()
-            );
-        }
-    }
-    Ok(())
+    let work_dir = repo.work_dir().map(|w| resolved(&w));
+    let home = std::env::var_os("HOME").filter(|h| !h.is_empty()).map(|h| resolved(h.as_ref()));
+    let place =
+        sync::Place { target: &target, git_dir: &git_dir, work_dir: work_dir.as_deref(), home: home.as_deref() };
+    Ok(sync::check_place(&place, force)?)
 }
