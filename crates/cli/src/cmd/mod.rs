@@ -1,4 +1,5 @@
-//! One module per command: each parses nothing, calls the library, and renders what it returns.
+//! One module per command: each takes its parsed flags, calls the library and renders what it
+//! returns. Here: the dispatch, the mirrors of the config file, and opening the target.
 
 mod adopt;
 mod plan;
