@@ -4,6 +4,7 @@ use std::path::Path;
 
 use treesync_core::sync::{self, Place};
 
+#[allow(clippy::result_large_err)] // sync::Error as the library returns it
 fn check(target: &str, force: bool) -> Result<(), sync::Error> {
     let place = Place {
         target: Path::new(target),
