@@ -464,6 +464,11 @@ impl Target {
             std::fs::read_dir(&self.root).map_err(|e| Error::io("read target directory", self.root_display(), e))?;
         match entries.next() {
             None => Ok(TargetState::Empty),
+            // `.treesync` made a moment ago by a sync starting at the same time as this one (its
+            // lock): whatever else is there is its work (the state, read under the lock, will tell).
+            Some(Ok(_)) if std::fs::symlink_metadata(self.root.join(STATE_DIR)).is_ok_and(|m| m.is_dir()) => {
+                Ok(TargetState::Managed)
+            }
             Some(Ok(_)) => Ok(TargetState::Unmanaged),
             Some(Err(e)) => Err(Error::io("read target directory", self.root_display(), e)),
         }

@@ -29,8 +29,9 @@ fn walk(seed: u64, wrap: impl Fn(LocalBackend) -> Arc<dyn Backend>) {
             panic!("seed {seed} step {step}: target differs from git archive of commit {i}:\n{d}");
         }
     }
-    let plan =
-        rt.block_on(sync::prepare(&h.repo, &h.commits[order[order.len() - 1]], &*backend, false, false)).expect("plan");
+    let plan = rt
+        .block_on(sync::prepare(&h.repo, &h.commits[order[order.len() - 1]], &*backend, &Default::default()))
+        .expect("plan");
     assert!(plan.main.is_empty());
 }
 

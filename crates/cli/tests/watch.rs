@@ -117,3 +117,104 @@ fn watch_says_when_the_ref_or_the_repository_is_gone() {
     assert!(err.contains("it is gone"), "{err}");
     assert!(!err.contains("couldn't parse revision"), "{err}");
 }
+
+/// `watch --json` on a ref that does not exist: one `watching` line, then `error` lines whose
+/// waits double from the interval; the end (`stopped`) is a log line on stderr, never a JSON
+/// line, and the exit code is 0.
+#[test]
+fn watch_json_reports_failed_tries_with_doubling_waits_and_stops_on_stderr() {
+    let bare = BareRepo::new();
+    history::import(&bare.path, "main", &history::random_history(3, 1));
+    let dir = tempfile::tempdir().expect("tempdir");
+    let child = Command::new(env!("CARGO_BIN_EXE_treesync"))
+        .args(["watch", "--json", "--repo"])
+        .arg(&bare.path)
+        .args(["--ref", "no-such-branch", "--target"])
+        .arg(dir.path().join("t"))
+        .args(["--interval", "100ms"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("watch starts");
+    // 100 + 200 + 400 ms of waits: at least three tries in a second.
+    std::thread::sleep(Duration::from_millis(1000));
+    assert!(Command::new("kill").args(["-TERM", &child.id().to_string()]).status().expect("kill").success());
+    let out = child.wait_with_output().expect("watch exits");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let lines: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON: {l}: {e}")))
+        .collect();
+    let events: Vec<&str> = lines.iter().map(|v| v["event"].as_str().expect("event")).collect();
+    assert_eq!(events[0], "watching", "{events:?}");
+    assert!(events[1..].iter().all(|e| *e == "error"), "only failed tries: {events:?}");
+    let waits: Vec<f64> = lines[1..].iter().map(|v| v["retry_in_secs"].as_f64().expect("retry_in_secs")).collect();
+    assert!(waits.len() >= 3, "{waits:?}");
+    assert_eq!(waits[..3], [0.1, 0.2, 0.4], "the wait doubles from the interval");
+    for v in &lines {
+        assert!(v["at"].is_string() && v["mirror"].is_null(), "{v}");
+    }
+    assert!(lines[1]["message"].as_str().expect("message").contains("no branch, tag or other ref of that name"));
+    assert!(stderr.lines().last().is_some_and(|l| l.ends_with(" stopped")), "{stderr}");
+    assert!(!stderr.contains('{'), "no JSON on stderr: {stderr}");
+}
+
+/// `watch --all`: one watch per mirror in one process, each event line tagged with its
+/// mirror (`[name] …` in text, `mirror` in JSON), and each watch says when it stopped.
+#[test]
+fn watch_all_follows_every_mirror_and_tags_their_events() {
+    let bare = BareRepo::new();
+    let commits = history::import(&bare.path, "main", &history::random_history(9, 2));
+    git(&bare.path, &["update-ref", "refs/heads/other", &commits[0]]);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cfg = dir.path().join("treesync.toml");
+    let repo = bare.path.display().to_string();
+    std::fs::write(
+        &cfg,
+        format!(
+            "[defaults]\ninterval = \"100ms\"\n\n[mirror.one]\nrepo = {repo:?}\nref = \"main\"\ntarget = {:?}\n\n[mirror.two]\nrepo = {repo:?}\nref = \"other\"\ntarget = {:?}\n",
+            dir.path().join("one").display().to_string(),
+            dir.path().join("two").display().to_string(),
+        ),
+    )
+    .expect("config");
+    for json in [false, true] {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_treesync"));
+        cmd.arg("--config").arg(&cfg).args(["watch", "--all"]);
+        if json {
+            cmd.arg("--json");
+        }
+        let child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("watch starts");
+        wait_for("both mirrors", || {
+            matches(&bare, &commits[1], &dir.path().join("one")) && matches(&bare, &commits[0], &dir.path().join("two"))
+        });
+        assert!(Command::new("kill").args(["-INT", &child.id().to_string()]).status().expect("kill").success());
+        let out = child.wait_with_output().expect("watch exits");
+        let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        assert!(out.status.success(), "{stderr}");
+        for name in ["one", "two"] {
+            assert!(stderr.contains(&format!("[{name}] stopped")), "{stderr}");
+            if json {
+                let synced: Vec<serde_json::Value> = stdout
+                    .lines()
+                    .map(|l| serde_json::from_str::<serde_json::Value>(l).expect("JSON line"))
+                    .filter(|v| v["mirror"] == name && v["event"] == "synced")
+                    .collect();
+                // The first run synced both; this one finds them up to date, and reports its
+                // first look (with nothing applied) like every watch does.
+                assert_eq!(synced.len(), 1, "{stdout}");
+                assert_eq!(synced[0]["outcome"]["applied"]["write"], 0, "{stdout}");
+                let watching = stdout
+                    .lines()
+                    .map(|l| serde_json::from_str::<serde_json::Value>(l).expect("JSON line"))
+                    .filter(|v| v["mirror"] == name && v["event"] == "watching")
+                    .count();
+                assert_eq!(watching, 1, "{stdout}");
+            } else {
+                assert!(stderr.contains(&format!("[{name}] watching")), "{stderr}");
+                assert_eq!(stdout.lines().filter(|l| l.contains(&format!("[{name}] synced "))).count(), 1, "{stdout}");
+            }
+        }
+    }
+}

@@ -8,7 +8,10 @@
 //!
 //! * [`Repo`] opens a repository and resolves revisions; [`plan::plan`] diffs two trees.
 //! * [`apply::apply`] runs a plan on a backend within its [`backend::Policy`].
-//! * [`sync::sync`] does the whole job with a lock and a journal in `.treesync/state`.
+//! * [`sync::sync`] does the whole job with a lock and a journal in `.treesync/state`;
+//!   [`sync::repair`] brings a drifted target back the same way.
+//! * [`watch::watch`] keeps a target following a ref, telling what happens as typed events.
+//! * [`adopt::adopt`] takes over a git clone as it is, recording its commit as synced.
 //! * [`MemoryBackend`] is the reference backend; [`policy`] has wrappers (count, fail, limit).
 //!
 //! ```
@@ -78,6 +81,7 @@
 //! resume of interrupted runs around it.)
 #![deny(missing_docs)]
 
+pub mod adopt;
 pub mod apply;
 pub mod backend;
 pub mod duration;
@@ -92,6 +96,7 @@ pub mod source;
 pub mod state;
 pub mod sync;
 pub mod verify;
+pub mod watch;
 
 pub use backend::Backend;
 pub use gix_hash::ObjectId;

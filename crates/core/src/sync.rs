@@ -1,7 +1,7 @@
 //! [`sync()`]: the whole job — lock, read the journal, finish an interrupted sync, plan, apply,
 //! record. One small state read and two small writes per sync, nothing proportional to the tree.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
@@ -100,6 +100,28 @@ pub enum Error {
         /// Why.
         #[source]
         source: backend::Error,
+    },
+    /// The target is inside the repository's git directory ([`check_place()`]).
+    #[error(
+        "refusing to sync into {}: it is inside the repository's git directory {}, where the tree's files would mix with git's own\n  hint: choose a target directory outside {}",
+        target.display(), git_dir.display(), git_dir.display()
+    )]
+    InsideGitDir {
+        /// The target, resolved.
+        target: PathBuf,
+        /// The repository's git directory, resolved.
+        git_dir: PathBuf,
+    },
+    /// A takeover (`--force`) of a place it would wreck ([`check_place()`]).
+    #[error(
+        "refusing to take over {} with --force: it is {what}, and --force removes everything the tree does not have\n  hint: sync into a new or empty directory instead",
+        target.display()
+    )]
+    WouldWreck {
+        /// The target, resolved.
+        target: PathBuf,
+        /// What it is: `the filesystem root`, `your home directory`, ….
+        what: &'static str,
     },
     /// Interrupted on request.
     #[error("sync interrupted after {} ops; run sync again to finish it", done.total())]
@@ -210,29 +232,30 @@ pub struct Outcome {
     pub elapsed: Duration,
 }
 
-/// Read the target's state and plan, without writing anything.
+/// How to [`prepare()`]: what a sync with these settings would plan.
+#[derive(Debug, Clone, Default)]
+pub struct PrepareOptions {
+    /// Plan a takeover ([`Options::force`]): of a target treesync did not write, or of a
+    /// managed one by comparing it with the requested tree once.
+    pub force: bool,
+    /// Create a missing target root (and its `.treesync` folder) before reading it; without
+    /// it, nothing is written at all.
+    pub create: bool,
+    /// How large a plan may get ([`plan::Limits`]).
+    pub limits: plan::Limits,
+}
+
+/// Read the target's state and plan, without writing anything (unless
+/// [`PrepareOptions::create`]).
 pub async fn prepare(
     repo: &Repo,
     rev: &str,
     backend: &dyn Backend,
-    force: bool,
-    create: bool,
-) -> Result<Prepared, Error> {
-    prepare_with(repo, rev, backend, force, create, plan::Limits::default()).await
-}
-
-/// [`prepare`] with other [`plan::Limits`] than the defaults.
-pub async fn prepare_with(
-    repo: &Repo,
-    rev: &str,
-    backend: &dyn Backend,
-    force: bool,
-    create: bool,
-    limits: plan::Limits,
+    options: &PrepareOptions,
 ) -> Result<Prepared, Error> {
     let to = repo.resolve(rev)?;
-    let target = backend.prepare_target(create).await?;
-    prepare_at(repo, to, backend, force, target, limits).await
+    let target = backend.prepare_target(options.create).await?;
+    prepare_at(repo, to, backend, options.force, target, options.limits).await
 }
 
 async fn prepare_at(
@@ -439,6 +462,50 @@ async fn scan(backend: &dyn Backend) -> Result<Vec<ExistingEntry>, Error> {
         }
     }
     Ok(out)
+}
+
+/// Where a directory target is, for [`check_place()`]: every path absolute, with its symlinks
+/// resolved as far as it exists (a target about to be created keeps its missing tail).
+#[derive(Debug, Clone, Copy)]
+pub struct Place<'a> {
+    /// The target directory.
+    pub target: &'a Path,
+    /// The repository's git directory ([`Repo::git_dir()`]).
+    pub git_dir: &'a Path,
+    /// The repository's working tree, if it has one ([`Repo::work_dir()`]).
+    pub work_dir: Option<&'a Path>,
+    /// The user's home directory, if known.
+    pub home: Option<&'a Path>,
+}
+
+/// Refuse directory targets where a sync would wreck something: inside the repository's git
+/// directory (always: the tree's files would mix with git's own), and with `force` (which
+/// removes everything the tree does not have) the filesystem root, the home directory, the
+/// repository's working tree or a directory holding the repository.
+#[allow(clippy::result_large_err)] // the crate's one error type; called once per run
+pub fn check_place(place: &Place<'_>, force: bool) -> Result<(), Error> {
+    let Place { target, git_dir, work_dir, home } = *place;
+    if target.starts_with(git_dir) {
+        return Err(Error::InsideGitDir { target: target.to_path_buf(), git_dir: git_dir.to_path_buf() });
+    }
+    if !force {
+        return Ok(());
+    }
+    let what = if target.parent().is_none() {
+        Some("the filesystem root")
+    } else if home == Some(target) {
+        Some("your home directory")
+    } else if work_dir.is_some_and(|w| target == w || w.starts_with(target)) {
+        Some("the repository's working tree (or a directory holding it)")
+    } else if git_dir.starts_with(target) {
+        Some("a directory holding the repository")
+    } else {
+        None
+    };
+    match what {
+        Some(what) => Err(Error::WouldWreck { target: target.to_path_buf(), what }),
+        None => Ok(()),
+    }
 }
 
 /// This machine's name.

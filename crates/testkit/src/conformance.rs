@@ -150,7 +150,7 @@ pub async fn random_walk_matches_git(f: &dyn Fixture, seed: u64) {
             .await
             .unwrap_or_else(|e| panic!("seed {seed} step {step}: sync to commit {i} failed: {e}"));
         h.assert_matches(f, i, &format!("seed {seed} step {step} (commit {i})"));
-        let again = sync::prepare(&h.repo, &h.commits[i], &*backend, false, false).await.expect("prepare");
+        let again = sync::prepare(&h.repo, &h.commits[i], &*backend, &Default::default()).await.expect("prepare");
         assert!(again.main.is_empty(), "seed {seed} step {step}: planning again is not empty: {:?}", again.main.counts);
         assert!(again.resume.is_none());
     }
@@ -196,7 +196,7 @@ pub async fn type_changes_match_git(f: &dyn Fixture) {
         h.assert_matches(f, i, &format!("type changes, step {step}"));
     }
     // An exec-bit flip alone is a chmod, not a rewrite.
-    let plan = sync::prepare(&h.repo, &h.commits[0], &*backend, false, false).await.expect("prepare");
+    let plan = sync::prepare(&h.repo, &h.commits[0], &*backend, &Default::default()).await.expect("prepare");
     assert!(plan.main.ops().any(|op| matches!(op, treesync_core::Op::Chmod { path, .. } if path.display() == "mode")));
 }
 
@@ -208,7 +208,8 @@ pub async fn interrupted_sync_is_finished_by_next_run(f: &dyn Fixture) {
     let mut current = 0;
     // (commit to sync to, which fraction of its plan runs before the fault, commit the next run goes to)
     for (round, (target, percent, next)) in [(5, 0, 5), (3, 33, 3), (0, 50, 0), (5, 99, 1)].into_iter().enumerate() {
-        let total = sync::prepare(&h.repo, &h.commits[target], &*backend, false, false).await.expect("plan").main.len();
+        let total =
+            sync::prepare(&h.repo, &h.commits[target], &*backend, &Default::default()).await.expect("plan").main.len();
         assert!(
             total > 1,
             "round {round}: the test needs a plan of some size, got {total} ops from {current} to {target}"
@@ -251,7 +252,7 @@ pub async fn storage_faults_are_clear_and_recoverable(f: &dyn Fixture) {
     .enumerate()
     {
         let to = 1 + i % 3;
-        let plan = sync::prepare(&h.repo, &h.commits[to], &*backend, false, false).await.expect("plan");
+        let plan = sync::prepare(&h.repo, &h.commits[to], &*backend, &Default::default()).await.expect("plan");
         let half = (plan.main.len() / 2) as u64;
         let failing = Fail::after(f.backend(), half).with(Fault::Io(kind));
         let err = sync_to(&h.repo, &h.commits[to], &failing).await.expect_err("the fault stops the sync");
@@ -514,7 +515,7 @@ pub async fn drift_on_the_paths_a_sync_touches_is_healed(f: &dyn Fixture) {
             );
             assert_eq!(mode & 0o111, 0, "{context}: the mode of a file outside changed");
             // Nothing left to do.
-            let again = sync::prepare(&h.repo, &h.commits[1], &*f.backend(), false, false).await.expect("plan");
+            let again = sync::prepare(&h.repo, &h.commits[1], &*f.backend(), &Default::default()).await.expect("plan");
             assert!(again.main.is_empty() && again.resume.is_none(), "{context}: planning again is not empty");
         }
     }

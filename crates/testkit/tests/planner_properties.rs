@@ -47,7 +47,7 @@ fn every_pair_of_commits_of_random_histories_plans_like_git() {
                 let target = MemoryBackend::new();
                 rt.block_on(sync_to(&h.repo, &h.commits[x], &target)).expect("to X");
                 let prepared =
-                    rt.block_on(sync::prepare(&h.repo, &h.commits[y], &target, false, false)).expect("plan X→Y");
+                    rt.block_on(sync::prepare(&h.repo, &h.commits[y], &target, &Default::default())).expect("plan X→Y");
                 let allowed = differing(&expected[x], &expected[y]);
                 for phase in &prepared.main.phases {
                     for op in phase.ops.iter() {
@@ -76,7 +76,8 @@ fn every_pair_of_commits_of_random_histories_plans_like_git() {
                 if let Some(d) = tree::diff(&expected[y], &tree::read_memory(&target.snapshot())) {
                     panic!("seed {seed} {x}→{y}: target differs from git archive:\n{d}");
                 }
-                let again = rt.block_on(sync::prepare(&h.repo, &h.commits[y], &target, false, false)).expect("again");
+                let again =
+                    rt.block_on(sync::prepare(&h.repo, &h.commits[y], &target, &Default::default())).expect("again");
                 assert!(again.main.is_empty(), "seed {seed} {x}→{y}: planning again is not empty");
                 pairs += 1;
             }

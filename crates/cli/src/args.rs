@@ -1,0 +1,399 @@
+//! The command line: every command, its flags and their help.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+use crate::{config, generate};
+
+pub(crate) const EXIT_CODES: &str = "\
+Exit codes:
+  0  success
+  2  error (bad repository or revision, I/O error, usage error); the message says what to do
+  3  another treesync holds the target's lock; try again later
+  4  refused: the target holds files treesync did not write (see --force), the tree
+     contains an entry that must never be written (e.g. `..` or `.git`), it is deeper
+     than 4096 levels or larger than --max-entries / --max-bytes (a tree bomb), or
+     something other than treesync's own folder is at TARGET/.treesync (e.g. a symlink)";
+
+/// Keep a read-only working tree in sync with a git repository, touching only what changed.
+///
+/// treesync remembers which tree it last wrote into the target (in TARGET/.treesync/), diffs
+/// that tree against the new commit inside the object database, and applies only the
+/// difference. Unlike `git checkout` it never stats the unchanged files of the tree, so an
+/// update costs the same on a 100-file tree and a 100,000-file tree on a slow NAS.
+#[derive(Parser)]
+#[command(name = "treesync", version, after_help = EXIT_CODES, after_long_help = EXIT_CODES)]
+pub(crate) struct Cli {
+    #[command(subcommand)]
+    pub(crate) command: Command,
+    /// Log what happens to stderr: -v plans and results, -vv phases and budgets, -vvv every
+    /// directory lookup. RUST_LOG (e.g. `treesync=debug`, `treesync::nfs=trace,info`)
+    /// overrides it.
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    pub(crate) verbose: u8,
+    /// The config file naming mirrors (default: $XDG_CONFIG_HOME/treesync/treesync.toml, else
+    /// ~/.config/treesync/treesync.toml). See docs/config.md.
+    #[arg(long, value_name = "PATH", global = true)]
+    pub(crate) config: Option<PathBuf>,
+}
+
+/// Which mirrors of the config file a command acts on (instead of --repo/--ref/--target).
+#[derive(Args, Clone, Default)]
+pub(crate) struct Pick {
+    /// A mirror named in the config file: its repo, ref, target and options (flags given here
+    /// override the file's options).
+    #[arg(value_name = "MIRROR")]
+    pub(crate) mirror: Option<String>,
+    /// Every mirror of the config file.
+    #[arg(long, conflicts_with = "mirror")]
+    pub(crate) all: bool,
+}
+
+#[derive(Subcommand)]
+pub(crate) enum Command {
+    /// Bring the target to a commit of the repository.
+    ///
+    /// The first sync writes the whole tree; later ones apply only the difference to the
+    /// tree written last. An interrupted sync is finished by the next one. The backend follows
+    /// the target: s3 for URLs, nfs for directories on network mounts (NFS, SMB, FUSE network
+    /// filesystems: lookups serialized, writes adaptive), local otherwise.
+    ///
+    /// Example:
+    ///   treesync sync --repo /srv/git/site.git --ref main --target /mnt/nas/site
+    #[command(after_help = EXIT_CODES)]
+    Sync(SyncArgs),
+    /// Print what `sync` would do, changing nothing.
+    ///
+    /// Example:
+    ///   treesync plan --repo /srv/git/site.git --ref v2.1 --target /mnt/nas/site --json
+    #[command(after_help = EXIT_CODES)]
+    Plan(PlanArgs),
+    /// Prove that the target holds exactly the synced tree; with --repair, fix what differs.
+    ///
+    /// Exit 0 when clean (or repaired), 1 when drift was found, 2 on error.
+    ///
+    /// Examples:
+    ///   treesync verify --repo /srv/git/site.git --target /mnt/nas/site
+    ///   treesync verify --repo /srv/git/site.git --target /mnt/nas/site --level full --repair
+    #[command(after_help = VERIFY_EXIT_CODES)]
+    Verify(VerifyArgs),
+    /// Keep the target following a ref: sync every new commit, verify on a schedule.
+    ///
+    /// Polls the ref (a loose ref file and packed-refs; never the target) every --interval,
+    /// logs one line per update, retries failures with backoff, and stops cleanly on SIGINT or
+    /// SIGTERM: the batches in flight finish and the journal records where it stopped.
+    ///
+    /// Example:
+    ///   treesync watch --repo /srv/git/site.git --ref main --target /mnt/nas/site --interval 5s --verify-every 24h
+    Watch(WatchArgs),
+    /// Take over a working tree that git manages today, without touching its files.
+    ///
+    /// Reads TARGET/.git/index and HEAD to learn which commit the tree holds and records it as
+    /// treesync's state, so the first sync is incremental. Refused when the index has conflicts
+    /// or staged changes. Pair with `sync --git-worktree` to keep git's view consistent.
+    ///
+    /// Example:
+    ///   treesync adopt --target /mnt/nas/site && treesync sync --repo /srv/git/site.git --ref main --target /mnt/nas/site --git-worktree
+    Adopt(AdoptArgs),
+    /// Show what is synced at a target, and whether a sync was interrupted or is running.
+    ///
+    /// Example:
+    ///   treesync status --target /mnt/nas/site
+    #[command(after_help = EXIT_CODES)]
+    Status(StatusArgs),
+    /// Write the man pages and shell completions (for packagers; see `cargo xtask dist`).
+    #[command(hide = true)]
+    Generate(generate::GenerateArgs),
+}
+
+#[derive(Args, Clone)]
+pub(crate) struct Source {
+    /// The git repository: a bare repository, a .git directory, or a working tree holding one.
+    #[arg(long, value_name = "PATH", required_unless_present_any = ["mirror", "all"])]
+    pub(crate) repo: Option<PathBuf>,
+    /// The revision to sync: branch, tag, commit id (full or short), or an expression like main~3.
+    #[arg(long = "ref", value_name = "REV", required_unless_present_any = ["mirror", "all"])]
+    pub(crate) rev: Option<String>,
+}
+
+impl Source {
+    pub(crate) fn repo(&self) -> &std::path::Path {
+        self.repo.as_deref().expect("clap or the config file sets --repo")
+    }
+    pub(crate) fn rev(&self) -> &str {
+        self.rev.as_deref().expect("clap or the config file sets --ref")
+    }
+}
+
+#[derive(Args, Clone)]
+pub(crate) struct TargetArgs {
+    /// Where to keep the tree: a directory (created if missing; its parent must exist), an
+    /// object-store URL (s3://BUCKET/PREFIX, file:///DIR, memory://), or an NFS export reached
+    /// by the built-in NFSv3 client, no mount needed:
+    /// `nfs://HOST[:PORT]/EXPORT/PATH[?mountport=N&nfsport=N&uid=N&gid=N&inflight=N&timeout=S]`.
+    #[arg(long = "target", value_name = "DIR|URL", required_unless_present_any = ["mirror", "all"])]
+    pub(crate) target_arg: Option<String>,
+    /// Storage backend. `auto` infers it from the target: s3 for URLs; for directories nfs on
+    /// NFS, SMB/CIFS and FUSE network mounts (from /proc/self/mountinfo), local otherwise.
+    #[arg(long, value_enum, default_value_t = BackendKind::Auto)]
+    pub(crate) backend: BackendKind,
+    /// Operations in flight at once (default: the backend's policy: 8 batches for local,
+    /// 32 PUTs for s3, adaptive writes for nfs).
+    #[arg(long, value_name = "N")]
+    pub(crate) jobs: Option<usize>,
+    /// nfs: metadata lookups in flight (directory probes; the stat calls of verify). Network
+    /// filesystems serialize lookups in the kernel, so more rarely helps.
+    #[arg(long, value_name = "N", help_heading = "Network filesystems (--backend nfs)")]
+    pub(crate) lookup_jobs: Option<usize>,
+    /// nfs: writes (creates, renames, removals) in flight: a number, or `auto` to adapt to the
+    /// latency the server shows (grows while throughput rises, backs off when latency climbs).
+    #[arg(long, value_name = "N|auto", value_parser = parse_write_jobs, help_heading = "Network filesystems (--backend nfs)")]
+    pub(crate) write_jobs: Option<treesync::WriteJobs>,
+    /// Operations per batch (default: the backend's policy, 64 for local).
+    #[arg(long, value_name = "N", hide_short_help = true)]
+    pub(crate) batch: Option<usize>,
+    /// fsync every file before it is renamed into place (slower; survives power loss).
+    #[arg(long)]
+    pub(crate) fsync: bool,
+    /// S3 endpoint, e.g. http://127.0.0.1:9000 (default: $AWS_ENDPOINT_URL or AWS).
+    #[arg(long, value_name = "URL", help_heading = "Object storage")]
+    pub(crate) endpoint: Option<String>,
+    /// S3 region (default: $AWS_REGION, else us-east-1).
+    #[arg(long, value_name = "REGION", help_heading = "Object storage")]
+    pub(crate) region: Option<String>,
+    /// Allow a plain-HTTP endpoint (local test servers).
+    #[arg(long, help_heading = "Object storage")]
+    pub(crate) allow_http: bool,
+}
+
+impl TargetArgs {
+    pub(crate) fn target(&self) -> &str {
+        self.target_arg.as_deref().expect("clap or the config file sets --target")
+    }
+}
+
+#[derive(Clone, Copy, ValueEnum, PartialEq, Eq)]
+pub(crate) enum BackendKind {
+    /// Choose from the target: s3 for URLs, nfs for directories on network mounts, else local.
+    Auto,
+    /// Local disks (ext4, xfs, tmpfs, …): wide parallelism, atomic rename into place.
+    Local,
+    /// Network filesystems mounted here (NFS, SMB, sshfs, …): serialized lookups, each
+    /// directory looked up once per run, adaptive write concurrency. With an nfs:// URL: the
+    /// built-in NFSv3 client, many calls in flight on one connection, no mount needed.
+    Nfs,
+    /// Object storage through object_store (s3://, file://, memory:// URLs): concurrent PUTs,
+    /// bulk deletes, conditional state writes.
+    S3,
+}
+
+impl From<BackendKind> for treesync::BackendKind {
+    fn from(kind: BackendKind) -> Self {
+        match kind {
+            BackendKind::Auto => treesync::BackendKind::Auto,
+            BackendKind::Local => treesync::BackendKind::Local,
+            BackendKind::Nfs => treesync::BackendKind::Nfs,
+            BackendKind::S3 => treesync::BackendKind::S3,
+        }
+    }
+}
+
+/// How large a plan may get before it is refused (see `treesync_core::plan::Limits`).
+#[derive(Args, Clone, Default)]
+pub(crate) struct LimitArgs {
+    /// Refuse a tree that needs more than N ops (directories, files and symlinks to create,
+    /// change or remove): a tree bomb expands a few KB of shared subtrees into millions of
+    /// paths. Checked while planning, before anything is written [default: 20000000].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..), help_heading = "Limits")]
+    pub(crate) max_entries: Option<u64>,
+    /// Refuse a plan that writes more than SIZE of file content, e.g. 500GiB, 2TiB (powers of
+    /// 1024; KB, MB, GB, TB are powers of 1000) [default: 1TiB].
+    #[arg(long, value_name = "SIZE", value_parser = config::parse_size, help_heading = "Limits")]
+    pub(crate) max_bytes: Option<u64>,
+}
+
+impl LimitArgs {
+    pub(crate) fn limits(&self) -> treesync_core::plan::Limits {
+        let default = treesync_core::plan::Limits::default();
+        treesync_core::plan::Limits {
+            max_entries: self.max_entries.unwrap_or(default.max_entries),
+            max_bytes: self.max_bytes.unwrap_or(default.max_bytes),
+        }
+    }
+
+    /// A mirror's limits, where the command line did not set them.
+    pub(crate) fn fill(&mut self, m: &config::Mirror) {
+        self.max_entries = self.max_entries.or(m.max_entries);
+        self.max_bytes = self.max_bytes.or(m.max_bytes);
+    }
+}
+
+pub(crate) fn parse_write_jobs(s: &str) -> Result<treesync::WriteJobs, String> {
+    match s {
+        "auto" => Ok(treesync::WriteJobs::Auto),
+        n => n
+            .parse::<usize>()
+            .ok()
+            .filter(|n| *n > 0)
+            .map(treesync::WriteJobs::Fixed)
+            .ok_or_else(|| format!("{s:?} is neither a number of writes in flight (1, 8, 32, …) nor `auto`")),
+    }
+}
+
+#[derive(Args, Clone)]
+pub(crate) struct SyncArgs {
+    #[command(flatten)]
+    pub(crate) pick: Pick,
+    #[command(flatten)]
+    pub(crate) source: Source,
+    #[command(flatten)]
+    pub(crate) target: TargetArgs,
+    #[command(flatten)]
+    pub(crate) limits: LimitArgs,
+    /// Take the target over: make it exactly the tree and remove everything the tree does not
+    /// have, scanning it once. On a target treesync did not write, the tree is written there;
+    /// on a managed one, it is compared with the commit (stat data proves what it can, the rest
+    /// is hashed) and only what differs is rewritten — the way out of a damaged state file or a
+    /// synced commit that is no longer in the repository. Says how many entries it removes and
+    /// writes over, with the first paths. Never on /, your home directory or the repository.
+    #[arg(long)]
+    pub(crate) force: bool,
+    /// Only say what would be done.
+    #[arg(long)]
+    pub(crate) dry_run: bool,
+    /// Print the outcome as JSON on stdout (no progress bar).
+    #[arg(long)]
+    pub(crate) json: bool,
+    /// No progress bar and no summary line.
+    #[arg(long, short)]
+    pub(crate) quiet: bool,
+    /// The target is a git clone (see `adopt`): keep its .git/index and HEAD consistent with
+    /// what was synced, so `git status` there stays clean and `git pull` keeps working.
+    #[arg(long)]
+    pub(crate) git_worktree: bool,
+    /// Object stores have no locks: an unfinished sync of another process counts as running
+    /// for 10 minutes (unless it ran on this host and its process is gone). This takes over
+    /// at once.
+    #[arg(long)]
+    pub(crate) break_lock: bool,
+    /// When another treesync holds the target's lock (a sync, or `verify --repair` of a
+    /// `watch`), wait up to this long for it instead of exiting with 3 (e.g. 10m in a hook).
+    #[arg(long, value_name = "DURATION", value_parser = treesync_core::duration::parse)]
+    pub(crate) wait: Option<std::time::Duration>,
+}
+
+#[derive(Args, Clone)]
+pub(crate) struct PlanArgs {
+    #[command(flatten)]
+    pub(crate) pick: Pick,
+    #[command(flatten)]
+    pub(crate) source: Source,
+    #[command(flatten)]
+    pub(crate) target: TargetArgs,
+    #[command(flatten)]
+    pub(crate) limits: LimitArgs,
+    /// Plan a takeover (see `sync --force`): of a target treesync did not write, or of a
+    /// managed one by comparing it with the commit once; lists what it removes and writes over.
+    #[arg(long)]
+    pub(crate) force: bool,
+    /// Print the plan as JSON.
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+#[derive(Args, Clone)]
+pub(crate) struct StatusArgs {
+    #[command(flatten)]
+    pub(crate) pick: Pick,
+    #[command(flatten)]
+    pub(crate) target: TargetArgs,
+    /// Print the status as JSON.
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+pub(crate) const VERIFY_EXIT_CODES: &str = "\
+Exit codes:
+  0  the target holds exactly the synced tree (after --repair: it does now)
+  1  drift was found (and not repaired)
+  2  error
+  3  (--repair) another treesync holds the target's lock; try again later
+  4  refused: the synced tree is deeper than 4096 levels or larger than --max-entries, or
+     something other than treesync's own folder is at TARGET/.treesync";
+
+#[derive(Clone, Copy, ValueEnum)]
+pub(crate) enum LevelArg {
+    /// Existence, type, exec bit and size.
+    Quick,
+    /// Also content: hash only files whose stat data (or S3 ETag) does not prove them.
+    Stat,
+    /// Hash every file.
+    Full,
+}
+
+#[derive(Args, Clone)]
+pub(crate) struct VerifyArgs {
+    #[command(flatten)]
+    pub(crate) pick: Pick,
+    /// The git repository the target was synced from.
+    #[arg(long, value_name = "PATH", required_unless_present_any = ["mirror", "all"])]
+    pub(crate) repo: Option<PathBuf>,
+    #[command(flatten)]
+    pub(crate) target: TargetArgs,
+    #[command(flatten)]
+    pub(crate) limits: LimitArgs,
+    /// How thoroughly to compare.
+    #[arg(long, value_enum, default_value_t = LevelArg::Stat)]
+    pub(crate) level: LevelArg,
+    /// Rewrite drifted files, restore missing ones, fix modes (through the same executor).
+    #[arg(long)]
+    pub(crate) repair: bool,
+    /// With --repair: also remove files and directories the tree does not have.
+    #[arg(long, requires = "repair")]
+    pub(crate) delete_extra: bool,
+    /// With --repair: list the repair's ops instead of running them.
+    #[arg(long, requires = "repair")]
+    pub(crate) dry_run: bool,
+    /// Print the report as JSON.
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+#[derive(Args)]
+pub(crate) struct AdoptArgs {
+    /// The git working tree (a clone) to take over.
+    #[arg(long, value_name = "DIR")]
+    pub(crate) target: PathBuf,
+    /// Check the clone and say what would be recorded, writing nothing.
+    #[arg(long)]
+    pub(crate) dry_run: bool,
+    /// Print the outcome as JSON on stdout.
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+#[derive(Args, Clone)]
+pub(crate) struct WatchArgs {
+    #[command(flatten)]
+    pub(crate) pick: Pick,
+    #[command(flatten)]
+    pub(crate) source: Source,
+    #[command(flatten)]
+    pub(crate) target: TargetArgs,
+    #[command(flatten)]
+    pub(crate) limits: LimitArgs,
+    /// How often to look at the ref (e.g. 500ms, 5s, 1m) [default: 5s].
+    #[arg(long, value_name = "DURATION", value_parser = treesync_core::duration::parse)]
+    pub(crate) interval: Option<std::time::Duration>,
+    /// Run `verify` (stat level) this often (e.g. 24h); off by default.
+    #[arg(long, value_name = "DURATION", value_parser = treesync_core::duration::parse)]
+    pub(crate) verify_every: Option<std::time::Duration>,
+    /// With --verify-every: repair drift that verify finds.
+    #[arg(long)]
+    pub(crate) repair: bool,
+    /// One JSON object per line and event on stdout (watching, synced, verified, repaired,
+    /// error, stopped) instead of log lines; see docs/json.md.
+    #[arg(long)]
+    pub(crate) json: bool,
+}

@@ -1,0 +1,187 @@
+//! One module per command: each takes its parsed flags, calls the library and renders what it
+//! returns. Here: the dispatch, the mirrors of the config file, and opening the target.
+
+mod adopt;
+mod plan;
+mod status;
+mod sync;
+mod verify;
+mod watch;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::CommandFactory;
+
+use crate::args::{BackendKind, Cli, Command, Pick, Source, TargetArgs};
+use crate::exit_code;
+use crate::render::error_text;
+use crate::{config, generate};
+
+pub(crate) fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    let cfg = cli.config;
+    match cli.command {
+        Command::Sync(args) => {
+            let pick = args.pick.clone();
+            each(
+                expand(&cfg, &pick, args, |a, m| {
+                    fill(&mut a.source, &mut a.target, m);
+                    a.limits.fill(m);
+                })?,
+                sync::run,
+            )
+        }
+        Command::Plan(args) => {
+            let pick = args.pick.clone();
+            each(
+                expand(&cfg, &pick, args, |a, m| {
+                    fill(&mut a.source, &mut a.target, m);
+                    a.limits.fill(m);
+                })?,
+                plan::run,
+            )
+        }
+        Command::Status(args) => {
+            let pick = args.pick.clone();
+            let runs = expand(&cfg, &pick, args, |a, m| fill_target(&mut a.target, m))?;
+            if pick.all {
+                return status::run_all(runs);
+            }
+            each(runs, status::run)
+        }
+        Command::Verify(args) => {
+            let pick = args.pick.clone();
+            let runs = expand(&cfg, &pick, args, |a, m| {
+                a.repo = Some(m.repo.clone());
+                fill_target(&mut a.target, m);
+                a.limits.fill(m);
+            })?;
+            each_code(runs, verify::run)
+        }
+        Command::Watch(args) => {
+            let pick = args.pick.clone();
+            watch::run(expand(&cfg, &pick, args, |a, m| {
+                fill(&mut a.source, &mut a.target, m);
+                a.limits.fill(m);
+                a.interval = a.interval.or(Some(m.interval));
+                a.verify_every = a.verify_every.or(m.verify_every);
+                a.repair |= m.repair;
+            })?)
+        }
+        Command::Adopt(args) => adopt::run(args),
+        Command::Generate(args) => generate::run(Cli::command(), &args.what, &args.out_dir).map(|()| ExitCode::SUCCESS),
+    }
+}
+
+/// The invocations a command stands for: itself, or one per mirror of the config file.
+fn expand<A: Clone>(
+    config_path: &Option<PathBuf>,
+    pick: &Pick,
+    args: A,
+    fill: impl Fn(&mut A, &config::Mirror),
+) -> anyhow::Result<Vec<(Option<String>, A)>> {
+    if pick.mirror.is_none() && !pick.all {
+        return Ok(vec![(None, args)]);
+    }
+    let path = config_path.clone().or_else(config::default_path).context(
+        "no config file to read mirrors from: pass --config PATH (the default needs $XDG_CONFIG_HOME or $HOME)",
+    )?;
+    let cfg = config::load(&path)?;
+    let mirrors: Vec<&config::Mirror> = match &pick.mirror {
+        Some(name) => vec![cfg.get(name)?],
+        None => cfg.mirrors.iter().collect(),
+    };
+    Ok(mirrors
+        .into_iter()
+        .map(|m| {
+            let mut a = args.clone();
+            fill(&mut a, m);
+            (Some(m.name.clone()), a)
+        })
+        .collect())
+}
+
+/// A mirror's settings, where the command line did not set them.
+fn fill(source: &mut Source, target: &mut TargetArgs, m: &config::Mirror) {
+    source.repo = Some(m.repo.clone());
+    source.rev = Some(m.rev.clone());
+    fill_target(target, m);
+}
+
+/// A mirror's target and its options, where the command line did not set them.
+fn fill_target(target: &mut TargetArgs, m: &config::Mirror) {
+    target.target_arg = Some(m.target.clone());
+    if target.backend == BackendKind::Auto {
+        target.backend = match m.backend {
+            config::BackendName::Auto => BackendKind::Auto,
+            config::BackendName::Local => BackendKind::Local,
+            config::BackendName::Nfs => BackendKind::Nfs,
+            config::BackendName::S3 => BackendKind::S3,
+        };
+    }
+    target.jobs = target.jobs.or(m.jobs);
+    target.lookup_jobs = target.lookup_jobs.or(m.lookup_jobs);
+    target.write_jobs = target.write_jobs.or(m.write_jobs);
+    target.fsync |= m.fsync;
+    target.endpoint = target.endpoint.clone().or_else(|| m.endpoint.clone());
+    target.region = target.region.clone().or_else(|| m.region.clone());
+    target.allow_http |= m.allow_http;
+}
+
+/// Run `f` for each invocation. One invocation: its error is the command's. Several (mirrors):
+/// every one runs, errors are printed with the mirror's name, the exit code is the worst.
+fn each<A>(runs: Vec<(Option<String>, A)>, f: impl Fn(A) -> anyhow::Result<()>) -> anyhow::Result<ExitCode> {
+    each_code(runs, |a| f(a).map(|()| ExitCode::SUCCESS))
+}
+
+fn each_code<A>(
+    mut runs: Vec<(Option<String>, A)>,
+    f: impl Fn(A) -> anyhow::Result<ExitCode>,
+) -> anyhow::Result<ExitCode> {
+    if runs.len() == 1 && runs[0].0.is_none() {
+        let (_, a) = runs.pop().expect("one");
+        return f(a);
+    }
+    let mut worst = 0u8;
+    for (name, a) in runs {
+        let name = name.unwrap_or_default();
+        match f(a) {
+            Ok(code) if code == ExitCode::SUCCESS => {}
+            Ok(_) => worst = worst.max(1),
+            Err(e) => {
+                eprintln!("treesync: error: [{name}] {}", error_text(&e));
+                worst = worst.max(exit_code(&e));
+            }
+        }
+    }
+    Ok(ExitCode::from(worst))
+}
+
+/// The async runtime of one command.
+pub(crate) fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    // Blocking filesystem work runs on tokio's blocking pool; the async side is light, so one
+    // thread drives it (and a sync of ten files starts no worker threads it does not need).
+    tokio::runtime::Builder::new_current_thread().enable_all().build().context("cannot start the async runtime")
+}
+
+/// Open the target as the library's front door does ([`treesync::open`]), with the flags.
+pub(crate) fn make_backend(args: &TargetArgs) -> anyhow::Result<treesync::Opened> {
+    let options = treesync::TargetOptions {
+        backend: args.backend.into(),
+        jobs: args.jobs,
+        batch: args.batch,
+        write_jobs: args.write_jobs,
+        lookup_jobs: args.lookup_jobs,
+        fsync: args.fsync,
+        s3: treesync_backend_s3::Config {
+            endpoint: args.endpoint.clone(),
+            region: args.region.clone(),
+            allow_http: args.allow_http,
+            ..Default::default()
+        },
+    };
+    // The executor runs with `--jobs` when given, else the backend's policy: both are the
+    // decided `budgets.jobs` (the library gives the backend that policy).
+    Ok(treesync::open(&treesync::Target::parse(args.target())?, &options)?)
+}

@@ -1,0 +1,61 @@
+//! `treesync plan`: what `sync` would do, changing nothing.
+
+use anyhow::Context;
+use serde::Serialize;
+use treesync_core::{ObjectId, Plan, Repo, sync};
+
+use super::{make_backend, runtime};
+use crate::args::PlanArgs;
+use crate::render::{print_json, print_plan, print_replaced, short};
+
+/// `plan --json`: the plan to the requested commit, and the one that finishes an interrupted
+/// sync first.
+#[derive(Serialize)]
+pub(crate) struct PlanOutput<'a> {
+    /// The target, as the backend names it.
+    pub(crate) target: String,
+    /// The commit planned for.
+    #[serde(serialize_with = "treesync_core::json::id")]
+    pub(crate) commit: ObjectId,
+    /// Its tree.
+    #[serde(serialize_with = "treesync_core::json::id")]
+    pub(crate) tree: ObjectId,
+    /// A takeover (`--force`).
+    pub(crate) takeover: bool,
+    /// What a takeover removes and writes over.
+    pub(crate) replaced: Option<&'a sync::Replaced>,
+    /// The plan that finishes an interrupted sync first.
+    pub(crate) resume: Option<&'a Plan>,
+    /// The plan to `commit`.
+    pub(crate) plan: &'a Plan,
+}
+
+pub(crate) fn run(args: PlanArgs) -> anyhow::Result<()> {
+    let repo = Repo::open(args.source.repo())?;
+    let backend = make_backend(&args.target)?.backend;
+    let rt = runtime()?;
+    let options = sync::PrepareOptions { force: args.force, create: false, limits: args.limits.limits() };
+    let prepared = rt
+        .block_on(sync::prepare(&repo, args.source.rev(), &*backend, &options))
+        .with_context(|| format!("planning {} for {}", args.source.rev(), backend))?;
+    if args.json {
+        return print_json(&PlanOutput {
+            target: backend.to_string(),
+            commit: prepared.to.commit,
+            tree: prepared.to.tree,
+            takeover: prepared.takeover,
+            replaced: prepared.replaced.as_ref(),
+            resume: prepared.resume.as_ref().map(|(_, p)| p),
+            plan: &prepared.main,
+        });
+    }
+    if let Some((p, plan)) = &prepared.resume {
+        println!("first finish the interrupted sync to {}:", short(&p.to_commit));
+        print_plan(plan);
+    }
+    print_plan(&prepared.main);
+    if let Some(r) = &prepared.replaced {
+        print_replaced(r, true);
+    }
+    Ok(())
+}

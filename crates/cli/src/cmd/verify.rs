@@ -1,0 +1,147 @@
+//! `treesync verify`: prove the target holds the synced tree; with `--repair`, fix what differs.
+
+use std::io::IsTerminal;
+use std::process::ExitCode;
+use std::sync::atomic::AtomicBool;
+
+use anyhow::Context;
+use serde::Serialize;
+use treesync_core::verify::{self, Drift, Level, Report};
+use treesync_core::{OpCounts, Repo, sync};
+
+use super::{make_backend, runtime};
+use crate::args::{LevelArg, VerifyArgs};
+use crate::render::{human_bytes, print_json, print_plan, short};
+
+/// `verify --json`: the report, what a repair did, and the verdict.
+#[derive(Serialize)]
+pub(crate) struct VerifyOutput<'a> {
+    /// The target, as the backend names it.
+    pub(crate) target: String,
+    /// The comparison (that planned the repair, with `--repair`).
+    pub(crate) report: &'a Report,
+    /// An interrupted sync that `--repair` finished first.
+    pub(crate) finished: Option<&'a sync::Outcome>,
+    /// The ops the repair ran.
+    pub(crate) repaired: Option<OpCounts>,
+    /// The comparison after the repair.
+    pub(crate) after_repair: Option<&'a Report>,
+    /// The target holds exactly the synced tree at the end.
+    pub(crate) clean: bool,
+    /// With `--repair --dry-run` and drift found: the ops the repair would run.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) would_repair: Option<OpCounts>,
+}
+
+pub(crate) fn run(args: VerifyArgs) -> anyhow::Result<ExitCode> {
+    let repo = Repo::open(args.repo.as_deref().expect("clap or the config file sets --repo"))?;
+    let chosen = make_backend(&args.target)?;
+    let backend = chosen.backend.clone();
+    let level = match args.level {
+        LevelArg::Quick => Level::Quick,
+        LevelArg::Stat => Level::Stat,
+        LevelArg::Full => Level::Full,
+    };
+    let rt = runtime()?;
+    let ctx = || format!("verifying {backend}");
+    // A spinner on a terminal: a verify scans the whole target, which takes a while on a NAS.
+    let spinner = (!args.json && std::io::stderr().is_terminal()).then(|| {
+        let bar = indicatif::ProgressBar::new_spinner();
+        bar.set_message(format!("verifying {backend}: scanning the target and comparing with the tree"));
+        bar.enable_steady_tick(std::time::Duration::from_millis(120));
+        bar
+    });
+    // Either a repair (which reports its comparison) or a plain verify ran.
+    let (repair, verified) = if args.repair {
+        // Under the target's lock and journal, like a sync (see sync::repair).
+        let options = sync::RepairOptions {
+            level,
+            delete_extra: args.delete_extra,
+            dry_run: args.dry_run,
+            check_after: true,
+            sync: sync::Options { backend_name: chosen.label(), limits: args.limits.limits(), ..Default::default() },
+        };
+        let out = rt
+            .block_on(sync::repair(&repo, &*backend, &options, &|_| {}, &AtomicBool::new(false)))
+            .with_context(|| format!("repairing {backend}"));
+        (Some(out), None)
+    } else {
+        (None, Some(rt.block_on(verify::verify_with(&repo, &*backend, level, args.limits.limits())).with_context(ctx)))
+    };
+    if let Some(bar) = &spinner {
+        bar.finish_and_clear();
+    }
+    let (repair, verified) = (repair.transpose()?, verified.transpose()?);
+    let report = match (&repair, &verified) {
+        (Some(r), _) => &r.report,
+        (None, Some(report)) => report,
+        (None, None) => unreachable!("a repair or a verify ran"),
+    };
+    let finished = repair.as_ref().and_then(|r| r.finished.as_ref());
+    let repaired = repair.as_ref().and_then(|r| r.applied);
+    let after = repair.as_ref().and_then(|r| r.after.as_ref());
+    let would_repair = repair.as_ref().filter(|_| args.dry_run && !report.is_clean()).map(|r| r.planned);
+    if would_repair.is_some() && !args.json {
+        print_plan(&verify::repair_plan(&repo, report, args.delete_extra).with_context(ctx)?);
+    }
+    let clean = after.unwrap_or(report).is_clean();
+    if args.json {
+        print_json(&VerifyOutput {
+            target: backend.to_string(),
+            report,
+            finished,
+            repaired,
+            after_repair: after,
+            clean,
+            would_repair,
+        })?;
+        return Ok(if clean { ExitCode::SUCCESS } else { ExitCode::from(1) });
+    }
+    if let Some(f) = finished {
+        println!(
+            "finished the interrupted sync to {} first: {}, {}",
+            short(&f.commit),
+            f.applied,
+            human_bytes(f.applied.bytes)
+        );
+    } else if report.interrupted {
+        println!(
+            "the journal records a sync to {} that did not finish: compared with that commit (`treesync sync` or `verify --repair` finishes it)",
+            short(&report.commit)
+        );
+    }
+    for d in &report.drift {
+        let what = match d {
+            Drift::Missing { .. } => "missing".to_string(),
+            Drift::Extra { dir: true, .. } => "extra directory".into(),
+            Drift::Extra { .. } => "extra".into(),
+            Drift::TypeChanged { expected, found, .. } => format!("is a {found}, should be a {expected}"),
+            Drift::ModeChanged { executable: true, .. } => "should be executable".into(),
+            Drift::ModeChanged { .. } => "should not be executable".into(),
+            Drift::ContentChanged { .. } => "content differs".into(),
+            Drift::LinkChanged { .. } => "symlink target differs".into(),
+        };
+        println!("{:<40} {what}", treesync_core::path::quote(d.path()));
+    }
+    println!(
+        "{} {}: {} entries checked at level {:?}, {} hashed, {} proven by stat data: {}",
+        if report.is_clean() { "clean" } else { "DRIFT" },
+        backend,
+        report.expected,
+        report.level,
+        report.hashed,
+        report.proven_by_stat,
+        if report.is_clean() {
+            "matches commit ".to_string() + &short(&report.commit)
+        } else {
+            format!("{} differences", report.drift.len())
+        },
+    );
+    if let Some(c) = repaired {
+        println!(
+            "repaired: {c}; verify afterwards: {}",
+            if clean { "clean" } else { "STILL DRIFTING (extra entries need --delete-extra)" }
+        );
+    }
+    Ok(if clean { ExitCode::SUCCESS } else { ExitCode::from(1) })
+}

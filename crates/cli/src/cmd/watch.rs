@@ -1,0 +1,125 @@
+//! `treesync watch`: keep targets following their refs ([`treesync_core::watch`]), printing its
+//! events as log lines or JSON lines.
+
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::SystemTime;
+
+use anyhow::Context;
+use serde::Serialize;
+use treesync_core::duration::rfc3339;
+use treesync_core::path::quote;
+use treesync_core::watch::{self, Event};
+use treesync_core::{Repo, apply, sync};
+
+use super::{make_backend, runtime};
+use crate::args::WatchArgs;
+use crate::exit_code;
+use crate::render::{error_text, human_bytes, short};
+
+/// One line of `watch --json`: an event, when it happened and for which mirror.
+#[derive(Serialize)]
+pub(crate) struct WatchLine<'a> {
+    /// When, in UTC (RFC 3339, seconds).
+    pub(crate) at: String,
+    /// The mirror's name (`watch NAME`, `watch --all`).
+    pub(crate) mirror: Option<&'a str>,
+    #[serde(flatten)]
+    pub(crate) event: &'a Event,
+}
+
+/// Watch one target, or every mirror at once (one task each, one process), until SIGINT or
+/// SIGTERM.
+pub(crate) fn run(runs: Vec<(Option<String>, WatchArgs)>) -> anyhow::Result<ExitCode> {
+    let interrupt = Arc::new(AtomicBool::new(false));
+    let rt = runtime()?;
+    let results = rt.block_on(async {
+        let flag = interrupt.clone();
+        tokio::spawn(async move {
+            use tokio::signal::unix::{SignalKind, signal};
+            let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
+                return;
+            };
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = int.recv() => {}
+            }
+            flag.store(true, Ordering::SeqCst);
+        });
+        futures::future::join_all(runs.into_iter().map(|(name, args)| watch_one(name, args, &interrupt))).await
+    });
+    let mut code = 0;
+    for r in results {
+        if let Err(e) = r {
+            eprintln!("treesync: error: {}", error_text(&e));
+            code = code.max(exit_code(&e));
+        }
+    }
+    Ok(ExitCode::from(code))
+}
+
+async fn watch_one(name: Option<String>, args: WatchArgs, interrupt: &AtomicBool) -> anyhow::Result<()> {
+    let tag = name.as_ref().map(|n| format!("[{n}] ")).unwrap_or_default();
+    let repo = Repo::open(args.source.repo()).with_context(|| format!("{tag}opening the repository"))?;
+    let chosen = make_backend(&args.target).with_context(|| format!("{tag}opening the target"))?;
+    let options = watch::Options {
+        interval: args.interval.unwrap_or(watch::DEFAULT_INTERVAL),
+        verify_every: args.verify_every,
+        repair: args.repair,
+        sync: sync::Options {
+            apply: apply::Options { jobs: args.target.jobs, batch: args.target.batch },
+            backend_name: chosen.label(),
+            limits: args.limits.limits(),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let mut render = |event: &Event| render(event, name.as_deref(), &tag, args.json);
+    watch::watch(&repo, args.source.rev(), &*chosen.backend, &options, &mut render, interrupt).await;
+    Ok(())
+}
+
+/// One line per event: text for people (stderr for the watch's own life, stdout for results),
+/// or a JSON object on stdout with `--json` (the final `stopped` stays a log line on stderr).
+fn render(event: &Event, mirror: Option<&str>, tag: &str, json: bool) {
+    let at = rfc3339(SystemTime::now());
+    if json && !matches!(event, Event::Stopped) {
+        let line = WatchLine { at, mirror, event };
+        println!("{}", serde_json::to_string(&line).expect("events serialize"));
+        return;
+    }
+    let text = match event {
+        Event::Watching { rev, repo, target, interval } => {
+            format!("watching {rev} of {repo} for {target} every {interval:?}")
+        }
+        Event::Synced { outcome } => format!(
+            "synced {} -> {}: {}, {} in {:.2}s",
+            outcome.from.map(|s| short(&s.commit)).unwrap_or_else(|| "nothing".into()),
+            short(&outcome.commit),
+            outcome.applied,
+            human_bytes(outcome.applied.bytes),
+            outcome.elapsed.as_secs_f64()
+        ),
+        Event::Verified { report, clean: true } => {
+            format!("verify: clean ({} entries, {} hashed)", report.expected, report.hashed)
+        }
+        Event::Verified { report, clean: false } => format!(
+            "verify: DRIFT in {} paths, first: {}",
+            report.drift.len(),
+            report.drift.first().map(|d| quote(d.path()).into_owned()).unwrap_or_default()
+        ),
+        Event::Repaired { repaired } => format!("repaired: {repaired}"),
+        Event::Error { message, retry_in, .. } => format!("error: {message}; retrying in {retry_in:?}"),
+        Event::Stopping { message, .. } => format!("stopping: {message}"),
+        Event::Stopped => "stopped".to_string(),
+        other => other.name().to_string(),
+    };
+    let to_stderr =
+        matches!(event, Event::Watching { .. } | Event::Error { .. } | Event::Stopping { .. } | Event::Stopped);
+    if to_stderr {
+        eprintln!("{at} {tag}{text}");
+    } else {
+        println!("{at} {tag}{text}");
+    }
+}

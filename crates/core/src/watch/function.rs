@@ -1,0 +1,116 @@
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use super::{Error, Event, Options, Outcome, one_line};
+use crate::backend::Backend;
+use crate::source::Repo;
+use crate::{sync, verify};
+
+/// Keep `backend` following `rev` of `repo` until `interrupt` is set. See the
+/// [module docs](super).
+///
+/// Every `options.interval` the ref is resolved; when it names another commit than the one
+/// synced last, the target is synced to it ([`sync::sync()`]). Every `options.verify_every`
+/// the target is verified, and with `options.repair` repaired ([`sync::repair()`]). A failed
+/// step is reported as [`Event::Error`] and tried again after a wait that starts at the interval
+/// and doubles with every failure in a row, up to `options.max_backoff`; a success resets it.
+/// An interrupt during a step lets the batches in flight finish (the journal records where it
+/// stopped), is reported as [`Event::Stopping`], and ends the watch; the last event is always
+/// [`Event::Stopped`].
+pub async fn watch(
+    repo: &Repo,
+    rev: &str,
+    backend: &dyn Backend,
+    options: &Options,
+    on_event: &mut (dyn FnMut(&Event) + Send),
+    interrupt: &AtomicBool,
+) -> Outcome {
+    let interval = options.interval;
+    on_event(&Event::Watching {
+        rev: rev.to_string(),
+        repo: repo.path().display().to_string(),
+        target: backend.to_string(),
+        interval,
+    });
+    let mut outcome = Outcome::default();
+    let mut last: Option<gix_hash::ObjectId> = None;
+    let mut backoff = interval;
+    let mut last_verify = Instant::now();
+    while !interrupt.load(Ordering::SeqCst) {
+        let step =
+            step(repo, rev, backend, options, &mut last, &mut last_verify, &mut outcome, on_event, interrupt).await;
+        let wait = match step {
+            Ok(()) => {
+                backoff = interval;
+                interval
+            }
+            Err(e) if interrupt.load(Ordering::SeqCst) => {
+                on_event(&Event::Stopping { message: one_line(&e), error: Arc::new(e) });
+                break;
+            }
+            Err(e) => {
+                outcome.errors += 1;
+                on_event(&Event::Error { message: one_line(&e), retry_in: backoff, error: Arc::new(e) });
+                let w = backoff;
+                backoff = (backoff * 2).min(options.max_backoff.max(interval));
+                w
+            }
+        };
+        // Sleep in small slices so an interrupt ends the wait at once.
+        let deadline = tokio::time::Instant::now() + wait;
+        while tokio::time::Instant::now() < deadline && !interrupt.load(Ordering::SeqCst) {
+            tokio::time::sleep(Duration::from_millis(50).min(wait)).await;
+        }
+    }
+    on_event(&Event::Stopped);
+    outcome
+}
+
+/// One look at the ref, and the sync and the scheduled verify it calls for.
+#[allow(clippy::too_many_arguments)] // the loop's state, passed down once
+async fn step(
+    repo: &Repo,
+    rev: &str,
+    backend: &dyn Backend,
+    options: &Options,
+    last: &mut Option<gix_hash::ObjectId>,
+    last_verify: &mut Instant,
+    outcome: &mut Outcome,
+    on_event: &mut (dyn FnMut(&Event) + Send),
+    interrupt: &AtomicBool,
+) -> Result<(), Error> {
+    let to = repo.resolve(rev).map_err(sync::Error::from)?;
+    if *last != Some(to.commit) {
+        let out = sync::sync(repo, rev, backend, &options.sync, &|_| {}, interrupt).await?;
+        if out.applied.total() > 0 || out.resumed.is_some() || last.is_none() {
+            outcome.synced += 1;
+            *last = Some(out.commit);
+            on_event(&Event::Synced { outcome: Box::new(out) });
+        } else {
+            *last = Some(out.commit);
+        }
+    }
+    if let Some(every) = options.verify_every
+        && last_verify.elapsed() >= every
+    {
+        *last_verify = Instant::now();
+        // With repair, compare and repair under the target's lock and journal, like a sync:
+        // never a repair planned against a tree that a sync replaced meanwhile.
+        let (report, repaired) = if options.repair {
+            let repair = sync::RepairOptions { sync: options.sync.clone(), ..Default::default() };
+            let out = sync::repair(repo, backend, &repair, &|_| {}, interrupt).await?;
+            (out.report, out.applied)
+        } else {
+            (verify::verify_with(repo, backend, verify::Level::Stat, options.sync.limits).await?, None)
+        };
+        outcome.verified += 1;
+        let clean = report.is_clean();
+        on_event(&Event::Verified { report: Box::new(report), clean });
+        if let Some(done) = repaired {
+            outcome.repaired += 1;
+            on_event(&Event::Repaired { repaired: done });
+        }
+    }
+    Ok(())
+}
