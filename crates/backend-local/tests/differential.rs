@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use treesync_backend_local::{LocalBackend, Options};
-use treesync_core::policy::{Count, Limit};
+use treesync_core::policy::{Budgets, Count, Gate};
 use treesync_core::{Backend, sync};
 use treesync_testkit::conformance::{History, sync_to};
 use treesync_testkit::history::{self, Model};
@@ -42,9 +42,9 @@ fn random_histories_match_git_with_default_policy() {
 }
 
 #[test]
-fn random_histories_match_git_behind_limit_and_count() {
+fn random_histories_match_git_behind_budgets_and_count() {
     for seed in 200..206 {
-        walk(seed, |b| Arc::new(Limit::new(Count::new(b), 1 + (seed as usize % 3))));
+        walk(seed, |b| Arc::new(Budgets::new(Count::new(b), Gate::fixed(1), Gate::fixed(1 + (seed as usize % 3)))));
     }
 }
 

@@ -190,7 +190,8 @@ impl Meta {
         Ok(Some(fd))
     }
 
-    pub(crate) fn lock(&self, holder: &str) -> Result<LockGuard, Error> {
+    pub(crate) fn lock(&self, holder: &treesync_core::state::Holder) -> Result<LockGuard, Error> {
+        let holder = holder.to_string();
         let dir = self.dir(true)?.expect("created");
         let lock_path = || self.shown(&format!("{STATE_DIR}/lock"));
         let fd = rustix::fs::openat(
@@ -215,11 +216,7 @@ impl Meta {
         if !own {
             // A hard link to some other file (or not a file at all): writing the holder line
             // would overwrite that file's first bytes.
-            return Err(Error::State(format!(
-                "{} is not a file of its own (a hard link to another file, or not a regular file); treesync does not write through it\n  hint: remove it (rm {}) and run sync again",
-                lock_path(),
-                lock_path()
-            )));
+            return Err(Error::NotOwnFile { path: lock_path() });
         }
         let mut line = format!("{holder:<HOLDER_LEN$}").into_bytes();
         line.truncate(HOLDER_LEN);
@@ -269,7 +266,7 @@ impl Meta {
         let shown = || self.shown(&format!("{STATE_DIR}/state"));
         let mut guard = self.run.lock().expect("never poisoned");
         let Some(run) = guard.as_mut() else {
-            return Err(Error::State("the NFS backend writes its state only while it holds the lock".into()));
+            return Err(Error::NotLocked { backend: self.shown("") });
         };
         if !run.own {
             // No state file of our own (none yet, or a hard link to another file, or not a

@@ -420,7 +420,8 @@ fn run_adopt(args: AdoptArgs) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     rt.block_on(async {
-        let _lock = backend.lock(&sync::holder()).await?;
+        let _lock =
+            if backend.capabilities().exclusive_lock { Some(backend.lock(&sync::holder()).await?) } else { None };
         if let Some(bytes) = backend.load_state().await? {
             let s = SyncState::parse(&bytes)?;
             if s.synced.is_some() || s.in_progress.is_some() {

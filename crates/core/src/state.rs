@@ -57,6 +57,83 @@ pub struct InProgress {
     pub pid: Option<u32>,
 }
 
+/// Who runs a sync: a process on a host, since a time. Written into lock files (as its
+/// [`Display`](std::fmt::Display) line) and into the journal (as the `holder`, `host` and `pid`
+/// fields of [`InProgress`]); read back with [`Holder::parse`], so that stale-lock detection
+/// compares fields instead of searching free text.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Holder {
+    /// The process id.
+    pub pid: u32,
+    /// The host's name (`/proc/sys/kernel/hostname`).
+    pub host: String,
+    /// When the process took the lock (seconds since the epoch).
+    pub started: u64,
+}
+
+impl Holder {
+    /// This process, now.
+    pub fn this_process() -> Holder {
+        Holder { pid: std::process::id(), host: hostname(), started: now_unix() }
+    }
+
+    /// Read a holder line as [`Display`](std::fmt::Display) writes it (`pid 42 on host, started
+    /// at unix time 1796000000`; earlier versions wrote the same line). `None` for anything else.
+    pub fn parse(line: &str) -> Option<Holder> {
+        let rest = line.trim().strip_prefix("pid ")?;
+        let (pid, rest) = rest.split_once(" on ")?;
+        let (host, started) = rest.rsplit_once(", started at unix time ")?;
+        Some(Holder {
+            pid: pid.trim().parse().ok()?,
+            host: host.trim().to_string(),
+            started: started.trim().parse().ok()?,
+        })
+    }
+
+    /// Is this holder a process of this host that no longer runs? (A holder on another host
+    /// cannot be checked: `false`.)
+    pub fn is_gone_here(&self) -> bool {
+        self.host == hostname() && !std::path::Path::new(&format!("/proc/{}", self.pid)).exists()
+    }
+}
+
+impl std::fmt::Display for Holder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "pid {} on {}, started at unix time {}", self.pid, self.host, self.started)
+    }
+}
+
+/// This machine's name.
+pub fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_else(|_| "unknown host".into())
+}
+
+impl InProgress {
+    /// Record `holder` as running this transition (the `holder`, `host` and `pid` fields).
+    pub fn held_by(self, holder: &Holder) -> InProgress {
+        InProgress { holder: Some(holder.to_string()), host: Some(holder.host.clone()), pid: Some(holder.pid), ..self }
+    }
+
+    /// The holder of this transition as fields: from `host` and `pid` (and the start time the
+    /// holder line gives, else `started_unix`), or, for entries that have only the line, from
+    /// the line. `None` when nobody holds it (it stopped with an error) or the entry does not
+    /// say who.
+    pub fn holder(&self) -> Option<Holder> {
+        let line = self.holder.as_deref()?;
+        let parsed = Holder::parse(line);
+        match (&self.host, self.pid) {
+            (Some(host), Some(pid)) => Some(Holder {
+                pid,
+                host: host.clone(),
+                started: parsed.map(|h| h.started).unwrap_or(self.started_unix),
+            }),
+            _ => parsed,
+        }
+    }
+}
+
 /// The whole state file.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SyncState {

@@ -328,7 +328,8 @@ pub async fn locked_target_is_refused(f: &dyn Fixture) {
         h.assert_matches(f, 2, "after breaking the lease");
         return;
     }
-    let guard = backend.lock("pid 4242 on testhost").await.expect("lock");
+    let other = treesync_core::state::Holder { pid: 4242, host: "testhost".into(), started: 1 };
+    let guard = backend.lock(&other).await.expect("lock");
     let err = sync_to(&h.repo, &h.commits[1], &*f.backend()).await.expect_err("locked");
     match err {
         sync::Error::Backend(backend::Error::Locked { holder }) => assert!(holder.contains("4242"), "holder: {holder}"),

@@ -146,7 +146,7 @@ pub fn check(target: &str, backend: BackendKind) -> Result<(&'static str, String
     let mismatch = |needs, hint| OpenError::Mismatch { backend, target: target.to_string(), needs, hint };
     if target.starts_with("nfs://") {
         treesync_backend_nfs::remote::NfsUrl::parse(target)
-            .map_err(|e| OpenError::Nfs(treesync_core::backend::Error::State(e)))?;
+            .map_err(|detail| OpenError::Nfs(treesync_core::backend::Error::BadUrl { detail }))?;
         return match backend {
             BackendKind::Auto => Ok(("nfs", "auto: an nfs:// URL, the built-in NFSv3 client".into())),
             BackendKind::Nfs => Ok(("nfs", "--backend nfs with an nfs:// URL: the built-in NFSv3 client".into())),

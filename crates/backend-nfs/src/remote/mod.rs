@@ -52,6 +52,7 @@ use treesync_core::backend::{
 use treesync_core::path::STATE_DIR;
 use treesync_core::policy::{Adaptive, Budgets, Gate};
 use treesync_core::source::{BlobError, BlobSource};
+use treesync_core::state::Holder;
 use treesync_core::{Op, RelPath};
 
 pub use nfs::{Fh, NfsError};
@@ -60,10 +61,10 @@ pub use url::NfsUrl;
 
 use crate::WriteJobs;
 
-/// A lock not renewed for this long is taken over.
-const LEASE: Duration = Duration::from_secs(120);
-/// How often a held lock is renewed.
-const RENEW: Duration = Duration::from_secs(30);
+/// A lock not renewed for this long is taken over (the default of [`RemoteOptions::lease`]).
+pub const LEASE: Duration = Duration::from_secs(120);
+/// A held lock is renewed this many times per lease.
+const RENEWALS_PER_LEASE: u32 = 4;
 /// The lock file in `.treesync`.
 const LOCK_FILE: &[u8] = b"lock.nfs";
 /// WRITEs of one large file in flight at once.
@@ -82,6 +83,10 @@ pub struct RemoteOptions {
     pub write_jobs: WriteJobs,
     /// Record every call with its path (tests, `-vv`).
     pub record: bool,
+    /// The lock's lease: a lock not renewed for this long is taken over by another sync; a
+    /// held lock is renewed four times per lease, and a renewal that fails stops the run
+    /// ([`Error::LeaseLost`]) before it writes more. Default [`LEASE`] (2 minutes).
+    pub lease: Duration,
 }
 
 impl Default for RemoteOptions {
@@ -90,18 +95,20 @@ impl Default for RemoteOptions {
             lookup_jobs: 32,
             write_jobs: WriteJobs::Adaptive(Adaptive { initial: 16, min: 1, max: 128, backoff_latency: 2.0 }),
             record: false,
+            lease: LEASE,
         }
     }
 }
 
 /// The `nfs://` backend with its budgets: what the CLI uses for `--target nfs://…`.
 pub fn open(url: &str, options: RemoteOptions) -> Result<Budgets<RemoteBackend>, Error> {
-    let url = NfsUrl::parse(url).map_err(Error::State)?;
+    let url = NfsUrl::parse(url).map_err(|detail| Error::BadUrl { detail })?;
     let writes = match options.write_jobs {
         WriteJobs::Fixed(n) => Gate::fixed(n.max(1)),
         WriteJobs::Adaptive(a) => Gate::adaptive(a),
     };
-    let backend = RemoteBackend::new(url, options.record)?;
+    let mut backend = RemoteBackend::new(url, options.record)?;
+    Arc::get_mut(&mut backend.inner).expect("not shared yet").lease = options.lease;
     Ok(Budgets::new(backend, Gate::fixed(options.lookup_jobs.max(1)), writes))
 }
 
@@ -115,6 +122,8 @@ struct Inner {
     url: NfsUrl,
     host: String,
     rpc: RpcOptions,
+    /// See [`RemoteOptions::lease`].
+    lease: Duration,
     nfs_addr: OnceCell<SocketAddr>,
     nfs: OnceCell<nfs::Nfs>,
     record: bool,
@@ -137,6 +146,8 @@ struct Inner {
 struct Run {
     released: Arc<AtomicBool>,
     renew: tokio::task::AbortHandle,
+    /// Set by the renewal task when a renewal failed: what it met.
+    lost: Arc<Mutex<Option<String>>>,
     state: Option<(Fh, usize)>,
 }
 
@@ -204,6 +215,7 @@ impl RemoteBackend {
                 host: url.host.clone(),
                 url,
                 rpc,
+                lease: LEASE,
                 nfs_addr: OnceCell::new(),
                 nfs: OnceCell::new(),
                 record,
@@ -248,24 +260,37 @@ impl RemoteBackend {
             .to_socket_addrs()
             .map_err(|e| Error::io("resolve", &self.inner.host, e))?
             .next()
-            .ok_or_else(|| Error::State(format!("{} has no address", self.inner.host)))
+            .ok_or_else(|| Error::Unreachable {
+                service: "NFS",
+                host: self.inner.host.clone(),
+                detail: "the name resolves to no address".into(),
+                hint: "\n  hint: check the host name in the URL".into(),
+                source: None,
+            })
     }
 
     /// Ask the portmapper at HOST:111 for a program's TCP port.
-    async fn portmap(&self, prog: u32, vers: u32, what: &str) -> Result<u16, Error> {
+    async fn portmap(&self, prog: u32, vers: u32, what: &'static str) -> Result<u16, Error> {
         let pm = rpc::Client::new(self.resolve(111)?, 100_000, 2, RpcOptions { retries: 0, ..self.inner.rpc.clone() });
         let args = nfs3_types::portmap::mapping { prog, vers, prot: 6, port: 0 };
-        let hint = |why: String| {
-            Error::State(format!(
-                "cannot find the {what} service of {}: {why}\n  hint: give its port in the URL, e.g. nfs://{}{}?nfsport=2049&mountport=20048",
-                self.inner.host, self.inner.host, self.inner.url.path
-            ))
+        let hint = |detail: String, source: Option<Box<dyn std::error::Error + Send + Sync>>| Error::Unreachable {
+            service: what,
+            host: self.inner.host.clone(),
+            detail: format!("the portmapper cannot tell its port: {detail}"),
+            hint: format!(
+                "\n  hint: give its port in the URL, e.g. nfs://{}{}?nfsport=2049&mountport=20048",
+                self.inner.host, self.inner.url.path
+            ),
+            source,
         };
-        let reply = pm.call(3, &args, &|| "portmap GETPORT".into()).await.map_err(|e| hint(e.to_string()))?;
-        let port = reply.decode::<u32>().map_err(hint)?;
+        let reply = pm
+            .call(3, &args, &|| "portmap GETPORT".into())
+            .await
+            .map_err(|e| hint(e.to_string(), Some(Box::new(e))))?;
+        let port = reply.decode::<u32>().map_err(|why| hint(why, None))?;
         match u16::try_from(port) {
             Ok(p) if p != 0 => Ok(p),
-            _ => Err(hint("the portmapper does not know it".into())),
+            _ => Err(hint("the portmapper does not know it".into(), None)),
         }
     }
 
@@ -299,19 +324,25 @@ impl RemoteBackend {
                     Some(p) => p,
                     None => self.portmap(mount::PROGRAM, mount::VERSION, "MOUNT").await?,
                 };
-                let client = rpc::Client::new(self.resolve(port)?, mount::PROGRAM, mount::VERSION, self.inner.rpc.clone());
+                let client =
+                    rpc::Client::new(self.resolve(port)?, mount::PROGRAM, mount::VERSION, self.inner.rpc.clone());
                 let mnt_err = |e: rpc::RpcError| {
                     let hint = if matches!(e, rpc::RpcError::Connect { .. }) {
                         "\n  hint: is the NFS server running, and is ?mountport= right?"
                     } else {
                         ""
                     };
-                    Error::State(format!("cannot mount {}: {e}{hint}", self.inner.url))
+                    Error::Mount {
+                        target: self.inner.url.to_string(),
+                        detail: e.to_string(),
+                        hint,
+                        source: Some(Box::new(e)),
+                    }
                 };
                 self.inner.mount_calls.fetch_add(1, Ordering::Relaxed);
                 let reply = client.call(5, &Void, &|| "MOUNT EXPORT".into()).await.map_err(mnt_err)?;
                 let exports: mount::exports<'static, 'static> =
-                    reply.decode().map_err(|why| Error::State(format!("garbled export list: {why}")))?;
+                    reply.decode().map_err(|detail| Error::Garbled { what: "export list", detail })?;
                 let names: Vec<String> = exports
                     .into_inner()
                     .into_iter()
@@ -326,12 +357,17 @@ impl RemoteBackend {
                     })
                     .max_by_key(|(len, _)| *len);
                 let Some((depth, export)) = best else {
-                    return Err(Error::State(format!(
-                        "no export of {} holds {}; the server exports: {}\n  hint: the URL's path starts with an export",
-                        self.inner.host,
-                        self.inner.url.path,
-                        if names.is_empty() { "nothing".to_string() } else { names.join(", ") }
-                    )));
+                    return Err(Error::Mount {
+                        target: self.inner.url.to_string(),
+                        detail: format!(
+                            "no export of {} holds {}; the server exports: {}",
+                            self.inner.host,
+                            self.inner.url.path,
+                            if names.is_empty() { "nothing".to_string() } else { names.join(", ") }
+                        ),
+                        hint: "\n  hint: the URL's path starts with an export",
+                        source: None,
+                    });
                 };
                 let path = if export.is_empty() { "/".to_string() } else { export.clone() };
                 self.inner.mount_calls.fetch_add(1, Ordering::Relaxed);
@@ -340,13 +376,16 @@ impl RemoteBackend {
                     .await
                     .map_err(mnt_err)?;
                 let res: mount::mountres3<'static> =
-                    reply.decode().map_err(|why| Error::State(format!("garbled MNT reply: {why}")))?;
+                    reply.decode().map_err(|detail| Error::Garbled { what: "MNT reply", detail })?;
                 let fh = match res {
                     mount::mountres3::Ok(ok) => Fh { data: Opaque::owned(ok.fhandle.0.into_owned()) },
                     mount::mountres3::Err(stat) => {
-                        return Err(Error::State(format!(
-                            "the server refused to mount {path}: {stat}\n  hint: check the export's client list and options"
-                        )));
+                        return Err(Error::Mount {
+                            target: self.inner.url.to_string(),
+                            detail: format!("the server refused to mount {path}: {stat}"),
+                            hint: "\n  hint: check the export's client list and options",
+                            source: None,
+                        });
                     }
                 };
                 let rest = want[depth..].iter().map(|c| c.to_string()).collect();
@@ -496,6 +535,7 @@ impl RemoteBackend {
     }
 
     async fn run(&self, op: &Op, blobs: &Arc<dyn BlobSource>) -> Result<(), Error> {
+        self.check_lease()?;
         let nfs = self.nfs().await?;
         let path = op.path();
         let (parent, name) = split_last(path.as_bytes());
@@ -832,32 +872,45 @@ impl RemoteBackend {
 
     /// Take over a lock whose holder is gone: same host and no such process, or not renewed
     /// within the lease.
-    fn stale(holder: &str, attr: Option<&fattr3>) -> bool {
-        let pid =
-            holder.strip_prefix("pid ").and_then(|r| r.split_whitespace().next()).and_then(|p| p.parse::<u32>().ok());
-        let host = holder.split(" on ").nth(1).and_then(|r| r.split(',').next()).map(str::trim);
-        if let (Some(pid), Some(host)) = (pid, host)
-            && host == hostname()
+    fn stale(&self, holder: Option<&Holder>, attr: Option<&fattr3>) -> bool {
+        if let Some(h) = holder
+            && h.host == hostname()
         {
-            return !std::path::Path::new(&format!("/proc/{pid}")).exists();
+            return h.is_gone_here();
         }
-        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_secs();
-        attr.is_some_and(|a| now.saturating_sub(u64::from(a.mtime.seconds)) > LEASE.as_secs())
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+        attr.is_some_and(|a| {
+            let renewed = Duration::new(u64::from(a.mtime.seconds), a.mtime.nseconds);
+            now.saturating_sub(renewed) > self.inner.lease
+        })
+    }
+
+    /// Fail with [`Error::LeaseLost`] when a renewal of this run's lock failed: another sync
+    /// may have taken the target over, so nothing more may be written.
+    fn check_lease(&self) -> Result<(), Error> {
+        let run = self.inner.run.lock().expect("never poisoned");
+        let lost = run.as_ref().and_then(|r| r.lost.lock().expect("never poisoned").clone());
+        match lost {
+            Some(detail) => Err(Error::LeaseLost { target: self.inner.url.to_string(), detail }),
+            None => Ok(()),
+        }
     }
 }
 
 /// The holder line of the lock file `fh`, if it is one treesync wrote: a regular file of its
 /// own (one link: not a hard link to some other file) holding one short holder line
 /// (`pid N on HOST, started at unix time T`). Anything else is never shown.
-async fn lock_holder(nfs: &nfs::Nfs, fh: &Fh, attr: &fattr3, about: &[u8]) -> Option<String> {
+async fn lock_holder(nfs: &nfs::Nfs, fh: &Fh, attr: &fattr3, about: &[u8]) -> Option<Holder> {
     const MAX: u32 = 512;
     if attr.type_ != ftype3::NF3REG || attr.nlink != 1 || attr.size > u64::from(MAX) {
         return None;
     }
     let (data, _) = nfs.read(fh, 0, MAX, about).await.ok()?;
-    let text = std::str::from_utf8(&data).ok()?.trim();
-    let ours = text.starts_with("pid ") && text.contains(" on ") && text.chars().all(|c| !c.is_control());
-    ours.then(|| text.to_string())
+    let text = std::str::from_utf8(&data).ok()?;
+    if text.trim().chars().any(|c| c.is_control()) {
+        return None;
+    }
+    Holder::parse(text)
 }
 
 /// CREATE `name` in `dir` as a new, empty file with `mode`: GUARDED, so whatever is already
@@ -955,7 +1008,14 @@ impl Drop for Held {
 impl Backend for RemoteBackend {
     fn capabilities(&self) -> Capabilities {
         let case_sensitive = *self.inner.case_sensitive.get().unwrap_or(&true);
-        Capabilities { symlinks: true, exec_bit: true, empty_dirs: true, case_sensitive, exclusive_lock: true }
+        Capabilities {
+            symlinks: true,
+            exec_bit: true,
+            empty_dirs: true,
+            case_sensitive,
+            exclusive_lock: true,
+            aux_store: false,
+        }
     }
 
     fn policy(&self) -> Policy {
@@ -1055,10 +1115,11 @@ impl Backend for RemoteBackend {
     }
 
     async fn store_state(&self, bytes: &[u8]) -> Result<(), Error> {
+        self.check_lease()?;
         let shown = format!("{STATE_DIR}/state");
         let known = match self.inner.run.lock().expect("never poisoned").as_ref() {
             None => {
-                return Err(Error::State("the nfs:// backend writes its state only while it holds the lock".into()));
+                return Err(Error::NotLocked { backend: self.inner.url.to_string() });
             }
             Some(run) => run.state.clone(),
         };
@@ -1104,7 +1165,7 @@ impl Backend for RemoteBackend {
         Ok(())
     }
 
-    async fn lock(&self, holder: &str) -> Result<LockGuard, Error> {
+    async fn lock(&self, holder: &Holder) -> Result<LockGuard, Error> {
         let shown = format!("{STATE_DIR}/{}", String::from_utf8_lossy(LOCK_FILE));
         let meta = self.meta(true).await?.expect("created");
         let nfs = self.nfs().await?;
@@ -1125,7 +1186,7 @@ impl Backend for RemoteBackend {
                         None => nfs.getattr(&fh, shown.as_bytes()).await.map_err(|e| nfs_io("lock", &shown, e))?,
                     };
                     let other = lock_holder(nfs, &fh, &attr, shown.as_bytes()).await;
-                    if tries < 4 && Self::stale(other.as_deref().unwrap_or(""), Some(&attr)) {
+                    if tries < 4 && self.stale(other.as_ref(), Some(&attr)) {
                         tracing::warn!(target: "treesync::nfs", holder = ?other, "taking over a stale lock");
                         self.take_over(nfs, &meta, &attr, &shown).await?;
                         // Whoever got it: CREATE again, and a lock found now is judged afresh.
@@ -1134,9 +1195,12 @@ impl Backend for RemoteBackend {
                     return Err(Error::Locked {
                         holder: format!(
                             "{}; lock file {shown} on the server, renewed every {} s while held and taken over {} s after the last renewal",
-                            other.unwrap_or_else(|| "holder unknown: no holder line treesync wrote".into()),
-                            RENEW.as_secs(),
-                            LEASE.as_secs()
+                            other.map_or_else(
+                                || "holder unknown: no holder line treesync wrote".into(),
+                                |h| h.to_string()
+                            ),
+                            (self.inner.lease / RENEWALS_PER_LEASE).as_secs(),
+                            self.inner.lease.as_secs()
                         ),
                     });
                 }
@@ -1148,18 +1212,35 @@ impl Backend for RemoteBackend {
             .map_err(|e| nfs_io("write lock file", &shown, e))?;
         let me = self.clone();
         let lock = fh.clone();
-        let renew = tokio::spawn(async move {
-            loop {
-                tokio::time::sleep(RENEW).await;
-                if let Ok(nfs) = me.nfs().await {
-                    let _ = nfs.setattr(&lock, None, true, LOCK_FILE).await;
+        let lost = Arc::new(Mutex::new(None));
+        let every = self.inner.lease / RENEWALS_PER_LEASE;
+        let renew = tokio::spawn({
+            let lost = lost.clone();
+            async move {
+                loop {
+                    tokio::time::sleep(every).await;
+                    // The RPC layer already sent the call again on new connections; a renewal
+                    // that still fails (or finds the lock file gone: another sync took it over)
+                    // means the lease runs out and another sync may take the target.
+                    let renewed = match me.nfs().await {
+                        Ok(nfs) => match nfs.setattr(&lock, None, true, LOCK_FILE).await {
+                            Ok(()) | Err(NfsError::DoneBefore(_)) => Ok(()),
+                            Err(e) => Err(e.to_string()),
+                        },
+                        Err(e) => Err(e.to_string()),
+                    };
+                    if let Err(detail) = renewed {
+                        tracing::error!(target: "treesync::nfs", error = %detail, "renewing the lock failed; stopping the run");
+                        *lost.lock().expect("never poisoned") = Some(detail);
+                        return;
+                    }
                 }
             }
         })
         .abort_handle();
         let released = Arc::new(AtomicBool::new(false));
         *self.inner.run.lock().expect("never poisoned") =
-            Some(Run { released: released.clone(), renew: renew.clone(), state: None });
+            Some(Run { released: released.clone(), renew: renew.clone(), lost, state: None });
         // A new run: whatever we knew about directories may be stale now.
         self.inner.dirs.clear();
         Ok(LockGuard(Box::new(Held { backend: self.clone(), released, renew })))
