@@ -885,12 +885,34 @@ impl RemoteBackend {
         })
     }
 
+    /// What the renewal of this run's lock met when it failed (`None`: not locked, or the
+    /// lease is held). Once it failed, ops and state writes fail with [`Error::LeaseLost`].
+    pub fn lease_lost(&self) -> Option<String> {
+        let run = self.inner.run.lock().expect("never poisoned");
+        run.as_ref().and_then(|r| r.lost.lock().expect("never poisoned").clone())
+    }
+
+    /// Renew the lease of the lock file `lock`: check that the lock's name still leads to it
+    /// (LOOKUP), then touch its mtime (SETATTR), which other syncs read as the last renewal.
+    async fn renew(&self, lock: &Fh) -> Result<(), String> {
+        let nfs = self.nfs().await.map_err(|e| e.to_string())?;
+        let meta = self.meta(false).await.map_err(|e| e.to_string())?.ok_or("the state folder is gone")?;
+        match nfs.lookup(&meta, LOCK_FILE, LOCK_FILE).await {
+            Ok((fh, _)) if fh.data.0 == lock.data.0 => {}
+            Ok(_) => return Err("the lock file is another sync's now".into()),
+            Err(e) if is(&e, nfsstat3::NFS3ERR_NOENT) => return Err("the lock file is gone".into()),
+            Err(e) => return Err(e.to_string()),
+        }
+        match nfs.setattr(lock, None, true, LOCK_FILE).await {
+            Ok(()) | Err(NfsError::DoneBefore(_)) => Ok(()),
+            Err(e) => Err(e.to_string()),
+        }
+    }
+
     /// Fail with [`Error::LeaseLost`] when a renewal of this run's lock failed: another sync
     /// may have taken the target over, so nothing more may be written.
     fn check_lease(&self) -> Result<(), Error> {
-        let run = self.inner.run.lock().expect("never poisoned");
-        let lost = run.as_ref().and_then(|r| r.lost.lock().expect("never poisoned").clone());
-        match lost {
+        match self.lease_lost() {
             Some(detail) => Err(Error::LeaseLost { target: self.inner.url.to_string(), detail }),
             None => Ok(()),
         }
@@ -985,12 +1007,15 @@ struct Held {
     backend: RemoteBackend,
     released: Arc<AtomicBool>,
     renew: tokio::task::AbortHandle,
+    lost: Arc<Mutex<Option<String>>>,
 }
 
 impl Drop for Held {
     fn drop(&mut self) {
         self.renew.abort();
+        let lost = self.lost.lock().expect("never poisoned").is_some();
         if !self.released.swap(true, Ordering::Relaxed)
+            && !lost
             && let Ok(rt) = tokio::runtime::Handle::try_current()
         {
             let b = self.backend.clone();
@@ -1219,16 +1244,10 @@ impl Backend for RemoteBackend {
             async move {
                 loop {
                     tokio::time::sleep(every).await;
-                    // The RPC layer already sent the call again on new connections; a renewal
-                    // that still fails (or finds the lock file gone: another sync took it over)
-                    // means the lease runs out and another sync may take the target.
-                    let renewed = match me.nfs().await {
-                        Ok(nfs) => match nfs.setattr(&lock, None, true, LOCK_FILE).await {
-                            Ok(()) | Err(NfsError::DoneBefore(_)) => Ok(()),
-                            Err(e) => Err(e.to_string()),
-                        },
-                        Err(e) => Err(e.to_string()),
-                    };
+                    // The RPC layer already sent the calls again on new connections; a renewal
+                    // that still fails, or finds another file under the lock's name (another
+                    // sync took it over), means another sync may take or has taken the target.
+                    let renewed = me.renew(&lock).await;
                     if let Err(detail) = renewed {
                         tracing::error!(target: "treesync::nfs", error = %detail, "renewing the lock failed; stopping the run");
                         *lost.lock().expect("never poisoned") = Some(detail);
@@ -1240,17 +1259,19 @@ impl Backend for RemoteBackend {
         .abort_handle();
         let released = Arc::new(AtomicBool::new(false));
         *self.inner.run.lock().expect("never poisoned") =
-            Some(Run { released: released.clone(), renew: renew.clone(), lost, state: None });
+            Some(Run { released: released.clone(), renew: renew.clone(), lost: lost.clone(), state: None });
         // A new run: whatever we knew about directories may be stale now.
         self.inner.dirs.clear();
-        Ok(LockGuard(Box::new(Held { backend: self.clone(), released, renew })))
+        Ok(LockGuard(Box::new(Held { backend: self.clone(), released, renew, lost })))
     }
 
     async fn unlock(&self, guard: LockGuard) -> Result<(), Error> {
         let run = self.inner.run.lock().expect("never poisoned").take();
         if let Some(run) = run {
             run.renew.abort();
-            if !run.released.swap(true, Ordering::Relaxed) {
+            // A lost lease: the lock file may be another sync's now; leave it be.
+            let lost = run.lost.lock().expect("never poisoned").is_some();
+            if !run.released.swap(true, Ordering::Relaxed) && !lost {
                 let nfs = self.nfs().await?;
                 if let Some(meta) = self.meta(false).await? {
                     match nfs.remove(&meta, LOCK_FILE, LOCK_FILE).await {
