@@ -219,3 +219,39 @@ mod hex_opt {
         s.map(|s| ObjectId::from_hex(s.as_bytes()).map_err(serde::de::Error::custom)).transpose()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(json: &str) -> InProgress {
+        let state = format!(
+            r#"{{"version":1,"synced":null,"backend":"local","in_progress":{{"from_tree":null,
+            "to_commit":"{z}","to_tree":"{z}","takeover":false,"started_unix":5,{json}}}}}"#,
+            z = "0".repeat(40)
+        );
+        SyncState::parse(state.as_bytes()).expect("parses").in_progress.expect("in progress")
+    }
+
+    #[test]
+    fn journal_holders_of_every_version_read_as_fields() {
+        // This version: the line and the fields.
+        let h = Holder { pid: 42, host: "box".into(), started: 7 };
+        let p = entry(r#""holder":null,"host":null,"pid":null"#).held_by(&h);
+        assert_eq!(p.holder(), Some(h.clone()));
+        let back = SyncState::parse(
+            &SyncState { version: VERSION, synced: None, in_progress: Some(p), backend: "local".into() }.to_bytes(),
+        )
+        .expect("round trip");
+        assert_eq!(back.in_progress.and_then(|p| p.holder()), Some(h));
+        // An entry with the line only (no host and pid fields).
+        let p = entry(r#""holder":"pid 4242 on elsewhere, started at unix time 1796000000""#);
+        assert_eq!(p.holder(), Some(Holder { pid: 4242, host: "elsewhere".into(), started: 1_796_000_000 }));
+        // Fields with a line this version did not write: the fields count, started from the entry.
+        let p = entry(r#""holder":"h","host":"elsewhere","pid":1"#);
+        assert_eq!(p.holder(), Some(Holder { pid: 1, host: "elsewhere".into(), started: 5 }));
+        // Released (the sync stopped with an error): nobody holds it.
+        let p = entry(r#""holder":null,"host":"elsewhere","pid":1"#);
+        assert_eq!(p.holder(), None);
+    }
+}
