@@ -1039,7 +1039,7 @@ impl Backend for RemoteBackend {
             empty_dirs: true,
             case_sensitive,
             exclusive_lock: true,
-            aux_store: false,
+            aux_store: true,
         }
     }
 
