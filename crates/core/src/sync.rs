@@ -426,7 +426,7 @@ async fn scan(backend: &dyn Backend) -> Result<Vec<ExistingEntry>, Error> {
             // cannot represent them as a RelPath, so refuse clearly instead.
             let path = path.map_err(|e| {
                 Error::Backend(backend::Error::Unrepresentable {
-                    path: format!("{}", e.path),
+                    path: e.path.to_string(),
                     reason: e.reason.to_string(),
                 })
             })?;
