@@ -207,8 +207,10 @@ impl Meta {
             Err(Errno::WOULDBLOCK) => {
                 let holder = if own { holder_line(&fd) } else { None };
                 return Err(Error::Locked {
-                    holder: holder
-                        .unwrap_or_else(|| format!("holder unknown: no holder line treesync wrote in {}", lock_path())),
+                    holder: holder.map_or_else(
+                        || format!("holder unknown: no holder line treesync wrote in {}", lock_path()),
+                        |h| h.to_string(),
+                    ),
                 });
             }
             Err(e) => return Err(Error::io("lock", lock_path(), io(e))),
@@ -314,12 +316,10 @@ fn own_file(fd: &OwnedFd) -> Result<bool, Errno> {
 
 /// The holder line of a lock file, if it looks like one treesync wrote (read at most 512
 /// bytes; nothing else is shown).
-fn holder_line(fd: &OwnedFd) -> Option<String> {
+fn holder_line(fd: &OwnedFd) -> Option<treesync_core::state::Holder> {
     let mut buf = [0u8; 512];
     let n = rustix::io::pread(fd, &mut buf, 0).ok()?;
-    let text = std::str::from_utf8(&buf[..n]).ok()?.trim();
-    let ours = text.starts_with("pid ") && text.contains(" on ") && text.chars().all(|c| !c.is_control());
-    ours.then(|| text.to_string())
+    treesync_core::state::Holder::from_lock_file(&buf[..n])
 }
 
 /// Write `bytes` to a new file `.treesync-tmp.NAME` in `dir` (`O_EXCL`: never through what is

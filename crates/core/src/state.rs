@@ -90,6 +90,18 @@ impl Holder {
         })
     }
 
+    /// The holder a lock file names, if it holds a holder line treesync wrote (padding and a
+    /// final newline allowed); `None` for anything else (empty, binary, someone else's file),
+    /// which is then never shown. The one reader of lock files, for all three locks (the local
+    /// and the mounted NFS backend's `.treesync/lock`, the `nfs://` client's `lock.nfs`).
+    pub fn from_lock_file(bytes: &[u8]) -> Option<Holder> {
+        let text = std::str::from_utf8(bytes).ok()?.trim();
+        if text.chars().any(|c| c.is_control()) {
+            return None;
+        }
+        Holder::parse(text)
+    }
+
     /// Is this holder a process of this host that no longer runs? (A holder on another host
     /// cannot be checked: `false`.)
     pub fn is_gone_here(&self) -> bool {

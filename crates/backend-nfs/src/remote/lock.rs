@@ -217,11 +217,7 @@ pub(super) async fn lock_holder(nfs: &nfs::Nfs, fh: &Fh, attr: &fattr3, about: &
         return None;
     }
     let (data, _) = nfs.read(fh, 0, MAX, about).await.ok()?;
-    let text = std::str::from_utf8(&data).ok()?;
-    if text.trim().chars().any(|c| c.is_control()) {
-        return None;
-    }
-    Holder::parse(text)
+    Holder::from_lock_file(&data)
 }
 
 /// The lock of one run (see [`Backend::unlock`]); dropped without an unlock it is removed in
