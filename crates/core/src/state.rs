@@ -161,20 +161,33 @@ pub struct SyncState {
 
 /// The state file could not be read.
 #[derive(Debug, thiserror::Error)]
-#[error(
-    "the state file .treesync/state is unreadable: {0}\n  hint: if the target was damaged, sync again with --force to take it over anew"
-)]
-pub struct ParseError(String);
+#[non_exhaustive]
+pub enum ParseError {
+    /// It is not a state file (damaged, or something else in its place).
+    #[error(
+        "the state file .treesync/state is unreadable: {source}\n  hint: if the target was damaged, sync again with --force to take it over anew"
+    )]
+    Json {
+        /// What the parser said.
+        #[source]
+        source: serde_json::Error,
+    },
+    /// A newer treesync wrote it.
+    #[error(
+        "the state file .treesync/state is unreadable: it has format version {found}, this treesync understands up to {VERSION}\n  hint: upgrade treesync"
+    )]
+    Version {
+        /// The version it has.
+        found: u32,
+    },
+}
 
 impl SyncState {
     /// Parse the state file.
     pub fn parse(bytes: &[u8]) -> Result<SyncState, ParseError> {
-        let s: SyncState = serde_json::from_slice(bytes).map_err(|e| ParseError(e.to_string()))?;
+        let s: SyncState = serde_json::from_slice(bytes).map_err(|source| ParseError::Json { source })?;
         if s.version > VERSION {
-            return Err(ParseError(format!(
-                "it has format version {}, this treesync understands up to {VERSION}; upgrade treesync",
-                s.version
-            )));
+            return Err(ParseError::Version { found: s.version });
         }
         Ok(s)
     }
