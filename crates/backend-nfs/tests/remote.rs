@@ -353,6 +353,92 @@ fn a_lease_that_cannot_be_renewed_stops_the_run() {
     std::fs::remove_file(&lock).expect("rm");
 }
 
+/// Another sync takes the lock over after the third op of a sync: the wrapper below replaces
+/// the lock file on the server and lets the run go on only once the renewal has noticed. The
+/// sync stops with "lost the lock" (no op after that is done), the journal says it is
+/// unfinished, the other sync's lock file stays; once that one is gone, the next run finishes.
+#[test]
+fn a_sync_whose_lock_is_taken_over_stops_and_the_next_run_finishes() {
+    struct TakeoverAfter {
+        inner: Budgets<RemoteBackend>,
+        ops: AtomicU64,
+        after: u64,
+        lock: PathBuf,
+        /// What the renewal met, as the run saw it.
+        seen: std::sync::Mutex<Option<String>>,
+    }
+    impl std::fmt::Display for TakeoverAfter {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(f, "TakeoverAfter({}, {})", self.after, self.inner)
+        }
+    }
+    #[async_trait::async_trait]
+    impl Backend for TakeoverAfter {
+        treesync_core::delegate_backend!(inner, except execute, execute_batch);
+
+        async fn execute(
+            &self,
+            op: &Op,
+            blobs: &Arc<dyn treesync_core::source::BlobSource>,
+        ) -> Result<(), backend::Error> {
+            if self.ops.fetch_add(1, Ordering::SeqCst) == self.after {
+                std::fs::remove_file(&self.lock).expect("rm lock");
+                std::fs::write(&self.lock, "pid 1 on elsewhere, started at unix time 1\n").expect("other lock");
+                for _ in 0..600 {
+                    if let Some(why) = self.inner.inner().lease_lost() {
+                        *self.seen.lock().expect("never poisoned") = Some(why);
+                        break;
+                    }
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            }
+            self.inner.execute(op, blobs).await
+        }
+
+        async fn execute_batch(
+            &self,
+            batch: backend::Batch,
+            blobs: &Arc<dyn treesync_core::source::BlobSource>,
+        ) -> Result<(), backend::Error> {
+            for op in batch.iter() {
+                self.execute(op, blobs).await?;
+            }
+            Ok(())
+        }
+    }
+
+    let rt = rt();
+    let h = History::random(29, 2);
+    let options =
+        RemoteOptions { lease: Duration::from_millis(400), write_jobs: WriteJobs::Fixed(1), ..Default::default() };
+    let e = export!(Export::new(options));
+    rt.block_on(sync_to(&h.repo, &h.commits[0], &e.open())).expect("initial");
+    let lock = e.root().join(".treesync/lock.nfs");
+    let b = TakeoverAfter {
+        inner: e.open(),
+        ops: AtomicU64::new(0),
+        after: 3,
+        lock: lock.clone(),
+        seen: Default::default(),
+    };
+    let err = rt.block_on(sync_to(&h.repo, &h.commits[1], &b)).expect_err("the lease is lost");
+    let chain = format!("{err}: {:?}", std::error::Error::source(&err).map(ToString::to_string));
+    assert!(chain.contains("lost the lock"), "{chain}");
+    let seen = b.seen.lock().expect("never poisoned").clone();
+    assert!(seen.as_deref().is_some_and(|why| why.contains("another sync")), "{seen:?}");
+    assert_eq!(b.ops.load(Ordering::SeqCst), 4, "no op is started after the one that found the lease lost");
+    let state = std::fs::read_to_string(e.root().join(".treesync/state")).expect("state");
+    assert!(state.contains("\"in_progress\": {"), "the journal says the sync is unfinished: {state}");
+    assert_eq!(
+        std::fs::read_to_string(&lock).expect("the other sync's lock stays"),
+        "pid 1 on elsewhere, started at unix time 1\n"
+    );
+    std::fs::remove_file(&lock).expect("the other sync is done");
+    let out = rt.block_on(sync_to(&h.repo, &h.commits[1], &e.open())).expect("the next run");
+    assert!(out.resumed.is_some(), "it finishes the interrupted sync");
+    h.assert_matches(&e, 1, "after the next run");
+}
+
 /// Files larger than the server's write size go up in chunks (UNSTABLE WRITEs + one COMMIT).
 #[test]
 fn large_files_are_written_in_chunks() {
