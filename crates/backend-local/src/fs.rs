@@ -715,11 +715,13 @@ impl Target {
             Ok(()) => {}
             Err(Errno::WOULDBLOCK) => {
                 let mut f = std::fs::File::from(fd);
-                let mut holder = String::new();
-                let _ = std::io::Read::read_to_string(&mut f, &mut holder);
-                let holder = holder.trim();
+                let mut line = Vec::new();
+                let _ = std::io::Read::read_to_end(&mut std::io::Read::take(&mut f, 512), &mut line);
                 return Err(Error::Locked {
-                    holder: if holder.is_empty() { "holder unknown".into() } else { holder.to_string() },
+                    holder: treesync_core::state::Holder::from_lock_file(&line).map_or_else(
+                        || format!("holder unknown: no holder line treesync wrote in {}", lock_path()),
+                        |h| h.to_string(),
+                    ),
                 });
             }
             Err(e) => return Err(Error::io("lock", lock_path(), io(e))),

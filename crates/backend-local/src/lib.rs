@@ -39,6 +39,7 @@ pub mod fs;
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use treesync_core::state::Holder;
 
 use async_trait::async_trait;
 use treesync_core::backend::{Backend, Batch, Capabilities, DirEntry, Error, Found, LockGuard, Policy, TargetState};
@@ -89,9 +90,7 @@ impl LocalBackend {
         f: impl FnOnce(&fs::Target) -> Result<T, Error> + Send + 'static,
     ) -> Result<T, Error> {
         let inner = self.inner.clone();
-        tokio::task::spawn_blocking(move || f(&inner))
-            .await
-            .unwrap_or_else(|e| Err(Error::State(format!("a worker thread failed: {e}"))))
+        treesync_core::backend::blocking(move || f(&inner)).await
     }
 }
 
@@ -105,7 +104,14 @@ impl fmt::Display for LocalBackend {
 impl Backend for LocalBackend {
     fn capabilities(&self) -> Capabilities {
         let case_sensitive = self.inner.case_sensitive();
-        Capabilities { symlinks: true, exec_bit: true, empty_dirs: true, case_sensitive, exclusive_lock: true }
+        Capabilities {
+            symlinks: true,
+            exec_bit: true,
+            empty_dirs: true,
+            case_sensitive,
+            exclusive_lock: true,
+            aux_store: true,
+        }
     }
 
     fn policy(&self) -> Policy {
@@ -152,7 +158,7 @@ impl Backend for LocalBackend {
         self.blocking(move |t| t.store_state(&bytes)).await
     }
 
-    async fn lock(&self, holder: &str) -> Result<LockGuard, Error> {
+    async fn lock(&self, holder: &Holder) -> Result<LockGuard, Error> {
         let holder = holder.to_string();
         self.blocking(move |t| {
             let guard = t.lock(&holder)?;

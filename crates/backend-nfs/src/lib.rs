@@ -46,6 +46,7 @@ use std::fmt;
 use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use treesync_core::state::Holder;
 
 use async_trait::async_trait;
 use rustix::io::Errno;
@@ -131,9 +132,7 @@ impl NfsBackend {
         f: impl FnOnce(&NfsBackend) -> Result<T, Error> + Send + 'static,
     ) -> Result<T, Error> {
         let me = self.clone();
-        tokio::task::spawn_blocking(move || f(&me))
-            .await
-            .unwrap_or_else(|e| Err(Error::State(format!("a worker thread failed: {e}"))))
+        treesync_core::backend::blocking(move || f(&me)).await
     }
 
     fn run(&self, op: &Op, blobs: &dyn BlobSource) -> Result<(), Error> {
@@ -179,7 +178,14 @@ impl fmt::Display for NfsBackend {
 impl Backend for NfsBackend {
     fn capabilities(&self) -> Capabilities {
         let case_sensitive = self.target.case_sensitive();
-        Capabilities { symlinks: true, exec_bit: true, empty_dirs: true, case_sensitive, exclusive_lock: true }
+        Capabilities {
+            symlinks: true,
+            exec_bit: true,
+            empty_dirs: true,
+            case_sensitive,
+            exclusive_lock: true,
+            aux_store: true,
+        }
     }
 
     fn cost(&self) -> Vec<(&'static str, u64)> {
@@ -236,8 +242,8 @@ impl Backend for NfsBackend {
         self.blocking(move |b| b.meta.store_state(&bytes)).await
     }
 
-    async fn lock(&self, holder: &str) -> Result<LockGuard, Error> {
-        let holder = holder.to_string();
+    async fn lock(&self, holder: &Holder) -> Result<LockGuard, Error> {
+        let holder = holder.clone();
         self.blocking(move |b| {
             let guard = b.meta.lock(&holder)?;
             b.target.probe_case();

@@ -190,7 +190,8 @@ impl Meta {
         Ok(Some(fd))
     }
 
-    pub(crate) fn lock(&self, holder: &str) -> Result<LockGuard, Error> {
+    pub(crate) fn lock(&self, holder: &treesync_core::state::Holder) -> Result<LockGuard, Error> {
+        let holder = holder.to_string();
         let dir = self.dir(true)?.expect("created");
         let lock_path = || self.shown(&format!("{STATE_DIR}/lock"));
         let fd = rustix::fs::openat(
@@ -206,8 +207,10 @@ impl Meta {
             Err(Errno::WOULDBLOCK) => {
                 let holder = if own { holder_line(&fd) } else { None };
                 return Err(Error::Locked {
-                    holder: holder
-                        .unwrap_or_else(|| format!("holder unknown: no holder line treesync wrote in {}", lock_path())),
+                    holder: holder.map_or_else(
+                        || format!("holder unknown: no holder line treesync wrote in {}", lock_path()),
+                        |h| h.to_string(),
+                    ),
                 });
             }
             Err(e) => return Err(Error::io("lock", lock_path(), io(e))),
@@ -215,11 +218,7 @@ impl Meta {
         if !own {
             // A hard link to some other file (or not a file at all): writing the holder line
             // would overwrite that file's first bytes.
-            return Err(Error::State(format!(
-                "{} is not a file of its own (a hard link to another file, or not a regular file); treesync does not write through it\n  hint: remove it (rm {}) and run sync again",
-                lock_path(),
-                lock_path()
-            )));
+            return Err(Error::NotOwnFile { path: lock_path() });
         }
         let mut line = format!("{holder:<HOLDER_LEN$}").into_bytes();
         line.truncate(HOLDER_LEN);
@@ -269,7 +268,7 @@ impl Meta {
         let shown = || self.shown(&format!("{STATE_DIR}/state"));
         let mut guard = self.run.lock().expect("never poisoned");
         let Some(run) = guard.as_mut() else {
-            return Err(Error::State("the NFS backend writes its state only while it holds the lock".into()));
+            return Err(Error::NotLocked { backend: self.shown("") });
         };
         if !run.own {
             // No state file of our own (none yet, or a hard link to another file, or not a
@@ -317,12 +316,10 @@ fn own_file(fd: &OwnedFd) -> Result<bool, Errno> {
 
 /// The holder line of a lock file, if it looks like one treesync wrote (read at most 512
 /// bytes; nothing else is shown).
-fn holder_line(fd: &OwnedFd) -> Option<String> {
+fn holder_line(fd: &OwnedFd) -> Option<treesync_core::state::Holder> {
     let mut buf = [0u8; 512];
     let n = rustix::io::pread(fd, &mut buf, 0).ok()?;
-    let text = std::str::from_utf8(&buf[..n]).ok()?.trim();
-    let ours = text.starts_with("pid ") && text.contains(" on ") && text.chars().all(|c| !c.is_control());
-    ours.then(|| text.to_string())
+    treesync_core::state::Holder::from_lock_file(&buf[..n])
 }
 
 /// Write `bytes` to a new file `.treesync-tmp.NAME` in `dir` (`O_EXCL`: never through what is

@@ -38,9 +38,7 @@ use object_store::{
     WriteMultipart,
 };
 use tokio::sync::Semaphore;
-use treesync_core::backend::{
-    Backend, Batch, Capabilities, DirEntry, Error, Found, FoundKind, LockGuard, Policy, TargetState,
-};
+use treesync_core::backend::{Backend, Batch, Capabilities, DirEntry, Error, Found, FoundKind, Policy, TargetState};
 use treesync_core::source::BlobSource;
 use treesync_core::{Op, RelPath};
 
@@ -326,7 +324,7 @@ impl ObjectStoreBackend {
             parts += 1;
         }
         drop(rx);
-        let read = reader.await.unwrap_or_else(|e| Err(Error::State(format!("a worker thread failed: {e}"))));
+        let read = reader.await.unwrap_or_else(|source| Err(Error::Worker { source }));
         bump(&self.requests.parts, parts);
         if let Some(e) = failed {
             let _ = w.abort().await;
@@ -420,7 +418,7 @@ async fn read_blob(
         Ok(Bytes::from(data))
     })
     .await
-    .unwrap_or_else(|e| Err(Error::State(format!("a worker thread failed: {e}"))))
+    .unwrap_or_else(|source| Err(Error::Worker { source }))
 }
 
 impl fmt::Display for ObjectStoreBackend {
@@ -438,6 +436,7 @@ impl Backend for ObjectStoreBackend {
             empty_dirs: false,
             case_sensitive: true,
             exclusive_lock: false,
+            aux_store: false,
         }
     }
 
@@ -573,11 +572,9 @@ impl Backend for ObjectStoreBackend {
         Ok(got.bytes().await.map_err(|e| store_error("read", path, e))?.to_vec())
     }
 
-    async fn lock(&self, _holder: &str) -> Result<LockGuard, Error> {
-        // Object stores have no locks: conditional state writes and the journal's lease do
-        // the job (see the crate docs).
-        Ok(LockGuard(Box::new(())))
-    }
+    // No `lock`: object stores have none (`exclusive_lock: false`); conditional state writes
+    // and the journal's lease do the job (see the crate docs). Nor `load_aux`/`store_aux`:
+    // verify proves files by their ETags instead of a stat index (`aux_store: false`).
 }
 
 /// One object read back by [`ObjectStoreBackend::read_all`].

@@ -219,7 +219,9 @@ fn adopt_while_the_target_is_locked_exits_3_and_writes_nothing() {
     let exclude_before = std::fs::read(t.join(".git/info/exclude")).ok();
     let backend = treesync_backend_local::LocalBackend::new(&t, Default::default());
     let rt = tokio::runtime::Runtime::new().expect("runtime");
-    let guard = rt.block_on(backend.lock("pid 777 on buildhost")).expect("lock");
+    let guard = rt
+        .block_on(backend.lock(&treesync_core::state::Holder { pid: 777, host: "buildhost".into(), started: 1 }))
+        .expect("lock");
 
     let o = treesync(&["adopt", "--target", s(&t)]);
     let err = String::from_utf8_lossy(&o.stderr);

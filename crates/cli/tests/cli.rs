@@ -243,7 +243,9 @@ fn second_concurrent_sync_fails_fast_naming_the_holder() {
     assert!(sync(&bare.path, "main~1", &target).status.success());
     let backend = treesync_backend_local::LocalBackend::new(&target, Default::default());
     let rt = tokio::runtime::Runtime::new().expect("runtime");
-    let guard = rt.block_on(backend.lock("pid 777 on buildhost")).expect("lock");
+    let guard = rt
+        .block_on(backend.lock(&treesync_core::state::Holder { pid: 777, host: "buildhost".into(), started: 1 }))
+        .expect("lock");
     let o = sync(&bare.path, "main", &target);
     assert_clear_error(&o, 3, "pid 777 on buildhost");
     drop(guard);

@@ -444,7 +444,9 @@ fn status_of_missing_synced_running_and_interrupted_targets() {
     // A sync running now: another process holds the lock.
     let rt = tokio::runtime::Builder::new_current_thread().build().expect("runtime");
     let backend = treesync_backend_local::LocalBackend::new(Path::new(&t), Default::default());
-    let guard = rt.block_on(backend.lock("pid 4242 on elsewhere, started at unix time 1")).expect("lock");
+    let guard = rt
+        .block_on(backend.lock(&treesync_core::state::Holder { pid: 4242, host: "elsewhere".into(), started: 1 }))
+        .expect("lock");
     let v = run_json(&["status", "--target", &t], 0);
     assert_eq!(v["running"], "pid 4242 on elsewhere, started at unix time 1");
     let err = run_failing(&["sync", "--repo", f.repo(), "--ref", &f.commits[1], "--target", &t], 3);

@@ -39,7 +39,7 @@ fn sync_status_plan_verify_over_nfs_url() {
     let url = server.url("cli-site");
     let o = ok(treesync(&["sync", "--repo", s(&repo), "--ref", &h.commits[0], "--target", &url]));
     let line = stdout(&o);
-    assert!(line.starts_with("synced nfs://127.0.0.1:"), "{line}");
+    assert!(line.starts_with("synced Budgets(lookups=32, writes=adaptive(1..128), nfs://127.0.0.1:"), "{line}");
     assert!(line.contains("CREATE") && line.contains("RENAME"), "the summary ends with the NFS calls: {line}");
     assert!(tree::diff(&h.expected(0), &tree::read_dir(&server.dir().join("cli-site"))).is_none(), "like git archive");
 

@@ -24,9 +24,15 @@ pub struct Capabilities {
     pub empty_dirs: bool,
     /// Names differing only by case are different entries.
     pub case_sensitive: bool,
-    /// [`Backend::lock`] excludes other processes. Without it (object stores), a journal entry
-    /// of another sync that is younger than the lease counts as that sync still running.
+    /// [`Backend::lock`] excludes other processes. Without it (object stores) there is no lock
+    /// to take ([`Backend::lock`] answers [`Error::Unsupported`]): conditional state writes
+    /// guard the state, and a journal entry of another sync that is younger than the lease
+    /// counts as that sync still running.
     pub exclusive_lock: bool,
+    /// The state folder keeps auxiliary files ([`Backend::load_aux`], [`Backend::store_aux`]),
+    /// e.g. `verify`'s stat index. Without it those calls answer [`Error::Unsupported`] and
+    /// callers go without (verify then proves files by hashing them or by their ETag).
+    pub aux_store: bool,
 }
 
 /// How a backend wants to be driven by the executor.
@@ -246,9 +252,104 @@ pub enum Error {
         /// Its path.
         path: String,
     },
-    /// The backend's state could not be understood.
-    #[error("{0}")]
-    State(String),
+    /// The backend has no such ability; [`Capabilities`] says which it has.
+    #[error(
+        "{backend} has no {ability}\n  hint: this is a bug in the caller, which should check the backend's capabilities first"
+    )]
+    Unsupported {
+        /// What was asked for (`lock`, `auxiliary state files`).
+        ability: &'static str,
+        /// The backend.
+        backend: String,
+    },
+    /// State was to be written without holding the target's lock.
+    #[error(
+        "{backend} writes its state only while it holds the target's lock\n  hint: this is a bug in the caller, which must take the lock first"
+    )]
+    NotLocked {
+        /// The backend.
+        backend: String,
+    },
+    /// A file treesync keeps (the lock, the state) is not a regular file of its own: writing
+    /// through it would change another file.
+    #[error(
+        "{path} is not a file of its own (a hard link to another file, or not a regular file); treesync does not write through it\n  hint: remove it (rm {path}) and run sync again"
+    )]
+    NotOwnFile {
+        /// Where.
+        path: String,
+    },
+    /// The target holds an entry whose name no tree can have, so treesync cannot name it to
+    /// remove it.
+    #[error("cannot take over the target: it holds {path:?} ({reason})\n  hint: remove it by hand and run again")]
+    Unrepresentable {
+        /// The name as it was found (lossy).
+        path: String,
+        /// Why it cannot be represented.
+        reason: String,
+    },
+    /// A worker thread running blocking filesystem calls panicked or was cancelled.
+    #[error("a worker thread failed: {source}\n  hint: this is a bug; run again with RUST_BACKTRACE=1 and report it")]
+    Worker {
+        /// What the runtime said.
+        #[source]
+        source: tokio::task::JoinError,
+    },
+    /// The target's URL could not be understood.
+    #[error("{detail}")]
+    BadUrl {
+        /// What is wrong with it, with a hint.
+        detail: String,
+    },
+    /// A server of the target could not be found or reached (name resolution, portmapper).
+    #[error("cannot reach the {service} service of {host}: {detail}{hint}")]
+    Unreachable {
+        /// The service (`NFS`, `MOUNT`, `portmap`).
+        service: &'static str,
+        /// The host.
+        host: String,
+        /// What went wrong.
+        detail: String,
+        /// What to do, starting with a line break (or empty).
+        hint: String,
+        /// The cause, where there is one.
+        #[source]
+        source: Option<Box<dyn std::error::Error + Send + Sync>>,
+    },
+    /// The server would not mount the target, or has no export holding it.
+    #[error("cannot mount {target}: {detail}{hint}")]
+    Mount {
+        /// The target (URL).
+        target: String,
+        /// Why.
+        detail: String,
+        /// What to do, starting with a line break (or empty).
+        hint: &'static str,
+        /// The cause, where there is one.
+        #[source]
+        source: Option<Box<dyn std::error::Error + Send + Sync>>,
+    },
+    /// A server's reply could not be decoded.
+    #[error(
+        "garbled {what} from the server: {detail}\n  hint: is this an NFSv3 server? try again; if it persists, report it with the server's make and version"
+    )]
+    Garbled {
+        /// The reply (`export list`, `MNT reply`).
+        what: &'static str,
+        /// What the decoder said.
+        detail: String,
+    },
+    /// The lease of the target's lock could not be renewed, so another host may take the lock:
+    /// the run stopped before writing more.
+    #[error(
+        "lost the lock of {target}: renewing its lease failed ({detail})\n  hint: another treesync may take the target over now; check the server, then run sync again to finish"
+    )]
+    LeaseLost {
+        /// The target.
+        target: String,
+        /// What the renewal met.
+        detail: String,
+    },
 }
 
 fn hint(e: &std::io::Error) -> &'static str {
@@ -301,6 +402,12 @@ impl Error {
     }
 }
 
+/// Run blocking work (filesystem calls) on tokio's blocking pool, for backends whose storage
+/// has no async API. A worker that panicked or was cancelled becomes [`Error::Worker`].
+pub async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T, Error> + Send + 'static) -> Result<T, Error> {
+    tokio::task::spawn_blocking(f).await.unwrap_or_else(|source| Err(Error::Worker { source }))
+}
+
 /// Where ops land. See the [module docs](self).
 #[async_trait]
 pub trait Backend: Send + Sync + fmt::Display {
@@ -333,8 +440,12 @@ pub trait Backend: Send + Sync + fmt::Display {
     /// Replace the state file atomically.
     async fn store_state(&self, bytes: &[u8]) -> Result<(), Error>;
 
-    /// Take the target's lock, or fail fast with [`Error::Locked`]. `holder` describes this process.
-    async fn lock(&self, holder: &str) -> Result<LockGuard, Error>;
+    /// Take the target's lock, or fail fast with [`Error::Locked`]. `holder` describes this
+    /// process. Only backends with [`Capabilities::exclusive_lock`] have one; the others answer
+    /// [`Error::Unsupported`].
+    async fn lock(&self, _holder: &crate::state::Holder) -> Result<LockGuard, Error> {
+        Err(Error::Unsupported { ability: "lock", backend: self.to_string() })
+    }
 
     /// Release a lock taken by [`Backend::lock`]. Backends whose lock is a file on a server
     /// (the built-in NFS client) remove it here; for the others dropping the guard is enough.
@@ -358,7 +469,9 @@ pub trait Backend: Send + Sync + fmt::Display {
 
     /// Look up the directory `dir` ahead of ops in it. A backend that keeps handles of
     /// directories (NFS) opens `dir` here, once per run, so wrappers can budget these lookups
-    /// apart from writes ([`crate::policy::Budgets`]); the others have nothing to do.
+    /// apart from writes ([`crate::policy::Budgets`]). This is a hint, not an ability: for the
+    /// others there is nothing to look up ahead, and the op itself does all the work, so the
+    /// default does nothing and loses nothing.
     async fn probe(&self, _dir: &RelPath) -> Result<(), Error> {
         Ok(())
     }
@@ -366,92 +479,273 @@ pub trait Backend: Send + Sync + fmt::Display {
     /// A file's content, for hashing during `verify`.
     async fn read_file(&self, path: &RelPath) -> Result<Vec<u8>, Error>;
 
-    /// Read an auxiliary file of the state folder (e.g. `index`); `None` if absent or unsupported.
+    /// Read an auxiliary file of the state folder (e.g. `index`); `None` if absent. Only
+    /// backends with [`Capabilities::aux_store`] keep them; the others answer [`Error::Unsupported`].
     async fn load_aux(&self, _name: &str) -> Result<Option<Vec<u8>>, Error> {
-        Ok(None)
+        Err(Error::Unsupported { ability: "auxiliary state files", backend: self.to_string() })
     }
 
-    /// Write an auxiliary file of the state folder atomically; backends without one ignore it.
+    /// Write an auxiliary file of the state folder atomically. Only backends with
+    /// [`Capabilities::aux_store`] keep them; the others answer [`Error::Unsupported`].
     async fn store_aux(&self, _name: &str, _bytes: &[u8]) -> Result<(), Error> {
-        Ok(())
+        Err(Error::Unsupported { ability: "auxiliary state files", backend: self.to_string() })
     }
 }
 
-/// Forward every method of [`Backend`] to `self.inner`, except those listed; used by wrappers.
+/// Implement every method of [`Backend`] by forwarding it, except those listed after `except`
+/// (which the wrapper writes itself, next to the macro call, in the same `#[async_trait]` impl).
+///
+/// The first argument names where calls go: a field of the wrapper (`inner` forwards to
+/// `self.inner`), or `*` to forward through a pointer (`(**self)`, for `Box<B>` and `Arc<B>`).
+/// Every method the trait has is covered, so a wrapper cannot silently fall back to a trait
+/// default: it either forwards a method or lists it and implements it. Listing a method and
+/// not implementing it is a compile error for required methods; the `wrappers_forward_every_method`
+/// test checks the optional ones of every wrapper in this workspace.
+///
+/// ```
+/// use std::fmt;
+/// use std::sync::Arc;
+/// use treesync_core::backend::{Backend, Error};
+/// use treesync_core::{Op, source::BlobSource};
+///
+/// /// Logs each op, forwards everything.
+/// struct Log<B>(B);
+///
+/// impl<B: Backend> fmt::Display for Log<B> {
+///     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+///         write!(f, "Log({})", self.0)
+///     }
+/// }
+///
+/// #[async_trait::async_trait]
+/// impl<B: Backend> Backend for Log<B> {
+///     treesync_core::delegate_backend!(0, except execute);
+///
+///     async fn execute(&self, op: &Op, blobs: &Arc<dyn BlobSource>) -> Result<(), Error> {
+///         eprintln!("{op:?}");
+///         self.0.execute(op, blobs).await
+///     }
+/// }
+/// ```
 #[macro_export]
-#[doc(hidden)]
-macro_rules! forward_backend {
-    (capabilities) => {
+macro_rules! delegate_backend {
+    ($to:tt $(, except $($skip:ident),+)? $(,)?) => {
+        $crate::delegate_backend!(@each $to [$($($skip)+)?]
+            capabilities policy execute execute_batch prepare_target read_dir load_state store_state
+            lock unlock scan cost probe read_file load_aux store_aux);
+    };
+    (@each $to:tt $skips:tt $($m:ident)*) => {
+        $( $crate::delegate_backend!(@maybe $to $m $skips); )*
+    };
+    // `$m` is in the list: the wrapper implements it.
+    (@maybe $to:tt capabilities [capabilities $($rest:ident)*]) => {};
+    (@maybe $to:tt policy [policy $($rest:ident)*]) => {};
+    (@maybe $to:tt execute [execute $($rest:ident)*]) => {};
+    (@maybe $to:tt execute_batch [execute_batch $($rest:ident)*]) => {};
+    (@maybe $to:tt prepare_target [prepare_target $($rest:ident)*]) => {};
+    (@maybe $to:tt read_dir [read_dir $($rest:ident)*]) => {};
+    (@maybe $to:tt load_state [load_state $($rest:ident)*]) => {};
+    (@maybe $to:tt store_state [store_state $($rest:ident)*]) => {};
+    (@maybe $to:tt lock [lock $($rest:ident)*]) => {};
+    (@maybe $to:tt unlock [unlock $($rest:ident)*]) => {};
+    (@maybe $to:tt scan [scan $($rest:ident)*]) => {};
+    (@maybe $to:tt cost [cost $($rest:ident)*]) => {};
+    (@maybe $to:tt probe [probe $($rest:ident)*]) => {};
+    (@maybe $to:tt read_file [read_file $($rest:ident)*]) => {};
+    (@maybe $to:tt load_aux [load_aux $($rest:ident)*]) => {};
+    (@maybe $to:tt store_aux [store_aux $($rest:ident)*]) => {};
+    (@maybe $to:tt $m:ident [$first:ident $($rest:ident)*]) => {
+        $crate::delegate_backend!(@maybe $to $m [$($rest)*]);
+    };
+    (@maybe $to:tt $m:ident []) => {
+        $crate::delegate_backend!(@emit $to $m);
+    };
+    (@t $s:tt *) => { (**$s) };
+    (@t $s:tt $field:tt) => { $s.$field };
+    // The signatures are those `#[async_trait]` gives the trait's methods; the futures of the
+    // target are returned as they are (no second box).
+    (@emit $to:tt capabilities) => {
         fn capabilities(&self) -> $crate::backend::Capabilities {
-            self.inner.capabilities()
+            $crate::delegate_backend!(@t self $to).capabilities()
         }
     };
-    (policy) => {
+    (@emit $to:tt policy) => {
         fn policy(&self) -> $crate::backend::Policy {
-            self.inner.policy()
+            $crate::delegate_backend!(@t self $to).policy()
         }
     };
-    (cost) => {
-        fn cost(&self) -> Vec<(&'static str, u64)> {
-            self.inner.cost()
+    (@emit $to:tt cost) => {
+        fn cost(&self) -> ::std::vec::Vec<(&'static str, u64)> {
+            $crate::delegate_backend!(@t self $to).cost()
         }
+    };
+    (@emit $to:tt execute) => {
+        fn execute<'life0, 'life1, 'life2, 'async_trait>(
+            &'life0 self,
+            op: &'life1 $crate::op::Op,
+            blobs: &'life2 ::std::sync::Arc<dyn $crate::source::BlobSource>,
+        ) -> $crate::delegate_backend!(@fut 'async_trait, ())
+        where 'life0: 'async_trait, 'life1: 'async_trait, 'life2: 'async_trait, Self: 'async_trait
+        {
+            $crate::delegate_backend!(@t self $to).execute(op, blobs)
+        }
+    };
+    (@emit $to:tt execute_batch) => {
+        fn execute_batch<'life0, 'life1, 'async_trait>(
+            &'life0 self,
+            batch: $crate::backend::Batch,
+            blobs: &'life1 ::std::sync::Arc<dyn $crate::source::BlobSource>,
+        ) -> $crate::delegate_backend!(@fut 'async_trait, ())
+        where 'life0: 'async_trait, 'life1: 'async_trait, Self: 'async_trait
+        {
+            $crate::delegate_backend!(@t self $to).execute_batch(batch, blobs)
+        }
+    };
+    (@emit $to:tt prepare_target) => {
+        fn prepare_target<'life0, 'async_trait>(
+            &'life0 self,
+            create: bool,
+        ) -> $crate::delegate_backend!(@fut 'async_trait, $crate::backend::TargetState)
+        where 'life0: 'async_trait, Self: 'async_trait
+        {
+            $crate::delegate_backend!(@t self $to).prepare_target(create)
+        }
+    };
+    (@emit $to:tt read_dir) => {
+        fn read_dir<'life0, 'life1, 'async_trait>(
+            &'life0 self,
+            dir: &'life1 $crate::path::RelPath,
+        ) -> $crate::delegate_backend!(@fut 'async_trait, ::std::vec::Vec<$crate::backend::DirEntry>)
+        where 'life0: 'async_trait, 'life1: 'async_trait, Self: 'async_trait
+        {
+            $crate::delegate_backend!(@t self $to).read_dir(dir)
+        }
+    };
+    (@emit $to:tt load_state) => {
+        fn load_state<'life0, 'async_trait>(
+            &'life0 self,
+        ) -> $crate::delegate_backend!(@fut 'async_trait, ::core::option::Option<::std::vec::Vec<u8>>)
+        where 'life0: 'async_trait, Self: 'async_trait
+        {
+            $crate::delegate_backend!(@t self $to).load_state()
+        }
+    };
+    (@emit $to:tt store_state) => {
+        fn store_state<'life0, 'life1, 'async_trait>(
+            &'life0 self,
+            bytes: &'life1 [u8],
+        ) -> $crate::delegate_backend!(@fut 'async_trait, ())
+        where 'life0: 'async_trait, 'life1: 'async_trait, Self: 'async_trait
+        {
+            $crate::delegate_backend!(@t self $to).store_state(bytes)
+        }
+    };
+    (@emit $to:tt lock) => {
+        fn lock<'life0, 'life1, 'async_trait>(
+            &'life0 self,
+            holder: &'life1 $crate::state::Holder,
+        ) -> $crate::delegate_backend!(@fut 'async_trait, $crate::backend::LockGuard)
+        where 'life0: 'async_trait, 'life1: 'async_trait, Self: 'async_trait
+        {
+            $crate::delegate_backend!(@t self $to).lock(holder)
+        }
+    };
+    (@emit $to:tt unlock) => {
+        fn unlock<'life0, 'async_trait>(
+            &'life0 self,
+            guard: $crate::backend::LockGuard,
+        ) -> $crate::delegate_backend!(@fut 'async_trait, ())
+        where 'life0: 'async_trait, Self: 'async_trait
+        {
+            $crate::delegate_backend!(@t self $to).unlock(guard)
+        }
+    };
+    (@emit $to:tt scan) => {
+        fn scan<'life0, 'async_trait>(
+            &'life0 self,
+            jobs: usize,
+        ) -> $crate::delegate_backend!(@fut 'async_trait, ::std::vec::Vec<$crate::backend::Found>)
+        where 'life0: 'async_trait, Self: 'async_trait
+        {
+            $crate::delegate_backend!(@t self $to).scan(jobs)
+        }
+    };
+    (@emit $to:tt probe) => {
+        fn probe<'life0, 'life1, 'async_trait>(
+            &'life0 self,
+            dir: &'life1 $crate::path::RelPath,
+        ) -> $crate::delegate_backend!(@fut 'async_trait, ())
+        where 'life0: 'async_trait, 'life1: 'async_trait, Self: 'async_trait
+        {
+            $crate::delegate_backend!(@t self $to).probe(dir)
+        }
+    };
+    (@emit $to:tt read_file) => {
+        fn read_file<'life0, 'life1, 'async_trait>(
+            &'life0 self,
+            path: &'life1 $crate::path::RelPath,
+        ) -> $crate::delegate_backend!(@fut 'async_trait, ::std::vec::Vec<u8>)
+        where 'life0: 'async_trait, 'life1: 'async_trait, Self: 'async_trait
+        {
+            $crate::delegate_backend!(@t self $to).read_file(path)
+        }
+    };
+    (@emit $to:tt load_aux) => {
+        fn load_aux<'life0, 'life1, 'async_trait>(
+            &'life0 self,
+            name: &'life1 str,
+        ) -> $crate::delegate_backend!(@fut 'async_trait, ::core::option::Option<::std::vec::Vec<u8>>)
+        where 'life0: 'async_trait, 'life1: 'async_trait, Self: 'async_trait
+        {
+            $crate::delegate_backend!(@t self $to).load_aux(name)
+        }
+    };
+    (@emit $to:tt store_aux) => {
+        fn store_aux<'life0, 'life1, 'life2, 'async_trait>(
+            &'life0 self,
+            name: &'life1 str,
+            bytes: &'life2 [u8],
+        ) -> $crate::delegate_backend!(@fut 'async_trait, ())
+        where 'life0: 'async_trait, 'life1: 'async_trait, 'life2: 'async_trait, Self: 'async_trait
+        {
+            $crate::delegate_backend!(@t self $to).store_aux(name, bytes)
+        }
+    };
+    (@fut $l:lifetime, $out:ty) => {
+        ::core::pin::Pin<::std::boxed::Box<
+            dyn ::core::future::Future<Output = ::core::result::Result<$out, $crate::backend::Error>>
+                + ::core::marker::Send + $l,
+        >>
     };
 }
 
-macro_rules! impl_for_pointer {
-    ($ptr:ident) => {
-        #[async_trait]
-        impl<B: Backend + ?Sized> Backend for $ptr<B> {
-            fn capabilities(&self) -> Capabilities {
-                (**self).capabilities()
-            }
-            fn policy(&self) -> Policy {
-                (**self).policy()
-            }
-            fn cost(&self) -> Vec<(&'static str, u64)> {
-                (**self).cost()
-            }
-            async fn execute(&self, op: &Op, blobs: &Arc<dyn BlobSource>) -> Result<(), Error> {
-                (**self).execute(op, blobs).await
-            }
-            async fn execute_batch(&self, batch: Batch, blobs: &Arc<dyn BlobSource>) -> Result<(), Error> {
-                (**self).execute_batch(batch, blobs).await
-            }
-            async fn prepare_target(&self, create: bool) -> Result<TargetState, Error> {
-                (**self).prepare_target(create).await
-            }
-            async fn read_dir(&self, dir: &RelPath) -> Result<Vec<DirEntry>, Error> {
-                (**self).read_dir(dir).await
-            }
-            async fn load_state(&self) -> Result<Option<Vec<u8>>, Error> {
-                (**self).load_state().await
-            }
-            async fn store_state(&self, bytes: &[u8]) -> Result<(), Error> {
-                (**self).store_state(bytes).await
-            }
-            async fn lock(&self, holder: &str) -> Result<LockGuard, Error> {
-                (**self).lock(holder).await
-            }
-            async fn unlock(&self, guard: LockGuard) -> Result<(), Error> {
-                (**self).unlock(guard).await
-            }
-            async fn scan(&self, jobs: usize) -> Result<Vec<Found>, Error> {
-                (**self).scan(jobs).await
-            }
-            async fn probe(&self, dir: &RelPath) -> Result<(), Error> {
-                (**self).probe(dir).await
-            }
-            async fn read_file(&self, path: &RelPath) -> Result<Vec<u8>, Error> {
-                (**self).read_file(path).await
-            }
-            async fn load_aux(&self, name: &str) -> Result<Option<Vec<u8>>, Error> {
-                (**self).load_aux(name).await
-            }
-            async fn store_aux(&self, name: &str, bytes: &[u8]) -> Result<(), Error> {
-                (**self).store_aux(name, bytes).await
-            }
-        }
-    };
+#[async_trait]
+impl<B: Backend + ?Sized> Backend for Box<B> {
+    crate::delegate_backend!(*);
 }
-impl_for_pointer!(Arc);
-impl_for_pointer!(Box);
+
+#[async_trait]
+impl<B: Backend + ?Sized> Backend for Arc<B> {
+    crate::delegate_backend!(*);
+}
+
+/// The names of every method of [`Backend`], for tests that check that a wrapper forwards
+/// (or handles) each of them.
+pub const METHODS: [&str; 16] = [
+    "capabilities",
+    "policy",
+    "execute",
+    "execute_batch",
+    "prepare_target",
+    "read_dir",
+    "load_state",
+    "store_state",
+    "lock",
+    "unlock",
+    "scan",
+    "cost",
+    "probe",
+    "read_file",
+    "load_aux",
+    "store_aux",
+];

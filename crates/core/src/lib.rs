@@ -40,7 +40,7 @@
 //!
 //! ```
 //! use std::sync::{Arc, atomic::AtomicBool};
-//! use treesync_core::policy::{Count, Limit};
+//! use treesync_core::policy::{Budgets, Count, Gate};
 //! use treesync_core::source::BlobSource;
 //! use treesync_core::{MemoryBackend, Repo, apply, plan};
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -66,7 +66,7 @@
 //! }
 //!
 //! let memory = MemoryBackend::new();
-//! let backend = Limit::new(Count::new(memory.clone()), 2);
+//! let backend = Budgets::new(Count::new(memory.clone()), Gate::fixed(1), Gate::fixed(2));
 //! let blobs: Arc<dyn BlobSource> = Arc::new(repo.clone());
 //! let rt = tokio::runtime::Builder::new_current_thread().build()?;
 //! for plan in [&first, &next] {

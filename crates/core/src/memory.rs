@@ -12,6 +12,7 @@ use crate::backend::{Backend, Capabilities, DirEntry, Error, Found, FoundKind, L
 use crate::op::Op;
 use crate::path::{RelPath, fold_case};
 use crate::source::BlobSource;
+use crate::state::Holder;
 
 /// An entry of a [`MemoryBackend`].
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -36,6 +37,8 @@ pub enum MemNode {
 struct Inner {
     nodes: BTreeMap<Vec<u8>, MemNode>,
     state: Option<Vec<u8>>,
+    /// Auxiliary files of the state folder, by name.
+    aux: BTreeMap<String, Vec<u8>>,
     lock: Option<String>,
     /// Names that differ only by case are one entry (like APFS, NTFS, SMB shares): the name
     /// it was first created with is kept.
@@ -213,7 +216,14 @@ impl Drop for MemLock {
 impl Backend for MemoryBackend {
     fn capabilities(&self) -> Capabilities {
         let case_sensitive = !self.inner.lock().expect("never poisoned").case_insensitive;
-        Capabilities { symlinks: true, exec_bit: true, empty_dirs: true, case_sensitive, exclusive_lock: true }
+        Capabilities {
+            symlinks: true,
+            exec_bit: true,
+            empty_dirs: true,
+            case_sensitive,
+            exclusive_lock: true,
+            aux_store: true,
+        }
     }
 
     fn policy(&self) -> Policy {
@@ -301,13 +311,22 @@ impl Backend for MemoryBackend {
         }
     }
 
-    async fn lock(&self, holder: &str) -> Result<LockGuard, Error> {
+    async fn lock(&self, holder: &Holder) -> Result<LockGuard, Error> {
         let mut inner = self.inner.lock().expect("never poisoned");
         if let Some(h) = &inner.lock {
             return Err(Error::Locked { holder: h.clone() });
         }
         inner.lock = Some(holder.to_string());
         Ok(LockGuard(Box::new(MemLock(self.clone()))))
+    }
+
+    async fn load_aux(&self, name: &str) -> Result<Option<Vec<u8>>, Error> {
+        Ok(self.inner.lock().expect("never poisoned").aux.get(name).cloned())
+    }
+
+    async fn store_aux(&self, name: &str, bytes: &[u8]) -> Result<(), Error> {
+        self.inner.lock().expect("never poisoned").aux.insert(name.to_string(), bytes.to_vec());
+        Ok(())
     }
 }
 

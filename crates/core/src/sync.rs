@@ -448,10 +448,10 @@ async fn scan(backend: &dyn Backend) -> Result<Vec<ExistingEntry>, Error> {
             // Names no tree could have (e.g. `.git`) are still foreign entries to remove; we
             // cannot represent them as a RelPath, so refuse clearly instead.
             let path = path.map_err(|e| {
-                Error::Backend(backend::Error::State(format!(
-                    "cannot take over the target: it holds {:?} ({}); remove it by hand",
-                    e.path, e.reason
-                )))
+                Error::Backend(backend::Error::Unrepresentable {
+                    path: e.path.to_string(),
+                    reason: e.reason.to_string(),
+                })
             })?;
             if e.is_dir {
                 queue.push_back(path.clone());
@@ -508,16 +508,11 @@ pub fn check_place(place: &Place<'_>, force: bool) -> Result<(), Error> {
     }
 }
 
-/// This machine's name.
-pub fn hostname() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|h| h.trim().to_string())
-        .unwrap_or_else(|_| "unknown host".into())
-}
+pub use state::hostname;
 
-/// Describe this process, for the lock file.
-pub fn holder() -> String {
-    format!("pid {} on {}, started at unix time {}", std::process::id(), hostname(), state::now_unix())
+/// This process as the holder of a lock and a journal entry.
+pub fn holder() -> state::Holder {
+    state::Holder::this_process()
 }
 
 /// Sync `backend` to `rev` of `repo`. See the [module docs](self).
@@ -613,7 +608,7 @@ async fn run_locked(
     backend: &dyn Backend,
     prepared: Prepared,
     options: &Options,
-    me: &str,
+    me: &state::Holder,
     progress: &(dyn Fn(&Progress<'_>) + Send + Sync),
     interrupt: &AtomicBool,
     start: Instant,
@@ -644,12 +639,7 @@ async fn run_locked(
         );
         // The journal says "in progress" for this transition; it is ours now.
         if p.holder.is_some() && !backend.capabilities().exclusive_lock {
-            current.in_progress = Some(InProgress {
-                holder: Some(me.to_string()),
-                host: Some(hostname()),
-                pid: Some(std::process::id()),
-                ..p.clone()
-            });
+            current.in_progress = Some(p.clone().held_by(me));
             backend.store_state(&current.to_bytes()).await?;
             outcome.state_writes += 1;
         }
@@ -832,7 +822,13 @@ pub async fn repair(
 }
 
 /// The journal entry of a transition this process runs now, to `to`.
-fn journal_entry(to: Resolved, from_tree: Option<ObjectId>, takeover: bool, repair: bool, me: &str) -> InProgress {
+fn journal_entry(
+    to: Resolved,
+    from_tree: Option<ObjectId>,
+    takeover: bool,
+    repair: bool,
+    me: &state::Holder,
+) -> InProgress {
     InProgress {
         from_tree,
         to_commit: to.commit,
@@ -840,10 +836,11 @@ fn journal_entry(to: Resolved, from_tree: Option<ObjectId>, takeover: bool, repa
         takeover,
         repair,
         started_unix: state::now_unix(),
-        holder: Some(me.to_string()),
-        host: Some(hostname()),
-        pid: Some(std::process::id()),
+        holder: None,
+        host: None,
+        pid: None,
     }
+    .held_by(me)
 }
 
 /// Apply `plan` under the journal entry of `current`, adding what was done to `outcome`; how
@@ -873,11 +870,16 @@ async fn apply_journaled(
 /// it), and release the lock on every path out of it.
 async fn under_lock<T>(
     backend: &dyn Backend,
-    me: &str,
+    me: &state::Holder,
     wait: Option<Duration>,
     body: impl AsyncFnOnce() -> Result<T, Error>,
 ) -> Result<T, Error> {
     let deadline = wait.map(|w| Instant::now() + w);
+    // Backends without an exclusive lock (object stores) are guarded by conditional state
+    // writes and the journal's lease instead (see `check_lease`).
+    if !backend.capabilities().exclusive_lock {
+        return body().await;
+    }
     let lock = loop {
         match backend.lock(me).await {
             Err(backend::Error::Locked { .. }) if deadline.is_some_and(|d| Instant::now() < d) => {
@@ -904,10 +906,7 @@ fn check_lease(p: &InProgress, backend: &dyn Backend, options: &Options) -> Resu
         return Ok(());
     }
     // A holder on this machine whose process is gone died: no need to wait for its lease.
-    if let (Some(host), Some(pid)) = (&p.host, p.pid)
-        && *host == hostname()
-        && !std::path::Path::new(&format!("/proc/{pid}")).exists()
-    {
+    if p.holder().is_some_and(|h| h.is_gone_here()) {
         return Ok(());
     }
     let lease = options.lease.unwrap_or(DEFAULT_LEASE);
@@ -962,8 +961,8 @@ pub async fn status(backend: &dyn Backend) -> Result<Status, Error> {
         Some(bytes) => Some(SyncState::parse(&bytes)?),
         None => None,
     };
-    let running = if target == TargetState::Managed {
-        match backend.lock("treesync status (probe)").await {
+    let running = if target == TargetState::Managed && backend.capabilities().exclusive_lock {
+        match backend.lock(&holder()).await {
             Ok(guard) => {
                 backend.unlock(guard).await?;
                 None

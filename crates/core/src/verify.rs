@@ -348,6 +348,32 @@ fn md5_hex(data: &[u8]) -> String {
     d.iter().map(|b| format!("{b:02x}")).collect()
 }
 
+/// A blob the tree names could not be read: the repository is damaged or incomplete. That is
+/// an error of the repository, never drift of the target.
+fn object_error(id: &ObjectId, path: &[u8], message: String) -> Error {
+    Error::Source(source::Error::Object {
+        what: "blob",
+        id: *id,
+        at: format!(" (at {})", crate::path::quote(path)),
+        message,
+    })
+}
+
+/// The size of blob `id` (at `path` in the tree), from its header.
+fn blob_size(repo: &Repo, id: &ObjectId, path: &[u8]) -> Result<u64, Error> {
+    match repo.with_objects(|odb| odb.try_header(id)) {
+        Ok(Some(h)) => Ok(h.size),
+        Ok(None) => Err(object_error(id, path, "it is not in the repository".into())),
+        Err(e) => Err(object_error(id, path, e.to_string())),
+    }
+}
+
+/// The content of blob `id` (at `path` in the tree).
+fn blob_data(repo: &Repo, id: &ObjectId, path: &[u8], buf: &mut Vec<u8>) -> Result<Vec<u8>, Error> {
+    repo.with_objects(|odb| odb.find_blob(id, buf).map(|b| b.data.to_vec()))
+        .map_err(|e| object_error(id, path, e.to_string()))
+}
+
 fn kind_name(k: &FoundKind) -> &'static str {
     match k {
         FoundKind::Dir => "directory",
@@ -401,12 +427,13 @@ pub async fn verify_against(
     };
     let caps = backend.capabilities();
     let scanned = backend.scan(backend.policy().lookups).await;
-    let want =
-        walker.await.map_err(|e| Error::Backend(backend::Error::State(format!("a worker thread failed: {e}"))))??;
+    let want = walker.await.map_err(|source| Error::Backend(backend::Error::Worker { source }))??;
     let mut found: Vec<(Vec<u8>, FoundKind)> = scanned?.into_iter().map(|f| (f.path, f.kind)).collect();
     found.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+    // Only backends with an auxiliary store keep the index; on the others, files are proven
+    // by their ETag or by hashing them.
     let index = match level {
-        Level::Stat => backend.load_aux("index").await?.and_then(|b| read_index(&b)),
+        Level::Stat if caps.aux_store => backend.load_aux("index").await?.and_then(|b| read_index(&b)),
         _ => None,
     }
     .unwrap_or_else(|| gix_index::State::new(gix_hash::Kind::Sha1));
@@ -475,17 +502,14 @@ pub async fn verify_against(
                         continue;
                     }
                 }
-                let want_size = repo.with_objects(|odb| odb.try_header(id).ok().flatten().map(|h| h.size));
-                if want_size != Some(*size) {
+                let want_size = blob_size(repo, id, path)?;
+                if want_size != *size {
                     report.drift.push(Drift::ContentChanged { path: show(path) });
                     continue;
                 }
                 let proven = match (level, stat, etag) {
                     (Level::Quick, _, _) => true,
-                    (Level::Stat, None, Some(etag)) => {
-                        let data = repo.with_objects(|odb| odb.find_blob(id, &mut buf).map(|b| md5_hex(b.data)).ok());
-                        data.as_deref() == Some(etag.as_str())
-                    }
+                    (Level::Stat, None, Some(etag)) => md5_hex(&blob_data(repo, id, path, &mut buf)?) == *etag,
                     _ => false,
                 };
                 if proven {
@@ -506,9 +530,7 @@ pub async fn verify_against(
                 }
             }
             (Want::Link { id }, FoundKind::Link { target, stat }) => {
-                let ok = repo.with_objects(|odb| {
-                    odb.find_blob(id, &mut buf).map(|b| b.data == target.as_slice()).unwrap_or(false)
-                });
+                let ok = blob_data(repo, id, path, &mut buf)? == target.as_slice();
                 if !ok {
                     report.drift.push(Drift::LinkChanged { path: show(path) });
                 } else if let Some(s) = stat {
@@ -517,8 +539,7 @@ pub async fn verify_against(
             }
             // Listings that cannot tell a symlink from a file: compare the link target as content.
             (Want::Link { id }, FoundKind::File { size, etag, typed: false, .. }) => {
-                let target =
-                    repo.with_objects(|odb| odb.find_blob(id, &mut buf).map(|b| b.data.to_vec()).unwrap_or_default());
+                let target = blob_data(repo, id, path, &mut buf)?;
                 let mut same = *size == target.len() as u64;
                 if same && level != Level::Quick && etag.as_deref().is_none_or(|e| e != md5_hex(&target)) {
                     // No ETag, or one that is not an MD5 (stores other than S3): read it.
@@ -593,7 +614,7 @@ pub async fn verify_against(
         && new_index.iter().zip(index_entries).all(|(n, o)| {
             want[n.0].0.as_slice() == o.path(&index).as_bytes() && n.1 == o.id && n.2 == o.mode && n.3 == o.stat
         });
-    if record && level != Level::Quick && !new_index.is_empty() && !unchanged {
+    if record && caps.aux_store && level != Level::Quick && !new_index.is_empty() && !unchanged {
         backend.store_aux("index", &write_index(&want, &new_index)).await?;
     }
     Ok(report)
@@ -609,17 +630,19 @@ pub fn repair_plan(repo: &Repo, report: &Report, delete_extra: bool) -> Result<P
     let mut ops = Vec::new();
     let mut buf = Vec::new();
     let rel = |p: &[u8]| RelPath::parse_bytes(p).map_err(crate::plan::Error::from);
-    let size_of =
-        |id: &ObjectId| repo.with_objects(|odb| odb.try_header(id).ok().flatten().map(|h| h.size).unwrap_or(0));
-    let create = |ops: &mut Vec<Op>, path: RelPath, w: &Want, buf: &mut Vec<u8>| match w {
-        Want::Dir | Want::Gitlink { .. } => ops.push(Op::Mkdir { path }),
-        Want::File { id, executable } => {
-            ops.push(Op::Write { path, blob: *id, size: size_of(id), executable: *executable })
+    let create = |ops: &mut Vec<Op>, path: RelPath, w: &Want, buf: &mut Vec<u8>| -> Result<(), Error> {
+        match w {
+            Want::Dir | Want::Gitlink { .. } => ops.push(Op::Mkdir { path }),
+            Want::File { id, executable } => {
+                let size = blob_size(repo, id, path.as_bytes())?;
+                ops.push(Op::Write { path, blob: *id, size, executable: *executable })
+            }
+            Want::Link { id } => {
+                let target = blob_data(repo, id, path.as_bytes(), buf)?;
+                ops.push(Op::Symlink { path, target });
+            }
         }
-        Want::Link { id } => {
-            let target = repo.with_objects(|odb| odb.find_blob(id, buf).map(|b| b.data.to_vec()).unwrap_or_default());
-            ops.push(Op::Symlink { path, target });
-        }
+        Ok(())
     };
     // Remove everything at and below `path` that the scan found.
     let remove_found = |ops: &mut Vec<Op>, path: &[u8]| {
@@ -647,18 +670,19 @@ pub fn repair_plan(repo: &Repo, report: &Report, delete_extra: bool) -> Result<P
             Drift::Missing { path } | Drift::ContentChanged { path } | Drift::LinkChanged { path } => {
                 // A missing file's parents may be missing too; their own Missing entries make them.
                 if let Some(w) = lookup(want, key) {
-                    create(&mut ops, rel(path)?, w, &mut buf);
+                    create(&mut ops, rel(path)?, w, &mut buf)?;
                 }
             }
             Drift::ModeChanged { path, executable } => {
                 if let Some(Want::File { id, .. }) = lookup(want, key) {
-                    ops.push(Op::Chmod { path: rel(path)?, executable: *executable, blob: *id, size: size_of(id) });
+                    let size = blob_size(repo, id, path)?;
+                    ops.push(Op::Chmod { path: rel(path)?, executable: *executable, blob: *id, size });
                 }
             }
             Drift::TypeChanged { path, .. } => {
                 remove_found(&mut ops, key);
                 if let Some(w) = lookup(want, key) {
-                    create(&mut ops, rel(path)?, w, &mut buf);
+                    create(&mut ops, rel(path)?, w, &mut buf)?;
                 }
             }
             Drift::Extra { .. } if delete_extra => remove_found(&mut ops, key),

@@ -59,7 +59,9 @@ fn adopting_records_head_as_synced_and_a_dry_run_writes_nothing() {
     assert_eq!((state.in_progress, state.backend.as_str()), (None, "local"));
     assert!(std::fs::read_to_string(&exclude).expect("exclude").contains(".treesync"), "git status stays clean");
     // The lock was released.
-    let guard = rt.block_on(target.lock("next")).expect("lock is free");
+    let guard = rt
+        .block_on(target.lock(&treesync_core::state::Holder { pid: 1, host: "next".into(), started: 1 }))
+        .expect("lock is free");
     rt.block_on(target.unlock(guard)).expect("unlock");
 
     let v = serde_json::to_value(&done).expect("serializes");
@@ -84,7 +86,9 @@ fn a_managed_target_is_refused_and_a_held_lock_is_reported() {
     assert_eq!(rt.block_on(target.load_state()).expect("load"), before, "unchanged");
 
     let fresh = MemoryBackend::new();
-    let _held = rt.block_on(fresh.lock("another treesync")).expect("lock");
+    let _held = rt
+        .block_on(fresh.lock(&treesync_core::state::Holder { pid: 2, host: "another".into(), started: 1 }))
+        .expect("lock");
     let e = rt.block_on(adopt::adopt(dir.path(), &fresh, &adopt::Options::default())).expect_err("locked");
     assert!(matches!(e, adopt::Error::Backend(backend::Error::Locked { .. })), "{e:?}");
     assert_eq!(rt.block_on(fresh.load_state()).expect("load"), None);

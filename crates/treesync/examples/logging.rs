@@ -6,9 +6,10 @@
 //! cargo run -p treesync --example logging -- . HEAD memory://
 //! ```
 //!
-//! A wrapper forwards every method of the trait to the backend inside, doing its own part
-//! around the call — here one line on stdout per operation. The policy wrappers of the core
-//! (`Limit`, `Latency`, `Count`, `Fail`, …) are built the same way. `Display` shows the stack
+//! A wrapper implements the methods it changes — here one line on stdout per operation and per
+//! state or lock call — and forwards every other method of the trait to the backend inside with
+//! [`treesync::core::delegate_backend!`]. The policy wrappers of the core (`Budgets`, `Latency`,
+//! `Count`, `Fail`) are built the same way. `Display` shows the stack
 //! (`Logged(local:/srv/site)`), and the wrapper keeps the inner backend's policy, so it runs
 //! with the budgets [`treesync::open`] decided.
 
@@ -17,9 +18,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use async_trait::async_trait;
-use treesync::core::backend::{Batch, Capabilities, DirEntry, Error, Found, LockGuard, Policy, TargetState};
+use treesync::core::backend::{Batch, Error, LockGuard};
 use treesync::core::source::BlobSource;
-use treesync::{Backend, Op, RelPath, Repo, Target, TargetOptions, sync};
+use treesync::core::state::Holder;
+use treesync::{Backend, Op, Repo, Target, TargetOptions, sync};
 
 /// Logs every call to the backend inside, and counts the ops.
 struct Logged<B> {
@@ -35,15 +37,9 @@ impl<B: Backend> fmt::Display for Logged<B> {
 
 #[async_trait]
 impl<B: Backend> Backend for Logged<B> {
-    fn capabilities(&self) -> Capabilities {
-        self.inner.capabilities()
-    }
-    fn policy(&self) -> Policy {
-        self.inner.policy()
-    }
-    fn cost(&self) -> Vec<(&'static str, u64)> {
-        self.inner.cost()
-    }
+    // Everything not listed goes to `inner` untouched (capabilities, policy, read_dir, scan, …).
+    treesync::core::delegate_backend!(inner, except execute, execute_batch, load_state, store_state, lock, unlock);
+
     async fn execute(&self, op: &Op, blobs: &Arc<dyn BlobSource>) -> Result<(), Error> {
         println!("op: {} {}", op.kind().name(), op.path());
         self.ops.fetch_add(1, Ordering::Relaxed);
@@ -56,14 +52,6 @@ impl<B: Backend> Backend for Logged<B> {
         self.ops.fetch_add(batch.iter().count() as u64, Ordering::Relaxed);
         self.inner.execute_batch(batch, blobs).await
     }
-    async fn prepare_target(&self, create: bool) -> Result<TargetState, Error> {
-        println!("call: prepare_target(create: {create})");
-        self.inner.prepare_target(create).await
-    }
-    async fn read_dir(&self, dir: &RelPath) -> Result<Vec<DirEntry>, Error> {
-        println!("call: read_dir {dir}");
-        self.inner.read_dir(dir).await
-    }
     async fn load_state(&self) -> Result<Option<Vec<u8>>, Error> {
         println!("call: load_state");
         self.inner.load_state().await
@@ -72,32 +60,13 @@ impl<B: Backend> Backend for Logged<B> {
         println!("call: store_state ({} bytes)", bytes.len());
         self.inner.store_state(bytes).await
     }
-    async fn lock(&self, holder: &str) -> Result<LockGuard, Error> {
-        println!("call: lock");
+    async fn lock(&self, holder: &Holder) -> Result<LockGuard, Error> {
+        println!("call: lock (held by {holder})");
         self.inner.lock(holder).await
     }
     async fn unlock(&self, guard: LockGuard) -> Result<(), Error> {
         println!("call: unlock");
         self.inner.unlock(guard).await
-    }
-    async fn scan(&self, jobs: usize) -> Result<Vec<Found>, Error> {
-        println!("call: scan");
-        self.inner.scan(jobs).await
-    }
-    async fn probe(&self, dir: &RelPath) -> Result<(), Error> {
-        self.inner.probe(dir).await
-    }
-    async fn read_file(&self, path: &RelPath) -> Result<Vec<u8>, Error> {
-        println!("call: read_file {path}");
-        self.inner.read_file(path).await
-    }
-    async fn load_aux(&self, name: &str) -> Result<Option<Vec<u8>>, Error> {
-        println!("call: load_aux {name}");
-        self.inner.load_aux(name).await
-    }
-    async fn store_aux(&self, name: &str, bytes: &[u8]) -> Result<(), Error> {
-        println!("call: store_aux {name} ({} bytes)", bytes.len());
-        self.inner.store_aux(name, bytes).await
     }
 }
 

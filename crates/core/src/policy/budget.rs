@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-use crate::backend::{Backend, Batch, DirEntry, Error, Found, LockGuard, Policy, TargetState};
+use crate::backend::{Backend, Batch, DirEntry, Error, Found, Policy, TargetState};
 use crate::op::{Op, OpKind};
 use crate::path::RelPath;
 use crate::source::BlobSource;
@@ -284,7 +284,13 @@ impl Drop for Ticket {
 
 impl fmt::Debug for Gate {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.is_adaptive() { write!(f, "adaptive up to {}", self.ceiling()) } else { write!(f, "{}", self.limit()) }
+        match &self.inner.control {
+            Some(c) => {
+                let o = c.lock().expect("never poisoned").options;
+                write!(f, "adaptive({}..{})", o.min, o.max)
+            }
+            None => write!(f, "{}", self.limit()),
+        }
     }
 }
 
@@ -338,14 +344,27 @@ impl<B: Backend> Budgets<B> {
 
 impl<B: Backend> fmt::Display for Budgets<B> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} (lookups {:?}, writes {:?})", self.inner, self.lookups, self.writes)
+        write!(f, "Budgets(lookups={:?}, writes={:?}, {})", self.lookups, self.writes, self.inner)
     }
 }
 
 #[async_trait]
 impl<B: Backend> Backend for Budgets<B> {
-    crate::forward_backend!(capabilities);
-    crate::forward_backend!(cost);
+    crate::delegate_backend!(
+        inner,
+        except policy,
+        execute,
+        execute_batch,
+        probe,
+        prepare_target,
+        read_dir,
+        load_state,
+        store_state,
+        scan,
+        read_file,
+        load_aux,
+        store_aux
+    );
 
     fn policy(&self) -> Policy {
         Policy { jobs: self.writes.ceiling(), batch: 1, min_batch: 1, lookups: self.lookups.ceiling(), spread: true }
@@ -394,14 +413,6 @@ impl<B: Backend> Backend for Budgets<B> {
     async fn store_state(&self, bytes: &[u8]) -> Result<(), Error> {
         let _t = self.writes.acquire_as(5).await;
         self.inner.store_state(bytes).await
-    }
-
-    async fn lock(&self, holder: &str) -> Result<LockGuard, Error> {
-        self.inner.lock(holder).await
-    }
-
-    async fn unlock(&self, guard: LockGuard) -> Result<(), Error> {
-        self.inner.unlock(guard).await
     }
 
     async fn scan(&self, jobs: usize) -> Result<Vec<Found>, Error> {

@@ -3,9 +3,11 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 
-use crate::backend::{Backend, Batch, Error};
+use crate::backend::{Backend, Batch, DirEntry, Error, Found, LockGuard, TargetState};
 use crate::op::{Op, OpCounts};
+use crate::path::RelPath;
 use crate::source::BlobSource;
+use crate::state::Holder;
 
 /// Everything a [`Count`] wrapper saw.
 #[derive(Debug, Default, Clone)]
@@ -28,12 +30,29 @@ pub struct Record {
     pub file_reads: u64,
     /// Calls to `probe`.
     pub probes: u64,
+    /// Calls to `unlock`.
+    pub unlocks: u64,
+    /// Calls to `load_aux`.
+    pub aux_reads: u64,
+    /// Calls to `store_aux`.
+    pub aux_writes: u64,
 }
 
 impl Record {
-    /// Every call that touched the target: ops, state reads and writes, directory listings, setup.
+    /// Every call that touched the target: ops, state and auxiliary file reads and writes,
+    /// directory listings, setup (lock, unlock, prepare), probes, scans and file reads.
     pub fn total_calls(&self) -> u64 {
-        self.counts.total() + self.state_reads + self.state_writes + self.dir_reads + self.setup_calls + self.probes
+        self.counts.total()
+            + self.state_reads
+            + self.state_writes
+            + self.dir_reads
+            + self.setup_calls
+            + self.unlocks
+            + self.probes
+            + self.scans
+            + self.file_reads
+            + self.aux_reads
+            + self.aux_writes
     }
 }
 
@@ -67,9 +86,22 @@ impl<B: Backend> fmt::Display for Count<B> {
 
 #[async_trait]
 impl<B: Backend> Backend for Count<B> {
-    crate::forward_backend!(capabilities);
-    crate::forward_backend!(cost);
-    crate::forward_backend!(policy);
+    crate::delegate_backend!(
+        inner,
+        except execute,
+        execute_batch,
+        prepare_target,
+        read_dir,
+        load_state,
+        store_state,
+        lock,
+        unlock,
+        scan,
+        probe,
+        read_file,
+        load_aux,
+        store_aux
+    );
 
     async fn execute(&self, op: &Op, blobs: &Arc<dyn BlobSource>) -> Result<(), Error> {
         self.note(|r| {
@@ -89,46 +121,58 @@ impl<B: Backend> Backend for Count<B> {
         self.inner.execute_batch(batch, blobs).await
     }
 
-    async fn prepare_target(&self, create: bool) -> Result<crate::backend::TargetState, Error> {
+    async fn prepare_target(&self, create: bool) -> Result<TargetState, Error> {
         self.note(|r| r.setup_calls += 1);
         self.inner.prepare_target(create).await
     }
-    async fn read_dir(&self, dir: &crate::path::RelPath) -> Result<Vec<crate::backend::DirEntry>, Error> {
+
+    async fn read_dir(&self, dir: &RelPath) -> Result<Vec<DirEntry>, Error> {
         self.note(|r| r.dir_reads += 1);
         self.inner.read_dir(dir).await
     }
+
     async fn load_state(&self) -> Result<Option<Vec<u8>>, Error> {
         self.note(|r| r.state_reads += 1);
         self.inner.load_state().await
     }
+
     async fn store_state(&self, bytes: &[u8]) -> Result<(), Error> {
         self.note(|r| r.state_writes += 1);
         self.inner.store_state(bytes).await
     }
-    async fn lock(&self, holder: &str) -> Result<crate::backend::LockGuard, Error> {
+
+    async fn lock(&self, holder: &Holder) -> Result<LockGuard, Error> {
         self.note(|r| r.setup_calls += 1);
         self.inner.lock(holder).await
     }
 
-    async fn unlock(&self, guard: crate::backend::LockGuard) -> Result<(), Error> {
+    async fn unlock(&self, guard: LockGuard) -> Result<(), Error> {
+        self.note(|r| r.unlocks += 1);
         self.inner.unlock(guard).await
     }
-    async fn scan(&self, jobs: usize) -> Result<Vec<crate::backend::Found>, Error> {
+
+    async fn scan(&self, jobs: usize) -> Result<Vec<Found>, Error> {
         self.note(|r| r.scans += 1);
         self.inner.scan(jobs).await
     }
-    async fn probe(&self, dir: &crate::path::RelPath) -> Result<(), Error> {
+
+    async fn probe(&self, dir: &RelPath) -> Result<(), Error> {
         self.note(|r| r.probes += 1);
         self.inner.probe(dir).await
     }
-    async fn read_file(&self, path: &crate::path::RelPath) -> Result<Vec<u8>, Error> {
+
+    async fn read_file(&self, path: &RelPath) -> Result<Vec<u8>, Error> {
         self.note(|r| r.file_reads += 1);
         self.inner.read_file(path).await
     }
+
     async fn load_aux(&self, name: &str) -> Result<Option<Vec<u8>>, Error> {
+        self.note(|r| r.aux_reads += 1);
         self.inner.load_aux(name).await
     }
+
     async fn store_aux(&self, name: &str, bytes: &[u8]) -> Result<(), Error> {
+        self.note(|r| r.aux_writes += 1);
         self.inner.store_aux(name, bytes).await
     }
 }

@@ -69,9 +69,7 @@ impl<B: Backend> fmt::Display for Fail<B> {
 
 #[async_trait]
 impl<B: Backend> Backend for Fail<B> {
-    crate::forward_backend!(capabilities);
-    crate::forward_backend!(cost);
-    crate::forward_backend!(policy);
+    crate::delegate_backend!(inner, except execute, execute_batch, store_state);
 
     async fn execute(&self, op: &Op, blobs: &Arc<dyn BlobSource>) -> Result<(), Error> {
         let index = self.started.fetch_add(1, Ordering::SeqCst);
@@ -94,41 +92,14 @@ impl<B: Backend> Backend for Fail<B> {
         Err(self.fault(start + allowed, &batch[allowed as usize]))
     }
 
-    async fn prepare_target(&self, create: bool) -> Result<crate::backend::TargetState, Error> {
-        self.inner.prepare_target(create).await
-    }
-    async fn read_dir(&self, dir: &crate::path::RelPath) -> Result<Vec<crate::backend::DirEntry>, Error> {
-        self.inner.read_dir(dir).await
-    }
-    async fn load_state(&self) -> Result<Option<Vec<u8>>, Error> {
-        self.inner.load_state().await
-    }
     async fn store_state(&self, bytes: &[u8]) -> Result<(), Error> {
         if self.state_too && self.struck() {
-            return Err(Error::State("injected fault: state write after the process 'died'".into()));
+            return Err(Error::Injected {
+                after: self.started.load(Ordering::SeqCst),
+                op: "store state",
+                path: ".treesync/state".into(),
+            });
         }
         self.inner.store_state(bytes).await
-    }
-    async fn lock(&self, holder: &str) -> Result<crate::backend::LockGuard, Error> {
-        self.inner.lock(holder).await
-    }
-
-    async fn unlock(&self, guard: crate::backend::LockGuard) -> Result<(), Error> {
-        self.inner.unlock(guard).await
-    }
-    async fn scan(&self, jobs: usize) -> Result<Vec<crate::backend::Found>, Error> {
-        self.inner.scan(jobs).await
-    }
-    async fn probe(&self, dir: &crate::path::RelPath) -> Result<(), Error> {
-        self.inner.probe(dir).await
-    }
-    async fn read_file(&self, path: &crate::path::RelPath) -> Result<Vec<u8>, Error> {
-        self.inner.read_file(path).await
-    }
-    async fn load_aux(&self, name: &str) -> Result<Option<Vec<u8>>, Error> {
-        self.inner.load_aux(name).await
-    }
-    async fn store_aux(&self, name: &str, bytes: &[u8]) -> Result<(), Error> {
-        self.inner.store_aux(name, bytes).await
     }
 }

@@ -1,5 +1,6 @@
 use std::fmt;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -8,6 +9,7 @@ use crate::backend::{Backend, Batch, DirEntry, Error, Found, LockGuard, TargetSt
 use crate::op::Op;
 use crate::path::RelPath;
 use crate::source::BlobSource;
+use crate::state::Holder;
 
 /// Slow storage: every call on the inner backend waits first, between `min` and `max` (the
 /// spread is a fixed function of the call's path, so a run is repeatable). Ops finish out of
@@ -17,20 +19,27 @@ pub struct Latency<B> {
     inner: B,
     min: Duration,
     max: Duration,
+    waits: AtomicU64,
 }
 
 impl<B: Backend> Latency<B> {
     /// Every call waits `d`.
     pub fn fixed(inner: B, d: Duration) -> Self {
-        Latency { inner, min: d, max: d }
+        Latency { inner, min: d, max: d, waits: AtomicU64::new(0) }
     }
 
     /// Every call waits between `min` and `max`.
     pub fn spread(inner: B, min: Duration, max: Duration) -> Self {
-        Latency { inner, min, max: max.max(min) }
+        Latency { inner, min, max: max.max(min), waits: AtomicU64::new(0) }
+    }
+
+    /// How many calls waited so far (one per op, and one per other call that reaches the storage).
+    pub fn waits(&self) -> u64 {
+        self.waits.load(Ordering::Relaxed)
     }
 
     async fn wait(&self, about: &[u8]) {
+        self.waits.fetch_add(1, Ordering::Relaxed);
         let span = self.max.saturating_sub(self.min);
         let d = if span.is_zero() {
             self.min
@@ -55,9 +64,24 @@ impl<B: Backend> fmt::Display for Latency<B> {
 
 #[async_trait]
 impl<B: Backend> Backend for Latency<B> {
-    crate::forward_backend!(capabilities);
-    crate::forward_backend!(policy);
-    crate::forward_backend!(cost);
+    // Every call that reaches the storage waits; `capabilities`, `policy` and `cost` only
+    // describe the backend.
+    crate::delegate_backend!(
+        inner,
+        except execute,
+        execute_batch,
+        prepare_target,
+        read_dir,
+        load_state,
+        store_state,
+        lock,
+        unlock,
+        scan,
+        probe,
+        read_file,
+        load_aux,
+        store_aux
+    );
 
     async fn execute(&self, op: &Op, blobs: &Arc<dyn BlobSource>) -> Result<(), Error> {
         self.wait(op.path().as_bytes()).await;
@@ -91,12 +115,13 @@ impl<B: Backend> Backend for Latency<B> {
         self.inner.store_state(bytes).await
     }
 
-    async fn lock(&self, holder: &str) -> Result<LockGuard, Error> {
-        self.wait(holder.as_bytes()).await;
+    async fn lock(&self, holder: &Holder) -> Result<LockGuard, Error> {
+        self.wait(b"lock").await;
         self.inner.lock(holder).await
     }
 
     async fn unlock(&self, guard: LockGuard) -> Result<(), Error> {
+        self.wait(b"unlock").await;
         self.inner.unlock(guard).await
     }
 
@@ -116,10 +141,12 @@ impl<B: Backend> Backend for Latency<B> {
     }
 
     async fn load_aux(&self, name: &str) -> Result<Option<Vec<u8>>, Error> {
+        self.wait(name.as_bytes()).await;
         self.inner.load_aux(name).await
     }
 
     async fn store_aux(&self, name: &str, bytes: &[u8]) -> Result<(), Error> {
+        self.wait(name.as_bytes()).await;
         self.inner.store_aux(name, bytes).await
     }
 }

@@ -1,0 +1,72 @@
+//! `scan` for verify: READDIRPLUS of every directory, many in flight.
+
+#[allow(clippy::wildcard_imports)]
+use super::*;
+
+impl RemoteBackend {
+    pub(super) async fn scan_all(&self, jobs: usize) -> Result<Vec<Found>, Error> {
+        let nfs = self.nfs().await?;
+        let root = self.root_fh().await?;
+        let mut out = Vec::new();
+        let mut queue = vec![(Vec::<u8>::new(), root)];
+        let mut listing = FuturesUnordered::new();
+        let mut links = FuturesUnordered::new();
+        loop {
+            while listing.len() < jobs.max(1)
+                && let Some((path, fh)) = queue.pop()
+            {
+                listing.push(async move {
+                    let r = nfs.readdirplus(&fh, &path).await;
+                    (path, fh, r)
+                });
+            }
+            tokio::select! {
+                Some((path, dir, r)) = listing.next() => {
+                    let entries = r.map_err(|e| nfs_io("read directory", self.shown(&path), e))?;
+                    for e in entries {
+                        if path.is_empty() && e.name == STATE_DIR.as_bytes() {
+                            continue;
+                        }
+                        let p = join(&path, &e.name);
+                        let (fh, attr) = match (e.fh, e.attr) {
+                            (Some(fh), Some(a)) => (fh, a),
+                            _ => {
+                                let (fh, a) = nfs.lookup(&dir, &e.name, &p).await.map_err(|er| nfs_io("look up", self.shown(&p), er))?;
+                                let a = match a { Some(a) => a, None => nfs.getattr(&fh, &p).await.map_err(|er| nfs_io("look up", self.shown(&p), er))? };
+                                (fh, a)
+                            }
+                        };
+                        match attr.type_ {
+                            ftype3::NF3DIR => {
+                                out.push(Found { path: p.clone(), kind: FoundKind::Dir });
+                                queue.push((p, fh));
+                            }
+                            ftype3::NF3REG => out.push(Found {
+                                path: p,
+                                kind: FoundKind::File {
+                                    size: attr.size,
+                                    executable: Some(attr.mode & 0o111 != 0),
+                                    stat: Some(stat_of(&attr)),
+                                    etag: None,
+                                    typed: true,
+                                },
+                            }),
+                            ftype3::NF3LNK => links.push(async move {
+                                let r = nfs.readlink(&fh, &p).await;
+                                (p, attr, r)
+                            }),
+                            _ => out.push(Found { path: p, kind: FoundKind::Other }),
+                        }
+                    }
+                }
+                Some((p, attr, r)) = links.next() => {
+                    let target = r.map_err(|e| nfs_io("read symlink", self.shown(&p), e))?;
+                    out.push(Found { path: p, kind: FoundKind::Link { target, stat: Some(stat_of(&attr)) } });
+                }
+                else => break,
+            }
+        }
+        out.sort_by(|a, b| a.path.cmp(&b.path));
+        Ok(out)
+    }
+}

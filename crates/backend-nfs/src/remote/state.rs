@@ -1,0 +1,144 @@
+//! The state folder `.treesync` on the server: the state file (written in place, like the
+//! mounted backend, unless it has other hard links) and the auxiliary files.
+
+use super::ops::{create_new, write_all};
+#[allow(clippy::wildcard_imports)]
+use super::*;
+
+impl RemoteBackend {
+    /// `.treesync`'s handle; `None` if missing and not `create`.
+    pub(super) async fn meta(&self, create: bool) -> Result<Option<Fh>, Error> {
+        let mut slot = self.inner.meta.lock().await;
+        if let Some(fh) = &*slot {
+            return Ok(Some(fh.clone()));
+        }
+        let Some(root) = self.root(create).await? else { return Ok(None) };
+        let nfs = self.nfs().await?;
+        let name = STATE_DIR.as_bytes();
+        let fh = match nfs.lookup(&root, name, name).await {
+            // Something else in place of the state folder (a symlink, a file): never used.
+            Ok((_, Some(attr))) if attr.type_ != ftype3::NF3DIR => {
+                return Err(Error::StateFolder {
+                    path: format!("{}/{STATE_DIR}", self.inner.url),
+                    found: match attr.type_ {
+                        ftype3::NF3LNK => "symlink",
+                        ftype3::NF3REG => "file",
+                        _ => "special file",
+                    },
+                });
+            }
+            Ok((fh, _)) => fh,
+            Err(e) if is(&e, nfsstat3::NFS3ERR_NOENT) && create => {
+                let made = nfs.mkdir(&root, name, 0o755, name).await;
+                nfs.made(&root, name, name, made, true).await.map_err(|e| nfs_io("create", STATE_DIR, e))?
+            }
+            Err(e) if is(&e, nfsstat3::NFS3ERR_NOENT) => return Ok(None),
+            Err(e) => return Err(nfs_io("read", STATE_DIR, e)),
+        };
+        *slot = Some(fh.clone());
+        Ok(Some(fh))
+    }
+
+    pub(super) async fn read_meta_file(&self, name: &[u8]) -> Result<Option<(Fh, Option<fattr3>, Vec<u8>)>, Error> {
+        let shown = format!("{STATE_DIR}/{}", String::from_utf8_lossy(name));
+        let Some(meta) = self.meta(false).await? else { return Ok(None) };
+        let nfs = self.nfs().await?;
+        let (fh, attr) = match nfs.lookup(&meta, name, shown.as_bytes()).await {
+            Ok(r) => r,
+            Err(e) if is(&e, nfsstat3::NFS3ERR_NOENT) => return Ok(None),
+            Err(e) => return Err(nfs_io("read", shown, e)),
+        };
+        let size = attr.as_ref().map_or(0, |a| a.size);
+        let bytes = read_all(nfs, &fh, size, shown.as_bytes()).await.map_err(|e| nfs_io("read", &shown, e))?;
+        Ok(Some((fh, attr, bytes)))
+    }
+
+    pub(super) async fn read_state(&self) -> Result<Option<Vec<u8>>, Error> {
+        let Some((fh, attr, bytes)) = self.read_meta_file(b"state").await? else { return Ok(None) };
+        // Written in place only if it is a file of its own: never through a hard link (or
+        // anything else) someone put there; that is replaced by a new file instead.
+        let own = attr.is_some_and(|a| a.type_ == ftype3::NF3REG && a.nlink == 1);
+        if let Some(run) = self.inner.run.lock().expect("never poisoned").as_mut() {
+            run.state = own.then_some((fh, bytes.len()));
+        }
+        Ok(Some(bytes))
+    }
+
+    pub(super) async fn write_state(&self, bytes: &[u8]) -> Result<(), Error> {
+        self.check_lease()?;
+        let shown = format!("{STATE_DIR}/state");
+        let known = match self.inner.run.lock().expect("never poisoned").as_ref() {
+            None => {
+                return Err(Error::NotLocked { backend: self.inner.url.to_string() });
+            }
+            Some(run) => run.state.clone(),
+        };
+        let nfs = self.nfs().await?;
+        let (fh, len) = match known {
+            Some(k) => k,
+            None => {
+                // No state file of our own yet (none, or one that is not ours to write
+                // through): a new file, renamed into place; later writes go in place.
+                let meta = self.meta(true).await?.expect("created");
+                let tmp = Target::sibling_tmp(b"state");
+                let fh = create_new(nfs, &meta, &tmp, 0o644, shown.as_bytes())
+                    .await
+                    .map_err(|e| nfs_io("write", &shown, e))?;
+                let result = async {
+                    write_all(nfs, &fh, 0, bytes, stable_how::FILE_SYNC, shown.as_bytes()).await?;
+                    match nfs.rename(&meta, &tmp, &meta, b"state", shown.as_bytes()).await {
+                        Ok(_) | Err(NfsError::DoneBefore(_)) => Ok(()),
+                        Err(e) => Err(e),
+                    }
+                }
+                .await;
+                if let Err(e) = result {
+                    let _ = nfs.remove(&meta, &tmp, shown.as_bytes()).await;
+                    return Err(nfs_io("write", &shown, e));
+                }
+                if let Some(run) = self.inner.run.lock().expect("never poisoned").as_mut() {
+                    run.state = Some((fh, bytes.len()));
+                }
+                return Ok(());
+            }
+        };
+        let mut padded = bytes.to_vec();
+        if padded.len() < len {
+            padded.resize(len, b' ');
+        }
+        write_all(nfs, &fh, 0, &padded, stable_how::FILE_SYNC, shown.as_bytes())
+            .await
+            .map_err(|e| nfs_io("write", &shown, e))?;
+        if let Some(run) = self.inner.run.lock().expect("never poisoned").as_mut() {
+            run.state = Some((fh, padded.len()));
+        }
+        Ok(())
+    }
+
+    pub(super) async fn read_aux(&self, name: &str) -> Result<Option<Vec<u8>>, Error> {
+        Ok(self.read_meta_file(name.as_bytes()).await?.map(|(_, _, b)| b))
+    }
+
+    pub(super) async fn write_aux(&self, name: &str, bytes: &[u8]) -> Result<(), Error> {
+        let shown = format!("{STATE_DIR}/{name}");
+        let meta = self.meta(true).await?.expect("created");
+        let nfs = self.nfs().await?;
+        let tmp = Target::sibling_tmp(name.as_bytes());
+        let fh = create_new(nfs, &meta, &tmp, 0o644, shown.as_bytes()).await.map_err(|e| nfs_io("write", &shown, e))?;
+        let chunk = self.wtmax().await as usize;
+        let result = async {
+            for (i, part) in bytes.chunks(chunk).enumerate() {
+                write_all(nfs, &fh, (i * chunk) as u64, part, stable_how::FILE_SYNC, shown.as_bytes()).await?;
+            }
+            match nfs.rename(&meta, &tmp, &meta, name.as_bytes(), shown.as_bytes()).await {
+                Ok(_) | Err(NfsError::DoneBefore(_)) => Ok(()),
+                Err(e) => Err(e),
+            }
+        }
+        .await;
+        if result.is_err() {
+            let _ = nfs.remove(&meta, &tmp, shown.as_bytes()).await;
+        }
+        result.map_err(|e| nfs_io("write", &shown, e))
+    }
+}
