@@ -16,6 +16,9 @@ pub mod schema;
 pub mod slowfs;
 pub mod tree;
 
+/// The one `/proc/self/mountinfo` reader (treesync-backend-nfs's), for the testbeds and tests.
+pub use treesync_backend_nfs::mountinfo;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 

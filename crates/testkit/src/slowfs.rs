@@ -35,6 +35,8 @@ use fuser::{
 };
 use serde::{Deserialize, Serialize};
 
+use crate::mountinfo;
+
 /// fsname and subtype of the mount: `/proc/self/mountinfo` shows fstype `fuse.treesync-slowfs`.
 pub const FS_NAME: &str = "treesync-slowfs";
 
@@ -496,41 +498,10 @@ pub fn available() -> bool {
 }
 
 /// The fstype of what is mounted at `path` per `/proc/self/mountinfo` (the topmost mount), or
-/// `None` if nothing is. `path` must be spelled as the kernel shows it (canonical).
+/// `None` if nothing is (or mountinfo cannot be read). `path` must be spelled as the kernel
+/// shows it (canonical).
 pub fn mount_fstype(path: &Path) -> Option<String> {
-    let want = path.as_os_str().as_encoded_bytes();
-    let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
-    let mut found = None;
-    for line in info.lines() {
-        // id parent major:minor root mountpoint options [optional fields…] - fstype source …
-        let fields: Vec<&str> = line.split(' ').collect();
-        let Some(point) = fields.get(4) else { continue };
-        if unescape_mountinfo(point) != want {
-            continue;
-        }
-        let dash = fields.iter().skip(6).position(|f| *f == "-").map(|i| i + 6);
-        if let Some(fstype) = dash.and_then(|i| fields.get(i + 1)) {
-            found = Some((*fstype).to_string());
-        }
-    }
-    found
-}
-
-/// mountinfo escapes space, tab, newline and backslash as `\ooo`.
-fn unescape_mountinfo(s: &str) -> Vec<u8> {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'\\' && i + 4 <= b.len() && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c)) {
-            out.push((b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0'));
-            i += 4;
-        } else {
-            out.push(b[i]);
-            i += 1;
-        }
-    }
-    out
+    mountinfo::at(path).ok().flatten().map(|m| m.fstype)
 }
 
 /// Send one command to a slow filesystem's control socket and return its answer:

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use treesync_testkit::delay::DelayProxy;
 use treesync_testkit::ganesha::{self, Ganesha, MOUNT_PROGRAM, NFS_PROGRAM};
+use treesync_testkit::mountinfo;
 
 /// Connected to `addr`, with TCP_NODELAY and a 5 s read timeout.
 fn connect(addr: SocketAddr) -> TcpStream {
@@ -23,9 +24,7 @@ fn listening(port: u16) -> bool {
 }
 
 fn mounted(path: &std::path::Path) -> bool {
-    let info = std::fs::read_to_string("/proc/self/mountinfo").expect("read /proc/self/mountinfo");
-    let path = path.to_str().expect("utf-8 path");
-    info.lines().any(|l| l.split(' ').nth(4) == Some(path))
+    mountinfo::at(path).expect("read /proc/self/mountinfo").is_some()
 }
 
 #[test]
