@@ -46,7 +46,7 @@ pub fn read() -> std::io::Result<Vec<Mount>> {
 /// What is mounted exactly at `point` (the topmost mount there), or `None` if nothing is.
 /// `point` must be spelled as the kernel shows it: absolute, symlinks resolved.
 pub fn at(point: &Path) -> std::io::Result<Option<Mount>> {
-    Ok(read()?.into_iter().filter(|m| m.point == point).last())
+    Ok(read()?.into_iter().rev().find(|m| m.point == point))
 }
 
 /// mountinfo writes space, tab, newline and backslash as `\ooo`.
