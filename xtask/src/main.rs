@@ -1,16 +1,13 @@
 //! Development tasks for treesync: `cargo xtask <task>`.
+//!
+//! `dist` and `test` live here and build without the test beds; the tasks that run the FUSE and
+//! NFS test beds (bench, scale, campaign, slowfs, ganesha) are the `xtask-testbed` binary, which
+//! this one builds and runs on demand (`cargo run --package xtask-testbed`).
 
-mod bench;
-mod bench_nfs;
-mod bench_nfs_client;
-mod bench_s3;
-mod campaign;
-mod ci;
 mod dist;
-mod ganesha;
-mod scale;
-mod slowfs;
-mod util;
+mod test;
+
+use xtask::util::project_root;
 
 const HELP: &str = "\
 cargo xtask <task> [options]
@@ -32,7 +29,10 @@ Tasks:
           Kill `treesync sync` with SIGKILL at random moments, check that the next sync
           finishes the job like git archive, and record the figures in RELIABILITY.md
           options: --trials N (200)  --seed N (7)  --no-write
-  ci      Run what .ci/run runs (the whole test suite)
+  test    Install what the tests need (as root on Debian: apt packages, moto in a venv under
+          target/), then run every test, the API docs build and the dist check, like .ci/run
+          options: --no-install (only check; fail naming what provides a missing piece)
+                   --dry-run (print what would be installed and run, change nothing)
   scale   Large trees, measured: 100,000 and 1,000,000 files synced initially and incrementally,
           and 200,000 entries in one directory (time and peak RSS, each target compared with
           git archive); recorded in RELIABILITY.md
@@ -58,18 +58,15 @@ Tasks:
                    --control SOCK (unix socket: `stats` answers JSON; `reset`, `record on|off`)
 ";
 
+/// Tasks that run in `xtask-testbed`.
+const TESTBED_TASKS: &[&str] = &["bench", "campaign", "scale", "slowfs", "ganesha"];
+
 fn main() -> std::process::ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let result = match args.first().map(String::as_str) {
-        Some("bench") => bench::run(&args[1..]),
-        Some("ci") => ci::run(&args[1..]),
         Some("dist") => dist::run(&args[1..]),
-        Some("campaign") => campaign::run(&args[1..]),
-        Some("slowfs") => slowfs::run(&args[1..]),
-        Some("scale") => scale::run(&args[1..]),
-        Some("ganesha") => ganesha::run(&args[1..]),
-        Some("bench-generate") => bench::generate(&args[1..]),
-        Some("__measure") => util::measure_child(&args[1..]),
+        Some("test") => test::run(&args[1..]),
+        Some(task) if TESTBED_TASKS.contains(&task) => return testbed(&args),
         Some("help" | "--help" | "-h") | None => {
             print!("{HELP}");
             Ok(())
@@ -80,6 +77,24 @@ fn main() -> std::process::ExitCode {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("xtask: error: {e}");
+            std::process::ExitCode::from(2)
+        }
+    }
+}
+
+/// Build and run `xtask-testbed` with `args`, exiting as it does.
+fn testbed(args: &[String]) -> std::process::ExitCode {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let status = std::process::Command::new(cargo)
+        .current_dir(project_root())
+        .args(["run", "--quiet", "--package", "xtask-testbed", "--"])
+        .args(args)
+        .status();
+    match status {
+        Ok(s) if s.success() => std::process::ExitCode::SUCCESS,
+        Ok(s) => std::process::ExitCode::from(s.code().and_then(|c| u8::try_from(c).ok()).unwrap_or(2)),
+        Err(e) => {
+            eprintln!("xtask: error: cannot run cargo to build xtask-testbed: {e}");
             std::process::ExitCode::from(2)
         }
     }

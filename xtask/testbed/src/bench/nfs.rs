@@ -11,8 +11,9 @@ use std::time::Duration;
 
 use treesync_testkit::slowfs::{self, SlowFs};
 
-use crate::bench::{fmt_time, git, make_repo, settle};
-use crate::util::{measure, median, run_quiet};
+use crate::measure::{fmt_time, measure, median};
+use crate::repo::{git, make_repo, settle};
+use xtask::util::run_quiet;
 
 pub struct Config {
     /// Tree sizes for the update case.

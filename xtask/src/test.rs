@@ -1,7 +1,7 @@
 //! `cargo xtask ci`: the test suite and the release tarball check, as `.ci/run` runs them
 //! (without `.ci/run`'s installs).
 
-use crate::util::{project_root, run_status};
+use xtask::util::{project_root, run_status};
 
 pub fn run(args: &[String]) -> Result<(), String> {
     if !args.is_empty() {

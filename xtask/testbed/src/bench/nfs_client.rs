@@ -12,8 +12,8 @@ use treesync_testkit::delay::DelayProxy;
 use treesync_testkit::ganesha::{self, Ganesha};
 use treesync_testkit::history;
 
-use crate::bench::fmt_time;
-use crate::util::{matches_git_archive, median};
+use crate::measure::{fmt_time, median};
+use crate::repo::matches_git_archive;
 
 pub struct Config {
     /// Files of the initial-checkout case.

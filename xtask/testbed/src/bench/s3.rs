@@ -9,7 +9,8 @@ use std::time::Duration;
 
 use treesync_testkit::s3::{Moto, Requests};
 
-use crate::util::{measure, run_quiet};
+use crate::measure::measure;
+use xtask::util::run_quiet;
 
 pub struct Config {
     pub files: usize,
