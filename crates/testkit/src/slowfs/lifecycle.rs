@@ -19,6 +19,7 @@ use super::fuse::Daemon;
 use super::passthrough::Inner;
 use super::pool::{self, Service};
 use super::stats::{Counters, Op, Stats};
+use crate::missing::{Missing, find_program};
 use crate::mountinfo;
 
 /// A mounted slow filesystem. Dropping it unmounts (lazily if something still uses the mount),
@@ -224,18 +225,30 @@ impl Drop for SlowFs {
     }
 }
 
-/// Whether FUSE mounts can be made here (`/dev/fuse`, and root or `fusermount3`). Outside CI a
-/// test may skip when not; under CI (`CI` set) that is a failure: `.ci/run` installs fuse3.
-pub fn available() -> bool {
-    let fusermount = || std::process::Command::new("fusermount3").arg("-V").output().is_ok();
-    let ok = Path::new("/dev/fuse").exists() && (rustix::process::geteuid().is_root() || fusermount());
-    if !ok {
-        if std::env::var_os("CI").is_some() {
-            panic!("FUSE is not available (needs /dev/fuse, and root or fusermount3 from apt fuse3)");
-        }
-        eprintln!("skipped: needs /dev/fuse, and root or fusermount3");
+/// Whether FUSE mounts can be made here (`/dev/fuse`, and root or `fusermount3`); if not,
+/// what is missing and the command that provides it.
+pub fn check() -> Result<(), Missing> {
+    if !Path::new("/dev/fuse").exists() {
+        return Err(Missing::new(
+            "/dev/fuse",
+            "load the fuse module (modprobe fuse); in a container, start it with --device /dev/fuse --cap-add SYS_ADMIN",
+        ));
     }
-    ok
+    if !rustix::process::geteuid().is_root() && find_program("fusermount3").is_none() {
+        return Err(Missing::new("fusermount3 (FUSE mounts without root)", "apt-get install fuse3, or run as root"));
+    }
+    Ok(())
+}
+
+/// `true` when FUSE mounts can be made here; otherwise the test fails (panics), naming what is
+/// missing and the command that provides it ([`check`] says it without panicking). It never
+/// returns `false`: the `bool` stays for the callers written when tests skipped.
+#[track_caller]
+pub fn available() -> bool {
+    match check() {
+        Ok(()) => true,
+        Err(m) => m.fail(),
+    }
 }
 
 /// The fstype of what is mounted at `path` per `/proc/self/mountinfo` (the topmost mount), or

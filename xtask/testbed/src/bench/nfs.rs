@@ -64,9 +64,7 @@ fn rm(p: &Path) {
 }
 
 pub fn run(c: &Config, dir: &Path, treesync: &Path) -> Result<String, String> {
-    if !slowfs::available() {
-        return Err("the NFS benchmark needs FUSE (/dev/fuse and root, or fusermount3)".into());
-    }
+    slowfs::check().map_err(|m| format!("the NFS benchmark needs FUSE: {m}"))?;
     let backing = dir.join("nfs-backing");
     let mnt = dir.join("nfs-mnt");
     rm(&backing);
