@@ -33,6 +33,7 @@ Tasks:
           target/), then run every test, the API docs build and the dist check, like .ci/run
           options: --no-install (only check; fail naming what provides a missing piece)
                    --dry-run (print what would be installed and run, change nothing)
+                   --install-only (install, run nothing)
   scale   Large trees, measured: 100,000 and 1,000,000 files synced initially and incrementally,
           and 200,000 entries in one directory (time and peak RSS, each target compared with
           git archive); recorded in RELIABILITY.md
