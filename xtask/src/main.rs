@@ -43,6 +43,8 @@ Tasks:
           target/dist/SHA256SUMS, then unpack it and check it: --version, the checksum, the
           man pages, the completions, a sync of HEAD compared with git archive HEAD
           options: --no-test (skip the check)
+  cleanup Unmount the slow filesystems and stop the nfs-ganesha testbeds a killed test process left
+          behind (.ci/run calls it on exit)
   ganesha Start a private nfs-ganesha NFSv3 server on 127.0.0.1 exporting a fresh tmpfs (the NFS
           test bed, treesync_testkit::ganesha), print its nfs:// URL and the exported directory,
           and serve until SIGINT/SIGTERM (needs root, nfs-ganesha and nfs-ganesha-vfs)
@@ -60,7 +62,7 @@ Tasks:
 ";
 
 /// Tasks that run in `xtask-testbed`.
-const TESTBED_TASKS: &[&str] = &["bench", "campaign", "scale", "slowfs", "ganesha"];
+const TESTBED_TASKS: &[&str] = &["bench", "campaign", "scale", "slowfs", "ganesha", "cleanup"];
 
 fn main() -> std::process::ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();

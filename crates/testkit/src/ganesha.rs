@@ -52,7 +52,7 @@ pub const MOUNT_PROGRAM: u32 = 100_005;
 pub const EXPORT_PATH: &str = "/treesync";
 /// rsize/wsize cap of the export (`MaxRead`/`MaxWrite`), like a real NAS: 1 MiB.
 pub const MAX_IO: u32 = 1 << 20;
-/// Source name of the export's tmpfs in `/proc/self/mountinfo` (`.ci/run` unmounts leftovers).
+/// Source name of the export's tmpfs in `/proc/self/mountinfo` (`cargo xtask cleanup` unmounts leftovers).
 pub const TMPFS_SOURCE: &str = "treesync-ganesha";
 
 /// How long [`Ganesha::start`] waits for the server to answer RPC NULL calls.

@@ -1,9 +1,10 @@
 //! `xtask-testbed`: the development tasks that run treesync's test beds (the slow FUSE
-//! filesystem, nfs-ganesha, moto): `cargo xtask bench|scale|campaign|slowfs|ganesha` come here.
+//! filesystem, nfs-ganesha, moto): `cargo xtask bench|scale|campaign|slowfs|ganesha|cleanup` come here.
 //! `cargo xtask` (no task) lists them.
 
 mod bench;
 mod campaign;
+mod cleanup;
 mod ganesha;
 mod measure;
 mod repo;
@@ -15,6 +16,7 @@ fn main() -> std::process::ExitCode {
     let result = match args.first().map(String::as_str) {
         Some("bench") => bench::run(&args[1..]),
         Some("campaign") => campaign::run(&args[1..]),
+        Some("cleanup") => cleanup::run(&args[1..]),
         Some("slowfs") => slowfs::run(&args[1..]),
         Some("scale") => scale::run(&args[1..]),
         Some("ganesha") => ganesha::run(&args[1..]),

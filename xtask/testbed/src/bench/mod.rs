@@ -245,7 +245,7 @@ pub fn run(args: &[String]) -> Result<(), String> {
             println!("{table}");
             if c.write {
                 let block = format!(
-                    "Reproduce: `cargo xtask bench nfs-client --client-initial {} --client-files {} --client-delay-ms {} --client-runs {}` (root; needs nfs-ganesha: see .ci/run).\n\n{table}",
+                    "Reproduce: `cargo xtask bench nfs-client --client-initial {} --client-files {} --client-delay-ms {} --client-runs {}` (root; needs nfs-ganesha: `cargo xtask test` installs it).\n\n{table}",
                     c.client_initial,
                     c.client_files,
                     c.client_delay.as_secs_f64() * 1000.0,
@@ -264,7 +264,7 @@ pub fn run(args: &[String]) -> Result<(), String> {
             println!("{table}");
             if c.write {
                 let block = format!(
-                    "Reproduce: `cargo xtask bench s3 --s3-files {}` (needs moto, rclone and awscli: see .ci/run and the Debian packages).\n\n{table}",
+                    "Reproduce: `cargo xtask bench s3 --s3-files {}` (needs moto, which `cargo xtask test` installs, and rclone and awscli from the Debian packages).\n\n{table}",
                     c.s3_files
                 );
                 write_section(
