@@ -56,6 +56,8 @@ struct Probe {
     moto_env: Option<PathBuf>,
     /// Whether `python3` can make a virtualenv with pip (Debian's needs python3-venv).
     venv_works: bool,
+    /// Whether this runs as root (the tests mount tmpfs and start nfs-ganesha in namespaces).
+    is_root: bool,
 }
 
 impl Probe {
@@ -70,6 +72,7 @@ impl Probe {
                 .args(["-c", "import ensurepip, venv"])
                 .output()
                 .is_ok_and(|o| o.status.success()),
+            is_root: is_root(),
         }
     }
 
@@ -101,6 +104,12 @@ impl Probe {
 fn missing(probe: &Probe) -> Vec<Need> {
     let mut needs = Vec::new();
     let mut need = |what: &str, provider: Provider| needs.push(Need { what: what.to_string(), provider });
+    if !probe.is_root {
+        need(
+            "root (the tests mount tmpfs filesystems and start nfs-ganesha in namespaces)",
+            Provider::Host("run `cargo xtask test` as root".into()),
+        );
+    }
     let programs: &[(&str, &'static str)] = &[
         ("git", "git"),
         ("strace", "strace"),
@@ -379,7 +388,14 @@ mod tests {
     fn empty(dir: &Path) -> Probe {
         let bin = dir.join("bin");
         std::fs::create_dir_all(&bin).expect("mkdir");
-        Probe { path: vec![bin], root: dir.join("root"), workspace: dir.join("ws"), moto_env: None, venv_works: false }
+        Probe {
+            path: vec![bin],
+            root: dir.join("root"),
+            workspace: dir.join("ws"),
+            moto_env: None,
+            venv_works: false,
+            is_root: true,
+        }
     }
 
     fn put(path: &Path) {
@@ -452,6 +468,14 @@ mod tests {
         let needs = missing(&elsewhere);
         assert_eq!(needs.len(), 1, "{needs:?}");
         assert!(matches!(&needs[0].provider, Provider::Host(h) if h.contains("TREESYNC_MOTO_SERVER")), "{needs:?}");
+    }
+
+    #[test]
+    fn not_root_is_named() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let probe = Probe { is_root: false, ..empty(dir.path()) };
+        let plan = Plan::of(&missing(&probe));
+        assert!(plan.host.iter().any(|(what, how)| what.starts_with("root") && how.contains("as root")), "{plan:?}");
     }
 
     #[test]
