@@ -29,8 +29,9 @@ Tasks:
           Kill `treesync sync` with SIGKILL at random moments, check that the next sync
           finishes the job like git archive, and record the figures in RELIABILITY.md
           options: --trials N (200)  --seed N (7)  --no-write
-  test    Install what the tests need (as root on Debian: apt packages, moto in a venv under
-          target/), then run every test, the API docs build and the dist check, like .ci/run
+  test    Install what the tests need (as root on Debian: apt packages, moto[server] in the venv
+          target/treesync-venv), saying what, then run every test, the API docs build and the
+          dist check (the README's test command; .ci/run calls it)
           options: --no-install (only check; fail naming what provides a missing piece)
                    --dry-run (print what would be installed and run, change nothing)
                    --install-only (install, run nothing)
