@@ -3,7 +3,8 @@
 //!
 //! A schema must declare the draft it is written for (`$schema`, one the crate bundles) and is
 //! checked against that draft's meta-schema before any value is looked at: a schema with a
-//! misspelt type or a malformed keyword value is reported, not half applied. The crate is used
+//! misspelt type, a malformed keyword value or (for draft 2020-12) a keyword the draft does not
+//! know — which it would silently ignore — is reported, not half applied. The crate is used
 //! without its HTTP and file resolving: the schemas are self-contained (`$ref` to `#/$defs/…`).
 
 use jsonschema::error::ValidationErrorKind;
@@ -36,10 +37,13 @@ fn validator(schema: &Value) -> Result<jsonschema::Validator, Vec<String>> {
         }]);
     };
     let meta = jsonschema::meta::validator_for(schema).map_err(|e| vec![format!("schema #: {e}")])?;
-    let problems: Vec<String> = meta
+    let mut problems: Vec<String> = meta
         .iter_errors(schema)
         .map(|e| format!("schema #{}: {e} (against the meta-schema of {draft:?})", e.instance_path()))
         .collect();
+    if draft == Draft::Draft202012 {
+        unknown_keywords(schema, "#", &mut problems);
+    }
     if !problems.is_empty() {
         return Err(problems);
     }
@@ -47,6 +51,105 @@ fn validator(schema: &Value) -> Result<jsonschema::Validator, Vec<String>> {
         .with_draft(draft)
         .build(schema)
         .map_err(|e| vec![format!("schema #{}: {e}", e.instance_path())])
+}
+
+/// The keywords of draft 2020-12's vocabularies (core, applicator, unevaluated, validation,
+/// meta-data, format annotation, content).
+const KEYWORDS_2020_12: &[&str] = &[
+    "$schema",
+    "$id",
+    "$ref",
+    "$defs",
+    "$comment",
+    "$anchor",
+    "$dynamicRef",
+    "$dynamicAnchor",
+    "$vocabulary",
+    "title",
+    "description",
+    "default",
+    "examples",
+    "deprecated",
+    "readOnly",
+    "writeOnly",
+    "type",
+    "enum",
+    "const",
+    "multipleOf",
+    "maximum",
+    "exclusiveMaximum",
+    "minimum",
+    "exclusiveMinimum",
+    "maxLength",
+    "minLength",
+    "pattern",
+    "maxItems",
+    "minItems",
+    "uniqueItems",
+    "maxContains",
+    "minContains",
+    "maxProperties",
+    "minProperties",
+    "required",
+    "dependentRequired",
+    "properties",
+    "patternProperties",
+    "additionalProperties",
+    "propertyNames",
+    "items",
+    "prefixItems",
+    "contains",
+    "allOf",
+    "anyOf",
+    "oneOf",
+    "not",
+    "if",
+    "then",
+    "else",
+    "dependentSchemas",
+    "unevaluatedItems",
+    "unevaluatedProperties",
+    "format",
+    "contentEncoding",
+    "contentMediaType",
+    "contentSchema",
+];
+
+/// Keywords the draft does not know, anywhere in `schema`: the draft ignores them, so a
+/// misspelt `requried` would check nothing and say nothing.
+fn unknown_keywords(schema: &Value, at: &str, out: &mut Vec<String>) {
+    let Some(obj) = schema.as_object() else { return };
+    for (key, v) in obj {
+        let here = format!("{at}/{}", escape(key));
+        if !KEYWORDS_2020_12.contains(&key.as_str()) {
+            out.push(format!("schema {at}: unknown keyword {key:?} (draft 2020-12 would ignore it)"));
+            continue;
+        }
+        match key.as_str() {
+            "properties" | "patternProperties" | "$defs" | "dependentSchemas" => {
+                for (name, sub) in v.as_object().into_iter().flatten() {
+                    unknown_keywords(sub, &format!("{here}/{}", escape(name)), out);
+                }
+            }
+            "prefixItems" | "allOf" | "anyOf" | "oneOf" => {
+                for (i, sub) in v.as_array().into_iter().flatten().enumerate() {
+                    unknown_keywords(sub, &format!("{here}/{i}"), out);
+                }
+            }
+            "items"
+            | "additionalProperties"
+            | "propertyNames"
+            | "contains"
+            | "not"
+            | "if"
+            | "then"
+            | "else"
+            | "unevaluatedItems"
+            | "unevaluatedProperties"
+            | "contentSchema" => unknown_keywords(v, &here, out),
+            _ => {}
+        }
+    }
 }
 
 /// The draft a `$schema` URI names, if the crate bundles it.
@@ -195,6 +298,19 @@ mod tests {
         let e = validate(&with_draft(json!({"properties": {"a": {"required": "b"}}})), &json!({}))
             .expect_err("required must be an array");
         assert!(e.iter().any(|m| m.starts_with("schema #/properties/a/required: ")), "{e:?}");
+    }
+
+    #[test]
+    fn unknown_keywords_are_refused_wherever_they_are() {
+        let e = validate(&with_draft(json!({"type": "object", "requried": ["a"]})), &json!({})).expect_err("typo");
+        assert_eq!(e, ["schema #: unknown keyword \"requried\" (draft 2020-12 would ignore it)"]);
+        // Also deep inside, in branches the value never reaches.
+        let s = with_draft(json!({"anyOf": [{"type": "null"}, {"properties": {"x": {"minimun": 1}}}]}));
+        let e = validate(&s, &json!(null)).expect_err("unknown keyword below");
+        assert_eq!(e.len(), 1, "{e:?}");
+        assert!(e[0].starts_with("schema #/anyOf/1/properties/x: unknown keyword \"minimun\""), "{e:?}");
+        // Property names are names, not keywords.
+        ok(json!({"properties": {"requried": {"type": "integer"}}}), json!({"requried": 1}));
     }
 
     #[test]
