@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use crate::util::{project_root, run_quiet, run_status};
+use xtask::util::{project_root, run_quiet, run_status};
 
 const PACKAGE: &str = "treesync-cli";
 const BIN: &str = "treesync";

@@ -1,16 +1,13 @@
 //! Development tasks for treesync: `cargo xtask <task>`.
+//!
+//! `dist` and `test` live here and build without the test beds; the tasks that run the FUSE and
+//! NFS test beds (bench, scale, campaign, slowfs, ganesha) are the `xtask-testbed` binary, which
+//! this one builds and runs on demand (`cargo run --package xtask-testbed`).
 
-mod bench;
-mod bench_nfs;
-mod bench_nfs_client;
-mod bench_s3;
-mod campaign;
-mod ci;
 mod dist;
-mod ganesha;
-mod scale;
-mod slowfs;
-mod util;
+mod test;
+
+use xtask::util::project_root;
 
 const HELP: &str = "\
 cargo xtask <task> [options]
@@ -32,7 +29,12 @@ Tasks:
           Kill `treesync sync` with SIGKILL at random moments, check that the next sync
           finishes the job like git archive, and record the figures in RELIABILITY.md
           options: --trials N (200)  --seed N (7)  --no-write
-  ci      Run what .ci/run runs (the whole test suite)
+  test    Install what the tests need (as root on Debian: apt packages, moto[server] in the venv
+          target/treesync-venv), saying what, then run every test, the API docs build and the
+          dist check (the README's test command; .ci/run calls it)
+          options: --no-install (only check; fail naming what provides a missing piece)
+                   --dry-run (print what would be installed and run, change nothing)
+                   --install-only (install, run nothing)
   scale   Large trees, measured: 100,000 and 1,000,000 files synced initially and incrementally,
           and 200,000 entries in one directory (time and peak RSS, each target compared with
           git archive); recorded in RELIABILITY.md
@@ -42,6 +44,8 @@ Tasks:
           target/dist/SHA256SUMS, then unpack it and check it: --version, the checksum, the
           man pages, the completions, a sync of HEAD compared with git archive HEAD
           options: --no-test (skip the check)
+  cleanup Unmount the slow filesystems and stop the nfs-ganesha testbeds a killed test process left
+          behind (.ci/run calls it on exit)
   ganesha Start a private nfs-ganesha NFSv3 server on 127.0.0.1 exporting a fresh tmpfs (the NFS
           test bed, treesync_testkit::ganesha), print its nfs:// URL and the exported directory,
           and serve until SIGINT/SIGTERM (needs root, nfs-ganesha and nfs-ganesha-vfs)
@@ -58,18 +62,15 @@ Tasks:
                    --control SOCK (unix socket: `stats` answers JSON; `reset`, `record on|off`)
 ";
 
+/// Tasks that run in `xtask-testbed`.
+const TESTBED_TASKS: &[&str] = &["bench", "campaign", "scale", "slowfs", "ganesha", "cleanup"];
+
 fn main() -> std::process::ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let result = match args.first().map(String::as_str) {
-        Some("bench") => bench::run(&args[1..]),
-        Some("ci") => ci::run(&args[1..]),
         Some("dist") => dist::run(&args[1..]),
-        Some("campaign") => campaign::run(&args[1..]),
-        Some("slowfs") => slowfs::run(&args[1..]),
-        Some("scale") => scale::run(&args[1..]),
-        Some("ganesha") => ganesha::run(&args[1..]),
-        Some("bench-generate") => bench::generate(&args[1..]),
-        Some("__measure") => util::measure_child(&args[1..]),
+        Some("test") => test::run(&args[1..]),
+        Some(task) if TESTBED_TASKS.contains(&task) => return testbed(&args),
         Some("help" | "--help" | "-h") | None => {
             print!("{HELP}");
             Ok(())
@@ -80,6 +81,24 @@ fn main() -> std::process::ExitCode {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("xtask: error: {e}");
+            std::process::ExitCode::from(2)
+        }
+    }
+}
+
+/// Build and run `xtask-testbed` with `args`, exiting as it does.
+fn testbed(args: &[String]) -> std::process::ExitCode {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let status = std::process::Command::new(cargo)
+        .current_dir(project_root())
+        .args(["run", "--quiet", "--package", "xtask-testbed", "--"])
+        .args(args)
+        .status();
+    match status {
+        Ok(s) if s.success() => std::process::ExitCode::SUCCESS,
+        Ok(s) => std::process::ExitCode::from(s.code().and_then(|c| u8::try_from(c).ok()).unwrap_or(2)),
+        Err(e) => {
+            eprintln!("xtask: error: cannot run cargo to build xtask-testbed: {e}");
             std::process::ExitCode::from(2)
         }
     }

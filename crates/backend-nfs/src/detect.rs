@@ -1,17 +1,9 @@
-//! Which filesystem a target directory is on, from `/proc/self/mountinfo`.
+//! Which filesystem a target directory is on, from `/proc/self/mountinfo` (read by
+//! [`crate::mountinfo`]).
 
 use std::path::{Path, PathBuf};
 
-/// The mount a path is on.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Mount {
-    /// Mount point.
-    pub point: PathBuf,
-    /// Filesystem type as the kernel names it (`nfs4`, `ext4`, `fuse.sshfs`, …).
-    pub fstype: String,
-    /// What is mounted (`server:/export`, `/dev/sda1`, …).
-    pub source: String,
-}
+pub use crate::mountinfo::{Mount, parse};
 
 impl Mount {
     /// Is this a network filesystem, where lookups are round trips to a server?
@@ -92,9 +84,8 @@ pub fn resolved(path: &Path) -> PathBuf {
 /// The mount `path` is on (or would be on, if it does not exist yet: its nearest existing
 /// ancestor decides).
 pub fn mount_of(path: &Path) -> std::io::Result<Mount> {
-    let info = std::fs::read_to_string("/proc/self/mountinfo")?;
     let resolved = resolved(path);
-    parse(&info)
+    crate::mountinfo::read()?
         .into_iter()
         // The last mount of the longest matching point wins: later mounts cover earlier ones.
         .filter(|m| resolved.starts_with(&m.point))
@@ -103,38 +94,6 @@ pub fn mount_of(path: &Path) -> std::io::Result<Mount> {
             _ => Some(m),
         })
         .ok_or_else(|| std::io::Error::other(format!("no mount found for {}", resolved.display())))
-}
-
-/// The mounts listed in a mountinfo text, in order.
-pub fn parse(info: &str) -> Vec<Mount> {
-    info.lines()
-        .filter_map(|line| {
-            let fields: Vec<&str> = line.split(' ').collect();
-            let sep = fields.iter().position(|f| *f == "-")?;
-            Some(Mount {
-                point: PathBuf::from(unescape(fields.get(4)?)),
-                fstype: unescape(fields.get(sep + 1)?),
-                source: unescape(fields.get(sep + 2).unwrap_or(&"")),
-            })
-        })
-        .collect()
-}
-
-/// mountinfo writes space, tab, newline and backslash as `\ooo`.
-fn unescape(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'\\' && i + 3 < b.len() && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c)) {
-            out.push((b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0'));
-            i += 4;
-        } else {
-            out.push(b[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// Which backend suits a directory target, and why.
@@ -170,15 +129,6 @@ mod tests {
 34 22 0:44 / /mnt/slow rw - fuse.treesync-slowfs treesync-slowfs rw
 35 22 0:45 / /mnt/local rw - fuse.bindfs /src rw
 ";
-
-    #[test]
-    fn parses_mountinfo_with_escapes() {
-        let m = parse(INFO);
-        assert_eq!(m.len(), 7);
-        assert_eq!(m[1].fstype, "nfs4");
-        assert_eq!(m[1].source, "nas:/export");
-        assert_eq!(m[3].point, PathBuf::from("/mnt/my share"));
-    }
 
     #[test]
     fn network_filesystems_are_recognized() {

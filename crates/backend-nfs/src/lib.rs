@@ -40,6 +40,7 @@
 pub mod detect;
 mod dirs;
 mod meta;
+pub mod mountinfo;
 pub mod remote;
 
 use std::fmt;

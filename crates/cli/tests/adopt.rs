@@ -237,10 +237,7 @@ fn adopt_while_the_target_is_locked_exits_3_and_writes_nothing() {
 /// HEAD of `sync --git-worktree`) happens before the target lock is released.
 #[test]
 fn git_worktree_writes_happen_while_the_target_lock_is_held() {
-    if Command::new("strace").arg("-V").output().is_err() {
-        eprintln!("skipped: strace is not installed (.ci/run installs it)");
-        return;
-    }
+    treesync_testkit::missing::require_program("strace", "strace");
     let trees = history::random_history(98, 3);
     let bare = BareRepo::new();
     let commits = history::import(&bare.path, "staging", &trees);

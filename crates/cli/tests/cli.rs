@@ -127,8 +127,8 @@ fn unwritable_target_is_a_clear_error() {
     // Root ignores permission bits, so use a read-only mount.
     let mounted = Command::new("mount").args(["-t", "tmpfs", "-o", "ro,size=1m", "tmpfs"]).arg(&ro).status();
     if !mounted.is_ok_and(|s| s.success()) {
-        eprintln!("skipped: cannot mount a read-only tmpfs here (not root?)");
-        return;
+        treesync_testkit::missing::Missing::new("root (the test mounts a read-only tmpfs)", "run the tests as root")
+            .fail();
     }
     struct Unmount(PathBuf);
     impl Drop for Unmount {
@@ -256,10 +256,7 @@ fn second_concurrent_sync_fails_fast_naming_the_holder() {
 /// and the target together) stay ≤ 100.
 #[test]
 fn incremental_sync_makes_few_stat_calls() {
-    if Command::new("strace").arg("-V").output().is_err() {
-        eprintln!("skipped: strace is not installed (.ci/run installs it)");
-        return;
-    }
+    treesync_testkit::missing::require_program("strace", "strace");
     let base = history::wide_tree(20_000, 1);
     let (next, _) = history::change_some(&base, 10, 2, 2, 9);
     let bare = BareRepo::new();

@@ -230,10 +230,7 @@ fn s3_verify_lists_and_gets_only_what_differs() {
 /// stat index knows the files.
 #[test]
 fn verify_costs_one_readdir_per_directory_and_one_stat_per_entry() {
-    if Command::new("strace").arg("-V").output().is_err() {
-        eprintln!("skipped: strace is not installed (.ci/run installs it)");
-        return;
-    }
+    treesync_testkit::missing::require_program("strace", "strace");
     let mut m = Model::default();
     for i in 0..3000 {
         m.insert(&format!("d{:02}/f{i}", i % 30), file(&format!("{i}\n")));

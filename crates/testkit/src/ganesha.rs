@@ -28,8 +28,9 @@
 //! threads); the pipe belongs to the process, so it closes only when the process goes.
 //!
 //! Needs root (mounts, namespaces) and the Debian packages `nfs-ganesha nfs-ganesha-vfs` (which
-//! bring `rpcbind`), plus `unshare` and `setpriv` from util-linux. Outside CI a test skips when
-//! they are missing; under CI (`CI` set) that is a failure: `.ci/run` installs them.
+//! bring `rpcbind`), plus `unshare` and `setpriv` from util-linux. A test fails when they are
+//! missing, naming the command that provides them (see [`check`]); `cargo xtask test` installs
+//! them.
 
 use std::fmt;
 use std::io::{self, Read, Write};
@@ -38,6 +39,8 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::OnceLock;
+
+use crate::missing::{Missing, find_program};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
@@ -49,7 +52,7 @@ pub const MOUNT_PROGRAM: u32 = 100_005;
 pub const EXPORT_PATH: &str = "/treesync";
 /// rsize/wsize cap of the export (`MaxRead`/`MaxWrite`), like a real NAS: 1 MiB.
 pub const MAX_IO: u32 = 1 << 20;
-/// Source name of the export's tmpfs in `/proc/self/mountinfo` (`.ci/run` unmounts leftovers).
+/// Source name of the export's tmpfs in `/proc/self/mountinfo` (`cargo xtask cleanup` unmounts leftovers).
 pub const TMPFS_SOURCE: &str = "treesync-ganesha";
 
 /// How long [`Ganesha::start`] waits for the server to answer RPC NULL calls.
@@ -85,58 +88,48 @@ struct Tools {
     rpcbind: PathBuf,
 }
 
-/// `name` in `PATH`, then in the sbin directories (a test's `PATH` may lack them).
-fn find_program(name: &str) -> Option<PathBuf> {
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    std::env::split_paths(&path)
-        .chain(["/usr/sbin", "/sbin", "/usr/bin", "/bin"].map(PathBuf::from))
-        .map(|dir| dir.join(name))
-        .find(|p| p.is_file())
-}
-
-fn tools() -> Result<Tools, String> {
+fn tools() -> Result<Tools, Missing> {
     if !rustix::process::geteuid().is_root() {
-        return Err("needs root (tmpfs and namespace mounts)".into());
+        return Err(Missing::new(
+            "root (the nfs-ganesha testbed mounts a tmpfs and makes namespaces)",
+            "run the tests as root",
+        ));
     }
-    let missing =
-        |what: &str| format!("{what} not found (apt-get install nfs-ganesha nfs-ganesha-vfs, or run .ci/run)");
+    let missing = |what: &str| Missing::new(what, "apt-get install nfs-ganesha nfs-ganesha-vfs");
     let ganesha = find_program("ganesha.nfsd").ok_or_else(|| missing("ganesha.nfsd"))?;
     let rpcbind = find_program("rpcbind").ok_or_else(|| missing("rpcbind"))?;
     if !Path::new("/usr/lib/x86_64-linux-gnu/ganesha/libfsalvfs.so").exists()
         && !Path::new("/usr/lib/ganesha/libfsalvfs.so").exists()
         && !Path::new("/usr/lib64/ganesha/libfsalvfs.so").exists()
     {
-        return Err("ganesha's VFS FSAL (libfsalvfs.so) not found (apt-get install nfs-ganesha-vfs)".into());
+        return Err(Missing::new("ganesha's VFS FSAL (libfsalvfs.so)", "apt-get install nfs-ganesha-vfs"));
     }
     for util in ["unshare", "setpriv", "mount", "umount"] {
         if find_program(util).is_none() {
-            return Err(format!("{util} not found (util-linux)"));
+            return Err(Missing::new(util, "apt-get install util-linux mount"));
         }
     }
     if !Path::new("/etc/netconfig").is_file() {
-        return Err("/etc/netconfig not found (libtirpc-common)".into());
+        return Err(Missing::new("/etc/netconfig", "apt-get install libtirpc-common"));
     }
     Ok(Tools { ganesha, rpcbind })
 }
 
 /// Whether a ganesha testbed can run here (root, nfs-ganesha with its VFS FSAL, rpcbind,
-/// util-linux). Outside CI a test may skip when not (this prints `skipped: …`); under CI (`CI`
-/// set) that is a failure: `.ci/run` installs the packages.
+/// util-linux); if not, what is missing and the command that provides it.
+pub fn check() -> Result<(), Missing> {
+    tools().map(|_| ())
+}
+
+/// `true` when a ganesha testbed can run here; otherwise the test fails (panics), naming what
+/// is missing and the command that provides it ([`check`] says it without panicking). It never
+/// returns `false`: the `bool` stays for the callers written when tests skipped.
+#[track_caller]
 pub fn available() -> bool {
     match tools() {
         Ok(_) => true,
-        Err(why) => {
-            skip_or_panic(&why);
-            false
-        }
+        Err(m) => m.fail(),
     }
-}
-
-fn skip_or_panic(why: &str) {
-    if std::env::var_os("CI").is_some() {
-        panic!("nfs-ganesha testbed unavailable: {why}");
-    }
-    eprintln!("skipped: nfs-ganesha testbed unavailable: {why}");
 }
 
 /// Runs in the test's mount namespace: mounts the export's tmpfs, starts the namespaces, waits
@@ -241,36 +234,40 @@ fn free_ports() -> (u16, u16) {
 }
 
 impl Ganesha {
-    /// Start a private instance and wait until NFS and MOUNT answer an RPC NULL call. `None`
-    /// (after printing `skipped: …`) when the testbed cannot run here; under CI that panics.
-    /// Panics, with the tail of ganesha's log, if the server does not answer within 10 s.
+    /// Start a private instance and wait until NFS and MOUNT answer an RPC NULL call.
+    /// Panics when the testbed cannot run here, naming what is missing and the command that
+    /// provides it (see [`check`]), and, with the tail of ganesha's log, if the server does not
+    /// answer within 10 s. Always `Some`: the `Option` stays for the callers written when tests
+    /// skipped.
+    #[track_caller]
     pub fn start() -> Option<Ganesha> {
         let tools = match tools() {
             Ok(t) => t,
-            Err(why) => {
-                skip_or_panic(&why);
-                return None;
-            }
+            Err(m) => m.fail(),
         };
         Some(Ganesha::start_with(&tools, None))
     }
 
     /// Like [`Ganesha::start`], with an export of `bytes` bytes at most: writes beyond it fail
     /// with NFS3ERR_NOSPC (a full disk on the server).
+    #[track_caller]
     pub fn start_sized(bytes: u64) -> Option<Ganesha> {
         let tools = match tools() {
             Ok(t) => t,
-            Err(why) => {
-                skip_or_panic(&why);
-                return None;
-            }
+            Err(m) => m.fail(),
         };
         Some(Ganesha::start_with(&tools, Some(bytes)))
     }
 
     /// The instance shared by every test of this process (started on first use), for tests that
     /// each work in their own subdirectory of the export. Stopped when the process exits.
+    /// Panics like [`Ganesha::start`] when the testbed cannot run here (in every test that asks);
+    /// always `Some`.
+    #[track_caller]
     pub fn shared() -> Option<&'static Ganesha> {
+        if let Err(m) = tools() {
+            m.fail();
+        }
         static SHARED: OnceLock<Option<Ganesha>> = OnceLock::new();
         SHARED.get_or_init(Ganesha::start).as_ref()
     }

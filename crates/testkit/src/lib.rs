@@ -1,13 +1,15 @@
 //! Test support for treesync: repositories generated with the real `git`, random histories,
 //! comparison of a target with `git archive`, the conformance suite every backend runs, and
 //! real servers to run it against (a slow FUSE filesystem, moto for S3, nfs-ganesha for NFS,
-//! with a TCP delay line for latency).
+//! with a TCP delay line for latency). A test whose real component is missing fails, naming the
+//! command that provides it ([`missing`]); `cargo xtask test` installs them all.
 
 pub mod conformance;
 pub mod crash;
 pub mod delay;
 pub mod ganesha;
 pub mod history;
+pub mod missing;
 pub mod pack;
 pub mod race;
 pub mod readers;
@@ -15,6 +17,9 @@ pub mod s3;
 pub mod schema;
 pub mod slowfs;
 pub mod tree;
+
+/// The one `/proc/self/mountinfo` reader (treesync-backend-nfs's), for the testbeds and tests.
+pub use treesync_backend_nfs::mountinfo;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};

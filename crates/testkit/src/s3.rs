@@ -3,25 +3,50 @@
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+
+use crate::missing::Missing;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// Where `moto_server` is: `$TREESYNC_MOTO_SERVER`, then `PATH`, then the venv `.ci/run` makes.
+/// The virtualenv `cargo xtask test` installs `moto[server]` into, relative to the workspace
+/// root (xtask's `test.rs` names the same place).
+pub const VENV: &str = "target/treesync-venv";
+
+/// Where `moto_server` is: `$TREESYNC_MOTO_SERVER` if set, then the project's virtualenv
+/// ([`VENV`], made by `cargo xtask test`), then `PATH`.
 pub fn moto_binary() -> Option<PathBuf> {
     if let Some(p) = std::env::var_os("TREESYNC_MOTO_SERVER") {
         return Some(p.into());
     }
-    if let Some(path) = std::env::var_os("PATH") {
-        for dir in std::env::split_paths(&path) {
-            let p = dir.join("moto_server");
-            if p.is_file() {
-                return Some(p);
-            }
-        }
+    let venv = workspace_root().join(VENV).join("bin/moto_server");
+    if venv.is_file() {
+        return Some(venv);
     }
-    let venv = PathBuf::from("/opt/treesync-moto/bin/moto_server");
-    venv.is_file().then_some(venv)
+    crate::missing::find_program("moto_server")
+}
+
+/// The `moto_server` to start; if there is none, what provides it.
+pub fn check() -> Result<PathBuf, Missing> {
+    match moto_binary() {
+        Some(p) if p.is_file() => Ok(p),
+        Some(p) => Err(Missing::new(
+            format!("moto_server at {} ($TREESYNC_MOTO_SERVER)", p.display()),
+            "point TREESYNC_MOTO_SERVER at an installed moto_server, or unset it",
+        )),
+        None => Err(Missing::new(
+            "moto_server (a local S3 server)",
+            format!(
+                "`python3 -m venv {VENV} && {VENV}/bin/pip install 'moto[server]'` in the workspace, or set TREESYNC_MOTO_SERVER"
+            ),
+        )),
+    }
+}
+
+/// The workspace root, where [`VENV`] is.
+fn workspace_root() -> PathBuf {
+    let testkit = Path::new(env!("CARGO_MANIFEST_DIR"));
+    testkit.parent().and_then(Path::parent).unwrap_or(testkit).to_path_buf()
 }
 
 /// A running moto server; killed on drop.
@@ -62,15 +87,14 @@ impl Requests {
 }
 
 impl Moto {
-    /// Start a server, or `None` (with a message) when moto is not installed outside CI.
-    /// In CI (`CI` set) a missing moto is a failure: `.ci/run` installs it.
+    /// Start a server. Panics when moto is not installed, naming the command that installs it
+    /// (see [`check`]). Always `Some`: the `Option` stays for the callers written when tests
+    /// skipped.
+    #[track_caller]
     pub fn start() -> Option<Moto> {
-        let Some(bin) = moto_binary() else {
-            if std::env::var_os("CI").is_some() {
-                panic!("moto_server not found; .ci/run installs it into /opt/treesync-moto");
-            }
-            eprintln!("skipped: moto_server not found (pip install 'moto[server]', or run .ci/run)");
-            return None;
+        let bin = match check() {
+            Ok(t) => t,
+            Err(m) => m.fail(),
         };
         let dir = tempfile::tempdir().expect("tempdir");
         let log = dir.path().join("moto.log");

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use treesync_testkit::delay::DelayProxy;
 use treesync_testkit::ganesha::{self, Ganesha, MOUNT_PROGRAM, NFS_PROGRAM};
+use treesync_testkit::mountinfo;
 
 /// Connected to `addr`, with TCP_NODELAY and a 5 s read timeout.
 fn connect(addr: SocketAddr) -> TcpStream {
@@ -23,14 +24,12 @@ fn listening(port: u16) -> bool {
 }
 
 fn mounted(path: &std::path::Path) -> bool {
-    let info = std::fs::read_to_string("/proc/self/mountinfo").expect("read /proc/self/mountinfo");
-    let path = path.to_str().expect("utf-8 path");
-    info.lines().any(|l| l.split(' ').nth(4) == Some(path))
+    mountinfo::at(path).expect("read /proc/self/mountinfo").is_some()
 }
 
 #[test]
 fn nfs_and_mount_answer_null_calls() {
-    let Some(g) = Ganesha::start() else { return };
+    let g = Ganesha::start().expect("start fails the test when the testbed is missing");
     eprintln!("ganesha ready after {:?} on {} ({})", g.ready_after(), g.nfs_addr(), g.url(""));
     let nfs = ganesha::rpc_null(g.nfs_addr(), NFS_PROGRAM, 3).expect("NFS v3 NULL");
     let mount = ganesha::rpc_null(g.mount_addr(), MOUNT_PROGRAM, 3).expect("MOUNT v3 NULL");
@@ -57,8 +56,8 @@ fn nfs_and_mount_answer_null_calls() {
 
 #[test]
 fn two_servers_at_once() {
-    let Some(a) = Ganesha::start() else { return };
-    let Some(b) = Ganesha::start() else { return };
+    let a = Ganesha::start().expect("start fails the test when the testbed is missing");
+    let b = Ganesha::start().expect("start fails the test when the testbed is missing");
     assert_ne!(a.nfs_port(), b.nfs_port());
     assert_ne!(a.dir(), b.dir());
     for g in [&a, &b] {
@@ -79,7 +78,7 @@ fn two_servers_at_once() {
 
 #[test]
 fn files_written_into_the_export_are_there() {
-    let Some(g) = Ganesha::shared() else { return };
+    let g = Ganesha::shared().expect("shared fails the test when the testbed is missing");
     let sub = g.dir().join("sanity");
     std::fs::create_dir_all(&sub).expect("mkdir in the export");
     std::fs::write(sub.join("f.txt"), b"hello nfs").expect("write into the export");
@@ -91,7 +90,7 @@ fn files_written_into_the_export_are_there() {
 
 #[test]
 fn null_through_the_delay_proxy_is_delayed_and_pipelines() {
-    let Some(g) = Ganesha::shared() else { return };
+    let g = Ganesha::shared().expect("shared fails the test when the testbed is missing");
     let one_way = Duration::from_millis(2);
     let proxy = DelayProxy::start(g.nfs_addr(), one_way);
     // The best of a few round trips (the first pays for the upstream connect).
@@ -121,7 +120,7 @@ fn null_through_the_delay_proxy_is_delayed_and_pipelines() {
 
 #[test]
 fn cut_closes_connections_and_new_ones_work() {
-    let Some(g) = Ganesha::shared() else { return };
+    let g = Ganesha::shared().expect("shared fails the test when the testbed is missing");
     let proxy = DelayProxy::start(g.nfs_addr(), Duration::from_millis(1));
     let mut s = connect(proxy.addr());
     ganesha::rpc_null_on(&mut s, NFS_PROGRAM, 3).expect("call before the cut");
@@ -227,7 +226,7 @@ fn hold_a_server_until_killed() {
     if std::env::var_os("TREESYNC_GANESHA_HOLDER").is_none() {
         return;
     }
-    let Some(g) = Ganesha::start() else { return };
+    let g = Ganesha::start().expect("start fails the test when the testbed is missing");
     // From a thread that ends at once: the cleanup must not depend on the starting thread.
     let holder = std::thread::spawn(Ganesha::shared).join().expect("start the shared one");
     let shared = holder.expect("shared instance");
@@ -238,8 +237,8 @@ fn hold_a_server_until_killed() {
 
 #[test]
 fn killed_test_process_leaves_nothing() {
-    if !ganesha::available() {
-        return;
+    if let Err(m) = ganesha::check() {
+        m.fail();
     }
     let mut child = Command::new(std::env::current_exe().expect("test binary"))
         .args(["--exact", "hold_a_server_until_killed", "--ignored", "--nocapture"])

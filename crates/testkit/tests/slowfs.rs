@@ -1,5 +1,5 @@
 //! The slow FUSE filesystem: passthrough behaviour, counting, concurrency, control socket and
-//! unmounting. Needs /dev/fuse and root (CI has both) or fusermount3; skipped otherwise.
+//! unmounting. Needs /dev/fuse and root or fusermount3; fails naming the command otherwise.
 
 use std::fs;
 use std::io::{Read, Write};
@@ -11,8 +11,11 @@ use std::time::Duration;
 use treesync_testkit::git;
 use treesync_testkit::slowfs::{self, Config, Op, SlowFs, Stats};
 
-fn fuse_available() -> bool {
-    slowfs::available()
+/// Fails the test, naming what provides it, when FUSE mounts cannot be made here.
+fn need_fuse() {
+    if let Err(m) = slowfs::check() {
+        m.fail();
+    }
 }
 
 fn errno(e: &std::io::Error) -> Option<i32> {
@@ -25,9 +28,7 @@ fn raw(e: rustix::io::Errno) -> Option<i32> {
 
 #[test]
 fn passthrough_behaves_like_a_local_directory() {
-    if !fuse_available() {
-        return;
-    }
+    need_fuse();
     let fs = SlowFs::temp(Config { threads: 8, ..Config::default() }).expect("mount");
     let mnt = fs.path();
     let back = fs.backing();
@@ -204,9 +205,7 @@ fn passthrough_behaves_like_a_local_directory() {
 
 #[test]
 fn git_works_on_the_mount() {
-    if !fuse_available() {
-        return;
-    }
+    need_fuse();
     let fs = SlowFs::temp(Config { threads: 8, ..Config::default() }).expect("mount");
     let commit = ["-c", "user.name=slowfs", "-c", "user.email=slowfs@example.invalid", "commit", "-qm", "one"];
 
@@ -250,9 +249,7 @@ fn small_tree(fs: &SlowFs) {
 
 #[test]
 fn every_lstat_reaches_the_daemon_and_is_recorded() {
-    if !fuse_available() {
-        return;
-    }
+    need_fuse();
     let fs = SlowFs::temp(Config { threads: 8, record_paths: true, ..Config::default() }).expect("mount");
     small_tree(&fs);
     let file = fs.path().join("a/b/c.txt");
@@ -331,9 +328,7 @@ fn hammer(fs: &SlowFs, threads: usize) -> Stats {
 
 #[test]
 fn requests_overlap_unless_the_server_is_limited() {
-    if !fuse_available() {
-        return;
-    }
+    need_fuse();
     let latency = Duration::from_millis(2);
 
     let limited =
@@ -355,9 +350,7 @@ fn requests_overlap_unless_the_server_is_limited() {
 
 #[test]
 fn control_socket_serves_stats_and_reset() {
-    if !fuse_available() {
-        return;
-    }
+    need_fuse();
     let dir = tempfile::tempdir().expect("tempdir");
     let sock = dir.path().join("slowfs.sock");
     let fs = SlowFs::temp(Config { threads: 4, control: Some(sock.clone()), ..Config::default() }).expect("mount");
@@ -384,9 +377,7 @@ fn control_socket_serves_stats_and_reset() {
 
 #[test]
 fn a_panicking_test_leaves_no_mount_behind() {
-    if !fuse_available() {
-        return;
-    }
+    need_fuse();
     let seen: Arc<Mutex<Vec<PathBuf>>> = Arc::default();
 
     let s = seen.clone();

@@ -9,7 +9,8 @@ use std::time::Duration;
 
 use treesync_testkit::s3::{Moto, Requests};
 
-use crate::util::{measure, run_quiet};
+use crate::measure::measure;
+use xtask::util::run_quiet;
 
 pub struct Config {
     pub files: usize,
@@ -28,7 +29,8 @@ fn aws_bin() -> String {
 }
 
 pub fn run(c: &Config, dir: &Path, treesync: &Path) -> Result<String, String> {
-    let moto = Moto::start().ok_or("moto_server is not installed (pip install 'moto[server]', or run .ci/run)")?;
+    treesync_testkit::s3::check().map_err(|m| format!("the S3 benchmark needs moto: {m}"))?;
+    let moto = Moto::start().ok_or("moto did not start")?;
     for b in ["bench-treesync", "bench-rclone", "bench-aws"] {
         moto.create_bucket(b);
     }

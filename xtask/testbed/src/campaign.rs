@@ -4,7 +4,7 @@
 use std::fmt::Write as _;
 use std::process::Command;
 
-use crate::util::{project_root, run_status};
+use xtask::util::{project_root, run_status};
 
 pub fn run(args: &[String]) -> Result<(), String> {
     let mut trials = 200u64;

@@ -9,9 +9,13 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use treesync_testkit::history;
+mod nfs;
+mod nfs_client;
+mod s3;
 
-use crate::util::{measure, median, project_root, run_quiet, run_status};
+use crate::measure::{fmt_time, measure, median};
+use crate::repo::{git, make_repo, settle};
+use xtask::util::{project_root, run_quiet, run_status};
 
 struct Config {
     files: usize,
@@ -126,37 +130,7 @@ struct Row {
     stats: Option<(u64, u64)>,
 }
 
-/// `bench-generate REPO N` (internal): write commits A and B into REPO, print their ids.
-pub fn generate(args: &[String]) -> Result<(), String> {
-    let [repo, n] = args else { return Err("bench-generate REPO N".into()) };
-    let n: usize = n.parse().map_err(|e| format!("N: {e}"))?;
-    let a = history::wide_tree(n, 1);
-    let (b, _) = history::change_some(&a, 10, 2, 2, 2);
-    for id in history::import(Path::new(repo), "main", &[a, b]) {
-        println!("{id}");
-    }
-    Ok(())
-}
-
 const STAT_REGEX: &str = "trace=/^(stat|lstat|fstat|newfstatat|statx|fstatat64|stat64|lstat64|fstat64)$";
-
-pub fn git(repo: &Path, work: &Path, index: &Path) -> Command {
-    let mut c = Command::new("git");
-    c.env("GIT_INDEX_FILE", index)
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .env("GIT_CONFIG_GLOBAL", "/dev/null")
-        .arg("--git-dir")
-        .arg(repo)
-        .arg("--work-tree")
-        .arg(work);
-    c
-}
-
-/// Make the index entries non-racy, as in a tree that has been there for a while.
-pub fn settle(repo: &Path, work: &Path, index: &Path) -> Result<(), String> {
-    std::thread::sleep(Duration::from_millis(1100));
-    run_quiet(git(repo, work, index).args(["update-index", "-q", "--refresh"])).map(|_| ())
-}
 
 /// Stat-family syscalls of the whole process, and syscalls of any kind that name a path or
 /// descriptor inside `target` (from `strace -y`, which prints the path behind each descriptor).
@@ -233,14 +207,14 @@ pub fn run(args: &[String]) -> Result<(), String> {
             }
         }
         if c.nfs {
-            let nc = crate::bench_nfs::Config {
+            let nc = nfs::Config {
                 sizes: c.nfs_files.clone(),
                 initial_files: c.nfs_initial,
                 latency: c.nfs_latency,
                 runs: c.nfs_runs.max(1),
                 git_runs: c.nfs_git_runs.max(1),
             };
-            let table = crate::bench_nfs::run(&nc, &c.dir, &treesync)?;
+            let table = nfs::run(&nc, &c.dir, &treesync)?;
             println!("{table}");
             if c.write {
                 let sizes: Vec<String> = c.nfs_files.iter().map(|n| n.to_string()).collect();
@@ -261,17 +235,17 @@ pub fn run(args: &[String]) -> Result<(), String> {
             }
         }
         if c.nfs_client {
-            let cc = crate::bench_nfs_client::Config {
+            let cc = nfs_client::Config {
                 initial_files: c.client_initial,
                 update_files: c.client_files,
                 one_way: c.client_delay,
                 runs: c.client_runs.max(1),
             };
-            let table = crate::bench_nfs_client::run(&cc, &c.dir, &treesync)?;
+            let table = nfs_client::run(&cc, &c.dir, &treesync)?;
             println!("{table}");
             if c.write {
                 let block = format!(
-                    "Reproduce: `cargo xtask bench nfs-client --client-initial {} --client-files {} --client-delay-ms {} --client-runs {}` (root; needs nfs-ganesha: see .ci/run).\n\n{table}",
+                    "Reproduce: `cargo xtask bench nfs-client --client-initial {} --client-files {} --client-delay-ms {} --client-runs {}` (root; needs nfs-ganesha: `cargo xtask test` installs it).\n\n{table}",
                     c.client_initial,
                     c.client_files,
                     c.client_delay.as_secs_f64() * 1000.0,
@@ -286,11 +260,11 @@ pub fn run(args: &[String]) -> Result<(), String> {
             }
         }
         if c.s3 {
-            let table = crate::bench_s3::run(&crate::bench_s3::Config { files: c.s3_files }, &c.dir, &treesync)?;
+            let table = s3::run(&s3::Config { files: c.s3_files }, &c.dir, &treesync)?;
             println!("{table}");
             if c.write {
                 let block = format!(
-                    "Reproduce: `cargo xtask bench s3 --s3-files {}` (needs moto, rclone and awscli: see .ci/run and the Debian packages).\n\n{table}",
+                    "Reproduce: `cargo xtask bench s3 --s3-files {}` (needs moto, which `cargo xtask test` installs, and rclone and awscli from the Debian packages).\n\n{table}",
                     c.s3_files
                 );
                 write_section(
@@ -319,27 +293,6 @@ fn is_mountpoint(p: &Path) -> bool {
 
 fn is_tmpfs(p: &Path) -> bool {
     run_quiet(Command::new("stat").args(["-f", "-c", "%T"]).arg(p)).is_ok_and(|t| t.trim() == "tmpfs")
-}
-
-/// A bare repository at `repo` with tags A (`files` files) and B (A with 10 files modified, 2
-/// added, 2 deleted), packed.
-pub fn make_repo(repo: &Path, files: usize) -> Result<(), String> {
-    let _ = std::fs::remove_dir_all(repo);
-    std::fs::create_dir_all(repo).map_err(|e| e.to_string())?;
-    run_quiet(Command::new("git").arg("init").arg("-q").arg("--bare").arg(repo))?;
-    eprintln!("generating {files} files…");
-    // In a child process, so that this process stays small: a spawned child's peak RSS starts
-    // from its parent's (vfork), and the generated model is large.
-    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
-    let out = run_quiet(Command::new(exe).arg("bench-generate").arg(repo).arg(files.to_string()))?;
-    let commits: Vec<String> = out.lines().map(str::to_string).collect();
-    if commits.len() != 2 {
-        return Err(format!("bench-generate printed {out:?}"));
-    }
-    run_quiet(Command::new("git").arg("-C").arg(repo).args(["update-ref", "refs/tags/A", &commits[0]]))?;
-    run_quiet(Command::new("git").arg("-C").arg(repo).args(["update-ref", "refs/tags/B", &commits[1]]))?;
-    run_quiet(Command::new("git").arg("-C").arg(repo).args(["repack", "-adq"]))?;
-    Ok(())
 }
 
 fn bench(c: &Config, treesync: &Path, has_strace: bool, on_tmpfs: bool) -> Result<(String, String), String> {
@@ -550,14 +503,6 @@ fn render(rows: &[Row], c: &Config, on_tmpfs: bool) -> (String, String) {
         }
     }
     (md.clone(), md)
-}
-
-pub fn fmt_time(d: Duration) -> String {
-    if d.as_secs_f64() >= 1.0 {
-        format!("{:.2} s", d.as_secs_f64())
-    } else {
-        format!("{:.1} ms", d.as_secs_f64() * 1000.0)
-    }
 }
 
 pub fn write_section(path: &Path, name: &str, title: &str, block: &str) -> Result<(), String> {

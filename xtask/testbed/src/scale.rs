@@ -10,8 +10,9 @@ use std::time::Duration;
 
 use treesync_testkit::git_stdin;
 
-use crate::bench::{fmt_time, make_repo};
-use crate::util::{matches_git_archive, measure, project_root, run_quiet, run_status};
+use crate::measure::{fmt_time, measure};
+use crate::repo::{make_repo, matches_git_archive};
+use xtask::util::{project_root, run_quiet, run_status};
 
 struct Row {
     case: String,

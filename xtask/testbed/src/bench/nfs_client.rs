@@ -12,8 +12,8 @@ use treesync_testkit::delay::DelayProxy;
 use treesync_testkit::ganesha::{self, Ganesha};
 use treesync_testkit::history;
 
-use crate::bench::fmt_time;
-use crate::util::{matches_git_archive, median};
+use crate::measure::{fmt_time, median};
+use crate::repo::matches_git_archive;
 
 pub struct Config {
     /// Files of the initial-checkout case.
@@ -72,11 +72,7 @@ fn url(port: u16, mount_port: u16, sub: &str, extra: &str) -> String {
 }
 
 pub fn run(c: &Config, dir: &Path, treesync: &Path) -> Result<String, String> {
-    if !ganesha::available() {
-        return Err(
-            "the nfs-client benchmark needs nfs-ganesha (apt-get install nfs-ganesha nfs-ganesha-vfs; root)".into()
-        );
-    }
+    ganesha::check().map_err(|m| format!("the nfs-client benchmark needs the nfs-ganesha testbed: {m}"))?;
     let server = Ganesha::start().ok_or("nfs-ganesha did not start")?;
     let nfs = DelayProxy::start(server.nfs_addr(), c.one_way);
     let mnt = DelayProxy::start(server.mount_addr(), c.one_way);

@@ -11,8 +11,9 @@ use std::time::Duration;
 
 use treesync_testkit::slowfs::{self, SlowFs};
 
-use crate::bench::{fmt_time, git, make_repo, settle};
-use crate::util::{measure, median, run_quiet};
+use crate::measure::{fmt_time, measure, median};
+use crate::repo::{git, make_repo, settle};
+use xtask::util::run_quiet;
 
 pub struct Config {
     /// Tree sizes for the update case.
@@ -63,9 +64,7 @@ fn rm(p: &Path) {
 }
 
 pub fn run(c: &Config, dir: &Path, treesync: &Path) -> Result<String, String> {
-    if !slowfs::available() {
-        return Err("the NFS benchmark needs FUSE (/dev/fuse and root, or fusermount3)".into());
-    }
+    slowfs::check().map_err(|m| format!("the NFS benchmark needs FUSE: {m}"))?;
     let backing = dir.join("nfs-backing");
     let mnt = dir.join("nfs-mnt");
     rm(&backing);

@@ -1,0 +1,502 @@
+//! The filesystem proper: each request done on the backing directory, inode numbers mapped
+//! to backing paths, open files and directory listings kept by handle.
+
+use std::collections::HashMap;
+use std::ffi::{OsStr, OsString};
+use std::fs::{File, Metadata, Permissions};
+use std::io;
+use std::os::unix::fs::{DirBuilderExt, FileExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use fuser::{Errno, FileAttr, FileType, INodeNo, TimeOrNow};
+
+use super::pool::{Service, lock};
+use super::stats::{Counters, Op};
+
+pub(super) type Res<T> = Result<T, Errno>;
+
+/// A directory listing taken when a reader starts at offset 0; later offsets index into it.
+pub(super) struct DirEnt {
+    pub(super) ino: u64,
+    pub(super) kind: FileType,
+    pub(super) name: OsString,
+}
+
+pub(super) struct DirHandle {
+    pub(super) ino: u64,
+    pub(super) path: PathBuf,
+    pub(super) listing: Mutex<Option<Arc<Vec<DirEnt>>>>,
+}
+
+pub(super) struct OpenFile {
+    pub(super) ino: u64,
+    pub(super) file: Arc<File>,
+}
+
+/// State shared by the request loop, the workers and [`SlowFs`].
+pub(super) struct Inner {
+    pub(super) backing: PathBuf,
+    /// st_ino of the backing root, shown to the kernel as inode 1.
+    pub(super) root_ino: u64,
+    pub(super) meta_latency: Duration,
+    pub(super) data_latency: Duration,
+    pub(super) case_insensitive: bool,
+    pub(super) service: Service,
+    pub(super) counters: Counters,
+    pub(super) recording: AtomicBool,
+    pub(super) paths: Mutex<Vec<(Op, String)>>,
+    /// inode → (parent inode, name), learnt from lookup/create/mkdir/… and kept current by
+    /// rename/unlink/rmdir: how an inode number becomes a backing path.
+    pub(super) nodes: RwLock<HashMap<u64, (u64, OsString)>>,
+    /// inode → generation. The backing filesystem reuses the inode number of a removed file
+    /// for a new one; the kernel tells them apart by the generation (same number and
+    /// generation = same inode, so a new directory would inherit the dead one's state and
+    /// refuse entries with ENOENT). Every object created through the mount gets a new one.
+    pub(super) generations: Mutex<HashMap<u64, u64>>,
+    pub(super) files: Mutex<HashMap<u64, OpenFile>>,
+    pub(super) dirs: Mutex<HashMap<u64, Arc<DirHandle>>>,
+    pub(super) next_fh: AtomicU64,
+}
+
+pub(super) fn errno(e: io::Error) -> Errno {
+    Errno::from(e)
+}
+
+pub(super) fn rerrno(e: rustix::io::Errno) -> Errno {
+    Errno::from_i32(e.raw_os_error())
+}
+
+pub(super) fn system_time(secs: i64, nsecs: i64) -> SystemTime {
+    let nanos = Duration::from_nanos(nsecs.clamp(0, 999_999_999) as u64);
+    if secs >= 0 {
+        UNIX_EPOCH + Duration::from_secs(secs as u64) + nanos
+    } else {
+        UNIX_EPOCH - Duration::from_secs(secs.unsigned_abs()) + nanos
+    }
+}
+
+pub(super) fn timespec(t: Option<TimeOrNow>) -> rustix::fs::Timespec {
+    match t {
+        None => rustix::fs::Timespec { tv_sec: 0, tv_nsec: rustix::fs::UTIME_OMIT },
+        Some(TimeOrNow::Now) => rustix::fs::Timespec { tv_sec: 0, tv_nsec: rustix::fs::UTIME_NOW },
+        Some(TimeOrNow::SpecificTime(t)) => match t.duration_since(UNIX_EPOCH) {
+            Ok(d) => rustix::fs::Timespec { tv_sec: d.as_secs() as i64, tv_nsec: d.subsec_nanos().into() },
+            Err(e) => {
+                let d = e.duration();
+                let (secs, nanos) = (d.as_secs() as i64, d.subsec_nanos());
+                if nanos == 0 {
+                    rustix::fs::Timespec { tv_sec: -secs, tv_nsec: 0 }
+                } else {
+                    rustix::fs::Timespec { tv_sec: -secs - 1, tv_nsec: (1_000_000_000 - nanos).into() }
+                }
+            }
+        },
+    }
+}
+
+/// Set the permission bits to exactly `mode & 0o777` when the daemon's umask took some away
+/// (the kernel already applied the caller's umask).
+pub(super) fn fix_mode(path: &Path, mode: u32) -> io::Result<()> {
+    let md = std::fs::symlink_metadata(path)?;
+    if md.mode() & 0o777 != mode & 0o777 {
+        std::fs::set_permissions(path, Permissions::from_mode((md.mode() & 0o7000) | (mode & 0o777)))?;
+    }
+    Ok(())
+}
+
+impl Inner {
+    // --- inode numbers and paths
+
+    pub(super) fn fuse_ino(&self, st_ino: u64) -> u64 {
+        if st_ino == self.root_ino { INodeNo::ROOT.0 } else { st_ino }
+    }
+
+    /// An existing object's attributes with its current generation.
+    pub(super) fn known(&self, attr: FileAttr) -> (FileAttr, u64) {
+        let g = self.generations.lock().expect("never poisoned").get(&attr.ino.0).copied().unwrap_or(0);
+        (attr, g)
+    }
+
+    /// A new object's attributes with a new generation for its (possibly reused) number.
+    pub(super) fn born(&self, attr: FileAttr) -> (FileAttr, u64) {
+        let mut gens = self.generations.lock().expect("never poisoned");
+        let g = gens.entry(attr.ino.0).or_insert(0);
+        *g += 1;
+        (attr, *g)
+    }
+
+    pub(super) fn attr(&self, md: &Metadata) -> FileAttr {
+        FileAttr {
+            ino: INodeNo(self.fuse_ino(md.ino())),
+            size: md.size(),
+            blocks: md.blocks(),
+            atime: system_time(md.atime(), md.atime_nsec()),
+            mtime: system_time(md.mtime(), md.mtime_nsec()),
+            ctime: system_time(md.ctime(), md.ctime_nsec()),
+            crtime: UNIX_EPOCH,
+            kind: FileType::from_std(md.file_type()).unwrap_or(FileType::RegularFile),
+            perm: (md.mode() & 0o7777) as u16,
+            nlink: u32::try_from(md.nlink()).unwrap_or(u32::MAX),
+            uid: md.uid(),
+            gid: md.gid(),
+            rdev: md.rdev() as u32,
+            blksize: u32::try_from(md.blksize()).unwrap_or(4096),
+            flags: 0,
+        }
+    }
+
+    /// Path of `ino` relative to the backing root.
+    pub(super) fn rel(&self, ino: u64) -> Option<PathBuf> {
+        if ino == INodeNo::ROOT.0 {
+            return Some(PathBuf::new());
+        }
+        let nodes = self.nodes.read().unwrap_or_else(|e| e.into_inner());
+        let mut names = Vec::new();
+        let mut cur = ino;
+        while cur != INodeNo::ROOT.0 {
+            let (parent, name) = nodes.get(&cur)?;
+            names.push(name.as_os_str());
+            cur = *parent;
+            if names.len() > 4096 {
+                return None;
+            }
+        }
+        Some(names.iter().rev().collect())
+    }
+
+    pub(super) fn path(&self, ino: u64) -> Res<PathBuf> {
+        self.rel(ino).map(|rel| self.backing.join(rel)).ok_or(Errno::ESTALE)
+    }
+
+    pub(super) fn child(&self, parent: u64, name: &OsStr) -> Res<PathBuf> {
+        let dir = self.path(parent)?;
+        let exact = dir.join(name);
+        if !self.case_insensitive || std::fs::symlink_metadata(&exact).is_ok() {
+            return Ok(exact);
+        }
+        // Case-insensitive: an existing entry spelled differently is this one.
+        let want = name.to_string_lossy().to_lowercase();
+        let found = std::fs::read_dir(&dir)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .find(|e| e.file_name().to_string_lossy().to_lowercase() == want);
+        Ok(found.map_or(exact, |e| dir.join(e.file_name())))
+    }
+
+    pub(super) fn describe(&self, ino: u64, name: Option<&OsStr>) -> String {
+        match (self.rel(ino), name) {
+            (Some(rel), Some(name)) => rel.join(name).to_string_lossy().into_owned(),
+            (Some(rel), None) => rel.to_string_lossy().into_owned(),
+            (None, Some(name)) => format!("<ino {ino}>/{}", name.to_string_lossy()),
+            (None, None) => format!("<ino {ino}>"),
+        }
+    }
+
+    pub(super) fn remember(&self, ino: u64, parent: u64, name: &OsStr) {
+        if ino != INodeNo::ROOT.0 {
+            self.nodes.write().unwrap_or_else(|e| e.into_inner()).insert(ino, (parent, name.to_owned()));
+        }
+    }
+
+    /// Forget `ino` if it is known under (parent, name) (a hard link elsewhere stays known).
+    pub(super) fn forget_name(&self, ino: u64, parent: u64, name: &OsStr) {
+        let mut nodes = self.nodes.write().unwrap_or_else(|e| e.into_inner());
+        if nodes.get(&ino).is_some_and(|(p, n)| *p == parent && n == name) {
+            nodes.remove(&ino);
+        }
+    }
+
+    /// Stat `parent/name` and remember where its inode lives.
+    pub(super) fn entry(&self, parent: u64, name: &OsStr, path: &Path) -> Res<FileAttr> {
+        let md = std::fs::symlink_metadata(path).map_err(errno)?;
+        let attr = self.attr(&md);
+        // The spelling on disk (it differs from `name` on a case-insensitive filesystem).
+        self.remember(attr.ino.0, parent, path.file_name().unwrap_or(name));
+        Ok(attr)
+    }
+
+    pub(super) fn open_file(&self, ino: u64) -> Option<Arc<File>> {
+        lock(&self.files).get(&ino).map(|f| f.file.clone())
+    }
+
+    pub(super) fn handle(&self, fh: u64) -> Res<Arc<File>> {
+        lock(&self.files).get(&fh).map(|f| f.file.clone()).ok_or(Errno::EBADF)
+    }
+
+    pub(super) fn add_handle(&self, ino: u64, file: File) -> u64 {
+        let fh = self.next_fh.fetch_add(1, Ordering::SeqCst);
+        lock(&self.files).insert(fh, OpenFile { ino, file: Arc::new(file) });
+        fh
+    }
+
+    // --- operations, run by the workers after the latency
+
+    pub(super) fn lookup(&self, parent: u64, name: &OsStr) -> Res<FileAttr> {
+        let path = self.child(parent, name)?;
+        self.entry(parent, name, &path)
+    }
+
+    pub(super) fn getattr(&self, ino: u64, fh: Option<u64>) -> Res<FileAttr> {
+        if let Some(file) = fh.and_then(|fh| self.open_file(fh)) {
+            return Ok(self.attr(&file.metadata().map_err(errno)?));
+        }
+        let by_path = self.path(ino).and_then(|p| std::fs::symlink_metadata(p).map_err(errno));
+        match by_path {
+            Ok(md) if self.fuse_ino(md.ino()) == ino => Ok(self.attr(&md)),
+            other => {
+                // Unlinked while open, or moved behind our back: an open handle still knows it.
+                let open = lock(&self.files).values().find(|f| f.ino == ino).map(|f| f.file.clone());
+                match (open, other) {
+                    (Some(file), _) => Ok(self.attr(&file.metadata().map_err(errno)?)),
+                    (None, Err(e)) => Err(e),
+                    (None, Ok(_)) => Err(Errno::ESTALE),
+                }
+            }
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn setattr(
+        &self,
+        ino: u64,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        size: Option<u64>,
+        atime: Option<TimeOrNow>,
+        mtime: Option<TimeOrNow>,
+        fh: Option<u64>,
+    ) -> Res<FileAttr> {
+        let file = fh.and_then(|fh| self.open_file(fh));
+        let path = self.path(ino);
+        if let Some(mode) = mode {
+            let perm = Permissions::from_mode(mode & 0o7777);
+            match &file {
+                Some(f) => f.set_permissions(perm),
+                None => std::fs::set_permissions(path.clone()?, perm),
+            }
+            .map_err(errno)?;
+        }
+        if uid.is_some() || gid.is_some() {
+            match &file {
+                Some(f) => std::os::unix::fs::fchown(f.as_ref(), uid, gid),
+                None => std::os::unix::fs::lchown(path.clone()?, uid, gid),
+            }
+            .map_err(errno)?;
+        }
+        if let Some(size) = size {
+            match &file {
+                Some(f) => f.set_len(size),
+                None => std::fs::OpenOptions::new().write(true).open(path.clone()?).and_then(|f| f.set_len(size)),
+            }
+            .map_err(errno)?;
+        }
+        if atime.is_some() || mtime.is_some() {
+            let times = rustix::fs::Timestamps { last_access: timespec(atime), last_modification: timespec(mtime) };
+            match &file {
+                Some(f) => rustix::fs::futimens(f.as_ref(), &times),
+                None => rustix::fs::utimensat(
+                    rustix::fs::CWD,
+                    path.clone()?.as_path(),
+                    &times,
+                    rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
+                ),
+            }
+            .map_err(rerrno)?;
+        }
+        match &file {
+            Some(f) => Ok(self.attr(&f.metadata().map_err(errno)?)),
+            None => Ok(self.attr(&std::fs::symlink_metadata(path?).map_err(errno)?)),
+        }
+    }
+
+    pub(super) fn readlink(&self, ino: u64) -> Res<Vec<u8>> {
+        let target = std::fs::read_link(self.path(ino)?).map_err(errno)?;
+        Ok(target.into_os_string().into_encoded_bytes())
+    }
+
+    pub(super) fn mknod(&self, parent: u64, name: &OsStr, mode: u32, rdev: u32) -> Res<FileAttr> {
+        let path = self.child(parent, name)?;
+        let file_type = rustix::fs::FileType::from_raw_mode(mode);
+        if file_type == rustix::fs::FileType::RegularFile {
+            std::fs::OpenOptions::new().write(true).create_new(true).mode(mode & 0o7777).open(&path).map_err(errno)?;
+        } else {
+            let perm = rustix::fs::Mode::from_raw_mode(mode & 0o7777);
+            rustix::fs::mknodat(rustix::fs::CWD, &path, file_type, perm, rdev.into()).map_err(rerrno)?;
+        }
+        fix_mode(&path, mode).map_err(errno)?;
+        self.entry(parent, name, &path)
+    }
+
+    pub(super) fn mkdir(&self, parent: u64, name: &OsStr, mode: u32) -> Res<FileAttr> {
+        let path = self.child(parent, name)?;
+        std::fs::DirBuilder::new().mode(mode & 0o7777).create(&path).map_err(errno)?;
+        fix_mode(&path, mode).map_err(errno)?;
+        self.entry(parent, name, &path)
+    }
+
+    pub(super) fn unlink(&self, parent: u64, name: &OsStr, dir: bool) -> Res<()> {
+        let path = self.child(parent, name)?;
+        let ino = std::fs::symlink_metadata(&path).map(|md| self.fuse_ino(md.ino())).ok();
+        if dir { std::fs::remove_dir(&path) } else { std::fs::remove_file(&path) }.map_err(errno)?;
+        if let Some(ino) = ino {
+            self.forget_name(ino, parent, path.file_name().unwrap_or(name));
+        }
+        Ok(())
+    }
+
+    pub(super) fn symlink(&self, parent: u64, name: &OsStr, target: &Path) -> Res<FileAttr> {
+        let path = self.child(parent, name)?;
+        std::os::unix::fs::symlink(target, &path).map_err(errno)?;
+        self.entry(parent, name, &path)
+    }
+
+    pub(super) fn rename(&self, parent: u64, name: &OsStr, newparent: u64, newname: &OsStr, flags: u32) -> Res<()> {
+        let from = self.child(parent, name)?;
+        let to = self.child(newparent, newname)?;
+        let ino_of = |p: &Path| std::fs::symlink_metadata(p).map(|md| self.fuse_ino(md.ino())).ok();
+        let (from_ino, to_ino) = (ino_of(&from), ino_of(&to));
+        let flags = rustix::fs::RenameFlags::from_bits_retain(flags);
+        rustix::fs::renameat_with(rustix::fs::CWD, &from, rustix::fs::CWD, &to, flags).map_err(rerrno)?;
+        let exchanged = flags.contains(rustix::fs::RenameFlags::EXCHANGE);
+        if let Some(ino) = to_ino.filter(|&ino| Some(ino) != from_ino) {
+            if exchanged {
+                self.remember(ino, parent, from.file_name().unwrap_or(name));
+            } else {
+                self.forget_name(ino, newparent, to.file_name().unwrap_or(newname));
+            }
+        }
+        if let Some(ino) = from_ino {
+            self.remember(ino, newparent, to.file_name().unwrap_or(newname));
+        }
+        Ok(())
+    }
+
+    pub(super) fn link(&self, ino: u64, newparent: u64, newname: &OsStr) -> Res<FileAttr> {
+        let from = self.path(ino)?;
+        let to = self.child(newparent, newname)?;
+        std::fs::hard_link(&from, &to).map_err(errno)?;
+        let md = std::fs::symlink_metadata(&to).map_err(errno)?;
+        Ok(self.attr(&md))
+    }
+
+    pub(super) fn open(&self, ino: u64, flags: i32) -> Res<u64> {
+        use rustix::fs::OFlags;
+        let path = self.path(ino)?;
+        let flags = (OFlags::from_bits_retain(flags as u32)
+            - (OFlags::CREATE | OFlags::EXCL | OFlags::NOCTTY | OFlags::DIRECT))
+            | OFlags::CLOEXEC;
+        let fd = rustix::fs::open(&path, flags, rustix::fs::Mode::empty()).map_err(rerrno)?;
+        Ok(self.add_handle(ino, File::from(fd)))
+    }
+
+    pub(super) fn create(&self, parent: u64, name: &OsStr, mode: u32, flags: i32) -> Res<(FileAttr, u64)> {
+        use rustix::fs::OFlags;
+        let path = self.child(parent, name)?;
+        let asked = OFlags::from_bits_retain(flags as u32);
+        let base = (asked - (OFlags::CREATE | OFlags::EXCL | OFlags::NOCTTY | OFlags::DIRECT)) | OFlags::CLOEXEC;
+        let perm = rustix::fs::Mode::from_raw_mode(mode & 0o7777);
+        // Create exclusively to know whether we made it (only then fix its mode); fall back to
+        // opening the existing file unless the caller asked for O_EXCL.
+        let (fd, created) = match rustix::fs::open(&path, base | OFlags::CREATE | OFlags::EXCL, perm) {
+            Ok(fd) => (fd, true),
+            Err(rustix::io::Errno::EXIST) if !asked.contains(OFlags::EXCL) => {
+                (rustix::fs::open(&path, base, perm).map_err(rerrno)?, false)
+            }
+            Err(e) => return Err(rerrno(e)),
+        };
+        let file = File::from(fd);
+        let mut md = file.metadata().map_err(errno)?;
+        if created && md.mode() & 0o7777 != mode & 0o7777 {
+            file.set_permissions(Permissions::from_mode(mode & 0o7777)).map_err(errno)?;
+            md = file.metadata().map_err(errno)?;
+        }
+        let attr = self.attr(&md);
+        self.remember(attr.ino.0, parent, name);
+        Ok((attr, self.add_handle(attr.ino.0, file)))
+    }
+
+    pub(super) fn read(&self, fh: u64, offset: u64, size: u32) -> Res<Vec<u8>> {
+        let file = self.handle(fh)?;
+        let mut buf = vec![0; size as usize];
+        let mut done = 0;
+        while done < buf.len() {
+            match file.read_at(&mut buf[done..], offset + done as u64) {
+                Ok(0) => break,
+                Ok(n) => done += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(errno(e)),
+            }
+        }
+        buf.truncate(done);
+        Ok(buf)
+    }
+
+    pub(super) fn write(&self, fh: u64, offset: u64, data: &[u8]) -> Res<u32> {
+        let file = self.handle(fh)?;
+        file.write_all_at(data, offset).map_err(errno)?;
+        Ok(data.len() as u32)
+    }
+
+    pub(super) fn fsync(&self, fh: u64, datasync: bool) -> Res<()> {
+        let file = self.handle(fh)?;
+        if datasync { file.sync_data() } else { file.sync_all() }.map_err(errno)
+    }
+
+    pub(super) fn opendir(&self, ino: u64) -> Res<u64> {
+        let path = self.path(ino)?;
+        if !std::fs::symlink_metadata(&path).map_err(errno)?.is_dir() {
+            return Err(Errno::ENOTDIR);
+        }
+        let fh = self.next_fh.fetch_add(1, Ordering::SeqCst);
+        lock(&self.dirs).insert(fh, Arc::new(DirHandle { ino, path, listing: Mutex::new(None) }));
+        Ok(fh)
+    }
+
+    pub(super) fn readdir(&self, fh: u64, offset: u64) -> Res<Arc<Vec<DirEnt>>> {
+        let dir = lock(&self.dirs).get(&fh).cloned().ok_or(Errno::EBADF)?;
+        let mut listing = lock(&dir.listing);
+        if let Some(l) = listing.as_ref().filter(|_| offset != 0) {
+            return Ok(l.clone());
+        }
+        let parent = if dir.ino == INodeNo::ROOT.0 {
+            INodeNo::ROOT.0
+        } else {
+            self.nodes.read().unwrap_or_else(|e| e.into_inner()).get(&dir.ino).map_or(INodeNo::ROOT.0, |(p, _)| *p)
+        };
+        let mut entries = vec![
+            DirEnt { ino: dir.ino, kind: FileType::Directory, name: ".".into() },
+            DirEnt { ino: parent, kind: FileType::Directory, name: "..".into() },
+        ];
+        for entry in std::fs::read_dir(&dir.path).map_err(errno)? {
+            let entry = entry.map_err(errno)?;
+            let kind = entry.file_type().ok().and_then(FileType::from_std).unwrap_or(FileType::RegularFile);
+            entries.push(DirEnt {
+                ino: self.fuse_ino(std::os::unix::fs::DirEntryExt::ino(&entry)),
+                kind,
+                name: entry.file_name(),
+            });
+        }
+        let entries = Arc::new(entries);
+        *listing = Some(entries.clone());
+        Ok(entries)
+    }
+
+    pub(super) fn fsyncdir(&self, fh: u64) -> Res<()> {
+        let dir = lock(&self.dirs).get(&fh).cloned().ok_or(Errno::EBADF)?;
+        File::open(&dir.path).and_then(|f| f.sync_all()).map_err(errno)
+    }
+
+    pub(super) fn statfs(&self) -> Res<rustix::fs::StatVfs> {
+        rustix::fs::statvfs(&self.backing).map_err(rerrno)
+    }
+
+    pub(super) fn access(&self, ino: u64, mask: i32) -> Res<()> {
+        let access = rustix::fs::Access::from_bits_retain(mask as u32);
+        rustix::fs::accessat(rustix::fs::CWD, &self.path(ino)?, access, rustix::fs::AtFlags::empty()).map_err(rerrno)
+    }
+}

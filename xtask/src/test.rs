@@ -1,0 +1,502 @@
+//! `cargo xtask test`: the README's test command. Installs what the tests need where it can (as
+//! root on Debian: apt packages, and `moto[server]` into the project's virtualenv), says exactly
+//! what it installs, then runs every test, the API docs build and the release tarball check.
+//!
+//! The tests themselves never skip: a test whose real component is missing fails, naming the
+//! command that provides it (`treesync_testkit::missing`). This command is what provides them.
+
+use std::collections::BTreeSet;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use xtask::util::{project_root, run_status};
+
+/// The project's virtualenv for `moto[server]`, relative to the workspace root; the testkit
+/// looks for `moto_server` there (`treesync_testkit::s3::VENV` names the same place).
+pub const VENV: &str = "target/treesync-venv";
+
+/// Where ganesha's VFS FSAL may be (the testkit's ganesha testbed looks in the same places).
+const FSAL_VFS: &[&str] = &[
+    "/usr/lib/x86_64-linux-gnu/ganesha/libfsalvfs.so",
+    "/usr/lib/aarch64-linux-gnu/ganesha/libfsalvfs.so",
+    "/usr/lib/ganesha/libfsalvfs.so",
+    "/usr/lib64/ganesha/libfsalvfs.so",
+];
+
+/// Services the NFS packages enable; disabled so that no rpcbind listens on 0.0.0.0:111 after
+/// a reboot (the tests start their own, in a private namespace).
+const NFS_UNITS: &[&str] = &["rpcbind.socket", "rpcbind.service", "nfs-ganesha.service", "nfs-ganesha-lock.service"];
+
+/// How a missing piece is provided.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+enum Provider {
+    /// A Debian package.
+    Apt(&'static str),
+    /// `moto[server]` in the project's virtualenv.
+    Venv,
+    /// Nothing this command can install: what to do instead.
+    Host(String),
+}
+
+/// One missing piece: what, and what provides it.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+struct Need {
+    what: String,
+    provider: Provider,
+}
+
+/// Where to look: a `PATH`, a prefix for absolute files (`/` on the machine, a temporary
+/// directory in the tests), the workspace root and `$TREESYNC_MOTO_SERVER`.
+#[derive(Debug, Clone)]
+struct Probe {
+    path: Vec<PathBuf>,
+    root: PathBuf,
+    workspace: PathBuf,
+    moto_env: Option<PathBuf>,
+    /// Whether `python3` can make a virtualenv with pip (Debian's needs python3-venv).
+    venv_works: bool,
+    /// Whether this runs as root (the tests mount tmpfs and start nfs-ganesha in namespaces).
+    is_root: bool,
+}
+
+impl Probe {
+    /// This machine.
+    fn system() -> Probe {
+        Probe {
+            path: std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default()).collect(),
+            root: PathBuf::from("/"),
+            workspace: project_root(),
+            moto_env: std::env::var_os("TREESYNC_MOTO_SERVER").map(PathBuf::from),
+            venv_works: Command::new("python3")
+                .args(["-c", "import ensurepip, venv"])
+                .output()
+                .is_ok_and(|o| o.status.success()),
+            is_root: is_root(),
+        }
+    }
+
+    /// An absolute path of the machine, under the probe's root.
+    fn file(&self, abs: &str) -> PathBuf {
+        self.root.join(abs.trim_start_matches('/'))
+    }
+
+    /// `name` in `PATH`, then in the sbin and bin directories (as the testkit looks).
+    fn program(&self, name: &str) -> Option<PathBuf> {
+        let fixed = ["/usr/sbin", "/sbin", "/usr/bin", "/bin"].map(|d| self.file(d));
+        self.path.iter().cloned().chain(fixed).map(|d| d.join(name)).find(|p| p.is_file())
+    }
+
+    /// The `moto_server` the testkit would start: `$TREESYNC_MOTO_SERVER`, the venv, `PATH`.
+    fn moto(&self) -> Option<PathBuf> {
+        if let Some(p) = &self.moto_env {
+            return Some(p.clone());
+        }
+        let venv = self.workspace.join(VENV).join("bin/moto_server");
+        if venv.is_file() {
+            return Some(venv);
+        }
+        self.program("moto_server")
+    }
+}
+
+/// What the tests need that is not here.
+fn missing(probe: &Probe) -> Vec<Need> {
+    let mut needs = Vec::new();
+    let mut need = |what: &str, provider: Provider| needs.push(Need { what: what.to_string(), provider });
+    if !probe.is_root {
+        need(
+            "root (the tests mount tmpfs filesystems and start nfs-ganesha in namespaces)",
+            Provider::Host("run `cargo xtask test` as root".into()),
+        );
+    }
+    let programs: &[(&str, &'static str)] = &[
+        ("git", "git"),
+        ("strace", "strace"),
+        ("tar", "tar"),
+        ("fusermount3", "fuse3"),
+        ("unshare", "util-linux"),
+        ("setpriv", "util-linux"),
+        ("mount", "mount"),
+        ("umount", "mount"),
+        ("ganesha.nfsd", "nfs-ganesha"),
+        ("rpcbind", "rpcbind"),
+        ("nfs-ls", "libnfs-utils"),
+    ];
+    for (program, package) in programs {
+        if probe.program(program).is_none() {
+            need(program, Provider::Apt(package));
+        }
+    }
+    if !FSAL_VFS.iter().any(|f| probe.file(f).is_file()) {
+        need("ganesha's VFS FSAL (libfsalvfs.so)", Provider::Apt("nfs-ganesha-vfs"));
+    }
+    if !probe.file("/etc/netconfig").is_file() {
+        need("/etc/netconfig", Provider::Apt("libtirpc-common"));
+    }
+    if !probe.file("/dev/fuse").exists() {
+        need(
+            "/dev/fuse",
+            Provider::Host(
+                "load the fuse module (modprobe fuse); in a container, start it with --device /dev/fuse \
+                 --cap-add SYS_ADMIN"
+                    .into(),
+            ),
+        );
+    }
+    match probe.moto() {
+        Some(p) if p.is_file() => {}
+        Some(p) => need(
+            &format!("moto_server at {} ($TREESYNC_MOTO_SERVER)", p.display()),
+            Provider::Host("point TREESYNC_MOTO_SERVER at an installed moto_server, or unset it".into()),
+        ),
+        None => {
+            need("moto_server", Provider::Venv);
+            if probe.program("python3").is_none() || !probe.venv_works {
+                need("python3 with venv and pip", Provider::Apt("python3-venv"));
+            }
+        }
+    }
+    needs
+}
+
+/// What to run to provide `needs`, as the lines it prints: the apt packages (deduplicated, in
+/// order) and whether to make the virtualenv.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct Plan {
+    apt: BTreeSet<&'static str>,
+    venv: bool,
+    /// What cannot be installed here, with what to do.
+    host: Vec<(String, String)>,
+}
+
+impl Plan {
+    fn of(needs: &[Need]) -> Plan {
+        let mut plan = Plan::default();
+        for n in needs {
+            match &n.provider {
+                Provider::Apt(p) => {
+                    plan.apt.insert(p);
+                }
+                Provider::Venv => plan.venv = true,
+                Provider::Host(what) => plan.host.push((n.what.clone(), what.clone())),
+            }
+        }
+        plan
+    }
+
+    fn apt_command(&self) -> String {
+        format!("apt-get install -y {}", self.apt.iter().copied().collect::<Vec<_>>().join(" "))
+    }
+
+    fn venv_command() -> String {
+        format!("python3 -m venv {VENV} && {VENV}/bin/pip install 'moto[server]'")
+    }
+
+    fn is_empty(&self) -> bool {
+        self.apt.is_empty() && !self.venv && self.host.is_empty()
+    }
+
+    /// The commands that would provide everything, for a message to someone who must run them.
+    fn commands(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        if !self.apt.is_empty() {
+            out.push(format!("{} (as root)", self.apt_command()));
+        }
+        if self.venv {
+            out.push(format!("{} (in the workspace)", Plan::venv_command()));
+        }
+        out.extend(self.host.iter().map(|(what, how)| format!("{what}: {how}")));
+        out
+    }
+}
+
+/// Options of `cargo xtask test`.
+#[derive(Debug, Default)]
+struct Options {
+    /// Do not install: fail naming what provides a missing piece.
+    no_install: bool,
+    /// Print what would be installed and run; change nothing.
+    dry_run: bool,
+    /// Install, then stop (for a machine image).
+    install_only: bool,
+}
+
+pub fn run(args: &[String]) -> Result<(), String> {
+    let mut o = Options::default();
+    for a in args {
+        match a.as_str() {
+            "--no-install" => o.no_install = true,
+            "--dry-run" => o.dry_run = true,
+            "--install-only" => o.install_only = true,
+            other => return Err(format!("unknown option {other:?} (see cargo xtask help)")),
+        }
+    }
+    let root = project_root();
+    let plan = Plan::of(&missing(&Probe::system()));
+    if plan.is_empty() {
+        println!("xtask test: everything the tests need is installed");
+    } else {
+        if o.no_install {
+            return Err(unprovided(&plan, "is missing (--no-install)"));
+        }
+        if !plan.host.is_empty() {
+            return Err(unprovided(&plan, "cannot all be installed by this command"));
+        }
+        install(&plan, &root, o.dry_run)?;
+        if !o.dry_run {
+            let left = Plan::of(&missing(&Probe::system()));
+            if !left.is_empty() {
+                return Err(unprovided(&left, "is still missing after the install"));
+            }
+        }
+    }
+    if o.install_only {
+        return Ok(());
+    }
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let steps: [(&str, &[&str]); 3] = [
+        // Every test; they start and stop their own moto and nfs-ganesha on 127.0.0.1.
+        ("", &["test", "--workspace"]),
+        // The API docs build without a warning (broken links included).
+        ("-D warnings", &["doc", "--no-deps", "--workspace", "--quiet"]),
+        // The release tarball, unpacked and checked.
+        ("", &["xtask", "dist"]),
+    ];
+    for (rustdocflags, step) in steps {
+        let mut cmd = Command::new(&cargo);
+        cmd.current_dir(&root).args(step);
+        let shown = if rustdocflags.is_empty() {
+            format!("cargo {}", step.join(" "))
+        } else {
+            cmd.env("RUSTDOCFLAGS", rustdocflags);
+            format!("RUSTDOCFLAGS=\"{rustdocflags}\" cargo {}", step.join(" "))
+        };
+        println!("xtask test: {shown}");
+        if !o.dry_run {
+            run_status(&mut cmd)?;
+        }
+    }
+    Ok(())
+}
+
+/// The error for pieces this run does not provide: each with the command that provides it.
+fn unprovided(plan: &Plan, why: &str) -> String {
+    let mut msg = format!("what the tests need {why}; provide it with:");
+    for c in plan.commands() {
+        msg.push_str("\n  ");
+        msg.push_str(&c);
+    }
+    msg
+}
+
+/// Install `plan` (printing each command first), or only print it with `dry_run`. Needs root
+/// and apt-get for packages.
+fn install(plan: &Plan, workspace: &Path, dry_run: bool) -> Result<(), String> {
+    let probe = Probe::system();
+    if !plan.apt.is_empty() {
+        println!("xtask test: installing with apt: {}", plan.apt_command());
+        if !dry_run {
+            if !is_root() {
+                return Err(unprovided(plan, "needs root to install (run `cargo xtask test` as root)"));
+            }
+            if probe.program("apt-get").is_none() {
+                return Err(unprovided(plan, "needs apt-get to install (not Debian? install the equivalents)"));
+            }
+            apt_install(&plan.apt)?;
+        }
+    }
+    if plan.venv {
+        println!("xtask test: installing moto[server] into {VENV}: {}", Plan::venv_command());
+        if !dry_run {
+            make_venv(&workspace.join(VENV), true)?;
+            run_status(Command::new(workspace.join(VENV).join("bin/pip")).args(["install", "-q", "moto[server]"]))?;
+        }
+    }
+    Ok(())
+}
+
+fn is_root() -> bool {
+    Command::new("id").arg("-u").output().is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+}
+
+/// `apt-get install` the packages without starting a service: a `policy-rc.d` that refuses
+/// keeps the install from starting anything (stock rpcbind listens on 0.0.0.0:111), and the
+/// NFS units the packages enable are disabled so that a reboot does not start them either.
+fn apt_install(packages: &BTreeSet<&'static str>) -> Result<(), String> {
+    let guard = Path::new("/usr/sbin/policy-rc.d");
+    let placed = if guard.exists() {
+        false
+    } else {
+        std::fs::write(guard, "#!/bin/sh\nexit 101\n").map_err(|e| format!("{}: {e}", guard.display()))?;
+        std::fs::set_permissions(guard, std::fs::Permissions::from_mode(0o755))
+            .map_err(|e| format!("{}: {e}", guard.display()))?;
+        true
+    };
+    let apt = |args: &[&str]| run_status(Command::new("apt-get").env("DEBIAN_FRONTEND", "noninteractive").args(args));
+    let result = apt(&["update", "-qq"]).and_then(|()| {
+        let mut args = vec!["install", "-y", "-qq"];
+        args.extend(packages.iter().copied());
+        apt(&args)
+    });
+    if placed {
+        let _ = std::fs::remove_file(guard);
+    }
+    result?;
+    if packages.iter().any(|p| matches!(*p, "nfs-ganesha" | "rpcbind" | "nfs-ganesha-vfs")) {
+        // Not every machine runs systemd (a container does not): nothing to disable then.
+        let _ = Command::new("systemctl").arg("disable").args(NFS_UNITS).output();
+        let tables: Vec<String> = ["tcp", "tcp6", "udp", "udp6"]
+            .iter()
+            .filter_map(|t| std::fs::read_to_string(format!("/proc/net/{t}")).ok())
+            .collect();
+        if tables.iter().any(|t| listens_on(t, 111)) {
+            return Err("something listens on port 111 after installing nfs-ganesha (rpcbind?): stop it \
+                        (systemctl stop rpcbind.socket rpcbind.service)"
+                .into());
+        }
+    }
+    Ok(())
+}
+
+/// Whether a `/proc/net/{tcp,udp}[6]` table has a socket bound to `port` that listens (TCP
+/// state 0A) or is unconnected (UDP state 07).
+fn listens_on(table: &str, port: u16) -> bool {
+    table.lines().skip(1).any(|line| {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        let (Some(local), Some(state)) = (fields.get(1), fields.get(3)) else { return false };
+        let local_port = local.rsplit(':').next().and_then(|p| u16::from_str_radix(p, 16).ok());
+        local_port == Some(port) && matches!(*state, "0A" | "07")
+    })
+}
+
+/// Make a virtualenv at `dir` (with pip, or without for a quick check).
+fn make_venv(dir: &Path, with_pip: bool) -> Result<(), String> {
+    let mut cmd = Command::new("python3");
+    cmd.args(["-m", "venv"]);
+    if !with_pip {
+        cmd.arg("--without-pip");
+    }
+    run_status(cmd.arg(dir))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A probe over an empty machine in `dir`: nothing on `PATH`, no files.
+    fn empty(dir: &Path) -> Probe {
+        let bin = dir.join("bin");
+        std::fs::create_dir_all(&bin).expect("mkdir");
+        Probe {
+            path: vec![bin],
+            root: dir.join("root"),
+            workspace: dir.join("ws"),
+            moto_env: None,
+            venv_works: false,
+            is_root: true,
+        }
+    }
+
+    fn put(path: &Path) {
+        std::fs::create_dir_all(path.parent().expect("a parent")).expect("mkdir");
+        std::fs::write(path, "").expect("write");
+    }
+
+    #[test]
+    fn on_an_empty_machine_everything_is_missing_and_provided() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let needs = missing(&empty(dir.path()));
+        let plan = Plan::of(&needs);
+        let apt: Vec<&str> = plan.apt.iter().copied().collect();
+        assert_eq!(
+            apt,
+            [
+                "fuse3",
+                "git",
+                "libnfs-utils",
+                "libtirpc-common",
+                "mount",
+                "nfs-ganesha",
+                "nfs-ganesha-vfs",
+                "python3-venv",
+                "rpcbind",
+                "strace",
+                "tar",
+                "util-linux"
+            ]
+        );
+        assert!(plan.venv);
+        assert_eq!(plan.host.len(), 1, "{:?}", plan.host);
+        assert_eq!(plan.host[0].0, "/dev/fuse");
+        let commands = plan.commands();
+        assert!(commands[0].starts_with("apt-get install -y fuse3 git "), "{commands:?}");
+        assert!(commands[1].contains("target/treesync-venv/bin/pip install 'moto[server]'"), "{commands:?}");
+        assert!(unprovided(&plan, "x").contains("--device /dev/fuse"));
+    }
+
+    #[test]
+    fn what_is_there_is_not_installed() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let probe = empty(dir.path());
+        for p in ["git", "strace", "tar", "fusermount3", "unshare", "setpriv", "nfs-ls", "python3"] {
+            put(&probe.path[0].join(p));
+        }
+        // Found in the sbin directories even when PATH lacks them, as the testkit looks.
+        for p in ["usr/sbin/ganesha.nfsd", "usr/sbin/rpcbind", "bin/mount", "bin/umount"] {
+            put(&probe.root.join(p));
+        }
+        put(&probe.root.join("usr/lib/x86_64-linux-gnu/ganesha/libfsalvfs.so"));
+        put(&probe.root.join("etc/netconfig"));
+        put(&probe.root.join("dev/fuse"));
+        // Debian's python3 without python3-venv cannot make a venv with pip.
+        let needs = missing(&probe);
+        assert_eq!(needs.len(), 2, "{needs:?}");
+        assert_eq!(needs[0], Need { what: "moto_server".into(), provider: Provider::Venv });
+        let plan = Plan::of(&needs);
+        assert_eq!(plan.apt.iter().copied().collect::<Vec<_>>(), ["python3-venv"]);
+        assert!(plan.venv);
+        let probe = Probe { venv_works: true, ..probe };
+        assert_eq!(missing(&probe), [Need { what: "moto_server".into(), provider: Provider::Venv }]);
+        assert!(Plan::of(&missing(&probe)).apt.is_empty());
+
+        // moto in the project's venv, or where TREESYNC_MOTO_SERVER says.
+        put(&probe.workspace.join(VENV).join("bin/moto_server"));
+        assert_eq!(missing(&probe), []);
+        assert!(Plan::of(&missing(&probe)).is_empty());
+        let elsewhere = Probe { moto_env: Some(dir.path().join("no-such-moto")), ..probe.clone() };
+        let needs = missing(&elsewhere);
+        assert_eq!(needs.len(), 1, "{needs:?}");
+        assert!(matches!(&needs[0].provider, Provider::Host(h) if h.contains("TREESYNC_MOTO_SERVER")), "{needs:?}");
+    }
+
+    #[test]
+    fn not_root_is_named() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let probe = Probe { is_root: false, ..empty(dir.path()) };
+        let plan = Plan::of(&missing(&probe));
+        assert!(plan.host.iter().any(|(what, how)| what.starts_with("root") && how.contains("as root")), "{plan:?}");
+    }
+
+    #[test]
+    fn port_111_listeners_are_found_in_proc_net_tables() {
+        let tcp = "  sl  local_address rem_address   st tx_queue rx_queue\n   \
+                   0: 00000000:006F 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0\n";
+        assert!(listens_on(tcp, 111));
+        assert!(!listens_on(tcp, 2049));
+        let connected = tcp.replace(" 0A ", " 01 ");
+        assert!(!listens_on(&connected, 111), "an outgoing connection from port 111 is no listener");
+        let udp6 = "  sl  local_address                         remote_address                        st\n  \
+                    1: 00000000000000000000000000000000:006F 00000000000000000000000000000000:0000 07\n";
+        assert!(listens_on(udp6, 111));
+    }
+
+    #[test]
+    fn a_venv_is_made_where_asked() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let venv = dir.path().join("target/treesync-venv");
+        make_venv(&venv, false).unwrap_or_else(|e| panic!("python3 -m venv (apt-get install python3): {e}"));
+        assert!(venv.join("bin/python").exists(), "no bin/python in {}", venv.display());
+        assert!(venv.join("pyvenv.cfg").is_file());
+    }
+}
