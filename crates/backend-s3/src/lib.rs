@@ -535,12 +535,21 @@ impl Backend for ObjectStoreBackend {
         let key = self.state_key();
         self.check_beneath(&key, &key)?;
         bump(&self.requests.put, 1);
-        let r = self.store.put_opts(&key, PutPayload::from(bytes.to_vec()), opts).await.map_err(|e| match e {
-            object_store::Error::Precondition { .. } | object_store::Error::AlreadyExists { .. } => {
-                Error::Conflict { detail: one_line(&e) }
+        let r = match self.store.put_opts(&key, PutPayload::from(bytes.to_vec()), opts).await {
+            Ok(r) => r,
+            Err(e @ (object_store::Error::Precondition { .. } | object_store::Error::AlreadyExists { .. })) => {
+                // The client retries a request whose answer did not arrive (a dropped
+                // connection, a timeout); when the first attempt had landed, the retry's
+                // precondition fails against our own write. Only a state that holds other
+                // bytes is another writer's: read it back to tell (the read also refreshes
+                // the cached version).
+                if self.fetch_state().await?.is_some_and(|now| now.as_ref() == bytes) {
+                    return Ok(());
+                }
+                return Err(Error::Conflict { detail: one_line(&e) });
             }
-            e => store_error("write state", &key, e),
-        })?;
+            Err(e) => return Err(store_error("write state", &key, e)),
+        };
         let mut cache = self.state.lock().expect("never poisoned");
         cache.version = Some(UpdateVersion { e_tag: r.e_tag, version: r.version });
         cache.read = Some(Some(Bytes::copy_from_slice(bytes)));
