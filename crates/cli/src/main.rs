@@ -8,6 +8,8 @@ mod cmd;
 mod config;
 mod generate;
 mod render;
+#[cfg(test)]
+mod schema;
 
 use std::io::IsTerminal;
 use std::process::ExitCode;

@@ -6,12 +6,29 @@ use treesync_core::sync;
 
 /// Which backend serves the target now and why: the `backend` and `backend_reason` fields of
 /// `sync`, `status` and `status --all` (flattened into their output).
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub(crate) struct BackendInfo {
-    /// `local`, `nfs`, `s3` or `memory`.
+    /// The backend used.
+    #[schemars(with = "BackendName")]
     pub(crate) backend: &'static str,
-    /// Why, for people (see [`treesync::Opened::reason`]).
+    /// Why that backend: `--backend NAME` when given, else `auto: …` with what was detected,
+    /// e.g. `auto: the target is a URL` or `auto: /srv/site is on ext4 (/dev/sda1 at /), not a
+    /// network filesystem`. For people, not for parsing.
     pub(crate) backend_reason: String,
+}
+
+/// The backend used: `local` (local disks), `nfs` (network filesystems: NFS, SMB, FUSE network
+/// mounts; nfs:// URLs), `s3` (object stores: s3:// and file:// URLs, memory:// with `--backend
+/// s3`) or `memory` (memory:// otherwise: the in-memory reference backend, which forgets
+/// everything when the process ends). The schema of [`BackendInfo::backend`].
+#[derive(schemars::JsonSchema)]
+#[serde(rename_all = "lowercase")]
+#[allow(dead_code)] // only its schema is used
+enum BackendName {
+    Local,
+    Nfs,
+    S3,
+    Memory,
 }
 
 impl BackendInfo {

@@ -9,7 +9,7 @@ use crate::path::RelPath;
 
 /// One abstract operation on the target. Every op is idempotent: running it again after it
 /// (or the plan around it) was interrupted gives the same result.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 #[serde(tag = "op", rename_all = "snake_case")]
 pub enum Op {
     /// Create a directory (fine if it exists as a directory).
@@ -23,6 +23,7 @@ pub enum Op {
         path: RelPath,
         /// The blob to write.
         #[serde(serialize_with = "crate::json::id")]
+        #[schemars(with = "crate::json::schema::ObjectId")]
         blob: ObjectId,
         /// Its size in bytes.
         size: u64,
@@ -35,6 +36,7 @@ pub enum Op {
         path: RelPath,
         /// The link target, verbatim from the blob (in JSON: [`crate::path::json_form`], lossless).
         #[serde(serialize_with = "crate::path::ser_json")]
+        #[schemars(with = "crate::json::schema::Path")]
         target: Vec<u8>,
     },
     /// Change only the exec bits of an existing file (content unchanged).
@@ -45,6 +47,7 @@ pub enum Op {
         executable: bool,
         /// The file's blob, for backends that can only change modes by rewriting (object stores).
         #[serde(serialize_with = "crate::json::id")]
+        #[schemars(with = "crate::json::schema::ObjectId")]
         blob: ObjectId,
         /// Its size in bytes.
         size: u64,
@@ -62,7 +65,7 @@ pub enum Op {
 }
 
 /// The kinds of [`Op`], for counting.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum OpKind {
     /// [`Op::Mkdir`]
@@ -133,7 +136,7 @@ impl Op {
 }
 
 /// Counts of ops by kind, plus bytes written.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct OpCounts {
     /// Directories created.
     pub mkdir: u64,
@@ -217,7 +220,7 @@ impl std::fmt::Display for OpCounts {
 
 /// A set of ops that are independent of each other: a backend may run them in any order and
 /// as wide as its policy allows. Phases run one after another.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct Phase {
     /// What this phase does, e.g. `remove files` or `create directories (depth 2)`.
     pub name: String,
@@ -288,13 +291,15 @@ impl Phases {
 }
 
 /// What a sync from one tree to another does to the target.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct Plan {
     /// The tree the target holds before (`None`: nothing, an initial checkout).
     #[serde(serialize_with = "crate::json::opt_id")]
+    #[schemars(with = "Option<crate::json::schema::ObjectId>")]
     pub from: Option<ObjectId>,
     /// The tree the target holds after.
     #[serde(serialize_with = "crate::json::id")]
+    #[schemars(with = "crate::json::schema::ObjectId")]
     pub to: ObjectId,
     /// The phases, in execution order.
     pub phases: Vec<Phase>,

@@ -12,29 +12,34 @@ use serde::{Deserialize, Serialize};
 pub const VERSION: u32 = 1;
 
 /// A commit and its tree.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, schemars::JsonSchema, Deserialize)]
 pub struct Synced {
     /// The commit.
     #[serde(with = "hex")]
+    #[schemars(with = "crate::json::schema::ObjectId")]
     pub commit: ObjectId,
     /// Its tree.
     #[serde(with = "hex")]
+    #[schemars(with = "crate::json::schema::ObjectId")]
     pub tree: ObjectId,
     /// When it was reached (seconds since the epoch).
     pub at_unix: u64,
 }
 
 /// A sync that started and has not finished.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema, Deserialize)]
 pub struct InProgress {
     /// The tree the target held when it started (`None`: empty or taken over).
     #[serde(with = "hex_opt")]
+    #[schemars(with = "Option<crate::json::schema::ObjectId>")]
     pub from_tree: Option<ObjectId>,
     /// The commit it was going to.
     #[serde(with = "hex")]
+    #[schemars(with = "crate::json::schema::ObjectId")]
     pub to_commit: ObjectId,
     /// That commit's tree.
     #[serde(with = "hex")]
+    #[schemars(with = "crate::json::schema::ObjectId")]
     pub to_tree: ObjectId,
     /// It was a takeover of an unmanaged target (`--force`), which must remove foreign entries.
     /// With `repair`: the repair removes entries the tree does not have.
@@ -61,7 +66,7 @@ pub struct InProgress {
 /// [`Display`](std::fmt::Display) line) and into the journal (as the `holder`, `host` and `pid`
 /// fields of [`InProgress`]); read back with [`Holder::parse`], so that stale-lock detection
 /// compares fields instead of searching free text.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema, Deserialize)]
 pub struct Holder {
     /// The process id.
     pub pid: u32,
@@ -147,7 +152,8 @@ impl InProgress {
 }
 
 /// The whole state file.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema, Deserialize)]
+#[schemars(rename = "state")]
 pub struct SyncState {
     /// Format version.
     pub version: u32,

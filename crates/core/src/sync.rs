@@ -141,7 +141,7 @@ impl From<apply::Error> for Error {
 }
 
 /// What a takeover (`--force`) does to what is in the target already.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct Replaced {
     /// Entries it removes: the tree does not have them, or has them with another type
     /// (a directory counts once, with what it holds).
@@ -151,9 +151,11 @@ pub struct Replaced {
     pub overwritten: u64,
     /// The first removed paths (at most [`Replaced::SHOWN`]).
     #[serde(serialize_with = "crate::path::ser_json_list")]
+    #[schemars(with = "Vec<crate::json::schema::Path>")]
     pub first_removed: Vec<Vec<u8>>,
     /// The first overwritten paths (at most [`Replaced::SHOWN`]).
     #[serde(serialize_with = "crate::path::ser_json_list")]
+    #[schemars(with = "Vec<crate::json::schema::Path>")]
     pub first_overwritten: Vec<Vec<u8>>,
 }
 
@@ -201,15 +203,18 @@ pub struct Prepared {
 }
 
 /// What a sync did.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+#[schemars(rename = "syncOutcome")]
 pub struct Outcome {
     /// What the target held before (per its state).
     pub from: Option<Synced>,
     /// The commit synced to.
     #[serde(serialize_with = "crate::json::id")]
+    #[schemars(with = "crate::json::schema::ObjectId")]
     pub commit: gix_hash::ObjectId,
     /// Its tree.
     #[serde(serialize_with = "crate::json::id")]
+    #[schemars(with = "crate::json::schema::ObjectId")]
     pub tree: gix_hash::ObjectId,
     /// An interrupted sync that was finished first.
     pub resumed: Option<InProgress>,
@@ -229,6 +234,7 @@ pub struct Outcome {
     pub state_writes: u32,
     /// Wall time.
     #[serde(serialize_with = "crate::json::secs")]
+    #[schemars(with = "crate::json::schema::Seconds")]
     pub elapsed: Duration,
 }
 
@@ -722,7 +728,7 @@ pub struct RepairOptions {
 }
 
 /// What a repair found and did.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct RepairOutcome {
     /// An interrupted sync that was finished first (before comparing).
     pub finished: Option<Outcome>,
@@ -944,14 +950,30 @@ fn add_counts(mut e: Error, before: &OpCounts) -> Error {
 }
 
 /// What `treesync status` reports.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct Status {
     /// The state file, if any.
     pub state: Option<SyncState>,
-    /// Whether the target root is managed, empty or foreign.
+    /// What is at the target root: `empty` (nothing, or the directory does not exist yet),
+    /// `managed` (treesync's state folder is there), `unmanaged` (files treesync did not write:
+    /// `sync` needs `--force`).
+    #[schemars(with = "TargetKind")]
     pub target: &'static str,
-    /// The holder of the lock, when a sync is running now.
+    /// When a sync holds the target's lock right now: the holder as written in the lock file,
+    /// e.g. `pid 4242 on build-01, started at unix time 1796006406`; null otherwise. Always null
+    /// on object stores, which have no lock: there a running sync shows as `state.in_progress`
+    /// with a `holder`.
     pub running: Option<String>,
+}
+
+/// The values of [`Status::target`] (its schema).
+#[derive(schemars::JsonSchema)]
+#[serde(rename_all = "lowercase")]
+#[allow(dead_code)] // only its schema is used
+enum TargetKind {
+    Empty,
+    Managed,
+    Unmanaged,
 }
 
 /// Read a target's status without changing it (the lock is only probed).

@@ -23,7 +23,7 @@ use crate::path::RelPath;
 use crate::source::{self, Repo};
 
 /// How thoroughly to compare.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Level {
     /// Existence, type, exec bit, size.
@@ -36,19 +36,21 @@ pub enum Level {
 }
 
 /// One difference between the target and its recorded tree.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Drift {
     /// In the tree, not in the target.
     Missing {
         /// Where (raw bytes; `--json` writes them losslessly, see [`crate::path::json_form`]).
         #[serde(serialize_with = "crate::path::ser_json")]
+        #[schemars(with = "crate::json::schema::Path")]
         path: Vec<u8>,
     },
     /// In the target, not in the tree.
     Extra {
         /// Where (raw bytes; `--json` writes them losslessly, see [`crate::path::json_form`]).
         #[serde(serialize_with = "crate::path::ser_json")]
+        #[schemars(with = "crate::json::schema::Path")]
         path: Vec<u8>,
         /// `true` for a directory.
         dir: bool,
@@ -57,6 +59,7 @@ pub enum Drift {
     TypeChanged {
         /// Where (raw bytes; `--json` writes them losslessly, see [`crate::path::json_form`]).
         #[serde(serialize_with = "crate::path::ser_json")]
+        #[schemars(with = "crate::json::schema::Path")]
         path: Vec<u8>,
         /// What the tree has.
         expected: &'static str,
@@ -67,6 +70,7 @@ pub enum Drift {
     ModeChanged {
         /// Where (raw bytes; `--json` writes them losslessly, see [`crate::path::json_form`]).
         #[serde(serialize_with = "crate::path::ser_json")]
+        #[schemars(with = "crate::json::schema::Path")]
         path: Vec<u8>,
         /// Whether the tree says executable.
         executable: bool,
@@ -75,12 +79,14 @@ pub enum Drift {
     ContentChanged {
         /// Where (raw bytes; `--json` writes them losslessly, see [`crate::path::json_form`]).
         #[serde(serialize_with = "crate::path::ser_json")]
+        #[schemars(with = "crate::json::schema::Path")]
         path: Vec<u8>,
     },
     /// A symlink points elsewhere.
     LinkChanged {
         /// Where (raw bytes; `--json` writes them losslessly, see [`crate::path::json_form`]).
         #[serde(serialize_with = "crate::path::ser_json")]
+        #[schemars(with = "crate::json::schema::Path")]
         path: Vec<u8>,
     },
 }
@@ -100,11 +106,12 @@ impl Drift {
 }
 
 /// What a verify found and did.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct Report {
     /// The commit the state records (or, with `interrupted`, the commit the interrupted sync
     /// was going to).
     #[serde(serialize_with = "crate::json::id")]
+    #[schemars(with = "crate::json::schema::ObjectId")]
     pub commit: ObjectId,
     /// The target's journal records a sync that did not finish: it was compared with that
     /// sync's destination, and differs from it where the sync did not get to.

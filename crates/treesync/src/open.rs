@@ -169,7 +169,7 @@ impl fmt::Display for Budgets {
 }
 
 /// The `budgets` object of `treesync sync --json` (see docs/json.md).
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, schemars::JsonSchema)]
 pub struct BudgetsReport {
     /// Operations the executor kept in flight at most (`--jobs`, or what the budgets allow).
     pub jobs: usize,
@@ -180,12 +180,14 @@ pub struct BudgetsReport {
     /// The most lookups that were in flight at once.
     pub max_lookups_in_flight: usize,
     /// `adaptive`, or the fixed write budget as a decimal string.
+    #[schemars(regex(pattern = r"^(adaptive|[1-9][0-9]*)$"))]
     pub writes: String,
     /// The highest the write budget may go (a fixed budget: its limit).
     pub write_ceiling: usize,
     /// The write limit at the end of the run.
     pub write_limit_final: usize,
     /// The limits an adaptive budget went through, in order; empty for a fixed budget.
+    #[schemars(inner(range(min = 1)))]
     pub write_limits: Vec<usize>,
     /// The most writes that were in flight at once.
     pub max_writes_in_flight: usize,

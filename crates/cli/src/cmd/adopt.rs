@@ -10,7 +10,7 @@ use crate::args::AdoptArgs;
 use crate::render::{print_json, short};
 
 /// `adopt --json`: the clone and what was (or would be) recorded as synced.
-#[derive(Serialize)]
+#[derive(Serialize, schemars::JsonSchema)]
 pub(crate) struct AdoptOutput<'a> {
     /// The clone, as given.
     pub(crate) target: String,

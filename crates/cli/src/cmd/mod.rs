@@ -1,12 +1,12 @@
 //! One module per command: each takes its parsed flags, calls the library and renders what it
 //! returns. Here: the dispatch, the mirrors of the config file, and opening the target.
 
-mod adopt;
-mod plan;
-mod status;
-mod sync;
-mod verify;
-mod watch;
+pub(crate) mod adopt;
+pub(crate) mod plan;
+pub(crate) mod status;
+pub(crate) mod sync;
+pub(crate) mod verify;
+pub(crate) mod watch;
 
 use std::path::PathBuf;
 use std::process::ExitCode;

@@ -10,15 +10,17 @@ use crate::render::{print_json, print_plan, print_replaced, short};
 
 /// `plan --json`: the plan to the requested commit, and the one that finishes an interrupted
 /// sync first.
-#[derive(Serialize)]
+#[derive(Serialize, schemars::JsonSchema)]
 pub(crate) struct PlanOutput<'a> {
     /// The target, as the backend names it.
     pub(crate) target: String,
     /// The commit planned for.
     #[serde(serialize_with = "treesync_core::json::id")]
+    #[schemars(with = "treesync_core::json::schema::ObjectId")]
     pub(crate) commit: ObjectId,
     /// Its tree.
     #[serde(serialize_with = "treesync_core::json::id")]
+    #[schemars(with = "treesync_core::json::schema::ObjectId")]
     pub(crate) tree: ObjectId,
     /// A takeover (`--force`).
     pub(crate) takeover: bool,

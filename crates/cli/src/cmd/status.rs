@@ -10,7 +10,7 @@ use crate::exit_code;
 use crate::render::{BackendInfo, human_age, one_line, print_json};
 
 /// `status --json`: the target's status and the backend that serves it now.
-#[derive(Serialize)]
+#[derive(Serialize, schemars::JsonSchema)]
 pub(crate) struct StatusOutput {
     #[serde(flatten)]
     pub(crate) status: sync::Status,
@@ -22,7 +22,7 @@ pub(crate) struct StatusOutput {
 }
 
 /// One element of `status --all --json`: a mirror's status, or why it could not be read.
-#[derive(Serialize)]
+#[derive(Serialize, schemars::JsonSchema)]
 #[serde(untagged)]
 #[allow(clippy::large_enum_variant)] // one per mirror, printed and dropped
 pub(crate) enum StatusRow {

@@ -15,7 +15,7 @@ use crate::args::SyncArgs;
 use crate::render::{BackendInfo, human_bytes, print_json, print_replaced, short};
 
 /// `sync --json`: the sync's outcome, the backend that ran it and what it cost.
-#[derive(Serialize)]
+#[derive(Serialize, schemars::JsonSchema)]
 pub(crate) struct SyncOutput<'a> {
     #[serde(flatten)]
     pub(crate) outcome: &'a sync::Outcome,

@@ -14,7 +14,7 @@ use crate::args::{LevelArg, VerifyArgs};
 use crate::render::{human_bytes, print_json, print_plan, short};
 
 /// `verify --json`: the report, what a repair did, and the verdict.
-#[derive(Serialize)]
+#[derive(Serialize, schemars::JsonSchema)]
 pub(crate) struct VerifyOutput<'a> {
     /// The target, as the backend names it.
     pub(crate) target: String,

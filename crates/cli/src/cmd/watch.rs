@@ -19,7 +19,7 @@ use crate::exit_code;
 use crate::render::{error_text, human_bytes, short};
 
 /// One line of `watch --json`: an event, when it happened and for which mirror.
-#[derive(Serialize)]
+#[derive(Serialize, schemars::JsonSchema)]
 pub(crate) struct WatchLine<'a> {
     /// When, in UTC (RFC 3339, seconds).
     pub(crate) at: String,

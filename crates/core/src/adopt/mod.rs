@@ -24,13 +24,15 @@ pub struct Options {
 }
 
 /// What was (or, with [`Options::dry_run`], would be) recorded as synced.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct Outcome {
     /// The commit the clone's HEAD names, now the target's synced commit.
     #[serde(serialize_with = "crate::json::id")]
+    #[schemars(with = "crate::json::schema::ObjectId")]
     pub commit: gix_hash::ObjectId,
     /// Its tree.
     #[serde(serialize_with = "crate::json::id")]
+    #[schemars(with = "crate::json::schema::ObjectId")]
     pub tree: gix_hash::ObjectId,
     /// Entries of the clone's index (none of their files was read).
     pub index_entries: usize,

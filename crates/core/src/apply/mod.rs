@@ -33,7 +33,7 @@ pub struct Progress<'a> {
 }
 
 /// What an apply did.
-#[derive(Debug, Clone, Default, serde::Serialize)]
+#[derive(Debug, Clone, Default, serde::Serialize, schemars::JsonSchema)]
 pub struct Outcome {
     /// Ops done, by kind.
     pub counts: OpCounts,
@@ -46,6 +46,7 @@ pub struct Outcome {
     pub dirs_recreated: u64,
     /// Wall time.
     #[serde(serialize_with = "crate::json::secs")]
+    #[schemars(with = "crate::json::schema::Seconds")]
     pub elapsed: Duration,
 }
 

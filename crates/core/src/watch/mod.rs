@@ -88,7 +88,7 @@ impl Default for Options {
 }
 
 /// What a watch did, from its start until it stopped.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct Outcome {
     /// Syncs that changed something (or were the first), each told as [`Event::Synced`].
     pub synced: u64,
@@ -115,7 +115,7 @@ pub enum Error {
 /// One thing that happened while watching, in the order it happened. Serialized as an object
 /// tagged by `event` (`watching`, `synced`, `verified`, `repaired`, `error`, `stopping`,
 /// `stopped`), with the fields below (see docs/json.md).
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 #[serde(tag = "event", rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum Event {
@@ -129,6 +129,7 @@ pub enum Event {
         target: String,
         /// Time between looks at the ref.
         #[serde(rename = "interval_secs", serialize_with = "crate::json::secs")]
+        #[schemars(with = "crate::json::schema::Seconds")]
         interval: Duration,
     },
     /// A sync ran: the first one, and every one that changed something or finished an
@@ -156,6 +157,7 @@ pub enum Event {
         message: String,
         /// Time until the next try.
         #[serde(rename = "retry_in_secs", serialize_with = "crate::json::secs")]
+        #[schemars(with = "crate::json::schema::Seconds")]
         retry_in: Duration,
         /// The error itself.
         #[serde(skip)]
