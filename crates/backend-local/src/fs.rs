@@ -9,12 +9,15 @@ use std::path::PathBuf;
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use rustix::fs::{AtFlags, FileType, FlockOperation, Mode, OFlags, ResolveFlags};
+use rustix::fs::{AtFlags, FileType, Mode, OFlags, ResolveFlags};
 use rustix::io::Errno;
 use treesync_core::backend::{DirEntry, Error, FileStat, Found, FoundKind, LockGuard, TargetState};
 use treesync_core::path::{STATE_DIR, TMP_PREFIX};
 use treesync_core::source::BlobSource;
+use treesync_core::state::Holder;
 use treesync_core::{Op, RelPath};
+
+use crate::lockfile::{self, TakeError};
 
 const TMP_DIR: &str = ".treesync/tmp";
 const LOCK_FILE: &str = ".treesync/lock";
@@ -698,37 +701,24 @@ impl Target {
         Ok(())
     }
 
-    pub fn lock(&self, holder: &str) -> Result<LockGuard, Error> {
+    /// Take the target's lock for `holder` (see [`crate::lockfile`]) and clear the temporaries
+    /// of runs that were killed.
+    pub fn lock(&self, holder: &Holder) -> Result<LockGuard, Error> {
         let dir = self.state_fd(true)?.expect("created");
         let lock_path = || self.root.join(LOCK_FILE).display().to_string();
-        let fd = rustix::fs::openat(
-            dir,
-            "lock",
-            OFlags::RDWR | OFlags::CREATE | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-            Mode::from_raw_mode(0o666),
-        )
-        .map_err(|e| match e {
-            Errno::LOOP => self.state_path_error(LOCK_FILE, e),
-            e => Error::io("open lock file", lock_path(), io(e)),
+        let held = lockfile::take(dir, holder).map_err(|e| match e {
+            TakeError::Open(e @ Errno::LOOP) => self.state_path_error(LOCK_FILE, e),
+            TakeError::Open(e) => Error::io("open lock file", lock_path(), io(e)),
+            TakeError::Locked(holder) => Error::Locked {
+                holder: holder.map_or_else(
+                    || format!("holder unknown: no holder line treesync wrote in {}", lock_path()),
+                    |h| h.to_string(),
+                ),
+            },
+            TakeError::NotOwnFile => Error::NotOwnFile { path: lock_path() },
+            TakeError::Lock(e) => Error::io("lock", lock_path(), io(e)),
+            TakeError::Write(e) => Error::io("write lock file", lock_path(), io(e)),
         })?;
-        match rustix::fs::flock(&fd, FlockOperation::NonBlockingLockExclusive) {
-            Ok(()) => {}
-            Err(Errno::WOULDBLOCK) => {
-                let mut f = std::fs::File::from(fd);
-                let mut line = Vec::new();
-                let _ = std::io::Read::read_to_end(&mut std::io::Read::take(&mut f, 512), &mut line);
-                return Err(Error::Locked {
-                    holder: treesync_core::state::Holder::from_lock_file(&line).map_or_else(
-                        || format!("holder unknown: no holder line treesync wrote in {}", lock_path()),
-                        |h| h.to_string(),
-                    ),
-                });
-            }
-            Err(e) => return Err(Error::io("lock", lock_path(), io(e))),
-        }
-        rustix::fs::ftruncate(&fd, 0).map_err(|e| Error::io("write lock file", lock_path(), io(e)))?;
-        rustix::io::write(&fd, format!("{holder}\n").as_bytes())
-            .map_err(|e| Error::io("write lock file", lock_path(), io(e)))?;
         // Temporaries of runs that were killed: they are ours alone now that we hold the lock.
         // (The folder is made by the first state write, not here: `status` probes the lock.)
         if let Ok(tmp_dir) = self.open_beneath(dir, b"tmp", OFlags::PATH | OFlags::DIRECTORY)
@@ -742,17 +732,6 @@ impl Target {
                 }
             }
         }
-        Ok(LockGuard(Box::new(Lock(fd))))
-    }
-}
-
-/// Holds the flock. Unlocks explicitly on drop: closing alone is not enough when another
-/// thread of this process is spawning a child at that moment, since the child briefly holds a
-/// duplicate of the descriptor (until its exec closes it) and with it the lock.
-struct Lock(OwnedFd);
-
-impl Drop for Lock {
-    fn drop(&mut self) {
-        let _ = rustix::fs::flock(&self.0, FlockOperation::Unlock);
+        Ok(held.into_guard())
     }
 }

@@ -35,6 +35,7 @@
 //! ```
 
 pub mod fs;
+pub mod lockfile;
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -159,7 +160,7 @@ impl Backend for LocalBackend {
     }
 
     async fn lock(&self, holder: &Holder) -> Result<LockGuard, Error> {
-        let holder = holder.to_string();
+        let holder = holder.clone();
         self.blocking(move |t| {
             let guard = t.lock(&holder)?;
             t.probe_case();

@@ -94,3 +94,56 @@ fn full_disk_is_a_clear_error_leaves_no_temporaries_and_the_rerun_finishes() {
         panic!("target differs from git archive:\n{d}");
     }
 }
+
+/// `.treesync/lock` as a hard link to a file outside the target: the holder line is not
+/// written over that file's first bytes; the sync stops naming the path and what to do, and
+/// runs once the link is removed (the mounted NFS backend shares the lock file code and its
+/// test of the same on a mount).
+#[test]
+fn a_lock_file_that_is_a_hard_link_is_not_written_through() {
+    let rt = runtime();
+    let h = History::random(61, 2);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let root = dir.path().join("t");
+    let backend = || LocalBackend::new(&root, Options::default());
+    rt.block_on(sync_to(&h.repo, &h.commits[0], &backend())).expect("initial");
+    let before = tree::read_dir(&root);
+    let outside = dir.path().join("outside-lock");
+    let secret = "SECRET-TOKEN and more bytes than a holder line has, so that an overwrite shows at once ".repeat(4);
+    std::fs::write(&outside, &secret).expect("outside file");
+    let lock = root.join(".treesync/lock");
+    std::fs::remove_file(&lock).expect("rm lock");
+    std::fs::hard_link(&outside, &lock).expect("plant the lock");
+
+    let result = rt.block_on(sync_to(&h.repo, &h.commits[1], &backend()));
+    assert_eq!(std::fs::read_to_string(&outside).expect("read"), secret, "the outside file is unchanged");
+    let err = result.expect_err("refused").to_string();
+    assert!(err.contains(".treesync/lock") && err.contains("hard link") && err.contains("hint"), "{err}");
+    assert!(!err.contains("SECRET-TOKEN"), "{err}");
+    assert_eq!(tree::read_dir(&root), before, "nothing changed");
+
+    std::fs::remove_file(&lock).expect("rm the planted lock");
+    rt.block_on(sync_to(&h.repo, &h.commits[1], &backend())).expect("sync once it is gone");
+    assert_ne!(tree::read_dir(&root), before, "the second commit is there");
+}
+
+/// A lock held by another run: the second is refused naming the holder the first wrote, read
+/// from the lock file (the holder line is padded to a fixed length and parsed back).
+#[test]
+fn a_held_lock_names_its_holder() {
+    let rt = runtime();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let root = dir.path().join("t");
+    std::fs::create_dir(&root).expect("mkdir target");
+    let first = LocalBackend::new(&root, Options::default());
+    let holder = treesync_core::state::Holder { pid: 4242, host: "elsewhere".into(), started: 1_796_000_000 };
+    let _guard = rt.block_on(backend::Backend::lock(&first, &holder)).expect("first lock");
+    let line = std::fs::read(root.join(".treesync/lock")).expect("read the lock file");
+    assert_eq!(line.len(), treesync_backend_local::lockfile::HOLDER_LEN + 1, "padded to a fixed length");
+    let second = LocalBackend::new(&root, Options::default());
+    let Err(err) = rt.block_on(backend::Backend::lock(&second, &treesync_core::state::Holder::this_process())) else {
+        panic!("the second lock is taken while the first is held");
+    };
+    assert!(matches!(err, backend::Error::Locked { .. }), "{err:?}");
+    assert!(err.to_string().contains("pid 4242 on elsewhere, started at unix time 1796000000"), "{err}");
+}

@@ -18,18 +18,16 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
-use rustix::fs::{AtFlags, FileType, FlockOperation, Mode, OFlags};
+use rustix::fs::{AtFlags, Mode, OFlags};
 use rustix::io::Errno;
 use treesync_backend_local::fs::Target;
+use treesync_backend_local::lockfile::{self, Flock, TakeError, own_file, write_all_at};
 use treesync_core::backend::{Error, LockGuard, TargetState};
 use treesync_core::path::STATE_DIR;
 
 fn io(e: Errno) -> std::io::Error {
     std::io::Error::from_raw_os_error(e.raw_os_error())
 }
-
-/// The holder line in the lock file is padded to this length, so it is rewritten in place.
-const HOLDER_LEN: usize = 255;
 
 pub(crate) struct Meta {
     root: PathBuf,
@@ -190,40 +188,23 @@ impl Meta {
         Ok(Some(fd))
     }
 
+    /// Take the target's lock for `holder` (the local backend's [`lockfile`], shared) and open
+    /// the run's state file next to it.
     pub(crate) fn lock(&self, holder: &treesync_core::state::Holder) -> Result<LockGuard, Error> {
-        let holder = holder.to_string();
         let dir = self.dir(true)?.expect("created");
-        let lock_path = || self.shown(&format!("{STATE_DIR}/lock"));
-        let fd = rustix::fs::openat(
-            &*dir,
-            "lock",
-            OFlags::RDWR | OFlags::CREATE | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-            Mode::from_raw_mode(0o666),
-        )
-        .map_err(|e| Error::io("open lock file", lock_path(), io(e)))?;
-        let own = own_file(&fd).map_err(|e| Error::io("lock", lock_path(), io(e)))?;
-        match rustix::fs::flock(&fd, FlockOperation::NonBlockingLockExclusive) {
-            Ok(()) => {}
-            Err(Errno::WOULDBLOCK) => {
-                let holder = if own { holder_line(&fd) } else { None };
-                return Err(Error::Locked {
-                    holder: holder.map_or_else(
-                        || format!("holder unknown: no holder line treesync wrote in {}", lock_path()),
-                        |h| h.to_string(),
-                    ),
-                });
-            }
-            Err(e) => return Err(Error::io("lock", lock_path(), io(e))),
-        }
-        if !own {
-            // A hard link to some other file (or not a file at all): writing the holder line
-            // would overwrite that file's first bytes.
-            return Err(Error::NotOwnFile { path: lock_path() });
-        }
-        let mut line = format!("{holder:<HOLDER_LEN$}").into_bytes();
-        line.truncate(HOLDER_LEN);
-        line.push(b'\n');
-        write_all_at(&fd, &line).map_err(|e| Error::io("write lock file", lock_path(), io(e)))?;
+        let lock_path = || self.shown(&format!("{STATE_DIR}/{}", lockfile::NAME));
+        let lock = lockfile::take(dir.as_fd(), holder).map_err(|e| match e {
+            TakeError::Open(e) => Error::io("open lock file", lock_path(), io(e)),
+            TakeError::Locked(holder) => Error::Locked {
+                holder: holder.map_or_else(
+                    || format!("holder unknown: no holder line treesync wrote in {}", lock_path()),
+                    |h| h.to_string(),
+                ),
+            },
+            TakeError::NotOwnFile => Error::NotOwnFile { path: lock_path() },
+            TakeError::Lock(e) => Error::io("lock", lock_path(), io(e)),
+            TakeError::Write(e) => Error::io("write lock file", lock_path(), io(e)),
+        })?;
         let state = match rustix::fs::openat(
             &*dir,
             "state",
@@ -241,7 +222,7 @@ impl Meta {
             None => false,
         };
         *self.run.lock().expect("never poisoned") = Some(Run { state, own, len: 0 });
-        Ok(LockGuard(Box::new(Held { lock: fd, run: self.run.clone() })))
+        Ok(LockGuard(Box::new(Held { _lock: lock, run: self.run.clone() })))
     }
 
     pub(crate) fn load_state(&self) -> Result<Option<Vec<u8>>, Error> {
@@ -294,34 +275,6 @@ impl Meta {
     }
 }
 
-/// A regular file with no other name (a hard link elsewhere would share every write). Asked
-/// with `AT_STATX_DONT_SYNC`: the attributes the open's own LOOKUP brought are enough, so on a
-/// network filesystem this costs no request (an `fstat` would be a GETATTR).
-fn own_file(fd: &OwnedFd) -> Result<bool, Errno> {
-    let (mode, nlink) = match rustix::fs::statx(
-        fd,
-        "",
-        AtFlags::EMPTY_PATH | AtFlags::STATX_DONT_SYNC,
-        rustix::fs::StatxFlags::TYPE | rustix::fs::StatxFlags::NLINK,
-    ) {
-        Ok(st) => (u32::from(st.stx_mode), u64::from(st.stx_nlink)),
-        Err(Errno::NOSYS) => {
-            let st = rustix::fs::fstat(fd)?;
-            (st.st_mode, st.st_nlink)
-        }
-        Err(e) => return Err(e),
-    };
-    Ok(FileType::from_raw_mode(mode) == FileType::RegularFile && nlink == 1)
-}
-
-/// The holder line of a lock file, if it looks like one treesync wrote (read at most 512
-/// bytes; nothing else is shown).
-fn holder_line(fd: &OwnedFd) -> Option<treesync_core::state::Holder> {
-    let mut buf = [0u8; 512];
-    let n = rustix::io::pread(fd, &mut buf, 0).ok()?;
-    treesync_core::state::Holder::from_lock_file(&buf[..n])
-}
-
 /// Write `bytes` to a new file `.treesync-tmp.NAME` in `dir` (`O_EXCL`: never through what is
 /// there; a leftover is removed first) and rename it over `name`: the new file, open.
 fn replace(dir: &OwnedFd, name: &str, bytes: &[u8], fsync: bool) -> Result<OwnedFd, Errno> {
@@ -365,31 +318,15 @@ fn read_all(fd: &OwnedFd) -> Result<Vec<u8>, Errno> {
     }
 }
 
-fn write_all_at(fd: &OwnedFd, mut bytes: &[u8]) -> Result<(), Errno> {
-    let mut at = 0u64;
-    while !bytes.is_empty() {
-        match rustix::io::pwrite(fd, bytes, at) {
-            Ok(n) => {
-                bytes = &bytes[n..];
-                at += n as u64;
-            }
-            Err(Errno::INTR) => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(())
-}
-
 /// The lock of one run; the run's state file is closed with it.
 struct Held {
-    lock: OwnedFd,
+    /// Unlocks when dropped, after the state file is closed.
+    _lock: Flock,
     run: Arc<Mutex<Option<Run>>>,
 }
 
 impl Drop for Held {
     fn drop(&mut self) {
         *self.run.lock().expect("never poisoned") = None;
-        // Explicitly: a child being spawned may briefly hold a copy of the descriptor.
-        let _ = rustix::fs::flock(self.lock.as_fd(), FlockOperation::Unlock);
     }
 }

@@ -21,7 +21,7 @@ use treesync_testkit::tree::{self, Node};
 
 static NEXT: AtomicU64 = AtomicU64::new(0);
 
-fn server() -> Option<&'static Ganesha> {
+fn server() -> &'static Ganesha {
     Ganesha::shared()
 }
 
@@ -35,15 +35,15 @@ struct Export {
 }
 
 impl Export {
-    fn new(options: RemoteOptions) -> Option<Self> {
-        let server = server()?;
+    fn new(options: RemoteOptions) -> Self {
+        let server = server();
         let sub = format!("t{}-{}", std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed));
-        Some(Export { server, url: server.url(&sub), sub, options, _proxy: None })
+        Export { server, url: server.url(&sub), sub, options, _proxy: None }
     }
 
     /// The same, with NFS calls going through a delay line of `one_way` each way.
-    fn delayed(options: RemoteOptions, one_way: Duration) -> Option<Self> {
-        let mut e = Export::new(options)?;
+    fn delayed(options: RemoteOptions, one_way: Duration) -> Self {
+        let mut e = Export::new(options);
         let proxy = Arc::new(DelayProxy::start(e.server.nfs_addr(), one_way));
         e.url = format!(
             "nfs://127.0.0.1:{}{}/{}?mountport={}",
@@ -53,7 +53,7 @@ impl Export {
             e.server.mount_port()
         );
         e._proxy = Some(proxy);
-        Some(e)
+        e
     }
 
     fn root(&self) -> PathBuf {
@@ -83,21 +83,12 @@ impl Fixture for Export {
     }
 }
 
-/// Skips (or fails under CI) without ganesha: the suites below need the real server.
-macro_rules! export {
-    ($e:expr) => {
-        match $e {
-            Some(e) => e,
-            None => return,
-        }
-    };
-}
-
-/// The conformance suite on an `nfs://` export made by `$make` (an `Option<Export>`).
+/// The conformance suite on an `nfs://` export made by `$make` (an `Export`; without ganesha
+/// every case fails, naming the command that installs it).
 macro_rules! suite_on {
     ($make:expr) => {
         treesync_testkit::conformance_suite!(
-            export!($make),
+            $make,
             skip = |case: &str| match case {
                 // The test tampers with ganesha's exported directory behind its back, and
                 // ganesha's cache then hands out handles of the removed directories
@@ -122,14 +113,12 @@ mod direct {
 /// One op at a time and one call in flight: what a mount does.
 mod one_in_flight {
     use super::*;
-    suite_on!(
-        Export::new(RemoteOptions { lookup_jobs: 1, write_jobs: WriteJobs::Fixed(1), ..Default::default() }).map(
-            |mut e| {
-                e.url.push_str("&inflight=1");
-                e
-            }
-        )
-    );
+    suite_on!({
+        let mut e =
+            Export::new(RemoteOptions { lookup_jobs: 1, write_jobs: WriteJobs::Fixed(1), ..Default::default() });
+        e.url.push_str("&inflight=1");
+        e
+    });
 }
 
 /// Through a delay line of 2 ms each way: replies come late and out of order.
@@ -153,7 +142,7 @@ fn incremental_sync_costs_o_k_calls() {
     let rt = rt();
     let mut per_size = Vec::new();
     for n in [400, 2000] {
-        let e = export!(Export::new(RemoteOptions { record: true, ..Default::default() }));
+        let e = Export::new(RemoteOptions { record: true, ..Default::default() });
         let base = history::wide_tree(n, 7);
         let (next, changed) = history::change_some(&base, 6, 2, 2, 8);
         let k = changed.len();
@@ -211,7 +200,7 @@ fn incremental_sync_costs_o_k_calls() {
 fn calls_are_pipelined_on_one_connection() {
     let rt = rt();
     let h = History::from_trees(&[history::wide_tree(600, 3)]);
-    let e = export!(Export::delayed(RemoteOptions::default(), Duration::from_millis(1)));
+    let e = Export::delayed(RemoteOptions::default(), Duration::from_millis(1));
     let b = e.open();
     rt.block_on(sync_to(&h.repo, &h.commits[0], &b)).expect("initial");
     h.assert_matches(&e, 0, "pipelined");
@@ -219,8 +208,7 @@ fn calls_are_pipelined_on_one_connection() {
     assert_eq!(rpc.connections(), 1, "one connection");
     assert!(rpc.max_in_flight() >= 8, "pipelined: at most {} in flight", rpc.max_in_flight());
 
-    let mut one =
-        export!(Export::new(RemoteOptions { lookup_jobs: 1, write_jobs: WriteJobs::Fixed(1), ..Default::default() }));
+    let mut one = Export::new(RemoteOptions { lookup_jobs: 1, write_jobs: WriteJobs::Fixed(1), ..Default::default() });
     one.url.push_str("&inflight=1");
     let b = one.open();
     rt.block_on(sync_to(&h.repo, &h.commits[0], &b)).expect("initial, one in flight");
@@ -234,7 +222,7 @@ fn calls_are_pipelined_on_one_connection() {
 fn dropped_connections_are_survived() {
     let rt = rt();
     let h = History::random(11, 3);
-    let e = export!(Export::delayed(RemoteOptions::default(), Duration::from_millis(1)));
+    let e = Export::delayed(RemoteOptions::default(), Duration::from_millis(1));
     let b = e.open();
     rt.block_on(sync_to(&h.repo, &h.commits[0], &b)).expect("initial");
     let rpc = b.inner().rpc().expect("connected");
@@ -260,10 +248,7 @@ fn dropped_connections_are_survived() {
 #[test]
 fn bad_targets_get_clear_errors() {
     let rt = rt();
-    let s = match server() {
-        Some(s) => s,
-        None => return,
-    };
+    let s = server();
     let h = History::random(5, 1);
     let status = |url: &str| {
         let b = remote::open(url, RemoteOptions::default()).expect("valid URL");
@@ -296,7 +281,7 @@ fn bad_targets_get_clear_errors() {
 fn stale_locks_are_taken_over() {
     let rt = rt();
     let h = History::random(9, 2);
-    let e = export!(Export::new(RemoteOptions::default()));
+    let e = Export::new(RemoteOptions::default());
     rt.block_on(sync_to(&h.repo, &h.commits[0], &e.open())).expect("initial");
     let lock = e.root().join(".treesync/lock.nfs");
     let host = treesync_core::sync::hostname();
@@ -320,7 +305,7 @@ fn a_lease_that_cannot_be_renewed_stops_the_run() {
     let rt = rt();
     let h = History::random(23, 2);
     // Renewed every 100 ms.
-    let e = export!(Export::new(RemoteOptions { lease: Duration::from_millis(400), ..Default::default() }));
+    let e = Export::new(RemoteOptions { lease: Duration::from_millis(400), ..Default::default() });
     rt.block_on(sync_to(&h.repo, &h.commits[0], &e.open())).expect("initial");
     let state = std::fs::read(e.root().join(".treesync/state")).expect("state");
     let b = e.open();
@@ -411,7 +396,7 @@ fn a_sync_whose_lock_is_taken_over_stops_and_the_next_run_finishes() {
     let h = History::random(29, 2);
     let options =
         RemoteOptions { lease: Duration::from_millis(400), write_jobs: WriteJobs::Fixed(1), ..Default::default() };
-    let e = export!(Export::new(options));
+    let e = Export::new(options);
     rt.block_on(sync_to(&h.repo, &h.commits[0], &e.open())).expect("initial");
     let lock = e.root().join(".treesync/lock.nfs");
     let b = TakeoverAfter {
@@ -443,7 +428,7 @@ fn a_sync_whose_lock_is_taken_over_stops_and_the_next_run_finishes() {
 #[test]
 fn large_files_are_written_in_chunks() {
     let rt = rt();
-    let e = export!(Export::new(RemoteOptions::default()));
+    let e = Export::new(RemoteOptions::default());
     let mut m = Model::default();
     let big: Vec<u8> = (0..5_300_000u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
     m.insert("big.bin", history::Entry::File { content: big, executable: true });
@@ -465,7 +450,7 @@ fn verify_over_nfs() {
     use treesync_core::verify::{Level, verify};
     let rt = rt();
     let h = History::random(21, 2);
-    let e = export!(Export::new(RemoteOptions::default()));
+    let e = Export::new(RemoteOptions::default());
     let b = e.open();
     rt.block_on(sync_to(&h.repo, &h.commits[1], &b)).expect("sync");
     for level in [Level::Quick, Level::Stat, Level::Full] {
@@ -487,7 +472,7 @@ fn verify_over_nfs() {
 fn a_full_server_is_reported_and_recovered() {
     let rt = rt();
     // Its own server with an 8 MiB export (stopped when the test process exits).
-    let Some(server) = Ganesha::start_sized(8 << 20) else { return };
+    let server = Ganesha::start_sized(8 << 20);
     let server: &'static Ganesha = Box::leak(Box::new(server));
     let e =
         Export { server, sub: "full".into(), url: server.url("full"), options: RemoteOptions::default(), _proxy: None };
@@ -535,7 +520,7 @@ fn walk(dir: &std::path::Path) -> Vec<PathBuf> {
 fn permission_denied_is_clear() {
     let rt = rt();
     let h = History::random(13, 2);
-    let e = export!(Export::new(RemoteOptions::default()));
+    let e = Export::new(RemoteOptions::default());
     rt.block_on(sync_to(&h.repo, &h.commits[0], &e.open())).expect("initial as root");
     let url = format!("{}&uid=4321&gid=4321", e.url);
     let b = remote::open(&url, RemoteOptions::default()).expect("url");
@@ -551,7 +536,7 @@ fn permission_denied_is_clear() {
 fn a_server_that_does_not_answer_times_out_clearly() {
     let rt = rt();
     let h = History::random(15, 2);
-    let e = export!(Export::new(RemoteOptions::default()));
+    let e = Export::new(RemoteOptions::default());
     rt.block_on(sync_to(&h.repo, &h.commits[0], &e.open())).expect("initial");
     let slow = DelayProxy::start(e.server.nfs_addr(), Duration::from_millis(1500));
     let url = format!(
@@ -578,7 +563,7 @@ fn a_server_that_does_not_answer_times_out_clearly() {
 /// between two commits (files are written under a temporary name and RENAMEd into place).
 #[test]
 fn readers_on_the_server_never_see_a_partial_file() {
-    let e = export!(Export::new(RemoteOptions::default()));
+    let e = Export::new(RemoteOptions::default());
     let make = || e.backend();
     let r = treesync_testkit::readers::race(&make, &e.root(), Duration::from_secs(3));
     assert!(r.syncs >= 4 && r.reads >= 1000, "the test must actually race: {r:?}");
@@ -614,7 +599,7 @@ fn racing_syncs_take_over_a_stale_lock_one_at_a_time() {
     let (one, _) = history::change_some(&base, 150, 75, 75, 32);
     let (two, _) = history::change_some(&base, 150, 75, 75, 33);
     let h = History::from_trees(&[base, one, two]);
-    let e = export!(Export::new(RemoteOptions::default()));
+    let e = Export::new(RemoteOptions::default());
     let lock = e.root().join(".treesync/lock.nfs");
     let stale = format!("pid {} on {}, started at unix time 1\n", dead_pid(), treesync_core::sync::hostname());
     // More by hand: TREESYNC_RACE_ROUNDS=300.
@@ -648,7 +633,7 @@ fn concurrent_first_syncs_into_a_missing_target() {
     let (one, _) = history::change_some(&base, 60, 20, 20, 42);
     let h = History::from_trees(&[base, one]);
     for round in 0..15 {
-        let e = export!(Export::new(RemoteOptions::default()));
+        let e = Export::new(RemoteOptions::default());
         let results = treesync_testkit::race::two_syncs(&h, [&h.commits[0], &h.commits[1]], &|| e.backend());
         treesync_testkit::race::check(&h, &e, [0, 1], results, round);
     }
@@ -668,7 +653,7 @@ fn a_hard_link_at_a_temporary_name_is_not_written_through() {
     m1.insert("a.txt", history::Entry::File { content: b"new a, from the repository\n".to_vec(), executable: false });
     m1.insert("d/b.txt", history::Entry::File { content: b"new b, from the repository\n".to_vec(), executable: true });
     let h = History::from_trees(&[m0, m1]);
-    let e = export!(Export::new(RemoteOptions::default()));
+    let e = Export::new(RemoteOptions::default());
     rt.block_on(sync_to(&h.repo, &h.commits[0], &e.open())).expect("initial");
     let outside = e.server.dir().join(format!("{}-outside", e.sub));
     std::fs::create_dir(&outside).expect("mkdir outside");
@@ -702,7 +687,7 @@ fn a_hard_link_at_a_temporary_name_is_not_written_through() {
 fn a_lock_file_that_is_a_hard_link_is_neither_written_nor_shown() {
     let rt = rt();
     let h = History::random(17, 2);
-    let e = export!(Export::new(RemoteOptions::default()));
+    let e = Export::new(RemoteOptions::default());
     rt.block_on(sync_to(&h.repo, &h.commits[0], &e.open())).expect("initial");
     let outside = e.server.dir().join(format!("{}-outside", e.sub));
     std::fs::create_dir(&outside).expect("mkdir outside");
@@ -732,7 +717,7 @@ fn a_lock_file_that_is_a_hard_link_is_neither_written_nor_shown() {
 fn a_state_file_that_is_a_hard_link_is_replaced_not_written_through() {
     let rt = rt();
     let h = History::random(18, 2);
-    let e = export!(Export::new(RemoteOptions::default()));
+    let e = Export::new(RemoteOptions::default());
     rt.block_on(sync_to(&h.repo, &h.commits[0], &e.open())).expect("initial");
     let outside = e.server.dir().join(format!("{}-outside", e.sub));
     std::fs::create_dir(&outside).expect("mkdir outside");
@@ -762,7 +747,7 @@ fn a_chmod_does_not_reach_through_a_hard_link() {
     m1.insert("run.sh", history::Entry::File { content: b"#!/bin/sh\necho hi\n".to_vec(), executable: true });
     m1.insert("plain", history::Entry::File { content: b"plain\n".to_vec(), executable: true });
     let h = History::from_trees(&[m0, m1]);
-    let e = export!(Export::new(RemoteOptions::default()));
+    let e = Export::new(RemoteOptions::default());
     rt.block_on(sync_to(&h.repo, &h.commits[0], &e.open())).expect("initial");
     let outside = e.server.dir().join(format!("{}-outside", e.sub));
     std::fs::hard_link(e.root().join("run.sh"), &outside).expect("hard link from outside");
@@ -786,7 +771,7 @@ fn a_chmod_of_a_file_replaced_by_a_symlink_writes_the_file() {
     let mut m1 = m0.clone();
     m1.insert("m", history::Entry::File { content: b"mode only\n".to_vec(), executable: true });
     let h = History::from_trees(&[m0, m1]);
-    let e = export!(Export::new(RemoteOptions::default()));
+    let e = Export::new(RemoteOptions::default());
     rt.block_on(sync_to(&h.repo, &h.commits[0], &e.open())).expect("initial");
     let outside = e.server.dir().join(format!("{}-outside", e.sub));
     std::fs::write(&outside, "outside\n").expect("outside file");
@@ -805,7 +790,7 @@ fn a_chmod_of_a_file_replaced_by_a_symlink_writes_the_file() {
 fn a_state_folder_that_is_a_symlink_is_refused_naming_it() {
     let rt = rt();
     let h = History::random(19, 2);
-    let e = export!(Export::new(RemoteOptions::default()));
+    let e = Export::new(RemoteOptions::default());
     rt.block_on(sync_to(&h.repo, &h.commits[0], &e.open())).expect("initial");
     let outside = e.server.dir().join(format!("{}-outside-state", e.sub));
     std::fs::create_dir(&outside).expect("mkdir outside");

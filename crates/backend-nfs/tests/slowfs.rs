@@ -20,11 +20,9 @@ use treesync_testkit::tree::{self, Node};
 
 const LATENCY: Duration = Duration::from_micros(200);
 
-fn slow(record_paths: bool) -> Option<SlowFs> {
-    if !slowfs::available() {
-        return None;
-    }
-    Some(SlowFs::temp(Config { meta_latency: LATENCY, record_paths, ..Config::default() }).expect("mount slowfs"))
+fn slow(record_paths: bool) -> SlowFs {
+    slowfs::require();
+    SlowFs::temp(Config { meta_latency: LATENCY, record_paths, ..Config::default() }).expect("mount slowfs")
 }
 
 fn runtime() -> tokio::runtime::Runtime {
@@ -32,7 +30,7 @@ fn runtime() -> tokio::runtime::Runtime {
 }
 
 struct Slow {
-    fs: Option<SlowFs>,
+    fs: SlowFs,
     options: Options,
 }
 
@@ -40,16 +38,11 @@ impl Slow {
     fn new(options: Options) -> Self {
         Slow { fs: slow(false), options }
     }
-    fn fs(&self) -> &SlowFs {
-        self.fs
-            .as_ref()
-            .expect("the slow-filesystem suite needs FUSE: /dev/fuse and root or fusermount3 (apt install fuse3)")
-    }
     fn mounted(&self) -> PathBuf {
-        self.fs().path().join("target")
+        self.fs.path().join("target")
     }
     fn backing(&self) -> PathBuf {
-        self.fs().backing().join("target")
+        self.fs.backing().join("target")
     }
 }
 
@@ -80,12 +73,10 @@ struct CaseInsensitive {
 }
 
 impl CaseInsensitive {
-    fn new(nfs: bool) -> Option<Self> {
-        if !slowfs::available() {
-            return None;
-        }
+    fn new(nfs: bool) -> Self {
+        slowfs::require();
         let fs = SlowFs::temp(Config { case_insensitive: true, ..Config::default() }).expect("mount slowfs");
-        Some(CaseInsensitive { fs, nfs })
+        CaseInsensitive { fs, nfs }
     }
 }
 
@@ -115,10 +106,7 @@ impl Fixture for CaseInsensitive {
 macro_rules! case_insensitive_suite {
     ($nfs:expr) => {
         treesync_testkit::conformance_suite!(
-            match CaseInsensitive::new($nfs) {
-                Some(f) => f,
-                None => return,
-            },
+            CaseInsensitive::new($nfs),
             skip = |case: &str| match case {
                 "storage_faults_are_clear_and_recoverable"
                 | "locked_target_is_refused"
@@ -134,7 +122,7 @@ macro_rules! case_insensitive_suite {
 
         #[test]
         fn the_probe_finds_out() {
-            let Some(f) = CaseInsensitive::new($nfs) else { return };
+            let f = CaseInsensitive::new($nfs);
             let h = History::random(4, 1);
             let b = f.backend();
             assert!(b.capabilities().case_sensitive, "unknown before the first look");
@@ -178,7 +166,7 @@ mod conformance_on_slowfs {
 /// compared with `git archive`, with the default budgets and with everything serialized.
 #[test]
 fn random_histories_match_git_on_the_slow_filesystem() {
-    let Some(fs) = slow(false) else { return };
+    let fs = slow(false);
     let rt = runtime();
     for (seed, options) in [
         (300, Options::default()),
@@ -207,7 +195,7 @@ fn random_histories_match_git_on_the_slow_filesystem() {
 /// during a verify, which is all lookups; with two allowed it does see two (the check can fail).
 #[test]
 fn lookup_budget_holds_at_the_filesystem() {
-    let Some(fs) = slow(false) else { return };
+    let fs = slow(false);
     let rt = runtime();
     let h = History::from_trees(&[history::wide_tree(1_500, 8)] as &[Model]);
     rt.block_on(sync_to(&h.repo, &h.commits[0], &LocalBackend::new(fs.backing().join("t"), Default::default())))
@@ -232,7 +220,7 @@ fn lookup_budget_holds_at_the_filesystem() {
 /// filesystem that serves everything in parallel.
 #[test]
 fn write_budget_holds_at_the_filesystem() {
-    let Some(fs) = slow(false) else { return };
+    let fs = slow(false);
     let rt = runtime();
     let h = History::from_trees(&[history::wide_tree(600, 9)] as &[Model]);
     let mut seen = Vec::new();
@@ -261,9 +249,9 @@ fn a_target_that_is_a_symlink_is_refused_like_on_a_local_disk() {
     let f = Slow::new(Options::default());
     let rt = runtime();
     let h = History::random(63, 1);
-    std::fs::create_dir(f.fs().backing().join("real")).expect("mkdir");
-    std::os::unix::fs::symlink("real", f.fs().backing().join("link")).expect("symlink");
-    let link = f.fs().path().join("link");
+    std::fs::create_dir(f.fs.backing().join("real")).expect("mkdir");
+    std::os::unix::fs::symlink("real", f.fs.backing().join("link")).expect("symlink");
+    let link = f.fs.path().join("link");
     let nfs = rt
         .block_on(sync_to(&h.repo, &h.commits[0], &treesync_backend_nfs::open(&link, Options::default())))
         .expect_err("refused")
@@ -273,7 +261,7 @@ fn a_target_that_is_a_symlink_is_refused_like_on_a_local_disk() {
         .expect_err("refused");
     assert_eq!(nfs, local.to_string(), "one rule, one message");
     assert!(nfs.contains("it is a symlink (to real)"), "{nfs}");
-    let written: Vec<_> = std::fs::read_dir(f.fs().backing().join("real")).expect("list").collect();
+    let written: Vec<_> = std::fs::read_dir(f.fs.backing().join("real")).expect("list").collect();
     assert!(written.is_empty(), "nothing written where the link points: {written:?}");
 }
 
@@ -306,7 +294,7 @@ fn a_lock_file_that_is_a_hard_link_is_not_written_through_on_a_mount() {
     let rt = runtime();
     let h = History::random(61, 2);
     rt.block_on(sync_to(&h.repo, &h.commits[0], &*f.backend())).expect("initial");
-    let outside = f.fs().backing().join("outside-lock");
+    let outside = f.fs.backing().join("outside-lock");
     let secret = "SECRET-TOKEN and more bytes than a holder line has, so that an overwrite shows at once ".repeat(4);
     std::fs::write(&outside, &secret).expect("outside file");
     let lock = f.backing().join(".treesync/lock");
@@ -331,7 +319,7 @@ fn a_state_file_that_is_a_hard_link_is_replaced_on_a_mount() {
     let rt = runtime();
     let h = History::random(62, 2);
     rt.block_on(sync_to(&h.repo, &h.commits[0], &*f.backend())).expect("initial");
-    let outside = f.fs().backing().join("outside-state");
+    let outside = f.fs.backing().join("outside-state");
     let state = f.backing().join(".treesync/state");
     std::fs::copy(&state, &outside).expect("copy state");
     let before = std::fs::read_to_string(&outside).expect("read");
@@ -353,7 +341,7 @@ fn a_state_folder_that_is_a_symlink_is_refused_naming_it_on_a_mount() {
     let rt = runtime();
     let h = History::random(65, 2);
     rt.block_on(sync_to(&h.repo, &h.commits[0], &*f.backend())).expect("initial");
-    let outside = f.fs().backing().join("outside-state");
+    let outside = f.fs.backing().join("outside-state");
     std::fs::create_dir(&outside).expect("mkdir outside");
     let state = f.backing().join(".treesync");
     std::fs::remove_dir_all(&state).expect("rm .treesync");

@@ -139,16 +139,22 @@ pub(crate) struct TargetArgs {
     #[arg(long, value_enum, default_value_t = BackendKind::Auto)]
     pub(crate) backend: BackendKind,
     /// Operations in flight at once (default: the backend's policy: 8 batches for local,
-    /// 32 PUTs for s3, adaptive writes for nfs).
+    /// 32 PUTs for s3, adaptive writes for nfs). On nfs every operation in flight is a write,
+    /// so `--jobs N` is also the write budget: alone it fixes N writes in flight, with
+    /// `--write-jobs auto` it is the ceiling the adaptive budget grows to, and a fixed
+    /// `--write-jobs` other than N is refused.
     #[arg(long, value_name = "N")]
     pub(crate) jobs: Option<usize>,
     /// nfs: metadata lookups in flight (directory probes; the stat calls of verify). Network
     /// filesystems serialize lookups in the kernel, so more rarely helps.
     #[arg(long, value_name = "N", help_heading = "Network filesystems (--backend nfs)")]
     pub(crate) lookup_jobs: Option<usize>,
-    /// nfs: writes (creates, renames, removals) in flight: a number, or `auto` to adapt to the
-    /// latency the server shows (grows while throughput rises, backs off when latency climbs).
-    #[arg(long, value_name = "N|auto", value_parser = parse_write_jobs, help_heading = "Network filesystems (--backend nfs)")]
+    /// nfs: writes (creates, renames, removals) in flight: a number, or `auto` (the default) to
+    /// adapt to the latency the server shows (grows while throughput rises, backs off when
+    /// latency climbs) up to the backend's ceiling, or up to `--jobs N` when given. A number
+    /// must equal `--jobs` when both are given; `sync -vv` logs the budgets decided and
+    /// `sync --json` reports them.
+    #[arg(long, value_name = "N|auto", value_parser = <treesync::WriteJobs as std::str::FromStr>::from_str, help_heading = "Network filesystems (--backend nfs)")]
     pub(crate) write_jobs: Option<treesync::WriteJobs>,
     /// Operations per batch (default: the backend's policy, 64 for local).
     #[arg(long, value_name = "N", hide_short_help = true)]
@@ -226,18 +232,6 @@ impl LimitArgs {
     pub(crate) fn fill(&mut self, m: &config::Mirror) {
         self.max_entries = self.max_entries.or(m.max_entries);
         self.max_bytes = self.max_bytes.or(m.max_bytes);
-    }
-}
-
-pub(crate) fn parse_write_jobs(s: &str) -> Result<treesync::WriteJobs, String> {
-    match s {
-        "auto" => Ok(treesync::WriteJobs::Auto),
-        n => n
-            .parse::<usize>()
-            .ok()
-            .filter(|n| *n > 0)
-            .map(treesync::WriteJobs::Fixed)
-            .ok_or_else(|| format!("{s:?} is neither a number of writes in flight (1, 8, 32, …) nor `auto`")),
     }
 }
 

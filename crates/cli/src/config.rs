@@ -303,6 +303,13 @@ struct Setting<T> {
     inherited: Option<usize>,
 }
 
+impl<T> Setting<T> {
+    /// ` from [defaults], line N` when the mirror took it from `[defaults]`, else nothing.
+    fn inherited_note(&self) -> String {
+        self.inherited.map(|line| format!(" from [defaults], line {line}")).unwrap_or_default()
+    }
+}
+
 impl<T: Clone> Setting<T> {
     fn pick(own: &Option<Spanned<T>>, defaults: &Option<Spanned<T>>, cx: &Cx<'_>) -> Option<Setting<T>> {
         match (own, defaults) {
@@ -359,6 +366,12 @@ impl Got {
 /// `message` with a hint, for [`Cx::serde_error`] to split.
 fn with_hint(message: String, hint: impl fmt::Display) -> String {
     format!("{message}{HINT}{hint}")
+}
+
+/// A quoted string where `expected` was wanted, with what to write instead: `unquoted`
+/// without the quotes.
+fn quoted(s: String, expected: &str, unquoted: &str) -> String {
+    with_hint(Got::Str(s).wrong(expected), format!("write {KEY} = {unquoted}, without quotes"))
 }
 
 impl<'de> Deserialize<'de> for Got {
@@ -437,7 +450,8 @@ struct Flag(bool);
 from_got!(Flag, |got| match got {
     Got::Bool(b) => Ok(Flag(b)),
     Got::Str(s) if s == "true" || s == "false" => {
-        Err(with_hint(Got::Str(s.clone()).wrong("true or false"), format!("write {KEY} = {s}, without quotes")))
+        let unquoted = s.clone();
+        Err(quoted(s, "true or false", &unquoted))
     }
     got => Err(got.wrong("true or false")),
 });
@@ -455,7 +469,7 @@ fn count(got: Got) -> Result<Count, String> {
         }
         Got::Str(s) if s.trim().parse::<usize>().is_ok() => {
             let n = s.trim().to_string();
-            Err(with_hint(Got::Str(s).wrong("a number"), format!("write {KEY} = {n}, without quotes")))
+            Err(quoted(s, "a number", &n))
         }
         got => Err(got.wrong("a number (1, 8, 32, …)")),
     }
@@ -491,29 +505,27 @@ fn duration(got: Got) -> Result<Duration, String> {
     }
 }
 
+/// A [`duration`] longer than 0; `hint` says what to write instead of 0.
+fn positive_duration(got: Got, hint: &str) -> Result<Duration, String> {
+    match duration(got)? {
+        d if d.is_zero() => Err(with_hint(format!("{KEY} in {SECTION} must be longer than 0"), hint)),
+        d => Ok(d),
+    }
+}
+
 /// `interval`: a duration longer than 0.
 #[derive(Clone, Copy, Debug)]
 struct Interval(Duration);
-from_got!(Interval, |got| match duration(got)? {
-    d if d.is_zero() => Err(with_hint(
-        format!("{KEY} in {SECTION} must be longer than 0"),
-        "watch looks at the ref this often; e.g. interval = \"5s\"",
-    )),
-    d => Ok(Interval(d)),
-});
+from_got!(Interval, |got| positive_duration(got, "watch looks at the ref this often; e.g. interval = \"5s\"")
+    .map(Interval));
 
 /// `verify_every`: a duration longer than 0, or `"off"` (which turns off one of `[defaults]`).
 #[derive(Clone, Copy, Debug)]
 struct VerifyEvery(Option<Duration>);
 from_got!(VerifyEvery, |got| match got {
     Got::Str(s) if s == "off" => Ok(VerifyEvery(None)),
-    got => match duration(got)? {
-        d if d.is_zero() => Err(with_hint(
-            format!("{KEY} in {SECTION} must be longer than 0"),
-            "to turn off a verify_every of [defaults], write verify_every = \"off\"",
-        )),
-        d => Ok(VerifyEvery(Some(d))),
-    },
+    got => positive_duration(got, "to turn off a verify_every of [defaults], write verify_every = \"off\"")
+        .map(|d| VerifyEvery(Some(d))),
 });
 
 /// A size in bytes: `"1TiB"`, `"500 GiB"`, `"2TB"`, or a number of bytes.
@@ -606,16 +618,12 @@ pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
             _ => treesync::check(&t, backend.into()).map(|_| t),
         });
         let parsed = checked.map_err(|e| {
-            let text = e.to_string();
-            let (message, hint) = text.split_once("\n  hint: ").unwrap_or((&text, ""));
-            let from = match &settings.backend {
-                Some(Setting { value, inherited: Some(line), .. }) if message.starts_with("backend ") => {
-                    format!(" (backend = \"{value}\" from [defaults], line {line})")
+            cx.library_error(target_span.clone(), &e, |message| match &settings.backend {
+                Some(b) if b.inherited.is_some() && message.starts_with("backend ") => {
+                    format!(" (backend = \"{}\"{})", b.value, b.inherited_note())
                 }
                 _ => String::new(),
-            };
-            let err = cx.err(target_span.clone(), format!("{message}{from}"));
-            if hint.is_empty() { err } else { err.hint(hint.to_string()) }
+            })
         })?;
 
         // On nfs, jobs is the write budget: a different fixed write_jobs is refused as the
@@ -626,16 +634,14 @@ pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
             && let WriteJobs::Fixed(n) = write_jobs.value.0
             && n != jobs.value.usize()
         {
-            let text = treesync::OpenError::Budgets { jobs: jobs.value.usize(), write_jobs: n }.to_string();
-            let (message, hint) = text.split_once("\n  hint: ").unwrap_or((&text, ""));
-            let from = |inherited: Option<usize>| inherited.map(|l| format!(" from [defaults], line {l}"));
-            let notes: Vec<String> = [("jobs", from(jobs.inherited)), ("write_jobs", from(write_jobs.inherited))]
+            let e = treesync::OpenError::Budgets { jobs: jobs.value.usize(), write_jobs: n };
+            let notes: Vec<String> = [("jobs", jobs.inherited_note()), ("write_jobs", write_jobs.inherited_note())]
                 .into_iter()
-                .filter_map(|(k, f)| f.map(|f| format!("{k}{f}")))
+                .filter(|(_, from)| !from.is_empty())
+                .map(|(k, from)| format!("{k}{from}"))
                 .collect();
-            let message =
-                if notes.is_empty() { message.to_string() } else { format!("{message} ({})", notes.join(", ")) };
-            return Err(cx.err(write_jobs.span.clone(), message).hint(hint.to_string()));
+            let note = if notes.is_empty() { String::new() } else { format!(" ({})", notes.join(", ")) };
+            return Err(cx.library_error(write_jobs.span.clone(), &e, |_| note));
         }
 
         let allow_http = settings.allow_http.as_ref().is_some_and(|f| f.value.0);
@@ -747,6 +753,20 @@ impl Cx<'_> {
         let mut e = ConfigError::new(Some(format!("{}:{line}:{col}", self.path.display())), message);
         e.location = Some((line, col));
         e
+    }
+
+    /// The library's error `e` (`message\n  hint: …`) about the value at `span`, with `note`
+    /// (given the message) after the message.
+    fn library_error(
+        &self,
+        span: Range<usize>,
+        e: &treesync::OpenError,
+        note: impl FnOnce(&str) -> String,
+    ) -> ConfigError {
+        let text = e.to_string();
+        let (message, hint) = text.split_once("\n  hint: ").unwrap_or((&text, ""));
+        let err = self.err(span, format!("{message}{}", note(message)));
+        if hint.is_empty() { err } else { err.hint(hint.to_string()) }
     }
 
     fn syntax_error(&self, e: &toml::de::Error) -> ConfigError {

@@ -20,7 +20,8 @@ pub(crate) struct BackendInfo {
 /// The backend used: `local` (local disks), `nfs` (network filesystems: NFS, SMB, FUSE network
 /// mounts; nfs:// URLs), `s3` (object stores: s3:// and file:// URLs, memory:// with `--backend
 /// s3`) or `memory` (memory:// otherwise: the in-memory reference backend, which forgets
-/// everything when the process ends). The schema of [`BackendInfo::backend`].
+/// everything when the process ends).
+// The schema of `BackendInfo::backend`.
 #[derive(schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 #[allow(dead_code)] // only its schema is used

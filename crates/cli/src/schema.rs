@@ -81,6 +81,9 @@ fn tidy(v: &mut Value, in_alternative_of_object: bool) {
             if o.get("format").and_then(Value::as_str).is_some_and(|f| f.starts_with("uint") || f.starts_with("int")) {
                 o.remove("format");
             }
+            if let Some(Value::String(d)) = o.get_mut("description") {
+                *d = prose(d);
+            }
             let has_props = o.contains_key("properties");
             let has_alternatives = o.contains_key("oneOf") || o.contains_key("anyOf");
             for (k, child) in o.iter_mut() {
@@ -104,6 +107,38 @@ fn tidy(v: &mut Value, in_alternative_of_object: bool) {
         Value::Array(a) => a.iter_mut().for_each(|x| tidy(x, false)),
         _ => {}
     }
+}
+
+/// A doc comment as a description: lines of a paragraph joined, rustdoc links as plain code
+/// (`` [`Level::Stat`] `` → `` `Level::Stat` ``).
+fn prose(doc: &str) -> String {
+    let joined = doc
+        .split("\n\n")
+        .map(|p| p.split('\n').map(str::trim).collect::<Vec<_>>().join(" "))
+        .collect::<Vec<_>>()
+        .join("\n\n");
+    let mut out = String::with_capacity(joined.len());
+    let mut rest = joined.as_str();
+    while let Some(i) = rest.find("[`") {
+        out.push_str(&rest[..i]);
+        let after = &rest[i + 1..];
+        match after.find("`]") {
+            Some(j) => {
+                out.push_str(&after[..=j]);
+                rest = &after[j + 2..];
+                // A link target that follows: [`x`](path) or [`x`][path].
+                if let Some(r) = rest.strip_prefix('(').and_then(|r| r.split_once(')')) {
+                    rest = r.1;
+                }
+            }
+            None => {
+                out.push('[');
+                rest = after;
+            }
+        }
+    }
+    out.push_str(rest);
+    out
 }
 
 /// `OpCounts` → `opCounts` in `$defs` and every `$ref`.

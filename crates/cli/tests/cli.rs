@@ -453,3 +453,25 @@ fn a_truncated_pack_is_a_clear_error_and_the_repaired_repository_syncs() {
     assert!(o.status.success(), "{}", stderr(&o));
     assert_target_is(&bare, &commits[1], &target);
 }
+
+/// `--write-jobs` is read by the library's one parser (`treesync::WriteJobs::from_str`), and
+/// the help of `--jobs` and `--write-jobs` states the rule the facade applies to the two.
+#[test]
+fn write_jobs_uses_the_librarys_parser_and_the_help_states_the_rule() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let target = dir.path().join("t");
+    for bad in ["0", "many", "-1"] {
+        let o = treesync(&["sync", "--repo", s(dir.path()), "--target", s(&target), &format!("--write-jobs={bad}")]);
+        let message = bad.parse::<treesync::WriteJobs>().expect_err("refused by the library");
+        assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+        assert!(stderr(&o).contains(&message), "{bad:?}: the library's message: {}", stderr(&o));
+    }
+    let help = String::from_utf8(treesync(&["sync", "--help"]).stdout)
+        .expect("utf-8")
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ");
+    assert!(help.contains("with `--write-jobs auto` it is the ceiling the adaptive budget grows to"), "{help}");
+    assert!(help.contains("a fixed `--write-jobs` other than N is refused"), "{help}");
+    assert!(help.contains("up to `--jobs N` when given. A number must equal `--jobs` when both are given"), "{help}");
+}

@@ -56,8 +56,8 @@ fn bucket(moto: &Moto, url: &str) -> (BTreeMap<String, Node>, treesync_core::bac
 
 #[test]
 fn config_mirrors_on_s3_and_nfs_urls_sync_status_and_verify() {
-    let Some(server) = Ganesha::shared() else { return };
-    let Some(moto) = Moto::start() else { return };
+    let server = Ganesha::shared();
+    let moto = Moto::start();
     moto.create_bucket("mirrors");
     let h = History::random(41, 2);
     let s3_url = "s3://mirrors/site";
@@ -106,7 +106,7 @@ fn config_mirrors_on_s3_and_nfs_urls_sync_status_and_verify() {
 
 #[test]
 fn config_mirror_refuses_what_the_cli_refuses_with_the_line() {
-    let Some(moto) = Moto::start() else { return };
+    let moto = Moto::start();
     let dir = tempfile::tempdir().expect("tempdir");
     let cfg = dir.path().join("treesync.toml");
     std::fs::write(

@@ -26,9 +26,7 @@ fn ok(o: Output) -> Output {
 }
 
 fn counted_incremental_sync(modified: usize, added: usize, deleted: usize) {
-    if !slowfs::available() {
-        return;
-    }
+    slowfs::require();
     let fs = SlowFs::temp(Config { meta_latency: Duration::from_micros(200), record_paths: true, ..Config::default() })
         .expect("mount");
     let base = history::wide_tree(20_000, 5);
@@ -97,9 +95,7 @@ fn the_benchmark_change_costs_at_most_10k_plus_20_filesystem_ops() {
 /// `--backend local` forces the local policy on the same mount, and `status` says so.
 #[test]
 fn backend_choice_can_be_forced_and_is_reported() {
-    if !slowfs::available() {
-        return;
-    }
+    slowfs::require();
     let fs = SlowFs::temp(Config::default()).expect("mount");
     let target = fs.path().join("t");
     let st = ok(treesync(&["status", "--target", s(&target), "--backend", "local"]));

@@ -33,7 +33,7 @@ fn stdout(o: &Output) -> String {
 
 #[test]
 fn sync_status_plan_verify_over_nfs_url() {
-    let Some(server) = Ganesha::shared() else { return };
+    let server = Ganesha::shared();
     let h = History::random(17, 3);
     let repo = h.bare.path.clone();
     let url = server.url("cli-site");

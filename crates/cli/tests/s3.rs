@@ -79,7 +79,7 @@ fn wide_repo(files: usize, deleted: usize) -> (BareRepo, Vec<String>) {
 /// exactly K object PUTs + 1 bulk delete + 3 state requests (GET, 2 PUTs); no LIST, no HEAD.
 #[test]
 fn incremental_sync_requests_are_k_puts_one_bulk_delete_and_three_for_state() {
-    let Some(moto) = Moto::start() else { return };
+    let moto = Moto::start();
     moto.create_bucket("site");
     let (bare, commits) = wide_repo(300, 2);
     let url = "s3://site/www";
@@ -110,7 +110,7 @@ fn incremental_sync_requests_are_k_puts_one_bulk_delete_and_three_for_state() {
 /// D = 1,500 deleted files: ⌈D/1000⌉ = 2 bulk deletes, no single DELETE.
 #[test]
 fn deletes_go_in_bulk_requests_of_up_to_1000_keys() {
-    let Some(moto) = Moto::start() else { return };
+    let moto = Moto::start();
     moto.create_bucket("site");
     let mut a = Model::default();
     for i in 0..1500 {
@@ -134,7 +134,7 @@ fn deletes_go_in_bulk_requests_of_up_to_1000_keys() {
 
 #[test]
 fn missing_bucket_is_one_clear_line() {
-    let Some(moto) = Moto::start() else { return };
+    let moto = Moto::start();
     let (bare, commits) = wide_repo(100, 0);
     let o = sync(&moto, &bare.path, &commits[0], "s3://no-such-bucket/x");
     let err = String::from_utf8_lossy(&o.stderr);
@@ -162,7 +162,7 @@ fn missing_bucket_is_one_clear_line() {
 /// Every 4th request answered with 503 Slow Down: retried, nothing lost.
 #[test]
 fn throttling_is_retried_and_nothing_is_lost() {
-    let Some(moto) = Moto::start() else { return };
+    let moto = Moto::start();
     moto.create_bucket("site");
     let proxy = FaultProxy::start(&moto.endpoint, 4);
     let (bare, commits) = wide_repo(200, 3);
@@ -182,7 +182,7 @@ fn throttling_is_retried_and_nothing_is_lost() {
 /// (same host, holder dead) finishes it without waiting for the lease.
 #[test]
 fn a_killed_sync_is_finished_by_the_next_run() {
-    let Some(moto) = Moto::start() else { return };
+    let moto = Moto::start();
     moto.create_bucket("site");
     let (bare, commits) = wide_repo(600, 2);
     let repo = bare.path.to_str().expect("utf8");
@@ -225,7 +225,7 @@ fn a_killed_sync_is_finished_by_the_next_run() {
 /// A file of 9 MiB goes up as a multipart upload (create, 2 parts, complete) and reads back whole.
 #[test]
 fn large_files_are_uploaded_in_parts() {
-    let Some(moto) = Moto::start() else { return };
+    let moto = Moto::start();
     moto.create_bucket("site");
     let mut m = Model::default();
     let big: Vec<u8> = (0..9 * 1024 * 1024u32).map(|i| (i % 251) as u8).collect();

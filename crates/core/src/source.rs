@@ -12,29 +12,31 @@ use gix_object::{FindExt, FindObjectOrHeader};
 pub enum Error {
     /// The repository could not be opened.
     #[error(
-        "cannot open git repository at {path}: {message}\n  hint: --repo takes a bare repository or a working tree that has a .git"
+        "cannot open git repository at {path}: {source}\n  hint: --repo takes a bare repository or a working tree that has a .git"
     )]
     Open {
         /// What was given.
         path: PathBuf,
-        /// What gitoxide said.
-        message: String,
+        /// Why: gitoxide's error, or what treesync found.
+        #[source]
+        source: Cause,
     },
     /// The revision does not name a commit.
     #[error(
-        "cannot resolve revision {rev:?} in {repo}: {message}\n  hint: use a branch, tag, commit id or an expression like main~3 (git rev-parse {rev} should work)"
+        "cannot resolve revision {rev:?} in {repo}: {source}\n  hint: use a branch, tag, commit id or an expression like main~3 (git rev-parse {rev} should work)"
     )]
     Revision {
         /// The revision.
         rev: String,
         /// The repository.
         repo: PathBuf,
-        /// What gitoxide said.
-        message: String,
+        /// Why: gitoxide's error, or what treesync found.
+        #[source]
+        source: Cause,
     },
     /// An object needed for the sync is missing, corrupt or of the wrong kind.
     #[error(
-        "cannot read {what} {id}{at}: {message}\n  hint: the repository may be corrupt or incomplete; `git fsck` tells more"
+        "cannot read {what} {id}{at}: {source}\n  hint: the repository may be corrupt or incomplete; `git fsck` tells more"
     )]
     Object {
         /// `tree`, `blob`, …
@@ -43,9 +45,52 @@ pub enum Error {
         id: ObjectId,
         /// ` (at path)` or empty.
         at: String,
-        /// The underlying error.
-        message: String,
+        /// Why: gitoxide's error, or what treesync found.
+        #[source]
+        source: Cause,
     },
+}
+
+/// Why a repository operation failed: gitoxide's error, kept whole as the source (with its own
+/// causes), or what treesync found out itself.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Cause {
+    /// gitoxide's error (finding, decoding, inflating, resolving, opening), possibly after
+    /// what it means here (see [`Cause::gix_in`]).
+    #[error(transparent)]
+    Gix(Box<dyn std::error::Error + Send + Sync + 'static>),
+    /// What treesync found out (an object that is not there or of the wrong kind, a truncated
+    /// stream, a repository that is gone).
+    #[error("{0}")]
+    Found(String),
+}
+
+impl Cause {
+    /// gitoxide's error `e`.
+    pub fn gix(e: impl std::error::Error + Send + Sync + 'static) -> Cause {
+        Cause::Gix(Box::new(e))
+    }
+
+    /// gitoxide's error `e`, after `context` (`it does not point to a commit: …`); `e` stays
+    /// the source.
+    pub fn gix_in(context: &'static str, e: impl std::error::Error + Send + Sync + 'static) -> Cause {
+        Cause::Gix(Box::new(InContext { context, source: Box::new(e) }))
+    }
+
+    /// What treesync found out.
+    pub fn found(what: impl Into<String>) -> Cause {
+        Cause::Found(what.into())
+    }
+}
+
+/// gitoxide's error after what it means here.
+#[derive(Debug, thiserror::Error)]
+#[error("{context}: {source}")]
+struct InContext {
+    context: &'static str,
+    #[source]
+    source: Box<dyn std::error::Error + Send + Sync + 'static>,
 }
 
 /// What a revision resolved to.
@@ -76,9 +121,9 @@ impl Repo {
     pub fn open(path: impl AsRef<Path>) -> Result<Repo, Error> {
         let path = path.as_ref().to_path_buf();
         if !path.exists() {
-            return Err(Error::Open { path, message: "no such file or directory".into() });
+            return Err(Error::Open { path, source: Cause::found("no such file or directory") });
         }
-        let repo = gix::open(&path).map_err(|e| Error::Open { path: path.clone(), message: e.to_string() })?;
+        let repo = gix::open(&path).map_err(|e| Error::Open { path: path.clone(), source: Cause::gix(e) })?;
         Ok(Repo { shared: repo.into_sync(), pool: Default::default(), path })
     }
 
@@ -99,7 +144,7 @@ impl Repo {
 
     /// Resolve `rev` (branch, tag, full or short id, `main~3`, …) to a commit and its tree.
     pub fn resolve(&self, rev: &str) -> Result<Resolved, Error> {
-        let err = |message: String| Error::Revision { rev: rev.into(), repo: self.path.clone(), message };
+        let err = |source: Cause| Error::Revision { rev: rev.into(), repo: self.path.clone(), source };
         let repo = self.shared.to_thread_local();
         let id = repo.rev_parse_single(rev).map_err(|e| {
             // Say what is really wrong where the parser only says it could not parse
@@ -107,24 +152,24 @@ impl Repo {
             if !repo.git_dir().exists() {
                 return Error::Open {
                     path: self.path.clone(),
-                    message: "it is gone (no such directory; it was there when treesync opened it)".into(),
+                    source: Cause::found("it is gone (no such directory; it was there when treesync opened it)"),
                 };
             }
             let is_ref_name = !rev.is_empty() && !rev.contains(['~', '^', '@', ':']) && !rev.chars().all(|c| c.is_ascii_hexdigit());
             if is_ref_name && repo.try_find_reference(rev).ok().flatten().is_none() {
-                return err(format!(
+                return err(Cause::found(format!(
                     "no branch, tag or other ref of that name (deleted or renamed?); `git -C {} for-each-ref` lists them",
                     self.path.display()
-                ));
+                )));
             }
-            err(e.to_string())
+            err(Cause::gix(e))
         })?;
         let commit = id
             .object()
-            .map_err(|e| err(e.to_string()))?
+            .map_err(|e| err(Cause::gix(e)))?
             .peel_to_commit()
-            .map_err(|e| err(format!("it does not point to a commit: {e}")))?;
-        let tree = commit.tree_id().map_err(|e| err(e.to_string()))?.detach();
+            .map_err(|e| err(Cause::gix_in("it does not point to a commit", e)))?;
+        let tree = commit.tree_id().map_err(|e| err(Cause::gix(e)))?.detach();
         Ok(Resolved { commit: commit.id, tree })
     }
 
@@ -227,15 +272,14 @@ fn inflate_to(
     loose: bool,
     sink: &mut dyn FnMut(&[u8]) -> std::io::Result<()>,
 ) -> Result<(), BlobError> {
-    let failed =
-        |message: String| BlobError::Source(Error::Object { what: "blob", id: *id, at: String::new(), message });
+    let failed = |source: Cause| BlobError::Source(Error::Object { what: "blob", id: *id, at: String::new(), source });
     let mut state = gix_zlib::Decompress::new();
     let mut buf = vec![0u8; 1 << 20];
     let mut header = loose;
     let mut written = 0u64;
     while written < size || header {
         let n = gix_zlib::stream::inflate::read(&mut rd, &mut state, &mut buf)
-            .map_err(|e| failed(format!("cannot inflate it: {e}")))?;
+            .map_err(|e| failed(Cause::gix_in("cannot inflate it", e)))?;
         if n == 0 {
             break;
         }
@@ -243,7 +287,7 @@ fn inflate_to(
         if header {
             // The header is a few bytes: the first read has it whole.
             let Some(nul) = chunk.iter().position(|b| *b == 0) else {
-                return Err(failed("its loose object header is garbled".into()));
+                return Err(failed(Cause::found("its loose object header is garbled")));
             };
             chunk = &chunk[nul + 1..];
             header = false;
@@ -253,7 +297,7 @@ fn inflate_to(
         sink(&chunk[..take]).map_err(BlobError::Sink)?;
     }
     if written != size {
-        return Err(failed(format!("it ends after {written} of {size} bytes (truncated?)")));
+        return Err(failed(Cause::found(format!("it ends after {written} of {size} bytes (truncated?)"))));
     }
     Ok(())
 }
@@ -280,7 +324,7 @@ impl BlobSource for Repo {
                     what: "blob",
                     id: *id,
                     at: String::new(),
-                    message: e.to_string(),
+                    source: Cause::gix(e),
                 })
             })?;
             // Large buffers are not kept around between files.

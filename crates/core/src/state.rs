@@ -52,21 +52,19 @@ pub struct InProgress {
     /// When it started.
     pub started_unix: u64,
     /// Who is running it; `None` once it stopped with an error (so the next run need not wait).
-    #[serde(default)]
-    pub holder: Option<String>,
-    /// The host and process id of the holder, to tell a dead holder on this host.
-    #[serde(default)]
-    pub host: Option<String>,
-    /// See `host`.
-    #[serde(default)]
-    pub pid: Option<u32>,
+    /// Written as three fields beside the others, as every version wrote them: `holder` (its
+    /// line, e.g. `pid 4242 on build-01, started at unix time 1796006406`), `host` and `pid`
+    /// (null when released); see [`journal_holder`] for how they are read back.
+    #[serde(flatten, with = "journal_holder")]
+    #[schemars(with = "journal_holder::Fields")]
+    pub holder: Option<Holder>,
 }
 
 /// Who runs a sync: a process on a host, since a time. Written into lock files (as its
-/// [`Display`](std::fmt::Display) line) and into the journal (as the `holder`, `host` and `pid`
-/// fields of [`InProgress`]); read back with [`Holder::parse`], so that stale-lock detection
-/// compares fields instead of searching free text.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema, Deserialize)]
+/// [`Display`](std::fmt::Display) line) and into the journal ([`InProgress::holder`], as the
+/// `holder`, `host` and `pid` fields); read back with [`Holder::parse`], so that stale-lock
+/// detection compares fields instead of searching free text.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Holder {
     /// The process id.
     pub pid: u32,
@@ -128,25 +126,62 @@ pub fn hostname() -> String {
 }
 
 impl InProgress {
-    /// Record `holder` as running this transition (the `holder`, `host` and `pid` fields).
+    /// Record `holder` as running this transition.
     pub fn held_by(self, holder: &Holder) -> InProgress {
-        InProgress { holder: Some(holder.to_string()), host: Some(holder.host.clone()), pid: Some(holder.pid), ..self }
+        InProgress { holder: Some(holder.clone()), ..self }
+    }
+}
+
+/// The journal's holder as the state file (and `status --json`) spells it: the `holder` line
+/// with `host` and `pid` beside it, all three null when nobody holds the entry.
+///
+/// Read back: a null (or absent) `holder` is released, whatever `host` and `pid` say (earlier
+/// versions kept them when they released an entry). Otherwise the line gives the holder, and
+/// `host` and `pid`, when both are there, take precedence over what the line says (they are
+/// what stale-holder detection compares). A line treesync did not write, with `host` and
+/// `pid`, gives a holder that started at unix time 0; without them the state file is refused
+/// (no version of treesync wrote one).
+pub mod journal_holder {
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    use super::Holder;
+
+    /// The three fields as they are written (and their schema).
+    #[derive(Serialize, Deserialize, schemars::JsonSchema)]
+    pub struct Fields {
+        /// Who ran it, e.g. `pid 4242 on build-01, started at unix time 1796006406`; null once
+        /// it stopped with an error it recorded (object stores), so the next run need not wait
+        /// for its lease.
+        #[serde(default)]
+        holder: Option<String>,
+        /// The host name of the holder; null as for `holder`.
+        #[serde(default)]
+        host: Option<String>,
+        /// The process id of the holder on `host`; null as for `holder`.
+        #[serde(default)]
+        pid: Option<u32>,
     }
 
-    /// The holder of this transition as fields: from `host` and `pid` (and the start time the
-    /// holder line gives, else `started_unix`), or, for entries that have only the line, from
-    /// the line. `None` when nobody holds it (it stopped with an error) or the entry does not
-    /// say who.
-    pub fn holder(&self) -> Option<Holder> {
-        let line = self.holder.as_deref()?;
-        let parsed = Holder::parse(line);
-        match (&self.host, self.pid) {
-            (Some(host), Some(pid)) => Some(Holder {
-                pid,
-                host: host.clone(),
-                started: parsed.map(|h| h.started).unwrap_or(self.started_unix),
-            }),
-            _ => parsed,
+    /// Write `holder` as the three fields.
+    pub fn serialize<S: Serializer>(holder: &Option<Holder>, s: S) -> Result<S::Ok, S::Error> {
+        match holder {
+            Some(h) => Fields { holder: Some(h.to_string()), host: Some(h.host.clone()), pid: Some(h.pid) },
+            None => Fields { holder: None, host: None, pid: None },
+        }
+        .serialize(s)
+    }
+
+    /// Read the three fields (see the [module docs](self)).
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Holder>, D::Error> {
+        let f = Fields::deserialize(d)?;
+        let Some(line) = f.holder else { return Ok(None) };
+        let parsed = Holder::parse(&line);
+        match (f.host, f.pid, parsed) {
+            (Some(host), Some(pid), parsed) => Ok(Some(Holder { pid, host, started: parsed.map_or(0, |h| h.started) })),
+            (_, _, Some(parsed)) => Ok(Some(parsed)),
+            (_, _, None) => Err(serde::de::Error::custom(format_args!(
+                "in_progress.holder {line:?} is not a holder line treesync writes (`pid N on HOST, started at unix time T`) and no host and pid are given"
+            ))),
         }
     }
 }
@@ -254,6 +289,7 @@ mod hex_opt {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::Value;
 
     fn entry(json: &str) -> InProgress {
         let state = format!(
@@ -266,23 +302,75 @@ mod tests {
 
     #[test]
     fn journal_holders_of_every_version_read_as_fields() {
-        // This version: the line and the fields.
+        // This version: written as the line and the fields, read back the same.
         let h = Holder { pid: 42, host: "box".into(), started: 7 };
         let p = entry(r#""holder":null,"host":null,"pid":null"#).held_by(&h);
-        assert_eq!(p.holder(), Some(h.clone()));
+        assert_eq!(p.holder, Some(h.clone()));
         let back = SyncState::parse(
             &SyncState { version: VERSION, synced: None, in_progress: Some(p), backend: "local".into() }.to_bytes(),
         )
         .expect("round trip");
-        assert_eq!(back.in_progress.and_then(|p| p.holder()), Some(h));
+        assert_eq!(back.in_progress.and_then(|p| p.holder), Some(h));
         // An entry with the line only (no host and pid fields).
         let p = entry(r#""holder":"pid 4242 on elsewhere, started at unix time 1796000000""#);
-        assert_eq!(p.holder(), Some(Holder { pid: 4242, host: "elsewhere".into(), started: 1_796_000_000 }));
-        // Fields with a line this version did not write: the fields count, started from the entry.
+        assert_eq!(p.holder, Some(Holder { pid: 4242, host: "elsewhere".into(), started: 1_796_000_000 }));
+        // The fields take precedence over the line.
+        let p = entry(r#""holder":"pid 4242 on elsewhere, started at unix time 9","host":"box","pid":1"#);
+        assert_eq!(p.holder, Some(Holder { pid: 1, host: "box".into(), started: 9 }));
+        // Fields with a line this version did not write: the fields count, started unknown.
         let p = entry(r#""holder":"h","host":"elsewhere","pid":1"#);
-        assert_eq!(p.holder(), Some(Holder { pid: 1, host: "elsewhere".into(), started: 5 }));
-        // Released (the sync stopped with an error): nobody holds it.
+        assert_eq!(p.holder, Some(Holder { pid: 1, host: "elsewhere".into(), started: 0 }));
+        // Released (the sync stopped with an error): nobody holds it, whatever the fields say
+        // (earlier versions kept them), and none of the three is written.
         let p = entry(r#""holder":null,"host":"elsewhere","pid":1"#);
-        assert_eq!(p.holder(), None);
+        assert_eq!(p.holder, None);
+        let p = entry(r#""repair":false"#);
+        assert_eq!(p.holder, None, "an entry from before the holder fields existed");
+        let json = serde_json::to_value(&p).expect("serializes");
+        assert_eq!((&json["holder"], &json["host"], &json["pid"]), (&Value::Null, &Value::Null, &Value::Null));
+    }
+
+    #[test]
+    fn a_line_no_treesync_wrote_without_fields_is_refused() {
+        let state = format!(
+            r#"{{"version":1,"synced":null,"backend":"local","in_progress":{{"from_tree":null,
+            "to_commit":"{z}","to_tree":"{z}","takeover":false,"started_unix":5,"holder":"someone"}}}}"#,
+            z = "0".repeat(40)
+        );
+        let e = SyncState::parse(state.as_bytes()).expect_err("refused");
+        assert!(e.to_string().contains("\"someone\" is not a holder line treesync writes"), "{e}");
+    }
+
+    /// The bytes of a state file the previous version wrote for an interrupted S3 sync (the
+    /// holder line, host and pid; `repair` absent as before it existed): read with the holder
+    /// as fields, and written back byte for byte the same.
+    #[test]
+    fn a_state_file_of_the_previous_version_reads_and_writes_back_the_same() {
+        let old = br#"{
+  "version": 1,
+  "synced": {
+    "commit": "1111111111111111111111111111111111111111",
+    "tree": "2222222222222222222222222222222222222222",
+    "at_unix": 1796000000
+  },
+  "in_progress": {
+    "from_tree": "2222222222222222222222222222222222222222",
+    "to_commit": "3333333333333333333333333333333333333333",
+    "to_tree": "4444444444444444444444444444444444444444",
+    "takeover": false,
+    "repair": false,
+    "started_unix": 1796000100,
+    "holder": "pid 4242 on build-01, started at unix time 1796000099",
+    "host": "build-01",
+    "pid": 4242
+  },
+  "backend": "s3"
+}
+"#;
+        let state = SyncState::parse(old).expect("the previous version's state file reads");
+        let p = state.in_progress.as_ref().expect("in progress");
+        assert_eq!(p.holder, Some(Holder { pid: 4242, host: "build-01".into(), started: 1_796_000_099 }));
+        assert_eq!(p.started_unix, 1_796_000_100);
+        assert_eq!(String::from_utf8_lossy(&state.to_bytes()), String::from_utf8_lossy(old), "written back the same");
     }
 }

@@ -842,11 +842,8 @@ fn journal_entry(
         takeover,
         repair,
         started_unix: state::now_unix(),
-        holder: None,
-        host: None,
-        pid: None,
+        holder: Some(me.clone()),
     }
-    .held_by(me)
 }
 
 /// Apply `plan` under the journal entry of `current`, adding what was done to `outcome`; how
@@ -912,7 +909,7 @@ fn check_lease(p: &InProgress, backend: &dyn Backend, options: &Options) -> Resu
         return Ok(());
     }
     // A holder on this machine whose process is gone died: no need to wait for its lease.
-    if p.holder().is_some_and(|h| h.is_gone_here()) {
+    if h.is_gone_here() {
         return Ok(());
     }
     let lease = options.lease.unwrap_or(DEFAULT_LEASE);

@@ -243,12 +243,16 @@ fn walk_tree(repo: &Repo, tree: ObjectId, limits: crate::plan::Limits) -> Result
                 what: "tree",
                 id,
                 at: at(path),
-                message: e.to_string(),
+                source: source::Cause::gix(e),
             })?;
             let mut frame = Frame { subtrees: Vec::new(), next: 0, any: false, path_before };
             for e in tree {
-                let e =
-                    e.map_err(|e| source::Error::Object { what: "tree", id, at: at(path), message: e.to_string() })?;
+                let e = e.map_err(|e| source::Error::Object {
+                    what: "tree",
+                    id,
+                    at: at(path),
+                    source: source::Cause::gix(e),
+                })?;
                 let (kind, oid) = (e.mode.kind(), e.oid.to_owned());
                 let want = match kind {
                     EntryKind::Tree => {
@@ -357,12 +361,12 @@ fn md5_hex(data: &[u8]) -> String {
 
 /// A blob the tree names could not be read: the repository is damaged or incomplete. That is
 /// an error of the repository, never drift of the target.
-fn object_error(id: &ObjectId, path: &[u8], message: String) -> Error {
+fn object_error(id: &ObjectId, path: &[u8], cause: source::Cause) -> Error {
     Error::Source(source::Error::Object {
         what: "blob",
         id: *id,
         at: format!(" (at {})", crate::path::quote(path)),
-        message,
+        source: cause,
     })
 }
 
@@ -370,15 +374,15 @@ fn object_error(id: &ObjectId, path: &[u8], message: String) -> Error {
 fn blob_size(repo: &Repo, id: &ObjectId, path: &[u8]) -> Result<u64, Error> {
     match repo.with_objects(|odb| odb.try_header(id)) {
         Ok(Some(h)) => Ok(h.size),
-        Ok(None) => Err(object_error(id, path, "it is not in the repository".into())),
-        Err(e) => Err(object_error(id, path, e.to_string())),
+        Ok(None) => Err(object_error(id, path, source::Cause::found("it is not in the repository"))),
+        Err(e) => Err(object_error(id, path, source::Cause::gix(e))),
     }
 }
 
 /// The content of blob `id` (at `path` in the tree).
 fn blob_data(repo: &Repo, id: &ObjectId, path: &[u8], buf: &mut Vec<u8>) -> Result<Vec<u8>, Error> {
     repo.with_objects(|odb| odb.find_blob(id, buf).map(|b| b.data.to_vec()))
-        .map_err(|e| object_error(id, path, e.to_string()))
+        .map_err(|e| object_error(id, path, source::Cause::gix(e)))
 }
 
 fn kind_name(k: &FoundKind) -> &'static str {

@@ -121,14 +121,12 @@ pub fn check() -> Result<(), Missing> {
     tools().map(|_| ())
 }
 
-/// `true` when a ganesha testbed can run here; otherwise the test fails (panics), naming what
-/// is missing and the command that provides it ([`check`] says it without panicking). It never
-/// returns `false`: the `bool` stays for the callers written when tests skipped.
+/// Fails the test (panics) when a ganesha testbed cannot run here, naming what is missing and
+/// the command that provides it ([`check`] says it without panicking).
 #[track_caller]
-pub fn available() -> bool {
-    match tools() {
-        Ok(_) => true,
-        Err(m) => m.fail(),
+pub fn require() {
+    if let Err(m) = tools() {
+        m.fail()
     }
 }
 
@@ -237,39 +235,37 @@ impl Ganesha {
     /// Start a private instance and wait until NFS and MOUNT answer an RPC NULL call.
     /// Panics when the testbed cannot run here, naming what is missing and the command that
     /// provides it (see [`check`]), and, with the tail of ganesha's log, if the server does not
-    /// answer within 10 s. Always `Some`: the `Option` stays for the callers written when tests
-    /// skipped.
+    /// answer within 10 s.
     #[track_caller]
-    pub fn start() -> Option<Ganesha> {
+    pub fn start() -> Ganesha {
         let tools = match tools() {
             Ok(t) => t,
             Err(m) => m.fail(),
         };
-        Some(Ganesha::start_with(&tools, None))
+        Ganesha::start_with(&tools, None)
     }
 
     /// Like [`Ganesha::start`], with an export of `bytes` bytes at most: writes beyond it fail
     /// with NFS3ERR_NOSPC (a full disk on the server).
     #[track_caller]
-    pub fn start_sized(bytes: u64) -> Option<Ganesha> {
+    pub fn start_sized(bytes: u64) -> Ganesha {
         let tools = match tools() {
             Ok(t) => t,
             Err(m) => m.fail(),
         };
-        Some(Ganesha::start_with(&tools, Some(bytes)))
+        Ganesha::start_with(&tools, Some(bytes))
     }
 
     /// The instance shared by every test of this process (started on first use), for tests that
     /// each work in their own subdirectory of the export. Stopped when the process exits.
-    /// Panics like [`Ganesha::start`] when the testbed cannot run here (in every test that asks);
-    /// always `Some`.
+    /// Panics like [`Ganesha::start`] when the testbed cannot run here (in every test that asks).
     #[track_caller]
-    pub fn shared() -> Option<&'static Ganesha> {
+    pub fn shared() -> &'static Ganesha {
         if let Err(m) = tools() {
             m.fail();
         }
-        static SHARED: OnceLock<Option<Ganesha>> = OnceLock::new();
-        SHARED.get_or_init(Ganesha::start).as_ref()
+        static SHARED: OnceLock<Ganesha> = OnceLock::new();
+        SHARED.get_or_init(Ganesha::start)
     }
 
     fn start_with(tools: &Tools, size: Option<u64>) -> Ganesha {

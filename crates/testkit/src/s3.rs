@@ -88,10 +88,9 @@ impl Requests {
 
 impl Moto {
     /// Start a server. Panics when moto is not installed, naming the command that installs it
-    /// (see [`check`]). Always `Some`: the `Option` stays for the callers written when tests
-    /// skipped.
+    /// (see [`check`]).
     #[track_caller]
-    pub fn start() -> Option<Moto> {
+    pub fn start() -> Moto {
         let bin = match check() {
             Ok(t) => t,
             Err(m) => m.fail(),
@@ -116,7 +115,7 @@ impl Moto {
             assert!(Instant::now() < deadline, "moto did not start: {}", moto.log_text());
             std::thread::sleep(Duration::from_millis(50));
         }
-        Some(moto)
+        moto
     }
 
     fn port(&self) -> u16 {

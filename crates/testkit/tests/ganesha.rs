@@ -29,7 +29,7 @@ fn mounted(path: &std::path::Path) -> bool {
 
 #[test]
 fn nfs_and_mount_answer_null_calls() {
-    let g = Ganesha::start().expect("start fails the test when the testbed is missing");
+    let g = Ganesha::start();
     eprintln!("ganesha ready after {:?} on {} ({})", g.ready_after(), g.nfs_addr(), g.url(""));
     let nfs = ganesha::rpc_null(g.nfs_addr(), NFS_PROGRAM, 3).expect("NFS v3 NULL");
     let mount = ganesha::rpc_null(g.mount_addr(), MOUNT_PROGRAM, 3).expect("MOUNT v3 NULL");
@@ -56,8 +56,8 @@ fn nfs_and_mount_answer_null_calls() {
 
 #[test]
 fn two_servers_at_once() {
-    let a = Ganesha::start().expect("start fails the test when the testbed is missing");
-    let b = Ganesha::start().expect("start fails the test when the testbed is missing");
+    let a = Ganesha::start();
+    let b = Ganesha::start();
     assert_ne!(a.nfs_port(), b.nfs_port());
     assert_ne!(a.dir(), b.dir());
     for g in [&a, &b] {
@@ -78,19 +78,19 @@ fn two_servers_at_once() {
 
 #[test]
 fn files_written_into_the_export_are_there() {
-    let g = Ganesha::shared().expect("shared fails the test when the testbed is missing");
+    let g = Ganesha::shared();
     let sub = g.dir().join("sanity");
     std::fs::create_dir_all(&sub).expect("mkdir in the export");
     std::fs::write(sub.join("f.txt"), b"hello nfs").expect("write into the export");
     assert_eq!(std::fs::read(sub.join("f.txt")).expect("read back"), b"hello nfs");
     // The shared instance is one per process.
-    let again = Ganesha::shared().expect("started above");
+    let again = Ganesha::shared();
     assert!(std::ptr::eq(g, again));
 }
 
 #[test]
 fn null_through_the_delay_proxy_is_delayed_and_pipelines() {
-    let g = Ganesha::shared().expect("shared fails the test when the testbed is missing");
+    let g = Ganesha::shared();
     let one_way = Duration::from_millis(2);
     let proxy = DelayProxy::start(g.nfs_addr(), one_way);
     // The best of a few round trips (the first pays for the upstream connect).
@@ -120,7 +120,7 @@ fn null_through_the_delay_proxy_is_delayed_and_pipelines() {
 
 #[test]
 fn cut_closes_connections_and_new_ones_work() {
-    let g = Ganesha::shared().expect("shared fails the test when the testbed is missing");
+    let g = Ganesha::shared();
     let proxy = DelayProxy::start(g.nfs_addr(), Duration::from_millis(1));
     let mut s = connect(proxy.addr());
     ganesha::rpc_null_on(&mut s, NFS_PROGRAM, 3).expect("call before the cut");
@@ -226,10 +226,9 @@ fn hold_a_server_until_killed() {
     if std::env::var_os("TREESYNC_GANESHA_HOLDER").is_none() {
         return;
     }
-    let g = Ganesha::start().expect("start fails the test when the testbed is missing");
+    let g = Ganesha::start();
     // From a thread that ends at once: the cleanup must not depend on the starting thread.
-    let holder = std::thread::spawn(Ganesha::shared).join().expect("start the shared one");
-    let shared = holder.expect("shared instance");
+    let shared = std::thread::spawn(Ganesha::shared).join().expect("start the shared one");
     println!("HOLDING {} {} {} {}", g.nfs_port(), g.dir().display(), shared.nfs_port(), shared.dir().display());
     std::io::stdout().flush().expect("flush");
     std::thread::sleep(Duration::from_secs(60));
@@ -237,9 +236,7 @@ fn hold_a_server_until_killed() {
 
 #[test]
 fn killed_test_process_leaves_nothing() {
-    if let Err(m) = ganesha::check() {
-        m.fail();
-    }
+    ganesha::require();
     let mut child = Command::new(std::env::current_exe().expect("test binary"))
         .args(["--exact", "hold_a_server_until_killed", "--ignored", "--nocapture"])
         .env("TREESYNC_GANESHA_HOLDER", "1")

@@ -11,13 +11,6 @@ use std::time::Duration;
 use treesync_testkit::git;
 use treesync_testkit::slowfs::{self, Config, Op, SlowFs, Stats};
 
-/// Fails the test, naming what provides it, when FUSE mounts cannot be made here.
-fn need_fuse() {
-    if let Err(m) = slowfs::check() {
-        m.fail();
-    }
-}
-
 fn errno(e: &std::io::Error) -> Option<i32> {
     e.raw_os_error()
 }
@@ -28,7 +21,7 @@ fn raw(e: rustix::io::Errno) -> Option<i32> {
 
 #[test]
 fn passthrough_behaves_like_a_local_directory() {
-    need_fuse();
+    slowfs::require();
     let fs = SlowFs::temp(Config { threads: 8, ..Config::default() }).expect("mount");
     let mnt = fs.path();
     let back = fs.backing();
@@ -205,7 +198,7 @@ fn passthrough_behaves_like_a_local_directory() {
 
 #[test]
 fn git_works_on_the_mount() {
-    need_fuse();
+    slowfs::require();
     let fs = SlowFs::temp(Config { threads: 8, ..Config::default() }).expect("mount");
     let commit = ["-c", "user.name=slowfs", "-c", "user.email=slowfs@example.invalid", "commit", "-qm", "one"];
 
@@ -249,7 +242,7 @@ fn small_tree(fs: &SlowFs) {
 
 #[test]
 fn every_lstat_reaches_the_daemon_and_is_recorded() {
-    need_fuse();
+    slowfs::require();
     let fs = SlowFs::temp(Config { threads: 8, record_paths: true, ..Config::default() }).expect("mount");
     small_tree(&fs);
     let file = fs.path().join("a/b/c.txt");
@@ -328,7 +321,7 @@ fn hammer(fs: &SlowFs, threads: usize) -> Stats {
 
 #[test]
 fn requests_overlap_unless_the_server_is_limited() {
-    need_fuse();
+    slowfs::require();
     let latency = Duration::from_millis(2);
 
     let limited =
@@ -350,7 +343,7 @@ fn requests_overlap_unless_the_server_is_limited() {
 
 #[test]
 fn control_socket_serves_stats_and_reset() {
-    need_fuse();
+    slowfs::require();
     let dir = tempfile::tempdir().expect("tempdir");
     let sock = dir.path().join("slowfs.sock");
     let fs = SlowFs::temp(Config { threads: 4, control: Some(sock.clone()), ..Config::default() }).expect("mount");
@@ -377,7 +370,7 @@ fn control_socket_serves_stats_and_reset() {
 
 #[test]
 fn a_panicking_test_leaves_no_mount_behind() {
-    need_fuse();
+    slowfs::require();
     let seen: Arc<Mutex<Vec<PathBuf>>> = Arc::default();
 
     let s = seen.clone();

@@ -7,6 +7,7 @@ use gix_object::{FindExt, FindObjectOrHeader, tree::EntryKind};
 use super::Error;
 use crate::op::{Op, Phases, Plan};
 use crate::path::{NameKind, RelPath};
+use crate::source::Cause;
 
 /// The deepest tree accepted: git's default `core.maxTreeDepth`.
 pub const MAX_TREE_DEPTH: usize = 4096;
@@ -318,12 +319,12 @@ impl<'a> Planner<'a> {
         Ok(())
     }
 
-    fn object_error(what: &'static str, id: ObjectId, at: &str, e: impl std::fmt::Display) -> Error {
+    fn object_error(what: &'static str, id: ObjectId, at: &str, cause: Cause) -> Error {
         Error::Object(crate::source::Error::Object {
             what,
             id,
             at: if at.is_empty() { String::new() } else { format!(" (at {at})") },
-            message: e.to_string(),
+            source: cause,
         })
     }
 
@@ -331,10 +332,11 @@ impl<'a> Planner<'a> {
     /// (one per tree level being diffed: a directory of N entries costs its raw tree plus
     /// N small entries, no allocation per name).
     fn entries<'b>(&self, id: ObjectId, path: &RelPath, buf: &'b mut Vec<u8>) -> Result<Entries<'b>, Error> {
-        let tree = self.odb.find_tree_iter(&id, buf).map_err(|e| Self::object_error("tree", id, &at(path), e))?;
+        let tree =
+            self.odb.find_tree_iter(&id, buf).map_err(|e| Self::object_error("tree", id, &at(path), Cause::gix(e)))?;
         let mut out = Vec::new();
         for e in tree {
-            let e = e.map_err(|e| Self::object_error("tree", id, &at(path), e))?;
+            let e = e.map_err(|e| Self::object_error("tree", id, &at(path), Cause::gix(e)))?;
             let oid = e.oid.to_owned();
             let node = match e.mode.kind() {
                 EntryKind::Tree => Node::Tree { id: oid },
@@ -381,10 +383,11 @@ impl<'a> Planner<'a> {
     ) -> Result<Frame<T>, Error> {
         let at = || String::from_utf8_lossy(&shown.0).into_owned();
         let mut buf = Vec::new();
-        let tree = self.odb.find_tree_iter(&id, &mut buf).map_err(|e| Self::object_error("tree", id, &at(), e))?;
+        let tree =
+            self.odb.find_tree_iter(&id, &mut buf).map_err(|e| Self::object_error("tree", id, &at(), Cause::gix(e)))?;
         let mut subtrees = Vec::new();
         for e in tree {
-            let e = e.map_err(|e| Self::object_error("tree", id, &at(), e))?;
+            let e = e.map_err(|e| Self::object_error("tree", id, &at(), Cause::gix(e)))?;
             match e.mode.kind() {
                 EntryKind::Tree => subtrees.push((e.oid.to_owned(), e.filename.to_owned())),
                 kind => leaf(self, &mut acc, kind, e.oid.to_owned(), e.filename, shown)?,
@@ -659,21 +662,23 @@ impl<'a> Planner<'a> {
 
     /// The size of a blob, from its header only: the content is read once, when the executor
     /// writes the file.
-    fn blob_size(&self, blob: ObjectId) -> Result<u64, String> {
+    fn blob_size(&self, blob: ObjectId) -> Result<u64, Cause> {
         if blob.is_empty_blob() {
             return Ok(0);
         }
         match self.odb.try_header(&blob) {
-            Err(e) => Err(e.to_string()),
-            Ok(None) => Err("object not found".into()),
+            Err(e) => Err(Cause::gix(e)),
+            Ok(None) => Err(Cause::found("object not found")),
             Ok(Some(h)) if h.kind == gix_object::Kind::Blob => Ok(h.size),
-            Ok(Some(h)) => Err(format!("it is a {}, not a blob", h.kind)),
+            Ok(Some(h)) => Err(Cause::found(format!("it is a {}, not a blob", h.kind))),
         }
     }
 
     fn symlink(&mut self, path: &RelPath, id: ObjectId) -> Result<(), Error> {
-        let target =
-            self.odb.find_blob(&id, &mut self.buf).map_err(|e| Self::object_error("blob", id, &at(path), e))?;
+        let target = self
+            .odb
+            .find_blob(&id, &mut self.buf)
+            .map_err(|e| Self::object_error("blob", id, &at(path), Cause::gix(e)))?;
         if target.data.is_empty() || target.data.contains(&0) {
             return Err(Error::Unsafe(crate::path::UnsafeName {
                 path: path.display(),

@@ -240,14 +240,12 @@ pub fn check() -> Result<(), Missing> {
     Ok(())
 }
 
-/// `true` when FUSE mounts can be made here; otherwise the test fails (panics), naming what is
-/// missing and the command that provides it ([`check`] says it without panicking). It never
-/// returns `false`: the `bool` stays for the callers written when tests skipped.
+/// Fails the test (panics) when FUSE mounts cannot be made here, naming what is missing and the
+/// command that provides it ([`check`] says it without panicking).
 #[track_caller]
-pub fn available() -> bool {
-    match check() {
-        Ok(()) => true,
-        Err(m) => m.fail(),
+pub fn require() {
+    if let Err(m) = check() {
+        m.fail()
     }
 }
 

@@ -28,7 +28,7 @@ mod stats;
 
 pub use config::Config;
 pub use control::query;
-pub use lifecycle::{SlowFs, available, check, mount_fstype};
+pub use lifecycle::{SlowFs, check, mount_fstype, require};
 pub use stats::{Op, OpStats, Stats};
 
 /// fsname and subtype of the mount: `/proc/self/mountinfo` shows fstype `fuse.treesync-slowfs`.
