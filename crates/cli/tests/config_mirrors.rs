@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::{Command, Output};
 
-use treesync_backend_s3::{Config, MODE_EXEC, MODE_LINK, Options};
+use treesync_backend_s3::{Config, Options};
 use treesync_core::Backend;
 use treesync_testkit::conformance::{History, reduce};
 use treesync_testkit::ganesha::Ganesha;
@@ -38,19 +38,8 @@ fn bucket(moto: &Moto, url: &str) -> (BTreeMap<String, Node>, treesync_core::bac
     };
     let backend = treesync_backend_s3::open(url, &config, Options::default()).expect("open");
     let rt = tokio::runtime::Runtime::new().expect("runtime");
-    let mut actual = BTreeMap::new();
-    for o in rt.block_on(backend.read_all()).expect("read back") {
-        let parts: Vec<&str> = o.path.split('/').collect();
-        for i in 1..parts.len() {
-            actual.insert(parts[..i].join("/"), Node::Dir);
-        }
-        let node = match o.mode {
-            Some(MODE_LINK) => Node::Link(o.data),
-            Some(m) => Node::File(o.data, m == MODE_EXEC),
-            None => panic!("{} has no mode metadata", o.path),
-        };
-        actual.insert(o.path, node);
-    }
+    let objects = rt.block_on(backend.read_all()).expect("read back");
+    let actual = tree::read_objects(objects.into_iter().map(|o| (o.path, o.mode, o.data)));
     (actual, backend.capabilities())
 }
 

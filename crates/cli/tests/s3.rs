@@ -1,18 +1,17 @@
 //! `treesync` against a real S3 server (moto on 127.0.0.1): request counts by method, bad
 //! buckets, injected throttling, and a sync killed with SIGKILL.
 
-use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::{Command, Output};
 use std::time::Duration;
 
-use treesync_backend_s3::{Config, MODE_EXEC, MODE_LINK, Options};
+use treesync_backend_s3::{Config, Options};
 use treesync_core::Backend;
 use treesync_testkit::BareRepo;
 use treesync_testkit::conformance::reduce;
 use treesync_testkit::history::{self, Entry, Model};
 use treesync_testkit::s3::{FaultProxy, Moto};
-use treesync_testkit::tree::{self, Node};
+use treesync_testkit::tree;
 
 fn treesync(moto: &Moto, endpoint: &str, args: &[&str]) -> Output {
     let mut c = Command::new(env!("CARGO_BIN_EXE_treesync"));
@@ -46,19 +45,7 @@ fn assert_bucket_is(moto: &Moto, url: &str, bare: &BareRepo, commit: &str) {
     let backend = treesync_backend_s3::open(url, &config, Options::default()).expect("open");
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     let objects = rt.block_on(backend.read_all()).expect("read back");
-    let mut actual = BTreeMap::new();
-    for o in objects {
-        let parts: Vec<&str> = o.path.split('/').collect();
-        for i in 1..parts.len() {
-            actual.insert(parts[..i].join("/"), Node::Dir);
-        }
-        let node = match o.mode {
-            Some(MODE_LINK) => Node::Link(o.data),
-            Some(m) => Node::File(o.data, m == MODE_EXEC),
-            None => panic!("{} has no mode metadata", o.path),
-        };
-        actual.insert(o.path, node);
-    }
+    let actual = tree::read_objects(objects.into_iter().map(|o| (o.path, o.mode, o.data)));
     let dir = tempfile::tempdir().expect("tempdir");
     bare.archive(commit, &dir.path().join("x"));
     let expected = reduce(&tree::read_dir(&dir.path().join("x")), backend.capabilities());

@@ -58,6 +58,26 @@ fn walk(root: &Path, dir: &Path, out: &mut BTreeMap<String, Node>) {
     }
 }
 
+/// A tree from objects read back from an object store: `(path, mode, bytes)` with the mode as
+/// `st_mode` bits (a symlink is `0o120000`, exec bits `0o111`), and the directories their
+/// paths imply. An object without a mode is a test failure (treesync always stores one).
+pub fn read_objects(objects: impl IntoIterator<Item = (String, Option<u32>, Vec<u8>)>) -> BTreeMap<String, Node> {
+    let mut out = BTreeMap::new();
+    for (path, mode, data) in objects {
+        let parts: Vec<&str> = path.split('/').collect();
+        for i in 1..parts.len() {
+            out.insert(parts[..i].join("/"), Node::Dir);
+        }
+        let node = match mode {
+            Some(m) if m & 0o170000 == 0o120000 => Node::Link(data),
+            Some(m) => Node::File(data, m & 0o111 != 0),
+            None => panic!("{path} has no mode metadata"),
+        };
+        out.insert(path, node);
+    }
+    out
+}
+
 /// The content of a memory backend in the same form.
 pub fn read_memory(nodes: &BTreeMap<Vec<u8>, MemNode>) -> BTreeMap<String, Node> {
     nodes

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use treesync::Backend;
-use treesync_backend_s3::{Config, MODE_EXEC, MODE_LINK, Options};
+use treesync_backend_s3::{Config, Options};
 use treesync_testkit::conformance::{History, reduce};
 use treesync_testkit::ganesha::Ganesha;
 use treesync_testkit::s3::Moto;
@@ -133,19 +133,8 @@ fn library_syncs_an_s3_url_on_moto() {
         };
         let backend = treesync_backend_s3::open(url, &config, Options::default()).expect("open");
         let rt = tokio::runtime::Runtime::new().expect("runtime");
-        let mut actual = BTreeMap::new();
-        for o in rt.block_on(backend.read_all()).expect("read back") {
-            let parts: Vec<&str> = o.path.split('/').collect();
-            for j in 1..parts.len() {
-                actual.insert(parts[..j].join("/"), Node::Dir);
-            }
-            let node = match o.mode {
-                Some(MODE_LINK) => Node::Link(o.data),
-                Some(m) => Node::File(o.data, m == MODE_EXEC),
-                None => panic!("{} has no mode metadata", o.path),
-            };
-            actual.insert(o.path, node);
-        }
+        let objects = rt.block_on(backend.read_all()).expect("read back");
+        let actual = tree::read_objects(objects.into_iter().map(|o| (o.path, o.mode, o.data)));
         let expected = reduce(&h.expected(i), backend.capabilities());
         if let Some(d) = tree::diff(&expected, &actual) {
             panic!("the bucket differs from git archive of commit {i}:\n{d}");
