@@ -59,8 +59,10 @@ pub(crate) enum Command {
     /// the target: s3 for URLs, nfs for directories on network mounts (NFS, SMB, FUSE network
     /// filesystems: lookups serialized, writes adaptive), local otherwise.
     ///
-    /// Example:
+    /// Examples:
     ///   treesync sync --repo /srv/git/site.git --ref main --target /mnt/nas/site
+    ///   treesync sync --repo mono.git --ref main:docs --target /srv/docs   # only docs/, as the root
+    ///   treesync sync --repo mono.git --ref main --path docs --target /srv/docs   # the same
     #[command(after_help = EXIT_CODES)]
     Sync(SyncArgs),
     /// Print what `sync` would do, changing nothing.
@@ -112,18 +114,37 @@ pub(crate) struct Source {
     /// The git repository: a bare repository, a .git directory, or a working tree holding one.
     #[arg(long, value_name = "PATH", required_unless_present_any = ["mirror", "all"])]
     pub(crate) repo: Option<PathBuf>,
-    /// The revision to sync: branch, tag, commit id (full or short), or an expression like main~3.
-    #[arg(long = "ref", value_name = "REV", required_unless_present_any = ["mirror", "all"])]
+    /// The revision to sync: branch, tag, commit id (full or short), or an expression like
+    /// main~3. REV:PATH (as `git rev-parse` spells a directory of a commit, e.g. main:docs) syncs
+    /// that directory as the target's root.
+    #[arg(long = "ref", value_name = "REV|REV:PATH", required_unless_present_any = ["mirror", "all"])]
     pub(crate) rev: Option<String>,
+    /// Sync only this directory of the tree, as the target's root (publish docs/ of a
+    /// monorepo): the same as --ref REV:PATH, for a ref given apart (e.g. a mirror's).
+    #[arg(long, value_name = "PATH")]
+    pub(crate) path: Option<String>,
 }
 
 impl Source {
     pub(crate) fn repo(&self) -> &std::path::Path {
         self.repo.as_deref().expect("clap or the config file sets --repo")
     }
-    pub(crate) fn rev(&self) -> &str {
-        self.rev.as_deref().expect("clap or the config file sets --ref")
+    /// The revision to resolve: --ref, with --path as REV:PATH. Both naming a path is refused.
+    pub(crate) fn rev(&self) -> anyhow::Result<String> {
+        let rev = self.rev.as_deref().expect("clap or the config file sets --ref");
+        compose_rev(rev, self.path.as_deref())
     }
+}
+
+/// `rev` with `path` as `REV:PATH`; refused when `rev` already names a path.
+pub(crate) fn compose_rev(rev: &str, path: Option<&str>) -> anyhow::Result<String> {
+    let Some(path) = path else { return Ok(rev.to_string()) };
+    if let Some((base, inner)) = treesync_core::source::split_subtree(rev) {
+        anyhow::bail!(
+            "the revision {rev:?} already names a directory ({inner:?}), and --path names {path:?}: give the directory once\n  hint: --ref {base} --path {path}, or --ref {base}:{path}"
+        );
+    }
+    Ok(format!("{rev}:{path}"))
 }
 
 #[derive(Args, Clone)]

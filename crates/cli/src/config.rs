@@ -53,8 +53,10 @@ pub struct Mirror {
     pub name: String,
     /// The repository, absolute when the file gave a relative path (resolved against the file's directory).
     pub repo: PathBuf,
-    /// The `ref` key: a branch, tag, commit id or revision expression.
+    /// The `ref` key: a branch, tag, commit id or revision expression, or `REV:PATH`.
     pub rev: String,
+    /// The `path` key: sync only this directory of the tree, as the target's root (`--path`).
+    pub path: Option<String>,
     /// A directory (resolved against the file's directory when relative) or a URL (nfs://,
     /// s3://, file://, memory://): whatever `--target` takes.
     pub target: String,
@@ -248,6 +250,7 @@ macro_rules! tables {
             #[serde(rename = "ref")]
             rev: Option<Spanned<Text>>,
             target: Option<Spanned<Text>>,
+            path: Option<Spanned<Text>>,
             $($field: Option<Spanned<$ty>>,)*
         }
 
@@ -288,10 +291,12 @@ tables! {
 
 const TOP_KEYS: &[&str] = &["defaults", "mirror"];
 const REQUIRED_KEYS: &[&str] = &["repo", "ref", "target"];
+/// Keys of a mirror that `[defaults]` does not take, besides the required ones.
+const MIRROR_ONLY_KEYS: &[&str] = &["path"];
 
-/// Every key of a `[mirror.NAME]` table: the required ones, then the settings.
+/// Every key of a `[mirror.NAME]` table: the required ones, the mirror's own, then the settings.
 fn mirror_keys() -> Vec<&'static str> {
-    [REQUIRED_KEYS, SETTING_KEYS].concat()
+    [REQUIRED_KEYS, MIRROR_ONLY_KEYS, SETTING_KEYS].concat()
 }
 
 /// A setting with where it was written: `inherited` from `[defaults]` at `line`, or not.
@@ -599,6 +604,25 @@ pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
         };
 
         let repo = cx.resolve(&repo.get_ref().0, repo.span(), &section, "repo")?;
+        // `path` composes with `ref` as REV:PATH, so `ref` must not name a directory already.
+        let subtree_path = match &table.path {
+            Some(p) => {
+                let written = &p.get_ref().0;
+                if let Some((base, inner)) = treesync_core::source::split_subtree(&rev.get_ref().0) {
+                    return Err(cx
+                        .err(
+                            p.span(),
+                            format!(
+                                "path {written:?} of {section} and its ref {:?}, which names the directory {inner:?} already: give the directory once",
+                                rev.get_ref().0
+                            ),
+                        )
+                        .hint(format!("ref = \"{base}\" with path = {written:?}, or ref = \"{base}:{written}\" alone")));
+                }
+                Some(written.clone())
+            }
+            None => None,
+        };
         let target_span = target.span();
         let written = target.get_ref().0.as_str();
         // A target is what `--target` takes: the library parses it and checks it against the backend.
@@ -681,6 +705,7 @@ pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
             name: name.to_string(),
             repo,
             rev: rev.get_ref().0.clone(),
+            path: subtree_path,
             target,
             backend,
             jobs: settings.jobs.as_ref().map(|c| c.value.usize()),
@@ -1220,7 +1245,7 @@ repair = true
         assert_err(
             text,
             (7, 1),
-            "unknown key \"tagret\" in [mirror.site] (expected one of: repo, ref, target, backend, interval, \
+            "unknown key \"tagret\" in [mirror.site] (expected one of: repo, ref, target, path, backend, interval, \
              verify_every, jobs, lookup_jobs, write_jobs, fsync, endpoint, region, allow_http, repair, max_entries, max_bytes)",
             &["\n  hint: did you mean \"target\"?"],
         );

@@ -34,6 +34,21 @@ pub enum Error {
         #[source]
         source: Cause,
     },
+    /// A subtree revision (`REV:PATH`) whose PATH is not a directory of REV's tree.
+    #[error(
+        "cannot sync {path:?} of {rev:?} in {repo}: {found}\n  hint: PATH in REV:PATH (or --path) is a directory of the commit's tree, relative to its root; `git -C {} ls-tree -d --name-only {rev}:{}` lists the directories there",
+        repo.display(), path.rsplit_once('/').map_or("", |(parent, _)| parent)
+    )]
+    Subtree {
+        /// The revision the path was looked up in (`main`).
+        rev: String,
+        /// The path (`docs`).
+        path: String,
+        /// The repository.
+        repo: PathBuf,
+        /// What is there instead (nothing, a file, a symlink, a submodule).
+        found: String,
+    },
     /// An object needed for the sync is missing, corrupt or of the wrong kind.
     #[error(
         "cannot read {what} {id}{at}: {source}\n  hint: the repository may be corrupt or incomplete; `git fsck` tells more"
@@ -143,7 +158,71 @@ impl Repo {
     }
 
     /// Resolve `rev` (branch, tag, full or short id, `main~3`, …) to a commit and its tree.
+    ///
+    /// `REV:PATH` (as `git rev-parse` spells a tree of a commit, e.g. `main:docs`) resolves to
+    /// REV's commit and the tree at PATH: syncing it makes that directory the target's root.
+    /// PATH must be a directory of the tree ([`Error::Subtree`] otherwise); an empty PATH
+    /// (`main:`) is the whole tree.
     pub fn resolve(&self, rev: &str) -> Result<Resolved, Error> {
+        match split_subtree(rev) {
+            Some((base, path)) => self.resolve_subtree(base, path),
+            None => self.resolve_commit(rev),
+        }
+    }
+
+    /// REV's commit and the tree at `path` in it.
+    fn resolve_subtree(&self, rev: &str, path: &str) -> Result<Resolved, Error> {
+        let commit = self.resolve_commit(rev)?;
+        let path = path.trim_matches('/');
+        if path.is_empty() {
+            return Ok(commit);
+        }
+        let subtree_err = |found: String| Error::Subtree {
+            rev: rev.into(),
+            path: path.into(),
+            repo: self.path.clone(),
+            found,
+        };
+        let repo = self.shared.to_thread_local();
+        let tree = repo
+            .find_object(commit.tree)
+            .map_err(|e| Error::Object { what: "tree", id: commit.tree, at: String::new(), source: Cause::gix(e) })?
+            .into_tree();
+        let components: Vec<&str> = path.split('/').filter(|c| !c.is_empty() && *c != ".").collect();
+        if components.contains(&"..") {
+            return Err(subtree_err("'..' cannot name a directory inside the tree".into()));
+        }
+        let entry = tree
+            .lookup_entry(components.iter().map(|c| c.as_bytes()))
+            .map_err(|e| Error::Object {
+                what: "tree",
+                id: commit.tree,
+                at: format!(" (looking up {path})"),
+                source: Cause::gix(e),
+            })?;
+        let short = commit.commit.to_hex_with_len(12).to_string();
+        let Some(entry) = entry else {
+            return Err(subtree_err(format!("commit {short} has no {path}")));
+        };
+        let mode = entry.mode();
+        if mode.is_tree() {
+            return Ok(Resolved { commit: commit.commit, tree: entry.object_id() });
+        }
+        let what = if mode.is_link() {
+            "a symlink"
+        } else if mode.is_commit() {
+            "a submodule (a gitlink)"
+        } else {
+            "a file"
+        };
+        Err(subtree_err(format!(
+            "in commit {short}, {path} is {what} (object {}), not a directory",
+            entry.object_id().to_hex_with_len(12)
+        )))
+    }
+
+    /// Resolve a revision that names a commit.
+    fn resolve_commit(&self, rev: &str) -> Result<Resolved, Error> {
         let err = |source: Cause| Error::Revision { rev: rev.into(), repo: self.path.clone(), source };
         let repo = self.shared.to_thread_local();
         let id = repo.rev_parse_single(rev).map_err(|e| {
@@ -185,6 +264,21 @@ impl Repo {
         self.pool.lock().expect("pool lock is never poisoned").push(repo);
         out
     }
+}
+
+/// Split `REV:PATH` into REV and PATH: at the first `:` outside `{…}` (`main^{/fix: typo}`
+/// is one revision), when REV is not empty (`:/text` and `:0:path` are gitoxide's).
+pub fn split_subtree(rev: &str) -> Option<(&str, &str)> {
+    let mut depth = 0usize;
+    for (i, c) in rev.char_indices() {
+        match c {
+            '{' => depth += 1,
+            '}' => depth = depth.saturating_sub(1),
+            ':' if depth == 0 => return (i > 0).then(|| (&rev[..i], &rev[i + 1..])),
+            _ => {}
+        }
+    }
+    None
 }
 
 /// Where the executor gets file contents from. The callback receives the content in one or

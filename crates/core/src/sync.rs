@@ -101,6 +101,16 @@ pub enum Error {
         #[source]
         source: backend::Error,
     },
+    /// [`Options::git_worktree`] with a subtree revision (`REV:PATH`): the clone's index and
+    /// HEAD describe a whole commit, so they cannot describe a target that holds one directory
+    /// of it.
+    #[error(
+        "--git-worktree cannot keep a git clone on {rev:?}: it names one directory of a commit, and a clone's index and HEAD describe the whole commit (git status would show every other file as deleted)\n  hint: sync the subtree without --git-worktree, or sync the whole commit (--ref without :PATH or --path) into the clone"
+    )]
+    GitWorktreeSubtree {
+        /// The revision.
+        rev: String,
+    },
     /// The target is inside the repository's git directory ([`check_place()`]).
     #[error(
         "refusing to sync into {}: it is inside the repository's git directory {}, where the tree's files would mix with git's own\n  hint: choose a target directory outside {}",
@@ -537,6 +547,11 @@ pub async fn sync(
     interrupt: &AtomicBool,
 ) -> Result<Outcome, Error> {
     let start = Instant::now();
+    if options.git_worktree.is_some()
+        && source::split_subtree(rev).is_some_and(|(_, path)| !path.trim_matches('/').is_empty())
+    {
+        return Err(Error::GitWorktreeSubtree { rev: rev.into() });
+    }
     // Resolve first: a typo in the revision must not create the target or its lock.
     let to = repo.resolve(rev)?;
     let target = backend.prepare_target(false).await?;

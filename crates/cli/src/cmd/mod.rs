@@ -106,6 +106,7 @@ fn expand<A: Clone>(
 fn fill(source: &mut Source, target: &mut TargetArgs, m: &config::Mirror) {
     source.repo = Some(m.repo.clone());
     source.rev = Some(m.rev.clone());
+    source.path = source.path.take().or_else(|| m.path.clone());
     fill_target(target, m);
 }
 

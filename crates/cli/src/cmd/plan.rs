@@ -33,13 +33,14 @@ pub(crate) struct PlanOutput<'a> {
 }
 
 pub(crate) fn run(args: PlanArgs) -> anyhow::Result<()> {
+    let rev = args.source.rev()?;
     let repo = Repo::open(args.source.repo())?;
     let backend = make_backend(&args.target)?.backend;
     let rt = runtime()?;
     let options = sync::PrepareOptions { force: args.force, create: false, limits: args.limits.limits() };
     let prepared = rt
-        .block_on(sync::prepare(&repo, args.source.rev(), &*backend, &options))
-        .with_context(|| format!("planning {} for {}", args.source.rev(), backend))?;
+        .block_on(sync::prepare(&repo, &rev, &*backend, &options))
+        .with_context(|| format!("planning {rev} for {backend}"))?;
     if args.json {
         return print_json(&PlanOutput {
             target: backend.to_string(),

@@ -29,6 +29,7 @@ pub(crate) struct SyncOutput<'a> {
 }
 
 pub(crate) fn run(args: SyncArgs) -> anyhow::Result<()> {
+    let rev = args.source.rev()?;
     let repo = Repo::open(args.source.repo())?;
     let chosen = make_backend(&args.target)?;
     check_target_place(&repo, args.target.target(), args.force)?;
@@ -78,12 +79,12 @@ pub(crate) fn run(args: SyncArgs) -> anyhow::Result<()> {
                 }
             }
         });
-        sync::sync(&repo, args.source.rev(), &*backend, &options, &progress, &interrupt).await
+        sync::sync(&repo, &rev, &*backend, &options, &progress, &interrupt).await
     });
     if let Some(bar) = &bar {
         bar.finish_and_clear();
     }
-    let outcome = outcome.with_context(|| format!("syncing {} to {}", args.source.rev(), backend))?;
+    let outcome = outcome.with_context(|| format!("syncing {rev} to {backend}"))?;
     let cost = backend.cost();
     if args.json {
         return print_json(&SyncOutput {

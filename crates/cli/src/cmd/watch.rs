@@ -61,6 +61,7 @@ pub(crate) fn run(runs: Vec<(Option<String>, WatchArgs)>) -> anyhow::Result<Exit
 
 async fn watch_one(name: Option<String>, args: WatchArgs, interrupt: &AtomicBool) -> anyhow::Result<()> {
     let tag = name.as_ref().map(|n| format!("[{n}] ")).unwrap_or_default();
+    let rev = args.source.rev().with_context(|| format!("{tag}choosing the revision"))?;
     let repo = Repo::open(args.source.repo()).with_context(|| format!("{tag}opening the repository"))?;
     let chosen = make_backend(&args.target).with_context(|| format!("{tag}opening the target"))?;
     let options = watch::Options {
@@ -76,7 +77,7 @@ async fn watch_one(name: Option<String>, args: WatchArgs, interrupt: &AtomicBool
         ..Default::default()
     };
     let mut render = |event: &Event| render(event, name.as_deref(), &tag, args.json);
-    watch::watch(&repo, args.source.rev(), &*chosen.backend, &options, &mut render, interrupt).await;
+    watch::watch(&repo, &rev, &*chosen.backend, &options, &mut render, interrupt).await;
     Ok(())
 }
 
