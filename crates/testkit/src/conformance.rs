@@ -94,7 +94,7 @@ pub struct History {
     pub repo: Repo,
     /// Commit ids, oldest first.
     pub commits: Vec<String>,
-    expected: std::sync::Mutex<HashMap<usize, BTreeMap<String, Node>>>,
+    expected: std::sync::Mutex<HashMap<String, BTreeMap<String, Node>>>,
 }
 
 impl History {
@@ -114,13 +114,18 @@ impl History {
 
     /// What `git archive` of commit `i` holds.
     pub fn expected(&self, i: usize) -> BTreeMap<String, Node> {
+        self.expected_of(&self.commits[i])
+    }
+
+    /// What `git archive TREEISH` holds: a commit, or a directory of one (`ID:sub`).
+    pub fn expected_of(&self, treeish: &str) -> BTreeMap<String, Node> {
         let mut cache = self.expected.lock().expect("never poisoned");
         cache
-            .entry(i)
+            .entry(treeish.to_string())
             .or_insert_with(|| {
                 let dir = tempfile::tempdir().expect("tempdir");
                 let dest = dir.path().join("x");
-                self.bare.archive(&self.commits[i], &dest);
+                self.bare.archive(treeish, &dest);
                 tree::read_dir(&dest)
             })
             .clone()
@@ -128,9 +133,14 @@ impl History {
 
     /// Panic with a readable diff unless the fixture holds commit `i`.
     pub fn assert_matches(&self, f: &dyn Fixture, i: usize, context: &str) {
-        let expected = reduce(&self.expected(i), f.capabilities());
+        self.assert_matches_of(f, &self.commits[i], context);
+    }
+
+    /// Panic with a readable diff unless the fixture holds what `git archive TREEISH` holds.
+    pub fn assert_matches_of(&self, f: &dyn Fixture, treeish: &str, context: &str) {
+        let expected = reduce(&self.expected_of(treeish), f.capabilities());
         if let Some(d) = tree::diff(&expected, &f.read()) {
-            panic!("{context}: target differs from `git archive {}`:\n{d}", self.commits[i]);
+            panic!("{context}: target differs from `git archive {treeish}`:\n{d}");
         }
     }
 }
@@ -300,6 +310,98 @@ pub async fn incremental_sync_touches_only_changed_paths(f: &dyn Fixture) {
     assert_eq!(r.state_writes, 2);
     assert_eq!(r.dir_reads, 0, "no listing of the target");
     h.assert_matches(f, 1, "incremental");
+}
+
+/// Commit `i` of a history whose trees hold random trees in `sub/` and `other/` (the next
+/// one's, so the two differ) and a file at the top, for the subtree cases.
+fn monorepo(models: &[Model]) -> Vec<Model> {
+    (0..models.len())
+        .map(|i| {
+            let mut m = Model::default();
+            for (prefix, model) in [("sub", &models[i]), ("other", &models[(i + 1) % models.len()])] {
+                for (p, e) in &model.0 {
+                    m.0.insert(format!("{prefix}/{p}"), e.clone());
+                }
+            }
+            m.insert("top.txt", Entry::File { content: format!("commit {i}\n").into_bytes(), executable: false });
+            m
+        })
+        .collect()
+}
+
+/// `REV:PATH` syncs a directory of a commit as the target's root: the first sync, an
+/// incremental one to the next commit's `sub`, a switch to another directory (`other`) and
+/// back in history, each equal to `git archive REV:PATH` and planning again empty. Moving
+/// between subtrees diffs the two trees in the object database: the target is never listed.
+pub async fn subtree_syncs_match_git_archive_of_the_tree(f: &dyn Fixture) {
+    // One target, so one repository: its history is long enough for every kind of step.
+    {
+        let seed = 11;
+        let h = History::from_trees(&monorepo(&history::random_history(seed, 5)));
+        let steps = [(0, "sub"), (1, "sub"), (1, "other"), (0, "other"), (3, "sub"), (2, ""), (4, "other/"), (4, "sub")];
+        for (step, (i, path)) in steps.into_iter().enumerate() {
+            let rev = format!("{}:{path}", h.commits[i]);
+            let counting = Count::new(f.backend());
+            let record = counting.record();
+            let out = sync_to(&h.repo, &rev, &counting)
+                .await
+                .unwrap_or_else(|e| panic!("seed {seed} step {step}: sync to {rev} failed: {e}"));
+            assert_eq!(out.commit.to_string(), h.commits[i], "the state records the commit");
+            let tree = crate::git(&h.bare.path, &["rev-parse", &rev]);
+            assert_eq!(out.tree.to_string(), tree.trim(), "the state records the subtree's tree");
+            h.assert_matches_of(f, &rev, &format!("seed {seed} step {step} ({rev})"));
+            if step > 0 {
+                let r = record.lock().expect("record");
+                assert_eq!(r.dir_reads, 0, "seed {seed} step {step}: the target was listed");
+                assert_eq!(r.state_reads, 1, "seed {seed} step {step}: one state read");
+            }
+            let again = sync::prepare(&h.repo, &rev, &*f.backend(), &Default::default()).await.expect("prepare");
+            assert!(again.main.is_empty(), "seed {seed} step {step}: planning again: {:?}", again.main.counts);
+            let report = verify::verify(&h.repo, &*f.backend(), verify::Level::Full).await.expect("verify");
+            assert!(report.is_clean(), "seed {seed} step {step}: verify after {rev}: {:?}", report.drift);
+        }
+    }
+}
+
+/// An incremental sync of a subtree costs what its own changes cost: K ops for K changed
+/// paths inside it, none for the many changes outside it.
+pub async fn incremental_subtree_sync_touches_only_changed_paths(f: &dyn Fixture) {
+    let file = |s: String| Entry::File { content: s.into_bytes(), executable: false };
+    let mut a = Model::default();
+    for d in 0..10 {
+        for i in 0..20 {
+            a.insert(&format!("site/d{d}/f{i}"), file(format!("{d}/{i}\n")));
+            a.insert(&format!("src/d{d}/f{i}"), file(format!("src {d}/{i}\n")));
+        }
+    }
+    let mut b = a.clone();
+    let changed = ["d1/f1", "d2/f2", "d3/new", "d9/f19"];
+    for p in changed {
+        b.insert(&format!("site/{p}"), file("changed\n".into()));
+    }
+    b.0.remove("site/d5/f5");
+    for d in 0..10 {
+        for i in 0..10 {
+            b.insert(&format!("src/d{d}/f{i}"), file("outside\n".into()));
+        }
+    }
+    let h = History::from_trees(&[a, b]);
+    sync_to(&h.repo, &format!("{}:site", h.commits[0]), &*f.backend()).await.expect("initial");
+    let counting = Count::new(f.backend());
+    let record = counting.record();
+    let rev = format!("{}:site", h.commits[1]);
+    sync_to(&h.repo, &rev, &counting).await.expect("incremental");
+    let r = record.lock().expect("record").clone();
+    let touched: Vec<String> =
+        r.ops.iter().map(|o| String::from_utf8_lossy(o.path().as_bytes()).into_owned()).collect();
+    for p in &touched {
+        assert!(changed.contains(&p.as_str()) || p == "d5/f5", "op on unchanged path {p}");
+    }
+    assert_eq!(r.counts.total(), 5, "ops: {touched:?}");
+    assert_eq!(r.state_reads, 1);
+    assert_eq!(r.state_writes, 2);
+    assert_eq!(r.dir_reads, 0, "no listing of the target");
+    h.assert_matches_of(f, &rev, "incremental subtree");
 }
 
 /// A second sync of a locked target fails fast with `Locked`, naming the holder. On backends
@@ -622,6 +724,8 @@ pub const CASES: &[&str] = &[
     "unmanaged_target_needs_force",
     "verify_after_sync_is_clean",
     "drift_is_found_and_repaired",
+    "subtree_syncs_match_git_archive_of_the_tree",
+    "incremental_subtree_sync_touches_only_changed_paths",
     "random_walk_matches_git",
 ];
 
@@ -652,6 +756,8 @@ macro_rules! conformance_suite {
         $crate::conformance_suite!(@case $make, $skip, unmanaged_target_needs_force);
         $crate::conformance_suite!(@case $make, $skip, verify_after_sync_is_clean);
         $crate::conformance_suite!(@case $make, $skip, drift_is_found_and_repaired);
+        $crate::conformance_suite!(@case $make, $skip, subtree_syncs_match_git_archive_of_the_tree);
+        $crate::conformance_suite!(@case $make, $skip, incremental_subtree_sync_touches_only_changed_paths);
         #[test]
         fn random_walk_matches_git() {
             if $crate::conformance::skipped(&$skip, "random_walk_matches_git") {
