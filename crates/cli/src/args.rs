@@ -63,7 +63,7 @@ pub(crate) enum Command {
     ///   treesync sync --repo /srv/git/site.git --ref main --target /mnt/nas/site
     ///   treesync sync --repo mono.git --ref main:docs --target /srv/docs   # only docs/, as the root
     ///   treesync sync --repo mono.git --ref main --path docs --target /srv/docs   # the same
-    #[command(after_help = EXIT_CODES)]
+    #[command(after_help = EXIT_CODES, verbatim_doc_comment)]
     Sync(SyncArgs),
     /// Print what `sync` would do, changing nothing.
     ///
@@ -78,7 +78,7 @@ pub(crate) enum Command {
     /// Examples:
     ///   treesync verify --repo /srv/git/site.git --target /mnt/nas/site
     ///   treesync verify --repo /srv/git/site.git --target /mnt/nas/site --level full --repair
-    #[command(after_help = VERIFY_EXIT_CODES)]
+    #[command(after_help = VERIFY_EXIT_CODES, verbatim_doc_comment)]
     Verify(VerifyArgs),
     /// Keep the target following a ref: sync every new commit, verify on a schedule.
     ///
