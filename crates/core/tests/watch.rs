@@ -179,3 +179,34 @@ fn scheduled_verify_finds_drift_and_repair_fixes_it() {
     assert!(memory.snapshot().contains_key(&b"a.txt"[..]), "the file is back");
     assert!(outcome.verified >= 2 && outcome.repaired == 1, "{outcome:?}");
 }
+
+#[test]
+fn a_watch_of_a_subtree_syncs_only_pushes_that_change_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    git(dir.path(), &["init", "-q"]);
+    std::fs::create_dir(dir.path().join("docs")).expect("mkdir");
+    commit(dir.path(), "docs/index.md", "one\n");
+    let memory = MemoryBackend::new();
+    let (seen, interrupt) = (Seen::default(), Arc::new(AtomicBool::new(false)));
+    let handle =
+        start(Repo::open(dir.path()).expect("repo"), "main:docs", memory.clone(), options(), &seen, &interrupt);
+
+    seen.wait_for("the first sync", |e| e.iter().any(|e| matches!(e, Event::Synced { .. })));
+    // A push outside docs/: the watch re-resolves main:docs, and the subtree did not change.
+    commit(dir.path(), "README", "outside\n");
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(seen.names(), ["watching", "synced"], "a push outside the subtree syncs nothing");
+    let inside = commit(dir.path(), "docs/new.md", "two\n");
+    seen.wait_for("the push into docs/", |e| e.iter().filter(|e| matches!(e, Event::Synced { .. })).count() == 2);
+    interrupt.store(true, Ordering::SeqCst);
+    handle.join().expect("watch thread");
+
+    let events = seen.0.lock().expect("not poisoned");
+    let Event::Synced { outcome } = &events[2] else { panic!("second sync: {:?}", seen.names()) };
+    assert_eq!(outcome.commit.to_string(), inside);
+    assert_eq!(outcome.tree.to_string(), git(dir.path(), &["rev-parse", "main:docs"]));
+    assert_eq!(outcome.applied.write, 1, "only the new file: {:?}", outcome.applied);
+    let files: Vec<Vec<u8>> = memory.snapshot().keys().map(|k| k.to_vec()).collect();
+    assert!(files.contains(&b"new.md".to_vec()) && files.contains(&b"index.md".to_vec()), "docs/ as the root");
+    assert!(!files.contains(&b"README".to_vec()), "nothing from outside docs/");
+}
