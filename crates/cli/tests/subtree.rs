@@ -186,7 +186,11 @@ fn config_path_key_composes_with_the_ref_and_is_refused_with_a_path_in_the_ref()
 
     std::fs::write(
         &config,
-        format!("[mirror.docs]\nrepo = {:?}\nref = \"main:docs\"\npath = \"site\"\ntarget = {:?}\n", s(&bare.path), s(&target)),
+        format!(
+            "[mirror.docs]\nrepo = {:?}\nref = \"main:docs\"\npath = \"site\"\ntarget = {:?}\n",
+            s(&bare.path),
+            s(&target)
+        ),
     )
     .expect("write config");
     let e = fails(&["--config", s(&config), "sync", "docs"], 2);

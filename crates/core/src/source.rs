@@ -113,7 +113,7 @@ struct InContext {
 pub struct Resolved {
     /// The commit.
     pub commit: ObjectId,
-    /// Its tree.
+    /// Its tree, or with `REV:PATH` the tree of that directory.
     pub tree: ObjectId,
 }
 
@@ -177,12 +177,8 @@ impl Repo {
         if path.is_empty() {
             return Ok(commit);
         }
-        let subtree_err = |found: String| Error::Subtree {
-            rev: rev.into(),
-            path: path.into(),
-            repo: self.path.clone(),
-            found,
-        };
+        let subtree_err =
+            |found: String| Error::Subtree { rev: rev.into(), path: path.into(), repo: self.path.clone(), found };
         let repo = self.shared.to_thread_local();
         let tree = repo
             .find_object(commit.tree)
@@ -192,14 +188,12 @@ impl Repo {
         if components.contains(&"..") {
             return Err(subtree_err("'..' cannot name a directory inside the tree".into()));
         }
-        let entry = tree
-            .lookup_entry(components.iter().map(|c| c.as_bytes()))
-            .map_err(|e| Error::Object {
-                what: "tree",
-                id: commit.tree,
-                at: format!(" (looking up {path})"),
-                source: Cause::gix(e),
-            })?;
+        let entry = tree.lookup_entry(components.iter().map(|c| c.as_bytes())).map_err(|e| Error::Object {
+            what: "tree",
+            id: commit.tree,
+            at: format!(" (looking up {path})"),
+            source: Cause::gix(e),
+        })?;
         let short = commit.commit.to_hex_with_len(12).to_string();
         let Some(entry) = entry else {
             return Err(subtree_err(format!("commit {short} has no {path}")));

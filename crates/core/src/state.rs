@@ -18,7 +18,7 @@ pub struct Synced {
     #[serde(with = "hex")]
     #[schemars(with = "crate::json::schema::ObjectId")]
     pub commit: ObjectId,
-    /// Its tree.
+    /// Its tree, or the tree of one of its directories (a subtree sync, `REV:PATH`).
     #[serde(with = "hex")]
     #[schemars(with = "crate::json::schema::ObjectId")]
     pub tree: ObjectId,
@@ -37,7 +37,7 @@ pub struct InProgress {
     #[serde(with = "hex")]
     #[schemars(with = "crate::json::schema::ObjectId")]
     pub to_commit: ObjectId,
-    /// That commit's tree.
+    /// That commit's tree, or the tree of one of its directories (a subtree sync, `REV:PATH`).
     #[serde(with = "hex")]
     #[schemars(with = "crate::json::schema::ObjectId")]
     pub to_tree: ObjectId,

@@ -222,7 +222,7 @@ pub struct Outcome {
     #[serde(serialize_with = "crate::json::id")]
     #[schemars(with = "crate::json::schema::ObjectId")]
     pub commit: gix_hash::ObjectId,
-    /// Its tree.
+    /// Its tree, or the tree of one of its directories (a subtree sync, `REV:PATH`).
     #[serde(serialize_with = "crate::json::id")]
     #[schemars(with = "crate::json::schema::ObjectId")]
     pub tree: gix_hash::ObjectId,

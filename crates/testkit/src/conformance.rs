@@ -338,7 +338,8 @@ pub async fn subtree_syncs_match_git_archive_of_the_tree(f: &dyn Fixture) {
     {
         let seed = 11;
         let h = History::from_trees(&monorepo(&history::random_history(seed, 5)));
-        let steps = [(0, "sub"), (1, "sub"), (1, "other"), (0, "other"), (3, "sub"), (2, ""), (4, "other/"), (4, "sub")];
+        let steps =
+            [(0, "sub"), (1, "sub"), (1, "other"), (0, "other"), (3, "sub"), (2, ""), (4, "other/"), (4, "sub")];
         for (step, (i, path)) in steps.into_iter().enumerate() {
             let rev = format!("{}:{path}", h.commits[i]);
             let counting = Count::new(f.backend());

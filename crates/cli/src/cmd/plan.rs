@@ -18,7 +18,7 @@ pub(crate) struct PlanOutput<'a> {
     #[serde(serialize_with = "treesync_core::json::id")]
     #[schemars(with = "treesync_core::json::schema::ObjectId")]
     pub(crate) commit: ObjectId,
-    /// Its tree.
+    /// Its tree, or the tree of one of its directories (a subtree sync, `REV:PATH`).
     #[serde(serialize_with = "treesync_core::json::id")]
     #[schemars(with = "treesync_core::json::schema::ObjectId")]
     pub(crate) tree: ObjectId,
