@@ -128,7 +128,16 @@ fn ref_with_a_path_and_path_flag_sync_a_directory_as_the_root() {
     ok(&["sync", "--repo", repo, "--ref", "main:docs", "--target", t]);
     ok(&["verify", "--repo", repo, "--target", t, "--level", "full"]);
     let v = json(&["plan", "--repo", repo, "--ref", "main", "--path", "docs", "--target", t], PLAN);
-    assert!(v["plan"]["phases"].as_array().is_none_or(|p| p.is_empty()), "planning again is empty: {v:#}");
+    assert_eq!(v["plan"]["phases"], serde_json::json!([]), "planning again is empty: {v:#}");
+    assert_eq!((&v["plan"]["from"], &v["plan"]["to"]), (&Value::from(docs1.trim()), &Value::from(docs1.trim())));
+
+    // Drift in a subtree target is found and repaired against the subtree's tree.
+    std::fs::write(target.join("guide/intro.md"), "tampered\n").expect("tamper");
+    std::fs::remove_file(target.join("index.md")).expect("remove");
+    let o = treesync(&["verify", "--repo", repo, "--target", t, "--level", "full"]);
+    assert_eq!(o.status.code(), Some(1), "drift found: {}", String::from_utf8_lossy(&o.stdout));
+    ok(&["verify", "--repo", repo, "--target", t, "--level", "full", "--repair"]);
+    assert_holds(&target, &bare, "main:docs");
 }
 
 #[test]
