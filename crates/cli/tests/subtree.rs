@@ -98,6 +98,7 @@ fn ref_with_a_path_and_path_flag_sync_a_directory_as_the_root() {
     // plan --json of a subtree: the commit, and the subtree's tree.
     let v = json(&["plan", "--repo", repo, "--ref", &format!("{}:docs", commits[0]), "--target", t], PLAN);
     assert_eq!(v["commit"], commits[0].as_str());
+    assert_eq!(v["path"], "docs");
     let docs0 = git(&bare.path, &["rev-parse", &format!("{}:docs", commits[0])]);
     assert_eq!(v["tree"], docs0.trim(), "the plan goes to the tree of docs/");
 
@@ -106,8 +107,9 @@ fn ref_with_a_path_and_path_flag_sync_a_directory_as_the_root() {
     assert_holds(&target, &bare, &format!("{}:docs", commits[0]));
 
     // The same directory by --path, at the next commit: one file changed inside docs/.
-    let v = json(&["sync", "--repo", repo, "--ref", "main", "--path", "docs", "--target", t], SYNC);
+    let v = json(&["sync", "--repo", repo, "--ref", "main", "--path", "docs/", "--target", t], SYNC);
     assert_eq!(v["commit"], commits[1].as_str());
+    assert_eq!(v["path"], "docs", "recorded as written without the slash");
     assert_eq!(v["applied"]["write"], 1, "one file of docs/ changed: {v:#}");
     assert_eq!(v["applied"]["unlink"], 0);
     assert_holds(&target, &bare, "main:docs");
@@ -117,12 +119,18 @@ fn ref_with_a_path_and_path_flag_sync_a_directory_as_the_root() {
     let docs1 = git(&bare.path, &["rev-parse", "main:docs"]);
     assert_eq!(v["state"]["synced"]["commit"], commits[1].as_str());
     assert_eq!(v["state"]["synced"]["tree"], docs1.trim());
+    assert_eq!(v["state"]["path"], "docs", "the state records the directory: {v:#}");
+    let human = ok(&["status", "--target", t]);
+    assert!(human.contains(&format!("synced:  docs/ of commit {}", commits[1])), "{human}");
 
     // A nested directory, then the whole tree (`main:`): each a diff of two trees.
     ok(&["sync", "--repo", repo, "--ref", "main:docs/guide/", "--target", t]);
     assert_holds(&target, &bare, "main:docs/guide");
-    ok(&["sync", "--repo", repo, "--ref", "main:", "--target", t]);
+    let v = json(&["sync", "--repo", repo, "--ref", "main:", "--target", t], SYNC);
+    assert!(v.get("path").is_none(), "the whole tree has no path: {v:#}");
     assert_holds(&target, &bare, "main");
+    let v = json(&["status", "--target", t], STATUS);
+    assert!(v["state"].get("path").is_none(), "back to the whole tree, the state has no path: {v:#}");
 
     // verify compares with the synced subtree.
     ok(&["sync", "--repo", repo, "--ref", "main:docs", "--target", t]);

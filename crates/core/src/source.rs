@@ -275,6 +275,14 @@ pub fn split_subtree(rev: &str) -> Option<(&str, &str)> {
     None
 }
 
+/// The directory a revision names (`main:docs/` → `docs`), as the state records it; `None` for
+/// a revision of a whole tree (`main`, `main:`).
+pub fn subtree_path(rev: &str) -> Option<String> {
+    let (_, path) = split_subtree(rev)?;
+    let components: Vec<&str> = path.split('/').filter(|c| !c.is_empty() && *c != ".").collect();
+    (!components.is_empty()).then(|| components.join("/"))
+}
+
 /// Where the executor gets file contents from. The callback receives the content in one or
 /// more chunks, in order.
 pub trait BlobSource: Send + Sync {

@@ -49,6 +49,10 @@ pub struct InProgress {
     /// not by replaying a diff of two trees.
     #[serde(default)]
     pub repair: bool,
+    /// The directory of `to_commit` whose tree `to_tree` is (a subtree sync: `REV:PATH` or
+    /// `--path`); absent for the whole tree.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub to_path: Option<String>,
     /// When it started.
     pub started_unix: u64,
     /// Who is running it; `None` once it stopped with an error (so the next run need not wait).
@@ -196,6 +200,11 @@ pub struct SyncState {
     pub synced: Option<Synced>,
     /// A sync that has not finished, if any.
     pub in_progress: Option<InProgress>,
+    /// The directory of the synced commit whose tree the target holds (a subtree sync:
+    /// `REV:PATH` or `--path`), e.g. `docs`; absent for the whole tree (and in state files of
+    /// versions before subtree syncs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
     /// The backend that wrote it, e.g. `local`.
     pub backend: String,
 }
@@ -301,13 +310,31 @@ mod tests {
     }
 
     #[test]
+    fn a_subtree_path_is_written_only_for_a_subtree_and_old_files_read_without_it() {
+        let z = "0".repeat(40);
+        let old = format!(
+            r#"{{"version":1,"synced":{{"commit":"{z}","tree":"{z}","at_unix":1}},"in_progress":null,"backend":"local"}}"#
+        );
+        let state = SyncState::parse(old.as_bytes()).expect("a state file without path parses");
+        assert_eq!(state.path, None);
+        assert!(!String::from_utf8_lossy(&state.to_bytes()).contains("path"), "no path for the whole tree");
+        let sub = SyncState { path: Some("docs".into()), ..state };
+        let back = SyncState::parse(&sub.to_bytes()).expect("round trip");
+        assert_eq!(back.path.as_deref(), Some("docs"));
+        let p = entry(r#""holder":null,"to_path":"docs/guide""#);
+        assert_eq!(p.to_path.as_deref(), Some("docs/guide"));
+        assert_eq!(entry(r#""holder":null"#).to_path, None);
+    }
+
+    #[test]
     fn journal_holders_of_every_version_read_as_fields() {
         // This version: written as the line and the fields, read back the same.
         let h = Holder { pid: 42, host: "box".into(), started: 7 };
         let p = entry(r#""holder":null,"host":null,"pid":null"#).held_by(&h);
         assert_eq!(p.holder, Some(h.clone()));
         let back = SyncState::parse(
-            &SyncState { version: VERSION, synced: None, in_progress: Some(p), backend: "local".into() }.to_bytes(),
+            &SyncState { version: VERSION, synced: None, in_progress: Some(p), path: None, backend: "local".into() }
+                .to_bytes(),
         )
         .expect("round trip");
         assert_eq!(back.in_progress.and_then(|p| p.holder), Some(h));

@@ -199,6 +199,9 @@ pub struct Prepared {
     pub main: Plan,
     /// The requested commit.
     pub to: Resolved,
+    /// The directory of `to.commit` whose tree `to.tree` is (a subtree sync), as the state
+    /// will record it; `None` for the whole tree.
+    pub path: Option<String>,
     /// `main` is a takeover: of an unmanaged target, or of a managed one (`--force`) by
     /// repairing it to the requested tree (then `repair` too).
     pub takeover: bool,
@@ -226,6 +229,10 @@ pub struct Outcome {
     #[serde(serialize_with = "crate::json::id")]
     #[schemars(with = "crate::json::schema::ObjectId")]
     pub tree: gix_hash::ObjectId,
+    /// The directory of `commit` whose tree `tree` is (a subtree sync: `REV:PATH` or
+    /// `--path`); absent for the whole tree.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
     /// An interrupted sync that was finished first.
     pub resumed: Option<InProgress>,
     /// The target was taken over (`--force`).
@@ -271,12 +278,16 @@ pub async fn prepare(
 ) -> Result<Prepared, Error> {
     let to = repo.resolve(rev)?;
     let target = backend.prepare_target(options.create).await?;
-    prepare_at(repo, to, backend, options.force, target, options.limits).await
+    prepare_at(repo, to, Some(source::subtree_path(rev)), backend, options.force, target, options.limits).await
 }
 
+/// `path`: the directory `to` is of its commit, or `None` to keep what the state records (a
+/// repair, which goes to the recorded tree).
+#[allow(clippy::too_many_arguments)] // private: the inputs of sync(), prepare() and repair()
 async fn prepare_at(
     repo: &Repo,
     to: Resolved,
+    path: Option<Option<String>>,
     backend: &dyn Backend,
     force: bool,
     mut target: TargetState,
@@ -304,6 +315,11 @@ async fn prepare_at(
         };
     }
 
+    let path = path.unwrap_or_else(|| match &state {
+        Some(SyncState { in_progress: Some(p), .. }) => p.to_path.clone(),
+        Some(s) => s.path.clone(),
+        None => None,
+    });
     let options = plan::Options { case_insensitive: !backend.capabilities().case_sensitive, limits };
     // `--force` on a managed target: take it over by comparing it with the requested tree
     // once (stat data proves what it can, the rest is hashed) and repairing what differs,
@@ -318,6 +334,7 @@ async fn prepare_at(
             resume: None,
             main,
             to,
+            path,
             takeover: true,
             repair: true,
             replaced: Some(replaced),
@@ -374,6 +391,7 @@ async fn prepare_at(
         resume,
         main,
         to,
+        path,
         takeover,
         repair: false,
         replaced,
@@ -547,16 +565,15 @@ pub async fn sync(
     interrupt: &AtomicBool,
 ) -> Result<Outcome, Error> {
     let start = Instant::now();
-    if options.git_worktree.is_some()
-        && source::split_subtree(rev).is_some_and(|(_, path)| !path.trim_matches('/').is_empty())
-    {
+    if options.git_worktree.is_some() && source::subtree_path(rev).is_some() {
         return Err(Error::GitWorktreeSubtree { rev: rev.into() });
     }
     // Resolve first: a typo in the revision must not create the target or its lock.
     let to = repo.resolve(rev)?;
+    let path = source::subtree_path(rev);
     let target = backend.prepare_target(false).await?;
     let early = if target != TargetState::Managed || options.dry_run {
-        let prepared = prepare_at(repo, to, backend, options.force, target, options.limits).await?;
+        let prepared = prepare_at(repo, to, Some(path.clone()), backend, options.force, target, options.limits).await?;
         if options.dry_run {
             let mut outcome = outcome_of(&prepared, options);
             outcome.elapsed = start.elapsed();
@@ -586,9 +603,9 @@ pub async fn sync(
             // Another writer got there first: read the target again.
             Some(_) => {
                 let target = backend.prepare_target(false).await?;
-                prepare_at(repo, to, backend, options.force, target, options.limits).await?
+                prepare_at(repo, to, Some(path.clone()), backend, options.force, target, options.limits).await?
             }
-            None => prepare_at(repo, to, backend, options.force, target, options.limits).await?,
+            None => prepare_at(repo, to, Some(path.clone()), backend, options.force, target, options.limits).await?,
         };
         let outcome = run_locked(repo, backend, prepared, options, &me, progress, interrupt, start).await?;
         if let Some(clone) = &options.git_worktree {
@@ -609,6 +626,7 @@ fn outcome_of(prepared: &Prepared, options: &Options) -> Outcome {
         from: prepared.state.as_ref().and_then(|s| s.synced),
         commit: prepared.to.commit,
         tree: prepared.to.tree,
+        path: prepared.path.clone(),
         resumed: prepared.resume.as_ref().map(|r| r.0.clone()),
         takeover: prepared.takeover,
         replaced: prepared.replaced.clone(),
@@ -635,7 +653,7 @@ async fn run_locked(
     start: Instant,
 ) -> Result<Outcome, Error> {
     let mut outcome = outcome_of(&prepared, options);
-    let Prepared { state, resume, main, to, takeover, repair, .. } = prepared;
+    let Prepared { state, resume, main, to, path, takeover, repair, .. } = prepared;
     if let Some((p, _)) = &resume {
         check_lease(p, backend, options)?;
     }
@@ -644,6 +662,7 @@ async fn run_locked(
         version: state::VERSION,
         synced: None,
         in_progress: None,
+        path: None,
         backend: options.backend_name.clone(),
     });
     current.version = state::VERSION;
@@ -667,14 +686,16 @@ async fn run_locked(
         dirs_recreated +=
             apply_journaled(plan, backend, &blobs, options, progress, interrupt, &current, &mut outcome).await?;
         current.synced = Some(Synced { commit: p.to_commit, tree: p.to_tree, at_unix: state::now_unix() });
+        current.path = p.to_path.clone();
         current.in_progress = None;
-        if main.is_empty() && p.to_commit == to.commit && dirs_recreated == 0 {
+        if main.is_empty() && p.to_commit == to.commit && p.to_path == path && dirs_recreated == 0 {
             backend.store_state(&current.to_bytes()).await?;
             outcome.state_writes += 1;
         }
     }
 
-    let already = current.synced.is_some_and(|s| s.commit == to.commit) && current.in_progress.is_none();
+    let already =
+        current.synced.is_some_and(|s| s.commit == to.commit) && current.path == path && current.in_progress.is_none();
     tracing::info!(
         target: "treesync::sync",
         from = ?current.synced.map(|s| s.commit.to_string()),
@@ -686,7 +707,7 @@ async fn run_locked(
     );
     if !main.is_empty() {
         let from_tree = if takeover { None } else { current.synced.map(|s| s.tree) };
-        current.in_progress = Some(journal_entry(to, from_tree, takeover, repair, me));
+        current.in_progress = Some(journal_entry(to, &path, from_tree, takeover, repair, me));
         backend.store_state(&current.to_bytes()).await?;
         outcome.state_writes += 1;
         tracing::debug!(target: "treesync::sync", "journal: in progress");
@@ -703,7 +724,7 @@ async fn run_locked(
             dirs_recreated,
             "the target had drifted (directories missing or replaced); comparing it with the destination once"
         );
-        current.in_progress = Some(journal_entry(to, None, takeover, true, me));
+        current.in_progress = Some(journal_entry(to, &path, None, takeover, true, me));
         backend.store_state(&current.to_bytes()).await?;
         outcome.state_writes += 1;
         let (plan, _) = repair_plan_to(repo, backend, to, takeover, options.limits).await?;
@@ -711,6 +732,7 @@ async fn run_locked(
     }
     if !main.is_empty() || !already || dirs_recreated > 0 {
         current.synced = Some(Synced { commit: to.commit, tree: to.tree, at_unix: state::now_unix() });
+        current.path = path;
         current.in_progress = None;
         backend.store_state(&current.to_bytes()).await?;
         outcome.state_writes += 1;
@@ -784,7 +806,7 @@ pub async fn repair(
         let to = Resolved { commit: goal.commit, tree: goal.tree };
         let finished = if interrupted {
             let target = backend.prepare_target(false).await?;
-            let prepared = prepare_at(repo, to, backend, false, target, options.sync.limits).await?;
+            let prepared = prepare_at(repo, to, None, backend, false, target, options.sync.limits).await?;
             Some(run_locked(repo, backend, prepared, &options.sync, &me, progress, interrupt, start).await?)
         } else {
             None
@@ -798,7 +820,8 @@ pub async fn repair(
             let bytes = backend.load_state().await?;
             let mut current = SyncState::parse(bytes.as_deref().unwrap_or_default())?;
             let synced = current.synced;
-            current.in_progress = Some(journal_entry(to, None, options.delete_extra, true, &me));
+            let path = current.path.clone();
+            current.in_progress = Some(journal_entry(to, &path, None, options.delete_extra, true, &me));
             backend.store_state(&current.to_bytes()).await?;
             let blobs: Arc<dyn BlobSource> = Arc::new(repo.clone());
             let mut plan = plan;
@@ -845,6 +868,7 @@ pub async fn repair(
 /// The journal entry of a transition this process runs now, to `to`.
 fn journal_entry(
     to: Resolved,
+    path: &Option<String>,
     from_tree: Option<ObjectId>,
     takeover: bool,
     repair: bool,
@@ -854,6 +878,7 @@ fn journal_entry(
         from_tree,
         to_commit: to.commit,
         to_tree: to.tree,
+        to_path: path.clone(),
         takeover,
         repair,
         started_unix: state::now_unix(),

@@ -350,6 +350,12 @@ pub async fn subtree_syncs_match_git_archive_of_the_tree(f: &dyn Fixture) {
             assert_eq!(out.commit.to_string(), h.commits[i], "the state records the commit");
             let tree = crate::git(&h.bare.path, &["rev-parse", &rev]);
             assert_eq!(out.tree.to_string(), tree.trim(), "the state records the subtree's tree");
+            let state = treesync_core::state::SyncState::parse(
+                &f.backend().load_state().await.expect("load state").expect("a state"),
+            )
+            .expect("parse state");
+            let recorded = path.trim_end_matches('/');
+            assert_eq!(state.path.as_deref(), (!recorded.is_empty()).then_some(recorded), "the state records the path");
             h.assert_matches_of(f, &rev, &format!("seed {seed} step {step} ({rev})"));
             if step > 0 {
                 let r = record.lock().expect("record");

@@ -22,6 +22,10 @@ pub(crate) struct PlanOutput<'a> {
     #[serde(serialize_with = "treesync_core::json::id")]
     #[schemars(with = "treesync_core::json::schema::ObjectId")]
     pub(crate) tree: ObjectId,
+    /// The directory of `commit` whose tree `tree` is (a subtree sync: `REV:PATH` or
+    /// `--path`); absent for the whole tree.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) path: Option<String>,
     /// A takeover (`--force`).
     pub(crate) takeover: bool,
     /// What a takeover removes and writes over.
@@ -46,6 +50,7 @@ pub(crate) fn run(args: PlanArgs) -> anyhow::Result<()> {
             target: backend.to_string(),
             commit: prepared.to.commit,
             tree: prepared.to.tree,
+            path: prepared.path.clone(),
             takeover: prepared.takeover,
             replaced: prepared.replaced.as_ref(),
             resume: prepared.resume.as_ref().map(|(_, p)| p),

@@ -69,7 +69,12 @@ pub(crate) fn run(args: StatusArgs) -> anyhow::Result<()> {
         None => println!("synced:  nothing yet"),
         Some(s) => {
             match &s.synced {
-                Some(x) => println!("synced:  commit {} (tree {}) at unix time {}", x.commit, x.tree, x.at_unix),
+                Some(x) => match &s.path {
+                    Some(path) => {
+                        println!("synced:  {path}/ of commit {} (tree {}) at unix time {}", x.commit, x.tree, x.at_unix)
+                    }
+                    None => println!("synced:  commit {} (tree {}) at unix time {}", x.commit, x.tree, x.at_unix),
+                },
                 None => println!("synced:  nothing yet"),
             }
             println!("last sync by: {}", s.backend);
