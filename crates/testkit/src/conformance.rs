@@ -367,6 +367,27 @@ pub async fn subtree_syncs_match_git_archive_of_the_tree(f: &dyn Fixture) {
             let report = verify::verify(&h.repo, &*f.backend(), verify::Level::Full).await.expect("verify");
             assert!(report.is_clean(), "seed {seed} step {step}: verify after {rev}: {:?}", report.drift);
         }
+        // Interrupted on the way to a subtree: the journal records the directory, and the next
+        // run finishes it (the same revision, then the whole tree of another commit).
+        let backend = f.backend();
+        for (round, (to, next)) in [((0, "other"), (0, "other")), ((3, "sub"), (3, ""))].into_iter().enumerate() {
+            let rev = format!("{}:{}", h.commits[to.0], to.1);
+            let total = sync::prepare(&h.repo, &rev, &*backend, &Default::default()).await.expect("plan").main.len();
+            assert!(total > 1, "round {round}: the test needs a plan of some size, got {total} ops to {rev}");
+            let failing = Fail::after(f.backend(), (total / 2) as u64);
+            let err = sync_to(&h.repo, &rev, &failing).await.expect_err("the fault stops the sync");
+            assert!(matches!(err, sync::Error::Apply { .. }), "round {round}: unexpected error {err}");
+            let state = sync::status(&*backend).await.expect("status").state.expect("a state");
+            let p = state.in_progress.expect("the interrupted sync is journaled");
+            assert_eq!(p.to_path.as_deref(), Some(to.1), "round {round}: the journal records the directory");
+            let next_rev = format!("{}:{}", h.commits[next.0], next.1);
+            let out = sync_to(&h.repo, &next_rev, &*backend).await.expect("the next sync finishes");
+            assert!(out.resumed.is_some_and(|r| r.to_path.as_deref() == Some(to.1)), "round {round}: resumed");
+            h.assert_matches_of(f, &next_rev, &format!("round {round}: after the interruption ({next_rev})"));
+            let state = sync::status(&*backend).await.expect("status").state.expect("a state");
+            assert!(state.in_progress.is_none());
+            assert_eq!(state.path.as_deref(), (!next.1.is_empty()).then_some(next.1), "round {round}: path");
+        }
     }
 }
 
