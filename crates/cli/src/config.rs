@@ -861,6 +861,8 @@ impl Cx<'_> {
                 ["defaults"] if REQUIRED_KEYS.contains(&key) => {
                     err.hint("repo, ref and target are set in each [mirror.NAME], not in [defaults]")
                 }
+                ["defaults"] if MIRROR_ONLY_KEYS.contains(&key) => err
+                    .hint("path names a directory of a mirror's ref: set it in each [mirror.NAME], not in [defaults]"),
                 ["mirror", name]
                     if step.value.get_ref().is_table()
                         && self.text.get(step.value.span()).is_some_and(|h| h.starts_with('[')) =>

@@ -217,6 +217,7 @@ fn config_path_key_composes_with_the_ref_and_is_refused_with_a_path_in_the_ref()
     std::fs::write(&config, "[defaults]\npath = \"docs\"\n").expect("write config");
     let e = fails(&["--config", s(&config), "sync", "--all"], 2);
     assert!(e.contains("unknown key \"path\" in [defaults]"), "path is a mirror's own key: {e}");
+    assert!(e.contains("hint: path names a directory of a mirror's ref: set it in each [mirror.NAME]"), "{e}");
 }
 
 #[test]
