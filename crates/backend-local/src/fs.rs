@@ -13,7 +13,7 @@ use rustix::fs::{AtFlags, FileType, Mode, OFlags, ResolveFlags};
 use rustix::io::Errno;
 use treesync_core::backend::{DirEntry, Error, FileStat, Found, FoundKind, LockGuard, TargetState};
 use treesync_core::path::{STATE_DIR, TMP_PREFIX};
-use treesync_core::source::BlobSource;
+use treesync_core::source::{BlobSource, Content};
 use treesync_core::state::Holder;
 use treesync_core::{Op, RelPath};
 
@@ -316,8 +316,8 @@ impl Target {
                 },
                 Err(e) => Err(Error::io("create directory", path, io(e))),
             },
-            Op::Write { blob, size, executable, .. } => {
-                self.write_file(dir, name, (*blob, *size), *executable, blobs, path)
+            Op::Write { executable, .. } => {
+                self.write_file(dir, name, op.content().expect("a write has content"), *executable, blobs, path)
             }
             Op::Symlink { target, .. } => {
                 let tmp = Self::sibling_tmp(name.as_bytes());
@@ -334,7 +334,7 @@ impl Target {
                 }
                 result
             }
-            Op::Chmod { executable, blob, size, .. } => {
+            Op::Chmod { executable, .. } => {
                 // Only a regular file with no other name is changed in place: through a hard
                 // link, fchmod would change a file outside the target too. Anything else (a
                 // shared inode, a symlink or nothing in its place) gets the file written anew.
@@ -354,7 +354,14 @@ impl Target {
                 match fd {
                     Ok(fd) if alone => rustix::fs::fchmod(&fd, Mode::from_raw_mode(self.file_mode(*executable)))
                         .map_err(|e| Error::io("change mode of", path, io(e))),
-                    _ => self.write_file(dir, name, (*blob, *size), *executable, blobs, path),
+                    _ => self.write_file(
+                        dir,
+                        name,
+                        op.content().expect("a mode change has content"),
+                        *executable,
+                        blobs,
+                        path,
+                    ),
                 }
             }
             Op::Unlink { .. } => match rustix::fs::unlinkat(dir, name, AtFlags::empty()) {
@@ -375,7 +382,7 @@ impl Target {
         &self,
         dir: BorrowedFd<'_>,
         name: &OsStr,
-        blob: (treesync_core::ObjectId, u64),
+        content: Content<'_>,
         executable: bool,
         blobs: &dyn BlobSource,
         path: &RelPath,
@@ -383,7 +390,7 @@ impl Target {
         let tmp = Self::sibling_tmp(name.as_bytes());
         let tmp = OsStr::from_bytes(&tmp);
         let result = self
-            .write_tmp(dir, tmp, blob, executable, blobs, path)
+            .write_tmp(dir, tmp, content, executable, blobs, path)
             .and_then(|()| rustix::fs::renameat(dir, tmp, dir, name).map_err(|e| Error::io("write", path, io(e))));
         if result.is_err() {
             // Never leave a temporary behind (a full disk must not fill up further).
@@ -396,7 +403,7 @@ impl Target {
         &self,
         dir: BorrowedFd<'_>,
         tmp: &OsStr,
-        (blob, size): (treesync_core::ObjectId, u64),
+        content: Content<'_>,
         executable: bool,
         blobs: &dyn BlobSource,
         path: &RelPath,
@@ -404,7 +411,7 @@ impl Target {
         let fd = Self::create_tmp(dir, tmp, if executable { 0o777 } else { 0o666 })
             .map_err(|e| Error::io("write", path, io(e)))?;
         blobs
-            .read_blob(&blob, size, &mut |mut chunk| {
+            .read_content(&content, &mut |mut chunk| {
                 while !chunk.is_empty() {
                     match rustix::io::write(&fd, chunk) {
                         Ok(n) => chunk = &chunk[n..],

@@ -39,7 +39,7 @@ use object_store::{
 };
 use tokio::sync::Semaphore;
 use treesync_core::backend::{Backend, Batch, Capabilities, DirEntry, Error, Found, FoundKind, Policy, TargetState};
-use treesync_core::source::BlobSource;
+use treesync_core::source::{BlobSource, OwnedContent};
 use treesync_core::{Op, RelPath};
 
 /// `st_mode` of a regular file (0100644), as s3fs-fuse stores it.
@@ -268,13 +268,12 @@ impl ObjectStoreBackend {
     async fn write_blob(
         &self,
         path: &RelPath,
-        blob: treesync_core::ObjectId,
-        size: u64,
+        content: OwnedContent,
         mode: u32,
         blobs: &Arc<dyn BlobSource>,
     ) -> Result<(), Error> {
-        if size < self.options.multipart_threshold {
-            let data = read_blob(path, blob, size, blobs).await?;
+        if content.size < self.options.multipart_threshold {
+            let data = read_blob(path, content, blobs).await?;
             return self.put(path, data, mode).await;
         }
         // Large files: parts are read from the repository as they go up (a few in flight),
@@ -293,7 +292,7 @@ impl ObjectStoreBackend {
         let reader = tokio::task::spawn_blocking(move || {
             let mut buf = Vec::with_capacity(part);
             source
-                .read_blob(&blob, size, &mut |mut chunk| {
+                .read_content(&content.as_content(), &mut |mut chunk| {
                     while !chunk.is_empty() {
                         let take = (part - buf.len()).min(chunk.len());
                         buf.extend_from_slice(&chunk[..take]);
@@ -359,8 +358,9 @@ impl ObjectStoreBackend {
                 }
                 Ok(())
             }
-            Op::Write { path, blob, size, executable } | Op::Chmod { path, blob, size, executable } => {
-                self.write_blob(path, *blob, *size, if *executable { MODE_EXEC } else { MODE_FILE }, blobs).await
+            Op::Write { path, executable, .. } | Op::Chmod { path, executable, .. } => {
+                let content = op.owned_content().expect("writes and mode changes have content");
+                self.write_blob(path, content, if *executable { MODE_EXEC } else { MODE_FILE }, blobs).await
             }
             Op::Symlink { path, target } => self.put(path, Bytes::from(target.clone()), MODE_LINK).await,
             Op::Unlink { path } => {
@@ -399,18 +399,13 @@ impl ObjectStoreBackend {
     }
 }
 
-async fn read_blob(
-    path: &RelPath,
-    blob: treesync_core::ObjectId,
-    size: u64,
-    blobs: &Arc<dyn BlobSource>,
-) -> Result<Bytes, Error> {
+async fn read_blob(path: &RelPath, content: OwnedContent, blobs: &Arc<dyn BlobSource>) -> Result<Bytes, Error> {
     let blobs = blobs.clone();
     let p = path.clone();
     tokio::task::spawn_blocking(move || {
         let mut data = Vec::new();
         blobs
-            .read_blob(&blob, size, &mut |chunk| {
+            .read_content(&content.as_content(), &mut |chunk| {
                 data.extend_from_slice(chunk);
                 Ok(())
             })

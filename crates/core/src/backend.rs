@@ -242,6 +242,16 @@ pub enum Error {
         #[source]
         source: crate::source::Error,
     },
+    /// Content could not be converted for the working tree (a filter driver failed, an
+    /// encoding is unknown).
+    #[error("cannot write {path}: {source}")]
+    Convert {
+        /// Where.
+        path: String,
+        /// Why.
+        #[source]
+        source: crate::convert::Error,
+    },
     /// A fault injected by [`crate::policy::Fail`].
     #[error("injected fault after {after} ops (at {op} {path})")]
     Injected {
@@ -374,6 +384,7 @@ impl Error {
         match e {
             crate::source::BlobError::Source(source) => Error::Blob { path: path.display(), source },
             crate::source::BlobError::Sink(e) => Error::io(op, path, e),
+            crate::source::BlobError::Convert(source) => Error::Convert { path: path.display(), source },
         }
     }
 

@@ -84,6 +84,7 @@
 pub mod adopt;
 pub mod apply;
 pub mod backend;
+pub mod convert;
 pub mod duration;
 pub mod gitworktree;
 pub mod json;

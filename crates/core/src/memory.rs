@@ -231,11 +231,11 @@ impl Backend for MemoryBackend {
     }
 
     async fn execute(&self, op: &Op, blobs: &Arc<dyn BlobSource>) -> Result<(), Error> {
-        let content = match op {
-            Op::Write { blob, path, size, .. } => {
+        let content = match (op, op.content()) {
+            (Op::Write { path, .. }, Some(content)) => {
                 let mut data = Vec::new();
                 blobs
-                    .read_blob(blob, *size, &mut |chunk| {
+                    .read_content(&content, &mut |chunk| {
                         data.extend_from_slice(chunk);
                         Ok(())
                     })

@@ -29,6 +29,13 @@ pub enum Op {
         size: u64,
         /// Whether the file gets exec bits (`100755`).
         executable: bool,
+        /// How the blob is converted on its way to the file (`.gitattributes`), `None`: written
+        /// as it is. `size` is then the blob's size, not the file's.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        conversion: Option<Arc<crate::convert::Conversion>>,
+        /// Why a file whose blob did not change is written again (its conversion changed).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
     },
     /// Create a symbolic link, atomically replacing any non-directory there.
     Symlink {
@@ -51,6 +58,9 @@ pub enum Op {
         blob: ObjectId,
         /// Its size in bytes.
         size: u64,
+        /// Its conversion, for backends that rewrite ([`Op::Write::conversion`]).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        conversion: Option<Arc<crate::convert::Conversion>>,
     },
     /// Remove a file or symlink (fine if it is gone).
     Unlink {
@@ -249,6 +259,11 @@ impl Phases {
             Op::Write { .. } | Op::Chmod { .. } => self.writes.push(op),
             Op::Symlink { .. } => self.symlinks.push(op),
         }
+    }
+
+    /// Take the file writes and mode changes out (to be pushed back, changed).
+    pub(crate) fn take_writes(&mut self) -> Vec<Op> {
+        std::mem::take(&mut self.writes)
     }
 
     /// The ops so far, in no particular order.

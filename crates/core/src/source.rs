@@ -147,6 +147,11 @@ impl Repo {
         &self.path
     }
 
+    /// gitoxide's repository, for this thread.
+    pub fn thread_local(&self) -> gix::Repository {
+        self.shared.to_thread_local()
+    }
+
     /// The repository's git directory (the repository itself when bare).
     pub fn git_dir(&self) -> PathBuf {
         self.shared.git_dir().to_path_buf()
@@ -295,6 +300,91 @@ pub trait BlobSource: Send + Sync {
         size: u64,
         sink: &mut dyn FnMut(&[u8]) -> std::io::Result<()>,
     ) -> Result<(), BlobError>;
+
+    /// Feed what a write op writes to `sink`: the blob, converted when
+    /// [`Content::conversion`] says so. Sources that do not convert (this default) refuse
+    /// converted content; a sync reads through [`Converting`].
+    fn read_content(
+        &self,
+        content: &Content<'_>,
+        sink: &mut dyn FnMut(&[u8]) -> std::io::Result<()>,
+    ) -> Result<(), BlobError> {
+        match content.conversion {
+            None => self.read_blob(content.blob, content.size, sink),
+            Some(c) => Err(BlobError::Convert(crate::convert::Error::Convert {
+                path: content.path.display(),
+                attributes: c.to_string(),
+                message: "this blob source does not convert (read through source::Converting)".into(),
+            })),
+        }
+    }
+}
+
+/// What an op that writes a file asks a [`BlobSource`] for: a blob, converted for the working
+/// tree when the op says so.
+#[derive(Debug, Clone, Copy)]
+pub struct Content<'a> {
+    /// The blob.
+    pub blob: &'a ObjectId,
+    /// Its size, as the plan recorded it (the file's size when there is no conversion).
+    pub size: u64,
+    /// Where it is written (filter drivers are told the path).
+    pub path: &'a crate::path::RelPath,
+    /// How it is converted (`None`: written as it is).
+    pub conversion: Option<&'a crate::convert::Conversion>,
+}
+
+/// [`Content`] that owns its parts, for work that outlives the op (a blocking task reading a
+/// large file while its chunks go out).
+#[derive(Debug, Clone)]
+pub struct OwnedContent {
+    /// The blob.
+    pub blob: ObjectId,
+    /// Its size, as the plan recorded it.
+    pub size: u64,
+    /// Where it is written.
+    pub path: crate::path::RelPath,
+    /// How it is converted.
+    pub conversion: Option<std::sync::Arc<crate::convert::Conversion>>,
+}
+
+impl OwnedContent {
+    /// Borrowed, for [`BlobSource::read_content`].
+    pub fn as_content(&self) -> Content<'_> {
+        Content { blob: &self.blob, size: self.size, path: &self.path, conversion: self.conversion.as_deref() }
+    }
+
+    /// Whether the file may hold bytes: a non-empty blob, or a conversion (which may make bytes
+    /// of none, e.g. a filter driver).
+    pub fn may_have_bytes(&self) -> bool {
+        self.size > 0 || self.conversion.is_some()
+    }
+}
+
+impl crate::op::Op {
+    /// [`Op::content`](crate::op::Op::content), owned.
+    pub fn owned_content(&self) -> Option<OwnedContent> {
+        use crate::op::Op;
+        match self {
+            Op::Write { path, blob, size, conversion, .. } | Op::Chmod { path, blob, size, conversion, .. } => {
+                Some(OwnedContent { blob: *blob, size: *size, path: path.clone(), conversion: conversion.clone() })
+            }
+            _ => None,
+        }
+    }
+
+    /// What this op writes, for [`Op::Write`](crate::op::Op::Write) and
+    /// [`Op::Chmod`](crate::op::Op::Chmod) (which backends that cannot change modes turn into a
+    /// write).
+    pub fn content(&self) -> Option<Content<'_>> {
+        use crate::op::Op;
+        match self {
+            Op::Write { path, blob, size, conversion, .. } | Op::Chmod { path, blob, size, conversion, .. } => {
+                Some(Content { blob, size: *size, path, conversion: conversion.as_deref() })
+            }
+            _ => None,
+        }
+    }
 }
 
 /// Reading a blob for the executor failed.
@@ -306,6 +396,61 @@ pub enum BlobError {
     /// The sink (the backend writing the file) failed.
     #[error("{0}")]
     Sink(#[source] std::io::Error),
+    /// The blob could not be converted for the working tree.
+    #[error(transparent)]
+    Convert(#[from] crate::convert::Error),
+}
+
+impl From<crate::convert::ConvertError> for BlobError {
+    fn from(e: crate::convert::ConvertError) -> Self {
+        match e {
+            crate::convert::ConvertError::Convert(e) => BlobError::Convert(e),
+            crate::convert::ConvertError::Sink(e) => BlobError::Sink(e),
+        }
+    }
+}
+
+/// A [`BlobSource`] that converts what ops ask to be converted ([`Content::conversion`]) with
+/// a [`Converter`](crate::convert::Converter): what a sync reads file contents from.
+pub struct Converting {
+    raw: std::sync::Arc<dyn BlobSource>,
+    converter: std::sync::Arc<crate::convert::Converter>,
+}
+
+impl Converting {
+    /// Blobs from `raw`, converted by `converter`.
+    pub fn new(raw: std::sync::Arc<dyn BlobSource>, converter: std::sync::Arc<crate::convert::Converter>) -> Self {
+        Converting { raw, converter }
+    }
+}
+
+impl BlobSource for Converting {
+    fn read_blob(
+        &self,
+        id: &ObjectId,
+        size: u64,
+        sink: &mut dyn FnMut(&[u8]) -> std::io::Result<()>,
+    ) -> Result<(), BlobError> {
+        self.raw.read_blob(id, size, sink)
+    }
+
+    fn read_content(
+        &self,
+        content: &Content<'_>,
+        sink: &mut dyn FnMut(&[u8]) -> std::io::Result<()>,
+    ) -> Result<(), BlobError> {
+        let Some(conversion) = content.conversion else {
+            return self.raw.read_blob(content.blob, content.size, sink);
+        };
+        // Conversions work on the whole blob (as git's do).
+        let mut data = Vec::with_capacity(usize::try_from(content.size).unwrap_or(0));
+        self.raw.read_blob(content.blob, content.size, &mut |chunk| {
+            data.extend_from_slice(chunk);
+            Ok(())
+        })?;
+        self.converter.convert(&data, content.path.as_bstr(), content.blob, conversion, sink)?;
+        Ok(())
+    }
 }
 
 /// Blobs from this size on are streamed from the object database in chunks instead of being

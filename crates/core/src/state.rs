@@ -53,6 +53,10 @@ pub struct InProgress {
     /// `--path`); absent for the whole tree.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub to_path: Option<String>,
+    /// The conversion settings it writes files with ([`SyncState::conversions`]); absent in
+    /// journals of versions before conversions (which wrote blobs as they are).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub to_conversions: Option<crate::convert::Settings>,
     /// When it started.
     pub started_unix: u64,
     /// Who is running it; `None` once it stopped with an error (so the next run need not wait).
@@ -205,6 +209,11 @@ pub struct SyncState {
     /// versions before subtree syncs).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub path: Option<String>,
+    /// The repository-wide conversion settings the synced tree's files were written with
+    /// (`.gitattributes` conversions, see [`crate::convert::Settings`]); absent in state files
+    /// of versions before conversions, whose files are their blobs as they are.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub conversions: Option<crate::convert::Settings>,
     /// The backend that wrote it, e.g. `local`.
     pub backend: String,
 }

@@ -10,6 +10,7 @@ use serde::Serialize;
 
 use crate::apply::{self, Progress};
 use crate::backend::{self, Backend, TargetState};
+use crate::convert::Converter;
 use crate::gitworktree;
 use crate::op::{OpCounts, Plan};
 use crate::path::RelPath;
@@ -68,6 +69,9 @@ pub enum Error {
     /// The state file.
     #[error(transparent)]
     State(#[from] state::ParseError),
+    /// The repository's conversion settings or attributes (`.gitattributes`, filter drivers).
+    #[error(transparent)]
+    Convert(#[from] crate::convert::Error),
     /// Comparing the target with a tree (a repair, or `--force` on a managed target).
     #[error(transparent)]
     Verify(#[from] verify::Error),
@@ -213,6 +217,17 @@ pub struct Prepared {
     state_bytes: Option<Vec<u8>>,
     /// Planned for a target that does not tell case apart.
     case_insensitive: bool,
+    /// What `main` converts files with (the repository's settings now).
+    converter: Arc<Converter>,
+    /// What the `resume` plan converts files with (the journal's settings).
+    resume_converter: Option<Arc<Converter>>,
+}
+
+impl Prepared {
+    /// The conversion settings the target's files are written with after this sync.
+    pub fn conversions(&self) -> &crate::convert::Settings {
+        self.converter.settings()
+    }
 }
 
 /// What a sync did.
@@ -321,13 +336,23 @@ async fn prepare_at(
         None => None,
     });
     let options = plan::Options { case_insensitive: !backend.capabilities().case_sensitive, limits };
+    let converter = Arc::new(Converter::new(repo, crate::convert::Settings::of(repo)?)?);
+    let converter_of = |settings: &Option<crate::convert::Settings>| -> Result<Option<Arc<Converter>>, Error> {
+        Ok(match settings {
+            Some(s) if s == converter.settings() => Some(converter.clone()),
+            Some(s) => Some(Arc::new(Converter::new(repo, s.clone())?)),
+            None => None,
+        })
+    };
+    // How the target's files were written: per its state (none: as blobs are).
+    let synced_converter = converter_of(&state.as_ref().and_then(|s| s.conversions.clone()))?;
     // `--force` on a managed target: take it over by comparing it with the requested tree
     // once (stat data proves what it can, the rest is hashed) and repairing what differs,
     // foreign entries included. Neither the journal nor the recorded tree is needed, so this
     // also gets a target out of any state: a damaged state file, a synced commit that is gone
     // from the repository, an interrupted sync whose replay keeps failing.
     if force && target == TargetState::Managed {
-        let (main, replaced) = repair_plan_to(repo, backend, to, true, limits).await?;
+        let (main, replaced) = repair_plan_to(repo, backend, to, true, limits, &converter).await?;
         return Ok(Prepared {
             state,
             target,
@@ -340,25 +365,44 @@ async fn prepare_at(
             replaced: Some(replaced),
             state_bytes,
             case_insensitive: options.case_insensitive,
+            converter,
+            resume_converter: None,
         });
     }
     let mut resume = None;
+    let mut resume_converter = None;
     let mut takeover = false;
+    // What the main plan starts from: a tree, written with these settings.
+    let mut base_converter = synced_converter.clone();
     let base = match &state {
         Some(SyncState { in_progress: Some(p), .. }) => {
+            // Finished with the settings it started with (a journal of a version before
+            // conversions: as blobs are).
+            let journal_converter = converter_of(&p.to_conversions)?;
             let plan = if p.repair {
                 let to = Resolved { commit: p.to_commit, tree: p.to_tree };
-                repair_plan_to(repo, backend, to, p.takeover, limits).await?.0
+                let with = journal_converter.clone().unwrap_or_else(|| converter.clone());
+                repair_plan_to(repo, backend, to, p.takeover, limits, &with).await?.0
             } else if p.takeover {
                 let existing = scan(backend).await?;
                 plan::with_big_stack(|| {
-                    repo.with_objects(|odb| plan::plan_takeover(odb, &existing, p.to_tree, options))
+                    repo.with_objects(|odb| {
+                        plan::plan_takeover(odb, &existing, p.to_tree, options, journal_converter.as_deref())
+                    })
                 })?
             } else {
                 check_base(repo, p.from_tree, state.as_ref())?;
-                plan::with_big_stack(|| repo.with_objects(|odb| plan::plan_with(odb, p.from_tree, p.to_tree, options)))?
+                plan_between(
+                    repo,
+                    (p.from_tree, synced_converter.as_deref()),
+                    p.to_tree,
+                    journal_converter.as_deref(),
+                    options,
+                )?
             };
             resume = Some((p.clone(), plan));
+            resume_converter = journal_converter.clone();
+            base_converter = journal_converter;
             Some(p.to_tree)
         }
         Some(SyncState { synced, .. }) => {
@@ -378,13 +422,15 @@ async fn prepare_at(
     let mut replaced = None;
     let main = if takeover {
         let existing = scan(backend).await?;
-        let plan =
-            plan::with_big_stack(|| repo.with_objects(|odb| plan::plan_takeover(odb, &existing, to.tree, options)))?;
+        let plan = plan::with_big_stack(|| {
+            repo.with_objects(|odb| plan::plan_takeover(odb, &existing, to.tree, options, Some(&converter)))
+        })?;
         replaced = Some(replaced_by(&plan, &existing));
         plan
     } else {
-        plan::with_big_stack(|| repo.with_objects(|odb| plan::plan_with(odb, base, to.tree, options)))?
+        plan_between(repo, (base, base_converter.as_deref()), to.tree, Some(&converter), options)?
     };
+    check_filters(repo, &main, converter.settings())?;
     Ok(Prepared {
         state,
         target,
@@ -397,7 +443,42 @@ async fn prepare_at(
         replaced,
         state_bytes,
         case_insensitive: options.case_insensitive,
+        converter,
+        resume_converter,
     })
+}
+
+/// Plan from tree `from` (its files written with `from.1`; `None`: as blobs are) to tree `to`
+/// written with `to_converter` (`None`: as blobs are, replaying a journal of a version before
+/// conversions).
+#[allow(clippy::result_large_err)] // the crate's one error type; not a hot path
+fn plan_between(
+    repo: &Repo,
+    from: (Option<ObjectId>, Option<&Converter>),
+    to: ObjectId,
+    to_converter: Option<&Converter>,
+    options: plan::Options,
+) -> Result<Plan, Error> {
+    Ok(plan::with_big_stack(|| {
+        repo.with_objects(|odb| match to_converter {
+            Some(new) => plan::plan_converted(odb, from.0, to, options, plan::Conversions { old: from.1, new }),
+            None => plan::plan_with(odb, from.0, to, options),
+        })
+    })?)
+}
+
+/// Refuse a plan that uses a required filter driver without a command, before any write.
+#[allow(clippy::result_large_err)] // the crate's one error type; not a hot path
+fn check_filters(repo: &Repo, plan: &Plan, settings: &crate::convert::Settings) -> Result<(), Error> {
+    let uses = plan.ops().filter_map(|op| match op {
+        crate::Op::Write { path, conversion: Some(c), .. } | crate::Op::Chmod { path, conversion: Some(c), .. } => {
+            c.filter.as_deref().map(|f| (f, path.display()))
+        }
+        _ => None,
+    });
+    let uses: Vec<(&str, String)> = uses.collect();
+    crate::convert::Resolver::check_required(settings, repo.path(), uses.iter().map(|(f, p)| (*f, p.as_str())))?;
+    Ok(())
 }
 
 /// The ops that bring the target to `to`'s tree from whatever it holds: compare once, repair
@@ -409,6 +490,7 @@ async fn repair_plan_to(
     to: Resolved,
     delete_extra: bool,
     limits: plan::Limits,
+    converter: &Converter,
 ) -> Result<(Plan, Replaced), Error> {
     let report = verify::verify_against(repo, backend, verify::Level::Stat, to.commit, to.tree, false, limits).await?;
     let mut replaced = Replaced::default();
@@ -421,7 +503,10 @@ async fn repair_plan_to(
             d => replaced.note(false, d.path().to_vec()),
         }
     }
-    Ok((verify::repair_plan(repo, &report, delete_extra)?, replaced))
+    let plan = verify::repair_plan(repo, &report, delete_extra)?;
+    let plan =
+        plan::with_big_stack(|| repo.with_objects(|odb| plan::attach_conversions(odb, plan, to.tree, converter)))?;
+    Ok((plan, replaced))
 }
 
 /// What the takeover `plan` removes and writes over of the `existing` entries.
@@ -653,16 +738,23 @@ async fn run_locked(
     start: Instant,
 ) -> Result<Outcome, Error> {
     let mut outcome = outcome_of(&prepared, options);
-    let Prepared { state, resume, main, to, path, takeover, repair, .. } = prepared;
+    let Prepared { state, resume, main, to, path, takeover, repair, converter, resume_converter, .. } = prepared;
     if let Some((p, _)) = &resume {
         check_lease(p, backend, options)?;
     }
-    let blobs: Arc<dyn BlobSource> = Arc::new(repo.clone());
+    let raw: Arc<dyn BlobSource> = Arc::new(repo.clone());
+    let blobs: Arc<dyn BlobSource> = Arc::new(source::Converting::new(raw.clone(), converter.clone()));
+    let resume_blobs: Arc<dyn BlobSource> = match &resume_converter {
+        Some(c) => Arc::new(source::Converting::new(raw.clone(), c.clone())),
+        None => raw.clone(),
+    };
+    let settings = Some(converter.settings().clone());
     let mut current = state.unwrap_or(SyncState {
         version: state::VERSION,
         synced: None,
         in_progress: None,
         path: None,
+        conversions: None,
         backend: options.backend_name.clone(),
     });
     current.version = state::VERSION;
@@ -684,18 +776,26 @@ async fn run_locked(
             outcome.state_writes += 1;
         }
         dirs_recreated +=
-            apply_journaled(plan, backend, &blobs, options, progress, interrupt, &current, &mut outcome).await?;
+            apply_journaled(plan, backend, &resume_blobs, options, progress, interrupt, &current, &mut outcome).await?;
         current.synced = Some(Synced { commit: p.to_commit, tree: p.to_tree, at_unix: state::now_unix() });
         current.path = p.to_path.clone();
+        current.conversions = p.to_conversions.clone();
         current.in_progress = None;
-        if main.is_empty() && p.to_commit == to.commit && p.to_path == path && dirs_recreated == 0 {
+        if main.is_empty()
+            && p.to_commit == to.commit
+            && p.to_path == path
+            && current.conversions == settings
+            && dirs_recreated == 0
+        {
             backend.store_state(&current.to_bytes()).await?;
             outcome.state_writes += 1;
         }
     }
 
-    let already =
-        current.synced.is_some_and(|s| s.commit == to.commit) && current.path == path && current.in_progress.is_none();
+    let already = current.synced.is_some_and(|s| s.commit == to.commit)
+        && current.path == path
+        && current.conversions == settings
+        && current.in_progress.is_none();
     tracing::info!(
         target: "treesync::sync",
         from = ?current.synced.map(|s| s.commit.to_string()),
@@ -707,7 +807,7 @@ async fn run_locked(
     );
     if !main.is_empty() {
         let from_tree = if takeover { None } else { current.synced.map(|s| s.tree) };
-        current.in_progress = Some(journal_entry(to, &path, from_tree, takeover, repair, me));
+        current.in_progress = Some(journal_entry(to, &path, &settings, from_tree, takeover, repair, me));
         backend.store_state(&current.to_bytes()).await?;
         outcome.state_writes += 1;
         tracing::debug!(target: "treesync::sync", "journal: in progress");
@@ -724,15 +824,16 @@ async fn run_locked(
             dirs_recreated,
             "the target had drifted (directories missing or replaced); comparing it with the destination once"
         );
-        current.in_progress = Some(journal_entry(to, &path, None, takeover, true, me));
+        current.in_progress = Some(journal_entry(to, &path, &settings, None, takeover, true, me));
         backend.store_state(&current.to_bytes()).await?;
         outcome.state_writes += 1;
-        let (plan, _) = repair_plan_to(repo, backend, to, takeover, options.limits).await?;
+        let (plan, _) = repair_plan_to(repo, backend, to, takeover, options.limits, &converter).await?;
         apply_journaled(&plan, backend, &blobs, options, progress, interrupt, &current, &mut outcome).await?;
     }
     if !main.is_empty() || !already || dirs_recreated > 0 {
         current.synced = Some(Synced { commit: to.commit, tree: to.tree, at_unix: state::now_unix() });
         current.path = path;
+        current.conversions = settings;
         current.in_progress = None;
         backend.store_state(&current.to_bytes()).await?;
         outcome.state_writes += 1;
@@ -811,19 +912,22 @@ pub async fn repair(
         } else {
             None
         };
+        let converter = Arc::new(Converter::new(repo, crate::convert::Settings::of(repo)?)?);
         let report =
             verify::verify_against(repo, backend, options.level, goal.commit, goal.tree, true, options.sync.limits)
                 .await?;
-        let plan = verify::repair_plan(repo, &report, options.delete_extra)?;
+        let plan = repaired(repo, &report, options.delete_extra, goal.tree, &converter)?;
         let mut outcome = RepairOutcome { finished, planned: plan.counts, report, applied: None, after: None };
         if !plan.is_empty() {
             let bytes = backend.load_state().await?;
             let mut current = SyncState::parse(bytes.as_deref().unwrap_or_default())?;
             let synced = current.synced;
             let path = current.path.clone();
-            current.in_progress = Some(journal_entry(to, &path, None, options.delete_extra, true, &me));
+            let settings = Some(converter.settings().clone());
+            current.in_progress = Some(journal_entry(to, &path, &settings, None, options.delete_extra, true, &me));
             backend.store_state(&current.to_bytes()).await?;
-            let blobs: Arc<dyn BlobSource> = Arc::new(repo.clone());
+            let blobs: Arc<dyn BlobSource> =
+                Arc::new(source::Converting::new(Arc::new(repo.clone()), converter.clone()));
             let mut plan = plan;
             let mut applied = OpCounts::default();
             for pass in 1.. {
@@ -847,10 +951,11 @@ pub async fn repair(
                     options.sync.limits,
                 )
                 .await?;
-                plan = verify::repair_plan(repo, &again, options.delete_extra)?;
+                plan = repaired(repo, &again, options.delete_extra, goal.tree, &converter)?;
             }
             outcome.applied = Some(applied);
             current.synced = synced.filter(|s| s.commit == goal.commit).or(Some(goal));
+            current.conversions = settings;
             current.in_progress = None;
             backend.store_state(&current.to_bytes()).await?;
         }
@@ -865,10 +970,24 @@ pub async fn repair(
     .await
 }
 
+/// The repair plan of `report` (against `tree`), its files converted by `converter`.
+#[allow(clippy::result_large_err)] // the crate's one error type; not a hot path
+fn repaired(
+    repo: &Repo,
+    report: &verify::Report,
+    delete_extra: bool,
+    tree: ObjectId,
+    converter: &Converter,
+) -> Result<Plan, Error> {
+    let plan = verify::repair_plan(repo, report, delete_extra)?;
+    Ok(plan::with_big_stack(|| repo.with_objects(|odb| plan::attach_conversions(odb, plan, tree, converter)))?)
+}
+
 /// The journal entry of a transition this process runs now, to `to`.
 fn journal_entry(
     to: Resolved,
     path: &Option<String>,
+    conversions: &Option<crate::convert::Settings>,
     from_tree: Option<ObjectId>,
     takeover: bool,
     repair: bool,
@@ -879,6 +998,7 @@ fn journal_entry(
         to_commit: to.commit,
         to_tree: to.tree,
         to_path: path.clone(),
+        to_conversions: conversions.clone(),
         takeover,
         repair,
         started_unix: state::now_unix(),

@@ -646,7 +646,7 @@ pub fn repair_plan(repo: &Repo, report: &Report, delete_extra: bool) -> Result<P
             Want::Dir | Want::Gitlink { .. } => ops.push(Op::Mkdir { path }),
             Want::File { id, executable } => {
                 let size = blob_size(repo, id, path.as_bytes())?;
-                ops.push(Op::Write { path, blob: *id, size, executable: *executable })
+                ops.push(Op::Write { path, blob: *id, size, executable: *executable, conversion: None, reason: None })
             }
             Want::Link { id } => {
                 let target = blob_data(repo, id, path.as_bytes(), buf)?;
@@ -687,7 +687,13 @@ pub fn repair_plan(repo: &Repo, report: &Report, delete_extra: bool) -> Result<P
             Drift::ModeChanged { path, executable } => {
                 if let Some(Want::File { id, .. }) = lookup(want, key) {
                     let size = blob_size(repo, id, path)?;
-                    ops.push(Op::Chmod { path: rel(path)?, executable: *executable, blob: *id, size });
+                    ops.push(Op::Chmod {
+                        path: rel(path)?,
+                        executable: *executable,
+                        blob: *id,
+                        size,
+                        conversion: None,
+                    });
                 }
             }
             Drift::TypeChanged { path, .. } => {

@@ -64,7 +64,7 @@ use treesync_core::backend::{
 };
 use treesync_core::path::STATE_DIR;
 use treesync_core::policy::{Adaptive, Budgets, Gate};
-use treesync_core::source::{BlobError, BlobSource};
+use treesync_core::source::{BlobError, BlobSource, OwnedContent};
 use treesync_core::state::Holder;
 use treesync_core::{Op, RelPath};
 

@@ -44,8 +44,9 @@ impl RemoteBackend {
                 },
                 Err(e) => Err(nfs_io("create directory", path, e)),
             },
-            Op::Write { blob, size, executable, .. } => {
-                self.replace_file(nfs, &dir, name, (*blob, *size), *executable, blobs, path).await
+            Op::Write { executable, .. } => {
+                let content = op.owned_content().expect("a write has content");
+                self.replace_file(nfs, &dir, name, content, *executable, blobs, path).await
             }
             Op::Symlink { target, .. } => {
                 let tmp = Target::sibling_tmp(name);
@@ -70,7 +71,7 @@ impl RemoteBackend {
                 }
                 result.map_err(|e| nfs_io("create symlink", path, e))
             }
-            Op::Chmod { executable, blob, size, .. } => {
+            Op::Chmod { executable, .. } => {
                 let found = match nfs.lookup(&dir, name, about).await {
                     Ok((fh, Some(a))) => Some((fh, a)),
                     Ok((fh, None)) => {
@@ -90,7 +91,10 @@ impl RemoteBackend {
                     // SETATTR would change that file's mode too), or the file is gone or
                     // something else took its place (like the local backend: write the file
                     // anew; a directory there fails the RENAME as drift the executor heals).
-                    _ => self.replace_file(nfs, &dir, name, (*blob, *size), *executable, blobs, path).await,
+                    _ => {
+                        let content = op.owned_content().expect("a mode change has content");
+                        self.replace_file(nfs, &dir, name, content, *executable, blobs, path).await
+                    }
                 }
             }
             Op::Unlink { .. } => match nfs.remove(&dir, name, about).await {
@@ -122,7 +126,7 @@ impl RemoteBackend {
         nfs: &nfs::Nfs,
         dir: &Fh,
         name: &[u8],
-        (blob, size): (treesync_core::ObjectId, u64),
+        content: OwnedContent,
         executable: bool,
         blobs: &Arc<dyn BlobSource>,
         path: &RelPath,
@@ -132,7 +136,7 @@ impl RemoteBackend {
         let mode = if executable { 0o755 } else { 0o644 };
         let fh = create_new(nfs, dir, &tmp, mode, about).await.map_err(|e| nfs_io("write", path, e))?;
         let result = async {
-            self.write_content(nfs, &fh, blob, size, blobs, path).await?;
+            self.write_content(nfs, &fh, content, blobs, path).await?;
             match nfs.rename(dir, &tmp, dir, name, about).await {
                 Ok(_) | Err(NfsError::DoneBefore(_)) => Ok(()),
                 Err(e) => Err(nfs_io("write", path, e)),
@@ -152,21 +156,21 @@ impl RemoteBackend {
         &self,
         nfs: &nfs::Nfs,
         fh: &Fh,
-        blob: treesync_core::ObjectId,
-        size: u64,
+        content: OwnedContent,
         blobs: &Arc<dyn BlobSource>,
         path: &RelPath,
     ) -> Result<(), Error> {
         let about = path.as_bytes();
         let blob_err = |e: BlobError| Error::from_blob("write", path, e);
-        if size == 0 {
+        if !content.may_have_bytes() {
             return Ok(());
         }
+        let size = content.size;
         let chunk = self.wtmax().await as usize;
         if size <= chunk as u64 {
             let mut data = Vec::with_capacity(size as usize);
             blobs
-                .read_blob(&blob, size, &mut |c| {
+                .read_content(&content.as_content(), &mut |c| {
                     data.extend_from_slice(c);
                     Ok(())
                 })
@@ -180,7 +184,7 @@ impl RemoteBackend {
         let source = blobs.clone();
         let reader = tokio::task::spawn_blocking(move || {
             let mut buf = Vec::with_capacity(chunk);
-            source.read_blob(&blob, size, &mut |mut c| {
+            source.read_content(&content.as_content(), &mut |mut c| {
                 while !c.is_empty() {
                     let take = (chunk - buf.len()).min(c.len());
                     buf.extend_from_slice(&c[..take]);

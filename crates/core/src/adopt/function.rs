@@ -28,6 +28,9 @@ pub async fn adopt(clone: &Path, backend: &dyn Backend, options: &Options) -> Re
             synced: Some(Synced { commit: resolved.commit, tree: resolved.tree, at_unix: state::now_unix() }),
             in_progress: None,
             path: None,
+            // The clone's files were converted with the clone's settings. Unknown (unreadable
+            // config): the next sync compares every file's conversion once.
+            conversions: crate::Repo::open(clone).ok().and_then(|r| crate::convert::Settings::of(&r).ok()),
             backend: if options.backend_name.is_empty() { "local".into() } else { options.backend_name.clone() },
         };
         backend.store_state(&state.to_bytes()).await?;

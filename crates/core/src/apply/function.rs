@@ -176,7 +176,9 @@ async fn heal(backend: &dyn Backend, op: &Op, blobs: &Arc<dyn BlobSource>) -> Re
     };
     // A mode change of a file that is no longer there as one: write the file.
     let op = match op {
-        Op::Chmod { path, executable, blob, size } => Op::Write { path, blob, size, executable },
+        Op::Chmod { path, executable, blob, size, conversion } => {
+            Op::Write { path, blob, size, executable, conversion, reason: None }
+        }
         op => op,
     };
     backend.execute(&op, blobs).await?;

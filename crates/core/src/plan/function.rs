@@ -153,6 +153,117 @@ pub fn plan_with(
     Ok(p.finish(from, to))
 }
 
+/// How the files on both sides of a plan are written: with the conversions of
+/// [`crate::convert`].
+#[derive(Clone, Copy)]
+pub struct Conversions<'a> {
+    /// What the target's files were written with; `None`: as their blobs are (written by a
+    /// treesync that did not convert, or nothing written yet).
+    pub old: Option<&'a crate::convert::Converter>,
+    /// What to write with now.
+    pub new: &'a crate::convert::Converter,
+}
+
+/// [`plan_with`], writing files as `git checkout` does: each written file gets its
+/// [`Conversion`](crate::convert::Conversion), and when the attributes of a directory (or the
+/// repository's settings) change between the two sides, the unchanged files below it whose
+/// converted bytes change are written again (with a [`reason`](Op::Write::reason)) — the
+/// files a fresh checkout would write differently. Attribute files are read only in the
+/// directories the diff enters.
+pub fn plan_converted(
+    odb: &dyn FindObjectOrHeader,
+    from: Option<ObjectId>,
+    to: ObjectId,
+    options: Options,
+    conversions: Conversions<'_>,
+) -> Result<Plan, Error> {
+    let mut p = Planner::new(odb, options);
+    p.attrs.enabled = true;
+    p.attrs.renormalizing = from.is_some() && conversions.old.map(|c| c.settings()) != Some(conversions.new.settings());
+    p.diff_tree_contents(&RelPath::root(), from, Some(to))?;
+    p.convert(conversions)?;
+    Ok(p.finish(from, to))
+}
+
+/// Give the file writes and mode changes of `plan` (ops on tree `tree`, e.g. a repair's) the
+/// conversions `converter` writes them with. Reads the `.gitattributes` of the directories
+/// above each such op.
+pub fn attach_conversions(
+    odb: &dyn FindObjectOrHeader,
+    plan: Plan,
+    tree: ObjectId,
+    converter: &crate::convert::Converter,
+) -> Result<Plan, Error> {
+    if !plan.ops().any(|op| op.content().is_some()) {
+        return Ok(plan);
+    }
+    let mut files = Vec::new();
+    // Directory → its tree (`None`: not a directory of `tree`), each read once.
+    let mut trees: HashMap<Vec<u8>, Option<ObjectId>> = HashMap::new();
+    let mut buf = Vec::new();
+    // Read the tree of directory `at`: its `.gitattributes`, and the subtree named `want`.
+    let mut read = |id: ObjectId, at: &[u8], want: &[u8], files: &mut crate::convert::AttributeFiles| {
+        let shown = String::from_utf8_lossy(at).into_owned();
+        let err = |e| Planner::object_error("tree", id, &shown, Cause::gix(e));
+        let mut child = None;
+        for e in odb.find_tree_iter(&id, &mut buf).map_err(err)? {
+            let e = e.map_err(err)?;
+            if e.filename == ".gitattributes" && matches!(e.mode.kind(), EntryKind::Blob | EntryKind::BlobExecutable) {
+                let mut p = gix::bstr::BString::from(at.to_vec());
+                if !p.is_empty() {
+                    p.push(b'/');
+                }
+                p.extend_from_slice(b".gitattributes");
+                files.push((p, e.oid.to_owned()));
+            }
+            if e.filename == want && e.mode.is_tree() {
+                child = Some(e.oid.to_owned());
+            }
+        }
+        Ok::<_, Error>(child)
+    };
+    read(tree, b"", b"", &mut files)?;
+    trees.insert(Vec::new(), Some(tree));
+    for op in plan.ops() {
+        if op.content().is_none() {
+            continue;
+        }
+        let dir = op.path().split_last().0;
+        let mut at: Vec<u8> = Vec::new();
+        let mut id = Some(tree);
+        for component in dir.split(|b| *b == b'/').filter(|c| !c.is_empty()) {
+            let Some(parent) = id else { break };
+            let parent_at = at.clone();
+            if !at.is_empty() {
+                at.push(b'/');
+            }
+            at.extend_from_slice(component);
+            id = match trees.get(&at) {
+                Some(known) => *known,
+                None => {
+                    let child = read(parent, &parent_at, component, &mut Vec::new())?;
+                    if let Some(child) = child {
+                        read(child, &at, b"", &mut files)?;
+                    }
+                    trees.insert(at.clone(), child);
+                    child
+                }
+            };
+        }
+    }
+    let mut resolver = crate::convert::Resolver::new(converter.settings(), files, false)?;
+    let find: &dyn gix_object::Find = odb;
+    let mut ops = Vec::with_capacity(plan.len());
+    for op in plan.ops() {
+        let mut op = op.clone();
+        if let Op::Write { path, conversion, .. } | Op::Chmod { path, conversion, .. } = &mut op {
+            *conversion = resolver.at(path.as_bstr(), find)?.0;
+        }
+        ops.push(op);
+    }
+    Ok(Plan::from_ops(plan.from, plan.to, ops))
+}
+
 /// Refuse tree `tree` if writing it would exceed `limits` (`max_bytes: u64::MAX` reads no blob
 /// header), without planning it: each distinct tree is read once, without recursion, and a
 /// tree deeper than [`MAX_TREE_DEPTH`] is refused too. For walks that expand a whole tree
@@ -189,9 +300,14 @@ pub fn plan_takeover(
     existing: &[ExistingEntry],
     to: ObjectId,
     options: Options,
+    conversions: Option<&crate::convert::Converter>,
 ) -> Result<Plan, Error> {
     let mut p = Planner::new(odb, options);
+    p.attrs.enabled = conversions.is_some();
     p.diff_tree_contents(&RelPath::root(), None, Some(to))?;
+    if let Some(new) = conversions {
+        p.convert(Conversions { old: None, new })?;
+    }
     let mut wanted: HashMap<RelPath, ExistingKind> = HashMap::new();
     for op in p.ops_so_far() {
         match op {
@@ -241,6 +357,23 @@ struct Planner<'a> {
     /// What the ops so far add up to, checked against [`Options::limits`] at every op.
     planned: Size,
     ops: Phases,
+    /// Conversions: the `.gitattributes` files seen and the files to re-evaluate.
+    attrs: AttrsSeen,
+}
+
+/// What the diff learned for the conversions pass ([`Planner::convert`]).
+#[derive(Default)]
+struct AttrsSeen {
+    /// Re-evaluate unchanged files: the repository-wide settings changed (at the root), or a
+    /// `.gitattributes` of a directory being diffed changed (below it).
+    renormalizing: bool,
+    /// Whether the diff looks for [`Self::candidates`] at all (only with conversions).
+    enabled: bool,
+    /// The `.gitattributes` of the old and the new tree, in the directories the diff entered.
+    old_files: crate::convert::AttributeFiles,
+    new_files: crate::convert::AttributeFiles,
+    /// Files the same in both trees, below a change of attributes: (path, blob, executable).
+    candidates: Vec<(RelPath, ObjectId, bool)>,
 }
 
 /// One tree on the stack of a walk over a chain of trees (the walks below the diff do not
@@ -267,6 +400,7 @@ impl<'a> Planner<'a> {
             sizes: HashMap::new(),
             planned: Size::default(),
             ops: Phases::default(),
+            attrs: AttrsSeen::default(),
         }
     }
 
@@ -528,7 +662,7 @@ impl<'a> Planner<'a> {
 
     /// Diff the contents of two trees at `dir` (which exists, or is planned to).
     fn diff_tree_contents(&mut self, dir: &RelPath, old: Option<ObjectId>, new: Option<ObjectId>) -> Result<(), Error> {
-        if old == new {
+        if old == new && !self.attrs.renormalizing {
             return Ok(());
         }
         let (mut old_buf, mut new_buf) = (Vec::new(), Vec::new());
@@ -552,6 +686,37 @@ impl<'a> Planner<'a> {
 
     /// Diff the entries of two trees at `dir` (which exists, or is planned to), merge-joined by name.
     fn diff_entries(&mut self, dir: &RelPath, old: &[(&BStr, Node)], new: &[(&BStr, Node)]) -> Result<(), Error> {
+        let renormalizing = self.attrs.renormalizing;
+        if self.attrs.enabled {
+            let old_attrs = self.note_attributes(dir, old, false);
+            let new_attrs = self.note_attributes(dir, new, true);
+            if old_attrs != new_attrs {
+                self.attrs.renormalizing = true;
+            }
+        }
+        let r = self.diff_entries_inner(dir, old, new);
+        self.attrs.renormalizing = renormalizing;
+        r
+    }
+
+    /// Record the `.gitattributes` file of `dir` (of the old or the new tree); its blob.
+    fn note_attributes(&mut self, dir: &RelPath, entries: &[(&BStr, Node)], new: bool) -> Option<ObjectId> {
+        let i = entries
+            .binary_search_by(|(name, _)| <BStr as AsRef<[u8]>>::as_ref(name).cmp(b".gitattributes".as_slice()))
+            .ok()?;
+        let Node::File { id, .. } = entries[i].1 else { return None };
+        let path = if dir.is_root() {
+            gix::bstr::BString::from(".gitattributes")
+        } else {
+            let mut p = dir.as_bstr().to_owned();
+            p.extend_from_slice(b"/.gitattributes");
+            p
+        };
+        if new { &mut self.attrs.new_files } else { &mut self.attrs.old_files }.push((path, id));
+        Some(id)
+    }
+
+    fn diff_entries_inner(&mut self, dir: &RelPath, old: &[(&BStr, Node)], new: &[(&BStr, Node)]) -> Result<(), Error> {
         let mut changed = false;
         let depth = dir.depth() + 1;
         let (mut i, mut j) = (0, 0);
@@ -577,6 +742,9 @@ impl<'a> Planner<'a> {
                 }
             };
             if o == n {
+                if self.attrs.renormalizing {
+                    self.renormalize(dir, name, n)?;
+                }
                 continue;
             }
             changed |= n.is_some();
@@ -643,7 +811,9 @@ impl<'a> Planner<'a> {
                     if was != executable {
                         let size = self.blob_size(id).map_err(|e| Self::object_error("blob", id, &at(path), e))?;
                         self.count(0)?;
-                        self.ops.push(Op::Chmod { path: path.clone(), executable, blob: id, size });
+                        self.ops.push(Op::Chmod { path: path.clone(), executable, blob: id, size, conversion: None });
+                    } else if self.attrs.renormalizing {
+                        self.attrs.candidates.push((path.clone(), id, executable));
                     }
                 }
                 _ => self.write(path, id, executable)?,
@@ -656,7 +826,7 @@ impl<'a> Planner<'a> {
     fn write(&mut self, path: &RelPath, blob: ObjectId, executable: bool) -> Result<(), Error> {
         let size = self.blob_size(blob).map_err(|e| Self::object_error("blob", blob, &at(path), e))?;
         self.count(size)?;
-        self.ops.push(Op::Write { path: path.clone(), blob, size, executable });
+        self.ops.push(Op::Write { path: path.clone(), blob, size, executable, conversion: None, reason: None });
         Ok(())
     }
 
@@ -705,6 +875,129 @@ impl<'a> Planner<'a> {
         self.diff_entries(path, &[], &entries)
     }
 
+    /// The conversions pass, after the diff: give every file written its conversion, turn a
+    /// mode change whose conversion changed into a write, and write the candidates
+    /// ([`AttrsSeen::candidates`]) whose converted bytes change.
+    fn convert(&mut self, conversions: Conversions<'_>) -> Result<(), Error> {
+        use crate::convert::Resolver;
+        let odb = self.odb;
+        let find: &dyn gix_object::Find = odb;
+        let mut new = Resolver::new(conversions.new.settings(), std::mem::take(&mut self.attrs.new_files), false)?;
+        let mut old = match conversions.old {
+            Some(c) => Some(Resolver::new(c.settings(), std::mem::take(&mut self.attrs.old_files), false)?),
+            None => None,
+        };
+        let mut writes = self.ops.take_writes();
+        writes.sort_by(|a, b| a.path().cmp(b.path()));
+        for op in &mut writes {
+            match op {
+                Op::Write { path, conversion, .. } => *conversion = new.at(path.as_bstr(), find)?.0,
+                Op::Chmod { path, blob, size, executable, conversion } => {
+                    let now = new.at(path.as_bstr(), find)?.0;
+                    let before = match &mut old {
+                        Some(r) => r.at(path.as_bstr(), find)?.0,
+                        None => None,
+                    };
+                    if now != before {
+                        let reason = Some(changed_reason(before.as_deref(), now.as_deref()));
+                        *op = Op::Write {
+                            path: path.clone(),
+                            blob: *blob,
+                            size: *size,
+                            executable: *executable,
+                            conversion: now,
+                            reason,
+                        };
+                    } else {
+                        *conversion = now;
+                    }
+                }
+                _ => {}
+            }
+        }
+        let mut candidates = std::mem::take(&mut self.attrs.candidates);
+        candidates.sort_by(|a, b| a.0.cmp(&b.0));
+        for (path, blob, executable) in candidates {
+            let now = new.at(path.as_bstr(), find)?.0;
+            let before = match &mut old {
+                Some(r) => r.at(path.as_bstr(), find)?.0,
+                None => None,
+            };
+            if now == before || !self.output_differs(&path, blob, before.as_deref(), now.as_deref(), conversions)? {
+                continue;
+            }
+            let size = self.blob_size(blob).map_err(|e| Self::object_error("blob", blob, &at(&path), e))?;
+            self.count(size)?;
+            let reason = Some(changed_reason(before.as_deref(), now.as_deref()));
+            writes.push(Op::Write { path, blob, size, executable, conversion: now, reason });
+        }
+        for op in writes {
+            self.ops.push(op);
+        }
+        Ok(())
+    }
+
+    /// Would blob `blob` at `path` be written differently under `now` than under `before`?
+    /// Filter drivers (and `export-subst`) are not run to find out: a change to or from one
+    /// counts as a difference.
+    fn output_differs(
+        &mut self,
+        path: &RelPath,
+        blob: ObjectId,
+        before: Option<&crate::convert::Conversion>,
+        now: Option<&crate::convert::Conversion>,
+        conversions: Conversions<'_>,
+    ) -> Result<bool, Error> {
+        let opaque = |c: Option<&crate::convert::Conversion>| c.is_some_and(|c| c.filter.is_some() || c.export_subst);
+        if opaque(before) || opaque(now) {
+            return Ok(true);
+        }
+        let data = self
+            .odb
+            .find_blob(&blob, &mut self.buf)
+            .map_err(|e| Self::object_error("blob", blob, &at(path), Cause::gix(e)))?
+            .data
+            .to_vec();
+        let render = |conv: Option<&crate::convert::Conversion>, converter: Option<&crate::convert::Converter>| match (
+            conv, converter,
+        ) {
+            (Some(c), Some(converter)) => converter.converted(&data, path.as_bstr(), &blob, c).map_err(|e| match e {
+                crate::convert::ConvertError::Convert(e) => Error::Attributes(e),
+                crate::convert::ConvertError::Sink(e) => Error::Attributes(crate::convert::Error::Convert {
+                    path: path.display(),
+                    attributes: c.to_string(),
+                    message: e.to_string(),
+                }),
+            }),
+            _ => Ok(data.clone()),
+        };
+        Ok(render(before, conversions.old)? != render(now, Some(conversions.new))?)
+    }
+
+    /// An entry the same in both trees, below a change of attributes: a file is a candidate for
+    /// rewriting ([`Self::convert`] decides), a directory is walked.
+    fn renormalize(&mut self, dir: &RelPath, name: &BStr, node: Option<Node>) -> Result<(), Error> {
+        match node {
+            Some(Node::File { id, executable }) => {
+                let path = dir.join(name, NameKind::Other)?;
+                self.attrs.candidates.push((path, id, executable));
+            }
+            Some(Node::Tree { id }) => {
+                let path = dir.join(name, NameKind::Other)?;
+                if path.depth() > MAX_TREE_DEPTH {
+                    return Err(too_deep(path.as_bytes()));
+                }
+                let mut buf = Vec::new();
+                let entries = self.entries(id, &path, &mut buf)?;
+                if self.has_content_of(id, &entries, &path)? {
+                    self.diff_entries(&path, &entries, &entries)?;
+                }
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
     /// Plan the removal of tree `id` at `path`, content first.
     fn remove_tree(&mut self, path: &RelPath, id: ObjectId) -> Result<(), Error> {
         let mut buf = Vec::new();
@@ -715,6 +1008,12 @@ impl<'a> Planner<'a> {
         self.diff_entries(path, &entries, &[])?;
         self.rmdir(path)
     }
+}
+
+/// Why a file whose blob did not change is written again.
+fn changed_reason(before: Option<&crate::convert::Conversion>, now: Option<&crate::convert::Conversion>) -> String {
+    let show = |c: Option<&crate::convert::Conversion>| c.map_or_else(|| "none".to_string(), |c| c.to_string());
+    format!("conversion changed: {} (was: {})", show(now), show(before))
 }
 
 /// `path` for an error message (empty at the root).

@@ -8,8 +8,8 @@ mod function;
 pub(crate) use function::too_deep;
 pub(crate) use function::with_big_stack;
 pub use function::{
-    DEFAULT_MAX_BYTES, DEFAULT_MAX_ENTRIES, ExistingEntry, ExistingKind, Limits, MAX_PATH_BYTES, MAX_TREE_DEPTH,
-    Options, check_tree_size, plan, plan_takeover, plan_with,
+    Conversions, DEFAULT_MAX_BYTES, DEFAULT_MAX_ENTRIES, ExistingEntry, ExistingKind, Limits, MAX_PATH_BYTES,
+    MAX_TREE_DEPTH, Options, attach_conversions, check_tree_size, plan, plan_converted, plan_takeover, plan_with,
 };
 
 use gix_hash::ObjectId;
@@ -55,6 +55,9 @@ pub enum Error {
     /// An object could not be read.
     #[error(transparent)]
     Object(#[from] crate::source::Error),
+    /// Attributes could not be read, or a conversion needed to compare could not be made.
+    #[error(transparent)]
+    Attributes(#[from] crate::convert::Error),
     /// A tree entry has a mode git does not write.
     #[error(
         "tree {tree} has an entry {} with mode {mode:o}, which git does not write\n  hint: the repository holds a tree git itself would refuse; `git fsck` names it", crate::path::quote(path.as_bytes())

@@ -1,0 +1,627 @@
+//! `.gitattributes` conversions, as `git checkout` applies them on Linux: `text`, `text=auto`,
+//! `eol`, the legacy `crlf`, `ident`, `working-tree-encoding` and filter drivers
+//! (`filter=NAME` with `filter.NAME.smudge` or `.process`).
+//!
+//! Attributes are looked up by gitoxide ([`gix::worktree::Stack`] over the `.gitattributes`
+//! blobs of the synced tree, never the target's files) and converted by gitoxide's filter
+//! pipeline ([`gix::filter::plumbing::Pipeline`]). treesync adds what a checkout needs around
+//! them:
+//!
+//! * [`Settings`]: the repository-wide inputs (`core.autocrlf`, `core.eol`, `core.attributesFile`,
+//!   `info/attributes`, the filter drivers), recorded in the target's state so that a later run
+//!   knows how the files it wrote were converted;
+//! * [`Resolver`]: at plan time, the [`Conversion`] of each path written (the attributes that
+//!   apply to it), from the `.gitattributes` files the diff passed on its way;
+//! * [`Converter`]: at write time, the bytes of a blob after its conversion.
+//!
+//! `info/attributes` takes precedence over every `.gitattributes` file, as in git (gitoxide's
+//! stack puts it below deeper directories' files; treesync matches it on its own and lays it
+//! over the stack's result).
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use gix::attrs::StateRef;
+use gix::attrs::search::{MetadataCollection, Outcome};
+use gix::bstr::{BStr, BString, ByteSlice};
+use gix::filter::plumbing as filter;
+use gix::glob::pattern::Case;
+use gix_hash::ObjectId;
+use serde::{Deserialize, Serialize};
+
+/// The attributes that decide how a file is written, in the order git's pipeline reads them.
+const FILTER_ATTRIBUTES: [&str; 6] = ["crlf", "ident", "filter", "eol", "text", "working-tree-encoding"];
+
+/// Everything a lookup asks for: [`FILTER_ATTRIBUTES`] and the `git archive` ones.
+const LOOKED_UP: [&str; 8] =
+    ["crlf", "ident", "filter", "eol", "text", "working-tree-encoding", "export-ignore", "export-subst"];
+
+/// Converting failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The repository's configuration could not be read.
+    #[error(
+        "cannot read the conversion settings of repository {repo}: {message}\n  hint: `git -C {repo} config --list` shows what git reads; fix the value it names"
+    )]
+    Config {
+        /// The repository.
+        repo: PathBuf,
+        /// What is wrong.
+        message: String,
+    },
+    /// An attributes file could not be read or parsed.
+    #[error(
+        "cannot read attributes {what}: {source}\n  hint: the file must be readable; `git check-attr -a PATH` shows what git makes of it"
+    )]
+    Attributes {
+        /// Which file.
+        what: String,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A `filter.NAME.required` driver has no command configured.
+    #[error(
+        "the filter driver {name:?} is required (filter.{name}.required) but has no smudge or process command configured, and {count} path(s) use it: {paths}\n  hint: configure it (`git -C {repo} config filter.{name}.smudge COMMAND`, or .process) or remove filter={name} from .gitattributes; nothing was written",
+        repo = repo.display(), paths = first_paths.join(", "), count = count
+    )]
+    RequiredFilter {
+        /// The driver.
+        name: String,
+        /// The repository whose config names it.
+        repo: PathBuf,
+        /// The first paths that use it.
+        first_paths: Vec<String>,
+        /// How many paths use it.
+        count: usize,
+    },
+    /// A conversion failed while writing a file.
+    #[error(
+        "cannot convert {path} for the working tree ({attributes}): {message}\n  hint: `git -C REPO check-attr -a -- {path}` shows the attributes; a filter driver must succeed on this file"
+    )]
+    Convert {
+        /// The file.
+        path: String,
+        /// Its attributes.
+        attributes: String,
+        /// What failed.
+        message: String,
+    },
+}
+
+/// A filter driver as the repository's config defines it (`filter.NAME.*`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct DriverConfig {
+    /// `filter.NAME.smudge`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub smudge: Option<String>,
+    /// `filter.NAME.process`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub process: Option<String>,
+    /// `filter.NAME.required`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub required: bool,
+}
+
+/// The repository-wide inputs of the conversions, as the state records them: two runs with
+/// equal settings convert every file the same way, so only paths whose blob or attributes
+/// changed are written. When they differ, every file is re-evaluated once.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct Settings {
+    /// `core.autocrlf` (`true`, `input`, `false`), when set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub autocrlf: Option<String>,
+    /// `core.eol` (`lf`, `crlf`, `native`), when set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub eol: Option<String>,
+    /// The text of the global attributes file (`core.attributesFile`, else
+    /// `$XDG_CONFIG_HOME/git/attributes`), when there is one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attributes_file: Option<String>,
+    /// The text of the repository's `info/attributes`, when there is one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub info_attributes: Option<String>,
+    /// The filter drivers of the repository's config, by name.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub drivers: BTreeMap<String, DriverConfig>,
+}
+
+impl Settings {
+    /// The settings `repo` has now.
+    pub fn of(repo: &crate::Repo) -> Result<Settings, Error> {
+        let r = repo.thread_local();
+        let config_err = |message: String| Error::Config { repo: repo.path().to_path_buf(), message };
+        let snapshot = r.config_snapshot();
+        let get = |key: &str| snapshot.string(key).map(|v| v.to_str_lossy().into_owned());
+        let options = gix::filter::Pipeline::options(&r).map_err(|e| config_err(e.to_string()))?;
+        let drivers = options
+            .drivers
+            .iter()
+            .map(|d| {
+                let s = |v: &Option<BString>| v.as_ref().map(|v| v.to_str_lossy().into_owned());
+                (
+                    d.name.to_str_lossy().into_owned(),
+                    DriverConfig { smudge: s(&d.smudge), process: s(&d.process), required: d.required },
+                )
+            })
+            .collect();
+        let attributes_path = match snapshot.trusted_path("core.attributesFile") {
+            Ok(Some(p)) => Some(p),
+            Ok(None) => std::env::var_os("XDG_CONFIG_HOME")
+                .filter(|v| !v.is_empty())
+                .map(PathBuf::from)
+                .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".config")))
+                .map(|d| d.join("git").join("attributes")),
+            Err(e) => return Err(config_err(format!("core.attributesFile: {e}"))),
+        };
+        let read = |p: Option<PathBuf>| -> Result<Option<String>, Error> {
+            let Some(p) = p else { return Ok(None) };
+            match std::fs::read(&p) {
+                Ok(bytes) => Ok(Some(String::from_utf8_lossy(&bytes).into_owned())),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+                Err(source) => Err(Error::Attributes { what: p.display().to_string(), source }),
+            }
+        };
+        Ok(Settings {
+            autocrlf: get("core.autocrlf"),
+            eol: get("core.eol"),
+            attributes_file: read(attributes_path)?,
+            info_attributes: read(Some(r.common_dir().join("info").join("attributes")))?,
+            drivers,
+        })
+    }
+
+    /// `core.autocrlf` and `core.eol` as gitoxide's pipeline takes them (values git does not
+    /// know count as unset, as they do for git).
+    fn eol_config(&self) -> filter::eol::Configuration {
+        let truthy = |v: &str| matches!(v.to_ascii_lowercase().as_str(), "true" | "yes" | "on" | "1");
+        let auto_crlf = match self.autocrlf.as_deref() {
+            Some(v) if v.eq_ignore_ascii_case("input") => filter::eol::AutoCrlf::Input,
+            Some(v) if truthy(v) => filter::eol::AutoCrlf::Enabled,
+            _ => filter::eol::AutoCrlf::Disabled,
+        };
+        let eol = match self.eol.as_deref().map(str::to_ascii_lowercase).as_deref() {
+            Some("lf") => Some(filter::eol::Mode::Lf),
+            Some("crlf") => Some(filter::eol::Mode::CrLf),
+            _ => None,
+        };
+        filter::eol::Configuration { auto_crlf, eol }
+    }
+
+    /// Whether files without any attribute are converted too (`core.autocrlf=true`: text files
+    /// get CRLF).
+    fn converts_every_file(&self) -> bool {
+        self.eol_config().auto_crlf == filter::eol::AutoCrlf::Enabled
+    }
+
+    /// The pipeline options these settings make.
+    fn pipeline_options(&self) -> filter::pipeline::Options {
+        filter::pipeline::Options {
+            drivers: self
+                .drivers
+                .iter()
+                .map(|(name, d)| filter::Driver {
+                    name: name.as_str().into(),
+                    clean: None,
+                    smudge: d.smudge.as_deref().map(Into::into),
+                    process: d.process.as_deref().map(Into::into),
+                    required: d.required,
+                })
+                .collect(),
+            eol_config: self.eol_config(),
+            ..Default::default()
+        }
+    }
+}
+
+/// How one file is written: the conversion attributes that apply to it, as one
+/// `.gitattributes` line would assign them (`text eol=crlf`, `filter=lfs -text`), and whether
+/// `git archive` placeholders are expanded in it (`export-subst`, with `--export` only).
+#[derive(Clone, Serialize, schemars::JsonSchema)]
+pub struct Conversion {
+    /// The attributes, in git's order (`crlf ident filter eol text working-tree-encoding`);
+    /// empty when only the repository's settings convert it (`core.autocrlf=true`).
+    pub attributes: String,
+    /// `filter=NAME`, when set.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub filter: Option<String>,
+    /// `export-subst`: `$Format:…$` placeholders are expanded (`--export`).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub export_subst: bool,
+    /// `ident`: `$Id$` is expanded, as git does (treesync's own [`ident`], before the
+    /// pipeline: gitoxide's writes `$Id: …$` where git writes `$Id: … $`).
+    #[serde(skip)]
+    ident: bool,
+    /// What gitoxide's pipeline is given: the attributes without `ident` (done before it)
+    /// and without `filter=lfs` (treesync reads LFS objects itself).
+    #[serde(skip)]
+    pipeline: String,
+    /// The assignments as a search gitoxide's pipeline can read, built on first use.
+    #[serde(skip)]
+    #[schemars(skip)]
+    search: Arc<OnceLock<(gix::attrs::Search, MetadataCollection)>>,
+}
+
+impl std::fmt::Debug for Conversion {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Conversion({:?}{})", self.attributes, if self.export_subst { " export-subst" } else { "" })
+    }
+}
+
+impl PartialEq for Conversion {
+    fn eq(&self, other: &Self) -> bool {
+        self.attributes == other.attributes && self.export_subst == other.export_subst
+    }
+}
+
+impl Eq for Conversion {}
+
+impl std::hash::Hash for Conversion {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.attributes.hash(state);
+        self.export_subst.hash(state);
+    }
+}
+
+impl std::fmt::Display for Conversion {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match (self.attributes.is_empty(), self.export_subst) {
+            (true, false) => f.write_str("core.autocrlf"),
+            (true, true) => f.write_str("export-subst"),
+            (false, false) => f.write_str(&self.attributes),
+            (false, true) => write!(f, "{} export-subst", self.attributes),
+        }
+    }
+}
+
+impl Conversion {
+    fn new(attributes: String, filter: Option<String>, export_subst: bool) -> Conversion {
+        let ident = attributes.split(' ').any(|a| a == "ident");
+        let pipeline: Vec<&str> = attributes.split(' ').filter(|a| *a != "ident" && *a != "filter=lfs").collect();
+        Conversion { pipeline: pipeline.join(" "), attributes, filter, export_subst, ident, search: Default::default() }
+    }
+
+    /// Whether this is Git LFS's filter (`filter=lfs`).
+    pub fn is_lfs(&self) -> bool {
+        self.filter.as_deref() == Some("lfs")
+    }
+
+    /// Fill `out` with this conversion's attributes (the callback of gitoxide's pipeline).
+    ///
+    /// Every conversion's search is made with the same attribute ids ([`canonical`]): the
+    /// pipeline reuses one outcome for all paths, and an outcome keeps the ids it resolved.
+    fn fill(&self, path: &BStr, out: &mut Outcome) {
+        let (search, _) = self.search.get_or_init(|| {
+            let mut collection = canonical().clone();
+            let mut search = gix::attrs::Search::default();
+            let line = format!("* {}\n", self.pipeline);
+            search
+                .add_patterns_buffer(line.as_bytes(), "<treesync>".into(), None, &mut collection, true)
+                .expect("a line made of parsed assignments parses");
+            (search, collection)
+        });
+        out.initialize(canonical());
+        search.pattern_matching_relative_path(path, Case::Sensitive, Some(false), out);
+    }
+}
+
+/// The attribute ids every [`Conversion`]'s search uses: the pipeline's attributes, in its
+/// order.
+fn canonical() -> &'static MetadataCollection {
+    static CANONICAL: OnceLock<MetadataCollection> = OnceLock::new();
+    CANONICAL.get_or_init(|| {
+        let mut collection = MetadataCollection::default();
+        let line = format!("* {}\n", FILTER_ATTRIBUTES.join(" "));
+        gix::attrs::Search::default()
+            .add_patterns_buffer(line.as_bytes(), "<treesync>".into(), None, &mut collection, true)
+            .expect("attribute names parse");
+        collection
+    })
+}
+
+/// The `.gitattributes` files of one tree that a plan has seen: path (`dir/.gitattributes`)
+/// → blob. Every directory a diff enters is listed, so every written path's directories are.
+pub type AttributeFiles = Vec<(BString, ObjectId)>;
+
+/// Looks up the [`Conversion`] of paths of one tree, at plan time.
+pub struct Resolver {
+    stack: gix::worktree::Stack,
+    info: Option<(gix::attrs::Search, MetadataCollection)>,
+    every_file: bool,
+    export: bool,
+    out: Outcome,
+    info_out: Outcome,
+    interned: HashMap<(String, Option<String>, bool), Arc<Conversion>>,
+}
+
+impl Resolver {
+    /// A resolver for a tree whose `.gitattributes` files are `files`, under `settings`;
+    /// `export`: look up `export-subst` too.
+    pub fn new(settings: &Settings, mut files: AttributeFiles, export: bool) -> Result<Resolver, Error> {
+        let attributes_err = |what: &str, source| Error::Attributes { what: what.into(), source };
+        let mut collection = MetadataCollection::default();
+        let mut globals = gix::attrs::Search::default();
+        if let Some(text) = &settings.attributes_file {
+            globals
+                .add_patterns_buffer(text.as_bytes(), "core.attributesFile".into(), None, &mut collection, true)
+                .map_err(|e| attributes_err("core.attributesFile", e))?;
+        }
+        let info = match &settings.info_attributes {
+            Some(text) => {
+                let mut c = MetadataCollection::default();
+                let mut s = gix::attrs::Search::default();
+                s.add_patterns_buffer(text.as_bytes(), "info/attributes".into(), None, &mut c, true)
+                    .map_err(|e| attributes_err("info/attributes", e))?;
+                Some((s, c))
+            }
+            None => None,
+        };
+        let state = gix::worktree::stack::State::AttributesStack(gix::worktree::stack::state::Attributes::new(
+            globals,
+            None,
+            gix::worktree::stack::state::attributes::Source::IdMapping,
+            collection,
+        ));
+        files.sort_by(|a, b| a.0.cmp(&b.0));
+        files.dedup_by(|a, b| a.0 == b.0);
+        let stack = gix::worktree::Stack::new("", state, Case::Sensitive, Vec::new(), files);
+        let mut out = Outcome::default();
+        out.initialize_with_selection(&MetadataCollection::default(), LOOKED_UP);
+        let mut info_out = Outcome::default();
+        if let Some((_, c)) = &info {
+            info_out.initialize_with_selection(c, LOOKED_UP);
+        }
+        Ok(Resolver {
+            stack,
+            info,
+            every_file: settings.converts_every_file(),
+            export,
+            out,
+            info_out,
+            interned: HashMap::new(),
+        })
+    }
+
+    /// The conversion of the file at `path` (`None`: written as the blob is), and whether
+    /// `git archive` leaves it out (`export-ignore`).
+    pub fn at(&mut self, path: &BStr, odb: &dyn gix_object::Find) -> Result<(Option<Arc<Conversion>>, bool), Error> {
+        let platform = self
+            .stack
+            .at_entry(path, Some(gix::index::entry::Mode::FILE), odb)
+            .map_err(|source| Error::Attributes { what: format!(".gitattributes above {path}"), source })?;
+        platform.matching_attributes(&mut self.out);
+        // name → assignment, the stack's first, then info/attributes over it.
+        let mut found: [Option<String>; LOOKED_UP.len()] = Default::default();
+        let show = |name: &str, state: StateRef<'_>| match state {
+            StateRef::Set => Some(name.to_string()),
+            StateRef::Unset => Some(format!("-{name}")),
+            StateRef::Value(v) => Some(format!("{name}={}", v.as_bstr())),
+            StateRef::Unspecified => None,
+        };
+        for (i, m) in self.out.iter_selected().enumerate() {
+            found[i] = show(LOOKED_UP[i], m.assignment.state);
+        }
+        if let Some((search, collection)) = &self.info {
+            self.info_out.initialize(collection);
+            search.pattern_matching_relative_path(path, Case::Sensitive, Some(false), &mut self.info_out);
+            for (i, m) in self.info_out.iter_selected().enumerate() {
+                if let Some(a) = show(LOOKED_UP[i], m.assignment.state) {
+                    found[i] = Some(a);
+                }
+            }
+        }
+        let export_ignore = self.export && matches!(found[6].as_deref(), Some("export-ignore"));
+        let export_subst = self.export && matches!(found[7].as_deref(), Some("export-subst"));
+        let filter = found[2].as_deref().and_then(|f| f.strip_prefix("filter=")).map(str::to_string);
+        let attributes: Vec<&str> = found[..FILTER_ATTRIBUTES.len()].iter().flatten().map(String::as_str).collect();
+        if attributes.is_empty() && !export_subst && !self.every_file {
+            return Ok((None, export_ignore));
+        }
+        let key = (attributes.join(" "), filter, export_subst);
+        let conversion = self
+            .interned
+            .entry(key)
+            .or_insert_with_key(|(a, f, x)| Arc::new(Conversion::new(a.clone(), f.clone(), *x)))
+            .clone();
+        Ok((Some(conversion), export_ignore))
+    }
+
+    /// Refuse `filter=NAME` paths whose driver is required but has no command
+    /// ([`Error::RequiredFilter`]); `uses`: (driver name, path) of every converted path planned.
+    pub fn check_required<'a>(
+        settings: &Settings,
+        repo: &std::path::Path,
+        uses: impl IntoIterator<Item = (&'a str, &'a str)>,
+    ) -> Result<(), Error> {
+        let mut broken: BTreeMap<&str, (Vec<String>, usize)> = BTreeMap::new();
+        for (name, path) in uses {
+            if name == "lfs" {
+                continue; // treesync reads LFS objects itself
+            }
+            if let Some(d) = settings.drivers.get(name)
+                && d.required
+                && d.smudge.is_none()
+                && d.process.is_none()
+            {
+                let e = broken.entry(name).or_default();
+                if e.0.len() < 5 {
+                    e.0.push(path.to_string());
+                }
+                e.1 += 1;
+            }
+        }
+        match broken.into_iter().next() {
+            Some((name, (first_paths, count))) => {
+                Err(Error::RequiredFilter { name: name.into(), repo: repo.to_path_buf(), first_paths, count })
+            }
+            None => Ok(()),
+        }
+    }
+}
+
+/// Converts blobs for the working tree at write time: gitoxide's pipelines (one per thread
+/// converting at once; a long-running filter process is started once per pipeline) under
+/// one [`Settings`].
+pub struct Converter {
+    settings: Settings,
+    context: gix::command::Context,
+    object_hash: gix_hash::Kind,
+    pool: Mutex<Vec<filter::Pipeline>>,
+}
+
+impl std::fmt::Debug for Converter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Converter").field("settings", &self.settings).finish_non_exhaustive()
+    }
+}
+
+impl Converter {
+    /// A converter for `repo` (its command context: the git dir filter drivers run with)
+    /// under `settings`.
+    pub fn new(repo: &crate::Repo, settings: Settings) -> Result<Converter, Error> {
+        let r = repo.thread_local();
+        let context = r
+            .command_context()
+            .map_err(|e| Error::Config { repo: repo.path().to_path_buf(), message: e.to_string() })?;
+        Ok(Converter { settings, context, object_hash: r.object_hash(), pool: Mutex::new(Vec::new()) })
+    }
+
+    /// The settings it converts with.
+    pub fn settings(&self) -> &Settings {
+        &self.settings
+    }
+
+    /// Feed `data` (the blob `blob` at `path`), converted by `conversion`, to `sink`.
+    pub fn convert(
+        &self,
+        data: &[u8],
+        path: &BStr,
+        blob: &ObjectId,
+        conversion: &Conversion,
+        sink: &mut dyn FnMut(&[u8]) -> std::io::Result<()>,
+    ) -> Result<(), ConvertError> {
+        let mut pipeline = self.pool.lock().expect("never poisoned").pop().unwrap_or_else(|| {
+            filter::Pipeline::new(self.context.clone(), self.object_hash, self.settings.pipeline_options())
+        });
+        pipeline.driver_context_mut().blob = Some(*blob);
+        let failed = |message: String| {
+            ConvertError::Convert(Error::Convert {
+                path: path.to_str_lossy().into_owned(),
+                attributes: conversion.to_string(),
+                message,
+            })
+        };
+        let expanded;
+        let data = if conversion.ident {
+            expanded = ident(data, *blob);
+            expanded.as_deref().unwrap_or(data)
+        } else {
+            data
+        };
+        let result = (|| {
+            let out = pipeline
+                .convert_to_worktree(data, path, &mut |p, out| conversion.fill(p, out), Default::default())
+                .map_err(|e| failed(e.to_string()))?;
+            use filter::pipeline::convert::ToWorktreeOutcome;
+            match out {
+                ToWorktreeOutcome::Unchanged(b) | ToWorktreeOutcome::Buffer(b) => sink(b).map_err(ConvertError::Sink),
+                ToWorktreeOutcome::Process(filter::driver::apply::MaybeDelayed::Immediate(mut read)) => {
+                    let mut buf = vec![0u8; 1 << 16];
+                    loop {
+                        let n = read.read(&mut buf).map_err(|e| failed(format!("the filter's output: {e}")))?;
+                        if n == 0 {
+                            return Ok(());
+                        }
+                        sink(&buf[..n]).map_err(ConvertError::Sink)?;
+                    }
+                }
+                ToWorktreeOutcome::Process(filter::driver::apply::MaybeDelayed::Delayed(_)) => {
+                    Err(failed("the filter delayed the file, which treesync does not ask for".into()))
+                }
+            }
+        })();
+        if result.is_ok() {
+            self.pool.lock().expect("never poisoned").push(pipeline);
+        }
+        result
+    }
+
+    /// `data` converted, in memory (for comparisons at plan and verify time).
+    pub fn converted(
+        &self,
+        data: &[u8],
+        path: &BStr,
+        blob: &ObjectId,
+        conversion: &Conversion,
+    ) -> Result<Vec<u8>, ConvertError> {
+        let mut out = Vec::with_capacity(data.len());
+        self.convert(data, path, blob, conversion, &mut |chunk| {
+            out.extend_from_slice(chunk);
+            Ok(())
+        })?;
+        Ok(out)
+    }
+}
+
+use std::io::Read as _;
+
+/// `$Id$` expanded as git's `ident` attribute does on checkout: every `$Id$`, and every
+/// `$Id:…$` that holds no line break and no space other than right after the colon or right
+/// before the closing dollar (an expansion that crept into the repository), becomes
+/// `$Id: <blob id> $`. `None`: nothing to expand.
+pub fn ident(data: &[u8], blob: ObjectId) -> Option<Vec<u8>> {
+    let hex = blob.to_hex().to_string();
+    let mut out: Option<Vec<u8>> = None;
+    let mut rest = data;
+    let mut copied_upto = 0usize;
+    let mut pos = 0usize;
+    while let Some(d) = rest.iter().position(|b| *b == b'$') {
+        let after = pos + d + 1; // just past the '$'
+        rest = &data[after..];
+        pos = after;
+        if rest.len() < 3 || &rest[..2] != b"Id" {
+            continue;
+        }
+        let end = match rest[2] {
+            b'$' => after + 3,
+            b':' => {
+                let body = &rest[3..];
+                let Some(close) = body.iter().position(|b| *b == b'$') else { break };
+                let inner = &body[..close];
+                if inner.contains(&b'\n') {
+                    continue;
+                }
+                // A space anywhere but first or last: another system's keyword, kept.
+                if inner.len() > 2 && inner[1..inner.len() - 1].contains(&b' ') {
+                    continue;
+                }
+                after + 3 + close + 1
+            }
+            _ => continue,
+        };
+        let buf = out.get_or_insert_with(|| Vec::with_capacity(data.len() + 48));
+        buf.extend_from_slice(&data[copied_upto..after]);
+        buf.extend_from_slice(b"Id: ");
+        buf.extend_from_slice(hex.as_bytes());
+        buf.extend_from_slice(b" $");
+        copied_upto = end;
+        pos = end;
+        rest = &data[end..];
+    }
+    let mut buf = out?;
+    buf.extend_from_slice(&data[copied_upto..]);
+    Some(buf)
+}
+
+/// Converting a blob for the working tree failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ConvertError {
+    /// The conversion itself.
+    #[error(transparent)]
+    Convert(Error),
+    /// The sink (the backend writing the file).
+    #[error("{0}")]
+    Sink(#[source] std::io::Error),
+}
