@@ -87,6 +87,7 @@ pub mod backend;
 pub mod duration;
 pub mod gitworktree;
 pub mod json;
+pub mod lfs;
 pub mod memory;
 pub mod op;
 pub mod path;
