@@ -25,8 +25,9 @@ use sha2::{Digest, Sha256};
 
 use crate::Repo;
 
-/// Blobs longer than this are never pointers: git-lfs decodes a pointer from the first 1024
-/// bytes of a blob (`lfs.BlobSizeCutoff`).
+/// Blobs longer than this are never pointers. git-lfs's smudge filter decodes a pointer from
+/// at most this many bytes, and its scanners do not even try blobs of this size
+/// (`lfs.BlobSizeCutoff`); a pointer it writes is about 130 bytes.
 pub const MAX_POINTER_SIZE: usize = 1024;
 
 /// The version lines git-lfs reads (`v1Aliases` in git-lfs's `lfs/pointer.go`): the public one,
@@ -397,7 +398,8 @@ fn missing_message(store: &Path, missing: &[Missing], repo: &Path) -> String {
     let plural = if missing.len() == 1 { "" } else { "s" };
     let mut s = format!("{} Git LFS object{plural} missing from {}:", missing.len(), store.display());
     for m in missing.iter().take(LISTED) {
-        write!(s, "\n  {} ({} bytes)", m.oid, m.size).expect("writing to a String cannot fail");
+        let unit = if m.size == 1 { "byte" } else { "bytes" };
+        write!(s, "\n  {} ({} {unit})", m.oid, m.size).expect("writing to a String cannot fail");
         if let Some(first) = m.paths.first() {
             write!(s, " for {first}").expect("writing to a String cannot fail");
             if m.paths.len() > 1 {
@@ -618,6 +620,7 @@ mod tests {
         let text = err.to_string();
         assert!(text.starts_with("12 Git LFS objects missing from /r/.git/lfs/objects:"), "{text}");
         assert!(text.contains(&format!("{:064x} (0 bytes) for dir/f0-0.bin\n", 0)), "{text}");
+        assert!(text.contains(&format!("{:064x} (1 byte) for dir/f1-0.bin and 1 more file\n", 1)), "{text}");
         assert!(text.contains(&format!("{:064x} (2 bytes) for dir/f2-0.bin and 2 more files", 2)), "{text}");
         assert!(text.contains(&format!("{:064x}", 9)), "{text}");
         assert!(!text.contains(&format!("{:064x}", 10)), "the 11th is not listed: {text}");

@@ -330,7 +330,8 @@ fn missing_objects_fail_the_check_all_at_once_and_the_hinted_command_fetches_the
         assert_eq!(missing[0].paths, [wanted[0].1.clone(), "copy/of/the/first.bin".into()]);
         let text = err.to_string();
         for (pointer, path) in &wanted {
-            assert!(text.contains(&format!("{} ({} bytes) for {path}", pointer.oid, pointer.size)), "{text}");
+            let unit = if pointer.size == 1 { "byte" } else { "bytes" };
+            assert!(text.contains(&format!("{} ({} {unit}) for {path}", pointer.oid, pointer.size)), "{text}");
         }
         let err = stream(&store, &wanted[0].0).expect_err("not there");
         assert!(matches!(&err, Error::Missing { missing, .. } if missing[0].oid == wanted[0].0.oid), "{err}");
