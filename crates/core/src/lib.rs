@@ -88,6 +88,7 @@ pub mod convert;
 pub mod duration;
 pub mod gitworktree;
 pub mod json;
+pub mod lfs;
 pub mod memory;
 pub mod op;
 pub mod path;

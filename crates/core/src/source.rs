@@ -162,6 +162,21 @@ impl Repo {
         self.shared.work_dir().map(Path::to_path_buf)
     }
 
+    /// The directory shared by all worktrees of the repository (objects, config, `lfs/`): the
+    /// git directory itself unless this is a linked worktree.
+    pub fn common_dir(&self) -> PathBuf {
+        self.shared.to_thread_local().common_dir().to_path_buf()
+    }
+
+    /// A path-valued configuration key (`lfs.storage`) as git reads it (system, global and the
+    /// repository's own config, the last value winning), taken verbatim; `None` when unset.
+    pub fn config_path(&self, key: &str) -> Option<PathBuf> {
+        let repo = self.shared.to_thread_local();
+        let value = repo.config_snapshot().string(key)?;
+        // Only non-Unicode bytes on Windows fail to be a path; git-lfs could not use them either.
+        Some(gix::path::from_bstr(value).ok()?.into_owned())
+    }
+
     /// Resolve `rev` (branch, tag, full or short id, `main~3`, …) to a commit and its tree.
     ///
     /// `REV:PATH` (as `git rev-parse` spells a tree of a commit, e.g. `main:docs`) resolves to
