@@ -306,6 +306,9 @@ fn item(out: &mut Vec<u8>, p: &[u8], c: &CommitInfo) -> usize {
 /// One placeholder (git's `format_commit_one`), 0 when it is none this knows.
 fn one(out: &mut Vec<u8>, p: &[u8], c: &CommitInfo) -> usize {
     let Some(&first) = p.first() else { return 0 };
+    if first == b'C' {
+        return color(p);
+    }
     if p.starts_with(b"(describe)") {
         out.extend_from_slice(c.describe.as_bytes());
         return "(describe)".len();
@@ -368,6 +371,27 @@ fn one(out: &mut Vec<u8>, p: &[u8], c: &CommitInfo) -> usize {
         _ => return 0,
     }
     1
+}
+
+/// `%C…`: colors, which `git archive` never uses (it formats without color): the placeholder
+/// is taken and expands to nothing. `%C(always,…)`, which git would honour, is not one this
+/// knows.
+fn color(p: &[u8]) -> usize {
+    let spec = &p[1..];
+    if spec.starts_with(b"(auto)") {
+        return 7;
+    }
+    if let Some(inner) = spec.strip_prefix(b"(") {
+        return match inner.find_byte(b')') {
+            Some(_) if inner.starts_with(b"always,") => 0,
+            Some(end) => 1 + 1 + end + 1,
+            None => 0,
+        };
+    }
+    ["red", "green", "blue", "reset"]
+        .iter()
+        .find(|name| spec.starts_with(name.as_bytes()))
+        .map_or(0, |name| 1 + name.len())
 }
 
 /// `%d` and `%D`: the ref names joined by `, ` within `prefix` and `suffix`, nothing without refs.

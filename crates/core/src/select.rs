@@ -120,7 +120,8 @@ impl Select {
     /// Whether the sync writes `path` (relative to the tree's root, `/`-separated, without a
     /// leading or trailing slash); `is_dir` tells whether it is a directory of the tree.
     pub fn includes(&self, path: &BStr, is_dir: bool) -> bool {
-        (self.patterns.include.is_empty() || matches(&self.include, path, is_dir)) && !matches(&self.exclude, path, is_dir)
+        (self.patterns.include.is_empty() || matches(&self.include, path, is_dir))
+            && !matches(&self.exclude, path, is_dir)
     }
 
     /// Whether some path below the directory `dir` may be included; `false` only when none can
@@ -166,8 +167,7 @@ fn matches(list: &gix::ignore::Search, path: &BStr, is_dir: bool) -> bool {
         return false;
     }
     let decides = |p: &BStr, is_dir: bool| {
-        list.pattern_matching_relative_path(p, Some(is_dir), Case::Sensitive)
-            .is_some_and(|m| !m.pattern.is_negative())
+        list.pattern_matching_relative_path(p, Some(is_dir), Case::Sensitive).is_some_and(|m| !m.pattern.is_negative())
     };
     let parents = path.find_iter("/").map(|at| path[..at].as_bstr());
     for parent in parents {

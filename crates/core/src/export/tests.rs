@@ -52,6 +52,7 @@ fn commit(dir: &Path, tree: &str, parents: &[&str], message: &str, author_date: 
 /// Every placeholder treesync expands, one a line, with those it leaves alone and git's quirks.
 const TEMPLATE: &str = "\
 hashes $Format:%H %h %T %t$
+colors $Format:%Cred<%Cgreen%Cblue%Creset%C(auto)%C(bold red)%C(auto,blue)>%Cxyz %C(red$
 parents $Format:[%P] [%p]$
 author $Format:%an|%aN|%ae|%aE|%al|%aL$
 author dates $Format:%ad|%aD|%ar|%at|%ai|%aI|%as$
@@ -101,7 +102,8 @@ fn repo_with_history() -> (tempfile::TempDir, Vec<String>) {
     git(d, &["update-ref", "refs/heads/feature", &merge]);
     git(d, &["update-ref", "refs/remotes/origin/main", &main]);
     git(d, &["symbolic-ref", "refs/remotes/origin/HEAD", "refs/remotes/origin/main"]);
-    let tagger = [("GIT_COMMITTER_NAME", "T"), ("GIT_COMMITTER_EMAIL", "t@t"), ("GIT_COMMITTER_DATE", "1100000200 +0000")];
+    let tagger =
+        [("GIT_COMMITTER_NAME", "T"), ("GIT_COMMITTER_EMAIL", "t@t"), ("GIT_COMMITTER_DATE", "1100000200 +0000")];
     run(d, &["tag", "-a", "-m", "version 1", "v1.0", &root], &tagger, b"");
     run(d, &["tag", "-a", "-m", "version 2", "v2.0", &merge], &tagger, b"");
     git(d, &["tag", "light", &merge]);
@@ -111,10 +113,15 @@ fn repo_with_history() -> (tempfile::TempDir, Vec<String>) {
     let odd = format!(
         "tree {tree}\nparent {root}\nauthor <nobody@example.org> 1749999999 -0001\ncommitter Weird <w@x>\nencoding ISO-8859-1\n\nodd one out"
     );
-    let odd = String::from_utf8(run(d, &["hash-object", "--literally", "-t", "commit", "-w", "--stdin"], &[], odd.as_bytes()))
-        .expect("utf-8")
-        .trim()
-        .to_owned();
+    let odd = String::from_utf8(run(
+        d,
+        &["hash-object", "--literally", "-t", "commit", "-w", "--stdin"],
+        &[],
+        odd.as_bytes(),
+    ))
+    .expect("utf-8")
+    .trim()
+    .to_owned();
     (dir, vec![merge, main, side, root, odd])
 }
 
@@ -185,25 +192,45 @@ fn data_without_a_complete_format_is_left_as_it_is() {
 }
 
 #[test]
-fn relative_dates_count_to_now() {
+fn relative_dates_count_to_now_as_gits_do() {
     let (dir, commits) = repo_with_history();
     let repo = Repo::open(dir.path()).expect("open");
-    let mut info = CommitInfo::from_commit(&repo, commits[3].parse().expect("hex id")).expect("commit info");
-    let at = 1_100_000_000;
-    for (now, expected) in [
-        (at - 1, "in the future"),
-        (at + 1, "1 second ago"),
-        (at + 89, "89 seconds ago"),
-        (at + 90, "2 minutes ago"),
-        (at + 3 * 3600, "3 hours ago"),
-        (at + 3 * 86_400, "3 days ago"),
-        (at + 30 * 86_400, "4 weeks ago"),
-        (at + 200 * 86_400, "7 months ago"),
-        (at + 400 * 86_400, "1 year, 1 month ago"),
-        (at + 730 * 86_400, "2 years ago"),
-        (at + 4000 * 86_400, "11 years ago"),
+    let root = &commits[3];
+    let mut info = CommitInfo::from_commit(&repo, root.parse().expect("hex id")).expect("commit info");
+    let at = 1_100_000_000; // the root's author date
+    let mut seen = std::collections::BTreeSet::new();
+    for delta in [
+        -1,
+        0,
+        1,
+        89,
+        90,
+        119,
+        5399,
+        5400,
+        3 * 3600,
+        36 * 3600,
+        3 * 86_400,
+        13 * 86_400 + 43_199,
+        14 * 86_400,
+        30 * 86_400,
+        69 * 86_400,
+        70 * 86_400,
+        200 * 86_400,
+        364 * 86_400,
+        365 * 86_400,
+        400 * 86_400,
+        730 * 86_400,
+        1824 * 86_400,
+        1825 * 86_400,
+        4000 * 86_400,
     ] {
-        info.now = now;
-        assert_eq!(expand(b"$Format:%ar$", &info).as_bstr(), expected.as_bytes().as_bstr(), "now = at + {}", now - at);
+        info.now = at + delta;
+        let now = info.now.to_string();
+        let git = run(dir.path(), &["log", "-1", "--format=%ar", root], &[("GIT_TEST_DATE_NOW", &now)], b"");
+        let ours = expand(b"$Format:%ar$\n", &info);
+        assert_eq!(ours.as_bstr(), git.as_bstr(), "{delta} s after the author date");
+        seen.insert(git);
     }
+    assert!(seen.len() > 15, "the deltas cover git's many wordings");
 }

@@ -11,10 +11,13 @@ fn select(include: &[&str], exclude: &[&str]) -> Select {
     Select::new(&strings(include), &strings(exclude)).expect("valid patterns")
 }
 
+/// Include patterns, exclude patterns, a path, whether it is a directory, whether it is included.
+type Row = (&'static [&'static str], &'static [&'static str], &'static str, bool, bool);
+
 #[test]
 fn a_table_of_paths_and_pattern_sets() {
     // (include, exclude, path, is_dir, included)
-    let table: &[(&[&str], &[&str], &str, bool, bool)] = &[
+    let table: &[Row] = &[
         (&[], &[], "anything/at/all.txt", false, true),
         (&["*.md"], &[], "README.md", false, true),
         (&["*.md"], &[], "docs/deep/guide.md", false, true),
@@ -152,7 +155,11 @@ fn git_matches(repo: &std::path::Path, patterns: &[String]) -> BTreeSet<String> 
     let file = repo.join(".git").join("patterns");
     std::fs::write(&file, patterns.join("\n") + "\n").expect("write patterns");
     let arg = format!("--exclude-from={}", file.display());
-    git(repo, &["ls-files", "-z", "-i", "-c", &arg], None).split('\0').filter(|p| !p.is_empty()).map(String::from).collect()
+    git(repo, &["ls-files", "-z", "-i", "-c", &arg], None)
+        .split('\0')
+        .filter(|p| !p.is_empty())
+        .map(String::from)
+        .collect()
 }
 
 #[test]
@@ -161,8 +168,28 @@ fn matching_agrees_with_git_on_random_paths_and_pattern_sets() {
     git(repo.path(), &["init", "-q"], None);
     let blob = git(repo.path(), &["hash-object", "-w", "--stdin"], Some("x\n"));
     let names = [
-        "docs", "src", "build", "tmp", "lib", "a", "b", "x", "y", "api", "keep.md", "README.md", "main.rs", "lib.rs",
-        "a.md", "b.txt", "out.log", "abc", "!bang", "#hash", "sp ace", "deep",
+        "docs",
+        "src",
+        "build",
+        "tmp",
+        "lib",
+        "a",
+        "b",
+        "x",
+        "y",
+        "api",
+        "keep.md",
+        "README.md",
+        "main.rs",
+        "lib.rs",
+        "a.md",
+        "b.txt",
+        "out.log",
+        "abc",
+        "!bang",
+        "#hash",
+        "sp ace",
+        "deep",
     ];
     let mut rng = Rng(0x5eed_1234_abcd_0001);
     let mut paths = BTreeSet::new();
@@ -181,9 +208,39 @@ fn matching_agrees_with_git_on_random_paths_and_pattern_sets() {
     assert_eq!(git(repo.path(), &["ls-files"], None).lines().count(), 200);
 
     let pool = [
-        "*.md", "/docs/", "docs/", "build/", "**/tmp", "!keep.md", "src/*.rs", "/README.md", "a/**/b", "*.r?", "[ab]*",
-        "lib", "!docs/keep.md", "docs/**", "!/src/", "tmp/", "x/y/", "!*.rs", "src", "**/lib/*.md", "/x", "\\!bang",
-        "\\#hash", "deep/*/a", "!deep/", "*", "!*/", "a/", "!a/b", "sp ace", "*.log", "y/**/", "api/",
+        "*.md",
+        "/docs/",
+        "docs/",
+        "build/",
+        "**/tmp",
+        "!keep.md",
+        "src/*.rs",
+        "/README.md",
+        "a/**/b",
+        "*.r?",
+        "[ab]*",
+        "lib",
+        "!docs/keep.md",
+        "docs/**",
+        "!/src/",
+        "tmp/",
+        "x/y/",
+        "!*.rs",
+        "src",
+        "**/lib/*.md",
+        "/x",
+        "\\!bang",
+        "\\#hash",
+        "deep/*/a",
+        "!deep/",
+        "*",
+        "!*/",
+        "a/",
+        "!a/b",
+        "sp ace",
+        "*.log",
+        "y/**/",
+        "api/",
     ];
     let mut compared = 0;
     for _ in 0..40 {
@@ -199,7 +256,7 @@ fn matching_agrees_with_git_on_random_paths_and_pattern_sets() {
             assert_eq!(s.includes(p, false), expected, "include {include:?} exclude {exclude:?} on {path}");
             // A pruned directory holds nothing that is included.
             for (at, _) in path.match_indices('/') {
-                let dir = path[..at].as_bytes().as_bstr();
+                let dir = path.as_bytes()[..at].as_bstr();
                 assert!(
                     s.may_include_below(dir) || !expected,
                     "{dir} pruned but {path} is included (include {include:?} exclude {exclude:?})"
