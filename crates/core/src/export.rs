@@ -82,7 +82,9 @@ impl CommitInfo {
         let parents: Vec<ObjectId> = commit.parent_ids().map(gix::Id::detach).collect();
         // Like git's `core.abbrev=auto`: long enough for the object count, at least 7, unique.
         let short = |oid: ObjectId| oid.attach(&repo).shorten_or_id().to_string();
-        let header = parse_header(&commit.data);
+        // git reads the commit object as a C string: it ends at a NUL.
+        let data = commit.data.split(|b| *b == 0).next().unwrap_or_default();
+        let header = parse_header(data);
         let describe = commit
             .describe()
             .try_format()

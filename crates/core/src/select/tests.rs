@@ -137,14 +137,30 @@ fn git(dir: &std::path::Path, args: &[&str], stdin: Option<&str>) -> String {
     let mut child = Command::new("git")
         .current_dir(dir)
         .args(args)
+        // No user's or system's excludes file: only the patterns under test.
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .env("GIT_CONFIG_NOSYSTEM", "1")
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .spawn()
         .expect("git runs");
     child.stdin.take().expect("piped").write_all(stdin.unwrap_or("").as_bytes()).expect("stdin");
     let out = child.wait_with_output().expect("git finishes");
-    assert!(out.status.success(), "git {args:?} failed");
+    // `git check-ignore` exits with 1 when it matched nothing.
+    assert!(out.status.success() || (args[0] == "check-ignore" && out.status.code() == Some(1)), "git {args:?} failed");
     String::from_utf8(out.stdout).expect("utf-8")
+}
+
+/// Directories git finds matched by `patterns` (`git check-ignore --no-index`, the patterns in
+/// `.git/info/exclude`, the directories on disk so that git sees them as directories).
+fn git_matches_dirs(repo: &std::path::Path, patterns: &[String], dirs: &BTreeSet<String>) -> BTreeSet<String> {
+    std::fs::write(repo.join(".git/info/exclude"), patterns.join("\n") + "\n").expect("write patterns");
+    let list: String = dirs.iter().map(|d| format!("{d}\0")).collect();
+    git(repo, &["check-ignore", "--no-index", "--stdin", "-z"], Some(&list))
+        .split('\0')
+        .filter(|p| !p.is_empty())
+        .map(String::from)
+        .collect()
 }
 
 /// Paths git's own matcher (`git ls-files -i -c --exclude-from`) finds matched by `patterns`.
@@ -242,6 +258,12 @@ fn matching_agrees_with_git_on_random_paths_and_pattern_sets() {
         "y/**/",
         "api/",
     ];
+    let dirs: BTreeSet<String> =
+        paths.iter().flat_map(|p| p.match_indices('/').map(|(at, _)| p[..at].to_owned())).collect();
+    for dir in &dirs {
+        std::fs::create_dir_all(repo.path().join(dir)).expect("mkdir");
+    }
+    assert!(dirs.len() > 50);
     let mut compared = 0;
     for _ in 0..40 {
         let draw = |rng: &mut Rng| -> Vec<String> { (0..rng.below(5)).map(|_| rng.pick(&pool).to_string()).collect() };
@@ -264,6 +286,14 @@ fn matching_agrees_with_git_on_random_paths_and_pattern_sets() {
             }
             compared += 1;
         }
+        let (inc, exc) =
+            (git_matches_dirs(repo.path(), &include, &dirs), git_matches_dirs(repo.path(), &exclude, &dirs));
+        for dir in &dirs {
+            let d = dir.as_bytes().as_bstr();
+            assert_eq!(super::matches(&s.include, d, true), inc.contains(dir), "include {include:?} on dir {dir}");
+            assert_eq!(super::matches(&s.exclude, d, true), exc.contains(dir), "exclude {exclude:?} on dir {dir}");
+            compared += 1;
+        }
     }
-    assert_eq!(compared, 40 * 200);
+    assert_eq!(compared, 40 * (200 + dirs.len()));
 }
