@@ -18,12 +18,12 @@ use crate::source::Cause;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
-    /// The commit, its refs or its description could not be read.
+    /// The commit or its refs could not be read.
     #[error(
         "cannot read the {what} of commit {id} for export-subst: {source}\n  hint: the repository may be corrupt or incomplete; `git fsck` and `git log -1 --format=%d {id}` tell more"
     )]
     Read {
-        /// `commit object`, `refs`, `description (describe)`.
+        /// `commit object` or `refs`.
         what: &'static str,
         /// The commit.
         id: ObjectId,
@@ -85,12 +85,9 @@ impl CommitInfo {
         // git reads the commit object as a C string: it ends at a NUL.
         let data = commit.data.split(|b| *b == 0).next().unwrap_or_default();
         let header = parse_header(data);
-        let describe = commit
-            .describe()
-            .try_format()
-            .map_err(|e| err("description (describe)", Cause::gix(e)))?
-            .map(|f| f.to_string())
-            .unwrap_or_default();
+        // When `git describe` fails (no tag reaches the commit, a shallow history), `git archive`
+        // expands `%(describe)` to nothing; so does treesync.
+        let describe = commit.describe().try_format().ok().flatten().map(|f| f.to_string()).unwrap_or_default();
         Ok(CommitInfo {
             id,
             short_id: short(id),

@@ -27,7 +27,7 @@ pub enum Error {
 }
 
 /// The patterns of a [`Select`], as the state file records them (both lists left out when empty).
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
 pub struct Patterns {
     /// `--include` patterns, in the order given.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -73,6 +73,17 @@ impl Default for Select {
     /// The selection of every path.
     fn default() -> Select {
         Select::all()
+    }
+}
+
+/// A [`Select`] is recorded as its [`Patterns`].
+impl schemars::JsonSchema for Select {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        Patterns::schema_name()
+    }
+
+    fn json_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        Patterns::json_schema(generator)
     }
 }
 

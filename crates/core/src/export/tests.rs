@@ -234,3 +234,21 @@ fn relative_dates_count_to_now_as_gits_do() {
     }
     assert!(seen.len() > 15, "the deltas cover git's many wordings");
 }
+
+#[test]
+fn a_commit_no_tag_reaches_describes_as_nothing_as_in_git_archive() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path();
+    git(d, &["init", "-q", "-b", "trunk"]);
+    std::fs::write(d.join(".gitattributes"), "* export-subst\n").expect("write");
+    std::fs::write(d.join("subst.txt"), TEMPLATE).expect("write");
+    git(d, &["add", "."]);
+    let tree = git(d, &["write-tree"]);
+    let only = commit(d, &tree, &[], "only\n", "1700000000 +0945", "1700000000 -0930");
+    git(d, &["update-ref", "refs/heads/trunk", &only]);
+    let repo = Repo::open(d).expect("open");
+    let mut info = CommitInfo::from_commit(&repo, only.parse().expect("hex id")).expect("commit info");
+    info.now = NOW;
+    assert_eq!((info.describe.as_str(), info.refs.as_slice()), ("", &["HEAD -> trunk".to_owned()][..]));
+    assert_eq!(expand(TEMPLATE.as_bytes(), &info).as_bstr(), archived(d, &only).as_bstr());
+}

@@ -297,3 +297,11 @@ fn matching_agrees_with_git_on_random_paths_and_pattern_sets() {
     }
     assert_eq!(compared, 40 * (200 + dirs.len()));
 }
+
+#[test]
+fn the_schema_of_a_selection_is_that_of_its_patterns() {
+    let select = serde_json::to_value(schemars::schema_for!(Select)).expect("schema");
+    let patterns = serde_json::to_value(schemars::schema_for!(Patterns)).expect("schema");
+    assert_eq!(select, patterns);
+    assert!(select["properties"]["include"].is_object() && select["properties"]["exclude"].is_object());
+}
