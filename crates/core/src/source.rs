@@ -157,6 +157,12 @@ impl Repo {
         self.shared.git_dir().to_path_buf()
     }
 
+    /// A gitoxide handle on this repository for the calling thread (for reading what the object
+    /// database alone does not hold: refs, configuration).
+    pub(crate) fn gix(&self) -> gix::Repository {
+        self.shared.to_thread_local()
+    }
+
     /// The working tree of a non-bare repository.
     pub fn work_dir(&self) -> Option<PathBuf> {
         self.shared.work_dir().map(Path::to_path_buf)
