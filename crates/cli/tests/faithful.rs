@@ -19,9 +19,9 @@ use treesync_testkit::{Rng, git};
 /// Seeds of the histories every configuration runs.
 const SEEDS: [u64; 3] = [1, 2, 3];
 /// Commits per history.
-const STEPS: usize = 14;
+const STEPS: usize = 12;
 /// Random jumps after walking the history forward.
-const JUMPS: usize = 6;
+const JUMPS: usize = 5;
 
 fn s(p: &Path) -> &str {
     p.to_str().expect("utf8 path")
@@ -154,7 +154,7 @@ fn syncs_equal_fresh_clones_with_info_attributes() {
 /// every repository configuration — and the configurations do change what git writes.
 #[test]
 fn expected_equals_an_independent_fresh_clone() {
-    let h = AttrHistory::generate(11, 8);
+    let h = AttrHistory::generate(11, 6);
     let mut snapshots_per_config = Vec::new();
     for config in &REPO_CONFIGS {
         // A copy of the repository per configuration: `apply` writes into it.

@@ -77,8 +77,7 @@ pub fn expected(repo: &Path, rev: &str, config: &[(&str, &str)]) -> Snapshot {
     args.push(repo.display().to_string());
     args.push(clone.display().to_string());
     git_in(dir.path(), &args.iter().map(String::as_str).collect::<Vec<_>>());
-    let commit = git_in(&clone, &["rev-parse", "--verify", &format!("{rev}^{{commit}}")]);
-    git_in(&clone, &["checkout", "-q", "--detach", &commit]);
+    git_in(&clone, &["checkout", "-q", "--detach", rev]);
     without_git_dir(tree::read_dir(&clone))
 }
 
@@ -192,7 +191,7 @@ fn bytes_differ(want: &[u8], got: &[u8]) -> String {
 /// The line-ending shape of some bytes: `LF`, `CRLF`, `mixed (2 CRLF, 1 LF, 1 CR)`, `no line
 /// ends`, prefixed by `UTF-16LE`/`UTF-8 BOM` and `binary (NUL)` where those apply.
 pub fn shape(bytes: &[u8]) -> String {
-    let (prefix, units): (&str, Vec<u16>) = if bytes.len() % 2 == 0 && bytes.starts_with(&[0xFF, 0xFE]) {
+    let (prefix, units): (&str, Vec<u16>) = if bytes.len().is_multiple_of(2) && bytes.starts_with(&[0xFF, 0xFE]) {
         ("UTF-16LE ", bytes.chunks(2).map(|c| u16::from_le_bytes([c[0], c[1]])).collect())
     } else if bytes.starts_with(&[0xEF, 0xBB, 0xBF]) {
         ("UTF-8 BOM ", bytes.iter().map(|b| u16::from(*b)).collect())
