@@ -8,6 +8,7 @@ pub mod conformance;
 pub mod crash;
 pub mod delay;
 pub mod ganesha;
+pub mod gitcheck;
 pub mod history;
 pub mod missing;
 pub mod pack;
