@@ -234,14 +234,26 @@ pub struct Conversion {
     /// pipeline: gitoxide's writes `$Id: …$` where git writes `$Id: … $`).
     #[serde(skip)]
     ident: bool,
-    /// What gitoxide's pipeline is given: the attributes without `ident` (done before it)
-    /// and without `filter=lfs` (treesync reads LFS objects itself).
+    /// `working-tree-encoding=…`: re-encoded from UTF-8 after the line ends, as git does
+    /// (treesync's own [`encode`]: gitoxide's goes through `encoding_rs`, which cannot write
+    /// UTF-16).
     #[serde(skip)]
-    pipeline: String,
+    encoding: Option<String>,
+    /// What gitoxide's pipeline is given for line ends: `text`, `eol` and `crlf`.
+    #[serde(skip)]
+    eol_attributes: String,
+    /// The filter driver gitoxide's pipeline runs (never `lfs`: treesync reads LFS objects
+    /// itself).
+    #[serde(skip)]
+    driver: Option<String>,
     /// The assignments as a search gitoxide's pipeline can read, built on first use.
     #[serde(skip)]
     #[schemars(skip)]
     search: Arc<OnceLock<(gix::attrs::Search, MetadataCollection)>>,
+    /// The same for the filter driver alone (`-text filter=NAME`).
+    #[serde(skip)]
+    #[schemars(skip)]
+    driver_search: Arc<OnceLock<(gix::attrs::Search, MetadataCollection)>>,
 }
 
 impl std::fmt::Debug for Conversion {
@@ -278,9 +290,27 @@ impl std::fmt::Display for Conversion {
 
 impl Conversion {
     fn new(attributes: String, filter: Option<String>, export_subst: bool) -> Conversion {
-        let ident = attributes.split(' ').any(|a| a == "ident");
-        let pipeline: Vec<&str> = attributes.split(' ').filter(|a| *a != "ident" && *a != "filter=lfs").collect();
-        Conversion { pipeline: pipeline.join(" "), attributes, filter, export_subst, ident, search: Default::default() }
+        let parts = || attributes.split(' ').filter(|a| !a.is_empty());
+        let ident = parts().any(|a| a == "ident");
+        let encoding = parts().find_map(|a| a.strip_prefix("working-tree-encoding=")).map(str::to_string);
+        let eol: Vec<&str> = parts()
+            .filter(|a| {
+                let name = a.trim_start_matches('-').split('=').next().unwrap_or_default();
+                matches!(name, "text" | "eol" | "crlf")
+            })
+            .collect();
+        let driver = filter.clone().filter(|f| f != "lfs");
+        Conversion {
+            eol_attributes: eol.join(" "),
+            driver,
+            encoding,
+            attributes,
+            filter,
+            export_subst,
+            ident,
+            search: Default::default(),
+            driver_search: Default::default(),
+        }
     }
 
     /// Whether this is Git LFS's filter (`filter=lfs`).
@@ -292,11 +322,16 @@ impl Conversion {
     ///
     /// Every conversion's search is made with the same attribute ids ([`canonical`]): the
     /// pipeline reuses one outcome for all paths, and an outcome keeps the ids it resolved.
-    fn fill(&self, path: &BStr, out: &mut Outcome) {
-        let (search, _) = self.search.get_or_init(|| {
+    fn fill(&self, stage: Stage, path: &BStr, out: &mut Outcome) {
+        let (cell, line) = match stage {
+            Stage::Eol => (&self.search, format!("* {}\n", self.eol_attributes)),
+            Stage::Driver => {
+                (&self.driver_search, format!("* -text filter={}\n", self.driver.as_deref().unwrap_or_default()))
+            }
+        };
+        let (search, _) = cell.get_or_init(|| {
             let mut collection = canonical().clone();
             let mut search = gix::attrs::Search::default();
-            let line = format!("* {}\n", self.pipeline);
             search
                 .add_patterns_buffer(line.as_bytes(), "<treesync>".into(), None, &mut collection, true)
                 .expect("a line made of parsed assignments parses");
@@ -305,6 +340,14 @@ impl Conversion {
         out.initialize(canonical());
         search.pattern_matching_relative_path(path, Case::Sensitive, Some(false), out);
     }
+}
+
+/// The two passes through gitoxide's pipeline: line ends, then the filter driver (git's
+/// order is ident, line ends, encoding, driver).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stage {
+    Eol,
+    Driver,
 }
 
 /// The attribute ids every [`Conversion`]'s search uses: the pipeline's attributes, in its
@@ -493,7 +536,8 @@ impl Converter {
         &self.settings
     }
 
-    /// Feed `data` (the blob `blob` at `path`), converted by `conversion`, to `sink`.
+    /// Feed `data` (the blob `blob` at `path`), converted by `conversion`, to `sink`: `$Id$`
+    /// expanded, line ends converted, re-encoded, then the filter driver — git's order.
     pub fn convert(
         &self,
         data: &[u8],
@@ -502,10 +546,6 @@ impl Converter {
         conversion: &Conversion,
         sink: &mut dyn FnMut(&[u8]) -> std::io::Result<()>,
     ) -> Result<(), ConvertError> {
-        let mut pipeline = self.pool.lock().expect("never poisoned").pop().unwrap_or_else(|| {
-            filter::Pipeline::new(self.context.clone(), self.object_hash, self.settings.pipeline_options())
-        });
-        pipeline.driver_context_mut().blob = Some(*blob);
         let failed = |message: String| {
             ConvertError::Convert(Error::Convert {
                 path: path.to_str_lossy().into_owned(),
@@ -520,11 +560,35 @@ impl Converter {
         } else {
             data
         };
+        let mut pipeline = self.pool.lock().expect("never poisoned").pop().unwrap_or_else(|| {
+            filter::Pipeline::new(self.context.clone(), self.object_hash, self.settings.pipeline_options())
+        });
+        pipeline.driver_context_mut().blob = Some(*blob);
         let result = (|| {
-            let out = pipeline
-                .convert_to_worktree(data, path, &mut |p, out| conversion.fill(p, out), Default::default())
-                .map_err(|e| failed(e.to_string()))?;
             use filter::pipeline::convert::ToWorktreeOutcome;
+            let eol = pipeline
+                .convert_to_worktree(data, path, &mut |p, out| conversion.fill(Stage::Eol, p, out), Default::default())
+                .map_err(|e| failed(e.to_string()))?;
+            let Some(lines) = eol.as_bytes() else {
+                unreachable!("the line-end pass runs no driver")
+            };
+            let encoded = match &conversion.encoding {
+                Some(label) => encode(lines, label),
+                None => None,
+            };
+            if conversion.driver.is_none() {
+                return sink(encoded.as_deref().unwrap_or(lines)).map_err(ConvertError::Sink);
+            }
+            let staged = encoded.unwrap_or_else(|| lines.to_vec());
+            drop(eol);
+            let out = pipeline
+                .convert_to_worktree(
+                    &staged,
+                    path,
+                    &mut |p, out| conversion.fill(Stage::Driver, p, out),
+                    Default::default(),
+                )
+                .map_err(|e| failed(e.to_string()))?;
             match out {
                 ToWorktreeOutcome::Unchanged(b) | ToWorktreeOutcome::Buffer(b) => sink(b).map_err(ConvertError::Sink),
                 ToWorktreeOutcome::Process(filter::driver::apply::MaybeDelayed::Immediate(mut read)) => {
@@ -566,6 +630,58 @@ impl Converter {
 }
 
 use std::io::Read as _;
+
+/// UTF-8 `data` re-encoded for `working-tree-encoding=label` as git does on checkout (through
+/// iconv): `UTF-16`/`UTF-32` big-endian with a byte-order mark, `UTF-16LE-BOM`/`UTF-16BE-BOM`
+/// with one, `UTF-16LE`/`BE` and `UTF-32LE`/`BE` without; other labels through `encoding_rs`.
+/// `None` (written as it is, as git does after printing an error): empty data, data that is
+/// not UTF-8, a label that is UTF-8 or unknown, a character the encoding cannot hold.
+pub fn encode(data: &[u8], label: &str) -> Option<Vec<u8>> {
+    if data.is_empty() {
+        return None;
+    }
+    let text = std::str::from_utf8(data).ok()?;
+    let mut norm = label.trim().to_ascii_uppercase();
+    if norm.starts_with("UTF-") {
+        norm.remove(3);
+    }
+    let units16 = |be: bool, bom: bool| {
+        let mut out = Vec::with_capacity(data.len() * 2 + 2);
+        let mut put = |u: u16| out.extend_from_slice(&if be { u.to_be_bytes() } else { u.to_le_bytes() });
+        if bom {
+            put(0xFEFF);
+        }
+        text.encode_utf16().for_each(&mut put);
+        out
+    };
+    let units32 = |be: bool, bom: bool| {
+        let mut out = Vec::with_capacity(data.len() * 4 + 4);
+        let mut put = |u: u32| out.extend_from_slice(&if be { u.to_be_bytes() } else { u.to_le_bytes() });
+        if bom {
+            put(0xFEFF);
+        }
+        text.chars().for_each(|c| put(u32::from(c)));
+        out
+    };
+    match norm.as_str() {
+        "UTF8" => None,
+        "UTF16" | "UTF16BE-BOM" => Some(units16(true, true)),
+        "UTF16LE-BOM" => Some(units16(false, true)),
+        "UTF16LE" => Some(units16(false, false)),
+        "UTF16BE" => Some(units16(true, false)),
+        "UTF32" => Some(units32(true, true)),
+        "UTF32LE" => Some(units32(false, false)),
+        "UTF32BE" => Some(units32(true, false)),
+        _ => {
+            let encoding = encoding_rs::Encoding::for_label(label.trim().as_bytes())?;
+            if encoding == encoding_rs::UTF_8 || encoding.output_encoding() != encoding {
+                return None;
+            }
+            let (out, _, unmappable) = encoding.encode(text);
+            (!unmappable).then(|| out.into_owned())
+        }
+    }
+}
 
 /// `$Id$` expanded as git's `ident` attribute does on checkout: every `$Id$`, and every
 /// `$Id:…$` that holds no line break and no space other than right after the colon or right

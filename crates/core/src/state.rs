@@ -342,7 +342,14 @@ mod tests {
         let p = entry(r#""holder":null,"host":null,"pid":null"#).held_by(&h);
         assert_eq!(p.holder, Some(h.clone()));
         let back = SyncState::parse(
-            &SyncState { version: VERSION, synced: None, in_progress: Some(p), path: None, backend: "local".into() }
+            &SyncState {
+                version: VERSION,
+                synced: None,
+                in_progress: Some(p),
+                path: None,
+                conversions: None,
+                backend: "local".into(),
+            }
                 .to_bytes(),
         )
         .expect("round trip");
