@@ -94,6 +94,7 @@ pub mod plan;
 pub mod policy;
 pub mod source;
 pub mod state;
+pub mod submodule;
 pub mod sync;
 pub mod verify;
 pub mod watch;

@@ -53,6 +53,9 @@ pub struct InProgress {
     /// `--path`); absent for the whole tree.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub to_path: Option<String>,
+    /// It fills gitlinks with their submodules' trees (`--recurse-submodules`); absent: false.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub recurse_submodules: bool,
     /// When it started.
     pub started_unix: u64,
     /// Who is running it; `None` once it stopped with an error (so the next run need not wait).
@@ -134,6 +137,11 @@ impl InProgress {
     pub fn held_by(self, holder: &Holder) -> InProgress {
         InProgress { holder: Some(holder.clone()), ..self }
     }
+
+    /// Record whether this transition fills gitlinks with their submodules' trees.
+    pub fn recursing(self, recurse_submodules: bool) -> InProgress {
+        InProgress { recurse_submodules, ..self }
+    }
 }
 
 /// The journal's holder as the state file (and `status --json`) spells it: the `holder` line
@@ -205,6 +213,10 @@ pub struct SyncState {
     /// versions before subtree syncs).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub path: Option<String>,
+    /// The gitlinks of the synced tree hold their submodules' trees (`--recurse-submodules`);
+    /// absent (state files of earlier versions): false, they are empty directories.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub recurse_submodules: bool,
     /// The backend that wrote it, e.g. `local`.
     pub backend: String,
 }
@@ -333,7 +345,14 @@ mod tests {
         let p = entry(r#""holder":null,"host":null,"pid":null"#).held_by(&h);
         assert_eq!(p.holder, Some(h.clone()));
         let back = SyncState::parse(
-            &SyncState { version: VERSION, synced: None, in_progress: Some(p), path: None, backend: "local".into() }
+            &SyncState {
+                version: VERSION,
+                synced: None,
+                in_progress: Some(p),
+                path: None,
+                recurse_submodules: false,
+                backend: "local".into()
+            }
                 .to_bytes(),
         )
         .expect("round trip");

@@ -16,6 +16,7 @@ use crate::path::RelPath;
 use crate::plan::{self, ExistingEntry, ExistingKind};
 use crate::source::{self, BlobSource, Repo, Resolved};
 use crate::state::{self, InProgress, SyncState, Synced};
+use crate::submodule::{self, Submodules};
 use crate::verify;
 use gix_hash::ObjectId;
 
@@ -46,6 +47,11 @@ pub struct Options {
     /// How large a plan may get ([`plan::Limits`]; the defaults are far above any real
     /// repository and refuse tree bombs).
     pub limits: plan::Limits,
+    /// Fill each gitlink with its submodule's tree at the recorded commit
+    /// ([`crate::submodule`]); off, gitlinks are empty directories (as `git checkout` without
+    /// `--recurse-submodules` leaves them). Recorded in the state: turning it on or off
+    /// fills or empties the gitlinks of the synced tree.
+    pub recurse_submodules: bool,
 }
 
 /// The lease of [`Options::lease`] when none is given.
@@ -213,6 +219,12 @@ pub struct Prepared {
     state_bytes: Option<Vec<u8>>,
     /// Planned for a target that does not tell case apart.
     case_insensitive: bool,
+    /// After `main`, the target's gitlinks hold their submodules' trees.
+    pub recurse_submodules: bool,
+    /// The submodules the plans read (with `recurse_submodules`, or to empty gitlinks).
+    pub submodules: Vec<submodule::Used>,
+    /// The repositories the plans' blobs are in: the repository, then submodules.
+    repos: Vec<Repo>,
 }
 
 /// What a sync did.
@@ -239,6 +251,10 @@ pub struct Outcome {
     pub takeover: bool,
     /// With `takeover`: what of the target's content was removed and written over.
     pub replaced: Option<Replaced>,
+    /// The submodules whose trees were read (`--recurse-submodules`): each gitlink whose
+    /// content changed, with the commit and the repository it was read from; absent when none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub submodules: Vec<submodule::Used>,
     /// Nothing was changed (`--dry-run`).
     pub dry_run: bool,
     /// Ops planned (resume and main plan together).
@@ -266,6 +282,8 @@ pub struct PrepareOptions {
     pub create: bool,
     /// How large a plan may get ([`plan::Limits`]).
     pub limits: plan::Limits,
+    /// Plan gitlinks filled with their submodules' trees ([`Options::recurse_submodules`]).
+    pub recurse_submodules: bool,
 }
 
 /// Read the target's state and plan, without writing anything (unless
@@ -278,21 +296,74 @@ pub async fn prepare(
 ) -> Result<Prepared, Error> {
     let to = repo.resolve(rev)?;
     let target = backend.prepare_target(options.create).await?;
-    prepare_at(repo, to, Some(source::subtree_path(rev)), backend, options.force, target, options.limits).await
+    let goal = Goal { path: Some(source::subtree_path(rev)), recurse: Some(options.recurse_submodules) };
+    prepare_at(repo, to, goal, backend, options.force, target, options.limits).await
 }
 
-/// `path`: the directory `to` is of its commit, or `None` to keep what the state records (a
-/// repair, which goes to the recorded tree).
+/// Where a sync goes beyond the commit: each `None` keeps what the state records (a repair,
+/// which goes to the recorded tree).
+#[derive(Debug, Clone)]
+struct Goal {
+    /// The directory the tree is of its commit.
+    path: Option<Option<String>>,
+    /// Gitlinks filled with their submodules' trees.
+    recurse: Option<bool>,
+}
+
+/// How to plan `from → to` when gitlinks are filled on either side: through the submodules.
+struct Planning<'r> {
+    repo: &'r Repo,
+    options: plan::Options,
+    submodules: Option<Submodules>,
+}
+
+impl Planning<'_> {
+    /// Plan from tree `from` (gitlinks filled: `old`) to `to` (filled: `new`).
+    fn diff(&self, from: Option<ObjectId>, to: ObjectId, old: bool, new: bool) -> Result<Plan, Error> {
+        let options = self.options;
+        let plan = plan::with_big_stack(|| {
+            self.repo.with_objects(|odb| match &self.submodules {
+                Some(gitlinks) if old || new => {
+                    plan::plan_recursive(odb, from, to, options, plan::Recurse { old, new, gitlinks })
+                }
+                _ => plan::plan_with(odb, from, to, options),
+            })
+        })?;
+        Ok(plan)
+    }
+
+    /// Plan the takeover of a target holding `existing` (gitlinks filled: `new`).
+    fn takeover(&self, existing: &[ExistingEntry], to: ObjectId, new: bool) -> Result<Plan, Error> {
+        let options = self.options;
+        let plan = plan::with_big_stack(|| {
+            self.repo.with_objects(|odb| match &self.submodules {
+                Some(gitlinks) if new => plan::plan_takeover_recursive(odb, existing, to, options, gitlinks),
+                _ => plan::plan_takeover(odb, existing, to, options),
+            })
+        })?;
+        Ok(plan)
+    }
+
+    /// What the plans read: submodules, and the repositories holding their blobs.
+    fn read(&self) -> (Vec<submodule::Used>, Vec<Repo>) {
+        match &self.submodules {
+            Some(s) => (s.used(), s.repos()),
+            None => (Vec::new(), vec![self.repo.clone()]),
+        }
+    }
+}
+
 #[allow(clippy::too_many_arguments)] // private: the inputs of sync(), prepare() and repair()
 async fn prepare_at(
     repo: &Repo,
     to: Resolved,
-    path: Option<Option<String>>,
+    goal: Goal,
     backend: &dyn Backend,
     force: bool,
     mut target: TargetState,
     limits: plan::Limits,
 ) -> Result<Prepared, Error> {
+    let Goal { path, recurse } = goal;
     let state_bytes = backend.load_state().await?;
     let state = match &state_bytes {
         Some(bytes) => match SyncState::parse(bytes) {
@@ -321,6 +392,25 @@ async fn prepare_at(
         None => None,
     });
     let options = plan::Options { case_insensitive: !backend.capabilities().case_sensitive, limits };
+    let recursed = state.as_ref().is_some_and(|s| s.recurse_submodules);
+    let recurse = recurse.unwrap_or(match &state {
+        Some(SyncState { in_progress: Some(p), .. }) => p.recurse_submodules,
+        _ => recursed,
+    });
+    let resume_recurse = state.as_ref().and_then(|s| s.in_progress.as_ref()).map(|p| p.recurse_submodules);
+    let planning = Planning {
+        repo,
+        options,
+        // Only where a side has gitlinks filled; the `.gitmodules` of every commit involved.
+        submodules: if recurse || recursed || resume_recurse == Some(true) {
+            let synced = state.as_ref().and_then(|s| s.synced).map(|s| s.commit);
+            let going = state.as_ref().and_then(|s| s.in_progress.as_ref()).map(|p| p.to_commit);
+            let commits: Vec<ObjectId> = [synced, going, Some(to.commit)].into_iter().flatten().collect();
+            Some(Submodules::new(repo, &commits, path.as_deref())?)
+        } else {
+            None
+        },
+    };
     // `--force` on a managed target: take it over by comparing it with the requested tree
     // once (stat data proves what it can, the rest is hashed) and repairing what differs,
     // foreign entries included. Neither the journal nor the recorded tree is needed, so this
@@ -340,6 +430,11 @@ async fn prepare_at(
             replaced: Some(replaced),
             state_bytes,
             case_insensitive: options.case_insensitive,
+            // A repair compares with the tree alone: its gitlinks end up empty, and the next
+            // sync with --recurse-submodules fills them.
+            recurse_submodules: false,
+            submodules: Vec::new(),
+            repos: vec![repo.clone()],
         });
     }
     let mut resume = None;
@@ -351,12 +446,10 @@ async fn prepare_at(
                 repair_plan_to(repo, backend, to, p.takeover, limits).await?.0
             } else if p.takeover {
                 let existing = scan(backend).await?;
-                plan::with_big_stack(|| {
-                    repo.with_objects(|odb| plan::plan_takeover(odb, &existing, p.to_tree, options))
-                })?
+                planning.takeover(&existing, p.to_tree, p.recurse_submodules)?
             } else {
                 check_base(repo, p.from_tree, state.as_ref())?;
-                plan::with_big_stack(|| repo.with_objects(|odb| plan::plan_with(odb, p.from_tree, p.to_tree, options)))?
+                planning.diff(p.from_tree, p.to_tree, recursed, p.recurse_submodules)?
             };
             resume = Some((p.clone(), plan));
             Some(p.to_tree)
@@ -378,13 +471,15 @@ async fn prepare_at(
     let mut replaced = None;
     let main = if takeover {
         let existing = scan(backend).await?;
-        let plan =
-            plan::with_big_stack(|| repo.with_objects(|odb| plan::plan_takeover(odb, &existing, to.tree, options)))?;
+        let plan = planning.takeover(&existing, to.tree, recurse)?;
         replaced = Some(replaced_by(&plan, &existing));
         plan
     } else {
-        plan::with_big_stack(|| repo.with_objects(|odb| plan::plan_with(odb, base, to.tree, options)))?
+        // What the target's gitlinks hold once an interrupted sync is finished, or now.
+        let filled = resume_recurse.unwrap_or(recursed);
+        planning.diff(base, to.tree, filled && base.is_some(), recurse)?
     };
+    let (submodules, repos) = planning.read();
     Ok(Prepared {
         state,
         target,
@@ -397,6 +492,9 @@ async fn prepare_at(
         replaced,
         state_bytes,
         case_insensitive: options.case_insensitive,
+        recurse_submodules: recurse,
+        submodules,
+        repos,
     })
 }
 
@@ -571,9 +669,10 @@ pub async fn sync(
     // Resolve first: a typo in the revision must not create the target or its lock.
     let to = repo.resolve(rev)?;
     let path = source::subtree_path(rev);
+    let goal = || Goal { path: Some(path.clone()), recurse: Some(options.recurse_submodules) };
     let target = backend.prepare_target(false).await?;
     let early = if target != TargetState::Managed || options.dry_run {
-        let prepared = prepare_at(repo, to, Some(path.clone()), backend, options.force, target, options.limits).await?;
+        let prepared = prepare_at(repo, to, goal(), backend, options.force, target, options.limits).await?;
         if options.dry_run {
             let mut outcome = outcome_of(&prepared, options);
             outcome.elapsed = start.elapsed();
@@ -603,9 +702,9 @@ pub async fn sync(
             // Another writer got there first: read the target again.
             Some(_) => {
                 let target = backend.prepare_target(false).await?;
-                prepare_at(repo, to, Some(path.clone()), backend, options.force, target, options.limits).await?
+                prepare_at(repo, to, goal(), backend, options.force, target, options.limits).await?
             }
-            None => prepare_at(repo, to, Some(path.clone()), backend, options.force, target, options.limits).await?,
+            None => prepare_at(repo, to, goal(), backend, options.force, target, options.limits).await?,
         };
         let outcome = run_locked(repo, backend, prepared, options, &me, progress, interrupt, start).await?;
         if let Some(clone) = &options.git_worktree {
@@ -630,6 +729,7 @@ fn outcome_of(prepared: &Prepared, options: &Options) -> Outcome {
         resumed: prepared.resume.as_ref().map(|r| r.0.clone()),
         takeover: prepared.takeover,
         replaced: prepared.replaced.clone(),
+        submodules: prepared.submodules.clone(),
         dry_run: options.dry_run,
         planned,
         applied: OpCounts::default(),
@@ -653,16 +753,18 @@ async fn run_locked(
     start: Instant,
 ) -> Result<Outcome, Error> {
     let mut outcome = outcome_of(&prepared, options);
-    let Prepared { state, resume, main, to, path, takeover, repair, .. } = prepared;
+    let Prepared { state, resume, main, to, path, takeover, repair, recurse_submodules: recurse, repos, .. } = prepared;
     if let Some((p, _)) = &resume {
         check_lease(p, backend, options)?;
     }
-    let blobs: Arc<dyn BlobSource> = Arc::new(repo.clone());
+    // Submodules' blobs are in their own repositories.
+    let blobs: Arc<dyn BlobSource> = submodule::Blobs::source(repos);
     let mut current = state.unwrap_or(SyncState {
         version: state::VERSION,
         synced: None,
         in_progress: None,
         path: None,
+        recurse_submodules: false,
         backend: options.backend_name.clone(),
     });
     current.version = state::VERSION;
@@ -687,15 +789,23 @@ async fn run_locked(
             apply_journaled(plan, backend, &blobs, options, progress, interrupt, &current, &mut outcome).await?;
         current.synced = Some(Synced { commit: p.to_commit, tree: p.to_tree, at_unix: state::now_unix() });
         current.path = p.to_path.clone();
+        current.recurse_submodules = p.recurse_submodules;
         current.in_progress = None;
-        if main.is_empty() && p.to_commit == to.commit && p.to_path == path && dirs_recreated == 0 {
+        if main.is_empty()
+            && p.to_commit == to.commit
+            && p.to_path == path
+            && p.recurse_submodules == recurse
+            && dirs_recreated == 0
+        {
             backend.store_state(&current.to_bytes()).await?;
             outcome.state_writes += 1;
         }
     }
 
-    let already =
-        current.synced.is_some_and(|s| s.commit == to.commit) && current.path == path && current.in_progress.is_none();
+    let already = current.synced.is_some_and(|s| s.commit == to.commit)
+        && current.path == path
+        && current.recurse_submodules == recurse
+        && current.in_progress.is_none();
     tracing::info!(
         target: "treesync::sync",
         from = ?current.synced.map(|s| s.commit.to_string()),
@@ -707,7 +817,7 @@ async fn run_locked(
     );
     if !main.is_empty() {
         let from_tree = if takeover { None } else { current.synced.map(|s| s.tree) };
-        current.in_progress = Some(journal_entry(to, &path, from_tree, takeover, repair, me));
+        current.in_progress = Some(journal_entry(to, &path, from_tree, takeover, repair, me).recursing(recurse));
         backend.store_state(&current.to_bytes()).await?;
         outcome.state_writes += 1;
         tracing::debug!(target: "treesync::sync", "journal: in progress");
@@ -724,7 +834,7 @@ async fn run_locked(
             dirs_recreated,
             "the target had drifted (directories missing or replaced); comparing it with the destination once"
         );
-        current.in_progress = Some(journal_entry(to, &path, None, takeover, true, me));
+        current.in_progress = Some(journal_entry(to, &path, None, takeover, true, me).recursing(recurse));
         backend.store_state(&current.to_bytes()).await?;
         outcome.state_writes += 1;
         let (plan, _) = repair_plan_to(repo, backend, to, takeover, options.limits).await?;
@@ -733,6 +843,7 @@ async fn run_locked(
     if !main.is_empty() || !already || dirs_recreated > 0 {
         current.synced = Some(Synced { commit: to.commit, tree: to.tree, at_unix: state::now_unix() });
         current.path = path;
+        current.recurse_submodules = recurse;
         current.in_progress = None;
         backend.store_state(&current.to_bytes()).await?;
         outcome.state_writes += 1;
@@ -806,7 +917,8 @@ pub async fn repair(
         let to = Resolved { commit: goal.commit, tree: goal.tree };
         let finished = if interrupted {
             let target = backend.prepare_target(false).await?;
-            let prepared = prepare_at(repo, to, None, backend, false, target, options.sync.limits).await?;
+            let goal = Goal { path: None, recurse: None };
+            let prepared = prepare_at(repo, to, goal, backend, false, target, options.sync.limits).await?;
             Some(run_locked(repo, backend, prepared, &options.sync, &me, progress, interrupt, start).await?)
         } else {
             None
@@ -881,6 +993,7 @@ fn journal_entry(
         to_path: path.clone(),
         takeover,
         repair,
+        recurse_submodules: false,
         started_unix: state::now_unix(),
         holder: Some(me.clone()),
     }

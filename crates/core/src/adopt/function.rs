@@ -28,6 +28,7 @@ pub async fn adopt(clone: &Path, backend: &dyn Backend, options: &Options) -> Re
             synced: Some(Synced { commit: resolved.commit, tree: resolved.tree, at_unix: state::now_unix() }),
             in_progress: None,
             path: None,
+            recurse_submodules: false,
             backend: if options.backend_name.is_empty() { "local".into() } else { options.backend_name.clone() },
         };
         backend.store_state(&state.to_bytes()).await?;

@@ -190,7 +190,23 @@ pub fn plan_takeover(
     to: ObjectId,
     options: Options,
 ) -> Result<Plan, Error> {
+    takeover(Planner::new(odb, options), existing, to)
+}
+
+/// [`plan_takeover`] with gitlinks filled with their submodules' trees (see [`plan_recursive`]).
+pub fn plan_takeover_recursive(
+    odb: &dyn FindObjectOrHeader,
+    existing: &[ExistingEntry],
+    to: ObjectId,
+    options: Options,
+    gitlinks: &dyn Gitlinks,
+) -> Result<Plan, Error> {
     let mut p = Planner::new(odb, options);
+    p.recurse = Some(Recurse { old: false, new: true, gitlinks });
+    takeover(p, existing, to)
+}
+
+fn takeover(mut p: Planner<'_>, existing: &[ExistingEntry], to: ObjectId) -> Result<Plan, Error> {
     p.diff_tree_contents(&RelPath::root(), None, Some(to))?;
     let mut wanted: HashMap<RelPath, ExistingKind> = HashMap::new();
     for op in p.ops_so_far() {
@@ -226,12 +242,66 @@ enum Node {
     File { id: ObjectId, executable: bool },
     Link { id: ObjectId },
     Tree { id: ObjectId },
-    Gitlink,
+    Gitlink { commit: ObjectId },
+}
+
+/// Where the trees of submodules come from when gitlinks are recursed into
+/// ([`plan_recursive`]); implemented by [`crate::submodule::Submodules`].
+pub trait Gitlinks: Sync {
+    /// Run `f` with the object database of the submodule at `path` (the path in the target)
+    /// that holds `old` and `new` (the commits the gitlink records before and after; at least
+    /// one is `Some`), the trees of those commits, and the gitlinks of that repository (nested
+    /// submodules). When no one repository holds both commits, `f` runs twice: once to empty
+    /// the old tree, once to fill in the new one.
+    fn enter(
+        &self,
+        path: &RelPath,
+        old: Option<ObjectId>,
+        new: Option<ObjectId>,
+        f: &mut dyn FnMut(&dyn FindObjectOrHeader, Option<ObjectId>, Option<ObjectId>, &dyn Gitlinks) -> Result<(), Error>,
+    ) -> Result<(), Error>;
+}
+
+/// Whether each side of a diff has its gitlinks filled with the submodules' trees
+/// ([`plan_recursive`]).
+#[derive(Clone, Copy)]
+pub struct Recurse<'a> {
+    /// The target holds the submodules' trees in its gitlinks now (the state says so).
+    pub old: bool,
+    /// The target is to hold them.
+    pub new: bool,
+    /// Where the submodules are found.
+    pub gitlinks: &'a dyn Gitlinks,
+}
+
+impl std::fmt::Debug for Recurse<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Recurse").field("old", &self.old).field("new", &self.new).finish_non_exhaustive()
+    }
+}
+
+/// [`plan_with`], with gitlinks filled with (or emptied of) their submodules' trees as
+/// `recurse` says; when `recurse.old != recurse.new` every tree is walked (not only changed
+/// ones) to find all gitlinks. The submodules' ops are planned under the gitlinks' paths,
+/// against the same [`Limits`].
+pub fn plan_recursive(
+    odb: &dyn FindObjectOrHeader,
+    from: Option<ObjectId>,
+    to: ObjectId,
+    options: Options,
+    recurse: Recurse<'_>,
+) -> Result<Plan, Error> {
+    let mut p = Planner::new(odb, options);
+    p.recurse = Some(recurse);
+    p.diff_tree_contents(&RelPath::root(), from, Some(to))?;
+    Ok(p.finish(from, to))
 }
 
 struct Planner<'a> {
     odb: &'a dyn FindObjectOrHeader,
     options: Options,
+    /// Gitlinks are filled with their submodules' trees ([`plan_recursive`]).
+    recurse: Option<Recurse<'a>>,
     buf: Vec<u8>,
     /// Whether a tree holds anything git would write (a tree of only empty trees makes no
     /// directory in a checkout).
@@ -262,6 +332,7 @@ impl<'a> Planner<'a> {
         Planner {
             odb,
             options,
+            recurse: None,
             buf: Vec::new(),
             has_content: HashMap::new(),
             sizes: HashMap::new(),
@@ -355,7 +426,7 @@ impl<'a> Planner<'a> {
                             mode: u32::from(e.mode.value()),
                         });
                     }
-                    Node::Gitlink
+                    Node::Gitlink { commit: oid }
                 }
             };
             out.push((e.filename, node));
@@ -528,7 +599,7 @@ impl<'a> Planner<'a> {
 
     /// Diff the contents of two trees at `dir` (which exists, or is planned to).
     fn diff_tree_contents(&mut self, dir: &RelPath, old: Option<ObjectId>, new: Option<ObjectId>) -> Result<(), Error> {
-        if old == new {
+        if old == new && !self.recurse_changes() {
             return Ok(());
         }
         let (mut old_buf, mut new_buf) = (Vec::new(), Vec::new());
@@ -576,7 +647,7 @@ impl<'a> Planner<'a> {
                     (new[j - 1].0, Some(old[i - 1].1), Some(new[j - 1].1))
                 }
             };
-            if o == n {
+            if o == n && !(self.recurse_changes() && matches!(n, Some(Node::Tree { .. } | Node::Gitlink { .. }))) {
                 continue;
             }
             changed |= n.is_some();
@@ -628,16 +699,31 @@ impl<'a> Planner<'a> {
                 };
             }
             (Some(Tree { id }), _) => self.remove_tree(path, id)?,
-            (Some(Gitlink), Some(Gitlink)) => return Ok(()),
-            (Some(Gitlink), _) => self.rmdir(path)?,
-            (Some(File { .. } | Link { .. }), Some(Tree { .. } | Gitlink) | None) => self.unlink(path)?,
+            (Some(Gitlink { commit: a }), Some(Gitlink { commit: b })) => {
+                let (old, new) = self.recursed();
+                let old = old.then_some(a);
+                let new = new.then_some(b);
+                return if old == new { Ok(()) } else { self.diff_gitlink(path, old, new) };
+            }
+            (Some(Gitlink { commit }), _) => {
+                if self.recursed().0 {
+                    self.diff_gitlink(path, Some(commit), None)?;
+                }
+                self.rmdir(path)?
+            }
+            (Some(File { .. } | Link { .. }), Some(Tree { .. } | Gitlink { .. }) | None) => self.unlink(path)?,
             (Some(File { .. } | Link { .. }), Some(File { .. } | Link { .. })) | (None, _) => {}
         }
         // Then create the new one.
         match new {
             None => {}
             Some(Tree { id }) => self.add_tree(path, id)?,
-            Some(Gitlink) => self.mkdir(path)?,
+            Some(Gitlink { commit }) => {
+                self.mkdir(path)?;
+                if self.recursed().1 {
+                    self.diff_gitlink(path, None, Some(commit))?;
+                }
+            }
             Some(File { id, executable }) => match old {
                 Some(File { id: old_id, executable: was }) if old_id == id => {
                     if was != executable {
@@ -651,6 +737,35 @@ impl<'a> Planner<'a> {
             Some(Link { id }) => self.symlink(path, id)?,
         }
         Ok(())
+    }
+
+    /// Do the two sides differ in whether gitlinks hold their submodules' trees (so that equal
+    /// trees must be walked too, to find the gitlinks in them)?
+    fn recurse_changes(&self) -> bool {
+        self.recurse.is_some_and(|r| r.old != r.new)
+    }
+
+    /// Whether the old and the new side have gitlinks filled with their submodules' trees.
+    fn recursed(&self) -> (bool, bool) {
+        self.recurse.map_or((false, false), |r| (r.old, r.new))
+    }
+
+    /// Plan the content of the gitlink at `path` (its directory exists, or is planned to):
+    /// from submodule commit `old`'s tree to `new`'s, in the submodule's object database.
+    fn diff_gitlink(&mut self, path: &RelPath, old: Option<ObjectId>, new: Option<ObjectId>) -> Result<(), Error> {
+        let gitlinks = self.recurse.expect("only called when recursing").gitlinks;
+        let options = self.options;
+        gitlinks.enter(path, old, new, &mut |odb, old_tree, new_tree, nested| {
+            // The submodule's plan goes on from this one: the same ops, against the same limits.
+            let mut sub = Planner::new(odb, options);
+            sub.recurse = Some(Recurse { old: true, new: true, gitlinks: nested });
+            sub.ops = std::mem::take(&mut self.ops);
+            sub.planned = self.planned;
+            let done = sub.diff_tree_contents(path, old_tree, new_tree);
+            self.ops = std::mem::take(&mut sub.ops);
+            self.planned = sub.planned;
+            done
+        })
     }
 
     fn write(&mut self, path: &RelPath, blob: ObjectId, executable: bool) -> Result<(), Error> {

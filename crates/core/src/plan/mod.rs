@@ -8,8 +8,9 @@ mod function;
 pub(crate) use function::too_deep;
 pub(crate) use function::with_big_stack;
 pub use function::{
-    DEFAULT_MAX_BYTES, DEFAULT_MAX_ENTRIES, ExistingEntry, ExistingKind, Limits, MAX_PATH_BYTES, MAX_TREE_DEPTH,
-    Options, check_tree_size, plan, plan_takeover, plan_with,
+    DEFAULT_MAX_BYTES, DEFAULT_MAX_ENTRIES, ExistingEntry, ExistingKind, Gitlinks, Limits, MAX_PATH_BYTES,
+    MAX_TREE_DEPTH, Options, Recurse, check_tree_size, plan, plan_recursive, plan_takeover, plan_takeover_recursive,
+    plan_with,
 };
 
 use gix_hash::ObjectId;
@@ -55,6 +56,9 @@ pub enum Error {
     /// An object could not be read.
     #[error(transparent)]
     Object(#[from] crate::source::Error),
+    /// A submodule whose tree is needed (`--recurse-submodules`) cannot be read.
+    #[error(transparent)]
+    Submodule(#[from] Box<crate::submodule::Error>),
     /// A tree entry has a mode git does not write.
     #[error(
         "tree {tree} has an entry {} with mode {mode:o}, which git does not write\n  hint: the repository holds a tree git itself would refuse; `git fsck` names it", crate::path::quote(path.as_bytes())
