@@ -351,9 +351,9 @@ mod tests {
                 in_progress: Some(p),
                 path: None,
                 recurse_submodules: false,
-                backend: "local".into()
+                backend: "local".into(),
             }
-                .to_bytes(),
+            .to_bytes(),
         )
         .expect("round trip");
         assert_eq!(back.in_progress.and_then(|p| p.holder), Some(h));

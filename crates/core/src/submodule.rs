@@ -20,11 +20,11 @@ use std::sync::{Arc, Mutex};
 
 use gix::bstr::ByteSlice;
 use gix_hash::ObjectId;
-use gix_object::{FindExt, FindObjectOrHeader};
+use gix_object::FindExt;
 use serde::Serialize;
 
 use crate::path::RelPath;
-use crate::plan::{self, Gitlinks};
+use crate::plan::{self, Gitlinks, Visit};
 use crate::source::{self, BlobError, BlobSource, Cause, Repo};
 
 /// A submodule's repository cannot be found or read. Raised while planning: nothing was written.
@@ -187,12 +187,7 @@ impl Gitlinks for Submodules {
         path: &RelPath,
         old: Option<ObjectId>,
         new: Option<ObjectId>,
-        f: &mut dyn FnMut(
-            &dyn FindObjectOrHeader,
-            Option<ObjectId>,
-            Option<ObjectId>,
-            &dyn Gitlinks,
-        ) -> Result<(), plan::Error>,
+        f: &mut Visit<'_>,
     ) -> Result<(), plan::Error> {
         self.top().enter(path, old, new, f)
     }
@@ -304,12 +299,8 @@ impl Level<'_> {
         if let Some(work) = self.repo.work_dir() {
             out.push(work.join(in_repo.to_path_lossy()));
         }
-        if let Some(url) = &m.url {
-            for base in self.url_bases() {
-                if let Some(p) = local_url(url, &base) {
-                    out.push(p);
-                }
-            }
+        if let Some(p) = m.url.as_deref().and_then(|url| self.local(url)) {
+            out.push(p);
         }
         let mut unique = Vec::new();
         for p in out {
@@ -320,20 +311,23 @@ impl Level<'_> {
         unique
     }
 
-    /// What relative URLs are resolved against: the repository's own path (as git does when
-    /// the superproject has no remote, and for a mirror whose submodules sit beside it), then
-    /// its `origin` URL when that is local.
-    fn url_bases(&self) -> Vec<PathBuf> {
-        let mut out = vec![self.repo.path().to_path_buf()];
+    /// Where the URL `url` of a submodule of this repository is: relative URLs against this
+    /// repository's path, as git resolves them for a superproject without a remote (a mirror
+    /// whose submodules sit beside it).
+    fn local(&self, url: &str) -> Option<PathBuf> {
+        local_path(&resolve_url(url, &self.repo.path().to_string_lossy()))
+    }
+
+    /// Where `git clone` would fetch submodule URL `url` from: relative URLs against this
+    /// repository's `origin` (its upstream, as `git submodule update` resolves them), else
+    /// against its path.
+    fn clone_url(&self, url: &str) -> String {
         let origin = gix::open(self.repo.git_dir())
             .ok()
             .and_then(|r| r.config_snapshot().string("remote.origin.url").map(|u| u.to_str_lossy().into_owned()));
-        if let Some(origin) = origin
-            && let Some(p) = local_url(&origin, self.repo.path())
-        {
-            out.push(p);
-        }
-        out
+        let base = origin.unwrap_or_else(|| self.repo.path().to_string_lossy().into_owned());
+        let url = resolve_url(url, &base);
+        local_path(&url).map_or(url, |p| p.display().to_string())
     }
 
     /// Find the repository holding `commit` for the gitlink at `path` (`in_repo` in this
@@ -361,7 +355,7 @@ impl Level<'_> {
                 }
             }
             if let Some(url) = &m.url
-                && self.url_bases().iter().all(|b| local_url(url, b).is_none())
+                && self.local(url).is_none()
             {
                 looked.push(format!("URL {url} (not a local path; treesync does not fetch)"));
             }
@@ -394,8 +388,7 @@ impl Level<'_> {
         if modules.exists() {
             return format!("fetch the missing commit into it: `git -C {} fetch --all`", modules.display());
         }
-        let url = m.url.clone().unwrap_or_else(|| "URL".into());
-        let url = self.url_bases().iter().find_map(|b| local_url(&url, b)).map_or(url, |p| p.display().to_string());
+        let url = m.url.as_deref().map_or_else(|| "URL".into(), |u| self.clone_url(u));
         format!("clone the submodule there: `git clone --bare {url} {}`", modules.display())
     }
 
@@ -406,12 +399,7 @@ impl Level<'_> {
         found: &Found,
         old: Option<ObjectId>,
         new: Option<ObjectId>,
-        f: &mut dyn FnMut(
-            &dyn FindObjectOrHeader,
-            Option<ObjectId>,
-            Option<ObjectId>,
-            &dyn Gitlinks,
-        ) -> Result<(), plan::Error>,
+        f: &mut Visit<'_>,
     ) -> Result<(), plan::Error> {
         {
             let mut used = self.shared.used.lock().expect("never poisoned");
@@ -442,12 +430,7 @@ impl Gitlinks for Level<'_> {
         path: &RelPath,
         old: Option<ObjectId>,
         new: Option<ObjectId>,
-        f: &mut dyn FnMut(
-            &dyn FindObjectOrHeader,
-            Option<ObjectId>,
-            Option<ObjectId>,
-            &dyn Gitlinks,
-        ) -> Result<(), plan::Error>,
+        f: &mut Visit<'_>,
     ) -> Result<(), plan::Error> {
         let in_repo = self.path_in_repo(path);
         let modules = self.modules_at(&in_repo)?;
@@ -475,34 +458,39 @@ impl Gitlinks for Level<'_> {
     }
 }
 
-/// `url` as a local path, when it is one: absolute, `file://`, or relative (`./`, `../`) to
-/// `base` the way git resolves a submodule URL against its superproject's (each `../` takes
-/// one component off `base`).
-fn local_url(url: &str, base: &Path) -> Option<PathBuf> {
+/// `url` resolved against `base` as git resolves a submodule's URL against its superproject's:
+/// a relative URL (`./x`, `../x`) takes one component off `base` for each `../`; any other URL
+/// is returned as it is.
+fn resolve_url(url: &str, base: &str) -> String {
     let url = url.trim_end_matches('/');
-    if let Some(p) = url.strip_prefix("file://") {
-        return Some(PathBuf::from(p));
-    }
-    if url.starts_with('/') {
-        return Some(PathBuf::from(url));
-    }
     if !(url.starts_with("./") || url.starts_with("../")) {
-        return None;
+        return url.to_string();
     }
-    let mut out = normalize(base);
-    for c in Path::new(url).components() {
-        match c {
-            Component::CurDir => {}
-            Component::ParentDir => {
-                out.pop();
+    let mut base = base.trim_end_matches('/').to_string();
+    let mut rest = url;
+    loop {
+        if let Some(r) = rest.strip_prefix("./") {
+            rest = r;
+        } else if let Some(r) = rest.strip_prefix("../") {
+            rest = r;
+            match base.rfind('/') {
+                Some(i) => base.truncate(i),
+                None => base.clear(),
             }
-            other => out.push(other),
+        } else {
+            break;
         }
     }
-    Some(out)
+    if base.is_empty() { rest.to_string() } else { format!("{base}/{rest}") }
 }
 
-/// `p` without `.` and `..` components (resolved lexically) and a trailing slash.
+/// `url` as a local path, when it is one: absolute or `file://`.
+fn local_path(url: &str) -> Option<PathBuf> {
+    let path = url.strip_prefix("file://").unwrap_or(url);
+    path.starts_with('/').then(|| normalize(Path::new(path)))
+}
+
+/// `p` without `.` and `..` components (resolved lexically).
 fn normalize(p: &Path) -> PathBuf {
     let mut out = PathBuf::new();
     for c in p.components() {
@@ -596,13 +584,15 @@ mod tests {
 
     #[test]
     fn relative_urls_resolve_against_the_superproject_as_git_does() {
-        let base = Path::new("/srv/git/super.git");
-        assert_eq!(local_url("../lib.git", base), Some(PathBuf::from("/srv/git/lib.git")));
-        assert_eq!(local_url("../../other/lib.git/", base), Some(PathBuf::from("/srv/other/lib.git")));
-        assert_eq!(local_url("./lib", base), Some(PathBuf::from("/srv/git/super.git/lib")));
-        assert_eq!(local_url("/abs/lib.git", base), Some(PathBuf::from("/abs/lib.git")));
-        assert_eq!(local_url("file:///abs/lib.git", base), Some(PathBuf::from("/abs/lib.git")));
-        assert_eq!(local_url("https://example.com/lib.git", base), None);
-        assert_eq!(local_url("git@example.com:lib.git", base), None);
+        let base = "/srv/git/super.git";
+        let local = |url: &str| local_path(&resolve_url(url, base));
+        assert_eq!(local("../lib.git"), Some(PathBuf::from("/srv/git/lib.git")));
+        assert_eq!(local("../../other/lib.git/"), Some(PathBuf::from("/srv/other/lib.git")));
+        assert_eq!(local("./lib"), Some(PathBuf::from("/srv/git/super.git/lib")));
+        assert_eq!(local("/abs/lib.git"), Some(PathBuf::from("/abs/lib.git")));
+        assert_eq!(local("file:///abs/lib.git"), Some(PathBuf::from("/abs/lib.git")));
+        assert_eq!(local("https://example.com/lib.git"), None);
+        assert_eq!(local("git@example.com:lib.git"), None);
+        assert_eq!(resolve_url("../lib.git", "https://example.com/team/super.git"), "https://example.com/team/lib.git");
     }
 }

@@ -245,6 +245,11 @@ enum Node {
     Gitlink { commit: ObjectId },
 }
 
+/// What [`Gitlinks::enter`] runs: given a submodule's object database, its old and new trees,
+/// and the gitlinks of that repository.
+pub type Visit<'f> =
+    dyn FnMut(&dyn FindObjectOrHeader, Option<ObjectId>, Option<ObjectId>, &dyn Gitlinks) -> Result<(), Error> + 'f;
+
 /// Where the trees of submodules come from when gitlinks are recursed into
 /// ([`plan_recursive`]); implemented by [`crate::submodule::Submodules`].
 pub trait Gitlinks: Sync {
@@ -258,7 +263,7 @@ pub trait Gitlinks: Sync {
         path: &RelPath,
         old: Option<ObjectId>,
         new: Option<ObjectId>,
-        f: &mut dyn FnMut(&dyn FindObjectOrHeader, Option<ObjectId>, Option<ObjectId>, &dyn Gitlinks) -> Result<(), Error>,
+        f: &mut Visit<'_>,
     ) -> Result<(), Error>;
 }
 

@@ -9,8 +9,8 @@ pub(crate) use function::too_deep;
 pub(crate) use function::with_big_stack;
 pub use function::{
     DEFAULT_MAX_BYTES, DEFAULT_MAX_ENTRIES, ExistingEntry, ExistingKind, Gitlinks, Limits, MAX_PATH_BYTES,
-    MAX_TREE_DEPTH, Options, Recurse, check_tree_size, plan, plan_recursive, plan_takeover, plan_takeover_recursive,
-    plan_with,
+    MAX_TREE_DEPTH, Options, Recurse, Visit, check_tree_size, plan, plan_recursive, plan_takeover,
+    plan_takeover_recursive, plan_with,
 };
 
 use gix_hash::ObjectId;
