@@ -76,6 +76,7 @@ impl From<Error> for plan::Error {
 
 /// A submodule a plan read: where, which commit, from which repository.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
+#[schemars(rename = "submodule")]
 pub struct Used {
     /// Its path in the target.
     pub path: String,
