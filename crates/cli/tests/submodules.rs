@@ -128,18 +128,20 @@ fn sync_recurse_submodules_fills_them_like_a_recursive_clone_and_names_them() {
     assert_eq!(used["repo"].as_str(), Some(s(&srv.join("lib.git"))), "{v1:#}");
 
     // The bump plans one write (b.txt), named in plan --json.
-    let plan = json(
-        &["plan", "--repo", s(&repo), "--ref", "main", "--target", s(&target), "--recurse-submodules"],
-        PLAN,
-    );
+    let plan =
+        json(&["plan", "--repo", s(&repo), "--ref", "main", "--target", s(&target), "--recurse-submodules"], PLAN);
     assert_eq!(plan["plan"]["counts"]["write"].as_u64(), Some(1), "{plan:#}");
     assert_eq!(plan["submodules"].as_array().map(Vec::len), Some(2), "the old and the new commit: {plan:#}");
     json(&[&base[..], &["--ref", "main"]].concat(), SYNC);
     assert_same(&clone(&srv, "main", true), &target, "main");
 
-    // Without the flag: emptied, as a plain clone has it; no submodules named.
+    // Without the flag: emptied, as a plain clone has it (the run names what it emptied); then
+    // nothing more to do, and no submodules named.
     let off = json(&["sync", "--repo", s(&repo), "--target", s(&target), "--ref", "main"], SYNC);
-    assert!(off.get("submodules").is_some_and(|u| u.as_array().is_some_and(|a| !a.is_empty())), "emptying reads them: {off:#}");
+    assert!(
+        off.get("submodules").is_some_and(|u| u.as_array().is_some_and(|a| !a.is_empty())),
+        "emptying reads them: {off:#}"
+    );
     assert_same(&clone(&srv, "main", false), &target, "main without submodules");
     let again = json(&["sync", "--repo", s(&repo), "--target", s(&target), "--ref", "main"], SYNC);
     assert!(again.get("submodules").is_none(), "{again:#}");

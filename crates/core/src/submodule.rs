@@ -100,6 +100,9 @@ struct Module {
     url: Option<String>,
 }
 
+/// A repository's git directory and a tree of it.
+type ModulesKey = (PathBuf, ObjectId);
+
 /// What is shared by every level of nesting: opened repositories, parsed `.gitmodules`, and
 /// what was used.
 #[derive(Default)]
@@ -107,7 +110,7 @@ struct Shared {
     /// Repositories opened so far, by the path they were opened from (`None`: not there).
     opened: Mutex<HashMap<PathBuf, Option<Repo>>>,
     /// `.gitmodules` of a tree, by repository git dir and tree.
-    modules: Mutex<HashMap<(PathBuf, ObjectId), Arc<Vec<Module>>>>,
+    modules: Mutex<HashMap<ModulesKey, Arc<Vec<Module>>>>,
     used: Mutex<Vec<Used>>,
 }
 

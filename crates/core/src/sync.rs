@@ -319,29 +319,27 @@ struct Planning<'r> {
 
 impl Planning<'_> {
     /// Plan from tree `from` (gitlinks filled: `old`) to `to` (filled: `new`).
-    fn diff(&self, from: Option<ObjectId>, to: ObjectId, old: bool, new: bool) -> Result<Plan, Error> {
+    fn diff(&self, from: Option<ObjectId>, to: ObjectId, old: bool, new: bool) -> Result<Plan, plan::Error> {
         let options = self.options;
-        let plan = plan::with_big_stack(|| {
+        plan::with_big_stack(|| {
             self.repo.with_objects(|odb| match &self.submodules {
                 Some(gitlinks) if old || new => {
                     plan::plan_recursive(odb, from, to, options, plan::Recurse { old, new, gitlinks })
                 }
                 _ => plan::plan_with(odb, from, to, options),
             })
-        })?;
-        Ok(plan)
+        })
     }
 
     /// Plan the takeover of a target holding `existing` (gitlinks filled: `new`).
-    fn takeover(&self, existing: &[ExistingEntry], to: ObjectId, new: bool) -> Result<Plan, Error> {
+    fn takeover(&self, existing: &[ExistingEntry], to: ObjectId, new: bool) -> Result<Plan, plan::Error> {
         let options = self.options;
-        let plan = plan::with_big_stack(|| {
+        plan::with_big_stack(|| {
             self.repo.with_objects(|odb| match &self.submodules {
                 Some(gitlinks) if new => plan::plan_takeover_recursive(odb, existing, to, options, gitlinks),
                 _ => plan::plan_takeover(odb, existing, to, options),
             })
-        })?;
-        Ok(plan)
+        })
     }
 
     /// What the plans read: submodules, and the repositories holding their blobs.
