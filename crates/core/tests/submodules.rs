@@ -305,3 +305,54 @@ fn a_missing_submodule_is_refused_before_any_write_and_the_hint_fixes_it() {
     assert_eq!(fixed, 2, "lib, then its nested submodule");
     assert_holds(&world, &target, "s3", true);
 }
+
+#[test]
+fn an_interrupted_recursive_sync_is_finished_by_the_next_run() {
+    use treesync_core::policy::Fail;
+    let world = World::new();
+    let repo = Repo::open(world.path("srv/super.git")).expect("open");
+    let target = MemoryBackend::new();
+    let state = |t: &MemoryBackend| -> serde_json::Value {
+        let bytes = run(treesync_core::Backend::load_state(t)).expect("load").expect("a state");
+        serde_json::from_slice(&bytes).expect("json")
+    };
+    // Turning recursion on for s3, stopped after two ops: the journal says where it was going.
+    sync_to(&repo, "s3", &target, false);
+    let failing = Fail::after(target.clone(), 2);
+    let r = run(sync::sync(&repo, "s3", &failing, &options(true), &|_| {}, &AtomicBool::new(false)));
+    assert!(r.is_err(), "the fault stops it");
+    assert_eq!(state(&target)["in_progress"]["recurse_submodules"], serde_json::Value::Bool(true));
+    // The next run (to s2, recursing) finishes it first, then goes on incrementally.
+    let outcome = sync_to(&repo, "s2", &target, true);
+    assert!(outcome.resumed.is_some(), "finished the interrupted sync first");
+    assert_holds(&world, &target, "s2", true);
+    assert_eq!(state(&target)["recurse_submodules"], serde_json::Value::Bool(true));
+    // A bump stopped halfway is finished the same way.
+    let failing = Fail::after(target.clone(), 1);
+    assert!(run(sync::sync(&repo, "s3", &failing, &options(true), &|_| {}, &AtomicBool::new(false))).is_err());
+    sync_to(&repo, "s3", &target, true);
+    assert_holds(&world, &target, "s3", true);
+    assert!(plan(&repo, "s3", &target, true).is_empty(), "planning again is empty");
+}
+
+#[test]
+fn a_working_tree_without_initialized_submodules_gets_the_git_submodule_update_hint() {
+    let world = World::new();
+    let work = world.path("checkout");
+    let from = world.path("srv/super.git");
+    git(world.dir.path(), &["clone", "-q", "-b", "s3", from.to_str().expect("utf-8"), work.to_str().expect("utf-8")]);
+    let repo = Repo::open(&work).expect("open");
+    let target = MemoryBackend::new();
+    let e = run(sync::sync(&repo, "s3", &target, &options(true), &|_| {}, &AtomicBool::new(false)))
+        .expect_err("lib is not there");
+    let text = e.to_string();
+    assert!(target.snapshot().is_empty(), "nothing written: {text}");
+    assert!(text.contains(&format!("{} (no such directory)", work.join(".git/modules/lib").display())), "{text}");
+    assert!(text.contains(&format!("{} (not a git repository)", work.join("lib").display())), "{text}");
+    let command = text.split("hint: ").nth(1).and_then(|h| h.split('`').nth(1)).expect("a command");
+    assert_eq!(command, format!("git -C {} submodule update --init --recursive", work.display()));
+    let args: Vec<&str> = command.split(' ').skip(1).collect();
+    git(world.dir.path(), &args);
+    sync_to(&repo, "s3", &target, true);
+    assert_holds(&world, &target, "s3", true);
+}
