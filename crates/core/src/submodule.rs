@@ -50,6 +50,16 @@ pub enum Error {
         /// A command that makes the submodule available.
         hint: String,
     },
+    /// Submodules nested deeper than [`MAX_NESTING`] (a chain of commits that hold gitlinks to
+    /// each other, which no real project has).
+    #[error(
+        "refusing to fill submodule {}: it is nested {MAX_NESTING} submodules deep\n  hint: the repository's submodules nest in a chain no checkout needs (a hostile or broken history); sync without --recurse-submodules (nothing was written)",
+        crate::path::quote(path.as_bytes())
+    )]
+    TooDeep {
+        /// Its path in the target.
+        path: String,
+    },
     /// A `.gitmodules` file could not be read.
     #[error(
         "cannot read .gitmodules of tree {tree} in {}: {message}\n  hint: fix .gitmodules in the repository (`git config -f .gitmodules --list` shows what git makes of it), or sync without --recurse-submodules",
@@ -73,6 +83,10 @@ impl From<Error> for plan::Error {
         plan::Error::Submodule(Box::new(e))
     }
 }
+
+/// How deep submodules may nest in submodules (git has no limit; real projects stay within a
+/// few levels).
+pub const MAX_NESTING: usize = 64;
 
 /// A submodule a plan read: where, which commit, from which repository.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
@@ -181,6 +195,7 @@ impl Submodules {
             prefix: self.subtree.clone(),
             root: RelPath::root(),
             top: true,
+            depth: 0,
         }
     }
 }
@@ -210,6 +225,8 @@ struct Level<'s> {
     root: RelPath,
     /// The superproject (its work tree, if any, is where `git submodule update` runs).
     top: bool,
+    /// How many submodules deep this repository is (0: the superproject).
+    depth: usize,
 }
 
 /// A repository found for a gitlink's commit.
@@ -423,6 +440,7 @@ impl Level<'_> {
             prefix: Vec::new(),
             root: path.clone(),
             top: false,
+            depth: self.depth + 1,
         };
         found.repo.with_objects(|odb| f(odb, old_tree, new_tree, &nested))
     }
@@ -436,6 +454,9 @@ impl Gitlinks for Level<'_> {
         new: Option<ObjectId>,
         f: &mut Visit<'_>,
     ) -> Result<(), plan::Error> {
+        if self.depth >= MAX_NESTING {
+            return Err(Error::TooDeep { path: path.display() }.into());
+        }
         let in_repo = self.path_in_repo(path);
         let modules = self.modules_at(&in_repo)?;
         match (old, new) {

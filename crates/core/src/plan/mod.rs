@@ -5,13 +5,15 @@
 //! paths (times their depth), not with the size of the tree.
 
 mod function;
+mod gitlinks;
 pub(crate) use function::too_deep;
 pub(crate) use function::with_big_stack;
 pub use function::{
-    DEFAULT_MAX_BYTES, DEFAULT_MAX_ENTRIES, ExistingEntry, ExistingKind, Gitlinks, Limits, MAX_PATH_BYTES,
-    MAX_TREE_DEPTH, Options, Recurse, Visit, check_tree_size, plan, plan_recursive, plan_takeover,
-    plan_takeover_recursive, plan_with,
+    DEFAULT_MAX_BYTES, DEFAULT_MAX_ENTRIES, ExistingEntry, ExistingKind, Limits, MAX_PATH_BYTES, MAX_TREE_DEPTH,
+    Options, check_tree_size, plan, plan_recursive, plan_takeover, plan_takeover_recursive, plan_with,
 };
+
+pub use gitlinks::{Gitlinks, Recurse, Visit};
 
 use gix_hash::ObjectId;
 
