@@ -168,3 +168,20 @@ fn the_config_key_recurse_submodules_turns_it_on() {
         serde_json::from_slice(&std::fs::read(target.join(".treesync/state")).expect("state")).expect("json");
     assert_eq!(state["recurse_submodules"], Value::Bool(true), "{state:#}");
 }
+
+#[test]
+fn a_subtree_sync_fills_the_submodules_inside_it() {
+    let (dir, srv) = world();
+    let target = dir.path().join("vendor-only");
+    let repo = srv.join("super.git");
+    let v = json(
+        &["sync", "--repo", s(&repo), "--ref", "main:vendor", "--target", s(&target), "--recurse-submodules"],
+        SYNC,
+    );
+    assert_eq!(v["submodules"][0]["path"].as_str(), Some("lib"), "the path in the target: {v:#}");
+    let whole = clone(&srv, "main", true);
+    let expected: BTreeMap<String, Node> =
+        whole.into_iter().filter_map(|(k, n)| k.strip_prefix("vendor/").map(|k| (k.to_string(), n))).collect();
+    assert!(expected.contains_key("lib/b.txt"), "{expected:?}");
+    assert_same(&expected, &target, "main:vendor");
+}

@@ -148,23 +148,25 @@ impl std::fmt::Debug for Submodules {
 impl Submodules {
     /// The submodules of `repo` as the `.gitmodules` of `commits` name them (the commit the
     /// target holds and the one it goes to; the later ones win where they differ), for a
-    /// target holding directory `subtree` of those commits (`None`: the whole tree).
-    pub fn new(repo: &Repo, commits: &[ObjectId], subtree: Option<&str>) -> Result<Submodules, source::Error> {
+    /// target holding directory `subtree` of those commits (`None`: the whole tree). A commit
+    /// that cannot be read is left out (the sync says what is wrong with it where it needs it;
+    /// a gitlink no remaining `.gitmodules` names is reported with the places looked).
+    pub fn new(repo: &Repo, commits: &[ObjectId], subtree: Option<&str>) -> Submodules {
         let mut trees = Vec::new();
-        for commit in commits {
-            let tree = commit_tree(repo, *commit)?;
-            if !trees.contains(&tree) {
+        // The later commit's .gitmodules first: it describes the submodules to fill in.
+        for commit in commits.iter().rev() {
+            if let Ok(tree) = commit_tree(repo, *commit)
+                && !trees.contains(&tree)
+            {
                 trees.push(tree);
             }
         }
-        // The later commit's .gitmodules first: it describes the submodules to fill in.
-        trees.reverse();
-        Ok(Submodules {
+        Submodules {
             repo: repo.clone(),
             trees,
             subtree: subtree.map(|s| s.trim_matches('/').as_bytes().to_vec()).unwrap_or_default(),
             shared: Shared::default(),
-        })
+        }
     }
 
     /// The submodules the plans so far read, in the order they were first read.

@@ -404,7 +404,7 @@ async fn prepare_at(
             let synced = state.as_ref().and_then(|s| s.synced).map(|s| s.commit);
             let going = state.as_ref().and_then(|s| s.in_progress.as_ref()).map(|p| p.to_commit);
             let commits: Vec<ObjectId> = [synced, going, Some(to.commit)].into_iter().flatten().collect();
-            Some(Submodules::new(repo, &commits, path.as_deref())?)
+            Some(Submodules::new(repo, &commits, path.as_deref()))
         } else {
             None
         },
