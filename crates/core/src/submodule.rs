@@ -196,7 +196,7 @@ impl Submodules {
             trees: self.trees.clone(),
             prefix: self.subtree.clone(),
             root: RelPath::root(),
-            top: true,
+            work: self.repo.work_dir(),
             depth: 0,
         }
     }
@@ -225,8 +225,8 @@ struct Level<'s> {
     prefix: Vec<u8>,
     /// Where this repository's tree (its `prefix`) is in the target.
     root: RelPath,
-    /// The superproject (its work tree, if any, is where `git submodule update` runs).
-    top: bool,
+    /// The superproject's work tree, if it has one: where `git submodule update` runs.
+    work: Option<PathBuf>,
     /// How many submodules deep this repository is (0: the superproject).
     depth: usize,
 }
@@ -279,7 +279,11 @@ impl Level<'_> {
             let file = gix::submodule::File::from_bytes(&bytes, None, &gix::config::File::default())
                 .map_err(|e| bad(e.to_string()))?;
             for name in file.names() {
-                // An entry without a usable path cannot be any gitlink's: git skips it too.
+                // A name that would lead out of `modules/` (`../x`), or an entry without a
+                // usable path, is no gitlink's: git refuses and skips them too.
+                if gix_validate::submodule::name(name).is_err() {
+                    continue;
+                }
                 let Ok(path) = file.path(name) else { continue };
                 let url =
                     file.config().string_by("submodule", Some(name), "url").map(|u| u.to_str_lossy().into_owned());
@@ -402,14 +406,15 @@ impl Level<'_> {
                 in_repo.to_str_lossy()
             );
         };
-        let modules = self.repo.git_dir().join("modules").join(&m.name);
-        if self.top
-            && let Some(work) = self.repo.work_dir()
-        {
+        if let Some(work) = &self.work {
             return format!("run `git -C {} submodule update --init --recursive`", work.display());
         }
+        let modules = self.repo.git_dir().join("modules").join(&m.name);
         if modules.exists() {
-            return format!("fetch the missing commit into it: `git -C {} fetch --all`", modules.display());
+            return format!(
+                "fetch the missing commit into it: `git -C {} fetch origin +refs/heads/*:refs/heads/* +refs/tags/*:refs/tags/*`",
+                modules.display()
+            );
         }
         let url = m.url.as_deref().map_or_else(|| "URL".into(), |u| self.clone_url(u));
         format!("clone the submodule there: `git clone --bare {url} {}`", modules.display())
@@ -441,7 +446,7 @@ impl Level<'_> {
             trees: [new_tree, old_tree].into_iter().flatten().collect(),
             prefix: Vec::new(),
             root: path.clone(),
-            top: false,
+            work: self.work.clone(),
             depth: self.depth + 1,
         };
         found.repo.with_objects(|odb| f(odb, old_tree, new_tree, &nested))

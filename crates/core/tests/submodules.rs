@@ -356,3 +356,37 @@ fn a_working_tree_without_initialized_submodules_gets_the_git_submodule_update_h
     sync_to(&repo, "s3", &target, true);
     assert_holds(&world, &target, "s3", true);
 }
+
+#[test]
+fn a_submodule_repository_without_the_commit_gets_a_fetch_hint_that_works() {
+    let world = World::new();
+    let s = |p: &Path| p.to_str().expect("utf-8").to_string();
+    let mirror = world.path("old/super.git");
+    let srv = world.path("srv");
+    git(world.dir.path(), &["clone", "-q", "--mirror", &s(&srv.join("super.git")), &s(&mirror)]);
+    // modules/lib holds only L1 (an old copy): s2 works, s3 needs L2.
+    let lib = mirror.join("modules/lib");
+    std::fs::create_dir_all(&lib).expect("mkdir");
+    git(&lib, &["init", "-q", "--bare"]);
+    git(&lib, &["remote", "add", "origin", &s(&srv.join("lib.git"))]);
+    let l1 = git(&srv.join("lib.git"), &["rev-parse", "main~1"]);
+    git(&lib, &["fetch", "-q", "origin", &format!("{l1}:refs/heads/main")]);
+    let nested = lib.join("modules/nested");
+    git(world.dir.path(), &["clone", "-q", "--bare", &s(&srv.join("nested.git")), &s(&nested)]);
+    let repo = Repo::open(&mirror).expect("open");
+    let target = MemoryBackend::new();
+    sync_to(&repo, "s2", &target, true);
+    assert_holds(&world, &target, "s2", true);
+    let before = target.snapshot();
+    let e = run(sync::sync(&repo, "s3", &target, &options(true), &|_| {}, &AtomicBool::new(false)))
+        .expect_err("L2 is missing");
+    let text = e.to_string();
+    assert_eq!(target.snapshot(), before, "nothing written: {text}");
+    assert!(text.contains(&format!("{} (does not have commit", lib.display())), "{text}");
+    let command = text.split("hint: ").nth(1).and_then(|h| h.split('`').nth(1)).expect("a command");
+    assert!(command.starts_with(&format!("git -C {} fetch origin", lib.display())), "{text}");
+    let args: Vec<&str> = command.split(' ').skip(1).collect();
+    git(world.dir.path(), &args);
+    sync_to(&repo, "s3", &target, true);
+    assert_holds(&world, &target, "s3", true);
+}
