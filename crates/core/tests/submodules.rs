@@ -46,12 +46,13 @@ fn write(path: &Path, content: &str) {
 /// A server directory with `super.git`, `lib.git` and `nested.git` side by side; `lib` is a
 /// submodule of `super` (URL `../lib.git`), `nested` one of `lib` (URL `../nested.git`).
 /// Branches `s1`… of `super` walk a history: no submodule, added, bumped (with its nested
-/// submodule), removed, replaced by a directory, back, replaced by a file, back.
+/// submodule), removed, replaced by a directory, back, replaced by a file, back, replaced by a
+/// directory at once.
 struct World {
     dir: tempfile::TempDir,
 }
 
-const BRANCHES: [&str; 8] = ["s1", "s2", "s3", "s4", "s5", "s6", "s7", "s8"];
+const BRANCHES: [&str; 9] = ["s1", "s2", "s3", "s4", "s5", "s6", "s7", "s8", "s9"];
 
 impl World {
     fn new() -> World {
@@ -146,6 +147,10 @@ impl World {
         git(&bare, &["branch", "s7", &s7]);
         let s8 = git(&bare, &["commit-tree", &s3_tree, "-p", "s7", "-m", "s8"]);
         git(&bare, &["branch", "s8", &s8]);
+        // s9: s5's tree (lib a directory) straight after the submodule.
+        let s5_tree = git(&bare, &["rev-parse", "s5^{tree}"]);
+        let s9 = git(&bare, &["commit-tree", &s5_tree, "-p", "s8", "-m", "s9"]);
+        git(&bare, &["branch", "s9", &s9]);
         World { dir }
     }
 
@@ -225,7 +230,9 @@ fn walk_history(world: &World, repo: &Repo) -> Vec<sync::Outcome> {
         }
         outcomes.push(outcome);
     }
-    // Off: the gitlinks are emptied (only them); on again: filled.
+    // Back to the submodule, then off: the gitlinks are emptied (only them); on again: filled.
+    sync_to(repo, "s8", &target, true);
+    assert_holds(world, &target, "s8", true);
     let off = plan(repo, "s8", &target, false);
     assert!(off.ops().all(|op| op.path().display().starts_with("lib/")), "only the submodule's content goes");
     sync_to(repo, "s8", &target, false);
