@@ -123,6 +123,13 @@ pub(crate) struct Source {
     /// monorepo): the same as --ref REV:PATH, for a ref given apart (e.g. a mirror's).
     #[arg(long, value_name = "PATH")]
     pub(crate) path: Option<String>,
+    /// Fill each submodule (gitlink) with its tree at the recorded commit, as `git clone
+    /// --recurse-submodules` does, nested ones too. Submodule repositories are found as git
+    /// finds them: in modules/NAME under the repository's git directory, or at a local URL in
+    /// .gitmodules (../lib.git beside a bare repository). Without it, submodules are empty
+    /// directories. Turning it on or off fills or empties them.
+    #[arg(long)]
+    pub(crate) recurse_submodules: bool,
 }
 
 impl Source {

@@ -78,6 +78,8 @@ pub struct Mirror {
     pub max_entries: Option<u64>,
     /// The most bytes of content one plan may write (`--max-bytes`; the core's default unless set).
     pub max_bytes: Option<u64>,
+    /// Fill gitlinks with their submodules' trees (`--recurse-submodules`).
+    pub recurse_submodules: bool,
 }
 
 /// The `backend` key.
@@ -287,6 +289,7 @@ tables! {
     repair: Flag,
     max_entries: Count,
     max_bytes: Size,
+    recurse_submodules: Flag,
 }
 
 const TOP_KEYS: &[&str] = &["defaults", "mirror"];
@@ -720,6 +723,7 @@ pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
             repair: settings.repair.as_ref().is_some_and(|f| f.value.0),
             max_entries: settings.max_entries.as_ref().map(|c| c.value.0),
             max_bytes: settings.max_bytes.as_ref().map(|s| s.value.0),
+            recurse_submodules: settings.recurse_submodules.as_ref().is_some_and(|f| f.value.0),
         });
     }
     Ok(Config { path: path.to_path_buf(), mirrors })
@@ -1248,7 +1252,8 @@ repair = true
             text,
             (7, 1),
             "unknown key \"tagret\" in [mirror.site] (expected one of: repo, ref, target, path, backend, interval, \
-             verify_every, jobs, lookup_jobs, write_jobs, fsync, endpoint, region, allow_http, repair, max_entries, max_bytes)",
+             verify_every, jobs, lookup_jobs, write_jobs, fsync, endpoint, region, allow_http, repair, max_entries, max_bytes, \
+             recurse_submodules)",
             &["\n  hint: did you mean \"target\"?"],
         );
         assert_err(

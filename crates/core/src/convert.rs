@@ -569,9 +569,7 @@ impl Converter {
             let eol = pipeline
                 .convert_to_worktree(data, path, &mut |p, out| conversion.fill(Stage::Eol, p, out), Default::default())
                 .map_err(|e| failed(e.to_string()))?;
-            let Some(lines) = eol.as_bytes() else {
-                unreachable!("the line-end pass runs no driver")
-            };
+            let Some(lines) = eol.as_bytes() else { unreachable!("the line-end pass runs no driver") };
             let encoded = match &conversion.encoding {
                 Some(label) => encode(lines, label),
                 None => None,

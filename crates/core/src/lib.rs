@@ -98,6 +98,7 @@ pub mod policy;
 pub mod select;
 pub mod source;
 pub mod state;
+pub mod submodule;
 pub mod sync;
 pub mod verify;
 pub mod watch;

@@ -261,6 +261,16 @@ impl Phases {
         }
     }
 
+    /// All ops, in no particular order.
+    pub(crate) fn into_vec(self) -> Vec<Op> {
+        let mut all = self.unlinks;
+        all.extend(self.rmdirs.into_values().flatten());
+        all.extend(self.mkdirs.into_values().flatten());
+        all.extend(self.writes);
+        all.extend(self.symlinks);
+        all
+    }
+
     /// Take the file writes and mode changes out (to be pushed back, changed).
     pub(crate) fn take_writes(&mut self) -> Vec<Op> {
         std::mem::take(&mut self.writes)

@@ -57,6 +57,9 @@ pub struct InProgress {
     /// journals of versions before conversions (which wrote blobs as they are).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub to_conversions: Option<crate::convert::Settings>,
+    /// It fills gitlinks with their submodules' trees (`--recurse-submodules`); absent: false.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub recurse_submodules: bool,
     /// When it started.
     pub started_unix: u64,
     /// Who is running it; `None` once it stopped with an error (so the next run need not wait).
@@ -138,6 +141,11 @@ impl InProgress {
     pub fn held_by(self, holder: &Holder) -> InProgress {
         InProgress { holder: Some(holder.clone()), ..self }
     }
+
+    /// Record whether this transition fills gitlinks with their submodules' trees.
+    pub fn recursing(self, recurse_submodules: bool) -> InProgress {
+        InProgress { recurse_submodules, ..self }
+    }
 }
 
 /// The journal's holder as the state file (and `status --json`) spells it: the `holder` line
@@ -214,6 +222,10 @@ pub struct SyncState {
     /// of versions before conversions, whose files are their blobs as they are.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub conversions: Option<crate::convert::Settings>,
+    /// The gitlinks of the synced tree hold their submodules' trees (`--recurse-submodules`);
+    /// absent (state files of earlier versions): false, they are empty directories.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub recurse_submodules: bool,
     /// The backend that wrote it, e.g. `local`.
     pub backend: String,
 }
@@ -348,9 +360,10 @@ mod tests {
                 in_progress: Some(p),
                 path: None,
                 conversions: None,
+                recurse_submodules: false,
                 backend: "local".into(),
             }
-                .to_bytes(),
+            .to_bytes(),
         )
         .expect("round trip");
         assert_eq!(back.in_progress.and_then(|p| p.holder), Some(h));

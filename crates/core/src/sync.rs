@@ -17,6 +17,7 @@ use crate::path::RelPath;
 use crate::plan::{self, ExistingEntry, ExistingKind};
 use crate::source::{self, BlobSource, Repo, Resolved};
 use crate::state::{self, InProgress, SyncState, Synced};
+use crate::submodule::{self, Submodules};
 use crate::verify;
 use gix_hash::ObjectId;
 
@@ -47,6 +48,11 @@ pub struct Options {
     /// How large a plan may get ([`plan::Limits`]; the defaults are far above any real
     /// repository and refuse tree bombs).
     pub limits: plan::Limits,
+    /// Fill each gitlink with its submodule's tree at the recorded commit
+    /// ([`crate::submodule`]); off, gitlinks are empty directories (as `git checkout` without
+    /// `--recurse-submodules` leaves them). Recorded in the state: turning it on or off
+    /// fills or empties the gitlinks of the synced tree.
+    pub recurse_submodules: bool,
 }
 
 /// The lease of [`Options::lease`] when none is given.
@@ -221,6 +227,12 @@ pub struct Prepared {
     converter: Arc<Converter>,
     /// What the `resume` plan converts files with (the journal's settings).
     resume_converter: Option<Arc<Converter>>,
+    /// After `main`, the target's gitlinks hold their submodules' trees.
+    pub recurse_submodules: bool,
+    /// The submodules the plans read (with `recurse_submodules`, or to empty gitlinks).
+    pub submodules: Vec<submodule::Used>,
+    /// The repositories the plans' blobs are in: the repository, then submodules.
+    repos: Vec<Repo>,
 }
 
 impl Prepared {
@@ -254,6 +266,10 @@ pub struct Outcome {
     pub takeover: bool,
     /// With `takeover`: what of the target's content was removed and written over.
     pub replaced: Option<Replaced>,
+    /// The submodules whose trees were read (`--recurse-submodules`): each gitlink whose
+    /// content changed, with the commit and the repository it was read from; absent when none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub submodules: Vec<submodule::Used>,
     /// Nothing was changed (`--dry-run`).
     pub dry_run: bool,
     /// Ops planned (resume and main plan together).
@@ -281,6 +297,8 @@ pub struct PrepareOptions {
     pub create: bool,
     /// How large a plan may get ([`plan::Limits`]).
     pub limits: plan::Limits,
+    /// Plan gitlinks filled with their submodules' trees ([`Options::recurse_submodules`]).
+    pub recurse_submodules: bool,
 }
 
 /// Read the target's state and plan, without writing anything (unless
@@ -293,21 +311,88 @@ pub async fn prepare(
 ) -> Result<Prepared, Error> {
     let to = repo.resolve(rev)?;
     let target = backend.prepare_target(options.create).await?;
-    prepare_at(repo, to, Some(source::subtree_path(rev)), backend, options.force, target, options.limits).await
+    let goal = Goal { path: Some(source::subtree_path(rev)), recurse: Some(options.recurse_submodules) };
+    prepare_at(repo, to, goal, backend, options.force, target, options.limits).await
 }
 
-/// `path`: the directory `to` is of its commit, or `None` to keep what the state records (a
-/// repair, which goes to the recorded tree).
+/// Where a sync goes beyond the commit: each `None` keeps what the state records (a repair,
+/// which goes to the recorded tree).
+#[derive(Debug, Clone)]
+struct Goal {
+    /// The directory the tree is of its commit.
+    path: Option<Option<String>>,
+    /// Gitlinks filled with their submodules' trees.
+    recurse: Option<bool>,
+}
+
+/// How to plan `from → to` when gitlinks are filled on either side: through the submodules.
+struct Planning<'r> {
+    repo: &'r Repo,
+    options: plan::Options,
+    submodules: Option<Submodules>,
+}
+
+impl Planning<'_> {
+    /// Plan from tree `from.0` (gitlinks filled: `from.1`; files written with `from.2`, `None`:
+    /// as blobs are) to `to` (filled: `new.0`, written with `new.1`).
+    fn diff(
+        &self,
+        from: (Option<ObjectId>, bool, Option<&Converter>),
+        to: ObjectId,
+        new: (bool, Option<&Converter>),
+    ) -> Result<Plan, plan::Error> {
+        let options = self.options;
+        let (from, old, old_converter) = from;
+        let checkout = plan::Checkout {
+            conversions: new.1.map(|c| plan::Conversions { old: old_converter, new: c }),
+            recurse: match &self.submodules {
+                Some(gitlinks) if old || new.0 => Some(plan::Recurse { old, new: new.0, gitlinks }),
+                _ => None,
+            },
+        };
+        plan::with_big_stack(|| self.repo.with_objects(|odb| plan::plan_checkout(odb, from, to, options, checkout)))
+    }
+
+    /// Plan the takeover of a target holding `existing` (gitlinks filled: `new`, files
+    /// written with `converter`).
+    fn takeover(
+        &self,
+        existing: &[ExistingEntry],
+        to: ObjectId,
+        new: bool,
+        converter: Option<&Converter>,
+    ) -> Result<Plan, plan::Error> {
+        let options = self.options;
+        let checkout = plan::Checkout {
+            conversions: converter.map(|c| plan::Conversions { old: None, new: c }),
+            recurse: match &self.submodules {
+                Some(gitlinks) if new => Some(plan::Recurse { old: false, new: true, gitlinks }),
+                _ => None,
+            },
+        };
+        plan::with_big_stack(|| self.repo.with_objects(|odb| plan::plan_takeover(odb, existing, to, options, checkout)))
+    }
+
+    /// What the plans read: submodules, and the repositories holding their blobs.
+    fn read(&self) -> (Vec<submodule::Used>, Vec<Repo>) {
+        match &self.submodules {
+            Some(s) => (s.used(), s.repos()),
+            None => (Vec::new(), vec![self.repo.clone()]),
+        }
+    }
+}
+
 #[allow(clippy::too_many_arguments)] // private: the inputs of sync(), prepare() and repair()
 async fn prepare_at(
     repo: &Repo,
     to: Resolved,
-    path: Option<Option<String>>,
+    goal: Goal,
     backend: &dyn Backend,
     force: bool,
     mut target: TargetState,
     limits: plan::Limits,
 ) -> Result<Prepared, Error> {
+    let Goal { path, recurse } = goal;
     let state_bytes = backend.load_state().await?;
     let state = match &state_bytes {
         Some(bytes) => match SyncState::parse(bytes) {
@@ -346,6 +431,25 @@ async fn prepare_at(
     };
     // How the target's files were written: per its state (none: as blobs are).
     let synced_converter = converter_of(&state.as_ref().and_then(|s| s.conversions.clone()))?;
+    let recursed = state.as_ref().is_some_and(|s| s.recurse_submodules);
+    let recurse = recurse.unwrap_or(match &state {
+        Some(SyncState { in_progress: Some(p), .. }) => p.recurse_submodules,
+        _ => recursed,
+    });
+    let resume_recurse = state.as_ref().and_then(|s| s.in_progress.as_ref()).map(|p| p.recurse_submodules);
+    let planning = Planning {
+        repo,
+        options,
+        // Only where a side has gitlinks filled; the `.gitmodules` of every commit involved.
+        submodules: if recurse || recursed || resume_recurse == Some(true) {
+            let synced = state.as_ref().and_then(|s| s.synced).map(|s| s.commit);
+            let going = state.as_ref().and_then(|s| s.in_progress.as_ref()).map(|p| p.to_commit);
+            let commits: Vec<ObjectId> = [synced, going, Some(to.commit)].into_iter().flatten().collect();
+            Some(Submodules::new(repo, &commits, path.as_deref()))
+        } else {
+            None
+        },
+    };
     // `--force` on a managed target: take it over by comparing it with the requested tree
     // once (stat data proves what it can, the rest is hashed) and repairing what differs,
     // foreign entries included. Neither the journal nor the recorded tree is needed, so this
@@ -367,6 +471,11 @@ async fn prepare_at(
             case_insensitive: options.case_insensitive,
             converter,
             resume_converter: None,
+            // A repair compares with the tree alone: its gitlinks end up empty, and the next
+            // sync with --recurse-submodules fills them.
+            recurse_submodules: false,
+            submodules: Vec::new(),
+            repos: vec![repo.clone()],
         });
     }
     let mut resume = None;
@@ -385,19 +494,13 @@ async fn prepare_at(
                 repair_plan_to(repo, backend, to, p.takeover, limits, &with).await?.0
             } else if p.takeover {
                 let existing = scan(backend).await?;
-                plan::with_big_stack(|| {
-                    repo.with_objects(|odb| {
-                        plan::plan_takeover(odb, &existing, p.to_tree, options, journal_converter.as_deref())
-                    })
-                })?
+                planning.takeover(&existing, p.to_tree, p.recurse_submodules, journal_converter.as_deref())?
             } else {
                 check_base(repo, p.from_tree, state.as_ref())?;
-                plan_between(
-                    repo,
-                    (p.from_tree, synced_converter.as_deref()),
+                planning.diff(
+                    (p.from_tree, recursed, synced_converter.as_deref()),
                     p.to_tree,
-                    journal_converter.as_deref(),
-                    options,
+                    (p.recurse_submodules, journal_converter.as_deref()),
                 )?
             };
             resume = Some((p.clone(), plan));
@@ -422,15 +525,20 @@ async fn prepare_at(
     let mut replaced = None;
     let main = if takeover {
         let existing = scan(backend).await?;
-        let plan = plan::with_big_stack(|| {
-            repo.with_objects(|odb| plan::plan_takeover(odb, &existing, to.tree, options, Some(&converter)))
-        })?;
+        let plan = planning.takeover(&existing, to.tree, recurse, Some(&converter))?;
         replaced = Some(replaced_by(&plan, &existing));
         plan
     } else {
-        plan_between(repo, (base, base_converter.as_deref()), to.tree, Some(&converter), options)?
+        // What the target's gitlinks hold once an interrupted sync is finished, or now.
+        let filled = resume_recurse.unwrap_or(recursed);
+        planning.diff(
+            (base, filled && base.is_some(), base_converter.as_deref()),
+            to.tree,
+            (recurse, Some(&converter)),
+        )?
     };
     check_filters(repo, &main, converter.settings())?;
+    let (submodules, repos) = planning.read();
     Ok(Prepared {
         state,
         target,
@@ -445,26 +553,10 @@ async fn prepare_at(
         case_insensitive: options.case_insensitive,
         converter,
         resume_converter,
+        recurse_submodules: recurse,
+        submodules,
+        repos,
     })
-}
-
-/// Plan from tree `from` (its files written with `from.1`; `None`: as blobs are) to tree `to`
-/// written with `to_converter` (`None`: as blobs are, replaying a journal of a version before
-/// conversions).
-#[allow(clippy::result_large_err)] // the crate's one error type; not a hot path
-fn plan_between(
-    repo: &Repo,
-    from: (Option<ObjectId>, Option<&Converter>),
-    to: ObjectId,
-    to_converter: Option<&Converter>,
-    options: plan::Options,
-) -> Result<Plan, Error> {
-    Ok(plan::with_big_stack(|| {
-        repo.with_objects(|odb| match to_converter {
-            Some(new) => plan::plan_converted(odb, from.0, to, options, plan::Conversions { old: from.1, new }),
-            None => plan::plan_with(odb, from.0, to, options),
-        })
-    })?)
 }
 
 /// Refuse a plan that uses a required filter driver without a command, before any write.
@@ -656,9 +748,10 @@ pub async fn sync(
     // Resolve first: a typo in the revision must not create the target or its lock.
     let to = repo.resolve(rev)?;
     let path = source::subtree_path(rev);
+    let goal = || Goal { path: Some(path.clone()), recurse: Some(options.recurse_submodules) };
     let target = backend.prepare_target(false).await?;
     let early = if target != TargetState::Managed || options.dry_run {
-        let prepared = prepare_at(repo, to, Some(path.clone()), backend, options.force, target, options.limits).await?;
+        let prepared = prepare_at(repo, to, goal(), backend, options.force, target, options.limits).await?;
         if options.dry_run {
             let mut outcome = outcome_of(&prepared, options);
             outcome.elapsed = start.elapsed();
@@ -688,9 +781,9 @@ pub async fn sync(
             // Another writer got there first: read the target again.
             Some(_) => {
                 let target = backend.prepare_target(false).await?;
-                prepare_at(repo, to, Some(path.clone()), backend, options.force, target, options.limits).await?
+                prepare_at(repo, to, goal(), backend, options.force, target, options.limits).await?
             }
-            None => prepare_at(repo, to, Some(path.clone()), backend, options.force, target, options.limits).await?,
+            None => prepare_at(repo, to, goal(), backend, options.force, target, options.limits).await?,
         };
         let outcome = run_locked(repo, backend, prepared, options, &me, progress, interrupt, start).await?;
         if let Some(clone) = &options.git_worktree {
@@ -715,6 +808,7 @@ fn outcome_of(prepared: &Prepared, options: &Options) -> Outcome {
         resumed: prepared.resume.as_ref().map(|r| r.0.clone()),
         takeover: prepared.takeover,
         replaced: prepared.replaced.clone(),
+        submodules: prepared.submodules.clone(),
         dry_run: options.dry_run,
         planned,
         applied: OpCounts::default(),
@@ -738,11 +832,25 @@ async fn run_locked(
     start: Instant,
 ) -> Result<Outcome, Error> {
     let mut outcome = outcome_of(&prepared, options);
-    let Prepared { state, resume, main, to, path, takeover, repair, converter, resume_converter, .. } = prepared;
+    let Prepared {
+        state,
+        resume,
+        main,
+        to,
+        path,
+        takeover,
+        repair,
+        converter,
+        resume_converter,
+        recurse_submodules: recurse,
+        repos,
+        ..
+    } = prepared;
     if let Some((p, _)) = &resume {
         check_lease(p, backend, options)?;
     }
-    let raw: Arc<dyn BlobSource> = Arc::new(repo.clone());
+    // Submodules' blobs are in their own repositories.
+    let raw: Arc<dyn BlobSource> = submodule::Blobs::source(repos);
     let blobs: Arc<dyn BlobSource> = Arc::new(source::Converting::new(raw.clone(), converter.clone()));
     let resume_blobs: Arc<dyn BlobSource> = match &resume_converter {
         Some(c) => Arc::new(source::Converting::new(raw.clone(), c.clone())),
@@ -755,6 +863,7 @@ async fn run_locked(
         in_progress: None,
         path: None,
         conversions: None,
+        recurse_submodules: false,
         backend: options.backend_name.clone(),
     });
     current.version = state::VERSION;
@@ -780,11 +889,13 @@ async fn run_locked(
         current.synced = Some(Synced { commit: p.to_commit, tree: p.to_tree, at_unix: state::now_unix() });
         current.path = p.to_path.clone();
         current.conversions = p.to_conversions.clone();
+        current.recurse_submodules = p.recurse_submodules;
         current.in_progress = None;
         if main.is_empty()
             && p.to_commit == to.commit
             && p.to_path == path
             && current.conversions == settings
+            && p.recurse_submodules == recurse
             && dirs_recreated == 0
         {
             backend.store_state(&current.to_bytes()).await?;
@@ -795,6 +906,7 @@ async fn run_locked(
     let already = current.synced.is_some_and(|s| s.commit == to.commit)
         && current.path == path
         && current.conversions == settings
+        && current.recurse_submodules == recurse
         && current.in_progress.is_none();
     tracing::info!(
         target: "treesync::sync",
@@ -807,7 +919,8 @@ async fn run_locked(
     );
     if !main.is_empty() {
         let from_tree = if takeover { None } else { current.synced.map(|s| s.tree) };
-        current.in_progress = Some(journal_entry(to, &path, &settings, from_tree, takeover, repair, me));
+        current.in_progress =
+            Some(journal_entry(to, &path, &settings, from_tree, takeover, repair, me).recursing(recurse));
         backend.store_state(&current.to_bytes()).await?;
         outcome.state_writes += 1;
         tracing::debug!(target: "treesync::sync", "journal: in progress");
@@ -824,7 +937,7 @@ async fn run_locked(
             dirs_recreated,
             "the target had drifted (directories missing or replaced); comparing it with the destination once"
         );
-        current.in_progress = Some(journal_entry(to, &path, &settings, None, takeover, true, me));
+        current.in_progress = Some(journal_entry(to, &path, &settings, None, takeover, true, me).recursing(recurse));
         backend.store_state(&current.to_bytes()).await?;
         outcome.state_writes += 1;
         let (plan, _) = repair_plan_to(repo, backend, to, takeover, options.limits, &converter).await?;
@@ -834,6 +947,7 @@ async fn run_locked(
         current.synced = Some(Synced { commit: to.commit, tree: to.tree, at_unix: state::now_unix() });
         current.path = path;
         current.conversions = settings;
+        current.recurse_submodules = recurse;
         current.in_progress = None;
         backend.store_state(&current.to_bytes()).await?;
         outcome.state_writes += 1;
@@ -907,7 +1021,8 @@ pub async fn repair(
         let to = Resolved { commit: goal.commit, tree: goal.tree };
         let finished = if interrupted {
             let target = backend.prepare_target(false).await?;
-            let prepared = prepare_at(repo, to, None, backend, false, target, options.sync.limits).await?;
+            let goal = Goal { path: None, recurse: None };
+            let prepared = prepare_at(repo, to, goal, backend, false, target, options.sync.limits).await?;
             Some(run_locked(repo, backend, prepared, &options.sync, &me, progress, interrupt, start).await?)
         } else {
             None
@@ -1001,6 +1116,7 @@ fn journal_entry(
         to_conversions: conversions.clone(),
         takeover,
         repair,
+        recurse_submodules: false,
         started_unix: state::now_unix(),
         holder: Some(me.clone()),
     }

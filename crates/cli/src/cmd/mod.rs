@@ -107,6 +107,7 @@ fn fill(source: &mut Source, target: &mut TargetArgs, m: &config::Mirror) {
     source.repo = Some(m.repo.clone());
     source.rev = Some(m.rev.clone());
     source.path = source.path.take().or_else(|| m.path.clone());
+    source.recurse_submodules |= m.recurse_submodules;
     fill_target(target, m);
 }
 

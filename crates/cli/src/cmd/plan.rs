@@ -34,6 +34,9 @@ pub(crate) struct PlanOutput<'a> {
     pub(crate) resume: Option<&'a Plan>,
     /// The plan to `commit`.
     pub(crate) plan: &'a Plan,
+    /// The submodules whose trees the plans read (`--recurse-submodules`); absent when none.
+    #[serde(skip_serializing_if = "<[_]>::is_empty")]
+    pub(crate) submodules: &'a [treesync_core::submodule::Used],
 }
 
 pub(crate) fn run(args: PlanArgs) -> anyhow::Result<()> {
@@ -41,7 +44,12 @@ pub(crate) fn run(args: PlanArgs) -> anyhow::Result<()> {
     let repo = Repo::open(args.source.repo())?;
     let backend = make_backend(&args.target)?.backend;
     let rt = runtime()?;
-    let options = sync::PrepareOptions { force: args.force, create: false, limits: args.limits.limits() };
+    let options = sync::PrepareOptions {
+        force: args.force,
+        create: false,
+        limits: args.limits.limits(),
+        recurse_submodules: args.source.recurse_submodules,
+    };
     let prepared = rt
         .block_on(sync::prepare(&repo, &rev, &*backend, &options))
         .with_context(|| format!("planning {rev} for {backend}"))?;
@@ -55,6 +63,7 @@ pub(crate) fn run(args: PlanArgs) -> anyhow::Result<()> {
             replaced: prepared.replaced.as_ref(),
             resume: prepared.resume.as_ref().map(|(_, p)| p),
             plan: &prepared.main,
+            submodules: &prepared.submodules,
         });
     }
     if let Some((p, plan)) = &prepared.resume {

@@ -44,6 +44,7 @@ pub(crate) fn run(args: SyncArgs) -> anyhow::Result<()> {
         lock_wait: args.wait,
         git_worktree: args.git_worktree.then(|| PathBuf::from(args.target.target())),
         limits: args.limits.limits(),
+        recurse_submodules: args.source.recurse_submodules,
     };
     anyhow::ensure!(
         !args.git_worktree || !matches!(chosen.kind, treesync::BackendKind::S3 | treesync::BackendKind::Memory),

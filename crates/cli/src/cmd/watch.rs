@@ -72,6 +72,7 @@ async fn watch_one(name: Option<String>, args: WatchArgs, interrupt: &AtomicBool
             apply: apply::Options { jobs: args.target.jobs, batch: args.target.batch },
             backend_name: chosen.label(),
             limits: args.limits.limits(),
+            recurse_submodules: args.source.recurse_submodules,
             ..Default::default()
         },
         ..Default::default()

@@ -31,6 +31,7 @@ pub async fn adopt(clone: &Path, backend: &dyn Backend, options: &Options) -> Re
             // The clone's files were converted with the clone's settings. Unknown (unreadable
             // config): the next sync compares every file's conversion once.
             conversions: crate::Repo::open(clone).ok().and_then(|r| crate::convert::Settings::of(&r).ok()),
+            recurse_submodules: false,
             backend: if options.backend_name.is_empty() { "local".into() } else { options.backend_name.clone() },
         };
         backend.store_state(&state.to_bytes()).await?;

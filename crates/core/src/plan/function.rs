@@ -5,6 +5,7 @@ use gix_hash::ObjectId;
 use gix_object::{FindExt, FindObjectOrHeader, tree::EntryKind};
 
 use super::Error;
+use super::gitlinks::Recurse;
 use crate::op::{Op, Phases, Plan};
 use crate::path::{NameKind, RelPath};
 use crate::source::Cause;
@@ -164,24 +165,34 @@ pub struct Conversions<'a> {
     pub new: &'a crate::convert::Converter,
 }
 
-/// [`plan_with`], writing files as `git checkout` does: each written file gets its
+/// What a plan writes beyond the trees' entries, on both sides: conversions and
+/// submodules. The default is neither (blobs as they are, gitlinks as empty directories).
+#[derive(Clone, Copy, Default)]
+pub struct Checkout<'a> {
+    /// Write files as `git checkout` does ([`crate::convert`]).
+    pub conversions: Option<Conversions<'a>>,
+    /// Fill gitlinks with their submodules' trees.
+    pub recurse: Option<Recurse<'a>>,
+}
+
+/// [`plan_with`], writing what `checkout` says. With conversions, each written file gets its
 /// [`Conversion`](crate::convert::Conversion), and when the attributes of a directory (or the
 /// repository's settings) change between the two sides, the unchanged files below it whose
 /// converted bytes change are written again (with a [`reason`](Op::Write::reason)) — the
 /// files a fresh checkout would write differently. Attribute files are read only in the
-/// directories the diff enters.
-pub fn plan_converted(
+/// directories the diff enters. With `recurse`, gitlinks are filled with (or emptied of)
+/// their submodules' trees, each diffed in its own object database.
+pub fn plan_checkout(
     odb: &dyn FindObjectOrHeader,
     from: Option<ObjectId>,
     to: ObjectId,
     options: Options,
-    conversions: Conversions<'_>,
+    checkout: Checkout<'_>,
 ) -> Result<Plan, Error> {
     let mut p = Planner::new(odb, options);
-    p.attrs.enabled = true;
-    p.attrs.renormalizing = from.is_some() && conversions.old.map(|c| c.settings()) != Some(conversions.new.settings());
+    p.checkout(checkout, from.is_some());
     p.diff_tree_contents(&RelPath::root(), from, Some(to))?;
-    p.convert(conversions)?;
+    p.convert()?;
     Ok(p.finish(from, to))
 }
 
@@ -300,14 +311,16 @@ pub fn plan_takeover(
     existing: &[ExistingEntry],
     to: ObjectId,
     options: Options,
-    conversions: Option<&crate::convert::Converter>,
+    checkout: Checkout<'_>,
 ) -> Result<Plan, Error> {
     let mut p = Planner::new(odb, options);
-    p.attrs.enabled = conversions.is_some();
+    p.checkout(checkout, false);
+    takeover(p, existing, to)
+}
+
+fn takeover(mut p: Planner<'_>, existing: &[ExistingEntry], to: ObjectId) -> Result<Plan, Error> {
     p.diff_tree_contents(&RelPath::root(), None, Some(to))?;
-    if let Some(new) = conversions {
-        p.convert(Conversions { old: None, new })?;
-    }
+    p.convert()?;
     let mut wanted: HashMap<RelPath, ExistingKind> = HashMap::new();
     for op in p.ops_so_far() {
         match op {
@@ -342,12 +355,14 @@ enum Node {
     File { id: ObjectId, executable: bool },
     Link { id: ObjectId },
     Tree { id: ObjectId },
-    Gitlink,
+    Gitlink { commit: ObjectId },
 }
 
 struct Planner<'a> {
     odb: &'a dyn FindObjectOrHeader,
     options: Options,
+    /// Gitlinks are filled with their submodules' trees ([`plan_recursive`]).
+    recurse: Option<Recurse<'a>>,
     buf: Vec<u8>,
     /// Whether a tree holds anything git would write (a tree of only empty trees makes no
     /// directory in a checkout).
@@ -359,6 +374,10 @@ struct Planner<'a> {
     ops: Phases,
     /// Conversions: the `.gitattributes` files seen and the files to re-evaluate.
     attrs: AttrsSeen,
+    /// What files are converted with ([`Checkout::conversions`]).
+    conversions: Option<Conversions<'a>>,
+    /// The ops of submodules, planned (and converted) by planners of their own.
+    nested: Vec<Op>,
 }
 
 /// What the diff learned for the conversions pass ([`Planner::convert`]).
@@ -367,6 +386,8 @@ struct AttrsSeen {
     /// Re-evaluate unchanged files: the repository-wide settings changed (at the root), or a
     /// `.gitattributes` of a directory being diffed changed (below it).
     renormalizing: bool,
+    /// The repository-wide settings changed: every file is re-evaluated (submodules too).
+    settings_changed: bool,
     /// Whether the diff looks for [`Self::candidates`] at all (only with conversions).
     enabled: bool,
     /// The `.gitattributes` of the old and the new tree, in the directories the diff entered.
@@ -395,20 +416,37 @@ impl<'a> Planner<'a> {
         Planner {
             odb,
             options,
+            recurse: None,
             buf: Vec::new(),
             has_content: HashMap::new(),
             sizes: HashMap::new(),
             planned: Size::default(),
             ops: Phases::default(),
             attrs: AttrsSeen::default(),
+            conversions: None,
+            nested: Vec::new(),
+        }
+    }
+
+    /// Plan what `checkout` says; `incremental`: the target holds a tree already.
+    fn checkout(&mut self, checkout: Checkout<'a>, incremental: bool) {
+        self.recurse = checkout.recurse;
+        self.conversions = checkout.conversions;
+        if let Some(c) = checkout.conversions {
+            self.attrs.enabled = true;
+            self.attrs.settings_changed = incremental && c.old.map(|c| c.settings()) != Some(c.new.settings());
+            self.attrs.renormalizing = self.attrs.settings_changed;
         }
     }
 
     fn ops_so_far(&self) -> impl Iterator<Item = &Op> {
-        self.ops.iter()
+        self.ops.iter().chain(self.nested.iter())
     }
 
-    fn finish(self, from: Option<ObjectId>, to: ObjectId) -> Plan {
+    fn finish(mut self, from: Option<ObjectId>, to: ObjectId) -> Plan {
+        for op in std::mem::take(&mut self.nested) {
+            self.ops.push(op);
+        }
         self.ops.into_plan(from, to)
     }
 
@@ -489,7 +527,7 @@ impl<'a> Planner<'a> {
                             mode: u32::from(e.mode.value()),
                         });
                     }
-                    Node::Gitlink
+                    Node::Gitlink { commit: oid }
                 }
             };
             out.push((e.filename, node));
@@ -662,7 +700,7 @@ impl<'a> Planner<'a> {
 
     /// Diff the contents of two trees at `dir` (which exists, or is planned to).
     fn diff_tree_contents(&mut self, dir: &RelPath, old: Option<ObjectId>, new: Option<ObjectId>) -> Result<(), Error> {
-        if old == new && !self.attrs.renormalizing {
+        if old == new && !self.attrs.renormalizing && !self.recurse_changes() {
             return Ok(());
         }
         let (mut old_buf, mut new_buf) = (Vec::new(), Vec::new());
@@ -741,7 +779,7 @@ impl<'a> Planner<'a> {
                     (new[j - 1].0, Some(old[i - 1].1), Some(new[j - 1].1))
                 }
             };
-            if o == n {
+            if o == n && !(self.recurse_changes() && matches!(n, Some(Node::Tree { .. } | Node::Gitlink { .. }))) {
                 if self.attrs.renormalizing {
                     self.renormalize(dir, name, n)?;
                 }
@@ -796,16 +834,31 @@ impl<'a> Planner<'a> {
                 };
             }
             (Some(Tree { id }), _) => self.remove_tree(path, id)?,
-            (Some(Gitlink), Some(Gitlink)) => return Ok(()),
-            (Some(Gitlink), _) => self.rmdir(path)?,
-            (Some(File { .. } | Link { .. }), Some(Tree { .. } | Gitlink) | None) => self.unlink(path)?,
+            (Some(Gitlink { commit: a }), Some(Gitlink { commit: b })) => {
+                let (old, new) = self.recursed();
+                let old = old.then_some(a);
+                let new = new.then_some(b);
+                return if old == new { Ok(()) } else { self.diff_gitlink(path, old, new) };
+            }
+            (Some(Gitlink { commit }), _) => {
+                if self.recursed().0 {
+                    self.diff_gitlink(path, Some(commit), None)?;
+                }
+                self.rmdir(path)?
+            }
+            (Some(File { .. } | Link { .. }), Some(Tree { .. } | Gitlink { .. }) | None) => self.unlink(path)?,
             (Some(File { .. } | Link { .. }), Some(File { .. } | Link { .. })) | (None, _) => {}
         }
         // Then create the new one.
         match new {
             None => {}
             Some(Tree { id }) => self.add_tree(path, id)?,
-            Some(Gitlink) => self.mkdir(path)?,
+            Some(Gitlink { commit }) => {
+                self.mkdir(path)?;
+                if self.recursed().1 {
+                    self.diff_gitlink(path, None, Some(commit))?;
+                }
+            }
             Some(File { id, executable }) => match old {
                 Some(File { id: old_id, executable: was }) if old_id == id => {
                     if was != executable {
@@ -821,6 +874,43 @@ impl<'a> Planner<'a> {
             Some(Link { id }) => self.symlink(path, id)?,
         }
         Ok(())
+    }
+
+    /// Do the two sides differ in whether gitlinks hold their submodules' trees (so that equal
+    /// trees must be walked too, to find the gitlinks in them)?
+    fn recurse_changes(&self) -> bool {
+        self.recurse.is_some_and(|r| r.old != r.new)
+    }
+
+    /// Whether the old and the new side have gitlinks filled with their submodules' trees.
+    fn recursed(&self) -> (bool, bool) {
+        self.recurse.map_or((false, false), |r| (r.old, r.new))
+    }
+
+    /// Plan the content of the gitlink at `path` (its directory exists, or is planned to):
+    /// from submodule commit `old`'s tree to `new`'s, in the submodule's object database.
+    fn diff_gitlink(&mut self, path: &RelPath, old: Option<ObjectId>, new: Option<ObjectId>) -> Result<(), Error> {
+        let gitlinks = self.recurse.expect("only called when recursing").gitlinks;
+        let options = self.options;
+        let conversions = self.conversions;
+        let settings_changed = self.attrs.settings_changed;
+        gitlinks.enter(path, old, new, &mut |odb, old_tree, new_tree, nested| {
+            // The submodule's plan goes on from this one, against the same limits; its files
+            // are converted by the submodule's own `.gitattributes`.
+            let mut sub = Planner::new(odb, options);
+            sub.recurse = Some(Recurse { old: true, new: true, gitlinks: nested });
+            sub.conversions = conversions;
+            sub.attrs.enabled = conversions.is_some();
+            sub.attrs.settings_changed = settings_changed;
+            sub.attrs.renormalizing = settings_changed;
+            sub.planned = self.planned;
+            sub.diff_tree_contents(path, old_tree, new_tree)?;
+            sub.convert()?;
+            self.planned = sub.planned;
+            self.nested.extend(sub.ops.into_vec());
+            self.nested.append(&mut sub.nested);
+            Ok(())
+        })
     }
 
     fn write(&mut self, path: &RelPath, blob: ObjectId, executable: bool) -> Result<(), Error> {
@@ -878,8 +968,9 @@ impl<'a> Planner<'a> {
     /// The conversions pass, after the diff: give every file written its conversion, turn a
     /// mode change whose conversion changed into a write, and write the candidates
     /// ([`AttrsSeen::candidates`]) whose converted bytes change.
-    fn convert(&mut self, conversions: Conversions<'_>) -> Result<(), Error> {
+    fn convert(&mut self) -> Result<(), Error> {
         use crate::convert::Resolver;
+        let Some(conversions) = self.conversions else { return Ok(()) };
         let odb = self.odb;
         let find: &dyn gix_object::Find = odb;
         let mut new = Resolver::new(conversions.new.settings(), std::mem::take(&mut self.attrs.new_files), false)?;

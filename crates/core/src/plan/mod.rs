@@ -5,12 +5,15 @@
 //! paths (times their depth), not with the size of the tree.
 
 mod function;
+mod gitlinks;
 pub(crate) use function::too_deep;
 pub(crate) use function::with_big_stack;
 pub use function::{
-    Conversions, DEFAULT_MAX_BYTES, DEFAULT_MAX_ENTRIES, ExistingEntry, ExistingKind, Limits, MAX_PATH_BYTES,
-    MAX_TREE_DEPTH, Options, attach_conversions, check_tree_size, plan, plan_converted, plan_takeover, plan_with,
+    Checkout, Conversions, DEFAULT_MAX_BYTES, DEFAULT_MAX_ENTRIES, ExistingEntry, ExistingKind, Limits, MAX_PATH_BYTES,
+    MAX_TREE_DEPTH, Options, attach_conversions, check_tree_size, plan, plan_checkout, plan_takeover, plan_with,
 };
+
+pub use gitlinks::{Gitlinks, Recurse, Visit};
 
 use gix_hash::ObjectId;
 
@@ -58,6 +61,9 @@ pub enum Error {
     /// Attributes could not be read, or a conversion needed to compare could not be made.
     #[error(transparent)]
     Attributes(#[from] crate::convert::Error),
+    /// A submodule whose tree is needed (`--recurse-submodules`) cannot be read.
+    #[error(transparent)]
+    Submodule(#[from] Box<crate::submodule::Error>),
     /// A tree entry has a mode git does not write.
     #[error(
         "tree {tree} has an entry {} with mode {mode:o}, which git does not write\n  hint: the repository holds a tree git itself would refuse; `git fsck` names it", crate::path::quote(path.as_bytes())

@@ -1,0 +1,187 @@
+//! `--recurse-submodules` from the command line: a sync to a local directory equals
+//! `git clone --recurse-submodules`, `--json` names the submodules read (held to the schemas),
+//! the config file's `recurse_submodules` key does the same, and turning it off empties them.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use serde_json::Value;
+use treesync_testkit::schema;
+use treesync_testkit::tree::{self, Node};
+
+const PLAN: &str = include_str!("../../../docs/schema/plan.schema.json");
+const SYNC: &str = include_str!("../../../docs/schema/sync.schema.json");
+
+fn treesync(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_treesync")).args(args).output().expect("treesync runs")
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().expect("utf8 path")
+}
+
+/// Run `treesync ARGS`, expect success, return stdout.
+fn ok(args: &[&str]) -> String {
+    let o = treesync(args);
+    assert!(o.status.success(), "treesync {args:?}: {}", String::from_utf8_lossy(&o.stderr));
+    String::from_utf8(o.stdout).expect("utf8 stdout")
+}
+
+/// `--json` output of `ARGS`, validated against `schema`.
+fn json(args: &[&str], schema_text: &str) -> Value {
+    let mut all = args.to_vec();
+    all.push("--json");
+    let v: Value = serde_json::from_str(&ok(&all)).expect("one JSON document");
+    let schema: Value = serde_json::from_str(schema_text).expect("schema is JSON");
+    if let Err(errors) = schema::validate(&schema, &v) {
+        panic!("treesync {all:?}: output violates its schema:\n{}\n{v:#}", errors.join("\n"));
+    }
+    v
+}
+
+/// Run git in `dir` (file:// submodule URLs allowed, a fixed identity); its trimmed stdout.
+fn git(dir: &Path, args: &[&str]) -> String {
+    let out = Command::new("git")
+        .current_dir(dir)
+        .args(["-c", "protocol.file.allow=always", "-c", "user.name=T", "-c", "user.email=t@t"])
+        .args(["-c", "init.defaultBranch=main"])
+        .args(args)
+        .output()
+        .expect("git runs");
+    assert!(out.status.success(), "git {args:?} in {}: {}", dir.display(), String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// `srv/super.git` with a submodule `vendor/lib` (URL `../lib.git`, beside it in `srv`); the
+/// branch `v1` has the submodule at its first commit, `main` at its second.
+fn world() -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let srv = dir.path().join("srv");
+    for name in ["lib.git", "super.git"] {
+        std::fs::create_dir_all(srv.join(name)).expect("mkdir");
+        git(&srv.join(name), &["init", "-q", "--bare"]);
+    }
+    for name in ["lib", "super"] {
+        git(dir.path(), &["clone", "-q", s(&srv.join(format!("{name}.git"))), name]);
+    }
+    let lib = dir.path().join("lib");
+    std::fs::write(lib.join("a.txt"), "a\n").expect("write");
+    std::os::unix::fs::symlink("a.txt", lib.join("link")).expect("symlink");
+    git(&lib, &["add", "."]);
+    git(&lib, &["commit", "-qm", "one"]);
+    std::fs::write(lib.join("b.txt"), "b\n").expect("write");
+    git(&lib, &["add", "."]);
+    git(&lib, &["commit", "-qm", "two"]);
+    git(&lib, &["push", "-q", "origin", "main"]);
+    let sup = dir.path().join("super");
+    std::fs::write(sup.join("README"), "super\n").expect("write");
+    git(&sup, &["add", "."]);
+    git(&sup, &["commit", "-qm", "one"]);
+    git(&sup, &["submodule", "add", "-q", "../lib.git", "vendor/lib"]);
+    git(&sup.join("vendor/lib"), &["checkout", "-q", "HEAD~1"]);
+    git(&sup, &["add", "vendor/lib"]);
+    git(&sup, &["commit", "-qm", "lib one"]);
+    git(&sup, &["branch", "v1"]);
+    git(&sup.join("vendor/lib"), &["checkout", "-q", "main"]);
+    git(&sup, &["add", "vendor/lib"]);
+    git(&sup, &["commit", "-qm", "lib two"]);
+    git(&sup, &["push", "-q", "origin", "main", "v1"]);
+    (dir, srv)
+}
+
+/// A directory without `.git` (directories and gitfiles) and `.treesync`.
+fn read(dir: &Path) -> BTreeMap<String, Node> {
+    tree::read_dir(dir).into_iter().filter(|(k, _)| !k.split('/').any(|c| c == ".git" || c == ".treesync")).collect()
+}
+
+/// What `git clone [--recurse-submodules] -b BRANCH` checks out.
+fn clone(srv: &Path, branch: &str, recurse: bool) -> BTreeMap<String, Node> {
+    let to = srv.join(format!("../clone-{branch}-{recurse}"));
+    let mut args = vec!["clone", "-q", "-b", branch];
+    if recurse {
+        args.push("--recurse-submodules");
+    }
+    let from = srv.join("super.git");
+    args.extend([s(&from), s(&to)]);
+    git(srv, &args);
+    read(&to)
+}
+
+fn assert_same(expected: &BTreeMap<String, Node>, dir: &Path, what: &str) {
+    if let Some(d) = tree::diff(expected, &read(dir)) {
+        panic!("{what}: the target differs from git's clone: {d}");
+    }
+}
+
+#[test]
+fn sync_recurse_submodules_fills_them_like_a_recursive_clone_and_names_them() {
+    let (dir, srv) = world();
+    let repo = srv.join("super.git");
+    let target = dir.path().join("out");
+    let base = ["sync", "--repo", s(&repo), "--target", s(&target), "--recurse-submodules"];
+
+    let v1 = json(&[&base[..], &["--ref", "v1"]].concat(), SYNC);
+    assert_same(&clone(&srv, "v1", true), &target, "v1");
+    let used = &v1["submodules"][0];
+    assert_eq!((used["path"].as_str(), used["name"].as_str()), (Some("vendor/lib"), Some("vendor/lib")), "{v1:#}");
+    assert_eq!(used["repo"].as_str(), Some(s(&srv.join("lib.git"))), "{v1:#}");
+
+    // The bump plans one write (b.txt), named in plan --json.
+    let plan =
+        json(&["plan", "--repo", s(&repo), "--ref", "main", "--target", s(&target), "--recurse-submodules"], PLAN);
+    assert_eq!(plan["plan"]["counts"]["write"].as_u64(), Some(1), "{plan:#}");
+    assert_eq!(plan["submodules"].as_array().map(Vec::len), Some(2), "the old and the new commit: {plan:#}");
+    json(&[&base[..], &["--ref", "main"]].concat(), SYNC);
+    assert_same(&clone(&srv, "main", true), &target, "main");
+
+    // Without the flag: emptied, as a plain clone has it (the run names what it emptied); then
+    // nothing more to do, and no submodules named.
+    let off = json(&["sync", "--repo", s(&repo), "--target", s(&target), "--ref", "main"], SYNC);
+    assert!(
+        off.get("submodules").is_some_and(|u| u.as_array().is_some_and(|a| !a.is_empty())),
+        "emptying reads them: {off:#}"
+    );
+    assert_same(&clone(&srv, "main", false), &target, "main without submodules");
+    let again = json(&["sync", "--repo", s(&repo), "--target", s(&target), "--ref", "main"], SYNC);
+    assert!(again.get("submodules").is_none(), "{again:#}");
+    assert_eq!(again["applied"]["write"].as_u64(), Some(0), "{again:#}");
+}
+
+#[test]
+fn the_config_key_recurse_submodules_turns_it_on() {
+    let (dir, srv) = world();
+    let target = dir.path().join("site");
+    let config = dir.path().join("treesync.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[defaults]\nrecurse_submodules = true\n\n[mirror.site]\nrepo = {:?}\nref = \"main\"\ntarget = {:?}\n",
+            s(&srv.join("super.git")),
+            s(&target)
+        ),
+    )
+    .expect("write config");
+    ok(&["--config", s(&config), "sync", "site"]);
+    assert_same(&clone(&srv, "main", true), &target, "the config's mirror");
+    let state: Value =
+        serde_json::from_slice(&std::fs::read(target.join(".treesync/state")).expect("state")).expect("json");
+    assert_eq!(state["recurse_submodules"], Value::Bool(true), "{state:#}");
+}
+
+#[test]
+fn a_subtree_sync_fills_the_submodules_inside_it() {
+    let (dir, srv) = world();
+    let target = dir.path().join("vendor-only");
+    let repo = srv.join("super.git");
+    let v = json(
+        &["sync", "--repo", s(&repo), "--ref", "main:vendor", "--target", s(&target), "--recurse-submodules"],
+        SYNC,
+    );
+    assert_eq!(v["submodules"][0]["path"].as_str(), Some("lib"), "the path in the target: {v:#}");
+    let whole = clone(&srv, "main", true);
+    let expected: BTreeMap<String, Node> =
+        whole.into_iter().filter_map(|(k, n)| k.strip_prefix("vendor/").map(|k| (k.to_string(), n))).collect();
+    assert!(expected.contains_key("lib/b.txt"), "{expected:?}");
+    assert_same(&expected, &target, "main:vendor");
+}
