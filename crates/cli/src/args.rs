@@ -130,9 +130,29 @@ pub(crate) struct Source {
     /// directories. Turning it on or off fills or empties them.
     #[arg(long)]
     pub(crate) recurse_submodules: bool,
+    /// Sync only paths matching PATTERN (gitignore-style: `docs/`, `*.md`, `/site/**`;
+    /// repeat it for more). A directory that matches brings all below it. The target's state
+    /// records the patterns: changing them removes what is no longer selected and writes what
+    /// now is, without reading the target. See docs/select.md.
+    #[arg(long, value_name = "PATTERN")]
+    pub(crate) include: Vec<String>,
+    /// Leave out paths matching PATTERN (gitignore-style, `!` re-includes; repeat it for more),
+    /// after --include.
+    #[arg(long, value_name = "PATTERN")]
+    pub(crate) exclude: Vec<String>,
+    /// `git archive` semantics for deploys: paths with the export-ignore attribute are left
+    /// out and export-subst files get their $Format:…$ placeholders expanded, as `git archive`
+    /// does. See docs/export.md.
+    #[arg(long)]
+    pub(crate) export: bool,
 }
 
 impl Source {
+    /// The paths selected by --include/--exclude.
+    pub(crate) fn select(&self) -> anyhow::Result<treesync_core::select::Select> {
+        Ok(treesync_core::select::Select::new(&self.include, &self.exclude)?)
+    }
+
     pub(crate) fn repo(&self) -> &std::path::Path {
         self.repo.as_deref().expect("clap or the config file sets --repo")
     }

@@ -80,6 +80,12 @@ pub struct Mirror {
     pub max_bytes: Option<u64>,
     /// Fill gitlinks with their submodules' trees (`--recurse-submodules`).
     pub recurse_submodules: bool,
+    /// Write only paths these patterns select (`--include`).
+    pub include: Vec<String>,
+    /// Leave out paths these patterns select (`--exclude`).
+    pub exclude: Vec<String>,
+    /// `git archive` semantics (`--export`).
+    pub export: bool,
 }
 
 /// The `backend` key.
@@ -290,6 +296,9 @@ tables! {
     max_entries: Count,
     max_bytes: Size,
     recurse_submodules: Flag,
+    include: Patterns,
+    exclude: Patterns,
+    export: Flag,
 }
 
 const TOP_KEYS: &[&str] = &["defaults", "mirror"];
@@ -431,6 +440,29 @@ macro_rules! from_got {
             }
         }
     };
+}
+
+/// gitignore-style patterns (`include`, `exclude`): one string or an array of strings.
+#[derive(Clone, Debug)]
+struct Patterns(Vec<String>);
+
+impl<'de> Deserialize<'de> for Patterns {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            One(String),
+            Many(Vec<String>),
+        }
+        match Raw::deserialize(d) {
+            Ok(Raw::One(p)) => Ok(Patterns(vec![p])),
+            Ok(Raw::Many(ps)) => Ok(Patterns(ps)),
+            Err(_) => Err(de::Error::custom(with_hint(
+                format!("{KEY} in {SECTION} must be a pattern or an array of patterns"),
+                format!("e.g. {KEY} = [\"docs/\", \"*.md\"] (gitignore-style patterns, see docs/select.md)"),
+            ))),
+        }
+    }
 }
 
 /// A non-empty string.
@@ -724,6 +756,9 @@ pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
             max_entries: settings.max_entries.as_ref().map(|c| c.value.0),
             max_bytes: settings.max_bytes.as_ref().map(|s| s.value.0),
             recurse_submodules: settings.recurse_submodules.as_ref().is_some_and(|f| f.value.0),
+            include: settings.include.as_ref().map(|p| p.value.0.clone()).unwrap_or_default(),
+            exclude: settings.exclude.as_ref().map(|p| p.value.0.clone()).unwrap_or_default(),
+            export: settings.export.as_ref().is_some_and(|f| f.value.0),
         });
     }
     Ok(Config { path: path.to_path_buf(), mirrors })

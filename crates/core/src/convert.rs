@@ -126,6 +126,10 @@ pub struct Settings {
     /// The filter drivers of the repository's config, by name.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub drivers: BTreeMap<String, DriverConfig>,
+    /// `git archive` semantics (`--export`): `export-ignore` paths are left out and
+    /// `export-subst` placeholders expanded. Not read from the repository: the sync sets it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub export: bool,
 }
 
 impl Settings {
@@ -170,6 +174,7 @@ impl Settings {
             attributes_file: read(attributes_path)?,
             info_attributes: read(Some(r.common_dir().join("info").join("attributes")))?,
             drivers,
+            export: false,
         })
     }
 
@@ -380,9 +385,10 @@ pub struct Resolver {
 }
 
 impl Resolver {
-    /// A resolver for a tree whose `.gitattributes` files are `files`, under `settings`;
-    /// `export`: look up `export-subst` too.
-    pub fn new(settings: &Settings, mut files: AttributeFiles, export: bool) -> Result<Resolver, Error> {
+    /// A resolver for a tree whose `.gitattributes` files are `files`, under `settings`
+    /// (with [`Settings::export`], `export-ignore` and `export-subst` count).
+    pub fn new(settings: &Settings, mut files: AttributeFiles) -> Result<Resolver, Error> {
+        let export = settings.export;
         let attributes_err = |what: &str, source| Error::Attributes { what: what.into(), source };
         let mut collection = MetadataCollection::default();
         let mut globals = gix::attrs::Search::default();
@@ -471,6 +477,35 @@ impl Resolver {
         Ok((Some(conversion), export_ignore))
     }
 
+    /// Whether `git archive` leaves out the entry at `path` itself (`export-ignore` on it; a
+    /// directory's applies to all below it, which the caller checks). Always `false` without
+    /// [`Settings::export`].
+    pub fn export_ignored(&mut self, path: &BStr, is_dir: bool, odb: &dyn gix_object::Find) -> Result<bool, Error> {
+        if !self.export {
+            return Ok(false);
+        }
+        if !is_dir {
+            return Ok(self.at(path, odb)?.1);
+        }
+        let platform = self
+            .stack
+            .at_entry(path, Some(gix::index::entry::Mode::DIR), odb)
+            .map_err(|source| Error::Attributes { what: format!(".gitattributes above {path}"), source })?;
+        platform.matching_attributes(&mut self.out);
+        let mut ignored =
+            self.out.iter_selected().nth(6).map(|m| matches!(m.assignment.state, StateRef::Set)).unwrap_or(false);
+        if let Some((search, collection)) = &self.info {
+            self.info_out.initialize(collection);
+            search.pattern_matching_relative_path(path, Case::Sensitive, Some(true), &mut self.info_out);
+            if let Some(m) = self.info_out.iter_selected().nth(6)
+                && !matches!(m.assignment.state, StateRef::Unspecified)
+            {
+                ignored = matches!(m.assignment.state, StateRef::Set);
+            }
+        }
+        Ok(ignored)
+    }
+
     /// Refuse `filter=NAME` paths whose driver is required but has no command
     /// ([`Error::RequiredFilter`]); `uses`: (driver name, path) of every converted path planned.
     pub fn check_required<'a>(
@@ -512,6 +547,8 @@ pub struct Converter {
     context: gix::command::Context,
     object_hash: gix_hash::Kind,
     pool: Mutex<Vec<filter::Pipeline>>,
+    /// The commit `export-subst` placeholders are expanded with.
+    commit: Option<crate::export::CommitInfo>,
 }
 
 impl std::fmt::Debug for Converter {
@@ -528,7 +565,13 @@ impl Converter {
         let context = r
             .command_context()
             .map_err(|e| Error::Config { repo: repo.path().to_path_buf(), message: e.to_string() })?;
-        Ok(Converter { settings, context, object_hash: r.object_hash(), pool: Mutex::new(Vec::new()) })
+        Ok(Converter { settings, context, object_hash: r.object_hash(), pool: Mutex::new(Vec::new()), commit: None })
+    }
+
+    /// Expand `export-subst` placeholders with `commit` (with [`Settings::export`]).
+    pub fn with_commit(mut self, commit: crate::export::CommitInfo) -> Converter {
+        self.commit = Some(commit);
+        self
     }
 
     /// The settings it converts with.
@@ -537,8 +580,30 @@ impl Converter {
     }
 
     /// Feed `data` (the blob `blob` at `path`), converted by `conversion`, to `sink`: `$Id$`
-    /// expanded, line ends converted, re-encoded, then the filter driver — git's order.
+    /// expanded, line ends converted, re-encoded, then the filter driver — git's order; then,
+    /// with `export-subst`, `$Format:…$` expanded as `git archive` does.
     pub fn convert(
+        &self,
+        data: &[u8],
+        path: &BStr,
+        blob: &ObjectId,
+        conversion: &Conversion,
+        sink: &mut dyn FnMut(&[u8]) -> std::io::Result<()>,
+    ) -> Result<(), ConvertError> {
+        match (&self.commit, conversion.export_subst) {
+            (Some(commit), true) => {
+                let mut out = Vec::with_capacity(data.len());
+                self.convert_for_worktree(data, path, blob, conversion, &mut |chunk| {
+                    out.extend_from_slice(chunk);
+                    Ok(())
+                })?;
+                sink(&crate::export::expand(&out, commit)).map_err(ConvertError::Sink)
+            }
+            _ => self.convert_for_worktree(data, path, blob, conversion, sink),
+        }
+    }
+
+    fn convert_for_worktree(
         &self,
         data: &[u8],
         path: &BStr,

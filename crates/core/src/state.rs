@@ -57,6 +57,9 @@ pub struct InProgress {
     /// journals of versions before conversions (which wrote blobs as they are).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub to_conversions: Option<crate::convert::Settings>,
+    /// The paths it writes (`--include`/`--exclude`); absent: all.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub to_select: Option<crate::select::Select>,
     /// It fills gitlinks with their submodules' trees (`--recurse-submodules`); absent: false.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub recurse_submodules: bool,
@@ -146,6 +149,11 @@ impl InProgress {
     pub fn recursing(self, recurse_submodules: bool) -> InProgress {
         InProgress { recurse_submodules, ..self }
     }
+
+    /// Record the paths this transition selects (`None`: all).
+    pub fn selecting(self, to_select: Option<crate::select::Select>) -> InProgress {
+        InProgress { to_select, ..self }
+    }
 }
 
 /// The journal's holder as the state file (and `status --json`) spells it: the `holder` line
@@ -222,6 +230,14 @@ pub struct SyncState {
     /// of versions before conversions, whose files are their blobs as they are.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub conversions: Option<crate::convert::Settings>,
+    /// The paths the target holds were selected by these `--include`/`--exclude` patterns;
+    /// absent: every path of the tree.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub select: Option<crate::select::Select>,
+    /// With `--export`: the files whose `$Format:…$` placeholders were expanded; they name the
+    /// commit, so the next sync to another commit writes them again.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub export_subst: Vec<String>,
     /// The gitlinks of the synced tree hold their submodules' trees (`--recurse-submodules`);
     /// absent (state files of earlier versions): false, they are empty directories.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
@@ -360,6 +376,8 @@ mod tests {
                 in_progress: Some(p),
                 path: None,
                 conversions: None,
+                select: None,
+                export_subst: Vec::new(),
                 recurse_submodules: false,
                 backend: "local".into(),
             }

@@ -15,6 +15,7 @@ use crate::gitworktree;
 use crate::op::{OpCounts, Plan};
 use crate::path::RelPath;
 use crate::plan::{self, ExistingEntry, ExistingKind};
+use crate::select::Select;
 use crate::source::{self, BlobSource, Repo, Resolved};
 use crate::state::{self, InProgress, SyncState, Synced};
 use crate::submodule::{self, Submodules};
@@ -53,6 +54,12 @@ pub struct Options {
     /// `--recurse-submodules` leaves them). Recorded in the state: turning it on or off
     /// fills or empties the gitlinks of the synced tree.
     pub recurse_submodules: bool,
+    /// Write only the paths these `--include`/`--exclude` patterns select ([`Select::all`]:
+    /// every path). The state records them; changing them applies the difference.
+    pub select: Select,
+    /// `git archive` semantics (`--export`): `export-ignore` paths are left out and
+    /// `export-subst` placeholders are expanded.
+    pub export: bool,
 }
 
 /// The lease of [`Options::lease`] when none is given.
@@ -78,6 +85,9 @@ pub enum Error {
     /// The repository's conversion settings or attributes (`.gitattributes`, filter drivers).
     #[error(transparent)]
     Convert(#[from] crate::convert::Error),
+    /// The commit `export-subst` placeholders are expanded with (`--export`).
+    #[error(transparent)]
+    Export(#[from] crate::export::Error),
     /// Comparing the target with a tree (a repair, or `--force` on a managed target).
     #[error(transparent)]
     Verify(#[from] verify::Error),
@@ -233,6 +243,10 @@ pub struct Prepared {
     pub submodules: Vec<submodule::Used>,
     /// The repositories the plans' blobs are in: the repository, then submodules.
     repos: Vec<Repo>,
+    /// The paths `main` selects (`None`: all).
+    pub select: Option<Select>,
+    /// The files with `export-subst` placeholders expanded after `main`.
+    export_subst: Vec<String>,
 }
 
 impl Prepared {
@@ -299,6 +313,10 @@ pub struct PrepareOptions {
     pub limits: plan::Limits,
     /// Plan gitlinks filled with their submodules' trees ([`Options::recurse_submodules`]).
     pub recurse_submodules: bool,
+    /// Plan only the paths these patterns select ([`Options::select`]).
+    pub select: Select,
+    /// `git archive` semantics ([`Options::export`]).
+    pub export: bool,
 }
 
 /// Read the target's state and plan, without writing anything (unless
@@ -311,7 +329,12 @@ pub async fn prepare(
 ) -> Result<Prepared, Error> {
     let to = repo.resolve(rev)?;
     let target = backend.prepare_target(options.create).await?;
-    let goal = Goal { path: Some(source::subtree_path(rev)), recurse: Some(options.recurse_submodules) };
+    let goal = Goal {
+        path: Some(source::subtree_path(rev)),
+        recurse: Some(options.recurse_submodules),
+        select: Some(options.select.clone()),
+        export: Some(options.export),
+    };
     prepare_at(repo, to, goal, backend, options.force, target, options.limits).await
 }
 
@@ -323,6 +346,10 @@ struct Goal {
     path: Option<Option<String>>,
     /// Gitlinks filled with their submodules' trees.
     recurse: Option<bool>,
+    /// The paths selected.
+    select: Option<Select>,
+    /// `git archive` semantics.
+    export: Option<bool>,
 }
 
 /// How to plan `from → to` when gitlinks are filled on either side: through the submodules.
@@ -337,13 +364,16 @@ impl Planning<'_> {
     /// as blobs are) to `to` (filled: `new.0`, written with `new.1`).
     fn diff(
         &self,
-        from: (Option<ObjectId>, bool, Option<&Converter>),
+        from: (Option<ObjectId>, bool, Option<&Converter>, &Select),
         to: ObjectId,
-        new: (bool, Option<&Converter>),
+        new: (bool, Option<&Converter>, &Select),
+        resubst: Option<&[String]>,
     ) -> Result<Plan, plan::Error> {
         let options = self.options;
-        let (from, old, old_converter) = from;
+        let (from, old, old_converter, old_select) = from;
         let checkout = plan::Checkout {
+            resubst,
+            select: Some(plan::Selecting { old: old_select, new: new.2 }),
             conversions: new.1.map(|c| plan::Conversions { old: old_converter, new: c }),
             recurse: match &self.submodules {
                 Some(gitlinks) if old || new.0 => Some(plan::Recurse { old, new: new.0, gitlinks }),
@@ -361,9 +391,12 @@ impl Planning<'_> {
         to: ObjectId,
         new: bool,
         converter: Option<&Converter>,
+        select: &Select,
     ) -> Result<Plan, plan::Error> {
         let options = self.options;
         let checkout = plan::Checkout {
+            resubst: None,
+            select: Some(plan::Selecting { old: select, new: select }),
             conversions: converter.map(|c| plan::Conversions { old: None, new: c }),
             recurse: match &self.submodules {
                 Some(gitlinks) if new => Some(plan::Recurse { old: false, new: true, gitlinks }),
@@ -392,7 +425,7 @@ async fn prepare_at(
     mut target: TargetState,
     limits: plan::Limits,
 ) -> Result<Prepared, Error> {
-    let Goal { path, recurse } = goal;
+    let Goal { path, recurse, select, export } = goal;
     let state_bytes = backend.load_state().await?;
     let state = match &state_bytes {
         Some(bytes) => match SyncState::parse(bytes) {
@@ -421,16 +454,48 @@ async fn prepare_at(
         None => None,
     });
     let options = plan::Options { case_insensitive: !backend.capabilities().case_sensitive, limits };
-    let converter = Arc::new(Converter::new(repo, crate::convert::Settings::of(repo)?)?);
-    let converter_of = |settings: &Option<crate::convert::Settings>| -> Result<Option<Arc<Converter>>, Error> {
+    // What the target holds now (a finished interrupted sync's, or the synced), and what the
+    // sync goes to: the paths selected, and git archive's semantics.
+    let (held_select, held_export) = match &state {
+        Some(SyncState { in_progress: Some(p), .. }) => {
+            (p.to_select.clone(), p.to_conversions.as_ref().is_some_and(|c| c.export))
+        }
+        Some(s) => (s.select.clone(), s.conversions.as_ref().is_some_and(|c| c.export)),
+        None => (None, false),
+    };
+    let select = select.unwrap_or_else(|| held_select.clone().unwrap_or_default());
+    let export = export.unwrap_or(held_export);
+    let mut settings = crate::convert::Settings::of(repo)?;
+    settings.export = export;
+    let mut converter = Converter::new(repo, settings)?;
+    if export {
+        converter = converter.with_commit(crate::export::CommitInfo::from_commit(repo, to.commit)?);
+    }
+    let converter = Arc::new(converter);
+    let converter_of = |settings: &Option<crate::convert::Settings>,
+                        commit: Option<ObjectId>|
+     -> Result<Option<Arc<Converter>>, Error> {
         Ok(match settings {
-            Some(s) if s == converter.settings() => Some(converter.clone()),
-            Some(s) => Some(Arc::new(Converter::new(repo, s.clone())?)),
+            Some(s) if s == converter.settings() && (!s.export || commit == Some(to.commit)) => Some(converter.clone()),
+            Some(s) => {
+                let mut c = Converter::new(repo, s.clone())?;
+                if let (true, Some(commit)) = (s.export, commit) {
+                    c = c.with_commit(crate::export::CommitInfo::from_commit(repo, commit)?);
+                }
+                Some(Arc::new(c))
+            }
             None => None,
         })
     };
     // How the target's files were written: per its state (none: as blobs are).
-    let synced_converter = converter_of(&state.as_ref().and_then(|s| s.conversions.clone()))?;
+    let synced_converter = converter_of(
+        &state.as_ref().and_then(|s| s.conversions.clone()),
+        state.as_ref().and_then(|s| s.synced).map(|s| s.commit),
+    )?;
+    let synced_select = state.as_ref().and_then(|s| s.select.clone()).unwrap_or_default();
+    let synced_commit = state.as_ref().and_then(|s| s.synced).map(|s| s.commit);
+    let substituted: Vec<String> = state.as_ref().map(|s| s.export_subst.clone()).unwrap_or_default();
+    let held_select = held_select.unwrap_or_default();
     let recursed = state.as_ref().is_some_and(|s| s.recurse_submodules);
     let recurse = recurse.unwrap_or(match &state {
         Some(SyncState { in_progress: Some(p), .. }) => p.recurse_submodules,
@@ -476,6 +541,8 @@ async fn prepare_at(
             recurse_submodules: false,
             submodules: Vec::new(),
             repos: vec![repo.clone()],
+            select: (!select.is_all()).then(|| select.clone()),
+            export_subst: substituted.clone(),
         });
     }
     let mut resume = None;
@@ -487,20 +554,28 @@ async fn prepare_at(
         Some(SyncState { in_progress: Some(p), .. }) => {
             // Finished with the settings it started with (a journal of a version before
             // conversions: as blobs are).
-            let journal_converter = converter_of(&p.to_conversions)?;
+            let journal_converter = converter_of(&p.to_conversions, Some(p.to_commit))?;
+            let journal_select = p.to_select.clone().unwrap_or_default();
             let plan = if p.repair {
                 let to = Resolved { commit: p.to_commit, tree: p.to_tree };
                 let with = journal_converter.clone().unwrap_or_else(|| converter.clone());
                 repair_plan_to(repo, backend, to, p.takeover, limits, &with).await?.0
             } else if p.takeover {
                 let existing = scan(backend).await?;
-                planning.takeover(&existing, p.to_tree, p.recurse_submodules, journal_converter.as_deref())?
+                planning.takeover(
+                    &existing,
+                    p.to_tree,
+                    p.recurse_submodules,
+                    journal_converter.as_deref(),
+                    &journal_select,
+                )?
             } else {
                 check_base(repo, p.from_tree, state.as_ref())?;
                 planning.diff(
-                    (p.from_tree, recursed, synced_converter.as_deref()),
+                    (p.from_tree, recursed, synced_converter.as_deref(), &synced_select),
                     p.to_tree,
-                    (p.recurse_submodules, journal_converter.as_deref()),
+                    (p.recurse_submodules, journal_converter.as_deref(), &journal_select),
+                    (synced_commit != Some(p.to_commit)).then_some(substituted.as_slice()),
                 )?
             };
             resume = Some((p.clone(), plan));
@@ -525,17 +600,40 @@ async fn prepare_at(
     let mut replaced = None;
     let main = if takeover {
         let existing = scan(backend).await?;
-        let plan = planning.takeover(&existing, to.tree, recurse, Some(&converter))?;
+        let plan = planning.takeover(&existing, to.tree, recurse, Some(&converter), &select)?;
         replaced = Some(replaced_by(&plan, &existing));
         plan
     } else {
         // What the target's gitlinks hold once an interrupted sync is finished, or now.
         let filled = resume_recurse.unwrap_or(recursed);
+        let held_commit = match &state {
+            Some(SyncState { in_progress: Some(p), .. }) => Some(p.to_commit),
+            _ => synced_commit,
+        };
         planning.diff(
-            (base, filled && base.is_some(), base_converter.as_deref()),
+            (base, filled && base.is_some(), base_converter.as_deref(), &held_select),
             to.tree,
-            (recurse, Some(&converter)),
+            (recurse, Some(&converter), &select),
+            (held_commit != Some(to.commit)).then_some(substituted.as_slice()),
         )?
+    };
+    // The expanded files after this sync: those before (still checked each time) and those
+    // written now, less those removed.
+    let export_subst = {
+        let mut all: std::collections::BTreeSet<String> = substituted.iter().cloned().collect();
+        let plans = resume.iter().map(|(_, p)| p).chain(std::iter::once(&main));
+        for op in plans.flat_map(|p| p.ops()) {
+            match op {
+                crate::Op::Write { path, conversion: Some(c), .. } if c.export_subst => {
+                    all.insert(path.display());
+                }
+                crate::Op::Unlink { path } => {
+                    all.remove(&path.display());
+                }
+                _ => {}
+            }
+        }
+        if export { all.into_iter().collect() } else { Vec::new() }
     };
     check_filters(repo, &main, converter.settings())?;
     let (submodules, repos) = planning.read();
@@ -556,6 +654,8 @@ async fn prepare_at(
         recurse_submodules: recurse,
         submodules,
         repos,
+        select: (!select.is_all()).then_some(select),
+        export_subst,
     })
 }
 
@@ -748,7 +848,12 @@ pub async fn sync(
     // Resolve first: a typo in the revision must not create the target or its lock.
     let to = repo.resolve(rev)?;
     let path = source::subtree_path(rev);
-    let goal = || Goal { path: Some(path.clone()), recurse: Some(options.recurse_submodules) };
+    let goal = || Goal {
+        path: Some(path.clone()),
+        recurse: Some(options.recurse_submodules),
+        select: Some(options.select.clone()),
+        export: Some(options.export),
+    };
     let target = backend.prepare_target(false).await?;
     let early = if target != TargetState::Managed || options.dry_run {
         let prepared = prepare_at(repo, to, goal(), backend, options.force, target, options.limits).await?;
@@ -844,6 +949,8 @@ async fn run_locked(
         resume_converter,
         recurse_submodules: recurse,
         repos,
+        select,
+        export_subst,
         ..
     } = prepared;
     if let Some((p, _)) = &resume {
@@ -863,6 +970,8 @@ async fn run_locked(
         in_progress: None,
         path: None,
         conversions: None,
+        select: None,
+        export_subst: Vec::new(),
         recurse_submodules: false,
         backend: options.backend_name.clone(),
     });
@@ -889,12 +998,14 @@ async fn run_locked(
         current.synced = Some(Synced { commit: p.to_commit, tree: p.to_tree, at_unix: state::now_unix() });
         current.path = p.to_path.clone();
         current.conversions = p.to_conversions.clone();
+        current.select = p.to_select.clone();
         current.recurse_submodules = p.recurse_submodules;
         current.in_progress = None;
         if main.is_empty()
             && p.to_commit == to.commit
             && p.to_path == path
             && current.conversions == settings
+            && current.select == select
             && p.recurse_submodules == recurse
             && dirs_recreated == 0
         {
@@ -906,6 +1017,7 @@ async fn run_locked(
     let already = current.synced.is_some_and(|s| s.commit == to.commit)
         && current.path == path
         && current.conversions == settings
+        && current.select == select
         && current.recurse_submodules == recurse
         && current.in_progress.is_none();
     tracing::info!(
@@ -919,8 +1031,11 @@ async fn run_locked(
     );
     if !main.is_empty() {
         let from_tree = if takeover { None } else { current.synced.map(|s| s.tree) };
-        current.in_progress =
-            Some(journal_entry(to, &path, &settings, from_tree, takeover, repair, me).recursing(recurse));
+        current.in_progress = Some(
+            journal_entry(to, &path, &settings, from_tree, takeover, repair, me)
+                .recursing(recurse)
+                .selecting(select.clone()),
+        );
         backend.store_state(&current.to_bytes()).await?;
         outcome.state_writes += 1;
         tracing::debug!(target: "treesync::sync", "journal: in progress");
@@ -937,7 +1052,9 @@ async fn run_locked(
             dirs_recreated,
             "the target had drifted (directories missing or replaced); comparing it with the destination once"
         );
-        current.in_progress = Some(journal_entry(to, &path, &settings, None, takeover, true, me).recursing(recurse));
+        current.in_progress = Some(
+            journal_entry(to, &path, &settings, None, takeover, true, me).recursing(recurse).selecting(select.clone()),
+        );
         backend.store_state(&current.to_bytes()).await?;
         outcome.state_writes += 1;
         let (plan, _) = repair_plan_to(repo, backend, to, takeover, options.limits, &converter).await?;
@@ -947,6 +1064,8 @@ async fn run_locked(
         current.synced = Some(Synced { commit: to.commit, tree: to.tree, at_unix: state::now_unix() });
         current.path = path;
         current.conversions = settings;
+        current.select = select;
+        current.export_subst = export_subst;
         current.recurse_submodules = recurse;
         current.in_progress = None;
         backend.store_state(&current.to_bytes()).await?;
@@ -1021,7 +1140,7 @@ pub async fn repair(
         let to = Resolved { commit: goal.commit, tree: goal.tree };
         let finished = if interrupted {
             let target = backend.prepare_target(false).await?;
-            let goal = Goal { path: None, recurse: None };
+            let goal = Goal { path: None, recurse: None, select: None, export: None };
             let prepared = prepare_at(repo, to, goal, backend, false, target, options.sync.limits).await?;
             Some(run_locked(repo, backend, prepared, &options.sync, &me, progress, interrupt, start).await?)
         } else {
@@ -1039,7 +1158,10 @@ pub async fn repair(
             let synced = current.synced;
             let path = current.path.clone();
             let settings = Some(converter.settings().clone());
-            current.in_progress = Some(journal_entry(to, &path, &settings, None, options.delete_extra, true, &me));
+            current.in_progress = Some(
+                journal_entry(to, &path, &settings, None, options.delete_extra, true, &me)
+                    .selecting(current.select.clone()),
+            );
             backend.store_state(&current.to_bytes()).await?;
             let blobs: Arc<dyn BlobSource> =
                 Arc::new(source::Converting::new(Arc::new(repo.clone()), converter.clone()));
@@ -1114,6 +1236,7 @@ fn journal_entry(
         to_tree: to.tree,
         to_path: path.clone(),
         to_conversions: conversions.clone(),
+        to_select: None,
         takeover,
         repair,
         recurse_submodules: false,

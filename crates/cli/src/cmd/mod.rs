@@ -108,6 +108,13 @@ fn fill(source: &mut Source, target: &mut TargetArgs, m: &config::Mirror) {
     source.rev = Some(m.rev.clone());
     source.path = source.path.take().or_else(|| m.path.clone());
     source.recurse_submodules |= m.recurse_submodules;
+    if source.include.is_empty() {
+        source.include = m.include.clone();
+    }
+    if source.exclude.is_empty() {
+        source.exclude = m.exclude.clone();
+    }
+    source.export |= m.export;
     fill_target(target, m);
 }
 

@@ -49,6 +49,8 @@ pub(crate) fn run(args: PlanArgs) -> anyhow::Result<()> {
         create: false,
         limits: args.limits.limits(),
         recurse_submodules: args.source.recurse_submodules,
+        select: args.source.select()?,
+        export: args.source.export,
     };
     let prepared = rt
         .block_on(sync::prepare(&repo, &rev, &*backend, &options))

@@ -45,6 +45,8 @@ pub(crate) fn run(args: SyncArgs) -> anyhow::Result<()> {
         git_worktree: args.git_worktree.then(|| PathBuf::from(args.target.target())),
         limits: args.limits.limits(),
         recurse_submodules: args.source.recurse_submodules,
+        select: args.source.select()?,
+        export: args.source.export,
     };
     anyhow::ensure!(
         !args.git_worktree || !matches!(chosen.kind, treesync::BackendKind::S3 | treesync::BackendKind::Memory),

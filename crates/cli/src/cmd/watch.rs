@@ -73,6 +73,8 @@ async fn watch_one(name: Option<String>, args: WatchArgs, interrupt: &AtomicBool
             backend_name: chosen.label(),
             limits: args.limits.limits(),
             recurse_submodules: args.source.recurse_submodules,
+            select: args.source.select()?,
+            export: args.source.export,
             ..Default::default()
         },
         ..Default::default()

@@ -31,6 +31,8 @@ pub async fn adopt(clone: &Path, backend: &dyn Backend, options: &Options) -> Re
             // The clone's files were converted with the clone's settings. Unknown (unreadable
             // config): the next sync compares every file's conversion once.
             conversions: crate::Repo::open(clone).ok().and_then(|r| crate::convert::Settings::of(&r).ok()),
+            select: None,
+            export_subst: Vec::new(),
             recurse_submodules: false,
             backend: if options.backend_name.is_empty() { "local".into() } else { options.backend_name.clone() },
         };

@@ -173,6 +173,21 @@ pub struct Checkout<'a> {
     pub conversions: Option<Conversions<'a>>,
     /// Fill gitlinks with their submodules' trees.
     pub recurse: Option<Recurse<'a>>,
+    /// Write only the paths these patterns select (`--include`/`--exclude`), on each side.
+    pub select: Option<Selecting<'a>>,
+    /// The files the target holds with `export-subst` placeholders expanded (`--export`),
+    /// when the commit changes: they are written again wherever they still are `export-subst`
+    /// (their bytes name the commit). Costs one lookup each, not a walk of the tree.
+    pub resubst: Option<&'a [String]>,
+}
+
+/// The path selections of both sides of a plan.
+#[derive(Clone, Copy)]
+pub struct Selecting<'a> {
+    /// What the target holds now was selected by these.
+    pub old: &'a crate::select::Select,
+    /// What it is to hold.
+    pub new: &'a crate::select::Select,
 }
 
 /// [`plan_with`], writing what `checkout` says. With conversions, each written file gets its
@@ -191,6 +206,7 @@ pub fn plan_checkout(
 ) -> Result<Plan, Error> {
     let mut p = Planner::new(odb, options);
     p.checkout(checkout, from.is_some());
+    p.to = Some(to);
     p.diff_tree_contents(&RelPath::root(), from, Some(to))?;
     p.convert()?;
     Ok(p.finish(from, to))
@@ -262,7 +278,7 @@ pub fn attach_conversions(
             };
         }
     }
-    let mut resolver = crate::convert::Resolver::new(converter.settings(), files, false)?;
+    let mut resolver = crate::convert::Resolver::new(converter.settings(), files)?;
     let find: &dyn gix_object::Find = odb;
     let mut ops = Vec::with_capacity(plan.len());
     for op in plan.ops() {
@@ -319,6 +335,7 @@ pub fn plan_takeover(
 }
 
 fn takeover(mut p: Planner<'_>, existing: &[ExistingEntry], to: ObjectId) -> Result<Plan, Error> {
+    p.to = Some(to);
     p.diff_tree_contents(&RelPath::root(), None, Some(to))?;
     p.convert()?;
     let mut wanted: HashMap<RelPath, ExistingKind> = HashMap::new();
@@ -378,6 +395,12 @@ struct Planner<'a> {
     conversions: Option<Conversions<'a>>,
     /// The ops of submodules, planned (and converted) by planners of their own.
     nested: Vec<Op>,
+    /// Which paths each side holds ([`Checkout::select`]).
+    select: Option<Selecting<'a>>,
+    /// Files to expand again ([`Checkout::resubst`]), when the commit changed.
+    resubst: Option<&'a [String]>,
+    /// The tree planned to (for what a directory holds once the plan is done).
+    to: Option<ObjectId>,
 }
 
 /// What the diff learned for the conversions pass ([`Planner::convert`]).
@@ -393,8 +416,9 @@ struct AttrsSeen {
     /// The `.gitattributes` of the old and the new tree, in the directories the diff entered.
     old_files: crate::convert::AttributeFiles,
     new_files: crate::convert::AttributeFiles,
-    /// Files the same in both trees, below a change of attributes: (path, blob, executable).
-    candidates: Vec<(RelPath, ObjectId, bool)>,
+    /// Files and symlinks the same in both trees, below a change of attributes (or of the
+    /// selection): (path, blob, `Some(executable)` for a file, `None` for a symlink).
+    candidates: Vec<(RelPath, ObjectId, Option<bool>)>,
 }
 
 /// One tree on the stack of a walk over a chain of trees (the walks below the diff do not
@@ -425,6 +449,9 @@ impl<'a> Planner<'a> {
             attrs: AttrsSeen::default(),
             conversions: None,
             nested: Vec::new(),
+            select: None,
+            resubst: None,
+            to: None,
         }
     }
 
@@ -432,9 +459,13 @@ impl<'a> Planner<'a> {
     fn checkout(&mut self, checkout: Checkout<'a>, incremental: bool) {
         self.recurse = checkout.recurse;
         self.conversions = checkout.conversions;
+        self.select = checkout.select.filter(|s| !(s.old.is_all() && s.new.is_all()));
+        self.resubst = checkout.resubst.filter(|r| !r.is_empty());
+        let select_changed = self.select.is_some_and(|s| s.old != s.new);
         if let Some(c) = checkout.conversions {
             self.attrs.enabled = true;
-            self.attrs.settings_changed = incremental && c.old.map(|c| c.settings()) != Some(c.new.settings());
+            self.attrs.settings_changed =
+                incremental && (c.old.map(|c| c.settings()) != Some(c.new.settings()) || select_changed);
             self.attrs.renormalizing = self.attrs.settings_changed;
         }
     }
@@ -866,7 +897,7 @@ impl<'a> Planner<'a> {
                         self.count(0)?;
                         self.ops.push(Op::Chmod { path: path.clone(), executable, blob: id, size, conversion: None });
                     } else if self.attrs.renormalizing {
-                        self.attrs.candidates.push((path.clone(), id, executable));
+                        self.attrs.candidates.push((path.clone(), id, Some(executable)));
                     }
                 }
                 _ => self.write(path, id, executable)?,
@@ -893,6 +924,7 @@ impl<'a> Planner<'a> {
         let gitlinks = self.recurse.expect("only called when recursing").gitlinks;
         let options = self.options;
         let conversions = self.conversions;
+        let select = self.select;
         let settings_changed = self.attrs.settings_changed;
         gitlinks.enter(path, old, new, &mut |odb, old_tree, new_tree, nested| {
             // The submodule's plan goes on from this one, against the same limits; its files
@@ -900,6 +932,8 @@ impl<'a> Planner<'a> {
             let mut sub = Planner::new(odb, options);
             sub.recurse = Some(Recurse { old: true, new: true, gitlinks: nested });
             sub.conversions = conversions;
+            sub.select = select;
+            sub.to = new_tree;
             sub.attrs.enabled = conversions.is_some();
             sub.attrs.settings_changed = settings_changed;
             sub.attrs.renormalizing = settings_changed;
@@ -967,31 +1001,61 @@ impl<'a> Planner<'a> {
 
     /// The conversions pass, after the diff: give every file written its conversion, turn a
     /// mode change whose conversion changed into a write, and write the candidates
-    /// ([`AttrsSeen::candidates`]) whose converted bytes change.
+    /// ([`AttrsSeen::candidates`]) whose converted bytes change. With a selection
+    /// ([`Checkout::select`]) or `--export`, also leave out what a side does not hold:
+    /// see [`Self::shape`].
     fn convert(&mut self) -> Result<(), Error> {
         use crate::convert::Resolver;
         let Some(conversions) = self.conversions else { return Ok(()) };
         let odb = self.odb;
         let find: &dyn gix_object::Find = odb;
-        let mut new = Resolver::new(conversions.new.settings(), std::mem::take(&mut self.attrs.new_files), false)?;
-        let mut old = match conversions.old {
-            Some(c) => Some(Resolver::new(c.settings(), std::mem::take(&mut self.attrs.old_files), false)?),
-            None => None,
+        let mut new = Side {
+            resolver: Some(Resolver::new(conversions.new.settings(), std::mem::take(&mut self.attrs.new_files))?),
+            select: self.select.map(|s| s.new),
+            ignored_dirs: HashMap::new(),
         };
-        let mut writes = self.ops.take_writes();
-        writes.sort_by(|a, b| a.path().cmp(b.path()));
-        for op in &mut writes {
-            match op {
-                Op::Write { path, conversion, .. } => *conversion = new.at(path.as_bstr(), find)?.0,
+        let mut old = Side {
+            resolver: match conversions.old {
+                Some(c) => Some(Resolver::new(c.settings(), std::mem::take(&mut self.attrs.old_files))?),
+                None => None,
+            },
+            select: self.select.map(|s| s.old),
+            ignored_dirs: HashMap::new(),
+        };
+        let shaping = self.select.is_some()
+            || conversions.new.settings().export
+            || conversions.old.is_some_and(|c| c.settings().export);
+        let mut ops = if shaping { std::mem::take(&mut self.ops).into_vec() } else { self.ops.take_writes() };
+        ops.sort_by(|a, b| a.path().cmp(b.path()));
+        let mut out = Vec::with_capacity(ops.len());
+        for mut op in ops {
+            // Not held any more where the old side had it: removed instead.
+            let gone = |op: &Op, old: &mut Side<'_>| -> Result<Option<Op>, Error> {
+                Ok(old.keeps(op.path(), false, find)?.then(|| Op::Unlink { path: op.path().clone() }))
+            };
+            match &mut op {
+                Op::Write { path, conversion, .. } => {
+                    if shaping && !new.keeps(path, false, find)? {
+                        out.extend(gone(&op, &mut old)?);
+                        continue;
+                    }
+                    *conversion = new.conversion(path, find)?;
+                }
                 Op::Chmod { path, blob, size, executable, conversion } => {
-                    let now = new.at(path.as_bstr(), find)?.0;
-                    let before = match &mut old {
-                        Some(r) => r.at(path.as_bstr(), find)?.0,
-                        None => None,
-                    };
-                    if now != before {
-                        let reason = Some(changed_reason(before.as_deref(), now.as_deref()));
-                        *op = Op::Write {
+                    if shaping && !new.keeps(path, false, find)? {
+                        out.extend(gone(&op, &mut old)?);
+                        continue;
+                    }
+                    let now = new.conversion(path, find)?;
+                    let kept = !shaping || old.keeps(path, false, find)?;
+                    let before = if kept { old.conversion(path, find)? } else { None };
+                    if now != before || !kept {
+                        let reason = Some(if kept {
+                            changed_reason(before.as_deref(), now.as_deref())
+                        } else {
+                            "newly selected".to_string()
+                        });
+                        op = Op::Write {
                             path: path.clone(),
                             blob: *blob,
                             size: *size,
@@ -1003,29 +1067,227 @@ impl<'a> Planner<'a> {
                         *conversion = now;
                     }
                 }
+                Op::Symlink { path, .. } if !new.keeps(path, false, find)? => {
+                    out.extend(gone(&op, &mut old)?);
+                    continue;
+                }
+                // With patterns, a directory is made for what it holds (below); with
+                // `--export` alone, as `git archive` makes it: unless it is `export-ignore`.
+                Op::Mkdir { path } if self.select.is_some() || !new.keeps(path, true, find)? => continue,
+                Op::Unlink { path } if !old.keeps(path, false, find)? => continue,
+                // A directory the old side never made (nothing below it was selected).
+                Op::Rmdir { path }
+                    if self.select.is_some_and(|s| !s.old.may_include_below(path.as_bstr()))
+                        || !old.keeps_dir(path, find)? =>
+                {
+                    continue;
+                }
                 _ => {}
             }
+            out.push(op);
         }
         let mut candidates = std::mem::take(&mut self.attrs.candidates);
         candidates.sort_by(|a, b| a.0.cmp(&b.0));
         for (path, blob, executable) in candidates {
-            let now = new.at(path.as_bstr(), find)?.0;
-            let before = match &mut old {
-                Some(r) => r.at(path.as_bstr(), find)?.0,
-                None => None,
-            };
-            if now == before || !self.output_differs(&path, blob, before.as_deref(), now.as_deref(), conversions)? {
-                continue;
+            let (was, is) =
+                if shaping { (old.keeps(&path, false, find)?, new.keeps(&path, false, find)?) } else { (true, true) };
+            match (was, is, executable) {
+                (false, false, _) => {}
+                (true, false, _) => {
+                    self.count(0)?;
+                    out.push(Op::Unlink { path });
+                }
+                (false, true, None) => {
+                    let target = self.link_target(&path, blob)?;
+                    self.count(target.len() as u64)?;
+                    out.push(Op::Symlink { path, target });
+                }
+                (true, true, None) => {}
+                (was, true, Some(executable)) => {
+                    let now = new.conversion(&path, find)?;
+                    let before = if was { old.conversion(&path, find)? } else { None };
+                    if was
+                        && (now == before
+                            || !self.output_differs(&path, blob, before.as_deref(), now.as_deref(), conversions)?)
+                    {
+                        continue;
+                    }
+                    let size = self.blob_size(blob).map_err(|e| Self::object_error("blob", blob, &at(&path), e))?;
+                    self.count(size)?;
+                    let reason = Some(if was {
+                        changed_reason(before.as_deref(), now.as_deref())
+                    } else {
+                        "newly selected".to_string()
+                    });
+                    out.push(Op::Write { path, blob, size, executable, conversion: now, reason });
+                }
             }
-            let size = self.blob_size(blob).map_err(|e| Self::object_error("blob", blob, &at(&path), e))?;
-            self.count(size)?;
-            let reason = Some(changed_reason(before.as_deref(), now.as_deref()));
-            writes.push(Op::Write { path, blob, size, executable, conversion: now, reason });
         }
-        for op in writes {
+        // `export-subst` files expand the commit: written again when it changes.
+        if let Some(again) = self.resubst.take() {
+            let written: std::collections::HashSet<RelPath> = out
+                .iter()
+                .filter(|op| matches!(op, Op::Write { .. } | Op::Unlink { .. }))
+                .map(|op| op.path().clone())
+                .collect();
+            for path in again {
+                let Ok(path) = RelPath::parse(path) else { continue };
+                if written.contains(&path) || !new.keeps(&path, false, find)? {
+                    continue;
+                }
+                let Some(dir) = self.tree_at(&path.parent())? else { continue };
+                let mut buf = Vec::new();
+                let found = self
+                    .entries(dir, &path.parent(), &mut buf)?
+                    .into_iter()
+                    .find_map(|(n, node)| (<BStr as AsRef<[u8]>>::as_ref(n) == path.split_last().1).then_some(node));
+                let Some(Node::File { id, executable }) = found else { continue };
+                let conversion = new.conversion(&path, find)?;
+                if !conversion.as_ref().is_some_and(|c| c.export_subst) {
+                    continue;
+                }
+                let size = self.blob_size(id).map_err(|e| Self::object_error("blob", id, &at(&path), e))?;
+                self.count(size)?;
+                let reason = Some("export-subst: the commit changed".to_string());
+                out.push(Op::Write { path, blob: id, size, executable, conversion, reason });
+            }
+        }
+        if shaping {
+            self.shape(&mut out, &mut new, find)?;
+        }
+        for op in out {
             self.ops.push(op);
         }
         Ok(())
+    }
+
+    /// With a selection or `--export`: make the directories of what is written (a directory
+    /// is made only for what it holds), and remove the directories left without any selected
+    /// content by what is removed.
+    fn shape(&mut self, ops: &mut Vec<Op>, new: &mut Side<'_>, find: &dyn gix_object::Find) -> Result<(), Error> {
+        let mut dirs: std::collections::BTreeSet<RelPath> = Default::default();
+        let mut removed: std::collections::BTreeSet<RelPath> = Default::default();
+        for op in ops.iter() {
+            match op {
+                Op::Write { path, .. } | Op::Symlink { path, .. } => {
+                    let mut dir = up(path);
+                    while let Some(d) = dir {
+                        dir = up(&d);
+                        if !dirs.insert(d) {
+                            break;
+                        }
+                    }
+                }
+                Op::Unlink { path } | Op::Rmdir { path } => {
+                    removed.insert(path.clone());
+                }
+                _ => {}
+            }
+        }
+        for d in &dirs {
+            self.count(0)?;
+            ops.push(Op::Mkdir { path: d.clone() });
+        }
+        // Directories that hold nothing selected any more, deepest first (each checked once).
+        let mut checked: HashMap<RelPath, bool> = HashMap::new();
+        let mut queue: Vec<RelPath> = removed.iter().filter_map(up).collect();
+        while let Some(d) = queue.pop() {
+            if checked.contains_key(&d) || removed.contains(&d) || dirs.contains(&d) {
+                continue;
+            }
+            let empty = match self.tree_at(&d)? {
+                // With patterns, a directory stays for what it holds; with `--export` alone,
+                // as `git archive` has it: unless it is `export-ignore`.
+                Some(tree) if self.select.is_some() => !self.holds_selected(&d, tree, new, find)?,
+                Some(_) => !new.keeps(&d, true, find)?,
+                // Not in the new tree: the diff removes it.
+                None => false,
+            };
+            checked.insert(d.clone(), empty);
+            if empty {
+                self.count(0)?;
+                ops.push(Op::Rmdir { path: d.clone() });
+                removed.insert(d.clone());
+                if let Some(parent) = up(&d) {
+                    queue.push(parent);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The tree of directory `dir` in the tree planned to, if it is one there.
+    fn tree_at(&mut self, dir: &RelPath) -> Result<Option<ObjectId>, Error> {
+        let Some(mut id) = self.to else { return Ok(None) };
+        let mut at = RelPath::root();
+        for name in dir.components() {
+            let mut buf = Vec::new();
+            let entries = self.entries(id, &at, &mut buf)?;
+            match entries.iter().find(|(n, _)| <BStr as AsRef<[u8]>>::as_ref(n) == name) {
+                Some((_, Node::Tree { id: child })) => id = *child,
+                _ => return Ok(None),
+            }
+            at = at.join(name.into(), NameKind::Other)?;
+        }
+        Ok(Some(id))
+    }
+
+    /// Does tree `id` at `dir` hold anything the new side selects (walked as deep as needed)?
+    fn holds_selected(
+        &mut self,
+        dir: &RelPath,
+        id: ObjectId,
+        new: &mut Side<'_>,
+        find: &dyn gix_object::Find,
+    ) -> Result<bool, Error> {
+        let mut stack = vec![(dir.clone(), id)];
+        while let Some((dir, id)) = stack.pop() {
+            if dir.depth() > MAX_TREE_DEPTH {
+                return Err(too_deep(dir.as_bytes()));
+            }
+            let mut buf = Vec::new();
+            let entries: Vec<(gix::bstr::BString, Node)> =
+                self.entries(id, &dir, &mut buf)?.into_iter().map(|(n, node)| (n.to_owned(), node)).collect();
+            for (name, node) in entries {
+                let kind = if matches!(node, Node::Link { .. }) { NameKind::Symlink } else { NameKind::Other };
+                let path = dir.join(name.as_ref(), kind)?;
+                match node {
+                    Node::Tree { id } => {
+                        if new.select.is_none_or(|s| s.may_include_below(path.as_bstr()))
+                            && new.keeps_dir(&path, find)?
+                        {
+                            stack.push((path, id));
+                        }
+                    }
+                    Node::Gitlink { .. } => {
+                        if new.keeps(&path, true, find)? {
+                            return Ok(true);
+                        }
+                    }
+                    Node::File { .. } | Node::Link { .. } => {
+                        if new.keeps(&path, false, find)? {
+                            return Ok(true);
+                        }
+                    }
+                }
+            }
+        }
+        Ok(false)
+    }
+
+    /// The target of symlink `id` at `path`, checked as the diff checks it.
+    fn link_target(&mut self, path: &RelPath, id: ObjectId) -> Result<Vec<u8>, Error> {
+        let target = self
+            .odb
+            .find_blob(&id, &mut self.buf)
+            .map_err(|e| Self::object_error("blob", id, &at(path), Cause::gix(e)))?;
+        if target.data.is_empty() || target.data.contains(&0) {
+            return Err(Error::Unsafe(crate::path::UnsafeName {
+                path: path.display(),
+                reason: "a symlink target must be non-empty and must not contain NUL".into(),
+            }));
+        }
+        Ok(target.data.to_vec())
     }
 
     /// Would blob `blob` at `path` be written differently under `now` than under `before`?
@@ -1071,7 +1333,11 @@ impl<'a> Planner<'a> {
         match node {
             Some(Node::File { id, executable }) => {
                 let path = dir.join(name, NameKind::Other)?;
-                self.attrs.candidates.push((path, id, executable));
+                self.attrs.candidates.push((path, id, Some(executable)));
+            }
+            Some(Node::Link { id }) => {
+                let path = dir.join(name, NameKind::Symlink)?;
+                self.attrs.candidates.push((path, id, None));
             }
             Some(Node::Tree { id }) => {
                 let path = dir.join(name, NameKind::Other)?;
@@ -1098,6 +1364,67 @@ impl<'a> Planner<'a> {
         }
         self.diff_entries(path, &entries, &[])?;
         self.rmdir(path)
+    }
+}
+
+/// The directory holding `path`, unless that is the root.
+fn up(path: &RelPath) -> Option<RelPath> {
+    (!path.is_root()).then(|| path.parent()).filter(|d| !d.is_root())
+}
+
+/// One side of a plan for the conversions pass: its attributes and what it selects.
+struct Side<'s> {
+    /// `None`: files as blobs are, nothing left out by attributes.
+    resolver: Option<crate::convert::Resolver>,
+    select: Option<&'s crate::select::Select>,
+    /// Directories found `export-ignore` (or not).
+    ignored_dirs: HashMap<RelPath, bool>,
+}
+
+impl Side<'_> {
+    fn conversion(
+        &mut self,
+        path: &RelPath,
+        find: &dyn gix_object::Find,
+    ) -> Result<Option<std::sync::Arc<crate::convert::Conversion>>, Error> {
+        Ok(match &mut self.resolver {
+            Some(r) => r.at(path.as_bstr(), find)?.0,
+            None => None,
+        })
+    }
+
+    /// Does this side hold the entry at `path`: selected by the patterns, and neither it nor a
+    /// directory above it `export-ignore`?
+    fn keeps(&mut self, path: &RelPath, is_dir: bool, find: &dyn gix_object::Find) -> Result<bool, Error> {
+        if self.select.is_some_and(|s| !s.includes(path.as_bstr(), is_dir)) {
+            return Ok(false);
+        }
+        let Some(resolver) = &mut self.resolver else { return Ok(true) };
+        let mut dir = up(path);
+        while let Some(d) = dir {
+            let ignored = match self.ignored_dirs.get(&d) {
+                Some(v) => *v,
+                None => {
+                    let v = resolver.export_ignored(d.as_bstr(), true, find)?;
+                    self.ignored_dirs.insert(d.clone(), v);
+                    v
+                }
+            };
+            if ignored {
+                return Ok(false);
+            }
+            dir = up(&d);
+        }
+        Ok(!resolver.export_ignored(path.as_bstr(), is_dir, find)?)
+    }
+
+    /// [`Self::keeps`] for a directory whose content may be selected (the patterns are
+    /// checked per entry below it).
+    fn keeps_dir(&mut self, path: &RelPath, find: &dyn gix_object::Find) -> Result<bool, Error> {
+        let select = self.select.take();
+        let r = self.keeps(path, true, find);
+        self.select = select;
+        r
     }
 }
 
