@@ -80,6 +80,8 @@ pub struct Mirror {
     pub max_bytes: Option<u64>,
     /// Fill gitlinks with their submodules' trees (`--recurse-submodules`).
     pub recurse_submodules: bool,
+    /// What Git LFS pointer files are written as (`--lfs`); the core's default unless set.
+    pub lfs: Option<treesync_core::lfs::LfsMode>,
 }
 
 /// The `backend` key.
@@ -290,6 +292,7 @@ tables! {
     max_entries: Count,
     max_bytes: Size,
     recurse_submodules: Flag,
+    lfs: Lfs,
 }
 
 const TOP_KEYS: &[&str] = &["defaults", "mirror"];
@@ -551,6 +554,20 @@ from_got!(Size, |got| {
     }
 });
 
+/// The `lfs` key: `content` or `pointers`.
+#[derive(Clone, Copy, Debug)]
+struct Lfs(treesync_core::lfs::LfsMode);
+from_got!(Lfs, |got| match got {
+    Got::Str(s) => s.parse().map(Lfs).map_err(|_| {
+        let message = format!("unknown LFS mode {s:?} for {KEY} in {SECTION}{}", expected(&["content", "pointers"]));
+        with_hint(
+            message,
+            "content writes the files' content from the repository's LFS store; pointers writes the pointer files as git stores them",
+        )
+    }),
+    got => Err(got.wrong("a string (\"content\" or \"pointers\")")),
+});
+
 from_got!(BackendName, |got| match got {
     Got::Str(s) => BackendName::from_name(&s).ok_or_else(|| {
         let names: Vec<&str> = BackendName::ALL.iter().map(|b| b.as_str()).collect();
@@ -724,6 +741,7 @@ pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
             max_entries: settings.max_entries.as_ref().map(|c| c.value.0),
             max_bytes: settings.max_bytes.as_ref().map(|s| s.value.0),
             recurse_submodules: settings.recurse_submodules.as_ref().is_some_and(|f| f.value.0),
+            lfs: settings.lfs.as_ref().map(|l| l.value.0),
         });
     }
     Ok(Config { path: path.to_path_buf(), mirrors })
@@ -1253,7 +1271,7 @@ repair = true
             (7, 1),
             "unknown key \"tagret\" in [mirror.site] (expected one of: repo, ref, target, path, backend, interval, \
              verify_every, jobs, lookup_jobs, write_jobs, fsync, endpoint, region, allow_http, repair, max_entries, max_bytes, \
-             recurse_submodules)",
+             recurse_submodules, lfs)",
             &["\n  hint: did you mean \"target\"?"],
         );
         assert_err(

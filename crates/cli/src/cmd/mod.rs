@@ -108,6 +108,7 @@ fn fill(source: &mut Source, target: &mut TargetArgs, m: &config::Mirror) {
     source.rev = Some(m.rev.clone());
     source.path = source.path.take().or_else(|| m.path.clone());
     source.recurse_submodules |= m.recurse_submodules;
+    source.lfs = source.lfs.or(m.lfs);
     fill_target(target, m);
 }
 

@@ -49,6 +49,7 @@ pub(crate) fn run(args: PlanArgs) -> anyhow::Result<()> {
         create: false,
         limits: args.limits.limits(),
         recurse_submodules: args.source.recurse_submodules,
+        lfs: args.source.lfs.unwrap_or_default(),
     };
     let prepared = rt
         .block_on(sync::prepare(&repo, &rev, &*backend, &options))

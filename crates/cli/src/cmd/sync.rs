@@ -45,6 +45,7 @@ pub(crate) fn run(args: SyncArgs) -> anyhow::Result<()> {
         git_worktree: args.git_worktree.then(|| PathBuf::from(args.target.target())),
         limits: args.limits.limits(),
         recurse_submodules: args.source.recurse_submodules,
+        lfs: args.source.lfs.unwrap_or_default(),
     };
     anyhow::ensure!(
         !args.git_worktree || !matches!(chosen.kind, treesync::BackendKind::S3 | treesync::BackendKind::Memory),

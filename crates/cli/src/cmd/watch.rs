@@ -73,6 +73,7 @@ async fn watch_one(name: Option<String>, args: WatchArgs, interrupt: &AtomicBool
             backend_name: chosen.label(),
             limits: args.limits.limits(),
             recurse_submodules: args.source.recurse_submodules,
+            lfs: args.source.lfs.unwrap_or_default(),
             ..Default::default()
         },
         ..Default::default()
