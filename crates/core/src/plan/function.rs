@@ -978,6 +978,22 @@ impl<'a> Planner<'a> {
             Some(c) => Some(Resolver::new(c.settings(), std::mem::take(&mut self.attrs.old_files), false)?),
             None => None,
         };
+        // A change of LFS mode changes what every `filter=lfs` file is written as, though its
+        // conversion (its attributes) stays the same.
+        let lfs_changed = conversions.old.map(|c| c.settings().lfs) != Some(conversions.new.settings().lfs);
+        let same = |before: &Option<std::sync::Arc<crate::convert::Conversion>>,
+                    now: &Option<std::sync::Arc<crate::convert::Conversion>>| {
+            now == before && !(lfs_changed && now.as_deref().is_some_and(|c| c.is_lfs()))
+        };
+        let lfs_modes = (conversions.old.map_or_else(|| "none".to_string(), |c| c.settings().lfs.to_string()), conversions.new.settings().lfs);
+        let reason_of = |before: &Option<std::sync::Arc<crate::convert::Conversion>>,
+                         now: &Option<std::sync::Arc<crate::convert::Conversion>>| {
+            Some(if before == now {
+                format!("LFS mode changed: {} (was: {})", lfs_modes.1, lfs_modes.0)
+            } else {
+                changed_reason(before.as_deref(), now.as_deref())
+            })
+        };
         let mut writes = self.ops.take_writes();
         writes.sort_by(|a, b| a.path().cmp(b.path()));
         for op in &mut writes {
@@ -989,8 +1005,8 @@ impl<'a> Planner<'a> {
                         Some(r) => r.at(path.as_bstr(), find)?.0,
                         None => None,
                     };
-                    if now != before {
-                        let reason = Some(changed_reason(before.as_deref(), now.as_deref()));
+                    if !same(&before, &now) {
+                        let reason = reason_of(&before, &now);
                         *op = Op::Write {
                             path: path.clone(),
                             blob: *blob,
@@ -1014,12 +1030,12 @@ impl<'a> Planner<'a> {
                 Some(r) => r.at(path.as_bstr(), find)?.0,
                 None => None,
             };
-            if now == before || !self.output_differs(&path, blob, before.as_deref(), now.as_deref(), conversions)? {
+            if same(&before, &now) || !self.output_differs(&path, blob, before.as_deref(), now.as_deref(), conversions)? {
                 continue;
             }
             let size = self.blob_size(blob).map_err(|e| Self::object_error("blob", blob, &at(&path), e))?;
             self.count(size)?;
-            let reason = Some(changed_reason(before.as_deref(), now.as_deref()));
+            let reason = reason_of(&before, &now);
             writes.push(Op::Write { path, blob, size, executable, conversion: now, reason });
         }
         for op in writes {
