@@ -84,6 +84,7 @@ struct World {
 }
 
 fn world(fetch: bool) -> World {
+    treesync_testkit::missing::require_program("git-lfs", "git-lfs");
     let dir = tempfile::tempdir().expect("tempdir");
     let root = dir.path().to_path_buf();
     let work = root.join("work");
