@@ -449,6 +449,7 @@ async fn prepare_at(
         recorded.map(|c| c.lfs).unwrap_or_default()
     });
     let converter = Arc::new(Converter::new(repo, settings)?);
+    #[allow(clippy::result_large_err)] // the crate's one error type; not a hot path
     let converter_of = |settings: &Option<crate::convert::Settings>| -> Result<Option<Arc<Converter>>, Error> {
         Ok(match settings {
             Some(s) if s == converter.settings() => Some(converter.clone()),
