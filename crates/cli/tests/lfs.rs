@@ -299,3 +299,35 @@ fn the_config_key_lfs_sets_the_mode() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(!o.status.success() && err.contains("unknown LFS mode \"pointer\""), "{err}");
 }
+
+#[test]
+fn files_of_submodules_are_read_from_the_submodules_stores() {
+    treesync_testkit::missing::require_program("git-lfs", "git-lfs");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let root = dir.path();
+    let (lib, lib_git, sup, sup_git) =
+        (root.join("lib"), root.join("lib.git"), root.join("super"), root.join("super.git"));
+    for d in [&lib, &sup] {
+        std::fs::create_dir_all(d).expect("mkdir");
+        git(d, &["init", "-q"]);
+    }
+    git(&lib, &["lfs", "install", "--local"]);
+    git(&lib, &["lfs", "track", "*.bin"]);
+    std::fs::write(lib.join("obj.bin"), noise(5, 200_000)).expect("write");
+    git(&lib, &["add", "."]);
+    git(&lib, &["commit", "-qm", "lib"]);
+    git(root, &["clone", "-q", "--mirror", s(&lib), s(&lib_git)]);
+    git(&lib_git, &["lfs", "fetch", "--all"]);
+    std::fs::write(sup.join("README"), "super\n").expect("write");
+    git(&sup, &["-c", "protocol.file.allow=always", "submodule", "add", "-q", s(&lib_git), "vendor/lib"]);
+    git(&sup, &["add", "."]);
+    git(&sup, &["commit", "-qm", "super"]);
+    git(root, &["clone", "-q", "--mirror", s(&sup), s(&sup_git)]);
+    assert!(!sup_git.join("lfs/objects").exists(), "the superproject's store does not hold the object");
+
+    let target = root.join("site");
+    let args = ["sync", "--repo", s(&sup_git), "--ref", "main", "--target", s(&target), "--recurse-submodules"];
+    ok(&args);
+    assert_eq!(std::fs::read(target.join("vendor/lib/obj.bin")).expect("obj.bin"), noise(5, 200_000));
+    assert_eq!(std::fs::read(target.join("README")).expect("README"), b"super\n");
+}

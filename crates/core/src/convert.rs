@@ -559,6 +559,15 @@ impl Converter {
         &self.settings
     }
 
+    /// This converter reading LFS objects from `store` (with [`LfsMode::Content`]; a converter
+    /// writing pointer files stays as it is).
+    pub fn with_lfs_store(mut self, store: lfs::Store) -> Converter {
+        if self.lfs.is_some() {
+            self.lfs = Some(store);
+        }
+        self
+    }
+
     /// The LFS store the content of `filter=lfs` pointers is read from; `None` with
     /// [`LfsMode::Pointers`] (pointer files are written as they are).
     pub fn lfs_store(&self) -> Option<&lfs::Store> {

@@ -568,6 +568,12 @@ async fn prepare_at(
     };
     check_filters(repo, &main, converter.settings())?;
     let (submodules, repos) = planning.read();
+    // Files of submodules: their objects are in the submodules' own LFS stores.
+    let converter = with_submodule_stores(repo, converter, &repos)?;
+    let resume_converter = match resume_converter {
+        Some(c) => Some(with_submodule_stores(repo, c, &repos)?),
+        None => None,
+    };
     // Every LFS object the plans write, before the lock, the journal or any write.
     check_lfs(&repos, &main, &converter)?;
     if let Some((_, plan)) = &resume {
@@ -605,6 +611,19 @@ fn check_filters(repo: &Repo, plan: &Plan, settings: &crate::convert::Settings) 
     let uses: Vec<(&str, String)> = uses.collect();
     crate::convert::Resolver::check_required(settings, repo.path(), uses.iter().map(|(f, p)| (*f, p.as_str())))?;
     Ok(())
+}
+
+/// `converter`, reading LFS objects from the stores of the submodule repositories too
+/// (`repos`: the repository, then the submodules the plans read), after the repository's own.
+#[allow(clippy::result_large_err)] // the crate's one error type; not a hot path
+fn with_submodule_stores(repo: &Repo, converter: Arc<Converter>, repos: &[Repo]) -> Result<Arc<Converter>, Error> {
+    let Some(store) = converter.lfs_store() else { return Ok(converter) };
+    if repos.len() < 2 {
+        return Ok(converter);
+    }
+    let others = repos[1..].iter().map(crate::lfs::Store::open).collect::<Result<Vec<_>, _>>()?;
+    let store = store.clone().with_fallbacks(&others);
+    Ok(Arc::new(Converter::new(repo, converter.settings().clone())?.with_lfs_store(store)))
 }
 
 /// Refuse a plan whose LFS pointer files need objects that are not in the LFS store of
