@@ -557,13 +557,12 @@ from_got!(Size, |got| {
 /// The `lfs` key: `content` or `pointers`.
 #[derive(Clone, Copy, Debug)]
 struct Lfs(treesync_core::lfs::LfsMode);
+const LFS_HINT: &str = "content writes the files' content from the repository's LFS store; \
+                        pointers writes the pointer files as git stores them";
 from_got!(Lfs, |got| match got {
     Got::Str(s) => s.parse().map(Lfs).map_err(|_| {
-        let message = format!("unknown LFS mode {s:?} for {KEY} in {SECTION}{}", expected(&["content", "pointers"]));
-        with_hint(
-            message,
-            "content writes the files' content from the repository's LFS store; pointers writes the pointer files as git stores them",
-        )
+        let modes = expected(&["content", "pointers"]);
+        with_hint(format!("unknown LFS mode {s:?} for {KEY} in {SECTION}{modes}"), LFS_HINT)
     }),
     got => Err(got.wrong("a string (\"content\" or \"pointers\")")),
 });
@@ -1280,6 +1279,24 @@ repair = true
             "unknown key \"lookup-jobs\" in [mirror.site]",
             &["did you mean \"lookup_jobs\"?"],
         );
+    }
+
+    #[test]
+    fn config_lfs_takes_content_or_pointers_from_defaults_or_the_mirror() {
+        use treesync_core::lfs::LfsMode;
+        let base = "[mirror.a]\nrepo = \"/r\"\nref = \"main\"\ntarget = \"/t/a\"\n";
+        assert_eq!(ok(base).mirrors[0].lfs, None, "unset: the core's default");
+        let c = ok(&format!("[defaults]\nlfs = \"pointers\"\n{base}"));
+        assert_eq!(c.mirrors[0].lfs, Some(LfsMode::Pointers));
+        let c = ok(&format!("[defaults]\nlfs = \"pointers\"\n{base}lfs = \"content\"\n"));
+        assert_eq!(c.mirrors[0].lfs, Some(LfsMode::Content), "the mirror's own wins");
+        assert_err(
+            &format!("{base}lfs = \"pointer\"\n"),
+            (5, 7),
+            "unknown LFS mode \"pointer\" for lfs in [mirror.a] (expected one of: content, pointers)",
+            &["hint: content writes"],
+        );
+        assert_err(&format!("{base}lfs = true\n"), (5, 7), "lfs in [mirror.a] must be a string", &[]);
     }
 
     #[test]

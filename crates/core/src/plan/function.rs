@@ -985,7 +985,10 @@ impl<'a> Planner<'a> {
                     now: &Option<std::sync::Arc<crate::convert::Conversion>>| {
             now == before && !(lfs_changed && now.as_deref().is_some_and(|c| c.is_lfs()))
         };
-        let lfs_modes = (conversions.old.map_or_else(|| "none".to_string(), |c| c.settings().lfs.to_string()), conversions.new.settings().lfs);
+        let lfs_modes = (
+            conversions.old.map_or_else(|| "none".to_string(), |c| c.settings().lfs.to_string()),
+            conversions.new.settings().lfs,
+        );
         let reason_of = |before: &Option<std::sync::Arc<crate::convert::Conversion>>,
                          now: &Option<std::sync::Arc<crate::convert::Conversion>>| {
             Some(if before == now {
@@ -1030,7 +1033,9 @@ impl<'a> Planner<'a> {
                 Some(r) => r.at(path.as_bstr(), find)?.0,
                 None => None,
             };
-            if same(&before, &now) || !self.output_differs(&path, blob, before.as_deref(), now.as_deref(), conversions)? {
+            if same(&before, &now)
+                || !self.output_differs(&path, blob, before.as_deref(), now.as_deref(), conversions)?
+            {
                 continue;
             }
             let size = self.blob_size(blob).map_err(|e| Self::object_error("blob", blob, &at(&path), e))?;
