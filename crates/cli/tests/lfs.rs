@@ -3,7 +3,9 @@
 //! in and out of LFS (forward and back); `--lfs=pointers` writes what a clone that skips
 //! smudging does, and switching back rewrites exactly the LFS files; a missing object stops the
 //! sync before anything is written, with a hint whose `git lfs fetch` fixes it; a corrupt object
-//! fails the sync naming its oid, and a rerun after fixing it finishes the sync.
+//! fails the sync naming its oid, and a rerun after fixing it finishes the sync. A large object
+//! is streamed from the store with a bounded peak RSS (`wait4`'s `ru_maxrss`).
+#![allow(unsafe_code)]
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -330,4 +332,66 @@ fn files_of_submodules_are_read_from_the_submodules_stores() {
     ok(&args);
     assert_eq!(std::fs::read(target.join("vendor/lib/obj.bin")).expect("obj.bin"), noise(5, 200_000));
     assert_eq!(std::fs::read(target.join("README")).expect("README"), b"super\n");
+}
+
+/// Peak RSS in MiB of one run of `cmd`, which must succeed.
+#[allow(clippy::zombie_processes)] // reaped by wait4, which also gives the peak RSS
+fn peak_rss_mib(cmd: &mut Command) -> u64 {
+    cmd.stdout(std::process::Stdio::null()).stderr(std::process::Stdio::piped());
+    let child = cmd.spawn().expect("treesync runs");
+    let pid = child.id() as libc::pid_t;
+    let mut status = 0;
+    // SAFETY: an all-zero rusage is a valid value; wait4 fills it for our own child.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: pid is our child; status and usage point to live locals.
+    let r = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
+    assert_eq!(r, pid, "wait4");
+    let ok = libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0;
+    let mut err = String::new();
+    if let Some(mut e) = child.stderr {
+        let _ = std::io::Read::read_to_string(&mut e, &mut err);
+    }
+    assert!(ok, "treesync failed ({status}): {err}");
+    usage.ru_maxrss as u64 / 1024
+}
+
+#[test]
+fn a_large_object_is_streamed_with_bounded_memory() {
+    use std::io::Write;
+    treesync_testkit::missing::require_program("git-lfs", "git-lfs");
+    // 256 MiB in CI (TREESYNC_BIG_FILE_MIB for more, as in tests/memory.rs).
+    let mib: u64 = std::env::var("TREESYNC_BIG_FILE_MIB").ok().and_then(|v| v.parse().ok()).unwrap_or(256);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let work = dir.path().join("work");
+    std::fs::create_dir_all(&work).expect("mkdir");
+    git(&work, &["init", "-q"]);
+    git(&work, &["lfs", "install", "--local"]);
+    git(&work, &["lfs", "track", "*.bin"]);
+    let mut f = std::fs::File::create(work.join("big.bin")).expect("create");
+    let mut block = vec![0u8; 1 << 20];
+    for i in 0..mib {
+        for (j, b) in block.iter_mut().enumerate() {
+            *b = ((j as u64).wrapping_mul(31) ^ i) as u8;
+        }
+        f.write_all(&block).expect("write");
+    }
+    drop(f);
+    git(&work, &["add", "."]);
+    git(&work, &["commit", "-qm", "big"]);
+    let want = dir.path().join("want.bin");
+    std::fs::rename(work.join("big.bin"), &want).expect("move the file aside");
+    let target = dir.path().join("site");
+    let rss = peak_rss_mib(Command::new(env!("CARGO_BIN_EXE_treesync")).args([
+        "sync",
+        "--repo",
+        s(&work),
+        "--ref",
+        "HEAD",
+        "--target",
+        s(&target),
+    ]));
+    eprintln!("{mib} MiB LFS object synced with a peak RSS of {rss} MiB");
+    let same = Command::new("cmp").arg(&want).arg(target.join("big.bin")).output().expect("cmp runs");
+    assert!(same.status.success(), "the object's content");
+    assert!(rss < 100, "peak RSS {rss} MiB for a {mib} MiB LFS object (bound: 100 MiB)");
 }
