@@ -220,6 +220,16 @@ fn pointers_mode_equals_a_clone_that_skips_smudging_and_switching_rewrites_only_
     ]))
     .expect("json");
     assert_eq!(written(&plan), ["a.bin", "big.bin", "notptr.bin", "sub/c.bin"], "the filter=lfs files: {plan:#}");
+    let ops: Vec<&Value> = plan["plan"]["phases"]
+        .as_array()
+        .expect("phases")
+        .iter()
+        .flat_map(|p| p["ops"].as_array().expect("ops"))
+        .collect();
+    assert!(
+        ops.iter().all(|op| op["reason"] == "LFS mode changed: content (was: pointers)"),
+        "each op says why: {plan:#}"
+    );
     w.sync_ok(c2, &target, &["--lfs", "content"]);
     w.assert_like_git(c2, &target, SMUDGE, "content after pointers");
     let state: Value =
