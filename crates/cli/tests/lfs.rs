@@ -252,10 +252,21 @@ fn a_missing_object_stops_the_sync_before_any_write_and_the_hinted_fetch_fixes_i
     assert!(err.contains("4 Git LFS objects missing"), "all of them at once: {err}");
     let hinted = format!("git -C {} lfs fetch", w.mirror.display());
     assert!(err.contains(&hinted), "hints the fetch: {err}");
+    // A managed target (pointers so far) stays as it is too: no journal, no file changed.
+    let managed = w.target("managed");
+    w.sync_ok(c2, &managed, &["--lfs=pointers"]);
+    let state = std::fs::read(managed.join(".treesync/state")).expect("state");
+    let files = treesync_testkit::tree::read_dir(&managed);
+    let o = w.sync(c2, &managed, &[]);
+    assert_eq!(o.status.code(), Some(2), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(std::fs::read(managed.join(".treesync/state")).expect("state"), state, "no journal");
+    assert!(treesync_testkit::tree::read_dir(&managed) == files, "no file changed");
     // The hint's command, with --all as it offers.
     git(&w.root, &["-C", s(&w.mirror), "lfs", "fetch", "--all"]);
     w.sync_ok(c2, &target, &[]);
     w.assert_like_git(c2, &target, SMUDGE, "after the fetch");
+    w.sync_ok(c2, &managed, &[]);
+    w.assert_like_git(c2, &managed, SMUDGE, "the managed target after the fetch");
 }
 
 #[test]
