@@ -112,6 +112,7 @@ fn missing(probe: &Probe) -> Vec<Need> {
     }
     let programs: &[(&str, &'static str)] = &[
         ("git", "git"),
+        ("git-lfs", "git-lfs"),
         ("strace", "strace"),
         ("tar", "tar"),
         ("fusermount3", "fuse3"),
@@ -414,6 +415,7 @@ mod tests {
             [
                 "fuse3",
                 "git",
+                "git-lfs",
                 "libnfs-utils",
                 "libtirpc-common",
                 "mount",
@@ -439,7 +441,7 @@ mod tests {
     fn what_is_there_is_not_installed() {
         let dir = tempfile::tempdir().expect("tempdir");
         let probe = empty(dir.path());
-        for p in ["git", "strace", "tar", "fusermount3", "unshare", "setpriv", "nfs-ls", "python3"] {
+        for p in ["git", "git-lfs", "strace", "tar", "fusermount3", "unshare", "setpriv", "nfs-ls", "python3"] {
             put(&probe.path[0].join(p));
         }
         // Found in the sbin directories even when PATH lacks them, as the testkit looks.

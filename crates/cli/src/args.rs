@@ -145,6 +145,15 @@ pub(crate) struct Source {
     /// does. See docs/export.md.
     #[arg(long)]
     pub(crate) export: bool,
+    /// What files stored with Git LFS (filter=lfs in .gitattributes) are written as. content
+    /// (the default): their real content, read from the repository's own LFS store
+    /// (.git/lfs/objects, or lfs.storage), as `git checkout` with git-lfs writes it; treesync
+    /// never downloads, so every object must be there: a missing one stops the sync before
+    /// anything is written, and `git -C REPO lfs fetch --all` (or REMOTE REV) brings it.
+    /// pointers: the small pointer files git stores (as a checkout with GIT_LFS_SKIP_SMUDGE=1);
+    /// needs no LFS store. Changing it rewrites the LFS files.
+    #[arg(long, value_name = "content|pointers")]
+    pub(crate) lfs: Option<treesync_core::lfs::LfsMode>,
 }
 
 impl Source {

@@ -86,6 +86,8 @@ pub struct Mirror {
     pub exclude: Vec<String>,
     /// `git archive` semantics (`--export`).
     pub export: bool,
+    /// What Git LFS pointer files are written as (`--lfs`); the core's default unless set.
+    pub lfs: Option<treesync_core::lfs::LfsMode>,
 }
 
 /// The `backend` key.
@@ -299,6 +301,7 @@ tables! {
     include: Patterns,
     exclude: Patterns,
     export: Flag,
+    lfs: Lfs,
 }
 
 const TOP_KEYS: &[&str] = &["defaults", "mirror"];
@@ -583,6 +586,19 @@ from_got!(Size, |got| {
     }
 });
 
+/// The `lfs` key: `content` or `pointers`.
+#[derive(Clone, Copy, Debug)]
+struct Lfs(treesync_core::lfs::LfsMode);
+const LFS_HINT: &str = "content writes the files' content from the repository's LFS store; \
+                        pointers writes the pointer files as git stores them";
+from_got!(Lfs, |got| match got {
+    Got::Str(s) => s.parse().map(Lfs).map_err(|_| {
+        let modes = expected(&["content", "pointers"]);
+        with_hint(format!("unknown LFS mode {s:?} for {KEY} in {SECTION}{modes}"), LFS_HINT)
+    }),
+    got => Err(got.wrong("a string (\"content\" or \"pointers\")")),
+});
+
 from_got!(BackendName, |got| match got {
     Got::Str(s) => BackendName::from_name(&s).ok_or_else(|| {
         let names: Vec<&str> = BackendName::ALL.iter().map(|b| b.as_str()).collect();
@@ -759,6 +775,7 @@ pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
             include: settings.include.as_ref().map(|p| p.value.0.clone()).unwrap_or_default(),
             exclude: settings.exclude.as_ref().map(|p| p.value.0.clone()).unwrap_or_default(),
             export: settings.export.as_ref().is_some_and(|f| f.value.0),
+            lfs: settings.lfs.as_ref().map(|l| l.value.0),
         });
     }
     Ok(Config { path: path.to_path_buf(), mirrors })
@@ -1288,7 +1305,7 @@ repair = true
             (7, 1),
             "unknown key \"tagret\" in [mirror.site] (expected one of: repo, ref, target, path, backend, interval, \
              verify_every, jobs, lookup_jobs, write_jobs, fsync, endpoint, region, allow_http, repair, max_entries, max_bytes, \
-             recurse_submodules)",
+             recurse_submodules, lfs)",
             &["\n  hint: did you mean \"target\"?"],
         );
         assert_err(
@@ -1297,6 +1314,24 @@ repair = true
             "unknown key \"lookup-jobs\" in [mirror.site]",
             &["did you mean \"lookup_jobs\"?"],
         );
+    }
+
+    #[test]
+    fn config_lfs_takes_content_or_pointers_from_defaults_or_the_mirror() {
+        use treesync_core::lfs::LfsMode;
+        let base = "[mirror.a]\nrepo = \"/r\"\nref = \"main\"\ntarget = \"/t/a\"\n";
+        assert_eq!(ok(base).mirrors[0].lfs, None, "unset: the core's default");
+        let c = ok(&format!("[defaults]\nlfs = \"pointers\"\n{base}"));
+        assert_eq!(c.mirrors[0].lfs, Some(LfsMode::Pointers));
+        let c = ok(&format!("[defaults]\nlfs = \"pointers\"\n{base}lfs = \"content\"\n"));
+        assert_eq!(c.mirrors[0].lfs, Some(LfsMode::Content), "the mirror's own wins");
+        assert_err(
+            &format!("{base}lfs = \"pointer\"\n"),
+            (5, 7),
+            "unknown LFS mode \"pointer\" for lfs in [mirror.a] (expected one of: content, pointers)",
+            &["hint: content writes"],
+        );
+        assert_err(&format!("{base}lfs = true\n"), (5, 7), "lfs in [mirror.a] must be a string", &[]);
     }
 
     #[test]

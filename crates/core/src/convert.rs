@@ -30,6 +30,8 @@ use gix::glob::pattern::Case;
 use gix_hash::ObjectId;
 use serde::{Deserialize, Serialize};
 
+use crate::lfs::{self, LfsMode, Pointer};
+
 /// The attributes that decide how a file is written, in the order git's pipeline reads them.
 const FILTER_ATTRIBUTES: [&str; 6] = ["crlf", "ident", "filter", "eol", "text", "working-tree-encoding"];
 
@@ -89,6 +91,9 @@ pub enum Error {
         /// What failed.
         message: String,
     },
+    /// A Git LFS object could not be read (missing, corrupt, unreadable).
+    #[error(transparent)]
+    Lfs(#[from] lfs::Error),
 }
 
 /// A filter driver as the repository's config defines it (`filter.NAME.*`).
@@ -130,6 +135,16 @@ pub struct Settings {
     /// `export-subst` placeholders expanded. Not read from the repository: the sync sets it.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub export: bool,
+    /// What files git stores as Git LFS pointers (`filter=lfs`) are written as: their content
+    /// from the repository's LFS store (`content`, the default, left out of the state) or the
+    /// pointer files (`pointers`). Not read from the repository: the sync's `--lfs` sets it.
+    #[serde(default, skip_serializing_if = "is_content")]
+    pub lfs: LfsMode,
+}
+
+/// Whether `mode` is the default, [`LfsMode::Content`] (not recorded).
+fn is_content(mode: &LfsMode) -> bool {
+    *mode == LfsMode::Content
 }
 
 impl Settings {
@@ -175,6 +190,7 @@ impl Settings {
             info_attributes: read(Some(r.common_dir().join("info").join("attributes")))?,
             drivers,
             export: false,
+            lfs: LfsMode::Content,
         })
     }
 
@@ -541,9 +557,11 @@ impl Resolver {
 
 /// Converts blobs for the working tree at write time: gitoxide's pipelines (one per thread
 /// converting at once; a long-running filter process is started once per pipeline) under
-/// one [`Settings`].
+/// one [`Settings`]. With [`LfsMode::Content`] it also holds the repository's Git LFS store,
+/// opened once, and writes the object of each `filter=lfs` pointer.
 pub struct Converter {
     settings: Settings,
+    lfs: Option<lfs::Store>,
     context: gix::command::Context,
     object_hash: gix_hash::Kind,
     pool: Mutex<Vec<filter::Pipeline>>,
@@ -559,13 +577,18 @@ impl std::fmt::Debug for Converter {
 
 impl Converter {
     /// A converter for `repo` (its command context: the git dir filter drivers run with)
-    /// under `settings`.
+    /// under `settings`; with [`LfsMode::Content`], `repo`'s LFS store is opened
+    /// ([`lfs::Store::open`]: fails only when the repository is gone).
     pub fn new(repo: &crate::Repo, settings: Settings) -> Result<Converter, Error> {
         let r = repo.thread_local();
         let context = r
             .command_context()
             .map_err(|e| Error::Config { repo: repo.path().to_path_buf(), message: e.to_string() })?;
-        Ok(Converter { settings, context, object_hash: r.object_hash(), pool: Mutex::new(Vec::new()), commit: None })
+        let lfs = match settings.lfs {
+            LfsMode::Content => Some(lfs::Store::open(repo)?),
+            LfsMode::Pointers => None,
+        };
+        Ok(Converter { settings, lfs, context, object_hash: r.object_hash(), pool: Mutex::new(Vec::new()), commit: None })
     }
 
     /// Expand `export-subst` placeholders with `commit` (with [`Settings::export`]).
@@ -579,9 +602,36 @@ impl Converter {
         &self.settings
     }
 
+    /// This converter reading LFS objects from `store` (with [`LfsMode::Content`]; a converter
+    /// writing pointer files stays as it is).
+    pub fn with_lfs_store(mut self, store: lfs::Store) -> Converter {
+        if self.lfs.is_some() {
+            self.lfs = Some(store);
+        }
+        self
+    }
+
+    /// The LFS store the content of `filter=lfs` pointers is read from; `None` with
+    /// [`LfsMode::Pointers`] (pointer files are written as they are).
+    pub fn lfs_store(&self) -> Option<&lfs::Store> {
+        self.lfs.as_ref()
+    }
+
+    /// The pointer whose object is written instead of `data` (the blob at a path converted by
+    /// `conversion`): with `filter=lfs`, [`LfsMode::Content`] and a blob that is a pointer.
+    /// Anything else is converted as it is (git-lfs passes blobs that are not pointers through).
+    pub fn lfs_pointer(&self, data: &[u8], conversion: &Conversion) -> Option<Pointer> {
+        if self.lfs.is_none() || !conversion.is_lfs() {
+            return None;
+        }
+        Pointer::parse(data)
+    }
+
     /// Feed `data` (the blob `blob` at `path`), converted by `conversion`, to `sink`: `$Id$`
-    /// expanded, line ends converted, re-encoded, then the filter driver — git's order; then,
-    /// with `export-subst`, `$Format:…$` expanded as `git archive` does.
+    /// expanded, line ends converted, re-encoded, then the filter driver — git's order. A Git
+    /// LFS pointer ([`Converter::lfs_pointer`]) is replaced by its object, streamed from the
+    /// store in chunks (its size and sha256 checked on the way), as `git lfs smudge` does.
+    /// Then, with `export-subst`, `$Format:…$` is expanded as `git archive` does.
     pub fn convert(
         &self,
         data: &[u8],
@@ -618,6 +668,13 @@ impl Converter {
                 message,
             })
         };
+        if let Some(pointer) = self.lfs_pointer(data, conversion) {
+            let store = self.lfs.as_ref().expect("lfs_pointer is Some only with a store");
+            return store.stream(&pointer, sink).map_err(|e| match e {
+                lfs::Error::Sink(e) => ConvertError::Sink(e),
+                e => ConvertError::Convert(Error::Lfs(e)),
+            });
+        }
         let expanded;
         let data = if conversion.ident {
             expanded = ident(data, *blob);

@@ -155,6 +155,21 @@ impl Store {
         Store { objects: objects.into(), references: Vec::new(), repo: repo.into() }
     }
 
+    /// This store, then `others` (their own objects, then their alternates') where an object
+    /// is not found: a superproject's store followed by its submodules'. Objects are named by
+    /// their sha256, so any store holding one holds the same content. Hints keep naming this
+    /// store's repository.
+    pub fn with_fallbacks<'a>(mut self, others: impl IntoIterator<Item = &'a Store>) -> Store {
+        for other in others {
+            for dir in std::iter::once(&other.objects).chain(&other.references) {
+                if *dir != self.objects && !self.references.contains(dir) {
+                    self.references.push(dir.clone());
+                }
+            }
+        }
+        self
+    }
+
     /// The directory holding the repository's own objects (`…/lfs/objects`).
     pub fn dir(&self) -> &Path {
         &self.objects

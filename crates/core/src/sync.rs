@@ -60,6 +60,11 @@ pub struct Options {
     /// `git archive` semantics (`--export`): `export-ignore` paths are left out and
     /// `export-subst` placeholders are expanded.
     pub export: bool,
+    /// What files git stores as Git LFS pointers are written as ([`crate::lfs`]): their
+    /// content from the repository's LFS store (the default; every object must be there
+    /// before anything is written, [`Error::Lfs`] otherwise) or the pointer files. Recorded
+    /// in the state with the conversion settings: a change rewrites the LFS files.
+    pub lfs: crate::lfs::LfsMode,
 }
 
 /// The lease of [`Options::lease`] when none is given.
@@ -88,6 +93,10 @@ pub enum Error {
     /// The commit `export-subst` placeholders are expanded with (`--export`).
     #[error(transparent)]
     Export(#[from] crate::export::Error),
+    /// Git LFS objects the files need are missing from the repository's LFS store (found
+    /// before anything is written), or cannot be read.
+    #[error(transparent)]
+    Lfs(#[from] crate::lfs::Error),
     /// Comparing the target with a tree (a repair, or `--force` on a managed target).
     #[error(transparent)]
     Verify(#[from] verify::Error),
@@ -317,6 +326,8 @@ pub struct PrepareOptions {
     pub select: Select,
     /// `git archive` semantics ([`Options::export`]).
     pub export: bool,
+    /// What LFS pointer files are written as ([`Options::lfs`]).
+    pub lfs: crate::lfs::LfsMode,
 }
 
 /// Read the target's state and plan, without writing anything (unless
@@ -334,6 +345,7 @@ pub async fn prepare(
         recurse: Some(options.recurse_submodules),
         select: Some(options.select.clone()),
         export: Some(options.export),
+        lfs: Some(options.lfs),
     };
     prepare_at(repo, to, goal, backend, options.force, target, options.limits).await
 }
@@ -350,6 +362,8 @@ struct Goal {
     select: Option<Select>,
     /// `git archive` semantics.
     export: Option<bool>,
+    /// What LFS pointer files are written as.
+    lfs: Option<crate::lfs::LfsMode>,
 }
 
 /// How to plan `from → to` when gitlinks are filled on either side: through the submodules.
@@ -425,7 +439,7 @@ async fn prepare_at(
     mut target: TargetState,
     limits: plan::Limits,
 ) -> Result<Prepared, Error> {
-    let Goal { path, recurse, select, export } = goal;
+    let Goal { path, recurse, select, export, lfs } = goal;
     let state_bytes = backend.load_state().await?;
     let state = match &state_bytes {
         Some(bytes) => match SyncState::parse(bytes) {
@@ -467,11 +481,21 @@ async fn prepare_at(
     let export = export.unwrap_or(held_export);
     let mut settings = crate::convert::Settings::of(repo)?;
     settings.export = export;
+    // The mode asked for, else (a repair) the one the target's files were written with.
+    settings.lfs = lfs.unwrap_or_else(|| {
+        let recorded = match &state {
+            Some(SyncState { in_progress: Some(p), .. }) => p.to_conversions.as_ref(),
+            Some(s) => s.conversions.as_ref(),
+            None => None,
+        };
+        recorded.map(|c| c.lfs).unwrap_or_default()
+    });
     let mut converter = Converter::new(repo, settings)?;
     if export {
         converter = converter.with_commit(crate::export::CommitInfo::from_commit(repo, to.commit)?);
     }
     let converter = Arc::new(converter);
+    #[allow(clippy::result_large_err)] // the crate's one error type; not a hot path
     let converter_of = |settings: &Option<crate::convert::Settings>,
                         commit: Option<ObjectId>|
      -> Result<Option<Arc<Converter>>, Error> {
@@ -522,6 +546,7 @@ async fn prepare_at(
     // from the repository, an interrupted sync whose replay keeps failing.
     if force && target == TargetState::Managed {
         let (main, replaced) = repair_plan_to(repo, backend, to, true, limits, &converter).await?;
+        check_lfs(std::slice::from_ref(repo), &main, &converter)?;
         return Ok(Prepared {
             state,
             target,
@@ -637,6 +662,17 @@ async fn prepare_at(
     };
     check_filters(repo, &main, converter.settings())?;
     let (submodules, repos) = planning.read();
+    // Files of submodules: their objects are in the submodules' own LFS stores.
+    let converter = with_submodule_stores(repo, converter, &repos)?;
+    let resume_converter = match resume_converter {
+        Some(c) => Some(with_submodule_stores(repo, c, &repos)?),
+        None => None,
+    };
+    // Every LFS object the plans write, before the lock, the journal or any write.
+    check_lfs(&repos, &main, &converter)?;
+    if let Some((_, plan)) = &resume {
+        check_lfs(&repos, plan, resume_converter.as_deref().unwrap_or(&converter))?;
+    }
     Ok(Prepared {
         state,
         target,
@@ -670,6 +706,57 @@ fn check_filters(repo: &Repo, plan: &Plan, settings: &crate::convert::Settings) 
     });
     let uses: Vec<(&str, String)> = uses.collect();
     crate::convert::Resolver::check_required(settings, repo.path(), uses.iter().map(|(f, p)| (*f, p.as_str())))?;
+    Ok(())
+}
+
+/// `converter`, reading LFS objects from the stores of the submodule repositories too
+/// (`repos`: the repository, then the submodules the plans read), after the repository's own.
+#[allow(clippy::result_large_err)] // the crate's one error type; not a hot path
+fn with_submodule_stores(repo: &Repo, converter: Arc<Converter>, repos: &[Repo]) -> Result<Arc<Converter>, Error> {
+    let Some(store) = converter.lfs_store() else { return Ok(converter) };
+    if repos.len() < 2 {
+        return Ok(converter);
+    }
+    let others = repos[1..].iter().map(crate::lfs::Store::open).collect::<Result<Vec<_>, _>>()?;
+    let store = store.clone().with_fallbacks(&others);
+    Ok(Arc::new(Converter::new(repo, converter.settings().clone())?.with_lfs_store(store)))
+}
+
+/// Refuse a plan whose LFS pointer files need objects that are not in the LFS store of
+/// `converter` ([`crate::lfs::check`]), before any write: the pointer of every written file with
+/// `filter=lfs` is read from `repos` (the repository, then submodules'). Nothing to check when
+/// pointer files are written ([`crate::lfs::LfsMode::Pointers`]).
+#[allow(clippy::result_large_err)] // the crate's one error type; not a hot path
+fn check_lfs(repos: &[Repo], plan: &Plan, converter: &Converter) -> Result<(), Error> {
+    if converter.lfs_store().is_none() {
+        return Ok(());
+    }
+    let blobs = submodule::Blobs::source(repos.to_vec());
+    let mut wanted = Vec::new();
+    for op in plan.ops() {
+        let Some(content) = op.content() else { continue };
+        let Some(conversion) = content.conversion.filter(|c| c.is_lfs()) else { continue };
+        // Larger blobs are never pointers: not worth reading.
+        if content.size > crate::lfs::MAX_POINTER_SIZE as u64 {
+            continue;
+        }
+        let mut data = Vec::with_capacity(usize::try_from(content.size).unwrap_or(0));
+        blobs
+            .read_blob(content.blob, content.size, &mut |chunk| {
+                data.extend_from_slice(chunk);
+                Ok(())
+            })
+            .map_err(|e| match e {
+                source::BlobError::Source(e) => Error::Source(e),
+                source::BlobError::Convert(e) => Error::Convert(e),
+                source::BlobError::Sink(e) => Error::Lfs(crate::lfs::Error::Sink(e)),
+            })?;
+        if let Some(pointer) = converter.lfs_pointer(&data, conversion) {
+            wanted.push((pointer, content.path.display()));
+        }
+    }
+    let store = converter.lfs_store().expect("checked above");
+    crate::lfs::check(store, wanted)?;
     Ok(())
 }
 
@@ -853,6 +940,7 @@ pub async fn sync(
         recurse: Some(options.recurse_submodules),
         select: Some(options.select.clone()),
         export: Some(options.export),
+        lfs: Some(options.lfs),
     };
     let target = backend.prepare_target(false).await?;
     let early = if target != TargetState::Managed || options.dry_run {
@@ -1140,13 +1228,17 @@ pub async fn repair(
         let to = Resolved { commit: goal.commit, tree: goal.tree };
         let finished = if interrupted {
             let target = backend.prepare_target(false).await?;
-            let goal = Goal { path: None, recurse: None, select: None, export: None };
+            let goal = Goal { path: None, recurse: None, select: None, export: None, lfs: None };
             let prepared = prepare_at(repo, to, goal, backend, false, target, options.sync.limits).await?;
             Some(run_locked(repo, backend, prepared, &options.sync, &me, progress, interrupt, start).await?)
         } else {
             None
         };
-        let converter = Arc::new(Converter::new(repo, crate::convert::Settings::of(repo)?)?);
+        // The target's files stay written as its state records (pointers or LFS content).
+        let mut settings = crate::convert::Settings::of(repo)?;
+        let recorded = backend.load_state().await?.and_then(|b| SyncState::parse(&b).ok());
+        settings.lfs = recorded.and_then(|s| s.conversions).map(|c| c.lfs).unwrap_or_default();
+        let converter = Arc::new(Converter::new(repo, settings)?);
         let report =
             verify::verify_against(repo, backend, options.level, goal.commit, goal.tree, true, options.sync.limits)
                 .await?;

@@ -115,6 +115,7 @@ fn fill(source: &mut Source, target: &mut TargetArgs, m: &config::Mirror) {
         source.exclude = m.exclude.clone();
     }
     source.export |= m.export;
+    source.lfs = source.lfs.or(m.lfs);
     fill_target(target, m);
 }
 

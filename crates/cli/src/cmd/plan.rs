@@ -51,6 +51,7 @@ pub(crate) fn run(args: PlanArgs) -> anyhow::Result<()> {
         recurse_submodules: args.source.recurse_submodules,
         select: args.source.select()?,
         export: args.source.export,
+        lfs: args.source.lfs.unwrap_or_default(),
     };
     let prepared = rt
         .block_on(sync::prepare(&repo, &rev, &*backend, &options))

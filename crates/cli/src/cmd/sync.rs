@@ -47,6 +47,7 @@ pub(crate) fn run(args: SyncArgs) -> anyhow::Result<()> {
         recurse_submodules: args.source.recurse_submodules,
         select: args.source.select()?,
         export: args.source.export,
+        lfs: args.source.lfs.unwrap_or_default(),
     };
     anyhow::ensure!(
         !args.git_worktree || !matches!(chosen.kind, treesync::BackendKind::S3 | treesync::BackendKind::Memory),

@@ -75,6 +75,7 @@ async fn watch_one(name: Option<String>, args: WatchArgs, interrupt: &AtomicBool
             recurse_submodules: args.source.recurse_submodules,
             select: args.source.select()?,
             export: args.source.export,
+            lfs: args.source.lfs.unwrap_or_default(),
             ..Default::default()
         },
         ..Default::default()

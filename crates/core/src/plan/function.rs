@@ -1022,6 +1022,27 @@ impl<'a> Planner<'a> {
             select: self.select.map(|s| s.old),
             ignored_dirs: HashMap::new(),
         };
+        // Settings that change what a conversion writes though its attributes stay the same
+        // (`core.autocrlf`, drivers, the LFS mode, …): such files are compared by their bytes.
+        let settings_changed = conversions.old.map(|c| c.settings()) != Some(conversions.new.settings());
+        let lfs_modes = (
+            conversions.old.map_or_else(|| "none".to_string(), |c| c.settings().lfs.to_string()),
+            conversions.new.settings().lfs,
+        );
+        let lfs_changed = conversions.old.map(|c| c.settings().lfs) != Some(conversions.new.settings().lfs);
+        let reason_of = |before: &Option<std::sync::Arc<crate::convert::Conversion>>,
+                         now: &Option<std::sync::Arc<crate::convert::Conversion>>| {
+            if before != now {
+                changed_reason(before.as_deref(), now.as_deref())
+            } else if lfs_changed && now.as_deref().is_some_and(|c| c.is_lfs()) {
+                format!("LFS mode changed: {} (was: {})", lfs_modes.1, lfs_modes.0)
+            } else {
+                format!(
+                    "the repository's conversion settings changed ({})",
+                    now.as_deref().map_or_else(|| "none".to_string(), |c| c.to_string())
+                )
+            }
+        };
         let shaping = self.select.is_some()
             || conversions.new.settings().export
             || conversions.old.is_some_and(|c| c.settings().export);
@@ -1049,12 +1070,8 @@ impl<'a> Planner<'a> {
                     let now = new.conversion(path, find)?;
                     let kept = !shaping || old.keeps(path, false, find)?;
                     let before = if kept { old.conversion(path, find)? } else { None };
-                    if now != before || !kept {
-                        let reason = Some(if kept {
-                            changed_reason(before.as_deref(), now.as_deref())
-                        } else {
-                            "newly selected".to_string()
-                        });
+                    if now != before || (settings_changed && now.is_some()) || !kept {
+                        let reason = Some(if kept { reason_of(&before, &now) } else { "newly selected".to_string() });
                         op = Op::Write {
                             path: path.clone(),
                             blob: *blob,
@@ -1107,18 +1124,14 @@ impl<'a> Planner<'a> {
                     let now = new.conversion(&path, find)?;
                     let before = if was { old.conversion(&path, find)? } else { None };
                     if was
-                        && (now == before
+                        && ((now == before && !(settings_changed && now.is_some()))
                             || !self.output_differs(&path, blob, before.as_deref(), now.as_deref(), conversions)?)
                     {
                         continue;
                     }
                     let size = self.blob_size(blob).map_err(|e| Self::object_error("blob", blob, &at(&path), e))?;
                     self.count(size)?;
-                    let reason = Some(if was {
-                        changed_reason(before.as_deref(), now.as_deref())
-                    } else {
-                        "newly selected".to_string()
-                    });
+                    let reason = Some(if was { reason_of(&before, &now) } else { "newly selected".to_string() });
                     out.push(Op::Write { path, blob, size, executable, conversion: now, reason });
                 }
             }
