@@ -989,7 +989,11 @@ impl<'a> Planner<'a> {
                         Some(r) => r.at(path.as_bstr(), find)?.0,
                         None => None,
                     };
-                    if now != before {
+                    let settings_changed = self.attrs.settings_changed;
+                    if now != before
+                        || settings_changed
+                            && self.output_differs(path, *blob, before.as_deref(), now.as_deref(), conversions)?
+                    {
                         let reason = Some(changed_reason(before.as_deref(), now.as_deref()));
                         *op = Op::Write {
                             path: path.clone(),
@@ -1014,7 +1018,9 @@ impl<'a> Planner<'a> {
                 Some(r) => r.at(path.as_bstr(), find)?.0,
                 None => None,
             };
-            if now == before || !self.output_differs(&path, blob, before.as_deref(), now.as_deref(), conversions)? {
+            // Equal attributes convert alike only under equal settings.
+            let same = now == before && !self.attrs.settings_changed;
+            if same || !self.output_differs(&path, blob, before.as_deref(), now.as_deref(), conversions)? {
                 continue;
             }
             let size = self.blob_size(blob).map_err(|e| Self::object_error("blob", blob, &at(&path), e))?;
