@@ -11,6 +11,31 @@
 //! last verify simply have a stat the index does not know, and are hashed once. The index
 //! is a real one, so `GIT_INDEX_FILE=T/.treesync/index git --git-dir=R --work-tree=T status -uno`
 //! gives a second opinion right after a verify.
+//!
+//! # What a file is compared with
+//!
+//! With what a sync writes ([`Against`], from the state): a file with a `.gitattributes`
+//! conversion (under the state's `conversions` settings, by the `.gitattributes` files of
+//! its own repository's tree) is expected to hold the converted blob — its size (also at
+//! [`Level::Quick`]), its bytes ([`Level::Full`], or when its stat does not prove it), the MD5
+//! of those bytes (an object store's ETag). The converted bytes are made only for files with
+//! a conversion and only when the stat index does not prove them; the others keep the fast
+//! path through the blob id, its header's size, the stat index and the ETag. With the state's
+//! `recurse_submodules`, each gitlink is expected to hold its recorded commit's tree, read from
+//! the submodule's repository (found as a sync finds it, [`Submodules`]), and repairs read
+//! blobs from there ([`Report::repos`]).
+//!
+//! # The stat index and conversions
+//!
+//! The index records the BLOB id of each path (as git's index does, so `git status` with it
+//! works), not the id of the converted bytes. Rule: an entry is recorded only for a file this
+//! verify proved — its bytes compared with the converted blob, or its ETag with their MD5, or
+//! its stat matched an entry recorded that way. So a stat match proves that the file still
+//! holds bytes once proven to be the blob converted as the state says. That holds across
+//! later syncs: a sync that changes a file's conversion (its attributes or the settings)
+//! rewrites the file, which gives it a new stat the index does not know (it is then hashed
+//! once); a sync that leaves a file alone left its converted bytes equal. [`Level::Quick`]
+//! proves nothing and records nothing.
 
 use gix::bstr::ByteSlice;
 use gix_hash::ObjectId;
@@ -364,11 +389,7 @@ impl Walk<'_> {
         };
         // A tree bomb is refused after reading its few trees, before it is expanded below.
         let room = limits.max_entries.saturating_sub(self.out.len() as u64);
-        crate::plan::check_tree_size(
-            odb,
-            tree,
-            crate::plan::Limits { max_bytes: u64::MAX, max_entries: room, ..limits },
-        )?;
+        crate::plan::check_tree_size(odb, tree, crate::plan::Limits { max_bytes: u64::MAX, max_entries: room })?;
         let in_repo =
             |p: &[u8]| -> Vec<u8> { if prefix.is_empty() { p.to_vec() } else { p[prefix.len() + 1..].to_vec() } };
         let out = &mut *self.out;

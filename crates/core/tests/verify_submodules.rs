@@ -76,7 +76,8 @@ impl World {
         let to = self.dir.path().join("clone");
         if !to.exists() {
             let from = self.repo_path();
-            let args = ["clone", "-q", "--recurse-submodules", from.to_str().expect("utf-8"), to.to_str().expect("utf-8")];
+            let args =
+                ["clone", "-q", "--recurse-submodules", from.to_str().expect("utf-8"), to.to_str().expect("utf-8")];
             git(self.dir.path(), &args);
         }
         without_git(tree::read_dir(&to))
@@ -114,7 +115,7 @@ fn drift_of(repo: &Repo, target: &MemoryBackend, level: Level) -> Vec<Drift> {
 #[test]
 fn a_recursive_sync_verifies_clean_and_drift_inside_a_submodule_is_found_and_repaired() {
     let world = World::new();
-    let repo = Repo::open(&world.repo_path()).expect("open");
+    let repo = Repo::open(world.repo_path()).expect("open");
     let target = MemoryBackend::new();
     sync_recursive(&repo, &target, false);
     assert_holds_clone(&world, &target, "after the sync");
@@ -141,7 +142,10 @@ fn a_recursive_sync_verifies_clean_and_drift_inside_a_submodule_is_found_and_rep
     for level in [Level::Stat, Level::Full] {
         assert_eq!(
             drift_of(&repo, &target, level),
-            [Drift::Missing { path: b"lib/a.txt".to_vec() }, Drift::ContentChanged { path: b"lib/deep/b.txt".to_vec() }],
+            [
+                Drift::Missing { path: b"lib/a.txt".to_vec() },
+                Drift::ContentChanged { path: b"lib/deep/b.txt".to_vec() }
+            ],
             "{level:?}: exactly the deleted and the changed file"
         );
     }
@@ -166,7 +170,7 @@ fn a_recursive_sync_verifies_clean_and_drift_inside_a_submodule_is_found_and_rep
 #[test]
 fn without_recurse_submodules_a_filled_gitlink_is_extra() {
     let world = World::new();
-    let repo = Repo::open(&world.repo_path()).expect("open");
+    let repo = Repo::open(world.repo_path()).expect("open");
     let target = MemoryBackend::new();
     run(sync::sync(
         &repo,
