@@ -102,5 +102,11 @@ fn converted_files_verify_clean_and_a_repair_writes_them_converted_again() {
         let (code, v) = verify(&bare.path, &t, &["--level", "full"]);
         assert_eq!((code, drift_of(&v["report"])), (0, vec![]), "{context}: {v}");
         assert!(tree::read_dir(&t).contains_key("sub/data.bin"));
+
+        // `sync --force` puts a drifted converted file right too, and only that one.
+        std::fs::write(t.join("main.c"), b"/* $Id$ */\nint main(void) { return 0; }\n").expect("write");
+        let out = sync(&bare.path, &commit, &t, &["--force"]);
+        assert_eq!(out["applied"]["write"], 1, "{context}: sync --force rewrites the drifted file: {out}");
+        assert_eq!(gitcheck::diff(&expected, &t), Vec::<String>::new(), "{context}: after sync --force");
     }
 }
