@@ -164,6 +164,10 @@ fn changing_patterns_and_commits_always_leaves_exactly_the_selected_paths() {
             "step {step}: {rev} --include {include:?} --exclude {exclude:?}:\n{}",
             diffs.join("\n")
         );
+        // verify compares with the same selection (the state's), at every level.
+        for level in ["quick", "full"] {
+            ok(&["verify", "--repo", s(&bare), "--target", s(&target), "--level", level]);
+        }
         let status = ok(&["status", "--target", s(&target), "--json"]);
         let state: serde_json::Value = serde_json::from_str(&status).expect("json");
         let recorded = &state["state"]["select"];
@@ -217,6 +221,7 @@ fn export_matches_git_archive_forward_backward_and_when_turned_on_and_off() {
         let want = archive(&bare, rev, dir.path());
         let diffs = gitcheck::diff(&want, &target);
         assert!(diffs.is_empty(), "step {step} (commit {i}) with --export:\n{}", diffs.join("\n"));
+        ok(&["verify", "--repo", s(&bare), "--target", s(&target), "--level", "full"]);
         if step % 3 == 2 {
             // Off: a fresh clone's checkout; on again: the archive.
             ok(&["sync", "--repo", s(&bare), "--ref", rev, "--target", s(&target)]);

@@ -588,7 +588,14 @@ impl Converter {
             LfsMode::Content => Some(lfs::Store::open(repo)?),
             LfsMode::Pointers => None,
         };
-        Ok(Converter { settings, lfs, context, object_hash: r.object_hash(), pool: Mutex::new(Vec::new()), commit: None })
+        Ok(Converter {
+            settings,
+            lfs,
+            context,
+            object_hash: r.object_hash(),
+            pool: Mutex::new(Vec::new()),
+            commit: None,
+        })
     }
 
     /// Expand `export-subst` placeholders with `commit` (with [`Settings::export`]).

@@ -545,8 +545,10 @@ async fn prepare_at(
     // also gets a target out of any state: a damaged state file, a synced commit that is gone
     // from the repository, an interrupted sync whose replay keeps failing.
     if force && target == TargetState::Managed {
-        let (main, replaced) = repair_plan_to(repo, backend, to, true, limits, &converter).await?;
-        check_lfs(std::slice::from_ref(repo), &main, &converter)?;
+        let select_now = (!select.is_all()).then(|| select.clone());
+        let (main, replaced, repos) =
+            repair_plan_to(repo, backend, to, (&path, recurse, &select_now), true, limits, &converter).await?;
+        check_lfs(&repos, &main, &converter)?;
         return Ok(Prepared {
             state,
             target,
@@ -561,17 +563,18 @@ async fn prepare_at(
             case_insensitive: options.case_insensitive,
             converter,
             resume_converter: None,
-            // A repair compares with the tree alone: its gitlinks end up empty, and the next
-            // sync with --recurse-submodules fills them.
-            recurse_submodules: false,
+            // Compared with the tree as this sync writes it: gitlinks filled with `recurse`.
+            recurse_submodules: recurse,
             submodules: Vec::new(),
-            repos: vec![repo.clone()],
+            repos,
             select: (!select.is_all()).then(|| select.clone()),
             export_subst: substituted.clone(),
         });
     }
     let mut resume = None;
     let mut resume_converter = None;
+    // Repositories a resumed repair reads blobs from beyond those the plans read.
+    let mut repair_repos = Vec::new();
     let mut takeover = false;
     // What the main plan starts from: a tree, written with these settings.
     let mut base_converter = synced_converter.clone();
@@ -584,7 +587,10 @@ async fn prepare_at(
             let plan = if p.repair {
                 let to = Resolved { commit: p.to_commit, tree: p.to_tree };
                 let with = journal_converter.clone().unwrap_or_else(|| converter.clone());
-                repair_plan_to(repo, backend, to, p.takeover, limits, &with).await?.0
+                let goal = (&p.to_path, p.recurse_submodules, &p.to_select);
+                let (plan, _, repos) = repair_plan_to(repo, backend, to, goal, p.takeover, limits, &with).await?;
+                repair_repos = repos;
+                plan
             } else if p.takeover {
                 let existing = scan(backend).await?;
                 planning.takeover(
@@ -661,7 +667,12 @@ async fn prepare_at(
         if export { all.into_iter().collect() } else { Vec::new() }
     };
     check_filters(repo, &main, converter.settings())?;
-    let (submodules, repos) = planning.read();
+    let (submodules, mut repos) = planning.read();
+    for r in repair_repos {
+        if !repos.iter().any(|o| o.git_dir() == r.git_dir()) {
+            repos.push(r);
+        }
+    }
     // Files of submodules: their objects are in the submodules' own LFS stores.
     let converter = with_submodule_stores(repo, converter, &repos)?;
     let resume_converter = match resume_converter {
@@ -760,18 +771,30 @@ fn check_lfs(repos: &[Repo], plan: &Plan, converter: &Converter) -> Result<(), E
     Ok(())
 }
 
-/// The ops that bring the target to `to`'s tree from whatever it holds: compare once, repair
-/// what differs (foreign entries too with `delete_extra`), and what that replaces. Writes
-/// nothing, not even the index.
+/// The ops that bring the target to `to`'s tree (directory `path` of its commit, gitlinks
+/// filled with `recurse`) from whatever it holds: compare once, repair what differs (foreign
+/// entries too with `delete_extra`), and what that replaces; the plan's files are converted
+/// by `converter`, its blobs are in the repositories returned. Writes nothing, not even the
+/// index.
+#[allow(clippy::too_many_arguments)] // private: the inputs of a comparison and its repair
 async fn repair_plan_to(
     repo: &Repo,
     backend: &dyn Backend,
     to: Resolved,
+    (path, recurse, select): (&Option<String>, bool, &Option<Select>),
     delete_extra: bool,
     limits: plan::Limits,
     converter: &Converter,
-) -> Result<(Plan, Replaced), Error> {
-    let report = verify::verify_against(repo, backend, verify::Level::Stat, to.commit, to.tree, false, limits).await?;
+) -> Result<(Plan, Replaced, Vec<Repo>), Error> {
+    let against = verify::Against {
+        commit: to.commit,
+        tree: to.tree,
+        path: path.clone(),
+        conversions: Some(converter.settings().clone()),
+        recurse_submodules: recurse,
+        select: select.clone(),
+    };
+    let report = verify::verify_against(repo, backend, verify::Level::Stat, &against, false, limits).await?;
     let mut replaced = Replaced::default();
     for d in &report.drift {
         match d {
@@ -782,10 +805,10 @@ async fn repair_plan_to(
             d => replaced.note(false, d.path().to_vec()),
         }
     }
+    // Its writes carry the conversions the comparison expected (each submodule's files by
+    // its own `.gitattributes`).
     let plan = verify::repair_plan(repo, &report, delete_extra)?;
-    let plan =
-        plan::with_big_stack(|| repo.with_objects(|odb| plan::attach_conversions(odb, plan, to.tree, converter)))?;
-    Ok((plan, replaced))
+    Ok((plan, replaced, report.repos().to_vec()))
 }
 
 /// What the takeover `plan` removes and writes over of the `existing` entries.
@@ -1145,7 +1168,10 @@ async fn run_locked(
         );
         backend.store_state(&current.to_bytes()).await?;
         outcome.state_writes += 1;
-        let (plan, _) = repair_plan_to(repo, backend, to, takeover, options.limits, &converter).await?;
+        let goal = (&path, recurse, &select);
+        let (plan, _, repos) = repair_plan_to(repo, backend, to, goal, takeover, options.limits, &converter).await?;
+        let blobs: Arc<dyn BlobSource> =
+            Arc::new(source::Converting::new(submodule::Blobs::source(repos), converter.clone()));
         apply_journaled(&plan, backend, &blobs, options, progress, interrupt, &current, &mut outcome).await?;
     }
     if !main.is_empty() || !already || dirs_recreated > 0 {
@@ -1224,8 +1250,8 @@ pub async fn repair(
     let me = holder();
     under_lock(backend, &me, options.sync.lock_wait, async || {
         // Under the lock: the state as it is now (a sync may have finished meanwhile).
-        let (goal, interrupted) = verify::recorded_commit(backend).await?;
-        let to = Resolved { commit: goal.commit, tree: goal.tree };
+        let (against, interrupted) = verify::recorded(backend).await?;
+        let to = Resolved { commit: against.commit, tree: against.tree };
         let finished = if interrupted {
             let target = backend.prepare_target(false).await?;
             let goal = Goal { path: None, recurse: None, select: None, export: None, lfs: None };
@@ -1234,29 +1260,35 @@ pub async fn repair(
         } else {
             None
         };
-        // The target's files stay written as its state records (pointers or LFS content).
-        let mut settings = crate::convert::Settings::of(repo)?;
-        let recorded = backend.load_state().await?.and_then(|b| SyncState::parse(&b).ok());
-        settings.lfs = recorded.and_then(|s| s.conversions).map(|c| c.lfs).unwrap_or_default();
-        let converter = Arc::new(Converter::new(repo, settings)?);
-        let report =
-            verify::verify_against(repo, backend, options.level, goal.commit, goal.tree, true, options.sync.limits)
-                .await?;
-        let plan = repaired(repo, &report, options.delete_extra, goal.tree, &converter)?;
+        // What the target should hold once an interrupted sync is finished: what the state
+        // records now, files converted as they were written.
+        let against = if interrupted { verify::recorded(backend).await?.0 } else { against };
+        let goal = Synced { commit: against.commit, tree: against.tree, at_unix: state::now_unix() };
+        let settings = against.conversions.clone().unwrap_or_default();
+        let mut converter = Converter::new(repo, settings.clone())?;
+        if settings.export {
+            converter = converter.with_commit(crate::export::CommitInfo::from_commit(repo, against.commit)?);
+        }
+        let converter = Arc::new(converter);
+        let report = verify::verify_against(repo, backend, options.level, &against, true, options.sync.limits).await?;
+        let plan = verify::repair_plan(repo, &report, options.delete_extra)?;
         let mut outcome = RepairOutcome { finished, planned: plan.counts, report, applied: None, after: None };
         if !plan.is_empty() {
             let bytes = backend.load_state().await?;
             let mut current = SyncState::parse(bytes.as_deref().unwrap_or_default())?;
             let synced = current.synced;
             let path = current.path.clone();
-            let settings = Some(converter.settings().clone());
+            // Repaired as the state records the files were written: same conversions, same
+            // submodules (their blobs from their repositories).
+            let settings = against.conversions.clone();
             current.in_progress = Some(
                 journal_entry(to, &path, &settings, None, options.delete_extra, true, &me)
+                    .recursing(against.recurse_submodules)
                     .selecting(current.select.clone()),
             );
             backend.store_state(&current.to_bytes()).await?;
-            let blobs: Arc<dyn BlobSource> =
-                Arc::new(source::Converting::new(Arc::new(repo.clone()), converter.clone()));
+            let raw = submodule::Blobs::source(outcome.report.repos().to_vec());
+            let blobs: Arc<dyn BlobSource> = Arc::new(source::Converting::new(raw, converter.clone()));
             let mut plan = plan;
             let mut applied = OpCounts::default();
             for pass in 1.. {
@@ -1270,46 +1302,25 @@ pub async fn repair(
                 if done.dirs_recreated == 0 || pass == 3 {
                     break;
                 }
-                let again = verify::verify_against(
-                    repo,
-                    backend,
-                    verify::Level::Stat,
-                    goal.commit,
-                    goal.tree,
-                    false,
-                    options.sync.limits,
-                )
-                .await?;
-                plan = repaired(repo, &again, options.delete_extra, goal.tree, &converter)?;
+                let again =
+                    verify::verify_against(repo, backend, verify::Level::Stat, &against, false, options.sync.limits)
+                        .await?;
+                plan = verify::repair_plan(repo, &again, options.delete_extra)?;
             }
             outcome.applied = Some(applied);
             current.synced = synced.filter(|s| s.commit == goal.commit).or(Some(goal));
             current.conversions = settings;
+            current.recurse_submodules = against.recurse_submodules;
             current.in_progress = None;
             backend.store_state(&current.to_bytes()).await?;
         }
         if options.check_after && outcome.applied.is_some() {
-            outcome.after = Some(
-                verify::verify_against(repo, backend, options.level, goal.commit, goal.tree, true, options.sync.limits)
-                    .await?,
-            );
+            outcome.after =
+                Some(verify::verify_against(repo, backend, options.level, &against, true, options.sync.limits).await?);
         }
         Ok(outcome)
     })
     .await
-}
-
-/// The repair plan of `report` (against `tree`), its files converted by `converter`.
-#[allow(clippy::result_large_err)] // the crate's one error type; not a hot path
-fn repaired(
-    repo: &Repo,
-    report: &verify::Report,
-    delete_extra: bool,
-    tree: ObjectId,
-    converter: &Converter,
-) -> Result<Plan, Error> {
-    let plan = verify::repair_plan(repo, report, delete_extra)?;
-    Ok(plan::with_big_stack(|| repo.with_objects(|odb| plan::attach_conversions(odb, plan, tree, converter)))?)
 }
 
 /// The journal entry of a transition this process runs now, to `to`.

@@ -11,16 +11,44 @@
 //! last verify simply have a stat the index does not know, and are hashed once. The index
 //! is a real one, so `GIT_INDEX_FILE=T/.treesync/index git --git-dir=R --work-tree=T status -uno`
 //! gives a second opinion right after a verify.
+//!
+//! # What a file is compared with
+//!
+//! With what a sync writes ([`Against`], from the state): a file with a `.gitattributes`
+//! conversion (under the state's `conversions` settings, by the `.gitattributes` files of
+//! its own repository's tree) is expected to hold the converted blob — its size (also at
+//! [`Level::Quick`]), its bytes ([`Level::Full`], or when its stat does not prove it), the MD5
+//! of those bytes (an object store's ETag). The converted bytes are made only for files with
+//! a conversion and only when the stat index does not prove them; the others keep the fast
+//! path through the blob id, its header's size, the stat index and the ETag. With the state's
+//! `recurse_submodules`, each gitlink is expected to hold its recorded commit's tree, read from
+//! the submodule's repository (found as a sync finds it, [`Submodules`]), and repairs read
+//! blobs from there ([`Report::repos`]).
+//!
+//! # The stat index and conversions
+//!
+//! The index records the BLOB id of each path (as git's index does, so `git status` with it
+//! works), not the id of the converted bytes. Rule: an entry is recorded only for a file this
+//! verify proved — its bytes compared with the converted blob, or its ETag with their MD5, or
+//! its stat matched an entry recorded that way. So a stat match proves that the file still
+//! holds bytes once proven to be the blob converted as the state says. That holds across
+//! later syncs: a sync that changes a file's conversion (its attributes or the settings)
+//! rewrites the file, which gives it a new stat the index does not know (it is then hashed
+//! once); a sync that leaves a file alone left its converted bytes equal. [`Level::Quick`]
+//! proves nothing and records nothing.
 
 use gix::bstr::ByteSlice;
 use gix_hash::ObjectId;
-use gix_object::{FindExt, tree::EntryKind};
+use gix_object::{FindExt, FindObjectOrHeader, tree::EntryKind};
 use serde::Serialize;
 
 use crate::backend::{self, Backend, FileStat, FoundKind};
+use crate::convert::{Conversion, Converter};
 use crate::op::{Op, Plan};
 use crate::path::RelPath;
+use crate::plan::Gitlinks;
 use crate::source::{self, Repo};
+use crate::submodule::Submodules;
 
 /// How thoroughly to compare.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, schemars::JsonSchema)]
@@ -137,12 +165,22 @@ pub struct Report {
     wanted: Vec<(Vec<u8>, Want)>,
     #[serde(skip)]
     found_below: Vec<(Vec<u8>, bool)>,
+    /// The repositories the tree's blobs are in: the repository, then the submodules entered.
+    #[serde(skip)]
+    repos: Vec<Repo>,
 }
 
 impl Report {
     /// No drift?
     pub fn is_clean(&self) -> bool {
         self.drift.is_empty()
+    }
+
+    /// The repositories the compared tree's blobs are in: the repository, then the
+    /// submodules whose trees were compared. What a repair reads blobs from
+    /// ([`crate::submodule::Blobs::source`]).
+    pub fn repos(&self) -> &[Repo] {
+        &self.repos
     }
 }
 
@@ -167,77 +205,256 @@ pub enum Error {
     /// Planning the repair.
     #[error(transparent)]
     Plan(#[from] crate::plan::Error),
+    /// The conversion settings or `.gitattributes` files could not be read.
+    #[error(transparent)]
+    Conversions(#[from] crate::convert::Error),
+    /// A file's expected content could not be made (a filter driver failed).
+    #[error(transparent)]
+    Convert(#[from] crate::convert::ConvertError),
+    /// The commit `export-subst` placeholders are expanded with could not be read.
+    #[error(transparent)]
+    Export(#[from] crate::export::Error),
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 enum Want {
     Dir,
-    /// A submodule: an empty directory in the target, an entry in the index.
+    /// A submodule: a directory in the target (empty unless its tree is filled in: then its
+    /// paths are in the walk too), an entry in the index.
     Gitlink {
         id: ObjectId,
     },
     File {
         id: ObjectId,
         executable: bool,
+        /// How a sync writes it (`None`: as the blob is).
+        conversion: Option<std::sync::Arc<Conversion>>,
     },
     Link {
         id: ObjectId,
     },
 }
 
+/// What a target is compared with: a tree, and how a sync writes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Against {
+    /// The commit (its `.gitmodules` find the submodules).
+    pub commit: ObjectId,
+    /// The tree: `commit`'s, or one of its directories' ([`Against::path`]).
+    pub tree: ObjectId,
+    /// The directory of `commit` whose tree `tree` is (a subtree sync); `None`: the root.
+    pub path: Option<String>,
+    /// The conversion settings the files are written with (the state's `conversions`);
+    /// `None`: as blobs are.
+    pub conversions: Option<crate::convert::Settings>,
+    /// Gitlinks hold their submodules' trees (the state's `recurse_submodules`).
+    pub recurse_submodules: bool,
+    /// The paths selected (`--include`/`--exclude`, the state's `select`); `None`: all.
+    pub select: Option<crate::select::Select>,
+}
+
+impl Against {
+    /// `tree` of `commit`, files as blobs are, gitlinks empty.
+    pub fn tree(commit: ObjectId, tree: ObjectId) -> Against {
+        Against { commit, tree, path: None, conversions: None, recurse_submodules: false, select: None }
+    }
+}
+
 /// The commit a target should hold: the one its state records, or, when a sync was
 /// interrupted, the one that sync was going to (then `true`). An error if it has neither.
 pub async fn recorded_commit(backend: &dyn Backend) -> Result<(crate::state::Synced, bool), Error> {
+    let (against, interrupted, at_unix) = recorded_state(backend).await?;
+    Ok((crate::state::Synced { commit: against.commit, tree: against.tree, at_unix }, interrupted))
+}
+
+/// What a target should hold, as [`recorded_commit`] finds it, with how its files were
+/// written (conversions, submodules) per the state or the interrupted sync's journal.
+pub async fn recorded(backend: &dyn Backend) -> Result<(Against, bool), Error> {
+    let (against, interrupted, _) = recorded_state(backend).await?;
+    Ok((against, interrupted))
+}
+
+async fn recorded_state(backend: &dyn Backend) -> Result<(Against, bool, u64), Error> {
     let state = match backend.load_state().await? {
         Some(b) => crate::state::SyncState::parse(&b)?,
         None => return Err(Error::NoState(backend.to_string())),
     };
     match (state.synced, state.in_progress) {
-        (_, Some(p)) => {
-            Ok((crate::state::Synced { commit: p.to_commit, tree: p.to_tree, at_unix: p.started_unix }, true))
-        }
-        (Some(s), None) => Ok((s, false)),
+        (_, Some(p)) => Ok((
+            Against {
+                commit: p.to_commit,
+                tree: p.to_tree,
+                path: p.to_path,
+                conversions: p.to_conversions,
+                recurse_submodules: p.recurse_submodules,
+                select: p.to_select,
+            },
+            true,
+            p.started_unix,
+        )),
+        (Some(s), None) => Ok((
+            Against {
+                commit: s.commit,
+                tree: s.tree,
+                path: state.path,
+                conversions: state.conversions,
+                recurse_submodules: state.recurse_submodules,
+                select: state.select,
+            },
+            false,
+            s.at_unix,
+        )),
         (None, None) => Err(Error::NoState(backend.to_string())),
     }
 }
 
-/// Every path of `tree` as a checkout would make it (directories only where they hold
-/// something), sorted by path bytes. Names are not validated again: verify never writes, and
-/// repair validates the paths it writes.
-///
-/// No recursion and one path buffer: a chain of trees costs one small frame per level, and is
-/// refused below [`crate::plan::MAX_TREE_DEPTH`] before anything deeper is read; a tree that
-/// expands to more than `limits.max_entries` paths (a tree bomb) is refused as soon as the
-/// walk gets there.
-fn walk_tree(repo: &Repo, tree: ObjectId, limits: crate::plan::Limits) -> Result<Vec<(Vec<u8>, Want)>, Error> {
-    struct Frame {
-        subtrees: Vec<(ObjectId, gix::bstr::BString)>,
-        next: usize,
-        /// Something below it will exist, so its directory does.
-        any: bool,
-        /// The length of `path` to return to when leaving it.
-        path_before: usize,
+/// What [`walk_tree`] found: every path of the tree as a checkout makes it, and the
+/// repositories its blobs are in (the repository, then the submodules entered).
+struct Walked {
+    want: Vec<(Vec<u8>, Want)>,
+    repos: Vec<Repo>,
+}
+
+/// Every path of `against.tree` as a checkout would make it (directories only where they hold
+/// something; with [`Against::recurse_submodules`], gitlinks filled with their submodules'
+/// trees), each file with its conversion under `converter` (the `.gitattributes` files of its
+/// own repository's tree), sorted by path bytes. Names are not validated again: verify never
+/// writes, and repair validates the paths it writes.
+fn walk_tree(
+    repo: &Repo,
+    against: &Against,
+    converter: Option<&Converter>,
+    limits: crate::plan::Limits,
+) -> Result<Walked, Error> {
+    let mut out = Vec::new();
+    let mut walk = Walk { limits, settings: converter.map(Converter::settings), out: &mut out, ignored: Vec::new() };
+    let repos = if against.recurse_submodules {
+        let submodules = Submodules::new(repo, &[against.commit], against.path.as_deref());
+        repo.with_objects(|odb| walk.tree(odb, against.tree, &[], Some(&submodules)))?;
+        submodules.repos()
+    } else {
+        repo.with_objects(|odb| walk.tree(odb, against.tree, &[], None))?;
+        vec![repo.clone()]
+    };
+    let ignored = std::mem::take(&mut walk.ignored);
+    out.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+    let out = selected(out, against.select.as_ref(), ignored);
+    Ok(Walked { want: out, repos })
+}
+
+/// What a sync with `select` and `--export` (`ignored`: the `export-ignore` paths) writes of
+/// `out` (sorted by path): the selected files and symlinks outside ignored directories, and
+/// the directories holding them — with `--export` alone, every directory not ignored (as
+/// `git archive` makes them).
+fn selected(
+    out: Vec<(Vec<u8>, Want)>,
+    select: Option<&crate::select::Select>,
+    ignored: Vec<Vec<u8>>,
+) -> Vec<(Vec<u8>, Want)> {
+    let select = select.filter(|s| !s.is_all());
+    if select.is_none() && ignored.is_empty() {
+        return out;
     }
-    let max_depth = crate::plan::MAX_TREE_DEPTH;
-    let mut out: Vec<(Vec<u8>, Want)> = Vec::new();
-    let mut path: Vec<u8> = Vec::new();
-    let mut buf = Vec::new();
-    let key = |path: &[u8], name: &[u8]| {
-        let mut key = Vec::with_capacity(path.len() + 1 + name.len());
-        key.extend_from_slice(path);
-        if !path.is_empty() {
-            key.push(b'/');
+    let ignored: std::collections::HashSet<Vec<u8>> = ignored.into_iter().collect();
+    let is_ignored = |p: &[u8]| {
+        let mut p = p;
+        loop {
+            if ignored.contains(p) {
+                return true;
+            }
+            match p.iter().rposition(|b| *b == b'/') {
+                Some(i) => p = &p[..i],
+                None => return false,
+            }
         }
-        key.extend_from_slice(name);
-        key
     };
-    // Where a tree is, for messages: nothing for the root tree (not " (at )").
-    let at = |path: &[u8]| {
-        if path.is_empty() { String::new() } else { format!(" (at {})", crate::path::quote(path)) }
-    };
-    repo.with_objects(|odb| {
+    let keeps = |p: &[u8]| !is_ignored(p) && select.is_none_or(|s| s.includes(p.as_bstr(), false));
+    let mut needed: std::collections::HashSet<Vec<u8>> = Default::default();
+    if select.is_some() {
+        for (p, w) in &out {
+            if !matches!(w, Want::Dir) && keeps(p) {
+                let mut p = p.as_slice();
+                while let Some(i) = p.iter().rposition(|b| *b == b'/') {
+                    p = &p[..i];
+                    if !needed.insert(p.to_vec()) {
+                        break;
+                    }
+                }
+            }
+        }
+    }
+    out.into_iter()
+        .filter(|(p, w)| match w {
+            Want::Dir if select.is_some() => needed.contains(p),
+            Want::Dir => !is_ignored(p),
+            _ => keeps(p),
+        })
+        .collect()
+}
+
+/// One walk over a tree and the submodule trees it enters.
+struct Walk<'a> {
+    limits: crate::plan::Limits,
+    /// The conversion settings, `None`: files are written as blobs are.
+    settings: Option<&'a crate::convert::Settings>,
+    out: &'a mut Vec<(Vec<u8>, Want)>,
+    /// Paths `export-ignore` leaves out (with `--export`).
+    ignored: Vec<Vec<u8>>,
+}
+
+impl Walk<'_> {
+    /// Add the paths of `tree` (of the repository `odb` reads), which is at `prefix` in the
+    /// target; gitlinks are entered through `gitlinks` when there are.
+    ///
+    /// No recursion within a tree and one path buffer: a chain of trees costs one small frame
+    /// per level, and is refused below [`crate::plan::MAX_TREE_DEPTH`] before anything deeper
+    /// is read; a tree that expands to more than `limits.max_entries` paths (a tree bomb) is
+    /// refused as soon as the walk gets there. Submodules nest through [`Gitlinks::enter`],
+    /// which bounds their depth.
+    fn tree(
+        &mut self,
+        odb: &dyn FindObjectOrHeader,
+        tree: ObjectId,
+        prefix: &[u8],
+        gitlinks: Option<&dyn Gitlinks>,
+    ) -> Result<(), Error> {
+        struct Frame {
+            subtrees: Vec<(ObjectId, gix::bstr::BString)>,
+            next: usize,
+            /// Something below it will exist, so its directory does.
+            any: bool,
+            /// The length of `path` to return to when leaving it.
+            path_before: usize,
+        }
+        let limits = self.limits;
+        let max_depth = crate::plan::MAX_TREE_DEPTH;
+        let mut path: Vec<u8> = prefix.to_vec();
+        let mut buf = Vec::new();
+        // This repository's `.gitattributes` files (paths in its tree), and its files (by
+        // position in `out`) whose conversions they decide.
+        let mut attributes: crate::convert::AttributeFiles = Vec::new();
+        let mut files: Vec<usize> = Vec::new();
+        let mut dirs: Vec<usize> = Vec::new();
+        let mut gitlinks_found: Vec<(Vec<u8>, ObjectId)> = Vec::new();
+        let key = |path: &[u8], name: &[u8]| {
+            let mut key = Vec::with_capacity(path.len() + 1 + name.len());
+            key.extend_from_slice(path);
+            if !path.is_empty() {
+                key.push(b'/');
+            }
+            key.extend_from_slice(name);
+            key
+        };
+        // Where a tree is, for messages: nothing for the root tree (not " (at )").
+        let at = |path: &[u8]| {
+            if path.is_empty() { String::new() } else { format!(" (at {})", crate::path::quote(path)) }
+        };
         // A tree bomb is refused after reading its few trees, before it is expanded below.
-        crate::plan::check_tree_size(odb, tree, crate::plan::Limits { max_bytes: u64::MAX, ..limits })?;
+        let room = limits.max_entries.saturating_sub(self.out.len() as u64);
+        crate::plan::check_tree_size(odb, tree, crate::plan::Limits { max_bytes: u64::MAX, max_entries: room })?;
+        let in_repo =
+            |p: &[u8]| -> Vec<u8> { if prefix.is_empty() { p.to_vec() } else { p[prefix.len() + 1..].to_vec() } };
+        let out = &mut *self.out;
         let mut read = |id: ObjectId, path: &[u8], path_before: usize, out: &mut Vec<(Vec<u8>, Want)>| {
             let tree = odb.find_tree_iter(&id, &mut buf).map_err(|e| source::Error::Object {
                 what: "tree",
@@ -260,10 +477,17 @@ fn walk_tree(repo: &Repo, tree: ObjectId, limits: crate::plan::Limits) -> Result
                         continue;
                     }
                     EntryKind::Blob | EntryKind::BlobExecutable => {
-                        Want::File { id: oid, executable: kind == EntryKind::BlobExecutable }
+                        if e.filename == ".gitattributes" {
+                            attributes.push((in_repo(&key(path, e.filename)).into(), oid));
+                        }
+                        files.push(out.len());
+                        Want::File { id: oid, executable: kind == EntryKind::BlobExecutable, conversion: None }
                     }
                     EntryKind::Link => Want::Link { id: oid },
-                    EntryKind::Commit => Want::Gitlink { id: oid },
+                    EntryKind::Commit => {
+                        gitlinks_found.push((key(path, e.filename), oid));
+                        Want::Gitlink { id: oid }
+                    }
                 };
                 out.push((key(path, e.filename), want));
                 frame.any = true;
@@ -277,7 +501,7 @@ fn walk_tree(repo: &Repo, tree: ObjectId, limits: crate::plan::Limits) -> Result
             }
             Ok::<_, Error>(frame)
         };
-        let mut stack = vec![read(tree, &path, 0, &mut out)?];
+        let mut stack = vec![read(tree, &path, prefix.len(), out)?];
         while let Some(top) = stack.last_mut() {
             if let Some((child, name)) = top.subtrees.get(top.next) {
                 top.next += 1;
@@ -287,11 +511,12 @@ fn walk_tree(repo: &Repo, tree: ObjectId, limits: crate::plan::Limits) -> Result
                 if stack.len() > max_depth {
                     return Err(Error::Plan(crate::plan::too_deep(&path)));
                 }
-                let frame = read(child, &path, before, &mut out)?;
+                let frame = read(child, &path, before, out)?;
                 stack.push(frame);
             } else {
                 let done = stack.pop().expect("non-empty");
                 if done.any && !stack.is_empty() {
+                    dirs.push(out.len());
                     out.push((path.clone(), Want::Dir));
                     if let Some(parent) = stack.last_mut() {
                         parent.any = true;
@@ -300,10 +525,48 @@ fn walk_tree(repo: &Repo, tree: ObjectId, limits: crate::plan::Limits) -> Result
                 path.truncate(done.path_before);
             }
         }
+        // Conversions: by this repository's own `.gitattributes` files, as a checkout of it.
+        if let Some(settings) = self.settings {
+            let mut resolver = crate::convert::Resolver::new(settings, attributes)?;
+            let find: &dyn gix_object::Find = odb;
+            for i in files {
+                let at = in_repo(&out[i].0);
+                let (conversion, ignored) = resolver.at(at.as_bstr(), find)?;
+                if ignored {
+                    self.ignored.push(out[i].0.clone());
+                }
+                if let Want::File { conversion: c, .. } = &mut out[i].1 {
+                    *c = conversion;
+                }
+            }
+            if settings.export {
+                for i in dirs {
+                    let at = in_repo(&out[i].0);
+                    if resolver.export_ignored(at.as_bstr(), true, find)? {
+                        self.ignored.push(out[i].0.clone());
+                    }
+                }
+            }
+        }
+        // Submodules: each gitlink holds its recorded commit's tree, read from its repository.
+        if let Some(gitlinks) = gitlinks {
+            for (at, commit) in gitlinks_found {
+                let rel = RelPath::parse_bytes(&at).map_err(crate::plan::Error::from)?;
+                let mut failed = None;
+                gitlinks.enter(&rel, None, Some(commit), &mut |odb, _, tree, nested| {
+                    let Some(tree) = tree else { return Ok(()) };
+                    if let Err(e) = self.tree(odb, tree, &at, Some(nested)) {
+                        failed = Some(e);
+                    }
+                    Ok(())
+                })?;
+                if let Some(e) = failed {
+                    return Err(e);
+                }
+            }
+        }
         Ok(())
-    })?;
-    out.sort_unstable_by(|a, b| a.0.cmp(&b.0));
-    Ok(out)
+    }
 }
 
 /// The stat index as recorded by the last verify (entries sorted by path).
@@ -370,19 +633,48 @@ fn object_error(id: &ObjectId, path: &[u8], cause: source::Cause) -> Error {
     })
 }
 
-/// The size of blob `id` (at `path` in the tree), from its header.
-fn blob_size(repo: &Repo, id: &ObjectId, path: &[u8]) -> Result<u64, Error> {
-    match repo.with_objects(|odb| odb.try_header(id)) {
-        Ok(Some(h)) => Ok(h.size),
-        Ok(None) => Err(object_error(id, path, source::Cause::found("it is not in the repository"))),
-        Err(e) => Err(object_error(id, path, source::Cause::gix(e))),
+/// The repository of `repos` that holds blob `id` (the first one; blob ids are content
+/// addresses), and its size; `repos` is the repository, then submodules.
+fn holder<'r>(repos: &'r [Repo], id: &ObjectId, path: &[u8]) -> Result<(&'r Repo, u64), Error> {
+    let mut first_error = None;
+    for repo in repos {
+        match repo.with_objects(|odb| odb.try_header(id)) {
+            Ok(Some(h)) => return Ok((repo, h.size)),
+            Ok(None) => {}
+            Err(e) => {
+                first_error.get_or_insert(e);
+            }
+        }
     }
+    Err(match first_error {
+        Some(e) => object_error(id, path, source::Cause::gix(e)),
+        None => object_error(id, path, source::Cause::found("it is not in the repository")),
+    })
+}
+
+/// The size of blob `id` (at `path` in the tree), from its header.
+fn blob_size(repos: &[Repo], id: &ObjectId, path: &[u8]) -> Result<u64, Error> {
+    Ok(holder(repos, id, path)?.1)
 }
 
 /// The content of blob `id` (at `path` in the tree).
-fn blob_data(repo: &Repo, id: &ObjectId, path: &[u8], buf: &mut Vec<u8>) -> Result<Vec<u8>, Error> {
+fn blob_data(repos: &[Repo], id: &ObjectId, path: &[u8], buf: &mut Vec<u8>) -> Result<Vec<u8>, Error> {
+    let (repo, _) = holder(repos, id, path)?;
     repo.with_objects(|odb| odb.find_blob(id, buf).map(|b| b.data.to_vec()))
         .map_err(|e| object_error(id, path, source::Cause::gix(e)))
+}
+
+/// The bytes a sync writes for blob `id` at `path` under `conversion`.
+fn converted_data(
+    repos: &[Repo],
+    converter: &Converter,
+    id: &ObjectId,
+    path: &[u8],
+    conversion: &Conversion,
+    buf: &mut Vec<u8>,
+) -> Result<Vec<u8>, Error> {
+    let data = blob_data(repos, id, path, buf)?;
+    Ok(converter.converted(&data, path.as_bstr(), id, conversion)?)
 }
 
 fn kind_name(k: &FoundKind) -> &'static str {
@@ -398,8 +690,9 @@ fn lookup<'a, T>(v: &'a [(Vec<u8>, T)], path: &[u8]) -> Option<&'a T> {
     v.binary_search_by(|e| e.0.as_slice().cmp(path)).ok().map(|i| &v[i].1)
 }
 
-/// Compare `backend` with the tree its state records (see [`recorded_commit`]). Writes the
-/// stat index (where the backend keeps one) with what was proven, so the next verify hashes less.
+/// Compare `backend` with the tree its state records (see [`recorded`]), as a sync writes it
+/// (conversions, submodules). Writes the stat index (where the backend keeps one) with what
+/// was proven, so the next verify hashes less.
 pub async fn verify(repo: &Repo, backend: &dyn Backend, level: Level) -> Result<Report, Error> {
     verify_with(repo, backend, level, crate::plan::Limits::default()).await
 }
@@ -412,33 +705,41 @@ pub async fn verify_with(
     level: Level,
     limits: crate::plan::Limits,
 ) -> Result<Report, Error> {
-    let (synced, interrupted) = recorded_commit(backend).await?;
-    let mut report = verify_against(repo, backend, level, synced.commit, synced.tree, true, limits).await?;
+    let (against, interrupted) = recorded(backend).await?;
+    let mut report = verify_against(repo, backend, level, &against, true, limits).await?;
     report.interrupted = interrupted;
     Ok(report)
 }
 
-/// Compare `backend` with `tree` (of `commit`). With `record`, write the stat index with what
-/// was proven.
+/// Compare `backend` with `against` (a tree, written as a sync writes it). With `record`,
+/// write the stat index with what was proven.
 pub async fn verify_against(
     repo: &Repo,
     backend: &dyn Backend,
     level: Level,
-    commit: ObjectId,
-    tree: ObjectId,
+    against: &Against,
     record: bool,
     limits: crate::plan::Limits,
 ) -> Result<Report, Error> {
-    let synced = crate::state::Synced { commit, tree, at_unix: 0 };
+    let converter = match &against.conversions {
+        Some(settings) => {
+            let mut c = Converter::new(repo, settings.clone())?;
+            if settings.export {
+                c = c.with_commit(crate::export::CommitInfo::from_commit(repo, against.commit)?);
+            }
+            Some(std::sync::Arc::new(c))
+        }
+        None => None,
+    };
     // Walking the tree (CPU, in the object database) overlaps with scanning the target
     // (mostly waiting on the filesystem or the network).
     let walker = {
-        let repo = repo.clone();
-        tokio::task::spawn_blocking(move || walk_tree(&repo, synced.tree, limits))
+        let (repo, against, converter) = (repo.clone(), against.clone(), converter.clone());
+        tokio::task::spawn_blocking(move || walk_tree(&repo, &against, converter.as_deref(), limits))
     };
     let caps = backend.capabilities();
     let scanned = backend.scan(backend.policy().lookups).await;
-    let want = walker.await.map_err(|source| Error::Backend(backend::Error::Worker { source }))??;
+    let Walked { want, repos } = walker.await.map_err(|source| Error::Backend(backend::Error::Worker { source }))??;
     let mut found: Vec<(Vec<u8>, FoundKind)> = scanned?.into_iter().map(|f| (f.path, f.kind)).collect();
     found.sort_unstable_by(|a, b| a.0.cmp(&b.0));
     // Only backends with an auxiliary store keep the index; on the others, files are proven
@@ -450,7 +751,7 @@ pub async fn verify_against(
     .unwrap_or_else(|| gix_index::State::new(gix_hash::Kind::Sha1));
     let index_entries = index.entries();
     let mut report = Report {
-        commit: synced.commit,
+        commit: against.commit,
         interrupted: false,
         level,
         expected: want.len() as u64,
@@ -458,9 +759,10 @@ pub async fn verify_against(
         hashed: 0,
         proven_by_stat: 0,
         drift: Vec::new(),
-        tree: synced.tree,
+        tree: against.tree,
         wanted: Vec::new(),
         found_below: Vec::new(),
+        repos: Vec::new(),
     };
     // What the index will hold: (position in `want`, id, mode, stat) — no path copies.
     let mut new_index: Vec<(usize, ObjectId, gix_index::entry::Mode, gix_index::entry::Stat)> =
@@ -498,7 +800,7 @@ pub async fn verify_against(
         };
         match (w, f) {
             (Want::Dir | Want::Gitlink { .. }, FoundKind::Dir) => {}
-            (Want::File { id, executable }, FoundKind::File { size, executable: x, stat, etag, .. }) => {
+            (Want::File { id, executable, conversion }, FoundKind::File { size, executable: x, stat, etag, .. }) => {
                 if caps.exec_bit && x.is_some_and(|x| x != *executable) {
                     report.drift.push(Drift::ModeChanged { path: show(path), executable: *executable });
                 }
@@ -513,14 +815,26 @@ pub async fn verify_against(
                         continue;
                     }
                 }
-                let want_size = blob_size(repo, id, path)?;
+                // A converted file: what a sync writes is the converted blob (read and converted
+                // here, as only a sync's conversion tells its size and content).
+                let expected = match (conversion, &converter) {
+                    (Some(c), Some(converter)) => Some(converted_data(&repos, converter, id, path, c, &mut buf)?),
+                    _ => None,
+                };
+                let want_size = match &expected {
+                    Some(data) => data.len() as u64,
+                    None => blob_size(&repos, id, path)?,
+                };
                 if want_size != *size {
                     report.drift.push(Drift::ContentChanged { path: show(path) });
                     continue;
                 }
                 let proven = match (level, stat, etag) {
                     (Level::Quick, _, _) => true,
-                    (Level::Stat, None, Some(etag)) => md5_hex(&blob_data(repo, id, path, &mut buf)?) == *etag,
+                    (Level::Stat, None, Some(etag)) => match &expected {
+                        Some(data) => md5_hex(data) == *etag,
+                        None => md5_hex(&blob_data(&repos, id, path, &mut buf)?) == *etag,
+                    },
                     _ => false,
                 };
                 if proven {
@@ -531,7 +845,11 @@ pub async fn verify_against(
                     let rel = RelPath::parse_bytes(path).map_err(crate::plan::Error::from)?;
                     let data = backend.read_file(&rel).await?;
                     report.hashed += 1;
-                    if blob_id(&data) != *id {
+                    let same = match &expected {
+                        Some(expected) => data == *expected,
+                        None => blob_id(&data) == *id,
+                    };
+                    if !same {
                         report.drift.push(Drift::ContentChanged { path: show(path) });
                         continue;
                     }
@@ -541,7 +859,7 @@ pub async fn verify_against(
                 }
             }
             (Want::Link { id }, FoundKind::Link { target, stat }) => {
-                let ok = blob_data(repo, id, path, &mut buf)? == target.as_slice();
+                let ok = blob_data(&repos, id, path, &mut buf)? == target.as_slice();
                 if !ok {
                     report.drift.push(Drift::LinkChanged { path: show(path) });
                 } else if let Some(s) = stat {
@@ -550,7 +868,7 @@ pub async fn verify_against(
             }
             // Listings that cannot tell a symlink from a file: compare the link target as content.
             (Want::Link { id }, FoundKind::File { size, etag, typed: false, .. }) => {
-                let target = blob_data(repo, id, path, &mut buf)?;
+                let target = blob_data(&repos, id, path, &mut buf)?;
                 let mut same = *size == target.len() as u64;
                 if same && level != Level::Quick && etag.as_deref().is_none_or(|e| e != md5_hex(&target)) {
                     // No ETag, or one that is not an MD5 (stores other than S3): read it.
@@ -604,7 +922,7 @@ pub async fn verify_against(
     for d in &report.drift {
         let key = d.path();
         if let Some(w) = lookup(&want, key) {
-            report.wanted.push((key.to_vec(), *w));
+            report.wanted.push((key.to_vec(), w.clone()));
         }
         if matches!(d, Drift::TypeChanged { .. } | Drift::Extra { .. }) {
             let start = found.partition_point(|e| e.0.as_slice() < key);
@@ -620,6 +938,7 @@ pub async fn verify_against(
     }
     report.found_below.sort_unstable();
     report.found_below.dedup();
+    report.repos = repos;
     // Rewrite the index only when it learned something (a steady tree costs no write).
     let unchanged = new_index.len() == index_entries.len()
         && new_index.iter().zip(index_entries).all(|(n, o)| {
@@ -641,15 +960,23 @@ pub fn repair_plan(repo: &Repo, report: &Report, delete_extra: bool) -> Result<P
     let mut ops = Vec::new();
     let mut buf = Vec::new();
     let rel = |p: &[u8]| RelPath::parse_bytes(p).map_err(crate::plan::Error::from);
+    let repos = if report.repos.is_empty() { std::slice::from_ref(repo) } else { &report.repos[..] };
     let create = |ops: &mut Vec<Op>, path: RelPath, w: &Want, buf: &mut Vec<u8>| -> Result<(), Error> {
         match w {
             Want::Dir | Want::Gitlink { .. } => ops.push(Op::Mkdir { path }),
-            Want::File { id, executable } => {
-                let size = blob_size(repo, id, path.as_bytes())?;
-                ops.push(Op::Write { path, blob: *id, size, executable: *executable, conversion: None, reason: None })
+            Want::File { id, executable, conversion } => {
+                let size = blob_size(repos, id, path.as_bytes())?;
+                ops.push(Op::Write {
+                    path,
+                    blob: *id,
+                    size,
+                    executable: *executable,
+                    conversion: conversion.clone(),
+                    reason: None,
+                })
             }
             Want::Link { id } => {
-                let target = blob_data(repo, id, path.as_bytes(), buf)?;
+                let target = blob_data(repos, id, path.as_bytes(), buf)?;
                 ops.push(Op::Symlink { path, target });
             }
         }
@@ -685,14 +1012,14 @@ pub fn repair_plan(repo: &Repo, report: &Report, delete_extra: bool) -> Result<P
                 }
             }
             Drift::ModeChanged { path, executable } => {
-                if let Some(Want::File { id, .. }) = lookup(want, key) {
-                    let size = blob_size(repo, id, path)?;
+                if let Some(Want::File { id, conversion, .. }) = lookup(want, key) {
+                    let size = blob_size(repos, id, path)?;
                     ops.push(Op::Chmod {
                         path: rel(path)?,
                         executable: *executable,
                         blob: *id,
                         size,
-                        conversion: None,
+                        conversion: conversion.clone(),
                     });
                 }
             }

@@ -736,6 +736,85 @@ pub async fn drift_is_found_and_repaired(f: &dyn Fixture) {
     assert!(report.is_clean(), "a full verify after the repair: {:?}", report.drift);
 }
 
+/// `verify --level full compares against the converted bytes` (issue 15): a target synced
+/// from a repository with `.gitattributes` conversions (CRLF, `ident`, UTF-16, `text=auto`),
+/// without and then with `core.autocrlf=true`, verifies clean at every level; a converted file
+/// put back to its blob's bytes (CRLF → LF) is drift at every level and nothing else is; a
+/// repair writes the converted bytes again (what a fresh `git clone` writes); and a `--force`
+/// sync of the clean managed target writes nothing.
+pub async fn verify_compares_with_converted_bytes(f: &dyn Fixture) {
+    let file = |s: &[u8]| Entry::File { content: s.to_vec(), executable: false };
+    let mut model = Model::default();
+    model.insert(
+        ".gitattributes",
+        file(b"* text=auto\n*.bat text eol=crlf\n*.c ident\n*.u16 text working-tree-encoding=UTF-16LE-BOM\n"),
+    );
+    model.insert("run.bat", file(b"echo one\necho two\n"));
+    model.insert("dir/deep.bat", file(b"x\ny\n"));
+    model.insert("main.c", file(b"/* $Id$ */\nint main(void) { return 0; }\n"));
+    model.insert("notes.u16", file("h\u{e9}llo\nw\u{f6}rld\n".as_bytes()));
+    model.insert("readme.txt", file(b"plain\ntext\n"));
+    model.insert("data.bin", file(b"\x00\x01binary\n\x00"));
+    let h = History::from_trees(&[model]);
+    let commit = h.commits[0].clone();
+    let caps = f.capabilities();
+    let repair = sync::RepairOptions {
+        level: verify::Level::Stat,
+        delete_extra: false,
+        dry_run: false,
+        check_after: true,
+        sync: sync::Options { backend_name: "test".into(), ..Default::default() },
+    };
+    for autocrlf in [false, true] {
+        let config: &[(&str, &str)] = if autocrlf { &[("core.autocrlf", "true")] } else { &[] };
+        if autocrlf {
+            crate::git(&h.bare.path, &["config", "core.autocrlf", "true"]);
+        }
+        // Opened after the config is set: a repository reads its settings when opened.
+        let repo = Repo::open(&h.bare.path).expect("open");
+        let expected = reduce(&crate::gitcheck::expected(&h.bare.path, &commit, config), caps);
+        let context = format!("core.autocrlf={autocrlf}");
+        let run = |ctx: &str| {
+            if let Some(d) = tree::diff(&expected, &f.read()) {
+                panic!("{context}, {ctx}: the target differs from a fresh git clone:\n{d}");
+            }
+        };
+        sync_to(&repo, &commit, &*f.backend()).await.expect("sync");
+        run("after the sync");
+        assert_ne!(
+            expected.get("run.bat"),
+            Some(&Node::File(b"echo one\necho two\n".to_vec(), false)),
+            "{context}: the test needs a converted file"
+        );
+        for level in [verify::Level::Quick, verify::Level::Stat, verify::Level::Full, verify::Level::Stat] {
+            let report = verify::verify(&repo, &*f.backend(), level).await.expect("verify");
+            assert!(report.is_clean(), "{context}, {level:?}: drift right after a sync: {:?}", report.drift);
+        }
+        // A `--force` sync of the clean managed target compares and writes nothing.
+        let out = sync_with(&repo, &commit, &*f.backend(), true).await.expect("sync --force");
+        assert_eq!(out.applied, Default::default(), "{context}: --force rewrote files of a clean target");
+        run("after sync --force");
+
+        // The converted file put back to the blob's bytes: drift, at every level, alone.
+        f.put_file("run.bat", b"echo one\necho two\n");
+        for level in [verify::Level::Quick, verify::Level::Stat, verify::Level::Full] {
+            let report = verify::verify(&repo, &*f.backend(), level).await.expect("verify");
+            assert_eq!(
+                report.drift,
+                [verify::Drift::ContentChanged { path: b"run.bat".to_vec() }],
+                "{context}, {level:?}: exactly the changed file"
+            );
+        }
+        let out = sync::repair(&repo, &*f.backend(), &repair, &|_| {}, &AtomicBool::new(false)).await.expect("repair");
+        let applied = out.applied.expect("the repair applied ops");
+        assert_eq!(applied.write, 1, "{context}: one file rewritten: {applied:?}");
+        assert!(out.after.as_ref().is_some_and(|a| a.is_clean()), "{context}: clean after: {:?}", out.after);
+        run("after the repair");
+        let report = verify::verify(&repo, &*f.backend(), verify::Level::Full).await.expect("verify");
+        assert!(report.is_clean(), "{context}: a full verify after the repair: {:?}", report.drift);
+    }
+}
+
 /// The names of the conformance cases [`conformance_suite!`](crate::conformance_suite) makes
 /// a test of, for skip conditions.
 pub const CASES: &[&str] = &[
@@ -752,6 +831,7 @@ pub const CASES: &[&str] = &[
     "unmanaged_target_needs_force",
     "verify_after_sync_is_clean",
     "drift_is_found_and_repaired",
+    "verify_compares_with_converted_bytes",
     "subtree_syncs_match_git_archive_of_the_tree",
     "incremental_subtree_sync_touches_only_changed_paths",
     "random_walk_matches_git",
@@ -784,6 +864,7 @@ macro_rules! conformance_suite {
         $crate::conformance_suite!(@case $make, $skip, unmanaged_target_needs_force);
         $crate::conformance_suite!(@case $make, $skip, verify_after_sync_is_clean);
         $crate::conformance_suite!(@case $make, $skip, drift_is_found_and_repaired);
+        $crate::conformance_suite!(@case $make, $skip, verify_compares_with_converted_bytes);
         $crate::conformance_suite!(@case $make, $skip, subtree_syncs_match_git_archive_of_the_tree);
         $crate::conformance_suite!(@case $make, $skip, incremental_subtree_sync_touches_only_changed_paths);
         #[test]

@@ -1070,7 +1070,12 @@ impl<'a> Planner<'a> {
                     let now = new.conversion(path, find)?;
                     let kept = !shaping || old.keeps(path, false, find)?;
                     let before = if kept { old.conversion(path, find)? } else { None };
-                    if now != before || (settings_changed && now.is_some()) || !kept {
+                    if now != before
+                        || !kept
+                        || (settings_changed
+                            && now.is_some()
+                            && self.output_differs(path, *blob, before.as_deref(), now.as_deref(), conversions)?)
+                    {
                         let reason = Some(if kept { reason_of(&before, &now) } else { "newly selected".to_string() });
                         op = Op::Write {
                             path: path.clone(),
