@@ -59,6 +59,10 @@ pub(crate) enum Command {
     /// the target: s3 for URLs, nfs for directories on network mounts (NFS, SMB, FUSE network
     /// filesystems: lookups serialized, writes adaptive), local otherwise.
     ///
+    /// Files are written as `git checkout` writes them: the synced tree's .gitattributes (text,
+    /// eol, crlf, ident, working-tree-encoding, filter drivers), info/attributes and
+    /// core.autocrlf/core.eol apply; `plan --json` shows each op's conversion (docs/attributes.md).
+    ///
     /// Examples:
     ///   treesync sync --repo /srv/git/site.git --ref main --target /mnt/nas/site
     ///   treesync sync --repo mono.git --ref main:docs --target /srv/docs   # only docs/, as the root

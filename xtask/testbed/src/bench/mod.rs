@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
+mod attributes;
 mod nfs;
 mod nfs_client;
 mod s3;
@@ -36,6 +37,9 @@ struct Config {
     client_files: usize,
     client_delay: Duration,
     client_runs: usize,
+    attributes: bool,
+    attr_files: usize,
+    treesync: Option<PathBuf>,
 }
 
 fn parse(args: &[String]) -> Result<Config, String> {
@@ -58,23 +62,30 @@ fn parse(args: &[String]) -> Result<Config, String> {
         client_files: 20_000,
         client_delay: Duration::from_millis(2),
         client_runs: 3,
+        attributes: true,
+        attr_files: 10_000,
+        treesync: None,
     };
     let mut args = args;
     match args.first().map(String::as_str) {
         Some("local") => {
-            (c.s3, c.nfs, c.nfs_client) = (false, false, false);
+            (c.s3, c.nfs, c.nfs_client, c.attributes) = (false, false, false, false);
             args = &args[1..];
         }
         Some("s3") => {
-            (c.local, c.nfs, c.nfs_client) = (false, false, false);
+            (c.local, c.nfs, c.nfs_client, c.attributes) = (false, false, false, false);
             args = &args[1..];
         }
         Some("nfs") => {
-            (c.local, c.s3, c.nfs_client) = (false, false, false);
+            (c.local, c.s3, c.nfs_client, c.attributes) = (false, false, false, false);
             args = &args[1..];
         }
         Some("nfs-client") => {
-            (c.local, c.s3, c.nfs) = (false, false, false);
+            (c.local, c.s3, c.nfs, c.attributes) = (false, false, false, false);
+            args = &args[1..];
+        }
+        Some("attributes") => {
+            (c.local, c.s3, c.nfs, c.nfs_client) = (false, false, false, false);
             args = &args[1..];
         }
         _ => {}
@@ -99,6 +110,8 @@ fn parse(args: &[String]) -> Result<Config, String> {
             "--nfs-git-runs" => c.nfs_git_runs = value()?.parse().map_err(|e| format!("--nfs-git-runs: {e}"))?,
             "--client-initial" => c.client_initial = value()?.parse().map_err(|e| format!("--client-initial: {e}"))?,
             "--client-files" => c.client_files = value()?.parse().map_err(|e| format!("--client-files: {e}"))?,
+            "--attr-files" => c.attr_files = value()?.parse().map_err(|e| format!("--attr-files: {e}"))?,
+            "--treesync" => c.treesync = Some(PathBuf::from(value()?)),
             "--client-runs" => c.client_runs = value()?.parse().map_err(|e| format!("--client-runs: {e}"))?,
             "--client-delay-ms" => {
                 let ms: f64 = value()?.parse().map_err(|e| format!("--client-delay-ms: {e}"))?;
@@ -181,9 +194,22 @@ fn timed(
 pub fn run(args: &[String]) -> Result<(), String> {
     let c = parse(args)?;
     let root = project_root();
-    eprintln!("building treesync (release)…");
-    run_status(Command::new("cargo").current_dir(&root).args(["build", "--release", "--quiet", "-p", "treesync-cli"]))?;
-    let treesync = root.join("target/release/treesync");
+    // `--treesync PATH`: measure that binary (e.g. a debug build where a release build is too
+    // costly); by default a release build of this checkout.
+    let treesync = match &c.treesync {
+        Some(path) => path.clone(),
+        None => {
+            eprintln!("building treesync (release)…");
+            run_status(Command::new("cargo").current_dir(&root).args([
+                "build",
+                "--release",
+                "--quiet",
+                "-p",
+                "treesync-cli",
+            ]))?;
+            root.join("target/release/treesync")
+        }
+    };
     let has_strace = Command::new("strace").arg("-V").output().is_ok();
 
     std::fs::create_dir_all(&c.dir).map_err(|e| format!("{}: {e}", c.dir.display()))?;
@@ -204,6 +230,27 @@ pub fn run(args: &[String]) -> Result<(), String> {
                     c.files, c.runs
                 );
                 write_section(&root.join("BENCHMARKS.md"), "local", "Local disk: treesync vs git", &block)?;
+            }
+        }
+        if c.attributes {
+            let ac = attributes::Config { files: c.attr_files, runs: c.runs };
+            let table = attributes::run(&ac, &c.dir, &treesync, has_strace)?;
+            println!("{table}");
+            if c.write {
+                let build = match &c.treesync {
+                    Some(path) => format!(" --treesync {}", path.strip_prefix(&root).unwrap_or(path).display()),
+                    None => String::new(),
+                };
+                let block = format!(
+                    "Reproduce: `cargo xtask bench attributes --attr-files {} --runs {}{build}` (root, for the tmpfs mount).\n\n{table}",
+                    c.attr_files, c.runs
+                );
+                write_section(
+                    &root.join("BENCHMARKS.md"),
+                    "attributes",
+                    "Conversions (.gitattributes): incremental syncs with and without attributes, vs git checkout",
+                    &block,
+                )?;
             }
         }
         if c.nfs {
