@@ -1305,7 +1305,7 @@ repair = true
             (7, 1),
             "unknown key \"tagret\" in [mirror.site] (expected one of: repo, ref, target, path, backend, interval, \
              verify_every, jobs, lookup_jobs, write_jobs, fsync, endpoint, region, allow_http, repair, max_entries, max_bytes, \
-             recurse_submodules, lfs)",
+             recurse_submodules, include, exclude, export, lfs)",
             &["\n  hint: did you mean \"target\"?"],
         );
         assert_err(

@@ -20,17 +20,24 @@ use treesync_core::{adopt, backend, sync, verify, watch};
 use crate::render::error_text;
 
 /// Die quietly on a closed pipe (`treesync plan | head`), like other Unix tools, instead of
-/// panicking on the next print.
-#[allow(unsafe_code)]
-fn restore_sigpipe() {
-    // SAFETY: setting a signal's disposition to the default at startup, before any thread exists.
-    unsafe {
-        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
-    }
+/// panicking on the next print: exit 141 (a shell's code for SIGPIPE). SIGPIPE itself stays
+/// ignored (Rust's default): filter drivers that exit without reading all their input (git
+/// ignores SIGPIPE around them too) must fail the one file, not kill treesync silently.
+fn quiet_on_closed_stdout() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let payload = info.payload();
+        let message =
+            payload.downcast_ref::<String>().map(String::as_str).or_else(|| payload.downcast_ref::<&str>().copied());
+        if message.is_some_and(|m| m.starts_with("failed printing to stdout") && m.contains("Broken pipe")) {
+            std::process::exit(141);
+        }
+        default(info)
+    }));
 }
 
 fn main() -> ExitCode {
-    restore_sigpipe();
+    quiet_on_closed_stdout();
     let cli = args::Cli::parse();
     init_logging(cli.verbose);
     match cmd::run(cli) {

@@ -1,0 +1,206 @@
+//! Filter drivers (`filter=NAME` in `.gitattributes`, `filter.NAME.*` in the repository's
+//! config) run as git runs them on checkout: `smudge` once per file, `process` as one
+//! long-running process speaking git's filter protocol; the target equals a fresh clone made
+//! with the same config. A required driver without a command is refused before any write.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use treesync_testkit::git;
+use treesync_testkit::gitcheck;
+use treesync_testkit::tree;
+
+fn treesync(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_treesync")).args(args).output().expect("treesync runs")
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().expect("utf8 path")
+}
+
+/// A bare repository with one commit of `files`, and that commit.
+fn repo(dir: &Path, files: &[(&str, &str)]) -> (std::path::PathBuf, String) {
+    let w = dir.join("w");
+    std::fs::create_dir_all(&w).expect("mkdir");
+    git(&w, &["init", "-q", "-b", "main"]);
+    for (p, c) in files {
+        tree::put_file(&w, p, c.as_bytes());
+    }
+    git(&w, &["add", "-A"]);
+    git(&w, &["-c", "user.name=T", "-c", "user.email=t@t", "commit", "-q", "-m", "one"]);
+    let bare = dir.join("bare.git");
+    git(dir, &["clone", "-q", "--bare", s(&w), s(&bare)]);
+    let head = git(&bare, &["rev-parse", "main"]).trim().to_string();
+    (bare, head)
+}
+
+/// A long-running filter process speaking git's protocol (pkt-lines; version 2; the `smudge`
+/// capability): it upper-cases what it is given and logs each request to `log`.
+const PROCESS: &str = r#"import sys
+log = open(sys.argv[1], "a")
+inp, out = sys.stdin.buffer, sys.stdout.buffer
+def read():
+    n = inp.read(4)
+    if not n:
+        sys.exit(0)
+    n = int(n, 16)
+    return None if n == 0 else inp.read(n - 4)
+def write(data):
+    out.write(b"%04x" % (len(data) + 4) + data)
+def flush():
+    out.write(b"0000"); out.flush()
+def packets():
+    items = []
+    while True:
+        p = read()
+        if p is None:
+            return items
+        items.append(p)
+packets(); write(b"git-filter-server\n"); write(b"version=2\n"); flush()
+packets(); write(b"capability=smudge\n"); flush()
+while True:
+    head = packets()
+    content = b"".join(packets())
+    meta = dict(l.rstrip(b"\n").split(b"=", 1) for l in head)
+    log.write("%s %s\n" % (meta[b"command"].decode(), meta[b"pathname"].decode())); log.flush()
+    write(b"status=success\n"); flush()
+    body = content.upper()
+    for i in range(0, len(body), 65000):
+        write(body[i:i + 65000])
+    flush(); flush()
+"#;
+
+#[test]
+fn smudge_and_process_drivers_write_what_a_fresh_clone_writes() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (bare, head) = repo(
+        dir.path(),
+        &[
+            (".gitattributes", "*.up filter=upper\n*.pr filter=proc\n*.none filter=unconfigured\n"),
+            ("a.up", "hello\nworld\n"),
+            ("sub/b.up", "more text\n"),
+            ("c.pr", "through the process\n"),
+            ("d/e.pr", "second file, same process\n"),
+            ("f.none", "an unconfigured filter is no filter\n"),
+            ("plain.txt", "untouched\n"),
+        ],
+    );
+    let script = dir.path().join("filter.py");
+    std::fs::write(&script, PROCESS).expect("script");
+    let log = dir.path().join("process.log");
+    let process = format!("python3 {} {}", s(&script), s(&log));
+    let config = [
+        ("filter.upper.smudge", "tr a-z A-Z"),
+        ("filter.upper.clean", "cat"),
+        ("filter.proc.process", process.as_str()),
+        ("filter.proc.required", "true"),
+    ];
+    for (k, v) in &config {
+        git(&bare, &["config", k, v]);
+    }
+    let target = dir.path().join("target");
+    let o = treesync(&["sync", "--repo", s(&bare), "--ref", "main", "--target", s(&target)]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    // git's own checkout, with the same filters (and the same process) configured.
+    std::fs::remove_file(&log).expect("the process ran for treesync");
+    let want = gitcheck::expected(&bare, &head, &config);
+    let diffs = gitcheck::diff(&want, &target);
+    assert!(diffs.is_empty(), "{}", diffs.join("\n"));
+    assert_eq!(std::fs::read_to_string(target.join("a.up")).expect("a.up"), "HELLO\nWORLD\n");
+    assert_eq!(std::fs::read_to_string(target.join("c.pr")).expect("c.pr"), "THROUGH THE PROCESS\n");
+    // The plan names the driver of each converted file.
+    let plan =
+        treesync(&["plan", "--repo", s(&bare), "--ref", "main", "--target", s(&dir.path().join("t2")), "--json"]);
+    let plan: serde_json::Value = serde_json::from_slice(&plan.stdout).expect("plan json");
+    let ops: Vec<&serde_json::Value> = plan["plan"]["phases"]
+        .as_array()
+        .expect("phases")
+        .iter()
+        .flat_map(|p| p["ops"].as_array().expect("ops"))
+        .collect();
+    let filter_of = |path: &str| {
+        ops.iter().find(|o| o["path"] == path).and_then(|o| o["conversion"]["filter"].as_str()).map(str::to_string)
+    };
+    assert_eq!(filter_of("a.up").as_deref(), Some("upper"));
+    assert_eq!(filter_of("d/e.pr").as_deref(), Some("proc"));
+    assert_eq!(filter_of("plain.txt"), None);
+}
+
+#[test]
+fn a_required_driver_without_a_command_is_refused_before_any_write() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (bare, _) = repo(
+        dir.path(),
+        &[(".gitattributes", "*.m filter=must\n"), ("one.m", "x\n"), ("deep/two.m", "y\n"), ("ok.txt", "z\n")],
+    );
+    git(&bare, &["config", "filter.must.required", "true"]);
+    let target = dir.path().join("target");
+    let o = treesync(&["sync", "--repo", s(&bare), "--ref", "main", "--target", s(&target)]);
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("\"must\"")
+            && err.contains("one.m")
+            && err.contains("deep/two.m")
+            && err.contains("filter.must.smudge"),
+        "{err}"
+    );
+    assert!(!target.exists() || tree::read_dir(&target).is_empty(), "nothing was written");
+    // The hint's fix: configure the driver; the sync then goes through.
+    git(&bare, &["config", "filter.must.smudge", "cat"]);
+    let o = treesync(&["sync", "--repo", s(&bare), "--ref", "main", "--target", s(&target)]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(std::fs::read_to_string(target.join("deep/two.m")).expect("two.m"), "y\n");
+}
+
+#[test]
+fn a_failing_required_driver_fails_the_sync_naming_the_file_and_a_rerun_finishes() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (bare, head) = repo(dir.path(), &[(".gitattributes", "*.f filter=flaky\n"), ("a.f", "x\n"), ("b.txt", "y\n")]);
+    let flag = dir.path().join("broken");
+    std::fs::write(&flag, "").expect("flag");
+    let smudge = format!("sh -c 'test ! -e {} && cat'", s(&flag));
+    git(&bare, &["config", "filter.flaky.smudge", &smudge]);
+    git(&bare, &["config", "filter.flaky.required", "true"]);
+    let target = dir.path().join("target");
+    let o = treesync(&["sync", "--repo", s(&bare), "--ref", "main", "--target", s(&target)]);
+    assert_ne!(o.status.code(), Some(0));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("a.f"), "{err}");
+    assert!(!target.join("a.f").exists(), "a failed filter writes no file");
+    std::fs::remove_file(&flag).expect("unflag");
+    let o = treesync(&["sync", "--repo", s(&bare), "--ref", "main", "--target", s(&target)]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let diffs = gitcheck::diff(&gitcheck::expected(&bare, &head, &[("filter.flaky.smudge", "cat")]), &target);
+    assert!(diffs.is_empty(), "{}", diffs.join("\n"));
+}
+
+/// A smudge command that exits without reading its input (the write to it fails with EPIPE)
+/// fails that file with a message — it does not kill treesync — and output into a closed pipe
+/// (`treesync plan --json | head -c 1`) ends quietly.
+#[test]
+fn a_driver_that_does_not_read_its_input_fails_the_file_not_the_process() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let big = "x".repeat(1 << 20);
+    let (bare, _) = repo(dir.path(), &[(".gitattributes", "*.f filter=early\n"), ("a.f", &big)]);
+    git(&bare, &["config", "filter.early.smudge", "false"]);
+    git(&bare, &["config", "filter.early.required", "true"]);
+    let target = dir.path().join("target");
+    for _ in 0..5 {
+        let o = treesync(&["sync", "--repo", s(&bare), "--ref", "main", "--target", s(&target)]);
+        assert_eq!(o.status.code(), Some(2), "{o:?}");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(err.contains("a.f") && err.contains("filter=early"), "{err}");
+    }
+    let mut child = Command::new(env!("CARGO_BIN_EXE_treesync"))
+        .args(["plan", "--repo", s(&bare), "--ref", "main", "--target", s(&dir.path().join("t2")), "--json"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("treesync runs");
+    drop(child.stdout.take());
+    let out = child.wait_with_output().expect("treesync ends");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!err.contains("panicked"), "{err}");
+    assert!(matches!(out.status.code(), Some(0 | 141)), "{:?} {err}", out.status);
+}
