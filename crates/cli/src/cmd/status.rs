@@ -77,6 +77,34 @@ pub(crate) fn run(args: StatusArgs) -> anyhow::Result<()> {
                 },
                 None => println!("synced:  nothing yet"),
             }
+            // How the files are written: what a sync with other settings would change.
+            if let Some(sel) = &s.select {
+                let p = sel.patterns();
+                println!("paths:   include {:?}, exclude {:?}", p.include, p.exclude);
+            }
+            if let Some(c) = &s.conversions {
+                let mut how = Vec::new();
+                if let Some(v) = &c.autocrlf {
+                    how.push(format!("core.autocrlf={v}"));
+                }
+                if let Some(v) = &c.eol {
+                    how.push(format!("core.eol={v}"));
+                }
+                if c.info_attributes.is_some() {
+                    how.push("info/attributes".to_string());
+                }
+                if !c.drivers.is_empty() {
+                    how.push(format!("filters {}", c.drivers.keys().cloned().collect::<Vec<_>>().join(", ")));
+                }
+                how.push(format!("lfs {}", c.lfs));
+                if c.export {
+                    how.push(format!("--export ({} expanded files)", s.export_subst.len()));
+                }
+                println!("files:   as git checkout writes them (.gitattributes; {})", how.join("; "));
+            }
+            if s.recurse_submodules {
+                println!("submodules: filled (--recurse-submodules)");
+            }
             println!("last sync by: {}", s.backend);
             if let Some(p) = &s.in_progress {
                 println!(
