@@ -189,7 +189,14 @@ fn an_incremental_sync_under_unchanged_patterns_touches_only_changed_selected_pa
             ok(&["sync", "--repo", s(&bare), "--ref", rev, "--target", s(&target), "--include", "/docs/", "--json"]);
         serde_json::from_str(&out).expect("json")
     };
-    sync(&commits[0]);
+    // A first sync removes nothing (there was nothing: paths outside the selection were never
+    // written).
+    let first = sync(&commits[0]);
+    assert_eq!(
+        (first["applied"]["unlink"].as_u64(), first["applied"]["rmdir"].as_u64()),
+        (Some(0), Some(0)),
+        "{first}"
+    );
     // commits[1] adds docs/new.md and removes src/lib/util.rs (not selected) and changes
     // .gitattributes (not selected): one write (and, as with every selection, a mkdir of the
     // directory it writes into — fine if it exists), nothing removed.

@@ -399,6 +399,8 @@ struct Planner<'a> {
     select: Option<Selecting<'a>>,
     /// Files to expand again ([`Checkout::resubst`]), when the commit changed.
     resubst: Option<&'a [String]>,
+    /// The target holds a tree already (the old side is not empty).
+    incremental: bool,
     /// The tree planned to (for what a directory holds once the plan is done).
     to: Option<ObjectId>,
 }
@@ -451,6 +453,7 @@ impl<'a> Planner<'a> {
             nested: Vec::new(),
             select: None,
             resubst: None,
+            incremental: false,
             to: None,
         }
     }
@@ -459,6 +462,7 @@ impl<'a> Planner<'a> {
     fn checkout(&mut self, checkout: Checkout<'a>, incremental: bool) {
         self.recurse = checkout.recurse;
         self.conversions = checkout.conversions;
+        self.incremental = incremental;
         self.select = checkout.select.filter(|s| !(s.old.is_all() && s.new.is_all()));
         self.resubst = checkout.resubst.filter(|r| !r.is_empty());
         let select_changed = self.select.is_some_and(|s| s.old != s.new);
@@ -933,6 +937,7 @@ impl<'a> Planner<'a> {
             sub.recurse = Some(Recurse { old: true, new: true, gitlinks: nested });
             sub.conversions = conversions;
             sub.select = select;
+            sub.incremental = old_tree.is_some();
             sub.to = new_tree;
             sub.attrs.enabled = conversions.is_some();
             sub.attrs.settings_changed = settings_changed;
@@ -1013,6 +1018,7 @@ impl<'a> Planner<'a> {
             resolver: Some(Resolver::new(conversions.new.settings(), std::mem::take(&mut self.attrs.new_files))?),
             select: self.select.map(|s| s.new),
             ignored_dirs: HashMap::new(),
+            empty: false,
         };
         let mut old = Side {
             resolver: match conversions.old {
@@ -1021,6 +1027,7 @@ impl<'a> Planner<'a> {
             },
             select: self.select.map(|s| s.old),
             ignored_dirs: HashMap::new(),
+            empty: !self.incremental,
         };
         // Settings that change what a conversion writes though its attributes stay the same
         // (`core.autocrlf`, drivers, the LFS mode, …): such files are compared by their bytes.
@@ -1397,6 +1404,8 @@ struct Side<'s> {
     select: Option<&'s crate::select::Select>,
     /// Directories found `export-ignore` (or not).
     ignored_dirs: HashMap<RelPath, bool>,
+    /// The side holds nothing (the old side of an initial sync or a takeover).
+    empty: bool,
 }
 
 impl Side<'_> {
@@ -1414,6 +1423,9 @@ impl Side<'_> {
     /// Does this side hold the entry at `path`: selected by the patterns, and neither it nor a
     /// directory above it `export-ignore`?
     fn keeps(&mut self, path: &RelPath, is_dir: bool, find: &dyn gix_object::Find) -> Result<bool, Error> {
+        if self.empty {
+            return Ok(false);
+        }
         if self.select.is_some_and(|s| !s.includes(path.as_bstr(), is_dir)) {
             return Ok(false);
         }
