@@ -293,6 +293,12 @@ pub struct Outcome {
     /// content changed, with the commit and the repository it was read from; absent when none.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub submodules: Vec<submodule::Used>,
+    /// The paths selected (`--include`/`--exclude`); absent: every path.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub select: Option<Select>,
+    /// How the files are written: the repository's conversion settings (`.gitattributes`
+    /// conversions, filter drivers, the LFS mode, `--export`), as the state records them.
+    pub conversions: crate::convert::Settings,
     /// Nothing was changed (`--dry-run`).
     pub dry_run: bool,
     /// Ops planned (resume and main plan together).
@@ -1025,6 +1031,8 @@ fn outcome_of(prepared: &Prepared, options: &Options) -> Outcome {
         takeover: prepared.takeover,
         replaced: prepared.replaced.clone(),
         submodules: prepared.submodules.clone(),
+        select: prepared.select.clone(),
+        conversions: prepared.conversions().clone(),
         dry_run: options.dry_run,
         planned,
         applied: OpCounts::default(),

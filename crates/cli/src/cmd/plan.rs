@@ -37,6 +37,11 @@ pub(crate) struct PlanOutput<'a> {
     /// The submodules whose trees the plans read (`--recurse-submodules`); absent when none.
     #[serde(skip_serializing_if = "<[_]>::is_empty")]
     pub(crate) submodules: &'a [treesync_core::submodule::Used],
+    /// The paths selected (`--include`/`--exclude`); absent: every path.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) select: Option<&'a treesync_core::select::Select>,
+    /// How the files are written: the repository's conversion settings.
+    pub(crate) conversions: &'a treesync_core::convert::Settings,
 }
 
 pub(crate) fn run(args: PlanArgs) -> anyhow::Result<()> {
@@ -67,6 +72,8 @@ pub(crate) fn run(args: PlanArgs) -> anyhow::Result<()> {
             resume: prepared.resume.as_ref().map(|(_, p)| p),
             plan: &prepared.main,
             submodules: &prepared.submodules,
+            select: prepared.select.as_ref(),
+            conversions: prepared.conversions(),
         });
     }
     if let Some((p, plan)) = &prepared.resume {
