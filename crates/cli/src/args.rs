@@ -67,6 +67,8 @@ pub(crate) enum Command {
     ///   treesync sync --repo /srv/git/site.git --ref main --target /mnt/nas/site
     ///   treesync sync --repo mono.git --ref main:docs --target /srv/docs   # only docs/, as the root
     ///   treesync sync --repo mono.git --ref main --path docs --target /srv/docs   # the same
+    ///   treesync sync --repo site.git --ref main --target /srv/www --include /public/ --exclude '*.map'
+    ///   treesync sync --repo app.git --ref v2.1 --target /srv/app --export --recurse-submodules
     #[command(after_help = EXIT_CODES, verbatim_doc_comment)]
     Sync(SyncArgs),
     /// Print what `sync` would do, changing nothing.
