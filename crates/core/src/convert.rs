@@ -81,7 +81,7 @@ pub enum Error {
     },
     /// A conversion failed while writing a file.
     #[error(
-        "cannot convert {path} for the working tree ({attributes}): {message}\n  hint: `git -C REPO check-attr -a -- {path}` shows the attributes; a filter driver must succeed on this file"
+        "cannot convert {path} for the working tree ({attributes}): {message}\n  hint: a filter driver named by the attributes must succeed on this file: run its command on the file by hand to see why it fails (`git config --get-regexp '^filter[.]'` in the repository lists the drivers)"
     )]
     Convert {
         /// The file.
