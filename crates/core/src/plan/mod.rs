@@ -10,8 +10,7 @@ pub(crate) use function::too_deep;
 pub(crate) use function::with_big_stack;
 pub use function::{
     Checkout, Conversions, DEFAULT_MAX_BYTES, DEFAULT_MAX_ENTRIES, ExistingEntry, ExistingKind, Limits, MAX_PATH_BYTES,
-    MAX_TREE_DEPTH, Options, Selecting, attach_conversions, check_tree_size, plan, plan_checkout, plan_takeover,
-    plan_with,
+    MAX_TREE_DEPTH, Options, Selecting, check_tree_size, plan, plan_checkout, plan_takeover, plan_with,
 };
 
 pub use gitlinks::{Gitlinks, Recurse, Visit};
