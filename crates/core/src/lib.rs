@@ -87,6 +87,7 @@ pub mod backend;
 pub mod convert;
 pub mod duration;
 pub mod export;
+pub mod generation;
 pub mod gitworktree;
 pub mod json;
 pub mod lfs;

@@ -5,8 +5,10 @@ mod budget;
 mod count;
 mod fail;
 mod latency;
+mod unshare;
 
 pub use budget::{Adaptive, Budgets, Gate, Ticket};
 pub use count::{Count, Record};
 pub use fail::{Fail, Fault};
 pub use latency::Latency;
+pub use unshare::RewriteModes;
