@@ -214,6 +214,7 @@ async fn lock(host: &dyn Host, wait: Option<Duration>) -> Result<LockGuard, Erro
 }
 
 /// Where the current generation is, per what is at the target path.
+#[allow(clippy::result_large_err)] // the module's one error type; not a hot path
 fn current_of(host: &dyn Host, at: &AtTarget) -> Result<Option<At>, Error> {
     Ok(match at {
         AtTarget::Missing => None,
@@ -653,9 +654,8 @@ pub async fn repair(
         return Err(Error::NotAtomic { target: host.to_string() });
     };
     let rec0 = if host.home_exists().await? { load(host).await? } else { Record::new() };
-    let (switch, mut notes) = match mode(host, options.switch, &rec0).await? {
-        (s, n) => (s, n.into_iter().collect::<Vec<_>>()),
-    };
+    let (switch, note) = mode(host, options.switch, &rec0).await?;
+    let mut notes: Vec<String> = note.into_iter().collect();
     if repair.dry_run {
         let out = sync::repair(repo, &*host.open(&cur), repair, progress, interrupt).await?;
         return Ok(RepairOutcome { repair: out, prepared: None, switch, removed: Vec::new(), notes });
