@@ -193,6 +193,20 @@ fn what_cannot_be_kept_in_generations_is_refused_before_anything_is_written() {
     assert!(e.contains("--force"), "{e}");
     assert!(!home(&target).exists(), "nothing written");
     assert!(target.join("precious").exists());
+    // A sync the plan refuses (here: over --max-entries) writes nothing, not even the home, and
+    // leaves an atomic target on its generation.
+    let fresh = dir.path().join("fresh");
+    let e = cli()
+        .fails(&["sync", "--repo", repo, "--ref", "main", "--target", s(&fresh), "--atomic", "--max-entries", "3"], 2);
+    assert!(e.contains("max-entries") || e.contains("max_entries"), "{e}");
+    assert!(!home(&fresh).exists() && !fresh.exists(), "nothing written");
+    let kept = dir.path().join("kept");
+    sync(&h, 0, &kept, &["--atomic"]);
+    let slots = || std::fs::read_dir(home(&kept)).expect("home").count();
+    let before = slots();
+    cli().fails(&["sync", "--repo", repo, "--ref", &h.commits[1], "--target", s(&kept), "--max-entries", "3"], 2);
+    assert_eq!(slots(), before, "no generation started");
+    assert_eq!(tree::read_dir(&kept), h.expected(0));
     // A symlink treesync did not make.
     let link = dir.path().join("link");
     std::os::unix::fs::symlink(&target, &link).expect("symlink");
