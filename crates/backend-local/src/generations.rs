@@ -564,30 +564,35 @@ fn remove_tree(dir: BorrowedFd<'_>, name: &OsStr) -> Result<u64, Errno> {
 
 /// The slots under `home` (and `target`, as [`AT_TARGET`]) some process holds open, from
 /// `/proc/*/fd/*` and `/proc/*/cwd`; processes that cannot be read are skipped. Of this
-/// process, `O_PATH` descriptors are left out: they are the roots treesync's own backends hold.
+/// process, `O_PATH` descriptors and descriptors in a generation's `.treesync` are left out:
+/// they are the roots and state folders treesync's own backends keep open, not readers.
 fn held_under(home: &Path, target: Option<&Path>) -> BTreeMap<String, Vec<u32>> {
     let mut out: BTreeMap<String, Vec<u32>> = BTreeMap::new();
     let me = std::process::id();
     let Ok(procs) = std::fs::read_dir("/proc") else { return out };
-    let slot_of = |p: &Path| -> Option<String> {
+    // The slot a path is in, and whether it is in that generation's state folder.
+    let slot_of = |p: &Path| -> Option<(String, bool)> {
+        let state = |rest: &Path| rest.components().next().is_some_and(|c| c.as_os_str() == STATE_DIR);
         if let Ok(rest) = p.strip_prefix(home) {
-            let first = rest.components().next()?.as_os_str().to_str()?.to_string();
-            return (first != TMP).then_some(first);
+            let mut parts = rest.components();
+            let first = parts.next()?.as_os_str().to_str()?.to_string();
+            return (first != TMP).then(|| (first, state(parts.as_path())));
         }
-        target.filter(|t| p.starts_with(t)).map(|_| AT_TARGET.to_string())
+        let t = target?;
+        p.strip_prefix(t).ok().map(|rest| (AT_TARGET.to_string(), state(rest)))
     };
     for p in procs.flatten() {
         let Some(pid) = p.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else { continue };
         let base = p.path();
         let mut found = Vec::new();
         if let Ok(cwd) = std::fs::read_link(base.join("cwd")) {
-            found.extend(slot_of(&cwd));
+            found.extend(slot_of(&cwd).map(|(slot, _)| slot));
         }
         if let Ok(fds) = std::fs::read_dir(base.join("fd")) {
             for fd in fds.flatten() {
                 let Ok(path) = std::fs::read_link(fd.path()) else { continue };
-                let Some(slot) = slot_of(&path) else { continue };
-                if pid == me && is_o_path(&base, &fd.file_name()) {
+                let Some((slot, in_state)) = slot_of(&path) else { continue };
+                if pid == me && (in_state || is_o_path(&base, &fd.file_name())) {
                     continue;
                 }
                 found.push(slot);
@@ -884,8 +889,9 @@ impl Host for FsHost {
     /// `/proc/PID/cwd` is read (`readlink`), and a path in `HOME/SLOT` counts for `SLOT` (a
     /// path in the target, when it is a real directory, for `target`). Best effort: processes
     /// of other users cannot be read without privileges and are skipped, as are processes that
-    /// exit meanwhile; this process's `O_PATH` descriptors (the roots of treesync's own
-    /// backends) are not counted.
+    /// exit meanwhile; this process's `O_PATH` descriptors and descriptors in a generation's
+    /// `.treesync` (the roots and state folders treesync's own backends keep open) are not
+    /// counted.
     async fn held(&self) -> Result<Option<BTreeMap<String, Vec<u32>>>, Error> {
         self.0.blocking(|h| h.held_blocking().map(Some)).await
     }
