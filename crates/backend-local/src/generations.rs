@@ -620,6 +620,8 @@ fn is_o_path(proc: &Path, fd: &OsStr) -> bool {
 /// The copy of one tree by [`Host::clone_tree`]: the weakest method used so far, and counts.
 struct Cloner {
     how: CloneHow,
+    /// Regular files made (the method is only known once one was).
+    files: u64,
     dirs: u64,
     entries: u64,
     bytes: u64,
@@ -665,6 +667,7 @@ impl Cloner {
                 FileType::RegularFile => {
                     self.file(src, dst, name, mode).map_err(at(name))?;
                     self.entries += 1;
+                    self.files += 1;
                 }
                 // Nothing treesync writes; not part of any tree.
                 _ => {}
@@ -732,7 +735,7 @@ impl Inner {
         let dst = self.open_at(&At::Slot(to.to_string()))?;
         rustix::fs::fchmod(&dst, Mode::from_raw_mode(root_mode & 0o7777))
             .map_err(|e| Error::io("change mode of", self.shown(to), io(e)))?;
-        let mut c = Cloner { how: CloneHow::Reflink, dirs: 0, entries: 0, bytes: 0 };
+        let mut c = Cloner { how: CloneHow::Reflink, files: 0, dirs: 0, entries: 0, bytes: 0 };
         c.dir(src.as_fd(), dst.as_fd(), true).map_err(|(e, p)| {
             Error::io("copy", Path::new(&self.shown(to)).join(OsStr::from_bytes(&p)).display(), io(e))
         })?;
@@ -757,7 +760,8 @@ impl Inner {
                 lockfile::write_all_at(&f, &bytes).map_err(|e| Error::io("write", shown(), io(e)))?;
             }
         }
-        let how = if c.entries == 0 && c.how == CloneHow::Reflink { CloneHow::Hardlink } else { c.how };
+        // Without a file, no method was tried: say the one that would have been (hard links).
+        let how = if c.files == 0 { CloneHow::Hardlink } else { c.how };
         Ok(Cloned { how, dirs: c.dirs, entries: c.entries, bytes_copied: c.bytes })
     }
 }
@@ -894,5 +898,51 @@ impl Host for FsHost {
     /// counted.
     async fn held(&self) -> Result<Option<BTreeMap<String, Vec<u32>>>, Error> {
         self.0.blocking(|h| h.held_blocking().map(Some)).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn host(dir: &Path) -> Inner {
+        Inner::new(dir.join("site"), Arc::new(|p| Arc::new(crate::LocalBackend::new(p, Default::default()))))
+    }
+
+    #[test]
+    fn only_the_exact_link_text_switch_makes_names_a_slot() {
+        let h = host(Path::new("/srv"));
+        assert_eq!(h.link_text("g1"), b".site.treesync/g1");
+        assert_eq!(h.slot_of_link(b".site.treesync/g1").as_deref(), Some("g1"));
+        for other in [
+            &b"./.site.treesync/g1"[..],
+            b"/srv/.site.treesync/g1",
+            b".site.treesync/g1/",
+            b".site.treesync/tmp",
+            b".site.treesync/..",
+            b".site.treesync/",
+            b".other.treesync/g1",
+            b".site.treesync/g1/x",
+        ] {
+            assert_eq!(h.slot_of_link(other), None, "{}", String::from_utf8_lossy(other));
+        }
+    }
+
+    #[test]
+    fn a_tree_is_removed_without_following_links_in_it() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let outside = dir.path().join("outside");
+        std::fs::create_dir_all(outside.join("d")).expect("outside");
+        std::fs::write(outside.join("d/f"), "x").expect("f");
+        let t = dir.path().join("t");
+        std::fs::create_dir_all(t.join("a/b")).expect("t");
+        std::fs::write(t.join("a/b/file"), "y").expect("file");
+        std::os::unix::fs::symlink(&outside, t.join("a/link")).expect("link");
+        std::os::unix::fs::symlink(&outside, dir.path().join("top")).expect("top link");
+        let d = rustix::fs::open(dir.path(), OFlags::RDONLY | OFlags::DIRECTORY, Mode::empty()).expect("open");
+        assert_eq!(remove_tree(d.as_fd(), OsStr::new("t")), Ok(5));
+        assert_eq!(remove_tree(d.as_fd(), OsStr::new("top")), Ok(1));
+        assert_eq!(remove_tree(d.as_fd(), OsStr::new("t")), Ok(0), "fine if gone");
+        assert!(outside.join("d/f").exists());
     }
 }
