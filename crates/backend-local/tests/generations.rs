@@ -322,3 +322,33 @@ async fn an_update_of_k_files_costs_o_k_ops_on_a_2000_file_tree() {
         assert_holds(&h, 2, &site.target(), &format!("{mode}: after the update"));
     }
 }
+
+#[tokio::test]
+async fn a_directory_taken_over_with_force_is_reused_later_without_force() {
+    let h = History::from_trees(&[tree_of(8, 2, 0, &[]), tree_of(8, 2, 1, &[]), tree_of(8, 2, 2, &[])]);
+    for mode in [Switch::Symlink, Switch::Exchange] {
+        let site = Site::new();
+        std::fs::create_dir(site.target()).expect("target");
+        std::fs::write(site.target().join("foreign"), "not from git").expect("foreign");
+        let mut o = options(mode, 2, Duration::ZERO);
+        o.sync.force = true;
+        let e = generation::sync(
+            &h.repo,
+            &h.commits[0],
+            &site.host,
+            &options(mode, 2, Duration::ZERO),
+            &|_| {},
+            &AtomicBool::new(false),
+        )
+        .await
+        .expect_err("an unmanaged directory needs --force");
+        assert!(e.to_string().contains("force"), "{mode}: {e}");
+        gsync(&h, 0, &site, &o).await;
+        assert_holds(&h, 0, &site.target(), &format!("{mode}: taken over"));
+        let o = options(mode, 2, Duration::ZERO);
+        for i in [1, 2, 0, 1] {
+            gsync(&h, i, &site, &o).await;
+            assert_holds(&h, i, &site.target(), &format!("{mode}: commit {i} after the takeover"));
+        }
+    }
+}
