@@ -57,6 +57,9 @@ struct Inner {
     parent_fd: OnceLock<OwnedFd>,
     exchange: OnceLock<bool>,
     counter: AtomicU64,
+    /// Tests: behave as a filesystem without `RENAME_EXCHANGE`.
+    #[cfg(test)]
+    no_exchange: bool,
 }
 
 fn io(e: Errno) -> std::io::Error {
@@ -101,6 +104,8 @@ impl Inner {
             parent_fd: OnceLock::new(),
             exchange: OnceLock::new(),
             counter: AtomicU64::new(0),
+            #[cfg(test)]
+            no_exchange: false,
         }
     }
 
@@ -110,6 +115,21 @@ impl Inner {
 
     fn shown(&self, rel: &str) -> String {
         self.home_path().join(rel).display().to_string()
+    }
+
+    /// Swap `a` in `a_dir` and `b` in `b_dir` (`renameat2(RENAME_EXCHANGE)`).
+    fn exchange<P: rustix::path::Arg, Q: rustix::path::Arg>(
+        &self,
+        a_dir: impl AsFd,
+        a: P,
+        b_dir: impl AsFd,
+        b: Q,
+    ) -> Result<(), Errno> {
+        #[cfg(test)]
+        if self.no_exchange {
+            return Err(Errno::INVAL);
+        }
+        rustix::fs::renameat_with(a_dir, a, b_dir, b, RenameFlags::EXCHANGE)
     }
 
     fn tmp_name(&self, what: &str) -> String {
@@ -371,7 +391,7 @@ impl Inner {
                     Err(e) => return Err(Error::io("create", shown(), io(e))),
                 }
             }
-            let r = rustix::fs::renameat_with(&tmp, a.as_str(), &tmp, b.as_str(), RenameFlags::EXCHANGE);
+            let r = self.exchange(&tmp, a.as_str(), &tmp, b.as_str());
             for n in [&a, &b] {
                 let _ = rustix::fs::unlinkat(&tmp, n.as_str(), AtFlags::REMOVEDIR);
             }
@@ -408,8 +428,7 @@ impl Inner {
                         previous.filter(|p| p != slot)
                     }
                     AtTarget::Dir { .. } => {
-                        match rustix::fs::renameat_with(&tmp, link.as_str(), parent, &self.name, RenameFlags::EXCHANGE)
-                        {
+                        match self.exchange(&tmp, link.as_str(), parent, &self.name) {
                             Ok(()) => {
                                 // The directory is now at tmp/link.
                                 rustix::fs::renameat(&tmp, link.as_str(), &home, displaced)
@@ -436,12 +455,11 @@ impl Inner {
                         None
                     }
                     AtTarget::Dir { .. } => {
-                        rustix::fs::renameat_with(&home, slot, parent, &self.name, RenameFlags::EXCHANGE)
-                            .map_err(|e| fail("switch", e))?;
+                        self.exchange(&home, slot, parent, &self.name).map_err(|e| fail("switch", e))?;
                         Some(slot.to_string())
                     }
                     AtTarget::Link { slot: previous, .. } => {
-                        match rustix::fs::renameat_with(&home, slot, parent, &self.name, RenameFlags::EXCHANGE) {
+                        match self.exchange(&home, slot, parent, &self.name) {
                             Ok(()) => rustix::fs::unlinkat(&home, slot, AtFlags::empty())
                                 .map_err(|e| Error::io("remove link", self.shown(slot), io(e)))?,
                             Err(e) if unsupported(e) => {
@@ -476,7 +494,7 @@ impl Inner {
         let parent = self.parent_fd()?;
         let home = self.home()?;
         let fail = |what: &'static str, e: Errno| Error::io(what, self.target.display(), io(e));
-        match rustix::fs::renameat_with(&home, slot, parent, &self.name, RenameFlags::EXCHANGE) {
+        match self.exchange(&home, slot, parent, &self.name) {
             Ok(()) => rustix::fs::unlinkat(&home, slot, AtFlags::empty())
                 .map_err(|e| Error::io("remove link", self.shown(slot), io(e))),
             Err(e) if unsupported(e) => {
@@ -1023,5 +1041,88 @@ mod tests {
             std::fs::metadata(src.join("run")).expect("run").ino()
         );
         assert_eq!(mode(&g2.join("run")), 0o751);
+    }
+
+    /// The slots and the target as they are: `(target is a link to, target's marker file,
+    /// slots)`.
+    fn layout(dir: &Path) -> (Option<PathBuf>, Option<String>, Vec<String>) {
+        let t = dir.join("site");
+        let mut slots: Vec<String> = std::fs::read_dir(dir.join(".site.treesync"))
+            .map(|d| {
+                d.flatten()
+                    .filter(|e| e.path().is_dir())
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .collect()
+            })
+            .unwrap_or_default();
+        slots.retain(|s| s != "tmp");
+        slots.sort();
+        (std::fs::read_link(&t).ok(), std::fs::read_to_string(t.join("marker")).ok(), slots)
+    }
+
+    #[test]
+    fn every_switch_works_with_and_without_rename_exchange() {
+        for no_exchange in [false, true] {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let mut h = host(dir.path());
+            h.no_exchange = no_exchange;
+            h.create_home_blocking().expect("home");
+            assert_eq!(h.probe_exchange().expect("probe"), !no_exchange);
+            let slot = |name: &str| {
+                let p = dir.path().join(".site.treesync").join(name);
+                std::fs::create_dir(&p).expect("slot");
+                std::fs::write(p.join("marker"), name).expect("marker");
+            };
+            let plain = dir.path().join("site");
+            std::fs::create_dir(&plain).expect("plain target");
+            std::fs::write(plain.join("marker"), "plain").expect("marker");
+
+            // A real directory becomes a link; it is displaced into the home.
+            slot("g1");
+            let s = h.switch_blocking("g1", Switch::Symlink, "g2").expect("switch");
+            assert_eq!(s.previous.as_deref(), Some("g2"));
+            let l = layout(dir.path());
+            assert_eq!(l, (Some(".site.treesync/g1".into()), Some("g1".into()), vec!["g1".into(), "g2".into()]));
+            assert_eq!(
+                std::fs::read_to_string(dir.path().join(".site.treesync/g2/marker")).expect("displaced"),
+                "plain"
+            );
+            assert!(matches!(h.at_target_blocking().expect("at"), AtTarget::Link { slot: Some(s), .. } if s == "g1"));
+
+            // Link to link.
+            slot("g3");
+            let s = h.switch_blocking("g3", Switch::Symlink, "unused").expect("switch");
+            assert_eq!(s.previous.as_deref(), Some("g1"));
+            assert_eq!(layout(dir.path()).0, Some(".site.treesync/g3".into()));
+
+            // A link becomes the real directory of a slot (exchange mode); the link is gone.
+            slot("g4");
+            let s = h.switch_blocking("g4", Switch::Exchange, "unused").expect("switch");
+            assert_eq!(s.previous.as_deref(), Some("g3"));
+            assert_eq!(layout(dir.path()), (None, Some("g4".into()), vec!["g1".into(), "g2".into(), "g3".into()]));
+
+            // Directory to directory needs the exchange.
+            slot("g5");
+            let r = h.switch_blocking("g5", Switch::Exchange, "unused");
+            if no_exchange {
+                assert!(r.is_err(), "exchange mode is never chosen without RENAME_EXCHANGE");
+                std::fs::remove_dir_all(dir.path().join(".site.treesync/g5")).expect("rm");
+            } else {
+                assert_eq!(r.expect("exchange").previous.as_deref(), Some("g5"));
+                assert_eq!(layout(dir.path()).1, Some("g5".into()));
+                assert_eq!(std::fs::read_to_string(dir.path().join(".site.treesync/g5/marker")).expect("old"), "g4");
+            }
+
+            // Back to a link, then leave: the slot becomes the target directory again.
+            h.switch_blocking("g1", Switch::Symlink, "g6").expect("to a link");
+            h.unlink_target_blocking("g1").expect("unlink target");
+            let (link, marker, slots) = layout(dir.path());
+            assert_eq!((link, marker), (None, Some("g1".into())), "no_exchange {no_exchange}");
+            assert!(!slots.contains(&"g1".to_string()) && slots.contains(&"g6".to_string()), "{slots:?}");
+            assert!(
+                std::fs::read_dir(dir.path().join(".site.treesync/tmp")).expect("tmp").next().is_none(),
+                "no link left"
+            );
+        }
     }
 }
