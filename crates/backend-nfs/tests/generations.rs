@@ -219,3 +219,26 @@ fn a_target_at_the_export_root_is_refused_with_a_hint() {
     let e = rt.block_on(host.at_target()).expect_err("the export root").to_string();
     assert!(e.contains("root of its export") && e.contains("hint: "), "{e}");
 }
+
+/// Removing a retired generation removes the symlinks in it and never what they point to.
+#[test]
+fn removing_a_generation_never_follows_a_symlink() {
+    let rt = rt();
+    let place = Place::new();
+    let h = History::random(5, 2);
+    let host = place.host();
+    let o = options(2);
+    atomic(&rt, &h, 0, &host, &o);
+    atomic(&rt, &h, 1, &host, &o);
+    // Planted in the retired g1: links to a directory and a file outside it.
+    let outside = place.dir().join("outside");
+    std::fs::create_dir(&outside).expect("outside");
+    std::fs::write(outside.join("precious"), b"keep me").expect("precious");
+    std::os::unix::fs::symlink(&outside, place.slot("g1").join("to-dir")).expect("link to a directory");
+    std::os::unix::fs::symlink(outside.join("precious"), place.slot("g1").join("to-file")).expect("link to a file");
+    let cleaned = atomic(&rt, &h, 1, &host, &options(1));
+    assert_eq!(cleaned.removed, ["g1"], "{cleaned:?}");
+    assert!(!place.slot("g1").exists(), "g1 is gone");
+    assert_eq!(std::fs::read(outside.join("precious")).expect("still there"), b"keep me");
+    assert_tree(&h, 1, &place.read(), "after cleanup");
+}

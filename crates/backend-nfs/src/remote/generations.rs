@@ -760,6 +760,21 @@ impl Host for RemoteHost {
                     return Err(Error::NotEmpty { path: shown });
                 }
                 self.remove_tree(&home, TMP, &p).await?;
+            } else if e.name == LOCK {
+                // Released by the caller: a lock here now is another run's, unless its holder
+                // is gone.
+                let (fh, attr) = match lookup_attr(nfs, &home, LOCK, &p).await {
+                    Ok(r) => r,
+                    Err(er) if is(&er, nfsstat3::NFS3ERR_NOENT) => continue,
+                    Err(er) => return Err(nfs_io("look up", &p, er)),
+                };
+                let holder = lock::lock_holder(nfs, &fh, &attr, p.as_bytes()).await;
+                if !self.places().await?.home.stale(holder.as_ref(), Some(&attr)) {
+                    return Err(Error::Locked {
+                        holder: holder.map_or_else(|| format!("lock file {p}"), |h| h.to_string()),
+                    });
+                }
+                gone_ok(nfs.remove(&home, LOCK, p.as_bytes()).await).map_err(|er| nfs_io("remove", &p, er))?;
             } else {
                 gone_ok(nfs.remove(&home, &e.name, p.as_bytes()).await).map_err(|er| nfs_io("remove", &p, er))?;
             }
