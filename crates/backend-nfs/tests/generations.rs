@@ -242,3 +242,28 @@ fn removing_a_generation_never_follows_a_symlink() {
     assert_eq!(std::fs::read(outside.join("precious")).expect("still there"), b"keep me");
     assert_tree(&h, 1, &place.read(), "after cleanup");
 }
+
+/// The home's lock (`HOME/lock`, the lease lock of the `nfs://` backend) keeps a second
+/// writer out until the first releases it.
+#[test]
+fn the_home_lock_keeps_a_second_writer_out() {
+    let rt = rt();
+    let place = Place::new();
+    let (a, b) = (place.host(), place.host());
+    let me = treesync_core::state::Holder::this_process();
+    rt.block_on(async {
+        a.create_home().await.expect("home");
+        let guard = a.lock(&me).await.expect("first lock");
+        assert!(place.dir().join(".site.treesync/lock").is_file(), "the lock file is HOME/lock");
+        match b.lock(&me).await {
+            Err(treesync_core::backend::Error::Locked { holder }) => {
+                assert!(holder.contains(".site.treesync/lock"), "{holder}")
+            }
+            Err(e) => panic!("expected Locked, got {e}"),
+            Ok(_) => panic!("a second writer got the lock"),
+        }
+        a.unlock(guard).await.expect("unlock");
+        let again = b.lock(&me).await.expect("free again");
+        b.unlock(again).await.expect("unlock");
+    });
+}
