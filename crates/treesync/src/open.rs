@@ -343,6 +343,25 @@ fn dir_of(target: &Target) -> std::path::PathBuf {
     target.dir().map_or_else(|| target.as_str().into_owned().into(), std::path::Path::to_path_buf)
 }
 
+/// The options of the built-in NFS client (`nfs://` targets) for `options`: the budgets, the
+/// executor's `jobs` and how they were decided.
+fn remote_options(
+    options: &TargetOptions,
+) -> Result<(treesync_backend_nfs::remote::RemoteOptions, usize, String), OpenError> {
+    let defaults = treesync_backend_nfs::remote::RemoteOptions::default();
+    let default_range = match defaults.write_jobs {
+        treesync_backend_nfs::WriteJobs::Adaptive(a) => a,
+        treesync_backend_nfs::WriteJobs::Fixed(n) => Adaptive { initial: n, min: 1, max: n, ..Adaptive::default() },
+    };
+    let (write_jobs, jobs, decided) = nfs_writes(options, default_range)?;
+    let o = treesync_backend_nfs::remote::RemoteOptions {
+        write_jobs,
+        lookup_jobs: options.lookup_jobs.unwrap_or(defaults.lookup_jobs).max(1),
+        ..defaults
+    };
+    Ok((o, jobs, decided))
+}
+
 /// Open `target` the way the `treesync` binary does: choose the backend ([`check()`]), decide
 /// the budgets, and give the backend its policy, adjusted by `options`.
 pub fn open(target: &Target, options: &TargetOptions) -> Result<Opened, OpenError> {
@@ -357,19 +376,7 @@ pub fn open(target: &Target, options: &TargetOptions) -> Result<Opened, OpenErro
     }
     let opened = match (kind, target) {
         (BackendKind::Nfs, Target::Nfs { text, .. }) => {
-            let defaults = treesync_backend_nfs::remote::RemoteOptions::default();
-            let default_range = match defaults.write_jobs {
-                treesync_backend_nfs::WriteJobs::Adaptive(a) => a,
-                treesync_backend_nfs::WriteJobs::Fixed(n) => {
-                    Adaptive { initial: n, min: 1, max: n, ..Adaptive::default() }
-                }
-            };
-            let (write_jobs, jobs, decided) = nfs_writes(options, default_range)?;
-            let o = treesync_backend_nfs::remote::RemoteOptions {
-                write_jobs,
-                lookup_jobs: options.lookup_jobs.unwrap_or(defaults.lookup_jobs).max(1),
-                ..defaults
-            };
+            let (o, jobs, decided) = remote_options(options)?;
             let b = treesync_backend_nfs::remote::open(text, o).map_err(OpenError::Nfs)?;
             let budgets = gated(&b, jobs, decided);
             Opened { backend: Arc::new(b), kind, reason, budgets }
