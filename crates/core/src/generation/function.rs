@@ -593,7 +593,11 @@ async fn locked(
         store(host, &rec).await?;
     }
     let backend = RewriteModes::new(host.open(&At::Slot(slot.clone())));
-    let synced = sync::sync(repo, rev, &backend, &options.sync, progress, interrupt).await?;
+    // A retired generation is treesync's own whatever it holds: the tree a takeover (`--force`)
+    // displaced has no state, and is taken over when it is reused.
+    let force = options.sync.force || (reused && backend.load_state().await?.is_none());
+    let sync_options = sync::Options { force, ..options.sync.clone() };
+    let synced = sync::sync(repo, rev, &backend, &sync_options, progress, interrupt).await?;
 
     // Switch.
     rec.switching = Some(slot.clone());
