@@ -202,12 +202,18 @@ fn a_directory_target_becomes_atomic_and_back() {
     assert_tree(&h, 1, &place.read(), "atomic after ordinary");
     assert_tree(&h, 0, &tree::read_dir(&place.slot(&displaced)), "the directory moved into the home");
 
-    let o = options(1);
-    let left = rt.block_on(generation::leave(&host, &o)).expect("leave");
+    // Another process leaves generations: the home is removed under the first host.
+    let other = place.host();
+    let left = rt.block_on(generation::leave(&other, &options(1))).expect("leave");
     assert!(left.restored && left.home_removed, "{left:?}");
     assert!(std::fs::symlink_metadata(place.dir().join("site")).expect("site").is_dir(), "a real directory again");
     assert!(!place.dir().join(".site.treesync").exists(), "the home is gone");
     assert_tree(&h, 1, &place.read(), "after leaving generations");
+
+    // The first host (a long-lived watch) makes the target atomic again in a new home.
+    let back = atomic(&rt, &h, 2, &host, &o);
+    assert!(back.switched, "{back:?}");
+    assert_tree(&h, 2, &place.read(), "atomic again with a host that knew the removed home");
 }
 
 /// A target at the root of its export has no parent inside the export for its generations.

@@ -396,6 +396,9 @@ impl Host for RemoteHost {
     }
 
     async fn at_target(&self) -> Result<AtTarget, Error> {
+        // Every command starts here: the home is looked up afresh once per command, so a
+        // long-lived host (watch) never keeps the handle of a home another run removed.
+        self.places().await?.home.forget_root().await;
         let parent = self.parent_fh().await?;
         let nfs = self.nfs().await?;
         let shown = self.url.to_string();
