@@ -273,3 +273,40 @@ fn the_home_lock_keeps_a_second_writer_out() {
         b.unlock(again).await.expect("unlock");
     });
 }
+
+/// What a killed run leaves in the home — a generation cut short while being copied, a
+/// removal cut short (`trash-*`), the link of a switch that never happened — is cleaned up by
+/// the next run, which ends with the target on the new commit.
+#[test]
+fn leftovers_of_a_killed_run_are_cleaned_up_by_the_next() {
+    let rt = rt();
+    let place = Place::new();
+    let h = History::random(9, 2);
+    let host = place.host();
+    let o = options(2);
+    atomic(&rt, &h, 0, &host, &o);
+    let home = place.dir().join(".site.treesync");
+    // A copy of g1 cut short: some directories and files, no state, recorded as cloning.
+    let record_path = home.join("generations");
+    let mut record = generation::Record::parse(&std::fs::read(&record_path).expect("record")).expect("parses");
+    let cut = record.new_slot();
+    std::fs::create_dir_all(home.join(&cut).join("a/b")).expect("a partial copy");
+    std::fs::write(home.join(&cut).join("a/b/f"), b"partial").expect("a file");
+    record.slots.insert(cut.clone(), generation::SlotRecord { preparing: true, cloning: true, ..Default::default() });
+    std::fs::write(&record_path, record.to_bytes()).expect("record");
+    // A removal cut short, and the link of a switch that never happened.
+    std::fs::create_dir_all(home.join("trash-g9/x")).expect("trash");
+    std::os::unix::fs::symlink(".site.treesync/g9", home.join("tmp/link")).expect("a stale link");
+
+    let next = atomic(&rt, &h, 1, &host, &o);
+    assert!(next.switched, "{next:?}");
+    assert!(next.removed.contains(&cut) && next.removed.iter().any(|r| r == "trash-g9"), "{next:?}");
+    assert_tree(&h, 1, &place.read(), "after a killed run's leftovers");
+    let left: Vec<String> = std::fs::read_dir(&home)
+        .expect("home")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("trash-"))
+        .collect();
+    assert!(left.is_empty(), "no trash left: {left:?}");
+    assert!(!home.join("tmp/link").exists() && std::fs::symlink_metadata(home.join("tmp/link")).is_err());
+}
