@@ -850,7 +850,14 @@ impl Host for FsHost {
     }
 
     async fn home_exists(&self) -> Result<bool, Error> {
-        self.0.blocking(|h| Ok(h.home_fd()?.is_some())).await
+        self.0
+            .blocking(|h| match h.parent_fd() {
+                // No parent, no home (a plain sync then says why it cannot create the target).
+                Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => Ok(false),
+                Err(e) => Err(e),
+                Ok(_) => Ok(h.home_fd()?.is_some()),
+            })
+            .await
     }
 
     async fn create_home(&self) -> Result<(), Error> {
