@@ -593,6 +593,7 @@ fn remove_tree(dir: BorrowedFd<'_>, name: &OsStr) -> Result<u64, Errno> {
 fn held_under(home: &Path, target: Option<&Path>) -> BTreeMap<String, Vec<u32>> {
     let mut out: BTreeMap<String, Vec<u32>> = BTreeMap::new();
     let me = std::process::id();
+    let my_exe = std::fs::read_link("/proc/self/exe").ok();
     let Ok(procs) = std::fs::read_dir("/proc") else { return out };
     // The slot a path is in, and whether it is in that generation's state folder.
     let slot_of = |p: &Path| -> Option<(String, bool)> {
@@ -608,6 +609,13 @@ fn held_under(home: &Path, target: Option<&Path>) -> BTreeMap<String, Vec<u32>> 
     for p in procs.flatten() {
         let Some(pid) = p.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else { continue };
         let base = p.path();
+        // A child of this process that still runs this program is a fork on its way to an
+        // exec (a filter driver, git): it holds copies of this process's descriptors for a
+        // moment, which are this process's, not a reader's.
+        let mine = pid == me
+            || (my_exe.is_some()
+                && parent_of(&base) == Some(me)
+                && std::fs::read_link(base.join("exe")).ok() == my_exe);
         let mut found = Vec::new();
         if let Ok(cwd) = std::fs::read_link(base.join("cwd")) {
             found.extend(slot_of(&cwd).map(|(slot, _)| slot));
@@ -616,7 +624,7 @@ fn held_under(home: &Path, target: Option<&Path>) -> BTreeMap<String, Vec<u32>> 
             for fd in fds.flatten() {
                 let Ok(path) = std::fs::read_link(fd.path()) else { continue };
                 let Some((slot, in_state)) = slot_of(&path) else { continue };
-                if pid == me && (in_state || is_o_path(&base, &fd.file_name())) {
+                if mine && (in_state || is_o_path(&base, &fd.file_name())) {
                     continue;
                 }
                 found.push(slot);
@@ -630,6 +638,12 @@ fn held_under(home: &Path, target: Option<&Path>) -> BTreeMap<String, Vec<u32>> 
         }
     }
     out
+}
+
+/// The parent process id of the process at `/proc/PID`.
+fn parent_of(proc: &Path) -> Option<u32> {
+    let status = std::fs::read_to_string(proc.join("status")).ok()?;
+    status.lines().find_map(|l| l.strip_prefix("PPid:")).and_then(|v| v.trim().parse().ok())
 }
 
 /// Whether descriptor `fd` of the process at `/proc/PID` was opened with `O_PATH`.

@@ -1,6 +1,7 @@
 //! The CLI on a NAS stand-in (the slow FUSE filesystem, latency on every op, kernel caches
 //! off): `--backend auto` picks nfs and says why, and an incremental sync of K changed files in
-//! a 20,000-file tree costs at most 10·K+20 filesystem requests, none on an unchanged path.
+//! a 20,000-file tree costs at most 10·K+21 filesystem requests (the one beyond 10·K+20: the lookup
+//! of `.t.treesync`, whether the target is kept in generations), none on an unchanged path.
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -56,11 +57,13 @@ fn counted_incremental_sync(modified: usize, added: usize, deleted: usize) {
             eprintln!("  {op:?} {p}");
         }
     }
-    assert!(stats.total() <= 10 * k + 20, "{} filesystem ops for K={k}:\n{stats}", stats.total());
+    assert!(stats.total() <= 10 * k + 21, "{} filesystem ops for K={k}:\n{stats}", stats.total());
 
     // Allowed: the changed files (and their temporaries), the directories on their way, the
-    // target root, the state folder and the case probe (one lookup of `.TREESYNC` per run).
-    let mut allowed: BTreeSet<String> = ["t".to_string(), String::new(), "t/.TREESYNC".to_string()].into();
+    // target root, the state folder, the case probe (one lookup of `.TREESYNC` per run) and the
+    // home of generations next to the target (one lookup: is it kept in generations?).
+    let mut allowed: BTreeSet<String> =
+        ["t".to_string(), String::new(), "t/.TREESYNC".to_string(), ".t.treesync".to_string()].into();
     for c in &changed {
         let (dir, name) = c.rsplit_once('/').unwrap_or(("", c));
         allowed.insert(format!("t/{c}"));
@@ -82,13 +85,13 @@ fn counted_incremental_sync(modified: usize, added: usize, deleted: usize) {
 /// The case: K=10 modified files, each in its own directory (the worst case: every
 /// directory is looked up once).
 #[test]
-fn ten_modified_files_cost_at_most_120_filesystem_ops() {
+fn ten_modified_files_cost_at_most_121_filesystem_ops() {
     counted_incremental_sync(10, 0, 0);
 }
 
 /// The benchmark's change: 10 modified, 2 added, 2 deleted.
 #[test]
-fn the_benchmark_change_costs_at_most_10k_plus_20_filesystem_ops() {
+fn the_benchmark_change_costs_at_most_10k_plus_21_filesystem_ops() {
     counted_incremental_sync(10, 2, 2);
 }
 
