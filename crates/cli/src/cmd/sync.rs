@@ -100,6 +100,10 @@ pub(crate) fn run(args: SyncArgs) -> anyhow::Result<()> {
     let interrupt = Arc::new(AtomicBool::new(false));
     let rt = runtime()?;
     let (atomic, host) = decide(&args, &rt)?;
+    anyhow::ensure!(
+        !(atomic && args.git_worktree),
+        "--git-worktree cannot keep a git clone in generations: the clone's .git is in one directory, and --atomic switches the target between several\n  hint: sync the clone without --atomic, or keep a separate target with --atomic"
+    );
     let generation_options = args.atomic.options(options.clone());
     let mut left = None;
     if let (false, Some(h)) = (atomic, &host)
