@@ -13,7 +13,6 @@ use std::process::Command;
 use treesync_testkit::slowfs::Stats;
 
 use super::{Bed, Case, DiskRow, Figures, Row, Sample, du, kinds, rm};
-use crate::repo::matches_git_archive;
 use xtask::util::run_quiet;
 
 /// A shell running `script` with git's user and system configuration left out.
@@ -64,7 +63,7 @@ pub(super) fn run(bed: &Bed, repo: &Path, all: &mut Figures) -> Result<(), Strin
         cleanup.push(bed.run(&mut sh(&remove(repo, &work, &old)))?);
     }
     let last = format!("C{}", bed.git_runs + 1);
-    matches_git_archive(repo, &last, &back.join("current").join("."), &bed.backing.join("scratch"))
+    matches_archive(repo, &last, &back.join("current"), &bed.backing.join("scratch"))
         .map_err(|e| format!("{}: the git-sync way: {e}", bed.name))?;
     let total: Vec<Sample> = update
         .iter()
@@ -106,6 +105,20 @@ pub(super) fn run(bed: &Bed, repo: &Path, all: &mut Figures) -> Result<(), Strin
     rm(&back);
     run_quiet(&mut sh(&format!("git --git-dir '{}' worktree prune", repo.display())))?;
     Ok(())
+}
+
+/// Check that the worktree behind the link `current` holds exactly `git archive REV` (its `.git`
+/// file left out), unpacking the archive into `scratch`.
+fn matches_archive(repo: &Path, rev: &str, current: &Path, scratch: &Path) -> Result<(), String> {
+    rm(scratch);
+    std::fs::create_dir_all(scratch).map_err(|e| format!("{}: {e}", scratch.display()))?;
+    let (repo, current, scratch) = (repo.display(), current.display(), scratch.display());
+    let r = run_quiet(&mut sh(&format!(
+        "git --git-dir '{repo}' archive {rev} | tar -x -C '{scratch}'\n\
+         diff -r --no-dereference -x .git '{scratch}' '{current}/.' >&2"
+    )));
+    let _ = std::fs::remove_dir_all(scratch.to_string());
+    r.map(|_| ()).map_err(|e| format!("the worktree differs from git archive {rev}: {e}"))
 }
 
 /// The requests of two runs together.

@@ -230,8 +230,10 @@ fn report(stdout: &str) -> Report {
     let Ok(v) = serde_json::from_str::<serde_json::Value>(stdout.trim_start_matches(|ch: char| ch != '{')) else {
         return Report::default();
     };
-    let applied =
-        find(&v, "applied").and_then(|a| a.as_object()).map(|o| o.values().filter_map(serde_json::Value::as_u64).sum());
+    // The ops, not `bytes`.
+    let applied = find(&v, "applied")
+        .filter(|a| a.is_object())
+        .map(|a| ["mkdir", "write", "symlink", "chmod", "unlink", "rmdir"].iter().filter_map(|k| a[k].as_u64()).sum());
     let switch = find(&v, "switch").and_then(|s| s.as_str()).map(str::to_string);
     let mut detail = Vec::new();
     if find(&v, "reused").and_then(serde_json::Value::as_bool) == Some(true) {
@@ -384,4 +386,36 @@ fn du(paths: &[&Path]) -> Result<(u64, u64), String> {
 fn rm(p: &Path) {
     let _ = std::fs::remove_dir_all(p);
     let _ = std::fs::remove_file(p);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_plain_report_counts_ops_not_bytes() {
+        let out = r#"{"planned":{"write":9},"applied":{"mkdir":1,"write":10,"symlink":0,"chmod":0,"unlink":2,"rmdir":0,"bytes":5000},"backend":"local"}"#;
+        let r = report(out);
+        assert_eq!(r.applied, Some(13));
+        assert_eq!(r.switch, None);
+        assert_eq!(r.detail, "");
+    }
+
+    #[test]
+    fn a_generation_report_gives_its_switch_and_how_the_generation_was_made() {
+        let out = r#"{"sync":{"applied":{"write":20,"unlink":4,"bytes":1}},"switch":"exchange","switched":true,"reused":false,"cloned":{"how":"hardlink","dirs":3,"entries":300,"bytes_copied":0}}"#;
+        let r = report(out);
+        assert_eq!(r.applied, Some(24));
+        assert_eq!(r.switch.as_deref(), Some("exchange"));
+        assert_eq!(r.detail, "new generation cloned by hardlink (300 entries, 3 dirs, 0 bytes copied)");
+        let reused = report(r#"{"sync":{"applied":{"write":2}},"switch":"symlink","reused":true}"#);
+        assert_eq!(reused.detail, "reused a retired generation");
+    }
+
+    #[test]
+    fn output_that_is_not_json_gives_an_empty_report() {
+        let r = report("not json");
+        assert_eq!(r.applied, None);
+        assert_eq!(r.switch, None);
+    }
 }
