@@ -28,7 +28,8 @@ Tasks:
                    --client-initial N (5000)  --client-files N (20000)
                    --client-delay-ms D (2; each way)  --client-runs R (3)
                    --attr-files N (10000)  --changed K (14; atomic: paths changed per commit)
-                   --switch MODES (auto,symlink; atomic)  --atomic-on local|nas|both (both)
+                   --switch MODES (auto,symlink; atomic on tmpfs)  --nas-switch MODES (auto)
+                   --atomic-on local|nas|both (both)
                    --treesync PATH (measure this binary, no release build)
                    --dir DIR (/tmp/treesync-bench)  --no-write (print the tables only)
   campaign

@@ -43,6 +43,7 @@ struct Config {
     atomic: bool,
     changed: usize,
     switches: Vec<String>,
+    nas_switches: Vec<String>,
     atomic_where: (bool, bool),
     treesync: Option<PathBuf>,
 }
@@ -72,6 +73,7 @@ fn parse(args: &[String]) -> Result<Config, String> {
         atomic: true,
         changed: 14,
         switches: vec!["auto".into(), "symlink".into()],
+        nas_switches: vec!["auto".into()],
         atomic_where: (true, true),
         treesync: None,
     };
@@ -128,6 +130,10 @@ fn parse(args: &[String]) -> Result<Config, String> {
             "--changed" => c.changed = value()?.parse().map_err(|e| format!("--changed: {e}"))?,
             "--switch" => {
                 c.switches = value()?.split(',').map(str::trim).filter(|m| !m.is_empty()).map(str::to_string).collect()
+            }
+            "--nas-switch" => {
+                c.nas_switches =
+                    value()?.split(',').map(str::trim).filter(|m| !m.is_empty()).map(str::to_string).collect()
             }
             "--atomic-on" => {
                 c.atomic_where = match value()?.as_str() {
@@ -286,6 +292,7 @@ pub fn run(args: &[String]) -> Result<(), String> {
                 nas_git_runs: c.nfs_git_runs.max(1),
                 latency: c.nfs_latency,
                 switches: c.switches.clone(),
+                nas_switches: c.nas_switches.clone(),
                 local: c.atomic_where.0,
                 nas: c.atomic_where.1,
             };
@@ -302,13 +309,14 @@ pub fn run(args: &[String]) -> Result<(), String> {
                     _ => "",
                 };
                 let block = format!(
-                    "Reproduce: `cargo xtask bench atomic --files {} --changed {} --runs {} --nfs-git-runs {} --latency {}ms --switch {}{on}{build}` (root: FUSE and the tmpfs mount).\n\n{table}",
+                    "Reproduce: `cargo xtask bench atomic --files {} --changed {} --runs {} --nfs-git-runs {} --latency {}ms --switch {} --nas-switch {}{on}{build}` (root: FUSE and the tmpfs mount).\n\n{table}",
                     c.files,
                     c.changed,
                     c.runs,
                     c.nfs_git_runs.max(1),
                     c.nfs_latency.as_secs_f64() * 1000.0,
-                    c.switches.join(",")
+                    c.switches.join(","),
+                    c.nas_switches.join(",")
                 );
                 write_section(
                     &root.join("BENCHMARKS.md"),
