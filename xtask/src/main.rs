@@ -13,19 +13,24 @@ const HELP: &str = "\
 cargo xtask <task> [options]
 
 Tasks:
-  bench [local|s3|nfs|nfs-client|attributes]
+  bench [local|s3|nfs|nfs-client|attributes|atomic]
           Benchmark treesync against git (local), against rclone and aws s3 sync on a local
           moto server (s3), against git on the slow FUSE filesystem standing in for a NAS
           (nfs), and the built-in NFS client pipelined vs one call in flight against
           nfs-ganesha behind a delay line (nfs-client), incremental syncs with and without
-          .gitattributes conversions vs git checkout (attributes), on generated repositories;
+          .gitattributes conversions vs git checkout (attributes), `sync --atomic` updates vs
+          non-atomic ones and the git-sync way (worktree add + reset --hard + symlink flip),
+          with disk use, on tmpfs and the NAS testbed (atomic), on generated repositories;
           rewrite BENCHMARKS.md. Without a name, runs all.
           options: --files N (100000)  --runs R (5)  --s3-files N (20000)
                    --nfs-files N,N (20000,100000)  --nfs-initial N (2000)  --latency 1ms
                    --nfs-runs R (3)  --nfs-git-runs R (1)
                    --client-initial N (5000)  --client-files N (20000)
                    --client-delay-ms D (2; each way)  --client-runs R (3)
-                   --attr-files N (10000)  --treesync PATH (measure this binary, no release build)
+                   --attr-files N (10000)  --changed K (14; atomic: paths changed per commit)
+                   --switch MODES (auto,symlink; atomic on tmpfs)  --nas-switch MODES (auto)
+                   --atomic-on local|nas|both (both)
+                   --treesync PATH (measure this binary, no release build)
                    --dir DIR (/tmp/treesync-bench)  --no-write (print the tables only)
   campaign
           Kill `treesync sync` with SIGKILL at random moments, check that the next sync

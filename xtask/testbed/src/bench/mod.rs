@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
+mod atomic;
 mod attributes;
 mod nfs;
 mod nfs_client;
@@ -39,6 +40,11 @@ struct Config {
     client_runs: usize,
     attributes: bool,
     attr_files: usize,
+    atomic: bool,
+    changed: usize,
+    switches: Vec<String>,
+    nas_switches: Vec<String>,
+    atomic_where: (bool, bool),
     treesync: Option<PathBuf>,
 }
 
@@ -64,28 +70,37 @@ fn parse(args: &[String]) -> Result<Config, String> {
         client_runs: 3,
         attributes: true,
         attr_files: 10_000,
+        atomic: true,
+        changed: 14,
+        switches: vec!["auto".into(), "symlink".into()],
+        nas_switches: vec!["auto".into()],
+        atomic_where: (true, true),
         treesync: None,
     };
     let mut args = args;
     match args.first().map(String::as_str) {
         Some("local") => {
-            (c.s3, c.nfs, c.nfs_client, c.attributes) = (false, false, false, false);
+            (c.s3, c.nfs, c.nfs_client, c.attributes, c.atomic) = (false, false, false, false, false);
             args = &args[1..];
         }
         Some("s3") => {
-            (c.local, c.nfs, c.nfs_client, c.attributes) = (false, false, false, false);
+            (c.local, c.nfs, c.nfs_client, c.attributes, c.atomic) = (false, false, false, false, false);
             args = &args[1..];
         }
         Some("nfs") => {
-            (c.local, c.s3, c.nfs_client, c.attributes) = (false, false, false, false);
+            (c.local, c.s3, c.nfs_client, c.attributes, c.atomic) = (false, false, false, false, false);
             args = &args[1..];
         }
         Some("nfs-client") => {
-            (c.local, c.s3, c.nfs, c.attributes) = (false, false, false, false);
+            (c.local, c.s3, c.nfs, c.attributes, c.atomic) = (false, false, false, false, false);
             args = &args[1..];
         }
         Some("attributes") => {
-            (c.local, c.s3, c.nfs, c.nfs_client) = (false, false, false, false);
+            (c.local, c.s3, c.nfs, c.nfs_client, c.atomic) = (false, false, false, false, false);
+            args = &args[1..];
+        }
+        Some("atomic") => {
+            (c.local, c.s3, c.nfs, c.nfs_client, c.attributes) = (false, false, false, false, false);
             args = &args[1..];
         }
         _ => {}
@@ -112,6 +127,22 @@ fn parse(args: &[String]) -> Result<Config, String> {
             "--client-files" => c.client_files = value()?.parse().map_err(|e| format!("--client-files: {e}"))?,
             "--attr-files" => c.attr_files = value()?.parse().map_err(|e| format!("--attr-files: {e}"))?,
             "--treesync" => c.treesync = Some(PathBuf::from(value()?)),
+            "--changed" => c.changed = value()?.parse().map_err(|e| format!("--changed: {e}"))?,
+            "--switch" => {
+                c.switches = value()?.split(',').map(str::trim).filter(|m| !m.is_empty()).map(str::to_string).collect()
+            }
+            "--nas-switch" => {
+                c.nas_switches =
+                    value()?.split(',').map(str::trim).filter(|m| !m.is_empty()).map(str::to_string).collect()
+            }
+            "--atomic-on" => {
+                c.atomic_where = match value()?.as_str() {
+                    "local" => (true, false),
+                    "nas" => (false, true),
+                    "both" => (true, true),
+                    v => return Err(format!("--atomic-on {v:?}: give local, nas or both")),
+                }
+            }
             "--client-runs" => c.client_runs = value()?.parse().map_err(|e| format!("--client-runs: {e}"))?,
             "--client-delay-ms" => {
                 let ms: f64 = value()?.parse().map_err(|e| format!("--client-delay-ms: {e}"))?;
@@ -249,6 +280,48 @@ pub fn run(args: &[String]) -> Result<(), String> {
                     &root.join("BENCHMARKS.md"),
                     "attributes",
                     "Conversions (.gitattributes): incremental syncs with and without attributes, vs git checkout",
+                    &block,
+                )?;
+            }
+        }
+        if c.atomic {
+            let ac = atomic::Config {
+                files: c.files,
+                changed: c.changed,
+                runs: c.runs,
+                nas_git_runs: c.nfs_git_runs.max(1),
+                latency: c.nfs_latency,
+                switches: c.switches.clone(),
+                nas_switches: c.nas_switches.clone(),
+                local: c.atomic_where.0,
+                nas: c.atomic_where.1,
+            };
+            let table = atomic::run(&ac, &c.dir, &treesync)?;
+            println!("{table}");
+            if c.write {
+                let build = match &c.treesync {
+                    Some(path) => format!(" --treesync {}", path.strip_prefix(&root).unwrap_or(path).display()),
+                    None => String::new(),
+                };
+                let on = match c.atomic_where {
+                    (true, false) => " --atomic-on local",
+                    (false, true) => " --atomic-on nas",
+                    _ => "",
+                };
+                let block = format!(
+                    "Reproduce: `cargo xtask bench atomic --files {} --changed {} --runs {} --nfs-git-runs {} --latency {}ms --switch {} --nas-switch {}{on}{build}` (root: FUSE and the tmpfs mount).\n\n{table}",
+                    c.files,
+                    c.changed,
+                    c.runs,
+                    c.nfs_git_runs.max(1),
+                    c.nfs_latency.as_secs_f64() * 1000.0,
+                    c.switches.join(","),
+                    c.nas_switches.join(",")
+                );
+                write_section(
+                    &root.join("BENCHMARKS.md"),
+                    "atomic",
+                    "Whole-tree switches (`sync --atomic`): treesync vs the git-sync way",
                     &block,
                 )?;
             }
