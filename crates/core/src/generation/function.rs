@@ -189,13 +189,22 @@ fn record_error(host: &dyn Host, detail: String) -> Error {
 
 async fn load(host: &dyn Host) -> Result<Record, Error> {
     match host.load_record().await? {
-        Some(bytes) => Record::parse(&bytes).map_err(|d| record_error(host, d)),
+        Some(bytes) => {
+            let mut rec = Record::parse(&bytes).map_err(|d| record_error(host, d))?;
+            rec.stored = Some(bytes);
+            Ok(rec)
+        }
         None => Ok(Record::new()),
     }
 }
 
-async fn store(host: &dyn Host, rec: &Record) -> Result<(), Error> {
-    host.store_record(&rec.to_bytes()).await?;
+/// Write the record, unless its file holds it already.
+async fn store(host: &dyn Host, rec: &mut Record) -> Result<(), Error> {
+    let bytes = rec.to_bytes();
+    if rec.stored.as_ref() != Some(&bytes) {
+        host.store_record(&bytes).await?;
+        rec.stored = Some(bytes);
+    }
     Ok(())
 }
 
@@ -289,6 +298,8 @@ async fn reconcile(
 /// The switch mode of this run, and a note when the one asked for is not available.
 async fn mode(host: &dyn Host, asked: Option<Switch>, rec: &Record) -> Result<(Switch, Option<String>), Error> {
     Ok(match asked.or(rec.switch) {
+        // What the record says was probed when it was decided: no probe on every sync.
+        Some(Switch::Exchange) if rec.switch == Some(Switch::Exchange) => (Switch::Exchange, None),
         Some(Switch::Symlink) => (Switch::Symlink, None),
         Some(Switch::Exchange) if host.can_exchange().await? => (Switch::Exchange, None),
         Some(Switch::Exchange) => (
@@ -312,6 +323,7 @@ async fn generations(
     rec: &Record,
     current: Option<&At>,
     held: &BTreeMap<String, Vec<u32>>,
+    current_commit: Option<gix_hash::ObjectId>,
 ) -> Result<Vec<Generation>, Error> {
     let mut out = Vec::new();
     let commit_of = async |at: &At| -> Result<Option<gix_hash::ObjectId>, Error> {
@@ -326,7 +338,10 @@ async fn generations(
             At::Slot(s) => s.clone(),
         };
         out.push(Generation {
-            commit: commit_of(c).await?,
+            commit: match current_commit {
+                Some(id) => Some(id),
+                None => commit_of(c).await?,
+            },
             held_by: held.get(&slot).cloned().unwrap_or_default(),
             slot,
             current: true,
@@ -550,7 +565,7 @@ async fn locked(
     let (switch, note) = mode(host, options.switch, &rec).await?;
     notes.extend(note);
     rec.switch = Some(switch);
-    store(host, &rec).await?;
+    store(host, &mut rec).await?;
     let held = held(host).await?;
 
     // Nothing to do when the current generation holds the commit already, in the layout of
@@ -560,7 +575,8 @@ async fn locked(
     if let Some(cur) = current.as_ref().filter(|_| layout_ok) {
         // Planned before the lock, against the same generation holding the same sync (its state's
         // `synced`, which carries the time of the sync)? Else plan again.
-        let state = match host.open(cur).load_state().await? {
+        let cur_backend = host.open(cur);
+        let state = match cur_backend.load_state().await? {
             Some(bytes) => Some(SyncState::parse(&bytes).map_err(sync::Error::from)?),
             None => None,
         };
@@ -571,12 +587,12 @@ async fn locked(
             (Some(before), planned) if before == *cur && same(&planned) => planned,
             _ => {
                 let dry = sync::Options { dry_run: true, ..options.sync.clone() };
-                sync::sync(repo, rev, &*host.open(cur), &dry, progress, interrupt).await?
+                sync::sync(repo, rev, &*cur_backend, &dry, progress, interrupt).await?
             }
         };
         if planned.planned.total() == 0 && planned.resumed.is_none() && !planned.takeover {
             removed.extend(cleanup(host, &mut rec, Some(cur), options.keep, options.grace, &held, &mut notes).await?);
-            let generations = generations(host, &rec, Some(cur), &held).await?;
+            let generations = generations(host, &rec, Some(cur), &held, Some(planned.commit)).await?;
             return Ok(Outcome {
                 sync: planned,
                 switch,
@@ -604,12 +620,12 @@ async fn locked(
         None => (rec.new_slot(), current.clone().filter(|_| !unmanaged)),
     };
     rec.slots.insert(slot.clone(), SlotRecord { retired: None, preparing: true, cloning: clone_from.is_some() });
-    store(host, &rec).await?;
+    store(host, &mut rec).await?;
     let mut cloned = None;
     if let Some(from) = &clone_from {
         cloned = Some(host.clone_tree(from, &slot).await?);
         rec.slots.insert(slot.clone(), SlotRecord { retired: None, preparing: true, cloning: false });
-        store(host, &rec).await?;
+        store(host, &mut rec).await?;
     }
     let backend = RewriteModes::new(host.open(&At::Slot(slot.clone())));
     // A slot holding what treesync did not write (what a takeover displaced) is taken over.
@@ -619,7 +635,7 @@ async fn locked(
 
     // Switch.
     rec.switching = Some(slot.clone());
-    store(host, &rec).await?;
+    store(host, &mut rec).await?;
     let mut spare = rec.clone();
     let displaced = spare.new_slot();
     let switched = host.switch(&slot, switch, &displaced).await?;
@@ -641,12 +657,12 @@ async fn locked(
         }
         rec.slots.insert(prev.clone(), SlotRecord { retired: Some(now), ..Default::default() });
     }
-    store(host, &rec).await?;
+    store(host, &mut rec).await?;
 
     // Who holds what now that the trees moved.
     let held = self::held(host).await?;
     removed.extend(cleanup(host, &mut rec, current.as_ref(), options.keep, options.grace, &held, &mut notes).await?);
-    let generations = generations(host, &rec, current.as_ref(), &held).await?;
+    let generations = generations(host, &rec, current.as_ref(), &held, Some(synced.commit)).await?;
     Ok(Outcome {
         sync: synced,
         switch,
@@ -701,14 +717,14 @@ pub async fn repair(
         }
         let slot = rec.new_slot();
         rec.slots.insert(slot.clone(), SlotRecord { retired: None, preparing: true, cloning: true });
-        store(host, &rec).await?;
+        store(host, &mut rec).await?;
         host.clone_tree(&cur, &slot).await?;
         rec.slots.insert(slot.clone(), SlotRecord { retired: None, preparing: true, cloning: false });
-        store(host, &rec).await?;
+        store(host, &mut rec).await?;
         let backend = RewriteModes::new(host.open(&At::Slot(slot.clone())));
         let out = sync::repair(repo, &backend, repair, progress, interrupt).await?;
         rec.switching = Some(slot.clone());
-        store(host, &rec).await?;
+        store(host, &mut rec).await?;
         let mut spare = rec.clone();
         let displaced = spare.new_slot();
         let switched = host.switch(&slot, switch, &displaced).await?;
@@ -729,7 +745,7 @@ pub async fn repair(
             }
             rec.slots.insert(prev.clone(), SlotRecord { retired: Some(now_unix()), ..Default::default() });
         }
-        store(host, &rec).await?;
+        store(host, &mut rec).await?;
         let held = held(host).await?;
         let mut more = Vec::new();
         removed.extend(cleanup(host, &mut rec, Some(&current), options.keep, options.grace, &held, &mut more).await?);
@@ -761,14 +777,14 @@ pub async fn leave(host: &dyn Host, options: &Options) -> Result<LeaveOutcome, E
         reconcile(host, &mut rec, current.as_ref(), &mut out.removed).await?;
         if let Some(At::Slot(s)) = &current {
             rec.switching = Some(s.clone());
-            store(host, &rec).await?;
+            store(host, &mut rec).await?;
             host.unlink_target(s).await?;
             rec.switching = None;
             rec.slots.remove(s);
             out.restored = true;
         }
         rec.switch = None;
-        store(host, &rec).await?;
+        store(host, &mut rec).await?;
         let held = held(host).await?;
         let mut notes = Vec::new();
         out.removed.extend(cleanup(host, &mut rec, Some(&At::Target), 1, options.grace, &held, &mut notes).await?);
@@ -804,7 +820,7 @@ pub async fn status(host: &dyn Host) -> Result<Option<Status>, Error> {
         Err(e) => return Err(e.into()),
     };
     let held = held(host).await?;
-    let generations = generations(host, &rec, current.as_ref(), &held).await?;
+    let generations = generations(host, &rec, current.as_ref(), &held, None).await?;
     Ok(Some(Status { home: host.home_name(), switch: rec.switch, generations, running }))
 }
 

@@ -24,6 +24,11 @@ pub struct Record {
     /// having been current a moment ago.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub switching: Option<String>,
+    /// The record as its file holds it (as read, or as written last by this process), so an
+    /// unchanged record is not written again.
+    #[serde(skip)]
+    #[schemars(skip)]
+    pub stored: Option<Vec<u8>>,
 }
 
 /// What the record says of one slot.
