@@ -178,7 +178,10 @@ impl Inner {
     /// The home, opened without following a symlink; `None` when it does not exist.
     fn home_fd(&self) -> Result<Option<OwnedFd>, Error> {
         let parent = self.parent_fd()?;
-        let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        // O_PATH: a handle for the *at calls, not an open directory (on a NAS mount an open
+        // directory is an OPENDIR and a RELEASEDIR more per call). O_DIRECTORY with O_NOFOLLOW
+        // still refuses a symlink (ENOTDIR).
+        let flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
         match rustix::fs::openat(parent, &self.home, flags, Mode::empty()) {
             Ok(fd) => Ok(Some(fd)),
             Err(Errno::NOENT) => Ok(None),
@@ -206,7 +209,7 @@ impl Inner {
             Ok(()) | Err(Errno::EXIST) => {}
             Err(e) => return Err(Error::io("create", self.shown(TMP), io(e))),
         }
-        let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        let flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
         rustix::fs::openat(home, TMP, flags, Mode::empty())
             .map_err(|e| self.not_a_dir(home, OsStr::new(TMP), self.shown(TMP), e))
     }
