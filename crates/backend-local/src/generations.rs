@@ -266,10 +266,15 @@ impl Inner {
         };
         Ok(match FileType::from_raw_mode(st.st_mode) {
             FileType::Directory => {
-                let fd = self.open_at(&At::Target)?;
+                // A handle, not an open directory; listed only when treesync does not manage
+                // it (a managed target answers with one lookup, whatever it holds).
+                let flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+                let fd = rustix::fs::openat(parent, &self.name, flags, Mode::empty())
+                    .map_err(|e| Error::io("open", self.target.display(), io(e)))?;
                 let managed = rustix::fs::statat(&fd, STATE_DIR, AtFlags::SYMLINK_NOFOLLOW)
                     .is_ok_and(|st| FileType::from_raw_mode(st.st_mode) == FileType::Directory);
-                let empty = list(fd.as_fd()).map_err(|e| Error::io("list", self.target.display(), io(e)))?.is_empty();
+                let empty = !managed
+                    && list(fd.as_fd()).map_err(|e| Error::io("list", self.target.display(), io(e)))?.is_empty();
                 AtTarget::Dir { managed, empty }
             }
             FileType::Symlink => {
