@@ -1,6 +1,9 @@
 //! The crash campaign: `treesync sync` killed with SIGKILL at random moments, during initial
 //! checkouts and incremental syncs (adds, deletes, renames, file↔directory changes); after
-//! every kill the next sync must complete and the target must equal `git archive`.
+//! every kill the next sync must complete and the target must equal `git archive`. A
+//! [`Campaign`] can pass more arguments to every sync (`--atomic --grace 0`) and then also
+//! check, after each kill and before the next run, that the target is still a whole tree: the
+//! commit it held before the kill or the one being synced to (or nothing, for a first sync).
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -22,15 +25,57 @@ pub struct Stats {
     pub reported_interrupted: u64,
     /// Initial checkouts among the trials.
     pub initial: u64,
+    /// Of the kills, how many left the target holding the commit it held before the kill
+    /// (checked only with [`Campaign::whole_after_kill`]).
+    pub whole_old: u64,
+    /// … holding the commit the killed sync was going to (checked likewise).
+    pub whole_new: u64,
+    /// … with no target at all, a first sync killed before its switch (checked likewise).
+    pub missing_after_kill: u64,
     /// Failures (must be zero): a description each.
     pub failures: Vec<String>,
 }
 
+/// How a campaign runs its syncs.
+#[derive(Debug, Clone)]
+pub struct Campaign {
+    /// More arguments for every `treesync sync` (e.g. `--atomic --grace 0`).
+    pub sync_args: Vec<String>,
+    /// Files in the bulk area of every commit ([`campaign_history`] has 1,500).
+    pub bulk: usize,
+    /// After each kill, before the next run, the target must be missing (a first sync) or
+    /// equal `git archive` of the commit it held before the kill or of the one the killed sync
+    /// was going to, with no temporaries: what `--atomic` promises.
+    pub whole_after_kill: bool,
+}
+
+impl Campaign {
+    /// The classic campaign: syncs in place, 1,500 bulk files.
+    pub fn in_place() -> Self {
+        Campaign { sync_args: Vec::new(), bulk: 1500, whole_after_kill: false }
+    }
+
+    /// `sync --atomic --grace 0 --switch SWITCH` (`auto`, `symlink` or `exchange`) on trees of
+    /// `bulk` bulk files, checking the target is whole after every kill.
+    pub fn atomic(switch: &str, bulk: usize) -> Self {
+        Campaign {
+            sync_args: ["--atomic", "--grace", "0", "--switch", switch].map(String::from).to_vec(),
+            bulk,
+            whole_after_kill: true,
+        }
+    }
+}
+
 /// A history for the campaign: a bulky first commit, then changes of every kind.
 pub fn campaign_history(seed: u64) -> Vec<Model> {
+    campaign_history_of(seed, 1500)
+}
+
+/// [`campaign_history`] with `bulk` files in the bulk area (at least 15).
+pub fn campaign_history_of(seed: u64, bulk: usize) -> Vec<Model> {
     let mut trees = history::random_history(seed, 6);
     for t in trees.iter_mut() {
-        for i in 0..1500 {
+        for i in 0..bulk {
             t.insert(
                 &format!("bulk/d{}/f{i}", i % 15),
                 Entry::File { content: format!("{i}\n").repeat(20).into_bytes(), executable: i % 9 == 0 },
@@ -52,14 +97,21 @@ fn treesync(bin: &Path) -> Command {
 
 /// Run `trials` kill-and-recover trials with the `treesync` binary `bin`.
 pub fn run(bin: &Path, trials: u64, seed: u64) -> Stats {
+    run_campaign(bin, trials, seed, &Campaign::in_place())
+}
+
+/// Run `trials` kill-and-recover trials of `campaign` with the `treesync` binary `bin`.
+pub fn run_campaign(bin: &Path, trials: u64, seed: u64, campaign: &Campaign) -> Stats {
     let bare = BareRepo::new();
-    let trees = campaign_history(seed);
+    let trees = campaign_history_of(seed, campaign.bulk);
     let commits = history::import(&bare.path, "main", &trees);
     let mut expected: Vec<Option<std::collections::BTreeMap<String, tree::Node>>> = vec![None; commits.len()];
     let dir = tempfile::tempdir().expect("tempdir");
     let mut rng = Rng::new(seed);
     let mut stats = Stats::default();
     let mut target: PathBuf = dir.path().join("t0");
+    // The commit the current target holds (when the last run completed).
+    let mut held: Option<usize> = None;
     // How long an undisturbed sync takes, to spread the kills over it.
     let t = Instant::now();
     let o = treesync(bin)
@@ -67,6 +119,7 @@ pub fn run(bin: &Path, trials: u64, seed: u64) -> Stats {
         .arg(&bare.path)
         .args(["--ref", &commits[0], "--target"])
         .arg(dir.path().join("probe"))
+        .args(&campaign.sync_args)
         .output()
         .expect("runs");
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
@@ -85,6 +138,7 @@ pub fn run(bin: &Path, trials: u64, seed: u64) -> Stats {
             .arg(&bare.path)
             .args(["--ref", &commits[to], "--target"])
             .arg(&target)
+            .args(&campaign.sync_args)
             .spawn()
             .expect("spawn");
         // Incremental syncs take a few milliseconds, initial checkouts much longer: half the
@@ -109,6 +163,38 @@ pub fn run(bin: &Path, trials: u64, seed: u64) -> Stats {
         } else {
             stats.finished_before_kill += 1;
         }
+        if campaign.whole_after_kill {
+            let mut expect = |i: usize| -> std::collections::BTreeMap<String, tree::Node> {
+                expected[i]
+                    .get_or_insert_with(|| {
+                        let d = dir.path().join(format!("expected{i}"));
+                        bare.archive(&commits[i], &d);
+                        tree::read_dir(&d)
+                    })
+                    .clone()
+            };
+            let old = if trial % 5 == 0 { None } else { held };
+            match whole(&target) {
+                None if old.is_none() => stats.missing_after_kill += 1,
+                None => stats.failures.push(format!(
+                    "trial {trial}: after the kill (delay {delay:?}) the target holding commit {old:?} is gone"
+                )),
+                Some(actual) => {
+                    let temporaries =
+                        actual.keys().any(|k| k.rsplit('/').next().is_some_and(|n| n.starts_with(".treesync-tmp.")));
+                    if old.is_some_and(|o| actual == expect(o)) && !temporaries {
+                        stats.whole_old += 1;
+                    } else if actual == expect(to) && !temporaries {
+                        stats.whole_new += 1;
+                    } else {
+                        let d = tree::diff(&expect(to), &actual).unwrap_or_else(|| "  temporaries left in it\n".into());
+                        stats.failures.push(format!(
+                            "trial {trial}: after the kill (delay {delay:?}) of a sync from commit {old:?} to {to}, the target is neither whole commit; against {to}:\n{d}"
+                        ));
+                    }
+                }
+            }
+        }
         // The next run completes, to the same commit or another one.
         let next = if rng.percent(50) { to } else { rng.below(commits.len()) };
         let o = treesync(bin)
@@ -130,6 +216,7 @@ pub fn run(bin: &Path, trials: u64, seed: u64) -> Stats {
             tree::read_dir(&d)
         });
         let actual = tree::read_dir(&target);
+        held = Some(next);
         if let Some(d) = tree::diff(exp, &actual) {
             stats.failures.push(format!(
                 "trial {trial}: after the kill (delay {delay:?}) and a sync to commit {next}, the target differs:\n{d}"
@@ -140,4 +227,10 @@ pub fn run(bin: &Path, trials: u64, seed: u64) -> Stats {
         }
     }
     stats
+}
+
+/// The tree the target shows, read through whatever it resolves to; `None` when there is
+/// nothing at the target path.
+fn whole(target: &Path) -> Option<std::collections::BTreeMap<String, tree::Node>> {
+    std::fs::metadata(target).is_ok().then(|| tree::read_dir(target))
 }
