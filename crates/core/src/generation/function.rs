@@ -68,9 +68,7 @@ pub enum Error {
         text: String,
     },
     /// Something that is not a directory is at the target path.
-    #[error(
-        "refusing to keep {target} in generations: it is a {what}\n  hint: remove it or choose another target"
-    )]
+    #[error("refusing to keep {target} in generations: it is a {what}\n  hint: remove it or choose another target")]
     NotADirectory {
         /// The target.
         target: String,
@@ -111,7 +109,8 @@ pub struct Generation {
 #[schemars(rename = "atomicOutcome")]
 pub struct Outcome {
     /// The sync of the generation that was prepared (or, when nothing changed, the dry run
-    /// on the current one).
+    /// on the current one). Not serialized: callers show it as they show a sync.
+    #[serde(skip)]
     pub sync: sync::Outcome,
     /// How the target is switched.
     pub switch: Switch,
@@ -334,11 +333,8 @@ async fn generations(
             preparing: false,
         });
     }
-    let mut rest: Vec<_> = rec
-        .slots
-        .iter()
-        .filter(|(name, _)| !matches!(current, Some(At::Slot(c)) if c == *name))
-        .collect();
+    let mut rest: Vec<_> =
+        rec.slots.iter().filter(|(name, _)| !matches!(current, Some(At::Slot(c)) if c == *name)).collect();
     rest.sort_by_key(|(name, r)| (std::cmp::Reverse(r.retired.unwrap_or(u64::MAX)), (*name).clone()));
     for (name, r) in rest {
         out.push(Generation {
@@ -551,7 +547,8 @@ async fn locked(
 
     // Nothing to do when the current generation holds the commit already, in the layout of
     // the switch mode.
-    let layout_ok = matches!((switch, &current), (Switch::Symlink, Some(At::Slot(_))) | (Switch::Exchange, Some(At::Target)));
+    let layout_ok =
+        matches!((switch, &current), (Switch::Symlink, Some(At::Slot(_))) | (Switch::Exchange, Some(At::Target)));
     if let Some(cur) = current.as_ref().filter(|_| layout_ok) {
         let dry = sync::Options { dry_run: true, ..options.sync.clone() };
         let b = host.open(cur);
@@ -578,7 +575,8 @@ async fn locked(
     // The generation to prepare.
     let (chosen, note) = choose(&rec, current.as_ref(), options.keep, options.grace, &held);
     notes.extend(note);
-    let reused = chosen.as_ref().is_some_and(|s| rec.slots.get(s).is_some_and(|r| r.retired != Some(0) || !r.preparing));
+    let reused =
+        chosen.as_ref().is_some_and(|s| rec.slots.get(s).is_some_and(|r| r.retired != Some(0) || !r.preparing));
     let unmanaged = matches!(at, AtTarget::Dir { managed: false, empty: false });
     let (slot, clone_from) = match chosen {
         Some(s) => (s, None),
@@ -782,6 +780,19 @@ pub async fn status(host: &dyn Host) -> Result<Option<Status>, Error> {
     let held = held(host).await?;
     let generations = generations(host, &rec, current.as_ref(), &held).await?;
     Ok(Some(Status { home: host.home_name(), switch: rec.switch, generations, running }))
+}
+
+/// Whether the target of `host` is kept in generations: its home exists and its record has a
+/// switch mode (a target left with `sync --no-atomic` keeps a home without one until its
+/// retired generations are removed).
+pub async fn kept(host: &dyn Host) -> Result<bool, Error> {
+    Ok(host.home_exists().await? && load(host).await?.switch.is_some())
+}
+
+/// Whether the target of `host` has a home at all (kept in generations, or left with retired
+/// generations still to remove).
+pub async fn has_home(host: &dyn Host) -> Result<bool, Error> {
+    Ok(host.home_exists().await?)
 }
 
 /// A backend of the current generation of `host`'s target (`None`: there is none).

@@ -32,8 +32,8 @@ mod host;
 mod record;
 
 pub use function::{
-    Error, Generation, LeaveOutcome, Options, Outcome, RepairOutcome, Status, current, current_backend, leave, preview,
-    repair, status, sync,
+    Error, Generation, LeaveOutcome, Options, Outcome, RepairOutcome, Status, current, current_backend, has_home, kept,
+    leave, preview, repair, status, sync,
 };
 pub use host::{At, AtTarget, CloneHow, Cloned, Host, Switch, Switched};
 pub use record::{Record, SlotRecord};

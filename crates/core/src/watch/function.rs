@@ -4,8 +4,16 @@ use std::time::{Duration, Instant};
 
 use super::{Error, Event, Options, Outcome, one_line};
 use crate::backend::Backend;
+use crate::generation::{self, Host};
 use crate::source::Repo;
 use crate::{sync, verify};
+
+/// What a watch keeps following the ref: a target synced in place, or one kept in generations.
+#[derive(Clone, Copy)]
+enum Place<'a> {
+    Plain(&'a dyn Backend),
+    Generations(&'a dyn Host, &'a generation::Options),
+}
 
 /// Keep `backend` following `rev` of `repo` until `interrupt` is set. See the
 /// [module docs](super).
@@ -26,11 +34,43 @@ pub async fn watch(
     on_event: &mut (dyn FnMut(&Event) + Send),
     interrupt: &AtomicBool,
 ) -> Outcome {
+    watch_place(repo, rev, Place::Plain(backend), options, on_event, interrupt).await
+}
+
+/// [`watch()`] for a target kept in generations (`--atomic`): every sync prepares a generation
+/// and switches the target to it ([`generation::sync()`]), verifies look at the current
+/// generation, and repairs prepare the next one ([`generation::repair()`]). The generations'
+/// `keep`, `grace` and `switch` come from `generations`; everything else of a sync from
+/// `options.sync`.
+pub async fn watch_generations(
+    repo: &Repo,
+    rev: &str,
+    host: &dyn Host,
+    generations: &generation::Options,
+    options: &Options,
+    on_event: &mut (dyn FnMut(&Event) + Send),
+    interrupt: &AtomicBool,
+) -> Outcome {
+    let g = generation::Options { sync: options.sync.clone(), ..generations.clone() };
+    watch_place(repo, rev, Place::Generations(host, &g), options, on_event, interrupt).await
+}
+
+async fn watch_place(
+    repo: &Repo,
+    rev: &str,
+    place: Place<'_>,
+    options: &Options,
+    on_event: &mut (dyn FnMut(&Event) + Send),
+    interrupt: &AtomicBool,
+) -> Outcome {
     let interval = options.interval;
     on_event(&Event::Watching {
         rev: rev.to_string(),
         repo: repo.path().display().to_string(),
-        target: backend.to_string(),
+        target: match place {
+            Place::Plain(b) => b.to_string(),
+            Place::Generations(h, _) => h.to_string(),
+        },
         interval,
     });
     let mut outcome = Outcome::default();
@@ -39,7 +79,7 @@ pub async fn watch(
     let mut last_verify = Instant::now();
     while !interrupt.load(Ordering::SeqCst) {
         let step =
-            step(repo, rev, backend, options, &mut last, &mut last_verify, &mut outcome, on_event, interrupt).await;
+            step(repo, rev, place, options, &mut last, &mut last_verify, &mut outcome, on_event, interrupt).await;
         let wait = match step {
             Ok(()) => {
                 backoff = interval;
@@ -72,7 +112,7 @@ pub async fn watch(
 async fn step(
     repo: &Repo,
     rev: &str,
-    backend: &dyn Backend,
+    place: Place<'_>,
     options: &Options,
     last: &mut Option<gix_hash::ObjectId>,
     last_verify: &mut Instant,
@@ -82,7 +122,10 @@ async fn step(
 ) -> Result<(), Error> {
     let to = repo.resolve(rev).map_err(sync::Error::from)?;
     if *last != Some(to.commit) {
-        let out = sync::sync(repo, rev, backend, &options.sync, &|_| {}, interrupt).await?;
+        let out = match place {
+            Place::Plain(backend) => sync::sync(repo, rev, backend, &options.sync, &|_| {}, interrupt).await?,
+            Place::Generations(host, g) => generation::sync(repo, rev, host, g, &|_| {}, interrupt).await?.sync,
+        };
         if out.applied.total() > 0 || out.resumed.is_some() || last.is_none() {
             outcome.synced += 1;
             *last = Some(out.commit);
@@ -97,12 +140,25 @@ async fn step(
         *last_verify = Instant::now();
         // With repair, compare and repair under the target's lock and journal, like a sync:
         // never a repair planned against a tree that a sync replaced meanwhile.
-        let (report, repaired) = if options.repair {
-            let repair = sync::RepairOptions { sync: options.sync.clone(), ..Default::default() };
-            let out = sync::repair(repo, backend, &repair, &|_| {}, interrupt).await?;
-            (out.report, out.applied)
-        } else {
-            (verify::verify_with(repo, backend, verify::Level::Stat, options.sync.limits).await?, None)
+        let repair = sync::RepairOptions { sync: options.sync.clone(), ..Default::default() };
+        let (report, repaired) = match place {
+            Place::Plain(backend) if options.repair => {
+                let out = sync::repair(repo, backend, &repair, &|_| {}, interrupt).await?;
+                (out.report, out.applied)
+            }
+            Place::Plain(backend) => {
+                (verify::verify_with(repo, backend, verify::Level::Stat, options.sync.limits).await?, None)
+            }
+            Place::Generations(host, g) if options.repair => {
+                let out = generation::repair(repo, host, g, &repair, &|_| {}, interrupt).await?;
+                (out.repair.report, out.repair.applied)
+            }
+            Place::Generations(host, _) => {
+                let Some(current) = generation::current_backend(host).await? else {
+                    return Err(generation::Error::NotAtomic { target: host.to_string() }.into());
+                };
+                (verify::verify_with(repo, &*current, verify::Level::Stat, options.sync.limits).await?, None)
+            }
         };
         outcome.verified += 1;
         let clean = report.is_clean();

@@ -51,7 +51,7 @@ use crate::op::OpCounts;
 use crate::{sync, verify};
 
 mod function;
-pub use function::watch;
+pub use function::{watch, watch_generations};
 
 /// How to watch.
 #[derive(Debug, Clone)]
@@ -110,6 +110,9 @@ pub enum Error {
     /// The scheduled verify.
     #[error(transparent)]
     Verify(#[from] verify::Error),
+    /// Preparing, switching or repairing a generation (`--atomic`).
+    #[error(transparent)]
+    Generation(#[from] crate::generation::Error),
 }
 
 /// One thing that happened while watching, in the order it happened. Serialized as an object
