@@ -35,6 +35,7 @@
 //! ```
 
 pub mod fs;
+pub mod generations;
 pub mod lockfile;
 
 use std::fmt;
