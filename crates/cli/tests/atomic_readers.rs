@@ -74,3 +74,52 @@ fn without_atomic_the_same_reader_sees_mixed_trees() {
     assert_eq!(race.syncs, 20);
     assert!(race.readings.mixed > 0, "no mixed tree over 20 in-place syncs: {:?}", race.readings);
 }
+
+/// The NAS testbed: the slow FUSE filesystem (50 µs per request, kernel caches off, like NFS
+/// with `actimeo=0`) with `--backend nfs --atomic --switch symlink`; the reader reads through
+/// the mount. 60 switches, no mixed tree.
+#[test]
+fn atomic_on_the_nas_testbed_readers_never_see_a_mixed_tree_over_60_switches() {
+    use treesync_testkit::slowfs::{self, Config, SlowFs};
+    slowfs::require();
+    let fs = SlowFs::temp(Config { meta_latency: std::time::Duration::from_micros(50), ..Config::default() })
+        .expect("mount slowfs");
+    let (h, expected) = setup();
+    let target = fs.path().join("site");
+    let repo = h.bare.path.clone();
+    let extra = ["--backend", "nfs", "--atomic", "--grace", "0", "--switch", "symlink"];
+    sync(&target, &repo, &h.commits[0], &extra);
+    let race = snapshots::race(&target, &expected, SWITCHES, |i| sync(&target, &repo, &h.commits[i], &extra));
+    eprintln!("nas: {race:?}");
+    assert_whole(&race, SWITCHES);
+}
+
+/// `nfs://` on a real nfs-ganesha (symlink mode: SYMLINK then RENAME over the old link on the
+/// server); the reader reads the exported directory on this machine. Held-open detection is
+/// local only, so the grace (2 s) is what keeps a generation a reader is in from being reused:
+/// it is far longer than a pass (a few milliseconds here). 60 switches, no mixed tree.
+#[test]
+fn atomic_over_nfs_url_readers_never_see_a_mixed_tree_over_60_switches() {
+    let server = treesync_testkit::ganesha::Ganesha::shared();
+    let (h, expected) = setup();
+    let sub = format!("atomic-readers-{}", std::process::id());
+    let url = server.url(&sub);
+    let target = server.dir().join(&sub);
+    let repo = h.bare.path.clone();
+    let extra = ["--atomic", "--grace", "2s", "--switch", "symlink"];
+    let sync_url = |commit: &str| {
+        let o = Command::new(env!("CARGO_BIN_EXE_treesync"))
+            .args(["sync", "-q", "--repo"])
+            .arg(&repo)
+            .args(["--ref", commit, "--target", &url])
+            .args(extra)
+            .output()
+            .expect("treesync runs");
+        assert!(o.status.success(), "treesync sync {url} failed: {}", String::from_utf8_lossy(&o.stderr));
+    };
+    sync_url(&h.commits[0]);
+    assert!(std::fs::symlink_metadata(&target).expect("the target").file_type().is_symlink());
+    let race = snapshots::race(&target, &expected, SWITCHES, |i| sync_url(&h.commits[i]));
+    eprintln!("nfs://: {race:?}");
+    assert_whole(&race, SWITCHES);
+}
