@@ -246,16 +246,7 @@ impl Inner {
                 let fd = self.open_at(&At::Target)?;
                 let managed = rustix::fs::statat(&fd, STATE_DIR, AtFlags::SYMLINK_NOFOLLOW)
                     .is_ok_and(|st| FileType::from_raw_mode(st.st_mode) == FileType::Directory);
-                let mut dir =
-                    rustix::fs::Dir::read_from(&fd).map_err(|e| Error::io("list", self.target.display(), io(e)))?;
-                let mut empty = true;
-                while let Some(e) = dir.next() {
-                    let e = e.map_err(|e| Error::io("list", self.target.display(), io(e)))?;
-                    if !matches!(e.file_name().to_bytes(), b"." | b"..") {
-                        empty = false;
-                        break;
-                    }
-                }
+                let empty = list(fd.as_fd()).map_err(|e| Error::io("list", self.target.display(), io(e)))?.is_empty();
                 AtTarget::Dir { managed, empty }
             }
             FileType::Symlink => {

@@ -49,8 +49,10 @@
 mod open;
 mod target;
 
-pub use open::{BackendKind, Budgets, BudgetsReport, OpenError, Opened, TargetOptions, WriteJobs, check, open};
+pub use open::{
+    BackendKind, Budgets, BudgetsReport, OpenError, Opened, TargetOptions, WriteJobs, check, generations, open,
+};
 pub use target::{Target, TargetError};
 pub use treesync_core::{
-    self as core, Backend, MemoryBackend, Op, Phase, Plan, RelPath, Repo, apply, plan, sync, verify,
+    self as core, Backend, MemoryBackend, Op, Phase, Plan, RelPath, Repo, apply, generation, plan, sync, verify,
 };

@@ -267,6 +267,16 @@ pub enum OpenError {
     /// An object-storage URL that does not parse or open.
     #[error(transparent)]
     ObjectStore(#[from] treesync_backend_s3::OpenError),
+    /// The target cannot be kept in generations (`--atomic`).
+    #[error("cannot keep {target} in generations: {why}\n  hint: {hint}")]
+    Atomic {
+        /// The target.
+        target: String,
+        /// Why not.
+        why: &'static str,
+        /// What to do.
+        hint: &'static str,
+    },
 }
 
 /// Which backend serves `target` with `backend`, and why: the rules of [`open()`] without
@@ -444,6 +454,41 @@ pub fn open(target: &Target, options: &TargetOptions) -> Result<Opened, OpenErro
     Ok(opened)
 }
 
+/// The generations host of `target` (`sync --atomic`, see [`treesync_core::generation`]): for
+/// a directory served by the local or the mounted-NFS backend, a
+/// [`FsHost`](treesync_backend_local::generations::FsHost) whose generations are opened as
+/// [`open()`] opens the target, with the same backend and budgets. Other targets are refused
+/// with [`OpenError::Atomic`].
+pub fn generations(
+    target: &Target,
+    options: &TargetOptions,
+) -> Result<Arc<dyn treesync_core::generation::Host>, OpenError> {
+    let refuse = |why, hint| OpenError::Atomic { target: target.to_string(), why, hint };
+    let (kind, _) = check(target, options.backend)?;
+    match (target, kind) {
+        (Target::Dir(dir), BackendKind::Local | BackendKind::Nfs) => {
+            // Every generation gets the backend the target itself would: the kind is fixed
+            // (a slot lies on the target's filesystem), and the budgets are checked once here.
+            let options = TargetOptions { backend: kind, ..options.clone() };
+            open(target, &options)?;
+            let opener: treesync_backend_local::generations::Opener = Arc::new(move |path| {
+                open(&Target::Dir(path), &options)
+                    .expect("the options opened the target, so they open its generations")
+                    .backend
+            });
+            Ok(Arc::new(treesync_backend_local::generations::FsHost::new(dir.clone(), opener)))
+        }
+        (Target::Nfs { .. }, _) => Err(refuse(
+            "this treesync cannot switch an nfs:// target atomically yet",
+            "mount the export and sync --atomic into the mounted directory, or sync without --atomic (see docs/atomic.md)",
+        )),
+        _ => Err(refuse(
+            "a bucket has no atomic switch of many keys; --atomic is for directories and nfs:// targets",
+            "sync without --atomic; docs/atomic.md says how readers of a bucket get a consistent view",
+        )),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -472,6 +517,34 @@ mod tests {
             .expect("nfs:// opens lazily");
         assert_eq!(url.kind, BackendKind::Nfs);
         assert!(url.label().contains("built-in NFSv3 client"), "{}", url.label());
+    }
+
+    #[test]
+    fn directories_get_a_generations_host_and_buckets_are_refused_with_a_hint() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let site = dir.path().join("site");
+        let host = generations(&target(site.to_str().expect("utf8")), &TargetOptions::default()).expect("a directory");
+        assert_eq!(host.to_string(), site.display().to_string());
+        assert_eq!(host.home_name(), ".site.treesync");
+        let b = host.open(&treesync_core::generation::At::Slot("g1".into()));
+        assert!(b.to_string().contains(".site.treesync/g1"), "{b}");
+        let o = TargetOptions { backend: BackendKind::Nfs, ..Default::default() };
+        let b = generations(&target(site.to_str().expect("utf8")), &o)
+            .expect("a mounted nfs directory")
+            .open(&treesync_core::generation::At::Target);
+        assert!(b.to_string().contains("site"), "{b}");
+        for t in ["s3://bucket/site", "memory://", "file:///tmp/x"] {
+            let e = generations(&target(t), &TargetOptions::default()).err().expect("refused").to_string();
+            assert!(e.contains("a bucket has no atomic switch of many keys"), "{t}: {e}");
+            assert!(e.contains("hint: ") && e.contains("docs/atomic.md"), "{t}: {e}");
+        }
+        let e = generations(&target("nfs://h/e/site"), &TargetOptions::default()).err().expect("refused").to_string();
+        assert!(e.contains("nfs://") && e.contains("hint: "), "{e}");
+        let bad = TargetOptions { jobs: Some(4), write_jobs: Some(WriteJobs::Fixed(16)), ..o };
+        assert!(matches!(
+            generations(&target(site.to_str().expect("utf8")), &bad).err(),
+            Some(OpenError::Budgets { .. })
+        ));
     }
 
     #[test]
