@@ -170,6 +170,7 @@ pub struct LeaveOutcome {
 
 /// What [`status()`] shows of a target's generations.
 #[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+#[schemars(rename = "generationsStatus")]
 pub struct Status {
     /// The home (`PARENT/.NAME.treesync`).
     pub home: String,
@@ -591,7 +592,10 @@ async fn locked(
         store(host, &rec).await?;
     }
     let backend = RewriteModes::new(host.open(&At::Slot(slot.clone())));
-    let synced = sync::sync(repo, rev, &backend, &options.sync, progress, interrupt).await?;
+    // A slot holding what treesync did not write (what a takeover displaced) is taken over.
+    let unmanaged_slot = backend.prepare_target(false).await? == crate::backend::TargetState::Unmanaged;
+    let slot_options = sync::Options { force: options.sync.force || unmanaged_slot, ..options.sync.clone() };
+    let synced = sync::sync(repo, rev, &backend, &slot_options, progress, interrupt).await?;
 
     // Switch.
     rec.switching = Some(slot.clone());
@@ -619,6 +623,8 @@ async fn locked(
     }
     store(host, &rec).await?;
 
+    // Who holds what now that the trees moved.
+    let held = self::held(host).await?;
     removed.extend(cleanup(host, &mut rec, current.as_ref(), options.keep, options.grace, &held, &mut notes).await?);
     let generations = generations(host, &rec, current.as_ref(), &held).await?;
     Ok(Outcome {
