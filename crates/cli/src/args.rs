@@ -298,6 +298,93 @@ impl LimitArgs {
     }
 }
 
+/// `--atomic` and its settings (sync, plan, watch).
+#[derive(Args, Clone, Default)]
+pub(crate) struct AtomicArgs {
+    /// Keep the target in generations: each sync brings a spare generation up to date (by the
+    /// diff between the tree it holds and the commit) and switches the target to it in one
+    /// atomic step, so a reader that resolves the target once (cd into it, opens it, resolves
+    /// the link) reads one whole commit. Needs a directory or nfs:// target; the generations
+    /// live in PARENT/.NAME.treesync. Once on, later syncs keep it on. See docs/atomic.md.
+    #[arg(long, help_heading = "Generations (--atomic)")]
+    pub(crate) atomic: bool,
+    /// Stop keeping the target in generations: it becomes a plain directory holding the current
+    /// generation, synced in place from then on; retired generations are removed once past
+    /// --grace.
+    #[arg(long, conflicts_with = "atomic", help_heading = "Generations (--atomic)")]
+    pub(crate) no_atomic: bool,
+    /// How many generations to keep, the current one included [default: 2].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..), help_heading = "Generations (--atomic)")]
+    pub(crate) keep: Option<u64>,
+    /// A generation is neither reused nor removed until this long after it stopped being
+    /// current, so readers that resolved it can finish (e.g. 30s, 10m, 0) [default: 5m]. On
+    /// local disks a generation some process still holds open is skipped too.
+    #[arg(long, value_name = "DURATION", value_parser = treesync_core::duration::parse, help_heading = "Generations (--atomic)")]
+    pub(crate) grace: Option<std::time::Duration>,
+    /// How the target is switched: exchange (the target stays a real directory, swapped with
+    /// renameat2 RENAME_EXCHANGE; local disks), symlink (the target is a symlink replaced by a
+    /// rename; any filesystem, nfs://), or auto: exchange where the filesystem can, else
+    /// symlink [default: auto, then what the target uses].
+    #[arg(long, value_enum, value_name = "auto|symlink|exchange", help_heading = "Generations (--atomic)")]
+    pub(crate) switch: Option<SwitchArg>,
+}
+
+/// `--switch`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub(crate) enum SwitchArg {
+    /// Exchange where the filesystem can, else symlink (or what the target uses already).
+    Auto,
+    /// A symlink replaced by a rename.
+    Symlink,
+    /// renameat2 RENAME_EXCHANGE of two directories.
+    Exchange,
+}
+
+impl AtomicArgs {
+    /// `Some(true)`: --atomic, `Some(false)`: --no-atomic, `None`: what the target is.
+    pub(crate) fn wanted(&self) -> Option<bool> {
+        if self.atomic {
+            Some(true)
+        } else if self.no_atomic {
+            Some(false)
+        } else {
+            None
+        }
+    }
+
+    /// The generations' options, around `sync`.
+    pub(crate) fn options(&self, sync: treesync_core::sync::Options) -> treesync_core::generation::Options {
+        use treesync_core::generation::{self, Switch};
+        generation::Options {
+            sync,
+            keep: self.keep.map_or(generation::DEFAULT_KEEP, |k| usize::try_from(k).unwrap_or(usize::MAX)),
+            grace: self.grace.unwrap_or(generation::DEFAULT_GRACE),
+            switch: match self.switch {
+                None | Some(SwitchArg::Auto) => None,
+                Some(SwitchArg::Symlink) => Some(Switch::Symlink),
+                Some(SwitchArg::Exchange) => Some(Switch::Exchange),
+            },
+        }
+    }
+
+    /// A mirror's settings, where the command line did not set them.
+    pub(crate) fn fill(&mut self, m: &config::Mirror) {
+        if !self.atomic && !self.no_atomic {
+            match m.atomic {
+                Some(true) => self.atomic = true,
+                Some(false) => self.no_atomic = true,
+                None => {}
+            }
+        }
+        self.keep = self.keep.or(m.keep);
+        self.grace = self.grace.or(m.grace);
+        self.switch = self.switch.or(m.switch.map(|s| match s {
+            treesync_core::generation::Switch::Symlink => SwitchArg::Symlink,
+            treesync_core::generation::Switch::Exchange => SwitchArg::Exchange,
+        }));
+    }
+}
+
 #[derive(Args, Clone)]
 pub(crate) struct SyncArgs {
     #[command(flatten)]
@@ -308,6 +395,8 @@ pub(crate) struct SyncArgs {
     pub(crate) target: TargetArgs,
     #[command(flatten)]
     pub(crate) limits: LimitArgs,
+    #[command(flatten)]
+    pub(crate) atomic: AtomicArgs,
     /// Take the target over: make it exactly the tree and remove everything the tree does not
     /// have, scanning it once. On a target treesync did not write, the tree is written there;
     /// on a managed one, it is compared with the commit (stat data proves what it can, the rest
@@ -350,6 +439,8 @@ pub(crate) struct PlanArgs {
     pub(crate) target: TargetArgs,
     #[command(flatten)]
     pub(crate) limits: LimitArgs,
+    #[command(flatten)]
+    pub(crate) atomic: AtomicArgs,
     /// Plan a takeover (see `sync --force`): of a target treesync did not write, or of a
     /// managed one by comparing it with the commit once; lists what it removes and writes over.
     #[arg(long)]
@@ -440,6 +531,8 @@ pub(crate) struct WatchArgs {
     pub(crate) target: TargetArgs,
     #[command(flatten)]
     pub(crate) limits: LimitArgs,
+    #[command(flatten)]
+    pub(crate) atomic: AtomicArgs,
     /// How often to look at the ref (e.g. 500ms, 5s, 1m) [default: 5s].
     #[arg(long, value_name = "DURATION", value_parser = treesync_core::duration::parse)]
     pub(crate) interval: Option<std::time::Duration>,

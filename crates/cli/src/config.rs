@@ -88,6 +88,15 @@ pub struct Mirror {
     pub export: bool,
     /// What Git LFS pointer files are written as (`--lfs`); the core's default unless set.
     pub lfs: Option<treesync_core::lfs::LfsMode>,
+    /// `atomic = true`: keep the target in generations (`--atomic`); `false`: stop
+    /// (`--no-atomic`); unset: whatever the target is.
+    pub atomic: Option<bool>,
+    /// How many generations to keep (`--keep`).
+    pub keep: Option<u64>,
+    /// The grace period of retired generations (`--grace`).
+    pub grace: Option<Duration>,
+    /// How the target is switched (`--switch`; `auto` is unset).
+    pub switch: Option<treesync_core::generation::Switch>,
 }
 
 /// The `backend` key.
@@ -302,6 +311,10 @@ tables! {
     exclude: Patterns,
     export: Flag,
     lfs: Lfs,
+    atomic: Flag,
+    keep: Count,
+    grace: Grace,
+    switch: SwitchValue,
 }
 
 const TOP_KEYS: &[&str] = &["defaults", "mirror"];
@@ -586,6 +599,25 @@ from_got!(Size, |got| {
     }
 });
 
+/// `grace`: a duration, 0 allowed.
+#[derive(Clone, Copy, Debug)]
+struct Grace(Duration);
+from_got!(Grace, |got| duration(got).map(Grace));
+
+/// The `switch` key: `auto`, `symlink` or `exchange`.
+#[derive(Clone, Copy, Debug)]
+struct SwitchValue(Option<treesync_core::generation::Switch>);
+from_got!(SwitchValue, |got| match got {
+    Got::Str(s) if s == "auto" => Ok(SwitchValue(None)),
+    Got::Str(s) if s == "symlink" => Ok(SwitchValue(Some(treesync_core::generation::Switch::Symlink))),
+    Got::Str(s) if s == "exchange" => Ok(SwitchValue(Some(treesync_core::generation::Switch::Exchange))),
+    Got::Str(s) => Err(with_hint(
+        format!("unknown switch mode {s:?} for {KEY} in {SECTION}{}", expected(&["auto", "symlink", "exchange"])),
+        "exchange swaps two directories (local disks), symlink replaces a link (any filesystem), auto picks",
+    )),
+    got => Err(got.wrong("a string (\"auto\", \"symlink\" or \"exchange\")")),
+});
+
 /// The `lfs` key: `content` or `pointers`.
 #[derive(Clone, Copy, Debug)]
 struct Lfs(treesync_core::lfs::LfsMode);
@@ -776,6 +808,10 @@ pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
             exclude: settings.exclude.as_ref().map(|p| p.value.0.clone()).unwrap_or_default(),
             export: settings.export.as_ref().is_some_and(|f| f.value.0),
             lfs: settings.lfs.as_ref().map(|l| l.value.0),
+            atomic: settings.atomic.as_ref().map(|f| f.value.0),
+            keep: settings.keep.as_ref().map(|c| c.value.0),
+            grace: settings.grace.as_ref().map(|g| g.value.0),
+            switch: settings.switch.as_ref().and_then(|s| s.value.0),
         });
     }
     Ok(Config { path: path.to_path_buf(), mirrors })
@@ -1305,7 +1341,7 @@ repair = true
             (7, 1),
             "unknown key \"tagret\" in [mirror.site] (expected one of: repo, ref, target, path, backend, interval, \
              verify_every, jobs, lookup_jobs, write_jobs, fsync, endpoint, region, allow_http, repair, max_entries, max_bytes, \
-             recurse_submodules, include, exclude, export, lfs)",
+             recurse_submodules, include, exclude, export, lfs, atomic, keep, grace, switch)",
             &["\n  hint: did you mean \"target\"?"],
         );
         assert_err(

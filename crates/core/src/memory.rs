@@ -111,6 +111,11 @@ impl MemoryBackend {
         self.inner.lock().expect("never poisoned").nodes.clone()
     }
 
+    /// Whether the tree has a state file (treesync manages it).
+    pub fn has_state(&self) -> bool {
+        self.inner.lock().expect("never poisoned").state.is_some()
+    }
+
     /// Put an entry in place directly (to simulate someone changing the target).
     pub fn insert(&self, path: &str, node: MemNode) {
         self.inner.lock().expect("never poisoned").nodes.insert(path.as_bytes().to_vec(), node);

@@ -28,6 +28,7 @@ pub(crate) fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 expand(&cfg, &pick, args, |a, m| {
                     fill(&mut a.source, &mut a.target, m);
                     a.limits.fill(m);
+                    a.atomic.fill(m);
                 })?,
                 sync::run,
             )
@@ -38,6 +39,7 @@ pub(crate) fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 expand(&cfg, &pick, args, |a, m| {
                     fill(&mut a.source, &mut a.target, m);
                     a.limits.fill(m);
+                    a.atomic.fill(m);
                 })?,
                 plan::run,
             )
@@ -64,6 +66,7 @@ pub(crate) fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             watch::run(expand(&cfg, &pick, args, |a, m| {
                 fill(&mut a.source, &mut a.target, m);
                 a.limits.fill(m);
+                a.atomic.fill(m);
                 a.interval = a.interval.or(Some(m.interval));
                 a.verify_every = a.verify_every.or(m.verify_every);
                 a.repair |= m.repair;
@@ -177,7 +180,50 @@ pub(crate) fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
 
 /// Open the target as the library's front door does ([`treesync::open`]), with the flags.
 pub(crate) fn make_backend(args: &TargetArgs) -> anyhow::Result<treesync::Opened> {
-    let options = treesync::TargetOptions {
+    // The executor runs with `--jobs` when given, else the backend's policy: both are the
+    // decided `budgets.jobs` (the library gives the backend that policy).
+    Ok(treesync::open(&treesync::Target::parse(args.target())?, &target_options(args))?)
+}
+
+/// The generations of a directory or nfs:// target ([`treesync::generations`]): the host, or
+/// why this kind of target cannot be kept in generations (an error only `--atomic` reports).
+pub(crate) fn generations(
+    args: &TargetArgs,
+) -> anyhow::Result<Result<std::sync::Arc<dyn treesync_core::generation::Host>, treesync::OpenError>> {
+    Ok(treesync::generations(&treesync::Target::parse(args.target())?, &target_options(args)))
+}
+
+/// Where a command that reads the target looks: the target, or, for a target kept in
+/// generations, its current generation (with the host, for `status`).
+pub(crate) struct Reading {
+    /// The backend to read.
+    pub(crate) backend: std::sync::Arc<dyn treesync_core::Backend>,
+    /// The target's generations, when it is kept in them.
+    pub(crate) host: Option<std::sync::Arc<dyn treesync_core::generation::Host>>,
+}
+
+/// The backend a reading command (status, verify) uses: the current generation of a target
+/// kept in generations, else the target's own.
+pub(crate) fn reading(
+    args: &TargetArgs,
+    opened: &treesync::Opened,
+    rt: &tokio::runtime::Runtime,
+) -> anyhow::Result<Reading> {
+    use treesync_core::generation;
+    if let Ok(host) = generations(args)?
+        && rt.block_on(generation::has_home(&*host))?
+    {
+        if let Some(current) = rt.block_on(generation::current_backend(&*host))? {
+            return Ok(Reading { backend: current, host: Some(host) });
+        }
+        return Ok(Reading { backend: opened.backend.clone(), host: Some(host) });
+    }
+    Ok(Reading { backend: opened.backend.clone(), host: None })
+}
+
+/// The library's target options, from the flags.
+pub(crate) fn target_options(args: &TargetArgs) -> treesync::TargetOptions {
+    treesync::TargetOptions {
         backend: args.backend.into(),
         jobs: args.jobs,
         batch: args.batch,
@@ -190,8 +236,5 @@ pub(crate) fn make_backend(args: &TargetArgs) -> anyhow::Result<treesync::Opened
             allow_http: args.allow_http,
             ..Default::default()
         },
-    };
-    // The executor runs with `--jobs` when given, else the backend's policy: both are the
-    // decided `budgets.jobs` (the library gives the backend that policy).
-    Ok(treesync::open(&treesync::Target::parse(args.target())?, &options)?)
+    }
 }

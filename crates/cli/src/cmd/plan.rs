@@ -4,7 +4,7 @@ use anyhow::Context;
 use serde::Serialize;
 use treesync_core::{ObjectId, Plan, Repo, sync};
 
-use super::{make_backend, runtime};
+use super::{generations, make_backend, runtime};
 use crate::args::PlanArgs;
 use crate::render::{print_json, print_plan, print_replaced, short};
 
@@ -47,8 +47,29 @@ pub(crate) struct PlanOutput<'a> {
 pub(crate) fn run(args: PlanArgs) -> anyhow::Result<()> {
     let rev = args.source.rev()?;
     let repo = Repo::open(args.source.repo())?;
-    let backend = make_backend(&args.target)?.backend;
+    let mut backend = make_backend(&args.target)?.backend;
     let rt = runtime()?;
+    // A target kept in generations (or becoming so with --atomic): plan from the generation
+    // the next sync would bring up to date.
+    let mut note = None;
+    if let Ok(host) = generations(&args.target)? {
+        use treesync_core::generation;
+        let kept = rt.block_on(generation::kept(&*host))?;
+        if args.atomic.wanted().unwrap_or(kept) {
+            let options = args.atomic.options(sync::Options::default());
+            match rt.block_on(generation::preview(&*host, &options))? {
+                Some(at) => {
+                    backend = host.open(&at);
+                    note = Some(format!(
+                        "planned from the generation at {backend} (--atomic: the sync prepares it, then switches the target)"
+                    ));
+                }
+                None => note = Some(format!("--atomic: the first generation of {host} is a full checkout")),
+            }
+        }
+    } else if args.atomic.atomic {
+        generations(&args.target)?.map(|_| ())?;
+    }
     let options = sync::PrepareOptions {
         force: args.force,
         create: false,
@@ -75,6 +96,9 @@ pub(crate) fn run(args: PlanArgs) -> anyhow::Result<()> {
             select: prepared.select.as_ref(),
             conversions: prepared.conversions(),
         });
+    }
+    if let Some(n) = &note {
+        println!("{n}");
     }
     if let Some((p, plan)) = &prepared.resume {
         println!("first finish the interrupted sync to {}:", short(&p.to_commit));

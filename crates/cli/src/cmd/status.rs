@@ -4,10 +4,10 @@ use anyhow::Context;
 use serde::Serialize;
 use treesync_core::sync;
 
-use super::{make_backend, runtime};
+use super::{make_backend, reading, runtime};
 use crate::args::StatusArgs;
 use crate::exit_code;
-use crate::render::{BackendInfo, human_age, one_line, print_json};
+use crate::render::{BackendInfo, human_age, one_line, print_json, short};
 
 /// `status --json`: the target's status and the backend that serves it now.
 #[derive(Serialize, schemars::JsonSchema)]
@@ -19,6 +19,10 @@ pub(crate) struct StatusOutput {
     /// The target, as the backend names it (`local:/srv/site`), for the text form.
     #[serde(skip)]
     pub(crate) name: String,
+    /// For a target kept in generations (`sync --atomic`): how it is switched and every
+    /// generation (the state above is the current generation's).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) generations: Option<treesync_core::generation::Status>,
 }
 
 /// One element of `status --all --json`: a mirror's status, or why it could not be read.
@@ -50,10 +54,15 @@ pub(crate) enum StatusRow {
 /// failure of the read (`status --all` names the mirror instead).
 fn read(args: &StatusArgs, rt: &tokio::runtime::Runtime, say_what: bool) -> anyhow::Result<StatusOutput> {
     let chosen = make_backend(&args.target)?;
-    let status = rt.block_on(sync::status(&*chosen.backend));
+    let read = reading(&args.target, &chosen, rt)?;
+    let status = rt.block_on(sync::status(&*read.backend));
     let status =
         if say_what { status.with_context(|| format!("reading the status of {}", chosen.backend))? } else { status? };
-    Ok(StatusOutput { status, backend: BackendInfo::of(&chosen), name: chosen.backend.to_string() })
+    let generations = match &read.host {
+        Some(h) => rt.block_on(treesync_core::generation::status(&**h))?,
+        None => None,
+    };
+    Ok(StatusOutput { status, backend: BackendInfo::of(&chosen), name: chosen.backend.to_string(), generations })
 }
 
 pub(crate) fn run(args: StatusArgs) -> anyhow::Result<()> {
@@ -120,7 +129,37 @@ pub(crate) fn run(args: StatusArgs) -> anyhow::Result<()> {
     if let Some(h) = &status.running {
         println!("running: a sync holds the lock now ({h})");
     }
+    if let Some(g) = &out.generations {
+        print_generations(g);
+    }
     Ok(())
+}
+
+/// The generations of a target kept in them.
+fn print_generations(g: &treesync_core::generation::Status) {
+    match g.switch {
+        Some(s) => println!("atomic:  generations in {}, switched by {s}", g.home),
+        None => println!("atomic:  no longer (--no-atomic); retired generations left in {}", g.home),
+    }
+    for g1 in &g.generations {
+        let commit = g1.commit.map(|c| short(&c)).unwrap_or_else(|| "-".into());
+        let what = if g1.current {
+            "current".to_string()
+        } else if g1.preparing {
+            "unfinished (the next sync that uses it finishes it)".to_string()
+        } else {
+            match &g1.retired {
+                Some(at) => format!("retired at {at}"),
+                None => "retired".to_string(),
+            }
+        };
+        let held =
+            if g1.held_by.is_empty() { String::new() } else { format!(", held open by process {:?}", g1.held_by) };
+        println!("  {:<8} {commit:<12} {what}{held}", g1.slot);
+    }
+    if let Some(h) = &g.running {
+        println!("running: a sync holds the generations' lock now ({h})");
+    }
 }
 
 /// `status --all`: one line (or array element) per mirror; the exit code is the worst.

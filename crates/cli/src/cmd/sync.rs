@@ -8,9 +8,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use anyhow::Context;
 use serde::Serialize;
+use treesync_core::generation::{self, Host};
 use treesync_core::{Repo, apply, sync};
 
-use super::{make_backend, runtime};
+use super::{generations, make_backend, runtime};
 use crate::args::SyncArgs;
 use crate::render::{BackendInfo, human_bytes, print_json, print_replaced, short};
 
@@ -26,6 +27,32 @@ pub(crate) struct SyncOutput<'a> {
     /// The NFS budgets; absent for other backends.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) budgets: Option<treesync::BudgetsReport>,
+    /// For a target kept in generations (`--atomic`): which generation was prepared and
+    /// switched to, how, and the generations kept. The fields above describe the sync of that
+    /// generation.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) atomic: Option<&'a generation::Outcome>,
+    /// With `--no-atomic` on a target kept in generations: what leaving them did.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) left_generations: Option<&'a generation::LeaveOutcome>,
+}
+
+/// Whether this sync keeps the target in generations: `--atomic`/`--no-atomic`, else what the
+/// target is. The host, when the target is or becomes atomic, or has generations to leave.
+fn decide(args: &SyncArgs, rt: &tokio::runtime::Runtime) -> anyhow::Result<(bool, Option<std::sync::Arc<dyn Host>>)> {
+    let host = generations(&args.target)?;
+    match (args.atomic.wanted(), host) {
+        (Some(true), Ok(h)) => Ok((true, Some(h))),
+        (Some(true), Err(e)) => Err(e.into()),
+        (_, Err(_)) => Ok((false, None)),
+        (wanted, Ok(h)) => {
+            if !rt.block_on(generation::has_home(&*h))? {
+                return Ok((false, None));
+            }
+            let kept = rt.block_on(generation::kept(&*h))?;
+            Ok((wanted.unwrap_or(kept), Some(h)))
+        }
+    }
 }
 
 pub(crate) fn run(args: SyncArgs) -> anyhow::Result<()> {
@@ -72,6 +99,19 @@ pub(crate) fn run(args: SyncArgs) -> anyhow::Result<()> {
     };
     let interrupt = Arc::new(AtomicBool::new(false));
     let rt = runtime()?;
+    let (atomic, host) = decide(&args, &rt)?;
+    let generation_options = args.atomic.options(options.clone());
+    let mut left = None;
+    if let (false, Some(h)) = (atomic, &host)
+        && !args.dry_run
+    {
+        left = Some(
+            rt.block_on(generation::leave(&**h, &generation_options))
+                .with_context(|| format!("leaving the generations of {h} (--no-atomic)"))?,
+        );
+    }
+    let atomic_host = host.filter(|_| atomic);
+    let mut generated = None;
     let outcome = rt.block_on(async {
         let flag = interrupt.clone();
         tokio::spawn(async move {
@@ -83,12 +123,27 @@ pub(crate) fn run(args: SyncArgs) -> anyhow::Result<()> {
                 }
             }
         });
-        sync::sync(&repo, &rev, &*backend, &options, &progress, &interrupt).await
+        match &atomic_host {
+            Some(h) => generation::sync(&repo, &rev, &**h, &generation_options, &progress, &interrupt)
+                .await
+                .map(|g| {
+                    let s = g.sync.clone();
+                    generated = Some(g);
+                    s
+                })
+                .map_err(anyhow::Error::from),
+            None => {
+                sync::sync(&repo, &rev, &*backend, &options, &progress, &interrupt).await.map_err(anyhow::Error::from)
+            }
+        }
     });
     if let Some(bar) = &bar {
         bar.finish_and_clear();
     }
-    let outcome = outcome.with_context(|| format!("syncing {rev} to {backend}"))?;
+    let outcome = match &atomic_host {
+        Some(h) => outcome.with_context(|| format!("syncing {rev} to {h} (--atomic)"))?,
+        None => outcome.with_context(|| format!("syncing {rev} to {backend}"))?,
+    };
     let cost = backend.cost();
     if args.json {
         return print_json(&SyncOutput {
@@ -96,9 +151,18 @@ pub(crate) fn run(args: SyncArgs) -> anyhow::Result<()> {
             backend: BackendInfo::of(&chosen),
             cost: cost.into_iter().collect(),
             budgets: chosen.budgets.report(),
+            atomic: generated.as_ref(),
+            left_generations: left.as_ref(),
         });
     }
     if args.quiet {
+        return Ok(());
+    }
+    if let Some(l) = &left {
+        print_left(l);
+    }
+    if let Some(g) = &generated {
+        print_generations(g, &outcome);
         return Ok(());
     }
     if let Some(r) = &outcome.resumed {
@@ -121,6 +185,64 @@ pub(crate) fn run(args: SyncArgs) -> anyhow::Result<()> {
         print_replaced(r, outcome.dry_run);
     }
     Ok(())
+}
+
+/// What leaving the generations did (`--no-atomic`).
+fn print_left(l: &generation::LeaveOutcome) {
+    if l.restored {
+        println!("the target is a plain directory again (it was a symlink to its current generation)");
+    }
+    if !l.removed.is_empty() {
+        println!("removed retired generations: {}", l.removed.join(", "));
+    }
+    if !l.kept.is_empty() {
+        println!(
+            "kept generations {} until they are past the grace period; a later sync removes them",
+            l.kept.join(", ")
+        );
+    }
+}
+
+/// The summary of an atomic sync.
+fn print_generations(g: &generation::Outcome, outcome: &sync::Outcome) {
+    let from = outcome.from.map(|s| short(&s.commit)).unwrap_or_else(|| "nothing".into());
+    if outcome.dry_run {
+        println!(
+            "would prepare a generation {from} -> {}: {} ({}), then switch the target ({})",
+            short(&outcome.commit),
+            outcome.planned,
+            human_bytes(outcome.planned.bytes),
+            g.switch
+        );
+    } else if !g.switched {
+        println!("the current generation holds {} already; nothing to switch", short(&outcome.commit));
+    } else {
+        let how = match (&g.cloned, g.reused) {
+            (_, true) => "reused".to_string(),
+            (Some(c), _) => {
+                format!("new, a {:?} copy of the current one ({} entries)", c.how, c.entries).to_lowercase()
+            }
+            (None, false) => "new".to_string(),
+        };
+        println!(
+            "prepared a generation in {} ({how}) {from} -> {}: {}, {} in {:.2}s; switched the target ({})",
+            g.prepared.as_deref().unwrap_or("?"),
+            short(&outcome.commit),
+            outcome.applied,
+            human_bytes(outcome.applied.bytes),
+            g.elapsed.as_secs_f64(),
+            g.switch,
+        );
+    }
+    if let Some(r) = &g.retired {
+        println!("the previous tree is now in {r}, kept for its readers (reused or removed after the grace period)");
+    }
+    if !g.removed.is_empty() {
+        println!("removed: {}", g.removed.join(", "));
+    }
+    for note in &g.notes {
+        println!("note: {note}");
+    }
 }
 
 /// Refuse directory targets where a sync would wreck something ([`sync::check_place()`]),

@@ -9,7 +9,7 @@ use serde::Serialize;
 use treesync_core::verify::{self, Drift, Level, Report};
 use treesync_core::{OpCounts, Repo, sync};
 
-use super::{make_backend, runtime};
+use super::{make_backend, reading, runtime};
 use crate::args::{LevelArg, VerifyArgs};
 use crate::render::{human_bytes, print_json, print_plan, short};
 
@@ -36,13 +36,17 @@ pub(crate) struct VerifyOutput<'a> {
 pub(crate) fn run(args: VerifyArgs) -> anyhow::Result<ExitCode> {
     let repo = Repo::open(args.repo.as_deref().expect("clap or the config file sets --repo"))?;
     let chosen = make_backend(&args.target)?;
-    let backend = chosen.backend.clone();
     let level = match args.level {
         LevelArg::Quick => Level::Quick,
         LevelArg::Stat => Level::Stat,
         LevelArg::Full => Level::Full,
     };
     let rt = runtime()?;
+    // A target kept in generations: its current generation is verified, and a repair prepares
+    // the next one and switches (never writing into the current one).
+    let read = reading(&args.target, &chosen, &rt)?;
+    let backend = read.backend.clone();
+    let host = read.host.clone();
     let ctx = || format!("verifying {backend}");
     // A spinner on a terminal: a verify scans the whole target, which takes a while on a NAS.
     let spinner = (!args.json && std::io::stderr().is_terminal()).then(|| {
@@ -61,9 +65,32 @@ pub(crate) fn run(args: VerifyArgs) -> anyhow::Result<ExitCode> {
             check_after: true,
             sync: sync::Options { backend_name: chosen.label(), limits: args.limits.limits(), ..Default::default() },
         };
-        let out = rt
-            .block_on(sync::repair(&repo, &*backend, &options, &|_| {}, &AtomicBool::new(false)))
-            .with_context(|| format!("repairing {backend}"));
+        let out = match &host {
+            Some(h) if rt.block_on(treesync_core::generation::kept(&**h))? => {
+                let g = treesync_core::generation::Options { sync: options.sync.clone(), ..Default::default() };
+                rt.block_on(treesync_core::generation::repair(
+                    &repo,
+                    &**h,
+                    &g,
+                    &options,
+                    &|_| {},
+                    &AtomicBool::new(false),
+                ))
+                .map(|o| {
+                    for n in &o.notes {
+                        eprintln!("note: {n}");
+                    }
+                    if let Some(s) = &o.prepared {
+                        eprintln!("repaired into generation {s} and switched the target to it ({})", o.switch);
+                    }
+                    o.repair
+                })
+                .with_context(|| format!("repairing {h} (a new generation, then a switch)"))
+            }
+            _ => rt
+                .block_on(sync::repair(&repo, &*backend, &options, &|_| {}, &AtomicBool::new(false)))
+                .with_context(|| format!("repairing {backend}")),
+        };
         (Some(out), None)
     } else {
         (None, Some(rt.block_on(verify::verify_with(&repo, &*backend, level, args.limits.limits())).with_context(ctx)))

@@ -13,7 +13,7 @@ use treesync_core::path::quote;
 use treesync_core::watch::{self, Event};
 use treesync_core::{Repo, apply, sync};
 
-use super::{make_backend, runtime};
+use super::{generations, make_backend, runtime};
 use crate::args::WatchArgs;
 use crate::exit_code;
 use crate::render::{error_text, human_bytes, short};
@@ -81,7 +81,31 @@ async fn watch_one(name: Option<String>, args: WatchArgs, interrupt: &AtomicBool
         ..Default::default()
     };
     let mut render = |event: &Event| render(event, name.as_deref(), &tag, args.json);
-    watch::watch(&repo, &rev, &*chosen.backend, &options, &mut render, interrupt).await;
+    // --atomic, or a target kept in generations: every sync prepares a generation and switches.
+    let host = generations(&args.target)?;
+    let atomic = match (&host, args.atomic.wanted()) {
+        (Ok(_), Some(w)) => w,
+        (Err(e), Some(true)) => anyhow::bail!("{tag}{e}"),
+        (Ok(h), None) => treesync_core::generation::kept(&**h).await?,
+        (Err(_), _) => false,
+    };
+    match host {
+        Ok(h) if atomic => {
+            let g = args.atomic.options(options.sync.clone());
+            watch::watch_generations(&repo, &rev, &*h, &g, &options, &mut render, interrupt).await;
+        }
+        Ok(h) if treesync_core::generation::has_home(&*h).await? => {
+            let g = args.atomic.options(options.sync.clone());
+            let left = treesync_core::generation::leave(&*h, &g).await?;
+            if left.restored {
+                eprintln!("{tag}the target is a plain directory again (--no-atomic)");
+            }
+            watch::watch(&repo, &rev, &*chosen.backend, &options, &mut render, interrupt).await;
+        }
+        _ => {
+            watch::watch(&repo, &rev, &*chosen.backend, &options, &mut render, interrupt).await;
+        }
+    }
     Ok(())
 }
 

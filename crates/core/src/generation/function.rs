@@ -474,7 +474,7 @@ pub async fn sync(
     if options.sync.dry_run {
         let rec = if host.home_exists().await? { load(host).await? } else { Record::new() };
         let from = preview_at(&rec, current.as_ref(), options, &held(host).await?);
-        let b = host.open(&from.unwrap_or(At::Slot("(new)".into())));
+        let b = host.open(&from.unwrap_or(At::Target));
         let outcome = sync::sync(repo, rev, &*b, &options.sync, progress, interrupt).await?;
         let (switch, _) = mode(host, options.switch, &rec).await.unwrap_or((Switch::Symlink, None));
         return Ok(Outcome {

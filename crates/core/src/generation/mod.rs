@@ -29,6 +29,7 @@
 
 mod function;
 mod host;
+mod memory;
 mod record;
 
 pub use function::{
@@ -36,6 +37,7 @@ pub use function::{
     leave, preview, repair, status, sync,
 };
 pub use host::{At, AtTarget, CloneHow, Cloned, Host, Switch, Switched};
+pub use memory::MemoryHost;
 pub use record::{Record, SlotRecord};
 
 /// The default of [`Options::keep`].
