@@ -33,8 +33,9 @@ fn setup() -> (History, Vec<Snapshot>) {
     (h, expected)
 }
 
-/// The race on a fresh local target synced with `extra`, after an initial sync to commit 0.
-fn local_race(extra: &[&str], switches: u64) -> Race {
+/// The race on a fresh local target synced with `extra`, after an initial sync to commit 0;
+/// and whether the target was a symlink at the end.
+fn local_race(extra: &[&str], switches: u64) -> (Race, bool) {
     let (h, expected) = setup();
     let dir = tempfile::tempdir().expect("tempdir");
     let target = dir.path().join("site");
@@ -42,7 +43,8 @@ fn local_race(extra: &[&str], switches: u64) -> Race {
     sync(&target, &repo, &h.commits[0], extra);
     let race = snapshots::race(&target, &expected, switches, |i| sync(&target, &repo, &h.commits[i], extra));
     eprintln!("{extra:?}: {race:?}");
-    race
+    let link = std::fs::symlink_metadata(&target).expect("the target").file_type().is_symlink();
+    (race, link)
 }
 
 fn assert_whole(race: &Race, switches: u64) {
@@ -56,42 +58,56 @@ fn assert_whole(race: &Race, switches: u64) {
 
 #[test]
 fn atomic_symlink_readers_never_see_a_mixed_tree_over_60_switches() {
-    let race = local_race(&["--atomic", "--grace", "0", "--switch", "symlink"], SWITCHES);
+    let (race, link) = local_race(&["--atomic", "--grace", "0", "--switch", "symlink"], SWITCHES);
     assert_whole(&race, SWITCHES);
+    assert!(link, "the target is a symlink to the current generation");
 }
 
 #[test]
 fn atomic_exchange_readers_never_see_a_mixed_tree_over_60_switches() {
-    let race = local_race(&["--atomic", "--grace", "0", "--switch", "exchange"], SWITCHES);
+    let (race, link) = local_race(&["--atomic", "--grace", "0", "--switch", "exchange"], SWITCHES);
     assert_whole(&race, SWITCHES);
+    assert!(!link, "the target stays a real directory");
 }
 
 /// The same reader on a target synced in place sees trees of neither commit: the test above
 /// can fail.
 #[test]
 fn without_atomic_the_same_reader_sees_mixed_trees() {
-    let race = local_race(&[], 20);
+    let (race, _) = local_race(&[], 20);
     assert_eq!(race.syncs, 20);
     assert!(race.readings.mixed > 0, "no mixed tree over 20 in-place syncs: {:?}", race.readings);
 }
 
-/// The NAS testbed: the slow FUSE filesystem (50 µs per request, kernel caches off, like NFS
-/// with `actimeo=0`) with `--backend nfs --atomic --switch symlink`; the reader reads through
-/// the mount. 60 switches, no mixed tree.
-#[test]
-fn atomic_on_the_nas_testbed_readers_never_see_a_mixed_tree_over_60_switches() {
+/// The NAS testbed: the slow FUSE filesystem (20 µs per request, kernel caches off, like NFS
+/// with `actimeo=0`) with `--backend nfs --atomic --grace 0 --switch SWITCH`; the reader
+/// reads through the mount. 60 switches, no mixed tree.
+fn nas_race(switch: &str) -> bool {
     use treesync_testkit::slowfs::{self, Config, SlowFs};
     slowfs::require();
-    let fs = SlowFs::temp(Config { meta_latency: std::time::Duration::from_micros(50), ..Config::default() })
+    let fs = SlowFs::temp(Config { meta_latency: std::time::Duration::from_micros(20), ..Config::default() })
         .expect("mount slowfs");
     let (h, expected) = setup();
     let target = fs.path().join("site");
     let repo = h.bare.path.clone();
-    let extra = ["--backend", "nfs", "--atomic", "--grace", "0", "--switch", "symlink"];
+    let extra = ["--backend", "nfs", "--atomic", "--grace", "0", "--switch", switch];
     sync(&target, &repo, &h.commits[0], &extra);
     let race = snapshots::race(&target, &expected, SWITCHES, |i| sync(&target, &repo, &h.commits[i], &extra));
-    eprintln!("nas: {race:?}");
+    eprintln!("nas, {switch}: {race:?}");
     assert_whole(&race, SWITCHES);
+    std::fs::symlink_metadata(&target).expect("the target").file_type().is_symlink()
+}
+
+#[test]
+fn atomic_symlink_on_the_nas_testbed_readers_never_see_a_mixed_tree_over_60_switches() {
+    assert!(nas_race("symlink"), "the target is a symlink");
+}
+
+/// The FUSE testbed passes `renameat2(RENAME_EXCHANGE)` through to its backing directory, so
+/// the exchange mode works there too (a real NFS mount has no such call: symlink mode).
+#[test]
+fn atomic_exchange_on_the_nas_testbed_readers_never_see_a_mixed_tree_over_60_switches() {
+    assert!(!nas_race("exchange"), "the target stays a real directory");
 }
 
 /// `nfs://` on a real nfs-ganesha (symlink mode: SYMLINK then RENAME over the old link on the
@@ -122,4 +138,29 @@ fn atomic_over_nfs_url_readers_never_see_a_mixed_tree_over_60_switches() {
     let race = snapshots::race(&target, &expected, SWITCHES, |i| sync_url(&h.commits[i]));
     eprintln!("nfs://: {race:?}");
     assert_whole(&race, SWITCHES);
+}
+
+/// `--switch auto` on the FUSE testbed with `--backend nfs`: the probe finds that
+/// `RENAME_EXCHANGE` works (the FUSE passthrough hands it to the backing directory), the sync
+/// says so in `--json`, and the target is a real directory holding the whole commit.
+#[test]
+fn on_the_nas_testbed_auto_finds_the_exchange_mode() {
+    use treesync_testkit::slowfs::{self, Config, SlowFs};
+    slowfs::require();
+    let fs = SlowFs::temp(Config::default()).expect("mount slowfs");
+    let (h, expected) = setup();
+    let target = fs.path().join("site");
+    let o = Command::new(env!("CARGO_BIN_EXE_treesync"))
+        .args(["sync", "--json", "--backend", "nfs", "--atomic", "--switch", "auto", "--repo"])
+        .arg(&h.bare.path)
+        .args(["--ref", &h.commits[0], "--target"])
+        .arg(&target)
+        .output()
+        .expect("treesync runs");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
+    assert_eq!(v["backend"], "nfs", "{v}");
+    assert_eq!(v["atomic"]["switch"], "exchange", "{v}");
+    assert!(std::fs::symlink_metadata(&target).expect("the target").is_dir());
+    assert_eq!(snapshots::take(&target).expect("a snapshot"), expected[0]);
 }
