@@ -21,7 +21,8 @@ pub struct Stats {
     pub killed_mid_sync: u64,
     /// Kills that came after the sync had already finished.
     pub finished_before_kill: u64,
-    /// Of the mid-sync kills, how many left a journal that `status` reported as interrupted.
+    /// Of the mid-sync kills, how many left a journal that `status` reported as interrupted
+    /// (or, with `--atomic`, a generation it reported as being prepared).
     pub reported_interrupted: u64,
     /// Initial checkouts among the trials.
     pub initial: u64,
@@ -157,7 +158,12 @@ pub fn run_campaign(bin: &Path, trials: u64, seed: u64, campaign: &Campaign) -> 
                 .stdout(Stdio::piped())
                 .output()
                 .expect("status");
-            if String::from_utf8_lossy(&o.stdout).contains("\"to_commit\"") {
+            let out = String::from_utf8_lossy(&o.stdout);
+            // An interrupted journal, or (with --atomic) a generation left being prepared.
+            if out.contains("\"to_commit\"")
+                || out.contains("\"preparing\": true")
+                || out.contains("\"preparing\":true")
+            {
                 stats.reported_interrupted += 1;
             }
         } else {
