@@ -57,6 +57,9 @@ struct Inner {
     parent_fd: OnceLock<OwnedFd>,
     exchange: OnceLock<bool>,
     counter: AtomicU64,
+    /// Tests: behave as a filesystem without `RENAME_EXCHANGE`.
+    #[cfg(test)]
+    no_exchange: bool,
 }
 
 fn io(e: Errno) -> std::io::Error {
@@ -101,6 +104,8 @@ impl Inner {
             parent_fd: OnceLock::new(),
             exchange: OnceLock::new(),
             counter: AtomicU64::new(0),
+            #[cfg(test)]
+            no_exchange: false,
         }
     }
 
@@ -110,6 +115,21 @@ impl Inner {
 
     fn shown(&self, rel: &str) -> String {
         self.home_path().join(rel).display().to_string()
+    }
+
+    /// Swap `a` in `a_dir` and `b` in `b_dir` (`renameat2(RENAME_EXCHANGE)`).
+    fn exchange<P: rustix::path::Arg, Q: rustix::path::Arg>(
+        &self,
+        a_dir: impl AsFd,
+        a: P,
+        b_dir: impl AsFd,
+        b: Q,
+    ) -> Result<(), Errno> {
+        #[cfg(test)]
+        if self.no_exchange {
+            return Err(Errno::INVAL);
+        }
+        rustix::fs::renameat_with(a_dir, a, b_dir, b, RenameFlags::EXCHANGE)
     }
 
     fn tmp_name(&self, what: &str) -> String {
@@ -371,7 +391,7 @@ impl Inner {
                     Err(e) => return Err(Error::io("create", shown(), io(e))),
                 }
             }
-            let r = rustix::fs::renameat_with(&tmp, a.as_str(), &tmp, b.as_str(), RenameFlags::EXCHANGE);
+            let r = self.exchange(&tmp, a.as_str(), &tmp, b.as_str());
             for n in [&a, &b] {
                 let _ = rustix::fs::unlinkat(&tmp, n.as_str(), AtFlags::REMOVEDIR);
             }
@@ -408,8 +428,7 @@ impl Inner {
                         previous.filter(|p| p != slot)
                     }
                     AtTarget::Dir { .. } => {
-                        match rustix::fs::renameat_with(&tmp, link.as_str(), parent, &self.name, RenameFlags::EXCHANGE)
-                        {
+                        match self.exchange(&tmp, link.as_str(), parent, &self.name) {
                             Ok(()) => {
                                 // The directory is now at tmp/link.
                                 rustix::fs::renameat(&tmp, link.as_str(), &home, displaced)
@@ -436,12 +455,11 @@ impl Inner {
                         None
                     }
                     AtTarget::Dir { .. } => {
-                        rustix::fs::renameat_with(&home, slot, parent, &self.name, RenameFlags::EXCHANGE)
-                            .map_err(|e| fail("switch", e))?;
+                        self.exchange(&home, slot, parent, &self.name).map_err(|e| fail("switch", e))?;
                         Some(slot.to_string())
                     }
                     AtTarget::Link { slot: previous, .. } => {
-                        match rustix::fs::renameat_with(&home, slot, parent, &self.name, RenameFlags::EXCHANGE) {
+                        match self.exchange(&home, slot, parent, &self.name) {
                             Ok(()) => rustix::fs::unlinkat(&home, slot, AtFlags::empty())
                                 .map_err(|e| Error::io("remove link", self.shown(slot), io(e)))?,
                             Err(e) if unsupported(e) => {
@@ -476,7 +494,7 @@ impl Inner {
         let parent = self.parent_fd()?;
         let home = self.home()?;
         let fail = |what: &'static str, e: Errno| Error::io(what, self.target.display(), io(e));
-        match rustix::fs::renameat_with(&home, slot, parent, &self.name, RenameFlags::EXCHANGE) {
+        match self.exchange(&home, slot, parent, &self.name) {
             Ok(()) => rustix::fs::unlinkat(&home, slot, AtFlags::empty())
                 .map_err(|e| Error::io("remove link", self.shown(slot), io(e))),
             Err(e) if unsupported(e) => {
@@ -516,13 +534,19 @@ impl Inner {
 
 /// The names in a directory, but `.` and `..`.
 fn list(dir: BorrowedFd<'_>) -> Result<Vec<OsString>, Errno> {
+    Ok(list_typed(dir)?.into_iter().map(|(n, _)| n).collect())
+}
+
+/// The names in a directory with their types as the directory tells them (`Unknown` on
+/// filesystems that do not), but `.` and `..`.
+fn list_typed(dir: BorrowedFd<'_>) -> Result<Vec<(OsString, FileType)>, Errno> {
     let fd = rustix::fs::openat(dir, ".", OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())?;
     let mut out = Vec::new();
     for e in rustix::fs::Dir::read_from(&fd)? {
         let e = e?;
         let n = e.file_name().to_bytes();
         if n != b"." && n != b".." {
-            out.push(OsString::from_vec(n.to_vec()));
+            out.push((OsString::from_vec(n.to_vec()), e.file_type()));
         }
     }
     Ok(out)
@@ -564,21 +588,26 @@ fn remove_tree(dir: BorrowedFd<'_>, name: &OsStr) -> Result<u64, Errno> {
 
 /// The slots under `home` (and `target`, as [`AT_TARGET`]) some process holds open, from
 /// `/proc/*/fd/*` and `/proc/*/cwd`; processes that cannot be read are skipped. Of this
-/// process, `O_PATH` descriptors are left out: they are the roots treesync's own backends hold.
+/// process, `O_PATH` descriptors and descriptors in a generation's `.treesync` are left out:
+/// they are the roots and state folders treesync's own backends keep open, not readers.
 fn held_under(home: &Path, target: Option<&Path>) -> BTreeMap<String, Vec<u32>> {
     let mut out: BTreeMap<String, Vec<u32>> = BTreeMap::new();
     let me = std::process::id();
     let Ok(procs) = std::fs::read_dir("/proc") else { return out };
-    let slot_of = |p: &Path| -> Option<String> {
+    // The slot a path is in, and whether it is in that generation's state folder.
+    let slot_of = |p: &Path| -> Option<(String, bool)> {
         // A name the kernel dropped from its cache (FUSE and NFS revalidate names: a directory
         // held across a RENAME_EXCHANGE can read `HOME/gK (deleted)`) still says where it is.
         let text = p.as_os_str().as_bytes();
         let p = Path::new(OsStr::from_bytes(text.strip_suffix(b" (deleted)").unwrap_or(text)));
+        let state = |rest: &Path| rest.components().next().is_some_and(|c| c.as_os_str() == STATE_DIR);
         if let Ok(rest) = p.strip_prefix(home) {
-            let first = rest.components().next()?.as_os_str().to_str()?.to_string();
-            return (first != TMP).then_some(first);
+            let mut parts = rest.components();
+            let first = parts.next()?.as_os_str().to_str()?.to_string();
+            return (first != TMP).then(|| (first, state(parts.as_path())));
         }
-        target.filter(|t| p.starts_with(t)).map(|_| AT_TARGET.to_string())
+        let t = target?;
+        p.strip_prefix(t).ok().map(|rest| (AT_TARGET.to_string(), state(rest)))
     };
     // The slots' roots and the target by inode: a directory held across a RENAME_EXCHANGE on a
     // filesystem that revalidates names (FUSE, NFS) can show the other one's name in /proc.
@@ -609,13 +638,13 @@ fn held_under(home: &Path, target: Option<&Path>) -> BTreeMap<String, Vec<u32>> 
         let base = p.path();
         let mut found = Vec::new();
         if let Ok(cwd) = std::fs::read_link(base.join("cwd")) {
-            found.extend(slot_of(&cwd).map(|slot| by_inode(&base.join("cwd")).unwrap_or(slot)));
+            found.extend(slot_of(&cwd).map(|(slot, _)| by_inode(&base.join("cwd")).unwrap_or(slot)));
         }
         if let Ok(fds) = std::fs::read_dir(base.join("fd")) {
             for fd in fds.flatten() {
                 let Ok(path) = std::fs::read_link(fd.path()) else { continue };
-                let Some(slot) = slot_of(&path) else { continue };
-                if pid == me && is_o_path(&base, &fd.file_name()) {
+                let Some((slot, in_state)) = slot_of(&path) else { continue };
+                if pid == me && (in_state || is_o_path(&base, &fd.file_name())) {
                     continue;
                 }
                 found.push(by_inode(&fd.path()).unwrap_or(slot));
@@ -643,6 +672,8 @@ fn is_o_path(proc: &Path, fd: &OsStr) -> bool {
 /// The copy of one tree by [`Host::clone_tree`]: the weakest method used so far, and counts.
 struct Cloner {
     how: CloneHow,
+    /// Regular files made (the method is only known once one was).
+    files: u64,
     dirs: u64,
     entries: u64,
     bytes: u64,
@@ -650,28 +681,31 @@ struct Cloner {
 
 impl Cloner {
     /// Copy the entries of `src` into `dst` (both directories opened without following); an
-    /// error names the path (relative to `src`) where it happened.
+    /// error names the path (relative to `src`) where it happened. The type of each entry is
+    /// taken from the directory listing where it tells it, so hard-linking a file costs no
+    /// `stat`.
     fn dir(&mut self, src: BorrowedFd<'_>, dst: BorrowedFd<'_>, root: bool) -> Result<(), (Errno, Vec<u8>)> {
-        for name in list(src).map_err(|e| (e, Vec::new()))? {
+        for (name, typ) in list_typed(src).map_err(|e| (e, Vec::new()))? {
             let name = name.as_os_str();
             let b = name.as_bytes();
             // The state folder is copied apart (last); temporaries are never tree content.
             if (root && b == STATE_DIR.as_bytes()) || b.starts_with(TMP_PREFIX.as_bytes()) {
                 continue;
             }
-            let st = match rustix::fs::statat(src, name, AtFlags::SYMLINK_NOFOLLOW) {
-                Ok(st) => st,
-                Err(Errno::NOENT) => continue,
-                Err(e) => return Err(at(name)(e)),
+            let typ = match typ {
+                FileType::Unknown => match rustix::fs::statat(src, name, AtFlags::SYMLINK_NOFOLLOW) {
+                    Ok(st) => FileType::from_raw_mode(st.st_mode),
+                    Err(Errno::NOENT) => continue,
+                    Err(e) => return Err(at(name)(e)),
+                },
+                t => t,
             };
-            let mode = Mode::from_raw_mode(st.st_mode & 0o7777);
-            match FileType::from_raw_mode(st.st_mode) {
+            match typ {
                 FileType::Directory => {
                     rustix::fs::mkdirat(dst, name, Mode::from_raw_mode(0o700)).map_err(at(name))?;
                     let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
                     let s = rustix::fs::openat(src, name, flags, Mode::empty()).map_err(at(name))?;
                     let d = rustix::fs::openat(dst, name, flags, Mode::empty()).map_err(at(name))?;
-                    rustix::fs::fchmod(&d, mode).map_err(at(name))?;
                     self.dirs += 1;
                     self.dir(s.as_fd(), d.as_fd(), false).map_err(|(e, p)| {
                         let mut full = b.to_vec();
@@ -679,6 +713,8 @@ impl Cloner {
                         full.extend_from_slice(&p);
                         (e, full)
                     })?;
+                    // The mode last: a directory without write permission is filled first.
+                    rustix::fs::fchmod(&d, mode_of(&s).map_err(at(name))?).map_err(at(name))?;
                 }
                 FileType::Symlink => {
                     let text = rustix::fs::readlinkat(src, name, Vec::new()).map_err(at(name))?;
@@ -686,8 +722,9 @@ impl Cloner {
                     self.entries += 1;
                 }
                 FileType::RegularFile => {
-                    self.file(src, dst, name, mode).map_err(at(name))?;
+                    self.file(src, dst, name).map_err(at(name))?;
                     self.entries += 1;
+                    self.files += 1;
                 }
                 // Nothing treesync writes; not part of any tree.
                 _ => {}
@@ -698,9 +735,10 @@ impl Cloner {
 
     /// One file: a reflink, else a hard link, else a copy; the first two stop being tried once
     /// the filesystem says it has no such thing.
-    fn file(&mut self, src: BorrowedFd<'_>, dst: BorrowedFd<'_>, name: &OsStr, mode: Mode) -> Result<(), Errno> {
+    fn file(&mut self, src: BorrowedFd<'_>, dst: BorrowedFd<'_>, name: &OsStr) -> Result<(), Errno> {
         if self.how == CloneHow::Reflink {
             let s = rustix::fs::openat(src, name, OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC, Mode::empty())?;
+            let mode = mode_of(&s)?;
             let d = create(dst, name, mode)?;
             match rustix::fs::ioctl_ficlone(&d, &s) {
                 Ok(()) => return rustix::fs::fchmod(&d, mode),
@@ -715,22 +753,28 @@ impl Cloner {
             match rustix::fs::linkat(src, name, dst, name, AtFlags::empty()) {
                 Ok(()) => return Ok(()),
                 // Too many links to this one file: copy it alone.
-                Err(Errno::MLINK) => return self.copy(src, dst, name, mode),
+                Err(Errno::MLINK) => return self.copy(src, dst, name),
                 Err(Errno::XDEV | Errno::PERM | Errno::OPNOTSUPP | Errno::ACCESS) => self.how = CloneHow::Copy,
                 Err(e) => return Err(e),
             }
         }
-        self.copy(src, dst, name, mode)
+        self.copy(src, dst, name)
     }
 
-    fn copy(&mut self, src: BorrowedFd<'_>, dst: BorrowedFd<'_>, name: &OsStr, mode: Mode) -> Result<(), Errno> {
+    fn copy(&mut self, src: BorrowedFd<'_>, dst: BorrowedFd<'_>, name: &OsStr) -> Result<(), Errno> {
         let s = rustix::fs::openat(src, name, OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC, Mode::empty())?;
+        let mode = mode_of(&s)?;
         let d = create(dst, name, mode)?;
         let (mut s, mut d) = (std::fs::File::from(s), std::fs::File::from(d));
         let n = std::io::copy(&mut s, &mut d).map_err(|e| Errno::from_io_error(&e).unwrap_or(Errno::IO))?;
         self.bytes += n;
         rustix::fs::fchmod(&d, mode)
     }
+}
+
+/// The permission bits of an open file or directory.
+fn mode_of(fd: &OwnedFd) -> Result<Mode, Errno> {
+    Ok(Mode::from_raw_mode(rustix::fs::fstat(fd)?.st_mode & 0o7777))
 }
 
 /// The error of an entry `name`, for [`Cloner::dir`].
@@ -749,13 +793,11 @@ impl Inner {
         let to = self.slot_name(to)?;
         let src = self.open_at(from)?;
         let home = self.home()?;
-        let root_mode = rustix::fs::fstat(&src).map_err(|e| Error::io("stat", self.target.display(), io(e)))?.st_mode;
+        let root_mode = mode_of(&src).map_err(|e| Error::io("stat", self.target.display(), io(e)))?;
         rustix::fs::mkdirat(&home, to, Mode::from_raw_mode(0o700))
             .map_err(|e| Error::io("create", self.shown(to), io(e)))?;
         let dst = self.open_at(&At::Slot(to.to_string()))?;
-        rustix::fs::fchmod(&dst, Mode::from_raw_mode(root_mode & 0o7777))
-            .map_err(|e| Error::io("change mode of", self.shown(to), io(e)))?;
-        let mut c = Cloner { how: CloneHow::Reflink, dirs: 0, entries: 0, bytes: 0 };
+        let mut c = Cloner { how: CloneHow::Reflink, files: 0, dirs: 0, entries: 0, bytes: 0 };
         c.dir(src.as_fd(), dst.as_fd(), true).map_err(|(e, p)| {
             Error::io("copy", Path::new(&self.shown(to)).join(OsStr::from_bytes(&p)).display(), io(e))
         })?;
@@ -780,7 +822,9 @@ impl Inner {
                 lockfile::write_all_at(&f, &bytes).map_err(|e| Error::io("write", shown(), io(e)))?;
             }
         }
-        let how = if c.entries == 0 && c.how == CloneHow::Reflink { CloneHow::Hardlink } else { c.how };
+        rustix::fs::fchmod(&dst, root_mode).map_err(|e| Error::io("change mode of", self.shown(to), io(e)))?;
+        // Without a file, no method was tried: say the one that would have been (hard links).
+        let how = if c.files == 0 { CloneHow::Hardlink } else { c.how };
         Ok(Cloned { how, dirs: c.dirs, entries: c.entries, bytes_copied: c.bytes })
     }
 }
@@ -834,7 +878,14 @@ impl Host for FsHost {
     }
 
     async fn home_exists(&self) -> Result<bool, Error> {
-        self.0.blocking(|h| Ok(h.home_fd()?.is_some())).await
+        self.0
+            .blocking(|h| match h.parent_fd() {
+                // No parent, no home (a plain sync then says why it cannot create the target).
+                Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => Ok(false),
+                Err(e) => Err(e),
+                Ok(_) => Ok(h.home_fd()?.is_some()),
+            })
+            .await
     }
 
     async fn create_home(&self) -> Result<(), Error> {
@@ -912,9 +963,201 @@ impl Host for FsHost {
     /// `/proc/PID/cwd` is read (`readlink`), and a path in `HOME/SLOT` counts for `SLOT` (a
     /// path in the target, when it is a real directory, for `target`). Best effort: processes
     /// of other users cannot be read without privileges and are skipped, as are processes that
-    /// exit meanwhile; this process's `O_PATH` descriptors (the roots of treesync's own
-    /// backends) are not counted.
+    /// exit meanwhile; this process's `O_PATH` descriptors and descriptors in a generation's
+    /// `.treesync` (the roots and state folders treesync's own backends keep open) are not
+    /// counted.
     async fn held(&self) -> Result<Option<BTreeMap<String, Vec<u32>>>, Error> {
         self.0.blocking(|h| h.held_blocking().map(Some)).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn host(dir: &Path) -> Inner {
+        Inner::new(dir.join("site"), Arc::new(|p| Arc::new(crate::LocalBackend::new(p, Default::default()))))
+    }
+
+    #[test]
+    fn only_the_exact_link_text_switch_makes_names_a_slot() {
+        let h = host(Path::new("/srv"));
+        assert_eq!(h.link_text("g1"), b".site.treesync/g1");
+        assert_eq!(h.slot_of_link(b".site.treesync/g1").as_deref(), Some("g1"));
+        for other in [
+            &b"./.site.treesync/g1"[..],
+            b"/srv/.site.treesync/g1",
+            b".site.treesync/g1/",
+            b".site.treesync/tmp",
+            b".site.treesync/..",
+            b".site.treesync/",
+            b".other.treesync/g1",
+            b".site.treesync/g1/x",
+        ] {
+            assert_eq!(h.slot_of_link(other), None, "{}", String::from_utf8_lossy(other));
+        }
+    }
+
+    #[test]
+    fn a_tree_is_removed_without_following_links_in_it() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let outside = dir.path().join("outside");
+        std::fs::create_dir_all(outside.join("d")).expect("outside");
+        std::fs::write(outside.join("d/f"), "x").expect("f");
+        let t = dir.path().join("t");
+        std::fs::create_dir_all(t.join("a/b")).expect("t");
+        std::fs::write(t.join("a/b/file"), "y").expect("file");
+        std::os::unix::fs::symlink(&outside, t.join("a/link")).expect("link");
+        std::os::unix::fs::symlink(&outside, dir.path().join("top")).expect("top link");
+        let d = rustix::fs::open(dir.path(), OFlags::RDONLY | OFlags::DIRECTORY, Mode::empty()).expect("open");
+        assert_eq!(remove_tree(d.as_fd(), OsStr::new("t")), Ok(5));
+        assert_eq!(remove_tree(d.as_fd(), OsStr::new("top")), Ok(1));
+        assert_eq!(remove_tree(d.as_fd(), OsStr::new("t")), Ok(0), "fine if gone");
+        assert!(outside.join("d/f").exists());
+    }
+
+    fn tree_for_clone(dir: &Path) -> PathBuf {
+        use std::os::unix::fs::PermissionsExt;
+        let src = dir.join("site");
+        std::fs::create_dir_all(src.join("ro/sub")).expect("dirs");
+        std::fs::create_dir_all(src.join(".treesync/tmp")).expect("state folder");
+        std::fs::write(src.join("ro/sub/f"), "f").expect("f");
+        std::fs::write(src.join("run"), "#!/bin/sh\n").expect("run");
+        std::fs::set_permissions(src.join("run"), std::fs::Permissions::from_mode(0o751)).expect("chmod");
+        std::os::unix::fs::symlink("ro/sub/f", src.join("link")).expect("link");
+        std::fs::write(src.join(format!("{TMP_PREFIX}run")), "leftover").expect("leftover");
+        for (f, c) in [("state", "{}"), ("lock", "pid"), ("index", "idx"), ("tmp/x", "tmp")] {
+            std::fs::write(src.join(".treesync").join(f), c).expect("state file");
+        }
+        std::fs::set_permissions(src.join("ro"), std::fs::Permissions::from_mode(0o555)).expect("chmod ro");
+        src
+    }
+
+    #[test]
+    fn a_clone_keeps_modes_and_links_and_takes_only_the_state_of_the_state_folder() {
+        use std::os::unix::fs::{MetadataExt, PermissionsExt};
+        let dir = tempfile::tempdir().expect("tempdir");
+        let src = tree_for_clone(dir.path());
+        let h = host(dir.path());
+        h.create_home_blocking().expect("home");
+        let c = h.clone_blocking(&At::Target, "g1").expect("clone");
+        let g1 = dir.path().join(".site.treesync/g1");
+        assert_eq!((c.dirs, c.entries), (2, 3), "{c:?}");
+        assert!(matches!(c.how, CloneHow::Reflink | CloneHow::Hardlink), "{c:?}");
+        let mode = |p: &Path| std::fs::symlink_metadata(p).expect("stat").permissions().mode() & 0o7777;
+        assert_eq!(mode(&g1.join("ro")), 0o555);
+        assert_eq!(mode(&g1.join("run")), 0o751);
+        assert_eq!(std::fs::read_link(g1.join("link")).expect("link"), Path::new("ro/sub/f"));
+        assert_eq!(std::fs::read_to_string(g1.join("ro/sub/f")).expect("f"), "f");
+        assert!(!g1.join(format!("{TMP_PREFIX}run")).exists(), "leftover temporaries are not tree content");
+        let state: Vec<_> =
+            std::fs::read_dir(g1.join(".treesync")).expect("state folder").flatten().map(|e| e.file_name()).collect();
+        assert_eq!(state, vec![OsString::from("state")], "only the state");
+        assert_eq!(std::fs::read_to_string(g1.join(".treesync/state")).expect("state"), "{}");
+        let meta = std::fs::metadata(g1.join(".treesync/state")).expect("state");
+        assert_eq!(meta.nlink(), 1, "the state is a file of its own");
+        if c.how == CloneHow::Hardlink {
+            assert_ne!(meta.ino(), std::fs::metadata(src.join(".treesync/state")).expect("src").ino());
+            assert_eq!(
+                std::fs::metadata(g1.join("run")).expect("run").ino(),
+                std::fs::metadata(src.join("run")).expect("run").ino()
+            );
+        }
+
+        // Where neither reflinks nor hard links work, bytes are copied.
+        let mut copy = Cloner { how: CloneHow::Copy, files: 0, dirs: 0, entries: 0, bytes: 0 };
+        let g2 = dir.path().join("g2");
+        std::fs::create_dir(&g2).expect("g2");
+        let open = |p: &Path| rustix::fs::open(p, OFlags::RDONLY | OFlags::DIRECTORY, Mode::empty()).expect("open");
+        copy.dir(open(&src).as_fd(), open(&g2).as_fd(), true).expect("copy");
+        assert_eq!((copy.how, copy.files, copy.bytes), (CloneHow::Copy, 2, 11));
+        assert_ne!(
+            std::fs::metadata(g2.join("run")).expect("run").ino(),
+            std::fs::metadata(src.join("run")).expect("run").ino()
+        );
+        assert_eq!(mode(&g2.join("run")), 0o751);
+    }
+
+    /// The slots and the target as they are: `(target is a link to, target's marker file,
+    /// slots)`.
+    fn layout(dir: &Path) -> (Option<PathBuf>, Option<String>, Vec<String>) {
+        let t = dir.join("site");
+        let mut slots: Vec<String> = std::fs::read_dir(dir.join(".site.treesync"))
+            .map(|d| {
+                d.flatten()
+                    .filter(|e| e.path().is_dir())
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .collect()
+            })
+            .unwrap_or_default();
+        slots.retain(|s| s != "tmp");
+        slots.sort();
+        (std::fs::read_link(&t).ok(), std::fs::read_to_string(t.join("marker")).ok(), slots)
+    }
+
+    #[test]
+    fn every_switch_works_with_and_without_rename_exchange() {
+        for no_exchange in [false, true] {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let mut h = host(dir.path());
+            h.no_exchange = no_exchange;
+            h.create_home_blocking().expect("home");
+            assert_eq!(h.probe_exchange().expect("probe"), !no_exchange);
+            let slot = |name: &str| {
+                let p = dir.path().join(".site.treesync").join(name);
+                std::fs::create_dir(&p).expect("slot");
+                std::fs::write(p.join("marker"), name).expect("marker");
+            };
+            let plain = dir.path().join("site");
+            std::fs::create_dir(&plain).expect("plain target");
+            std::fs::write(plain.join("marker"), "plain").expect("marker");
+
+            // A real directory becomes a link; it is displaced into the home.
+            slot("g1");
+            let s = h.switch_blocking("g1", Switch::Symlink, "g2").expect("switch");
+            assert_eq!(s.previous.as_deref(), Some("g2"));
+            let l = layout(dir.path());
+            assert_eq!(l, (Some(".site.treesync/g1".into()), Some("g1".into()), vec!["g1".into(), "g2".into()]));
+            assert_eq!(
+                std::fs::read_to_string(dir.path().join(".site.treesync/g2/marker")).expect("displaced"),
+                "plain"
+            );
+            assert!(matches!(h.at_target_blocking().expect("at"), AtTarget::Link { slot: Some(s), .. } if s == "g1"));
+
+            // Link to link.
+            slot("g3");
+            let s = h.switch_blocking("g3", Switch::Symlink, "unused").expect("switch");
+            assert_eq!(s.previous.as_deref(), Some("g1"));
+            assert_eq!(layout(dir.path()).0, Some(".site.treesync/g3".into()));
+
+            // A link becomes the real directory of a slot (exchange mode); the link is gone.
+            slot("g4");
+            let s = h.switch_blocking("g4", Switch::Exchange, "unused").expect("switch");
+            assert_eq!(s.previous.as_deref(), Some("g3"));
+            assert_eq!(layout(dir.path()), (None, Some("g4".into()), vec!["g1".into(), "g2".into(), "g3".into()]));
+
+            // Directory to directory needs the exchange.
+            slot("g5");
+            let r = h.switch_blocking("g5", Switch::Exchange, "unused");
+            if no_exchange {
+                assert!(r.is_err(), "exchange mode is never chosen without RENAME_EXCHANGE");
+                std::fs::remove_dir_all(dir.path().join(".site.treesync/g5")).expect("rm");
+            } else {
+                assert_eq!(r.expect("exchange").previous.as_deref(), Some("g5"));
+                assert_eq!(layout(dir.path()).1, Some("g5".into()));
+                assert_eq!(std::fs::read_to_string(dir.path().join(".site.treesync/g5/marker")).expect("old"), "g4");
+            }
+
+            // Back to a link, then leave: the slot becomes the target directory again.
+            h.switch_blocking("g1", Switch::Symlink, "g6").expect("to a link");
+            h.unlink_target_blocking("g1").expect("unlink target");
+            let (link, marker, slots) = layout(dir.path());
+            assert_eq!((link, marker), (None, Some("g1".into())), "no_exchange {no_exchange}");
+            assert!(!slots.contains(&"g1".to_string()) && slots.contains(&"g6".to_string()), "{slots:?}");
+            assert!(
+                std::fs::read_dir(dir.path().join(".site.treesync/tmp")).expect("tmp").next().is_none(),
+                "no link left"
+            );
+        }
     }
 }

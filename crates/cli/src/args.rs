@@ -63,12 +63,16 @@ pub(crate) enum Command {
     /// eol, crlf, ident, working-tree-encoding, filter drivers), info/attributes and
     /// core.autocrlf/core.eol apply; `plan --json` shows each op's conversion (docs/attributes.md).
     ///
+    /// With --atomic the target is switched from one complete generation to the next in one
+    /// step, so readers that resolve it once read one whole commit (docs/atomic.md).
+    ///
     /// Examples:
     ///   treesync sync --repo /srv/git/site.git --ref main --target /mnt/nas/site
     ///   treesync sync --repo mono.git --ref main:docs --target /srv/docs   # only docs/, as the root
     ///   treesync sync --repo mono.git --ref main --path docs --target /srv/docs   # the same
     ///   treesync sync --repo site.git --ref main --target /srv/www --include /public/ --exclude '*.map'
     ///   treesync sync --repo app.git --ref v2.1 --target /srv/app --export --recurse-submodules
+    ///   treesync sync --repo site.git --ref main --target /srv/www/site --atomic --grace 10m
     #[command(after_help = EXIT_CODES, verbatim_doc_comment)]
     Sync(SyncArgs),
     /// Print what `sync` would do, changing nothing.
@@ -94,6 +98,7 @@ pub(crate) enum Command {
     ///
     /// Example:
     ///   treesync watch --repo /srv/git/site.git --ref main --target /mnt/nas/site --interval 5s --verify-every 24h
+    ///   treesync watch --repo /srv/git/site.git --ref main --target /srv/www/site --atomic
     Watch(WatchArgs),
     /// Take over a working tree that git manages today, without touching its files.
     ///

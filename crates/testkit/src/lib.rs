@@ -4,6 +4,7 @@
 //! with a TCP delay line for latency). A test whose real component is missing fails, naming the
 //! command that provides it ([`missing`]); `cargo xtask test` installs them all.
 
+pub mod cli;
 pub mod conformance;
 pub mod crash;
 pub mod delay;

@@ -353,6 +353,25 @@ fn dir_of(target: &Target) -> std::path::PathBuf {
     target.dir().map_or_else(|| target.as_str().into_owned().into(), std::path::Path::to_path_buf)
 }
 
+/// The options of the built-in NFS client (`nfs://` targets) for `options`: the budgets, the
+/// executor's `jobs` and how they were decided.
+fn remote_options(
+    options: &TargetOptions,
+) -> Result<(treesync_backend_nfs::remote::RemoteOptions, usize, String), OpenError> {
+    let defaults = treesync_backend_nfs::remote::RemoteOptions::default();
+    let default_range = match defaults.write_jobs {
+        treesync_backend_nfs::WriteJobs::Adaptive(a) => a,
+        treesync_backend_nfs::WriteJobs::Fixed(n) => Adaptive { initial: n, min: 1, max: n, ..Adaptive::default() },
+    };
+    let (write_jobs, jobs, decided) = nfs_writes(options, default_range)?;
+    let o = treesync_backend_nfs::remote::RemoteOptions {
+        write_jobs,
+        lookup_jobs: options.lookup_jobs.unwrap_or(defaults.lookup_jobs).max(1),
+        ..defaults
+    };
+    Ok((o, jobs, decided))
+}
+
 /// Open `target` the way the `treesync` binary does: choose the backend ([`check()`]), decide
 /// the budgets, and give the backend its policy, adjusted by `options`.
 pub fn open(target: &Target, options: &TargetOptions) -> Result<Opened, OpenError> {
@@ -367,19 +386,7 @@ pub fn open(target: &Target, options: &TargetOptions) -> Result<Opened, OpenErro
     }
     let opened = match (kind, target) {
         (BackendKind::Nfs, Target::Nfs { text, .. }) => {
-            let defaults = treesync_backend_nfs::remote::RemoteOptions::default();
-            let default_range = match defaults.write_jobs {
-                treesync_backend_nfs::WriteJobs::Adaptive(a) => a,
-                treesync_backend_nfs::WriteJobs::Fixed(n) => {
-                    Adaptive { initial: n, min: 1, max: n, ..Adaptive::default() }
-                }
-            };
-            let (write_jobs, jobs, decided) = nfs_writes(options, default_range)?;
-            let o = treesync_backend_nfs::remote::RemoteOptions {
-                write_jobs,
-                lookup_jobs: options.lookup_jobs.unwrap_or(defaults.lookup_jobs).max(1),
-                ..defaults
-            };
+            let (o, jobs, decided) = remote_options(options)?;
             let b = treesync_backend_nfs::remote::open(text, o).map_err(OpenError::Nfs)?;
             let budgets = gated(&b, jobs, decided);
             Opened { backend: Arc::new(b), kind, reason, budgets }
@@ -457,8 +464,10 @@ pub fn open(target: &Target, options: &TargetOptions) -> Result<Opened, OpenErro
 /// The generations host of `target` (`sync --atomic`, see [`treesync_core::generation`]): for
 /// a directory served by the local or the mounted-NFS backend, a
 /// [`FsHost`](treesync_backend_local::generations::FsHost) whose generations are opened as
-/// [`open()`] opens the target, with the same backend and budgets. Other targets are refused
-/// with [`OpenError::Atomic`].
+/// [`open()`] opens the target, with the same backend and budgets; for an `nfs://` URL, a
+/// [`RemoteHost`](treesync_backend_nfs::remote::RemoteHost) on the server, through the built-in
+/// client with the budgets [`open()`] would give it. Other targets (buckets) are refused with
+/// [`OpenError::Atomic`].
 pub fn generations(
     target: &Target,
     options: &TargetOptions,
@@ -478,10 +487,11 @@ pub fn generations(
             });
             Ok(Arc::new(treesync_backend_local::generations::FsHost::new(dir.clone(), opener)))
         }
-        (Target::Nfs { .. }, _) => Err(refuse(
-            "this treesync cannot switch an nfs:// target atomically yet",
-            "mount the export and sync --atomic into the mounted directory, or sync without --atomic (see docs/atomic.md)",
-        )),
+        (Target::Nfs { text, .. }, _) => {
+            // The generations get the client and budgets the target itself would.
+            let (o, _, _) = remote_options(options)?;
+            Ok(Arc::new(treesync_backend_nfs::remote::RemoteHost::open(text, o).map_err(OpenError::Nfs)?))
+        }
         _ => Err(refuse(
             "a bucket has no atomic switch of many keys; --atomic is for directories and nfs:// targets",
             "sync without --atomic; docs/atomic.md says how readers of a bucket get a consistent view",
@@ -538,8 +548,10 @@ mod tests {
             assert!(e.contains("a bucket has no atomic switch of many keys"), "{t}: {e}");
             assert!(e.contains("hint: ") && e.contains("docs/atomic.md"), "{t}: {e}");
         }
-        let e = generations(&target("nfs://h/e/site"), &TargetOptions::default()).err().expect("refused").to_string();
-        assert!(e.contains("nfs://") && e.contains("hint: "), "{e}");
+        let nfs = generations(&target("nfs://h/e/www/site"), &TargetOptions::default()).expect("nfs:// opens lazily");
+        assert_eq!((nfs.to_string().as_str(), nfs.home_name()), ("nfs://h/e/www/site", ".site.treesync".into()));
+        let slot = nfs.open(&treesync_core::generation::At::Slot("g1".into()));
+        assert!(slot.to_string().contains("nfs://h/e/www/.site.treesync/g1"), "{slot}");
         let bad = TargetOptions { jobs: Some(4), write_jobs: Some(WriteJobs::Fixed(16)), ..o };
         assert!(matches!(
             generations(&target(site.to_str().expect("utf8")), &bad).err(),

@@ -15,6 +15,30 @@ pub(super) const RENEWALS_PER_LEASE: u32 = 4;
 pub(super) const LOCK_FILE: &[u8] = b"lock.nfs";
 
 impl RemoteBackend {
+    /// The directory holding the lock file: `.treesync` (made with `create`), or the target's
+    /// root itself when the lock lives there (the home of generations, `HOME/lock`).
+    pub(super) async fn lock_dir(&self, create: bool) -> Result<Option<Fh>, Error> {
+        match self.inner.lock_in_root {
+            Some(_) => self.root(create).await,
+            None => self.meta(create).await,
+        }
+    }
+
+    /// The lock file's name in [`Self::lock_dir`].
+    pub(super) fn lock_name(&self) -> &'static [u8] {
+        self.inner.lock_in_root.unwrap_or(LOCK_FILE)
+    }
+
+    /// The lock file as messages show it.
+    pub(super) fn lock_shown(&self) -> String {
+        match self.inner.lock_in_root {
+            Some(name) => format!("{}/{}", self.inner.url, String::from_utf8_lossy(name)),
+            None => format!("{STATE_DIR}/{}", String::from_utf8_lossy(LOCK_FILE)),
+        }
+    }
+}
+
+impl RemoteBackend {
     /// Take the stale lock file judged from `judged` (its attributes) out of the way, without
     /// ever removing another sync's lock by name: RENAME it to a name of our own (atomic:
     /// of several syncs doing this at once, one gets the stale file), then check that what we
@@ -30,7 +54,7 @@ impl RemoteBackend {
             ASIDE.fetch_add(1, Ordering::Relaxed)
         );
         let aside = aside.as_bytes();
-        match nfs.rename(meta, LOCK_FILE, meta, aside, shown.as_bytes()).await {
+        match nfs.rename(meta, self.lock_name(), meta, aside, shown.as_bytes()).await {
             Ok(()) | Err(NfsError::DoneBefore(_)) => {}
             // Gone: its holder removed it, or another sync took it aside first.
             Err(e) if is(&e, nfsstat3::NFS3ERR_NOENT) => return Ok(()),
@@ -46,7 +70,7 @@ impl RemoteBackend {
             && attr.fsid == judged.fsid
             && (attr.mtime.seconds, attr.mtime.nseconds) == (judged.mtime.seconds, judged.mtime.nseconds);
         if !same {
-            match nfs.link(&fh, meta, LOCK_FILE, shown.as_bytes()).await {
+            match nfs.link(&fh, meta, self.lock_name(), shown.as_bytes()).await {
                 Ok(()) => {}
                 Err(e) => {
                     // A third sync made a lock in the moment the other one was aside: leave
@@ -89,14 +113,15 @@ impl RemoteBackend {
     /// (LOOKUP), then touch its mtime (SETATTR), which other syncs read as the last renewal.
     pub(super) async fn renew(&self, lock: &Fh) -> Result<(), String> {
         let nfs = self.nfs().await.map_err(|e| e.to_string())?;
-        let meta = self.meta(false).await.map_err(|e| e.to_string())?.ok_or("the state folder is gone")?;
-        match nfs.lookup(&meta, LOCK_FILE, LOCK_FILE).await {
+        let meta =
+            self.lock_dir(false).await.map_err(|e| e.to_string())?.ok_or("the directory of the lock file is gone")?;
+        match nfs.lookup(&meta, self.lock_name(), self.lock_name()).await {
             Ok((fh, _)) if fh.data.0 == lock.data.0 => {}
             Ok(_) => return Err("the lock file is another sync's now".into()),
             Err(e) if is(&e, nfsstat3::NFS3ERR_NOENT) => return Err("the lock file is gone".into()),
             Err(e) => return Err(e.to_string()),
         }
-        match nfs.setattr(lock, None, true, LOCK_FILE).await {
+        match nfs.setattr(lock, None, true, self.lock_name()).await {
             Ok(()) | Err(NfsError::DoneBefore(_)) => Ok(()),
             Err(e) => Err(e.to_string()),
         }
@@ -112,17 +137,18 @@ impl RemoteBackend {
     }
 
     pub(super) async fn take_lock(&self, holder: &Holder) -> Result<LockGuard, Error> {
-        let shown = format!("{STATE_DIR}/{}", String::from_utf8_lossy(LOCK_FILE));
-        let meta = self.meta(true).await?.expect("created");
+        let shown = self.lock_shown();
+        let meta = self.lock_dir(true).await?.expect("created");
         let nfs = self.nfs().await?;
         let mut tries = 0;
         let fh = loop {
             tries += 1;
-            let made = nfs.create(&meta, LOCK_FILE, nfs::mode_attr(0o644, Some(0)), true, shown.as_bytes()).await;
-            match nfs.made(&meta, LOCK_FILE, shown.as_bytes(), made, false).await {
+            let made =
+                nfs.create(&meta, self.lock_name(), nfs::mode_attr(0o644, Some(0)), true, shown.as_bytes()).await;
+            match nfs.made(&meta, self.lock_name(), shown.as_bytes(), made, false).await {
                 Ok(fh) => break fh,
                 Err(e) if is(&e, nfsstat3::NFS3ERR_EXIST) => {
-                    let (fh, attr) = match nfs.lookup(&meta, LOCK_FILE, shown.as_bytes()).await {
+                    let (fh, attr) = match nfs.lookup(&meta, self.lock_name(), shown.as_bytes()).await {
                         Ok(r) => r,
                         Err(e) if is(&e, nfsstat3::NFS3ERR_NOENT) && tries < 4 => continue,
                         Err(e) => return Err(nfs_io("lock", &shown, e)),
@@ -194,11 +220,11 @@ impl RemoteBackend {
             let lost = run.lost.lock().expect("never poisoned").is_some();
             if !run.released.swap(true, Ordering::Relaxed) && !lost {
                 let nfs = self.nfs().await?;
-                if let Some(meta) = self.meta(false).await? {
-                    match nfs.remove(&meta, LOCK_FILE, LOCK_FILE).await {
+                if let Some(meta) = self.lock_dir(false).await? {
+                    match nfs.remove(&meta, self.lock_name(), self.lock_name()).await {
                         Ok(_) | Err(NfsError::DoneBefore(_)) => {}
                         Err(e) if is(&e, nfsstat3::NFS3ERR_NOENT) => {}
-                        Err(e) => return Err(nfs_io("unlock", format!("{STATE_DIR}/lock.nfs"), e)),
+                        Err(e) => return Err(nfs_io("unlock", self.lock_shown(), e)),
                     }
                 }
             }
@@ -239,8 +265,8 @@ impl Drop for Held {
         {
             let b = self.backend.clone();
             rt.spawn(async move {
-                if let (Ok(nfs), Ok(Some(meta))) = (b.nfs().await, b.meta(false).await) {
-                    let _ = nfs.remove(&meta, LOCK_FILE, LOCK_FILE).await;
+                if let (Ok(nfs), Ok(Some(meta))) = (b.nfs().await, b.lock_dir(false).await) {
+                    let _ = nfs.remove(&meta, b.lock_name(), b.lock_name()).await;
                 }
             });
         }

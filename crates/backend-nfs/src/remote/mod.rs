@@ -35,6 +35,7 @@
 //! (`ops`), the state folder (`state`), the lock and its lease (`lock`) and `scan`; this file
 //! holds the backend's type and its [`Backend`] implementation, which calls into them.
 
+pub mod generations;
 mod handles;
 mod lock;
 mod mount;
@@ -68,6 +69,7 @@ use treesync_core::source::{BlobError, BlobSource, OwnedContent};
 use treesync_core::state::Holder;
 use treesync_core::{Op, RelPath};
 
+pub use generations::RemoteHost;
 pub use nfs::{Fh, NfsError};
 pub use rpc::RpcOptions;
 pub use url::NfsUrl;
@@ -110,13 +112,18 @@ impl Default for RemoteOptions {
 /// The `nfs://` backend with its budgets: what the CLI uses for `--target nfs://…`.
 pub fn open(url: &str, options: RemoteOptions) -> Result<Budgets<RemoteBackend>, Error> {
     let url = NfsUrl::parse(url).map_err(|detail| Error::BadUrl { detail })?;
+    let mut backend = RemoteBackend::new(url, options.record)?;
+    Arc::get_mut(&mut backend.inner).expect("not shared yet").lease = options.lease;
+    Ok(with_budgets(backend, &options))
+}
+
+/// `backend` with the lookup and write budgets of `options`.
+pub(crate) fn with_budgets(backend: RemoteBackend, options: &RemoteOptions) -> Budgets<RemoteBackend> {
     let writes = match options.write_jobs {
         WriteJobs::Fixed(n) => Gate::fixed(n.max(1)),
         WriteJobs::Adaptive(a) => Gate::adaptive(a),
     };
-    let mut backend = RemoteBackend::new(url, options.record)?;
-    Arc::get_mut(&mut backend.inner).expect("not shared yet").lease = options.lease;
-    Ok(Budgets::new(backend, Gate::fixed(options.lookup_jobs.max(1)), writes))
+    Budgets::new(backend, Gate::fixed(options.lookup_jobs.max(1)), writes)
 }
 
 /// A directory on an NFSv3 server, reached by the built-in client. Cheap to clone.
@@ -132,7 +139,9 @@ struct Inner {
     /// See [`RemoteOptions::lease`].
     lease: Duration,
     nfs_addr: OnceCell<SocketAddr>,
-    nfs: OnceCell<nfs::Nfs>,
+    /// The NFS program's client; shared by the backends of one generations host
+    /// ([`generations::RemoteHost`]), which then share one connection and one call count.
+    nfs: OnceCell<Arc<nfs::Nfs>>,
     record: bool,
     mount_calls: AtomicU64,
     /// The export's root handle.
@@ -148,6 +157,9 @@ struct Inner {
     wtmax: OnceCell<u32>,
     /// PATHCONF's answer: names that differ by case are different entries.
     case_sensitive: OnceCell<bool>,
+    /// The lock file's name in the target's root itself instead of `.treesync/lock.nfs` (the
+    /// home of a target's generations locks with `HOME/lock`).
+    lock_in_root: Option<&'static [u8]>,
 }
 
 struct Run {
@@ -222,6 +234,7 @@ impl RemoteBackend {
                 run: Mutex::new(None),
                 wtmax: OnceCell::new(),
                 case_sensitive: OnceCell::new(),
+                lock_in_root: None,
             }),
         })
     }

@@ -60,9 +60,10 @@ impl RemoteBackend {
                         self.resolve(port)
                     })
                     .await?;
-                Ok(nfs::Nfs::new(addr, self.inner.rpc.clone(), self.inner.record))
+                Ok(Arc::new(nfs::Nfs::new(addr, self.inner.rpc.clone(), self.inner.record)))
             })
             .await
+            .map(|n| &**n)
     }
 
     /// The export's root handle and the target's path components below it (MOUNT protocol:

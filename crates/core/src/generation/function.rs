@@ -491,9 +491,15 @@ pub async fn sync(
             elapsed: start.elapsed(),
         });
     }
+    // What a sync refuses (a revision that names no tree, missing LFS objects, a required
+    // filter without a command, the limits) is found by planning from the tree the target shows
+    // now, before anything is written: a refused command writes nothing, not even a home.
+    let check = sync::Options { dry_run: true, ..options.sync.clone() };
+    let shown = current.clone().unwrap_or(At::Target);
+    let checked = sync::sync(repo, rev, &*host.open(&shown), &check, progress, interrupt).await?;
     host.create_home().await?;
     let guard = lock(host, options.sync.lock_wait).await?;
-    let r = locked(repo, rev, host, options, progress, interrupt, start).await;
+    let r = locked(repo, rev, host, options, progress, interrupt, start, (current, checked)).await;
     let unlocked = host.unlock(guard).await;
     let outcome = r?;
     unlocked?;
@@ -532,6 +538,7 @@ async fn locked(
     progress: &(dyn Fn(&Progress<'_>) + Send + Sync),
     interrupt: &AtomicBool,
     start: Instant,
+    checked: (Option<At>, sync::Outcome),
 ) -> Result<Outcome, Error> {
     let mut rec = load(host).await?;
     let mut removed = Vec::new();
@@ -551,9 +558,22 @@ async fn locked(
     let layout_ok =
         matches!((switch, &current), (Switch::Symlink, Some(At::Slot(_))) | (Switch::Exchange, Some(At::Target)));
     if let Some(cur) = current.as_ref().filter(|_| layout_ok) {
-        let dry = sync::Options { dry_run: true, ..options.sync.clone() };
-        let b = host.open(cur);
-        let planned = sync::sync(repo, rev, &*b, &dry, progress, interrupt).await?;
+        // Planned before the lock, against the same generation holding the same sync (its state's
+        // `synced`, which carries the time of the sync)? Else plan again.
+        let state = match host.open(cur).load_state().await? {
+            Some(bytes) => Some(SyncState::parse(&bytes).map_err(sync::Error::from)?),
+            None => None,
+        };
+        let same = |planned: &sync::Outcome| {
+            state.as_ref().is_some_and(|s| s.in_progress.is_none() && s.synced.is_some() && s.synced == planned.from)
+        };
+        let planned = match checked {
+            (Some(before), planned) if before == *cur && same(&planned) => planned,
+            _ => {
+                let dry = sync::Options { dry_run: true, ..options.sync.clone() };
+                sync::sync(repo, rev, &*host.open(cur), &dry, progress, interrupt).await?
+            }
+        };
         if planned.planned.total() == 0 && planned.resumed.is_none() && !planned.takeover {
             removed.extend(cleanup(host, &mut rec, Some(cur), options.keep, options.grace, &held, &mut notes).await?);
             let generations = generations(host, &rec, Some(cur), &held).await?;

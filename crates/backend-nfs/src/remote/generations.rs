@@ -1,0 +1,822 @@
+//! Generations of `nfs://` targets (`sync --atomic`): the [`Host`] of a target
+//! `nfs://HOST/EXPORT/PATH/NAME`, on the server, through the built-in NFSv3 client.
+//!
+//! The home is `PATH/.NAME.treesync` on the server; every call is made relative to a directory
+//! handle (the target's parent, the home, a directory being copied or removed), never by
+//! resolving a path that could lead through a symlink. The one client of the target's backend
+//! is shared by the host and the backends of its generations: one connection, one count of
+//! calls ([`RemoteHost::calls`]).
+//!
+//! | step | calls |
+//! |---|---|
+//! | switch | SYMLINK `HOME/tmp/link` (text `.NAME.treesync/SLOT`), RENAME over `NAME`: atomic for readers that look `NAME` up |
+//! | switch of a target that is a real directory (becoming atomic) | RENAME `NAME` → `HOME/displaced`, then RENAME of the link → `NAME`: **between the two RENAMEs there is no target**; readers that look it up in that moment find nothing |
+//! | exchange | not offered: NFSv3 has no call that swaps two directories ([`Host::can_exchange`] is `false`), so targets on `nfs://` are always switched with a symlink |
+//! | leaving generations | REMOVE of the link, RENAME of the slot → `NAME` (a moment without a target) |
+//! | a new generation (clone) | one READDIRPLUS per directory, MKDIR per directory, LINK per file (a hard-link farm: no data copied; READ + WRITE copies where the server answers NOTSUPP or MLINK), READLINK + SYMLINK per symlink; the state file is copied as a file of its own, last (READ + CREATE + WRITE + RENAME; not counted in `bytes_copied`, which counts tree files) |
+//! | removal of a generation | READDIRPLUS per directory, REMOVE per file and symlink (never followed), RMDIR per directory, deepest first |
+//! | lock | the lease lock of the `nfs://` backend as the file `HOME/lock` (guarded CREATE, renewed while held, taken over when stale) |
+//! | record | CREATE of a temporary in the home, WRITE, RENAME over `HOME/generations` |
+//!
+//! The target's backend works on the hard-link farm safely because it never writes a file in
+//! place: a write is CREATE of a temporary + RENAME, a mode change of a file with other links
+//! is a rewrite, and the state file is a file of its own in every generation.
+
+use std::collections::VecDeque;
+
+use futures::stream::{self, TryStreamExt};
+
+use super::ops::{create_new, read_all, write_all};
+#[allow(clippy::wildcard_imports)]
+use super::*;
+use treesync_core::generation::{At, AtTarget, CloneHow, Cloned, Host, Switch, Switched};
+
+/// The home's folder for the link being made.
+const TMP: &[u8] = b"tmp";
+/// The link being made in `HOME/tmp`.
+const LINK: &[u8] = b"link";
+/// The record file in the home.
+const RECORD: &[u8] = b"generations";
+/// The lock file in the home.
+const LOCK: &[u8] = b"lock";
+/// Calls in flight while a directory is copied or removed.
+const JOBS: usize = 32;
+
+/// The generations of an `nfs://` target: its home `PATH/.NAME.treesync` on the server and
+/// the switch of `NAME` (see the [module docs](self)). Open it with [`RemoteHost::open`].
+pub struct RemoteHost {
+    /// The target.
+    url: NfsUrl,
+    /// The options of every backend it opens.
+    options: RemoteOptions,
+    /// The target's own backend; its client is the one every other backend here shares.
+    target: RemoteBackend,
+    /// `NAME`.
+    name: String,
+    /// `.NAME.treesync`.
+    home_name: String,
+    /// The target's parent and the home, once the export is known.
+    places: OnceCell<Places>,
+}
+
+struct Places {
+    /// Rooted at `PATH`.
+    parent: RemoteBackend,
+    /// Rooted at `PATH/.NAME.treesync`, its lock the file `lock` there.
+    home: RemoteBackend,
+}
+
+/// Whether a REMOVE, RMDIR or RENAME met nothing to do (a call sent again found it done).
+fn gone_ok(r: Result<(), NfsError>) -> Result<(), NfsError> {
+    match r {
+        Ok(()) | Err(NfsError::DoneBefore(_)) => Ok(()),
+        Err(e) if is(&e, nfsstat3::NFS3ERR_NOENT) => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+/// A cell holding what `c` holds, if anything.
+fn copied<T: Clone>(c: &OnceCell<T>) -> OnceCell<T> {
+    OnceCell::new_with(c.get().cloned())
+}
+
+fn valid_slot(name: &[u8]) -> bool {
+    !name.is_empty() && name != b"." && name != b".." && !name.contains(&b'/')
+}
+
+impl RemoteBackend {
+    /// A backend for the directory `path` (absolute on the server) of the same export, with
+    /// the same options, sharing this backend's client (connection and counts) and what it
+    /// knows of the export when it has connected already (else it connects on its own).
+    fn derive(&self, path: &str, lock_in_root: Option<&'static [u8]>) -> RemoteBackend {
+        let from = &self.inner;
+        let mut url = from.url.clone();
+        url.path = path.to_string();
+        let export = OnceCell::new();
+        if let Some((fh, below)) = from.export.get() {
+            let prefix = &from.url.path[..from.url.path.len() - below.iter().map(|c| c.len() + 1).sum::<usize>()];
+            if let Some(rest) = path.strip_prefix(prefix)
+                && (prefix.is_empty() || rest.is_empty() || rest.starts_with('/'))
+            {
+                let rest = rest.split('/').filter(|c| !c.is_empty()).map(str::to_string).collect();
+                let _ = export.set((fh.clone(), rest));
+            }
+        }
+        RemoteBackend {
+            inner: Arc::new(Inner {
+                url,
+                host: from.host.clone(),
+                rpc: from.rpc.clone(),
+                lease: from.lease,
+                nfs_addr: copied(&from.nfs_addr),
+                nfs: copied(&from.nfs),
+                record: from.record,
+                mount_calls: AtomicU64::new(0),
+                export,
+                root: tokio::sync::Mutex::new(None),
+                dirs: DashMap::new(),
+                meta: tokio::sync::Mutex::new(None),
+                run: Mutex::new(None),
+                wtmax: copied(&from.wtmax),
+                case_sensitive: copied(&from.case_sensitive),
+                lock_in_root,
+            }),
+        }
+    }
+
+    /// Forget the root's handle and everything below it (the directory was removed).
+    async fn forget_root(&self) {
+        *self.inner.root.lock().await = None;
+        *self.inner.meta.lock().await = None;
+        self.inner.dirs.clear();
+    }
+}
+
+impl RemoteHost {
+    /// The host of the target `url` (`nfs://HOST/EXPORT/PATH/NAME`), whose backends all get
+    /// `options`. Nothing is contacted until the first call; a target at the root of its
+    /// export is refused then (its home would have to be outside the export).
+    pub fn open(url: &str, options: RemoteOptions) -> Result<RemoteHost, Error> {
+        let url = NfsUrl::parse(url).map_err(|detail| Error::BadUrl { detail })?;
+        let name = url.components().last().map(|c| c.to_string()).expect("an NFS URL has an export path");
+        let mut target = RemoteBackend::new(url.clone(), options.record)?;
+        Arc::get_mut(&mut target.inner).expect("not shared yet").lease = options.lease;
+        Ok(RemoteHost { home_name: format!(".{name}.treesync"), name, url, options, target, places: OnceCell::new() })
+    }
+
+    /// The target's own backend (what [`Host::open`] gives for [`At::Target`], without the
+    /// budgets).
+    pub fn target(&self) -> &RemoteBackend {
+        &self.target
+    }
+
+    /// NFS calls made so far by the host and every backend it opened, by procedure.
+    pub fn calls(&self) -> Vec<(&'static str, u64)> {
+        self.target.calls()
+    }
+
+    /// All NFS calls made so far by the host and every backend it opened.
+    pub fn total_calls(&self) -> u64 {
+        self.target.total_calls()
+    }
+
+    /// The target's parent directory on the server (`PATH`).
+    fn parent_path(&self) -> &str {
+        self.url.path.rsplit_once('/').map_or("", |(p, _)| p)
+    }
+
+    /// `HOME/rel` as messages show it.
+    fn shown(&self, rel: &str) -> String {
+        let url = self.url.to_string();
+        let parent = url.rsplit_once('/').map_or(url.as_str(), |(p, _)| p);
+        if rel.is_empty() {
+            format!("{parent}/{}", self.home_name)
+        } else {
+            format!("{parent}/{}/{rel}", self.home_name)
+        }
+    }
+
+    async fn places(&self) -> Result<&Places, Error> {
+        self.places
+            .get_or_try_init(|| async {
+                let (_, below) = self.target.export().await?;
+                if below.is_empty() {
+                    return Err(Error::BadUrl {
+                        detail: format!(
+                            "cannot keep {} in generations: it is the root of its export, and a target's generations live next to it, in its parent directory (here outside the export)\n  hint: sync into a directory below the export, e.g. {}/site, or export the directory above",
+                            self.url, self.url
+                        ),
+                    });
+                }
+                self.target.nfs().await?;
+                let parent = self.parent_path().to_string();
+                Ok(Places {
+                    parent: self.target.derive(&parent, None),
+                    home: self.target.derive(&format!("{parent}/{}", self.home_name), Some(LOCK)),
+                })
+            })
+            .await
+    }
+
+    async fn nfs(&self) -> Result<&nfs::Nfs, Error> {
+        self.target.nfs().await
+    }
+
+    /// The target's parent directory; it must exist.
+    async fn parent_fh(&self) -> Result<Fh, Error> {
+        let places = self.places().await?;
+        places.parent.root(false).await?.ok_or_else(|| {
+            Error::io(
+                "keep generations of",
+                &self.url,
+                std::io::Error::new(
+                    std::io::ErrorKind::NotFound,
+                    "the directory that should hold the target does not exist on the server (create it first)",
+                ),
+            )
+        })
+    }
+
+    /// The home's handle (`None`: it does not exist). Something else there is an error.
+    async fn home_fh(&self) -> Result<Option<Fh>, Error> {
+        let places = self.places().await?;
+        places.home.root(false).await
+    }
+
+    async fn home_fh_or_missing(&self) -> Result<Fh, Error> {
+        self.home_fh().await?.ok_or_else(|| {
+            Error::io(
+                "use",
+                self.shown(""),
+                std::io::Error::new(std::io::ErrorKind::NotFound, "the home of the generations is gone"),
+            )
+        })
+    }
+
+    /// Fail when the home's lock was lost (its lease could not be renewed).
+    fn check_lease(&self) -> Result<(), Error> {
+        match self.places.get() {
+            Some(p) => p.home.check_lease(),
+            None => Ok(()),
+        }
+    }
+
+    /// MKDIR `name` in `dir` with `mode`; with `exists_ok` a directory already there is used
+    /// (anything else there is an error).
+    async fn mkdir(&self, dir: &Fh, name: &[u8], mode: u32, exists_ok: bool, shown: &str) -> Result<Fh, Error> {
+        let nfs = self.nfs().await?;
+        match nfs.mkdir(dir, name, mode, shown.as_bytes()).await {
+            Ok(Some(fh)) => Ok(fh),
+            Ok(None) | Err(NfsError::DoneBefore(_)) => {
+                nfs.lookup(dir, name, shown.as_bytes()).await.map(|(fh, _)| fh).map_err(|e| nfs_io("create", shown, e))
+            }
+            Err(e) if exists_ok && is(&e, nfsstat3::NFS3ERR_EXIST) => {
+                let (fh, attr) = lookup_attr(nfs, dir, name, shown).await.map_err(|e| nfs_io("create", shown, e))?;
+                if attr.type_ != ftype3::NF3DIR {
+                    return Err(Error::not_a_directory_in_the_way(shown));
+                }
+                Ok(fh)
+            }
+            Err(e) => Err(nfs_io("create directory", shown, e)),
+        }
+    }
+
+    /// The directory `HOME/slot`, or the target's own directory.
+    async fn dir_of(&self, at: &At) -> Result<(Fh, fattr3, String), Error> {
+        let nfs = self.nfs().await?;
+        let (dir, name, shown) = match at {
+            At::Target => (self.parent_fh().await?, self.name.as_bytes().to_vec(), self.url.to_string()),
+            At::Slot(s) => (self.home_fh_or_missing().await?, s.as_bytes().to_vec(), self.shown(s)),
+        };
+        let (fh, attr) = lookup_attr(nfs, &dir, &name, &shown).await.map_err(|e| nfs_io("read", &shown, e))?;
+        if attr.type_ != ftype3::NF3DIR {
+            return Err(Error::NotBeneath { path: shown });
+        }
+        Ok((fh, attr, shown))
+    }
+
+    /// Copy the file `src` (attributes `attr`) as `name` in `dir`: a new file of its own, by
+    /// READs and WRITEs. Answers the bytes copied.
+    async fn copy_file(&self, src: &Fh, attr: &fattr3, dir: &Fh, name: &[u8], shown: &str) -> Result<u64, Error> {
+        let nfs = self.nfs().await?;
+        let about = shown.as_bytes();
+        let fh = create_new(nfs, dir, name, attr.mode & 0o7777, about).await.map_err(|e| nfs_io("copy", shown, e))?;
+        let chunk = self.target.wtmax().await;
+        let mut offset = 0u64;
+        loop {
+            let (data, eof) = nfs.read(src, offset, chunk, about).await.map_err(|e| nfs_io("copy", shown, e))?;
+            if !data.is_empty() {
+                write_all(nfs, &fh, offset, &data, stable_how::FILE_SYNC, about)
+                    .await
+                    .map_err(|e| nfs_io("copy", shown, e))?;
+                offset += data.len() as u64;
+            }
+            if eof || data.is_empty() {
+                return Ok(offset);
+            }
+        }
+    }
+
+    /// Remove the directory `name` in `dir` and everything in it: READDIRPLUS of each
+    /// directory, REMOVE of each file and symlink (never followed), RMDIR deepest first.
+    /// Answers how many entries were removed (the directory included).
+    async fn remove_tree(&self, dir: &Fh, name: &[u8], shown: &str) -> Result<u64, Error> {
+        let nfs = self.nfs().await?;
+        let (top, attr) = match lookup_attr(nfs, dir, name, shown).await {
+            Ok(r) => r,
+            Err(e) if is(&e, nfsstat3::NFS3ERR_NOENT) => return Ok(0),
+            Err(e) => return Err(nfs_io("remove", shown, e)),
+        };
+        if attr.type_ != ftype3::NF3DIR {
+            gone_ok(nfs.remove(dir, name, shown.as_bytes()).await).map_err(|e| nfs_io("remove", shown, e))?;
+            return Ok(1);
+        }
+        let mut removed = 0u64;
+        // Directories found, parents before children: removed in reverse.
+        let mut dirs: Vec<(Fh, Vec<u8>, String)> = Vec::new();
+        let mut queue = VecDeque::from([(top, shown.to_string())]);
+        while let Some((fh, here)) = queue.pop_front() {
+            let entries =
+                nfs.readdirplus(&fh, here.as_bytes()).await.map_err(|e| nfs_io("read directory", &here, e))?;
+            let mut files = Vec::new();
+            for e in entries {
+                let p = format!("{here}/{}", String::from_utf8_lossy(&e.name));
+                let is_dir = match (&e.attr, &e.fh) {
+                    (Some(a), Some(h)) => {
+                        if a.type_ == ftype3::NF3DIR {
+                            queue.push_back((h.clone(), p.clone()));
+                        }
+                        a.type_ == ftype3::NF3DIR
+                    }
+                    _ => {
+                        let (h, a) =
+                            lookup_attr(nfs, &fh, &e.name, &p).await.map_err(|er| nfs_io("read directory", &p, er))?;
+                        if a.type_ == ftype3::NF3DIR {
+                            queue.push_back((h, p.clone()));
+                        }
+                        a.type_ == ftype3::NF3DIR
+                    }
+                };
+                if is_dir {
+                    dirs.push((fh.clone(), e.name, p));
+                } else {
+                    files.push((e.name, p));
+                }
+            }
+            removed += files.len() as u64;
+            stream::iter(files.into_iter().map(Ok::<_, Error>))
+                .try_for_each_concurrent(JOBS, |(n, p)| {
+                    let fh = fh.clone();
+                    async move { gone_ok(nfs.remove(&fh, &n, p.as_bytes()).await).map_err(|e| nfs_io("remove", &p, e)) }
+                })
+                .await?;
+        }
+        for (parent, n, p) in dirs.into_iter().rev() {
+            gone_ok(nfs.rmdir(&parent, &n, p.as_bytes()).await).map_err(|e| nfs_io("remove directory", &p, e))?;
+            removed += 1;
+        }
+        gone_ok(nfs.rmdir(dir, name, shown.as_bytes()).await).map_err(|e| nfs_io("remove directory", shown, e))?;
+        Ok(removed + 1)
+    }
+}
+
+/// LOOKUP with the attributes (GETATTR when the reply has none).
+async fn lookup_attr(nfs: &nfs::Nfs, dir: &Fh, name: &[u8], shown: &str) -> Result<(Fh, fattr3), NfsError> {
+    let (fh, attr) = nfs.lookup(dir, name, shown.as_bytes()).await?;
+    let attr = match attr {
+        Some(a) => a,
+        None => nfs.getattr(&fh, shown.as_bytes()).await?,
+    };
+    Ok((fh, attr))
+}
+
+/// One entry of a directory being copied, with its handle and attributes.
+struct Item {
+    name: Vec<u8>,
+    fh: Fh,
+    attr: fattr3,
+    shown: String,
+}
+
+impl fmt::Display for RemoteHost {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.url)
+    }
+}
+
+#[async_trait]
+impl Host for RemoteHost {
+    fn home_name(&self) -> String {
+        self.home_name.clone()
+    }
+
+    async fn can_exchange(&self) -> Result<bool, Error> {
+        // NFSv3 has no call that swaps two directories.
+        Ok(false)
+    }
+
+    async fn at_target(&self) -> Result<AtTarget, Error> {
+        // Every command starts here: the home is looked up afresh once per command, so a
+        // long-lived host (watch) never keeps the handle of a home another run removed.
+        self.places().await?.home.forget_root().await;
+        let parent = self.parent_fh().await?;
+        let nfs = self.nfs().await?;
+        let shown = self.url.to_string();
+        let (fh, attr) = match lookup_attr(nfs, &parent, self.name.as_bytes(), &shown).await {
+            Ok(r) => r,
+            Err(e) if is(&e, nfsstat3::NFS3ERR_NOENT) => return Ok(AtTarget::Missing),
+            Err(e) => return Err(nfs_io("look up", &shown, e)),
+        };
+        Ok(match attr.type_ {
+            ftype3::NF3DIR => {
+                let managed = match nfs.lookup(&fh, STATE_DIR.as_bytes(), shown.as_bytes()).await {
+                    Ok(_) => true,
+                    Err(e) if is(&e, nfsstat3::NFS3ERR_NOENT) => false,
+                    Err(e) => return Err(nfs_io("look up", &shown, e)),
+                };
+                let empty = !managed
+                    && nfs
+                        .readdirplus(&fh, shown.as_bytes())
+                        .await
+                        .map_err(|e| nfs_io("read directory", &shown, e))?
+                        .is_empty();
+                AtTarget::Dir { managed, empty }
+            }
+            ftype3::NF3LNK => {
+                let text = nfs.readlink(&fh, shown.as_bytes()).await.map_err(|e| nfs_io("read symlink", &shown, e))?;
+                let prefix = format!("{}/", self.home_name);
+                let slot = text
+                    .strip_prefix(prefix.as_bytes())
+                    .filter(|s| valid_slot(s))
+                    .map(|s| String::from_utf8_lossy(s).into_owned());
+                AtTarget::Link { text, slot }
+            }
+            ftype3::NF3REG => AtTarget::Other("file"),
+            _ => AtTarget::Other("special file"),
+        })
+    }
+
+    async fn home_exists(&self) -> Result<bool, Error> {
+        let parent = self.parent_fh().await?;
+        let nfs = self.nfs().await?;
+        let shown = self.shown("");
+        match lookup_attr(nfs, &parent, self.home_name.as_bytes(), &shown).await {
+            Ok((_, a)) if a.type_ == ftype3::NF3DIR => Ok(true),
+            Ok(_) => Err(Error::io(
+                "use",
+                &shown,
+                std::io::Error::new(
+                    std::io::ErrorKind::AlreadyExists,
+                    "it is not a directory, but treesync keeps the target's generations there; remove it and run again",
+                ),
+            )),
+            Err(e) if is(&e, nfsstat3::NFS3ERR_NOENT) => Ok(false),
+            Err(e) => Err(nfs_io("look up", &shown, e)),
+        }
+    }
+
+    async fn create_home(&self) -> Result<(), Error> {
+        let parent = self.parent_fh().await?;
+        let home = self.mkdir(&parent, self.home_name.as_bytes(), 0o755, true, &self.shown("")).await?;
+        self.mkdir(&home, TMP, 0o755, true, &self.shown("tmp")).await?;
+        Ok(())
+    }
+
+    async fn lock(&self, holder: &Holder) -> Result<LockGuard, Error> {
+        self.places().await?.home.take_lock(holder).await
+    }
+
+    async fn unlock(&self, guard: LockGuard) -> Result<(), Error> {
+        self.places().await?.home.release(guard).await
+    }
+
+    async fn load_record(&self) -> Result<Option<Vec<u8>>, Error> {
+        let Some(home) = self.home_fh().await? else { return Ok(None) };
+        let nfs = self.nfs().await?;
+        let shown = self.shown("generations");
+        let (fh, attr) = match lookup_attr(nfs, &home, RECORD, &shown).await {
+            Ok(r) => r,
+            Err(e) if is(&e, nfsstat3::NFS3ERR_NOENT) => return Ok(None),
+            Err(e) => return Err(nfs_io("read", &shown, e)),
+        };
+        if attr.type_ != ftype3::NF3REG {
+            return Err(Error::NotOwnFile { path: shown });
+        }
+        read_all(nfs, &fh, attr.size, shown.as_bytes()).await.map(Some).map_err(|e| nfs_io("read", &shown, e))
+    }
+
+    async fn store_record(&self, bytes: &[u8]) -> Result<(), Error> {
+        self.check_lease()?;
+        let home = self.home_fh_or_missing().await?;
+        let nfs = self.nfs().await?;
+        let shown = self.shown("generations");
+        let tmp = Target::sibling_tmp(RECORD);
+        let fh = create_new(nfs, &home, &tmp, 0o644, shown.as_bytes()).await.map_err(|e| nfs_io("write", &shown, e))?;
+        let chunk = self.target.wtmax().await as usize;
+        let result = async {
+            for (i, part) in bytes.chunks(chunk).enumerate() {
+                write_all(nfs, &fh, (i * chunk) as u64, part, stable_how::FILE_SYNC, shown.as_bytes()).await?;
+            }
+            match nfs.rename(&home, &tmp, &home, RECORD, shown.as_bytes()).await {
+                Ok(()) | Err(NfsError::DoneBefore(_)) => Ok(()),
+                Err(e) => Err(e),
+            }
+        }
+        .await;
+        if result.is_err() {
+            let _ = nfs.remove(&home, &tmp, shown.as_bytes()).await;
+        }
+        result.map_err(|e| nfs_io("write", &shown, e))
+    }
+
+    async fn slots(&self) -> Result<Vec<String>, Error> {
+        let Some(home) = self.home_fh().await? else { return Ok(Vec::new()) };
+        let nfs = self.nfs().await?;
+        let shown = self.shown("");
+        let mut out = Vec::new();
+        for e in nfs.readdirplus(&home, shown.as_bytes()).await.map_err(|e| nfs_io("read directory", &shown, e))? {
+            if e.name == TMP {
+                continue;
+            }
+            let kind = match &e.attr {
+                Some(a) => a.type_,
+                None => {
+                    let p = self.shown(&String::from_utf8_lossy(&e.name));
+                    lookup_attr(nfs, &home, &e.name, &p).await.map_err(|er| nfs_io("look up", &p, er))?.1.type_
+                }
+            };
+            if kind == ftype3::NF3DIR {
+                out.push(String::from_utf8_lossy(&e.name).into_owned());
+            }
+        }
+        out.sort();
+        Ok(out)
+    }
+
+    fn open(&self, at: &At) -> Arc<dyn Backend> {
+        let backend = match at {
+            At::Target => self.target.clone(),
+            At::Slot(s) => self.target.derive(&format!("{}/{}/{s}", self.parent_path(), self.home_name), None),
+        };
+        Arc::new(with_budgets(backend, &self.options))
+    }
+
+    async fn clone_tree(&self, from: &At, to: &str) -> Result<Cloned, Error> {
+        self.check_lease()?;
+        let nfs = self.nfs().await?;
+        let (src, attr, _) = self.dir_of(from).await?;
+        let home = self.home_fh_or_missing().await?;
+        let top = self.mkdir(&home, to.as_bytes(), attr.mode & 0o7777, false, &self.shown(to)).await?;
+        let linking = AtomicBool::new(true);
+        let (dirs, entries, bytes) = (AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0));
+        let mut state = None;
+        let mut queue = VecDeque::from([(src, top, self.shown(to), true)]);
+        while let Some((src, dst, here, root)) = queue.pop_front() {
+            let listed =
+                nfs.readdirplus(&src, here.as_bytes()).await.map_err(|e| nfs_io("read directory", &here, e))?;
+            let mut items = Vec::with_capacity(listed.len());
+            for e in listed {
+                let shown = format!("{here}/{}", String::from_utf8_lossy(&e.name));
+                let (fh, attr) = match (e.fh, e.attr) {
+                    (Some(fh), Some(a)) => (fh, a),
+                    _ => lookup_attr(nfs, &src, &e.name, &shown).await.map_err(|er| nfs_io("read", &shown, er))?,
+                };
+                if root && e.name == STATE_DIR.as_bytes() {
+                    // Of the state folder only the state file, copied last.
+                    if attr.type_ == ftype3::NF3DIR
+                        && let Ok((sfh, sattr)) = lookup_attr(nfs, &fh, b"state", &shown).await
+                        && sattr.type_ == ftype3::NF3REG
+                    {
+                        state = Some((sfh, sattr, dst.clone(), shown));
+                    }
+                    continue;
+                }
+                items.push(Item { name: e.name, fh, attr, shown });
+            }
+            let made: Vec<Option<(Fh, Fh, String)>> = stream::iter(items.into_iter().map(Ok::<_, Error>))
+                .map_ok(|item| {
+                    let (dst, linking, dirs, entries, bytes) = (&dst, &linking, &dirs, &entries, &bytes);
+                    async move {
+                        let Item { name, fh, attr, shown } = item;
+                        let about = shown.as_bytes();
+                        match attr.type_ {
+                            ftype3::NF3DIR => {
+                                let made = self.mkdir(dst, &name, attr.mode & 0o7777, false, &shown).await?;
+                                dirs.fetch_add(1, Ordering::Relaxed);
+                                Ok(Some((fh, made, shown)))
+                            }
+                            ftype3::NF3REG => {
+                                entries.fetch_add(1, Ordering::Relaxed);
+                                if linking.load(Ordering::Relaxed) {
+                                    match nfs.link(&fh, dst, &name, about).await {
+                                        Ok(()) => return Ok(None),
+                                        Err(e) if is(&e, nfsstat3::NFS3ERR_NOTSUPP) => {
+                                            linking.store(false, Ordering::Relaxed);
+                                        }
+                                        // This file has as many links as the server allows.
+                                        Err(e) if is(&e, nfsstat3::NFS3ERR_MLINK) => {}
+                                        Err(e) => return Err(nfs_io("link", &shown, e)),
+                                    }
+                                }
+                                let n = self.copy_file(&fh, &attr, dst, &name, &shown).await?;
+                                bytes.fetch_add(n, Ordering::Relaxed);
+                                Ok(None)
+                            }
+                            ftype3::NF3LNK => {
+                                entries.fetch_add(1, Ordering::Relaxed);
+                                let text =
+                                    nfs.readlink(&fh, about).await.map_err(|e| nfs_io("read symlink", &shown, e))?;
+                                match nfs.symlink(dst, &name, &text, about).await {
+                                    Ok(()) | Err(NfsError::DoneBefore(_)) => Ok(None),
+                                    Err(e) => Err(nfs_io("create symlink", &shown, e)),
+                                }
+                            }
+                            // Nothing treesync writes (a FIFO, a device): not part of any tree.
+                            _ => Ok(None),
+                        }
+                    }
+                })
+                .try_buffer_unordered(JOBS)
+                .try_collect()
+                .await?;
+            queue.extend(made.into_iter().flatten().map(|(s, d, p)| (s, d, p, false)));
+        }
+        if let Some((sfh, sattr, dst, shown)) = state {
+            let meta = self.mkdir(&dst, STATE_DIR.as_bytes(), 0o755, true, &shown).await?;
+            let about = shown.as_bytes();
+            let data = read_all(nfs, &sfh, sattr.size, about).await.map_err(|e| nfs_io("copy", &shown, e))?;
+            let tmp = Target::sibling_tmp(b"state");
+            let fh = create_new(nfs, &meta, &tmp, 0o644, about).await.map_err(|e| nfs_io("copy", &shown, e))?;
+            let chunk = self.target.wtmax().await as usize;
+            for (i, part) in data.chunks(chunk).enumerate() {
+                write_all(nfs, &fh, (i * chunk) as u64, part, stable_how::FILE_SYNC, about)
+                    .await
+                    .map_err(|e| nfs_io("copy", &shown, e))?;
+            }
+            match nfs.rename(&meta, &tmp, &meta, b"state", about).await {
+                Ok(()) | Err(NfsError::DoneBefore(_)) => {}
+                Err(e) => return Err(nfs_io("copy", &shown, e)),
+            }
+        }
+        let copied = bytes.load(Ordering::Relaxed);
+        Ok(Cloned {
+            how: if linking.load(Ordering::Relaxed) { CloneHow::Hardlink } else { CloneHow::Copy },
+            dirs: dirs.load(Ordering::Relaxed) + 1,
+            entries: entries.load(Ordering::Relaxed),
+            bytes_copied: copied,
+        })
+    }
+
+    async fn switch(&self, slot: &str, how: Switch, displaced: &str) -> Result<Switched, Error> {
+        if how == Switch::Exchange {
+            return Err(Error::Unsupported {
+                ability: "atomic exchange of two directories (NFSv3 has no such call; switch with a symlink)",
+                backend: self.url.to_string(),
+            });
+        }
+        self.check_lease()?;
+        let nfs = self.nfs().await?;
+        let parent = self.parent_fh().await?;
+        let home = self.home_fh_or_missing().await?;
+        let tmp = self.mkdir(&home, TMP, 0o755, true, &self.shown("tmp")).await?;
+        let link_shown = self.shown("tmp/link");
+        let about = link_shown.as_bytes();
+        let text = format!("{}/{slot}", self.home_name);
+        // A link left by a run that was killed.
+        gone_ok(nfs.remove(&tmp, LINK, about).await).map_err(|e| nfs_io("remove", &link_shown, e))?;
+        match nfs.symlink(&tmp, LINK, text.as_bytes(), about).await {
+            Ok(()) | Err(NfsError::DoneBefore(_)) => {}
+            Err(e) => return Err(nfs_io("create symlink", &link_shown, e)),
+        }
+        let target = self.url.to_string();
+        let name = self.name.as_bytes();
+        let previous = match self.at_target().await? {
+            AtTarget::Missing => None,
+            AtTarget::Link { slot, .. } => slot,
+            AtTarget::Dir { .. } => {
+                // No exchange on NFS: the directory goes first, then the link takes its name.
+                // Between the two RENAMEs there is no target.
+                match nfs.rename(&parent, name, &home, displaced.as_bytes(), target.as_bytes()).await {
+                    Ok(()) | Err(NfsError::DoneBefore(_)) => {}
+                    Err(e) => return Err(nfs_io("move aside", &target, e)),
+                }
+                Some(displaced.to_string())
+            }
+            AtTarget::Other(what) => {
+                let _ = nfs.remove(&tmp, LINK, about).await;
+                return Err(Error::io(
+                    "switch",
+                    &target,
+                    std::io::Error::new(std::io::ErrorKind::AlreadyExists, format!("it is a {what}")),
+                ));
+            }
+        };
+        match nfs.rename(&tmp, LINK, &parent, name, target.as_bytes()).await {
+            Ok(()) | Err(NfsError::DoneBefore(_)) => Ok(Switched { previous }),
+            Err(e) => Err(nfs_io("switch", &target, e)),
+        }
+    }
+
+    async fn unlink_target(&self, slot: &str) -> Result<(), Error> {
+        self.check_lease()?;
+        let nfs = self.nfs().await?;
+        let parent = self.parent_fh().await?;
+        let home = self.home_fh_or_missing().await?;
+        let target = self.url.to_string();
+        let name = self.name.as_bytes();
+        match self.at_target().await? {
+            AtTarget::Link { .. } => {
+                gone_ok(nfs.remove(&parent, name, target.as_bytes()).await).map_err(|e| nfs_io("remove", &target, e))?
+            }
+            AtTarget::Missing => {}
+            AtTarget::Dir { .. } => {
+                return Err(Error::io(
+                    "restore",
+                    &target,
+                    std::io::Error::new(std::io::ErrorKind::AlreadyExists, "it is a directory already"),
+                ));
+            }
+            AtTarget::Other(what) => {
+                return Err(Error::io(
+                    "restore",
+                    &target,
+                    std::io::Error::new(std::io::ErrorKind::AlreadyExists, format!("it is a {what}")),
+                ));
+            }
+        }
+        // From here until the RENAME there is no target.
+        match nfs.rename(&home, slot.as_bytes(), &parent, name, target.as_bytes()).await {
+            Ok(()) | Err(NfsError::DoneBefore(_)) => Ok(()),
+            Err(e) => Err(nfs_io("restore", &target, e)),
+        }
+    }
+
+    async fn rename_slot(&self, from: &str, to: &str) -> Result<(), Error> {
+        self.check_lease()?;
+        let nfs = self.nfs().await?;
+        let home = self.home_fh_or_missing().await?;
+        let shown = self.shown(from);
+        match nfs.rename(&home, from.as_bytes(), &home, to.as_bytes(), shown.as_bytes()).await {
+            Ok(()) | Err(NfsError::DoneBefore(_)) => Ok(()),
+            Err(e) => Err(nfs_io("rename", &shown, e)),
+        }
+    }
+
+    async fn remove_slot(&self, slot: &str) -> Result<u64, Error> {
+        self.check_lease()?;
+        let Some(home) = self.home_fh().await? else { return Ok(0) };
+        self.remove_tree(&home, slot.as_bytes(), &self.shown(slot)).await
+    }
+
+    async fn remove_home(&self) -> Result<(), Error> {
+        let Some(home) = self.home_fh().await? else { return Ok(()) };
+        let nfs = self.nfs().await?;
+        let shown = self.shown("");
+        for e in nfs.readdirplus(&home, shown.as_bytes()).await.map_err(|e| nfs_io("read directory", &shown, e))? {
+            let p = self.shown(&String::from_utf8_lossy(&e.name));
+            let kind = match &e.attr {
+                Some(a) => a.type_,
+                None => lookup_attr(nfs, &home, &e.name, &p).await.map_err(|er| nfs_io("look up", &p, er))?.1.type_,
+            };
+            if kind == ftype3::NF3DIR {
+                if e.name != TMP {
+                    return Err(Error::NotEmpty { path: shown });
+                }
+                self.remove_tree(&home, TMP, &p).await?;
+            } else if e.name == LOCK {
+                // Released by the caller: a lock here now is another run's, unless its holder
+                // is gone.
+                let (fh, attr) = match lookup_attr(nfs, &home, LOCK, &p).await {
+                    Ok(r) => r,
+                    Err(er) if is(&er, nfsstat3::NFS3ERR_NOENT) => continue,
+                    Err(er) => return Err(nfs_io("look up", &p, er)),
+                };
+                let holder = lock::lock_holder(nfs, &fh, &attr, p.as_bytes()).await;
+                if !self.places().await?.home.stale(holder.as_ref(), Some(&attr)) {
+                    return Err(Error::Locked {
+                        holder: holder.map_or_else(|| format!("lock file {p}"), |h| h.to_string()),
+                    });
+                }
+                gone_ok(nfs.remove(&home, LOCK, p.as_bytes()).await).map_err(|er| nfs_io("remove", &p, er))?;
+            } else {
+                gone_ok(nfs.remove(&home, &e.name, p.as_bytes()).await).map_err(|er| nfs_io("remove", &p, er))?;
+            }
+        }
+        let parent = self.parent_fh().await?;
+        let r = nfs.rmdir(&parent, self.home_name.as_bytes(), shown.as_bytes()).await;
+        self.places().await?.home.forget_root().await;
+        match r {
+            Ok(()) | Err(NfsError::DoneBefore(_)) => Ok(()),
+            Err(e) if is(&e, nfsstat3::NFS3ERR_NOENT) => Ok(()),
+            Err(e) if is(&e, nfsstat3::NFS3ERR_NOTEMPTY) || is(&e, nfsstat3::NFS3ERR_EXIST) => {
+                Err(Error::NotEmpty { path: shown })
+            }
+            Err(e) => Err(nfs_io("remove directory", &shown, e)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slot_names_of_links_are_plain_names() {
+        assert!(valid_slot(b"g12"));
+        for bad in [&b""[..], b".", b"..", b"g1/x"] {
+            assert!(!valid_slot(bad), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn the_home_is_next_to_the_target() {
+        let h = RemoteHost::open("nfs://nas:2049/export/www/site?mountport=20048", RemoteOptions::default())
+            .expect("valid URL");
+        assert_eq!(h.home_name(), ".site.treesync");
+        assert_eq!(h.parent_path(), "/export/www");
+        assert_eq!(h.shown("g1"), "nfs://nas:2049/export/www/.site.treesync/g1");
+        assert_eq!(h.to_string(), "nfs://nas:2049/export/www/site");
+        let slot = h.target.derive("/export/www/.site.treesync/g1", None);
+        assert_eq!(slot.to_string(), "nfs://nas:2049/export/www/.site.treesync/g1");
+    }
+}
