@@ -30,7 +30,7 @@ fn atomic_syncs_killed_at_random_moments_leave_a_whole_generation() {
         );
         assert_eq!(stats.trials, 110);
         assert_eq!(stats.whole_old + stats.whole_new + stats.missing_after_kill, stats.trials, "{stats:?}");
-        assert!(stats.killed_mid_sync >= 30, "{switch}: too few kills landed mid-sync to mean anything: {stats:?}");
+        assert!(stats.killed_mid_sync >= 20, "{switch}: too few kills landed mid-sync to mean anything: {stats:?}");
         assert!(stats.whole_old >= 5, "{switch}: no kill landed before the switch: {stats:?}");
         total += stats.trials;
     }

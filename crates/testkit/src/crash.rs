@@ -31,6 +31,10 @@ pub struct Stats {
     pub whole_old: u64,
     /// … holding the commit the killed sync was going to (checked likewise).
     pub whole_new: u64,
+    /// Of the kills that landed while the sync was running, how many came after it had switched
+    /// the target to the new commit (its cleanup, or its exit, was cut short; checked likewise,
+    /// counted only when the old and new commits differ).
+    pub killed_after_switch: u64,
     /// … with no target at all, a first sync killed before its switch (checked likewise).
     pub missing_after_kill: u64,
     /// Failures (must be zero): a description each.
@@ -125,6 +129,20 @@ pub fn run_campaign(bin: &Path, trials: u64, seed: u64, campaign: &Campaign) -> 
         .expect("runs");
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let full = t.elapsed().max(Duration::from_millis(20));
+    // And an incremental one (with --atomic the first of them copies the generation), so the
+    // kills of a campaign that checks the target after each also land late in such a sync:
+    // around its switch and in its cleanup.
+    let t = Instant::now();
+    let o = treesync(bin)
+        .args(["sync", "-q", "--jobs", "1", "--batch", "1", "--repo"])
+        .arg(&bare.path)
+        .args(["--ref", &commits[commits.len() - 1], "--target"])
+        .arg(dir.path().join("probe"))
+        .args(&campaign.sync_args)
+        .output()
+        .expect("runs");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let incremental = t.elapsed();
     for trial in 0..trials {
         stats.trials += 1;
         // Every 5th trial starts from an empty target (initial checkout).
@@ -143,9 +161,15 @@ pub fn run_campaign(bin: &Path, trials: u64, seed: u64, campaign: &Campaign) -> 
             .spawn()
             .expect("spawn");
         // Incremental syncs take a few milliseconds, initial checkouts much longer: half the
-        // kills come within the first 15 ms, the others anywhere in an initial checkout.
+        // kills come within the first 15 ms, the others anywhere in an initial checkout (with
+        // the whole target checked after each kill: a third each, the last third anywhere in
+        // an incremental sync).
         let u = rng.below(10_000) as f64 / 10_000.0;
-        let delay = if rng.percent(50) { Duration::from_micros((15_000.0 * u) as u64) } else { full.mul_f64(u) };
+        let delay = match rng.below(6) {
+            0 | 1 if campaign.whole_after_kill => incremental.mul_f64(u),
+            0..=2 => Duration::from_micros((15_000.0 * u) as u64),
+            _ => full.mul_f64(u),
+        };
         std::thread::sleep(delay);
         let killed = child.kill().is_ok();
         let status = child.wait().expect("reaped");
@@ -192,6 +216,9 @@ pub fn run_campaign(bin: &Path, trials: u64, seed: u64, campaign: &Campaign) -> 
                         stats.whole_old += 1;
                     } else if actual == expect(to) && !temporaries {
                         stats.whole_new += 1;
+                        if mid && old.is_some() {
+                            stats.killed_after_switch += 1;
+                        }
                     } else {
                         let d = tree::diff(&expect(to), &actual).unwrap_or_else(|| "  temporaries left in it\n".into());
                         stats.failures.push(format!(
