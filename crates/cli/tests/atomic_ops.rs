@@ -102,7 +102,7 @@ fn atomic_updates_on_the_nas_testbed_cost_the_diff() {
     let repo = h.bare.path.to_str().expect("utf8").to_string();
     let target = fs.path().join("t");
     let mut counted = Vec::new();
-    for i in 0..h.commits.len() {
+    for (i, delta) in changed.iter().enumerate() {
         fs.reset();
         if i == 0 {
             // The first sync goes to the backing directory (fast, local backend): the same home,
@@ -116,7 +116,7 @@ fn atomic_updates_on_the_nas_testbed_cost_the_diff() {
         if let Some(d) = tree::diff(&h.expected(i), &tree::read_dir(&target)) {
             panic!("after sync {i} the target differs from git archive:\n{d}");
         }
-        eprintln!("sync {i} (K={}): {} requests\n{stats}", changed[i].len(), stats.total());
+        eprintln!("sync {i} (K={}): {} requests\n{stats}", delta.len(), stats.total());
         if std::env::var_os("SHOW_PATHS").is_some() {
             for (op, p) in &stats.paths {
                 eprintln!("  {op:?} {p}");
@@ -171,7 +171,7 @@ fn atomic_updates_on_a_local_disk_cost_the_diff_in_syscalls() {
     std::fs::create_dir(&side).expect("mkdir");
     let side_text = side.to_str().expect("utf8").to_string();
     let target = side.join("t");
-    for i in 0..h.commits.len() {
+    for (i, delta) in changed.iter().enumerate() {
         let args = sync_args(&repo, &h.commits[i], &[]);
         if i < 2 {
             treesync(&args, &target);
@@ -200,7 +200,7 @@ fn atomic_updates_on_a_local_disk_cost_the_diff_in_syscalls() {
             }
         }
         let n = |names: &[&str]| names.iter().map(|s| c.get(*s).copied().unwrap_or(0)).sum::<u64>();
-        let k = changed[i].len() as u64;
+        let k = delta.len() as u64;
         let all: u64 = c.values().sum();
         eprintln!("sync {i} (K={k}) on N={N}: {all} calls on the target's side: {c:?}");
         assert!(k > 0);
