@@ -262,3 +262,40 @@ pub fn two_trees(scale: usize) -> [Model; 2] {
     b.insert("flip/dir-then-file", file("leaf", 0, 40, true));
     [a, b]
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn a_snapshot_reads_what_tree_reads_through_a_link_and_tells_mixes_apart() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let g = dir.path().join("g1");
+        crate::tree::put_file(&g, "a/b/file", b"one\n");
+        crate::tree::put_file(&g, "run.sh", b"#!/bin/sh\n");
+        std::fs::set_permissions(g.join("run.sh"), std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        std::os::unix::fs::symlink("a/b/file", g.join("link")).expect("symlink");
+        crate::tree::put_file(&g, ".treesync/state", b"left out\n");
+        std::os::unix::fs::symlink("g1", dir.path().join("site")).expect("symlink");
+        let snap = take(&dir.path().join("site")).expect("a snapshot");
+        assert_eq!(snap, from_nodes(&crate::tree::read_dir(&g)));
+        assert_eq!(snap.get("run.sh"), Some(&Item::File(blob_id(b"#!/bin/sh\n"), true)));
+        assert_eq!(snap.get("link"), Some(&Item::Link(b"a/b/file".to_vec())));
+        assert!(!snap.contains_key(".treesync") && snap.contains_key("a/b"));
+        // git's id of a blob: `printf 'one\n' | git hash-object --stdin`.
+        assert_eq!(blob_id(b"one\n").to_string(), "5626abf0f72e58d7a153368ba57db4c673c0e171");
+        let mut other = snap.clone();
+        other.insert("a/b/file".into(), Item::File(blob_id(b"two\n"), false));
+        let expected = [other.clone(), snap.clone()];
+        assert_eq!(which(&snap, &expected), Some(1));
+        let mut mixed = snap.clone();
+        mixed.remove("link");
+        assert_eq!(which(&mixed, &expected), None);
+        assert!(
+            describe_mix(&mixed, &expected).contains("2 paths differ from commit 0"),
+            "{}",
+            describe_mix(&mixed, &expected)
+        );
+    }
+}
