@@ -80,9 +80,10 @@ fn without_atomic_the_same_reader_sees_mixed_trees() {
 }
 
 /// The NAS testbed: the slow FUSE filesystem (20 µs per request, kernel caches off, like NFS
-/// with `actimeo=0`) with `--backend nfs --atomic --grace 0 --switch SWITCH`; the reader
-/// reads through the mount. 60 switches, no mixed tree.
-fn nas_race(switch: &str) -> bool {
+/// with `actimeo=0`) with `--backend nfs --atomic --grace GRACE --switch SWITCH`; the reader
+/// reads through the mount. 60 switches, no mixed tree. Answers whether the target ended a
+/// symlink.
+fn nas_race(switch: &str, grace: &str) -> bool {
     use treesync_testkit::slowfs::{self, Config, SlowFs};
     slowfs::require();
     let fs = SlowFs::temp(Config { meta_latency: std::time::Duration::from_micros(20), ..Config::default() })
@@ -90,24 +91,29 @@ fn nas_race(switch: &str) -> bool {
     let (h, expected) = setup();
     let target = fs.path().join("site");
     let repo = h.bare.path.clone();
-    let extra = ["--backend", "nfs", "--atomic", "--grace", "0", "--switch", switch];
+    let extra = ["--backend", "nfs", "--atomic", "--grace", grace, "--switch", switch];
     sync(&target, &repo, &h.commits[0], &extra);
     let race = snapshots::race(&target, &expected, SWITCHES, |i| sync(&target, &repo, &h.commits[i], &extra));
-    eprintln!("nas, {switch}: {race:?}");
+    eprintln!("nas, {switch}, grace {grace}: {race:?}");
     assert_whole(&race, SWITCHES);
     std::fs::symlink_metadata(&target).expect("the target").file_type().is_symlink()
 }
 
 #[test]
 fn atomic_symlink_on_the_nas_testbed_readers_never_see_a_mixed_tree_over_60_switches() {
-    assert!(nas_race("symlink"), "the target is a symlink");
+    assert!(nas_race("symlink", "0"), "the target is a symlink");
 }
 
 /// The FUSE testbed passes `renameat2(RENAME_EXCHANGE)` through to its backing directory, so
-/// the exchange mode works there too (a real NFS mount has no such call: symlink mode).
+/// the exchange mode works there too (a real NFS mount has no such call: symlink mode). Here
+/// the held-open scan is not enough: directories swapped while a reader holds one are renamed
+/// under it, and on a filesystem that revalidates names (FUSE, NFS) the scan missed the reader
+/// now and then (1 mixed pass in about 60 switches in 3 of 5 runs with `--grace 0`), so the
+/// grace period (5 s, longer than a pass of about 1.5 s here) is what protects the reader, as
+/// docs/atomic.md says it must on network filesystems.
 #[test]
 fn atomic_exchange_on_the_nas_testbed_readers_never_see_a_mixed_tree_over_60_switches() {
-    assert!(!nas_race("exchange"), "the target stays a real directory");
+    assert!(!nas_race("exchange", "5s"), "the target stays a real directory");
 }
 
 /// `nfs://` on a real nfs-ganesha (symlink mode: SYMLINK then RENAME over the old link on the
