@@ -605,6 +605,10 @@ fn held_under(home: &Path, target: Option<&Path>) -> BTreeMap<String, Vec<u32>> 
     let Ok(procs) = std::fs::read_dir("/proc") else { return out };
     // The slot a path is in, and whether it is in that generation's state folder.
     let slot_of = |p: &Path| -> Option<(String, bool)> {
+        // A name the kernel dropped from its cache (FUSE and NFS revalidate names: a directory
+        // held across a RENAME_EXCHANGE can read `HOME/gK (deleted)`) still says where it is.
+        let text = p.as_os_str().as_bytes();
+        let p = Path::new(OsStr::from_bytes(text.strip_suffix(b" (deleted)").unwrap_or(text)));
         let state = |rest: &Path| rest.components().next().is_some_and(|c| c.as_os_str() == STATE_DIR);
         if let Ok(rest) = p.strip_prefix(home) {
             let mut parts = rest.components();
@@ -613,6 +617,30 @@ fn held_under(home: &Path, target: Option<&Path>) -> BTreeMap<String, Vec<u32>> 
         }
         let t = target?;
         p.strip_prefix(t).ok().map(|rest| (AT_TARGET.to_string(), state(rest)))
+    };
+    // The slots' roots and the target by inode: a directory held across a RENAME_EXCHANGE on a
+    // filesystem that revalidates names (FUSE, NFS) can show the other one's name in /proc.
+    use std::os::unix::fs::MetadataExt;
+    let mut roots: Vec<((u64, u64), String)> = Vec::new();
+    if let Ok(entries) = std::fs::read_dir(home) {
+        for e in entries.flatten() {
+            if let (Ok(m), Some(n)) = (std::fs::symlink_metadata(e.path()), e.file_name().to_str())
+                && m.is_dir()
+                && n != TMP
+            {
+                roots.push(((m.dev(), m.ino()), n.to_string()));
+            }
+        }
+    }
+    if let Some(t) = target
+        && let Ok(m) = std::fs::symlink_metadata(t)
+        && m.is_dir()
+    {
+        roots.push(((m.dev(), m.ino()), AT_TARGET.to_string()));
+    }
+    let by_inode = |fd: &Path| -> Option<String> {
+        let m = std::fs::metadata(fd).ok()?;
+        roots.iter().find(|(id, _)| *id == (m.dev(), m.ino())).map(|(_, n)| n.clone())
     };
     for p in procs.flatten() {
         let Some(pid) = p.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else { continue };
@@ -626,7 +654,7 @@ fn held_under(home: &Path, target: Option<&Path>) -> BTreeMap<String, Vec<u32>> 
                 && std::fs::read_link(base.join("exe")).ok() == my_exe);
         let mut found = Vec::new();
         if let Ok(cwd) = std::fs::read_link(base.join("cwd")) {
-            found.extend(slot_of(&cwd).map(|(slot, _)| slot));
+            found.extend(slot_of(&cwd).map(|(slot, _)| by_inode(&base.join("cwd")).unwrap_or(slot)));
         }
         if let Ok(fds) = std::fs::read_dir(base.join("fd")) {
             for fd in fds.flatten() {
@@ -635,7 +663,7 @@ fn held_under(home: &Path, target: Option<&Path>) -> BTreeMap<String, Vec<u32>> 
                 if mine && (in_state || is_o_path(&base, &fd.file_name())) {
                     continue;
                 }
-                found.push(slot);
+                found.push(by_inode(&fd.path()).unwrap_or(slot));
             }
         }
         for slot in found {

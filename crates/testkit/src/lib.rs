@@ -18,6 +18,7 @@ pub mod readers;
 pub mod s3;
 pub mod schema;
 pub mod slowfs;
+pub mod snapshots;
 pub mod tree;
 
 /// The one `/proc/self/mountinfo` reader (treesync-backend-nfs's), for the testbeds and tests.
