@@ -185,8 +185,38 @@ impl SlowFs {
         if let Some(session) = self.session.take() {
             if self.as_root {
                 // A plain umount, then wait for the request loop to end. Fails with EBUSY while
-                // a file is open or a cwd is inside: detached below.
-                result = session.umount_and_join();
+                // a file is open or a cwd is inside: detached below. The loop may also go on
+                // serving a reference the kernel still holds (seen after RENAME_EXCHANGE of
+                // directories with readers): after 10 s the connection is aborted through
+                // /sys/fs/fuse/connections, which ends the loop, instead of waiting forever.
+                let connection = rustix::fs::stat(&self.mountpoint)
+                    .ok()
+                    .filter(|_| mount_fstype(&self.mountpoint).is_some())
+                    .map(|st| rustix::fs::minor(st.st_dev));
+                let (tx, rx) = std::sync::mpsc::channel();
+                std::thread::spawn(move || {
+                    let _ = tx.send(session.umount_and_join());
+                });
+                result = match rx.recv_timeout(std::time::Duration::from_secs(10)) {
+                    Ok(r) => r,
+                    Err(_) => {
+                        if let Some(minor) = connection {
+                            let abort = format!("/sys/fs/fuse/connections/{minor}/abort");
+                            if !std::path::Path::new(&abort).exists() {
+                                // The FUSE control filesystem is not always mounted.
+                                let _ = std::process::Command::new("mount")
+                                    .args(["-t", "fusectl", "none", "/sys/fs/fuse/connections"])
+                                    .stdout(std::process::Stdio::null())
+                                    .stderr(std::process::Stdio::null())
+                                    .status();
+                            }
+                            let _ = std::fs::write(&abort, "1");
+                        }
+                        rx.recv_timeout(std::time::Duration::from_secs(10)).unwrap_or_else(|_| {
+                            Err(io::Error::other("the FUSE request loop did not end after the connection was aborted"))
+                        })
+                    }
+                };
             } else {
                 // fuser unmounts through `fusermount3 -u -z` (lazy): joining would wait for the
                 // last user of a busy mount, so let the request loop end on its own.
