@@ -863,6 +863,16 @@ impl FsHost {
         FsHost(Arc::new(Inner::new(target, open)))
     }
 
+    /// Never switch by `RENAME_EXCHANGE` ([`Host::can_exchange`] answers `false`): for network
+    /// filesystems, where a reader's open directory keeps its meaning across an exchange only
+    /// if the server names files by handle. Many FUSE servers name them by path (the NAS
+    /// testbed here does): after an exchange, a reader's directory handle resolves names in the
+    /// other generation. Symlink mode has no such dependence.
+    pub fn without_exchange(self) -> FsHost {
+        let _ = self.0.exchange.set(false);
+        self
+    }
+
     /// The target path.
     pub fn target(&self) -> &Path {
         &self.0.target

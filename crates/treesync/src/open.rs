@@ -485,7 +485,11 @@ pub fn generations(
                     .expect("the options opened the target, so they open its generations")
                     .backend
             });
-            Ok(Arc::new(treesync_backend_local::generations::FsHost::new(dir.clone(), opener)))
+            let host = treesync_backend_local::generations::FsHost::new(dir.clone(), opener);
+            // On a network mount a reader's directory handle may not survive an exchange (see
+            // FsHost::without_exchange): symlink mode there, exchange on local disks.
+            let host = if kind == BackendKind::Nfs { host.without_exchange() } else { host };
+            Ok(Arc::new(host))
         }
         (Target::Nfs { text, .. }, _) => {
             // The generations get the client and budgets the target itself would.
