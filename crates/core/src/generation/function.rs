@@ -633,31 +633,8 @@ async fn locked(
     let slot_options = sync::Options { force: options.sync.force || unmanaged_slot, ..options.sync.clone() };
     let synced = sync::sync(repo, rev, &backend, &slot_options, progress, interrupt).await?;
 
-    // Switch.
-    rec.switching = Some(slot.clone());
-    store(host, &mut rec).await?;
-    let mut spare = rec.clone();
-    let displaced = spare.new_slot();
-    let switched = host.switch(&slot, switch, &displaced).await?;
-    let now = now_unix();
-    rec.switching = None;
-    match switch {
-        Switch::Symlink => {
-            rec.slots.insert(slot.clone(), SlotRecord::default());
-            current = Some(At::Slot(slot.clone()));
-        }
-        Switch::Exchange => {
-            rec.slots.remove(&slot);
-            current = Some(At::Target);
-        }
-    }
-    if let Some(prev) = &switched.previous {
-        if *prev == displaced {
-            rec.next = spare.next;
-        }
-        rec.slots.insert(prev.clone(), SlotRecord { retired: Some(now), ..Default::default() });
-    }
-    store(host, &mut rec).await?;
+    let (now_current, previous) = switch_to(host, &mut rec, &slot, switch).await?;
+    current = Some(now_current);
 
     // Who holds what now that the trees moved.
     let held = self::held(host).await?;
@@ -670,12 +647,47 @@ async fn locked(
         prepared: Some(slot),
         reused,
         cloned,
-        retired: switched.previous,
+        retired: previous,
         removed,
         generations,
         notes,
         elapsed: start.elapsed(),
     })
+}
+
+/// Switch the target to the prepared `slot`, journaled in the record (`switching` before, the
+/// slots after): answers where the current generation is now, and the slot that holds the tree
+/// the target showed before (retired now).
+async fn switch_to(
+    host: &dyn Host,
+    rec: &mut Record,
+    slot: &str,
+    switch: Switch,
+) -> Result<(At, Option<String>), Error> {
+    rec.switching = Some(slot.to_string());
+    store(host, rec).await?;
+    let mut spare = rec.clone();
+    let displaced = spare.new_slot();
+    let switched = host.switch(slot, switch, &displaced).await?;
+    rec.switching = None;
+    let current = match switch {
+        Switch::Symlink => {
+            rec.slots.insert(slot.to_string(), SlotRecord::default());
+            At::Slot(slot.to_string())
+        }
+        Switch::Exchange => {
+            rec.slots.remove(slot);
+            At::Target
+        }
+    };
+    if let Some(prev) = &switched.previous {
+        if *prev == displaced {
+            rec.next = spare.next;
+        }
+        rec.slots.insert(prev.clone(), SlotRecord { retired: Some(now_unix()), ..Default::default() });
+    }
+    store(host, rec).await?;
+    Ok((current, switched.previous))
 }
 
 /// Repair a target kept in generations without writing into the current generation: a new
@@ -723,29 +735,7 @@ pub async fn repair(
         store(host, &mut rec).await?;
         let backend = RewriteModes::new(host.open(&At::Slot(slot.clone())));
         let out = sync::repair(repo, &backend, repair, progress, interrupt).await?;
-        rec.switching = Some(slot.clone());
-        store(host, &mut rec).await?;
-        let mut spare = rec.clone();
-        let displaced = spare.new_slot();
-        let switched = host.switch(&slot, switch, &displaced).await?;
-        rec.switching = None;
-        let current = match switch {
-            Switch::Symlink => {
-                rec.slots.insert(slot.clone(), SlotRecord::default());
-                At::Slot(slot.clone())
-            }
-            Switch::Exchange => {
-                rec.slots.remove(&slot);
-                At::Target
-            }
-        };
-        if let Some(prev) = &switched.previous {
-            if *prev == displaced {
-                rec.next = spare.next;
-            }
-            rec.slots.insert(prev.clone(), SlotRecord { retired: Some(now_unix()), ..Default::default() });
-        }
-        store(host, &mut rec).await?;
+        let (current, _) = switch_to(host, &mut rec, &slot, switch).await?;
         let held = held(host).await?;
         let mut more = Vec::new();
         removed.extend(cleanup(host, &mut rec, Some(&current), options.keep, options.grace, &held, &mut more).await?);
