@@ -36,19 +36,21 @@ pub(crate) fn run(runs: Vec<(Option<String>, WatchArgs)>) -> anyhow::Result<Exit
     let rt = runtime()?;
     let results = rt.block_on(async {
         let flag = interrupt.clone();
+        // The handlers are installed before any watch starts: a signal that arrives while the
+        // first syncs run must stop the watch, not kill the process.
+        use tokio::signal::unix::{SignalKind, signal};
+        let (mut term, mut int) = (signal(SignalKind::terminate())?, signal(SignalKind::interrupt())?);
         tokio::spawn(async move {
-            use tokio::signal::unix::{SignalKind, signal};
-            let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
-                return;
-            };
             tokio::select! {
                 _ = term.recv() => {}
                 _ = int.recv() => {}
             }
             flag.store(true, Ordering::SeqCst);
         });
-        futures::future::join_all(runs.into_iter().map(|(name, args)| watch_one(name, args, &interrupt))).await
-    });
+        anyhow::Ok(
+            futures::future::join_all(runs.into_iter().map(|(name, args)| watch_one(name, args, &interrupt))).await,
+        )
+    })?;
     let mut code = 0;
     for r in results {
         if let Err(e) = r {
@@ -119,8 +121,8 @@ fn render(event: &Event, mirror: Option<&str>, tag: &str, json: bool) {
         return;
     }
     let text = match event {
-        Event::Watching { rev, repo, target, interval } => {
-            format!("watching {rev} of {repo} for {target} every {interval:?}")
+        Event::Watching { rev, repo, target, waits, .. } => {
+            format!("watching {rev} of {repo} for {target}, {waits}")
         }
         Event::Synced { outcome } => format!(
             "synced {} -> {}: {}, {} in {:.2}s",

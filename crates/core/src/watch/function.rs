@@ -8,6 +8,9 @@ use crate::generation::{self, Host};
 use crate::source::Repo;
 use crate::{sync, verify};
 
+/// How long "until the origin wakes us" is, when nothing else is scheduled (a year).
+const FOREVER: Duration = Duration::from_secs(365 * 24 * 3600);
+
 /// What a watch keeps following the ref: a target synced in place, or one kept in generations.
 #[derive(Clone, Copy)]
 enum Place<'a> {
@@ -64,6 +67,7 @@ async fn watch_place(
     interrupt: &AtomicBool,
 ) -> Outcome {
     let interval = options.interval;
+    let origin: Arc<dyn super::Origin> = options.origin.clone().unwrap_or_else(|| Arc::new(super::Poll));
     on_event(&Event::Watching {
         rev: rev.to_string(),
         repo: repo.path().display().to_string(),
@@ -72,6 +76,7 @@ async fn watch_place(
             Place::Generations(h, _) => h.to_string(),
         },
         interval,
+        waits: origin.describe(interval),
     });
     let mut outcome = Outcome::default();
     let mut last: Option<gix_hash::ObjectId> = None;
@@ -79,11 +84,20 @@ async fn watch_place(
     let mut last_verify = Instant::now();
     while !interrupt.load(Ordering::SeqCst) {
         let step =
-            step(repo, rev, place, options, &mut last, &mut last_verify, &mut outcome, on_event, interrupt).await;
+            step(repo, rev, place, &*origin, options, &mut last, &mut last_verify, &mut outcome, on_event, interrupt)
+                .await;
         let wait = match step {
             Ok(()) => {
                 backoff = interval;
-                interval
+                if origin.polls() {
+                    interval
+                } else {
+                    // Told of every change: wake only for the next scheduled verify.
+                    match options.verify_every {
+                        Some(every) => every.saturating_sub(last_verify.elapsed()),
+                        None => FOREVER,
+                    }
+                }
             }
             Err(e) if interrupt.load(Ordering::SeqCst) => {
                 on_event(&Event::Stopping { message: one_line(&e), error: Arc::new(e) });
@@ -97,11 +111,7 @@ async fn watch_place(
                 w
             }
         };
-        // Sleep in small slices so an interrupt ends the wait at once.
-        let deadline = tokio::time::Instant::now() + wait;
-        while tokio::time::Instant::now() < deadline && !interrupt.load(Ordering::SeqCst) {
-            tokio::time::sleep(Duration::from_millis(50).min(wait)).await;
-        }
+        origin.wait(wait, interrupt).await;
     }
     on_event(&Event::Stopped);
     outcome
@@ -113,6 +123,7 @@ async fn step(
     repo: &Repo,
     rev: &str,
     place: Place<'_>,
+    origin: &dyn super::Origin,
     options: &Options,
     last: &mut Option<gix_hash::ObjectId>,
     last_verify: &mut Instant,
@@ -120,6 +131,7 @@ async fn step(
     on_event: &mut (dyn FnMut(&Event) + Send),
     interrupt: &AtomicBool,
 ) -> Result<(), Error> {
+    origin.refresh(&[rev.to_string()]).await.map_err(Error::Origin)?;
     let to = repo.resolve(rev).map_err(sync::Error::from)?;
     if *last != Some(to.commit) {
         let out = match place {

@@ -51,7 +51,9 @@ use crate::op::OpCounts;
 use crate::{sync, verify};
 
 mod function;
+pub mod origin;
 pub use function::{watch, watch_generations};
+pub use origin::{Origin, OriginError, Poll};
 
 /// How to watch.
 #[derive(Debug, Clone)]
@@ -68,6 +70,9 @@ pub struct Options {
     pub max_backoff: Duration,
     /// Lock, journal, executor and limits of every sync and repair.
     pub sync: sync::Options,
+    /// Where the watch learns that the ref moved, and how the repository gets its commits
+    /// ([`Origin`]); `None`: [`Poll`], a look every `interval`.
+    pub origin: Option<Arc<dyn Origin>>,
 }
 
 /// [`Options::interval`] when none is given.
@@ -83,6 +88,7 @@ impl Default for Options {
             repair: false,
             max_backoff: DEFAULT_MAX_BACKOFF,
             sync: sync::Options::default(),
+            origin: None,
         }
     }
 }
@@ -113,6 +119,9 @@ pub enum Error {
     /// Preparing, switching or repairing a generation (`--atomic`).
     #[error(transparent)]
     Generation(#[from] crate::generation::Error),
+    /// Bringing the repository up to date with its origin ([`Origin::refresh`]).
+    #[error("updating the repository from its origin")]
+    Origin(#[source] OriginError),
 }
 
 /// One thing that happened while watching, in the order it happened. Serialized as an object
@@ -134,6 +143,9 @@ pub enum Event {
         #[serde(rename = "interval_secs", serialize_with = "crate::json::secs")]
         #[schemars(with = "crate::json::schema::Seconds")]
         interval: Duration,
+        /// How the watch learns that the ref moved ([`Origin::describe`]), e.g.
+        /// `polling every 5s`.
+        waits: String,
     },
     /// A sync ran: the first one, and every one that changed something or finished an
     /// interrupted sync.
