@@ -3,7 +3,9 @@
 watch. Starts `nats-server -js` on 127.0.0.1, opens one connection per simulated host, each
 watching the key of its mirror's ref (`refs.site.main`), then puts new commit ids the way a
 git server's post-receive hook would, and measures put -> delivered to every watcher, and the
-messages and bytes the server sent (its /varz monitoring counters).
+messages and bytes the server sent (its /varz monitoring counters). With --pushes N, also
+pushes N commits to a bare repository whose post-receive hook does the put (this script with
+--put), and measures `git push` started -> delivered to every watcher.
 
 Usage: python3 -m venv /tmp/nats-venv && /tmp/nats-venv/bin/pip install nats-py
        /tmp/nats-venv/bin/python docs/scale/nats_kv.py [--hosts 500] [--puts 20]
@@ -14,6 +16,7 @@ import argparse
 import asyncio
 import json
 import os
+import sys
 import shutil
 import socket
 import subprocess
@@ -60,9 +63,10 @@ async def run(a):
         kv = await js.create_key_value(bucket="treesync", history=1)
         await kv.put("refs.site.main", b"0" * 40)
 
-        got = {}  # put number -> list of delivery times
+        got = {}  # value -> delivery times
         expected = a.hosts
         done = asyncio.Event()
+        waiting = [None]  # the value whose deliveries are awaited
         conns = []
 
         async def watch_one():
@@ -75,11 +79,8 @@ async def run(a):
                 async for e in watcher:
                     if e is None or e.value is None:
                         continue
-                    n = int(e.value.decode()[:8])
-                    if n == 0:
-                        continue
-                    got.setdefault(n, []).append(time.perf_counter())
-                    if len(got[n]) == expected:
+                    got.setdefault(e.value, []).append(time.perf_counter())
+                    if e.value == waiting[0] and len(got[e.value]) == expected:
                         done.set()
 
             asyncio.create_task(loop())
@@ -91,12 +92,14 @@ async def run(a):
         v0 = varz(mport)
         lat_all, lat_first = [], []
         for n in range(1, a.puts + 1):
+            value = f"{n:08}".encode() + b"f" * 32
             done.clear()
+            waiting[0] = value
             t0 = time.perf_counter()
-            await kv.put("refs.site.main", f"{n:08}".encode() + b"f" * 32)
+            await kv.put("refs.site.main", value)
             await asyncio.wait_for(done.wait(), 60)
-            lat_all.append((max(got[n]) - t0) * 1000)
-            lat_first.append((min(got[n]) - t0) * 1000)
+            lat_all.append((max(got[value]) - t0) * 1000)
+            lat_first.append((min(got[value]) - t0) * 1000)
             await asyncio.sleep(0.2)
         v1 = varz(mport)
         await asyncio.sleep(a.idle)
@@ -114,6 +117,10 @@ async def run(a):
         print(f"| messages sent while idle, {a.idle} s | {v2['out_msgs'] - v1['out_msgs']} |")
         print(f"| server RSS MiB with {a.hosts} connections | {v2['mem'] / 2**20:.0f} |")
         print(f"| server CPU % (varz, averaged by the server) | {v2['cpu']} |")
+        if a.pushes:
+            push_all = await pushes(a, url, got, waiting, done)
+            print(f"| git push started -> post-receive put -> last of {a.hosts} watchers, p50 / p99 ms "
+                  f"({a.pushes} pushes) | {pct(push_all, 50):.1f} / {pct(push_all, 99):.1f} |")
         for nc in conns:
             await nc.close()
         await pub.close()
@@ -123,11 +130,59 @@ async def run(a):
         shutil.rmtree(store, ignore_errors=True)
 
 
+async def pushes(a, url, got, waiting, done):
+    """git push to a bare repository whose post-receive hook puts the new id into the KV."""
+    root = tempfile.mkdtemp(prefix="treesync-scale-push-")
+    bare, work = os.path.join(root, "site.git"), os.path.join(root, "work")
+    run = lambda *c, cwd=None: subprocess.run(c, cwd=cwd, check=True, capture_output=True)  # noqa: E731
+    run("git", "init", "-q", "--bare", "-b", "main", bare)
+    run("git", "init", "-q", "-b", "main", work)
+    hook = os.path.join(bare, "hooks", "post-receive")
+    with open(hook, "w") as f:
+        f.write(f"""#!/bin/sh
+while read old new ref; do
+    [ "$ref" = refs/heads/main ] && "{sys.executable}" "{os.path.realpath(__file__)}" \\
+        --put {url} refs.site.main "$new"
+done
+""")
+    os.chmod(hook, 0o755)
+    times = []
+    try:
+        for n in range(a.pushes):
+            with open(os.path.join(work, "f.txt"), "w") as f:
+                f.write(f"{n}\n")
+            run("git", "add", "-A", cwd=work)
+            run("git", "-c", "user.name=t", "-c", "user.email=t@e", "commit", "-q", "-m", str(n), cwd=work)
+            new = subprocess.run(["git", "rev-parse", "HEAD"], cwd=work, check=True, capture_output=True).stdout.strip()
+            done.clear()
+            waiting[0] = new
+            t0 = time.perf_counter()
+            proc = await asyncio.create_subprocess_exec("git", "push", "-q", bare, "main", cwd=work)
+            await asyncio.wait_for(done.wait(), 60)
+            times.append((max(got[new]) - t0) * 1000)
+            await proc.wait()
+            await asyncio.sleep(0.2)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    return times
+
+
+async def put(url, key, value):
+    nc = await nats.connect(url)
+    kv = await nc.jetstream().key_value("treesync")
+    await kv.put(key, value.encode())
+    await nc.close()
+
+
 def main():
+    if len(sys.argv) == 5 and sys.argv[1] == "--put":  # what the post-receive hook runs
+        asyncio.run(put(*sys.argv[2:]))
+        return
     ap = argparse.ArgumentParser()
     ap.add_argument("--hosts", type=int, default=500)
     ap.add_argument("--puts", type=int, default=20)
     ap.add_argument("--idle", type=int, default=10, help="seconds to count idle traffic")
+    ap.add_argument("--pushes", type=int, default=10, help="git pushes through a post-receive hook")
     asyncio.run(run(ap.parse_args()))
 
 
