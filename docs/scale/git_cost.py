@@ -218,9 +218,9 @@ def main():
     print(f"git {git('--version').decode().split()[-1]}; repos of {a.files} files")
     repos = {}
     repos["10"] = make_repo(a.dir, "r10", 10, a.files)
-    repos["1000 tags"] = make_repo(a.dir, "rtags", 1000, a.files)
-    repos["1000 pull refs"] = make_repo(a.dir, "rpull", 1000, a.files, "refs/pull/")
-    names = {"10": "r10", "1000 tags": "rtags", "1000 pull refs": "rpull"}
+    repos["1000 (999 tags)"] = make_repo(a.dir, "rtags", 1000, a.files)
+    repos["1000 (999 pull refs)"] = make_repo(a.dir, "rpull", 1000, a.files, "refs/pull/")
+    names = {"10": "r10", "1000 (999 tags)": "rtags", "1000 (999 pull refs)": "rpull"}
 
     port = free_port()
     daemon = subprocess.Popen(["git", "daemon", "--reuseaddr", "--export-all", f"--base-path={a.dir}",
@@ -237,7 +237,7 @@ def main():
 
         if "ls" in only:
             print("\n## one ls-remote of main")
-            print("| refs besides main | ask | protocol | connections | bytes client->server | bytes server->client |")
+            print("| refs | ask | protocol | connections | bytes client->server | bytes server->client |")
             print("|---|---|---|---:|---:|---:|")
             for refs, name in names.items():
                 url = f"git://127.0.0.1:{proxy.port}/{name}.git"
@@ -253,7 +253,7 @@ def main():
 
         if "cpu" in only:
             print(f"\n## server CPU per ls-remote (daemon's reaped children, {a.requests} calls)")
-            print("| refs besides main | ask | protocol | server CPU ms per call | client wall ms per call |")
+            print("| refs | ask | protocol | server CPU ms per call | client wall ms per call |")
             print("|---|---|---|---:|---:|")
             reaper = daemon_pid(daemon.pid)
             for refs, name in names.items():
@@ -270,7 +270,7 @@ def main():
 
         if "http" in only:
             print("\n## smart HTTP (git http-backend as CGI): one ls-remote of main, as treesync asks")
-            print("| refs besides main | protocol | HTTP requests | bytes client->server | bytes server->client | server CPU ms |")
+            print("| refs | protocol | HTTP requests | bytes client->server | bytes server->client | server CPU ms |")
             print("|---|---|---:|---:|---:|---:|")
             HttpBackend.root = a.dir
             httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), HttpBackend)
@@ -290,10 +290,10 @@ def main():
             httpd.shutdown()
 
         if "push" in only:
-            print("\n## egress per push: fetch of main into a cache one commit behind (repo with 1,000 tags)")
+            print("\n## egress per push: fetch of main into a cache one commit behind (repo of 1,000 refs, 999 tags)")
             print("| change | protocol | connections | bytes client->server | bytes server->client | pack objects |")
             print("|---|---|---:|---:|---:|---:|")
-            bare, work = repos["1000 tags"]
+            bare, work = repos["1000 (999 tags)"]
             url = f"git://127.0.0.1:{proxy.port}/rtags.git"
             for n in (1, 10, 100):
                 for v in (2, 0):
