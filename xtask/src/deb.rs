@@ -401,6 +401,11 @@ fn copyright(root: &Path) -> Result<String, String> {
         .skip_while(|l| !l.starts_with("Permission"))
         .map(|l| if l.trim().is_empty() { " .\n".to_string() } else { format!(" {l}\n") })
         .collect();
+    // The years of the history (lintian wants a year in the notice).
+    let log = run_quiet(Command::new("git").current_dir(root).args(["log", "--format=%cd", "--date=format:%Y"]))?;
+    let years: Vec<&str> = log.lines().collect();
+    let (first, last) = (years.iter().min().ok_or("git log lists no commit")?, years.iter().max().expect("one"));
+    let years = if first == last { first.to_string() } else { format!("{first}-{last}") };
     let source = cargo_field(root, "repository")?;
     Ok(format!(
         "Format: https://www.debian.org/doc/packaging-manuals/copyright-format/1.0/\n\
@@ -408,7 +413,7 @@ fn copyright(root: &Path) -> Result<String, String> {
          Source: {source}\n\
          \n\
          Files: *\n\
-         Copyright: Copyright (c) {holder}\n\
+         Copyright: {years} {holder}\n\
          License: MIT or Apache-2.0\n\
          \n\
          License: MIT\n{mit_text}\n\
