@@ -230,7 +230,7 @@ fn check_in(
 }
 
 /// The target directory (honours CARGO_TARGET_DIR) and the CLI's version, from `cargo metadata`.
-fn metadata(root: &Path) -> Result<(PathBuf, String), String> {
+pub(crate) fn metadata(root: &Path) -> Result<(PathBuf, String), String> {
     let out =
         run_quiet(Command::new("cargo").current_dir(root).args(["metadata", "--format-version", "1", "--no-deps"]))?;
     let meta: serde_json::Value = serde_json::from_str(&out).map_err(|e| format!("cargo metadata: {e}"))?;
@@ -253,7 +253,7 @@ fn host_triple() -> Result<String, String> {
 }
 
 /// LICENSE* files at the root, sorted; at least one (the workspace is MIT OR Apache-2.0).
-fn licenses(root: &Path) -> Result<Vec<String>, String> {
+pub(crate) fn licenses(root: &Path) -> Result<Vec<String>, String> {
     let mut names = std::fs::read_dir(root)
         .map_err(|e| format!("cannot list {}: {e}", root.display()))?
         .filter_map(|e| e.ok()?.file_name().into_string().ok())
@@ -283,24 +283,24 @@ fn copy_dir(from: &Path, to: &Path) -> Result<(), String> {
     Ok(())
 }
 
-fn copy(from: &Path, to: &Path) -> Result<(), String> {
+pub(crate) fn copy(from: &Path, to: &Path) -> Result<(), String> {
     std::fs::copy(from, to).map(|_| ()).map_err(|e| format!("cannot copy {} to {}: {e}", from.display(), to.display()))
 }
 
-fn mkdir(dir: &Path) -> Result<(), String> {
+pub(crate) fn mkdir(dir: &Path) -> Result<(), String> {
     std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))
 }
 
-fn size(path: &Path) -> Result<u64, String> {
+pub(crate) fn size(path: &Path) -> Result<u64, String> {
     std::fs::metadata(path).map(|m| m.len()).map_err(|e| format!("cannot stat {}: {e}", path.display()))
 }
 
 /// `path` relative to the project root when it lies inside it.
-fn shown(root: &Path, path: &Path) -> String {
+pub(crate) fn shown(root: &Path, path: &Path) -> String {
     path.strip_prefix(root).unwrap_or(path).display().to_string()
 }
 
-fn mib(bytes: u64) -> String {
+pub(crate) fn mib(bytes: u64) -> String {
     format!("{:.2} MiB", bytes as f64 / (1024.0 * 1024.0))
 }
 

@@ -4,6 +4,7 @@
 //! NFS test beds (bench, scale, campaign, slowfs, ganesha) are the `xtask-testbed` binary, which
 //! this one builds and runs on demand (`cargo run --package xtask-testbed`).
 
+mod deb;
 mod dist;
 mod test;
 
@@ -51,6 +52,14 @@ Tasks:
           target/dist/SHA256SUMS, then unpack it and check it: --version, the checksum, the
           man pages, the completions, a sync of HEAD compared with git archive HEAD
           options: --no-test (skip the check)
+  deb     Build the Debian package target/deb/treesync_VERSION_ARCH.deb: the binary (stripped),
+          man pages, bash/zsh/fish completions, the systemd unit treesync-watch@.service (one
+          instance per mirror of /etc/treesync/treesync.toml), copyright, README, deploy.md and
+          examples (config, post-receive hook); Depends from dpkg-shlibdeps plus git; built with
+          dpkg-deb --root-owner-group and checked with dpkg-deb --contents (docs/deploy.md)
+          options: --profile release|debug|dist (release)  --binary PATH (package this binary,
+                   no build; e.g. target/debug/treesync)  --out DIR (target/deb)
+                   --compress xz|gzip|none (xz; gzip builds a debug binary's package faster)
   cleanup Unmount the slow filesystems and stop the nfs-ganesha testbeds a killed test process left
           behind (.ci/run calls it on exit)
   ganesha Start a private nfs-ganesha NFSv3 server on 127.0.0.1 exporting a fresh tmpfs (the NFS
@@ -75,6 +84,7 @@ const TESTBED_TASKS: &[&str] = &["bench", "campaign", "scale", "slowfs", "ganesh
 fn main() -> std::process::ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let result = match args.first().map(String::as_str) {
+        Some("deb") => deb::run(&args[1..]),
         Some("dist") => dist::run(&args[1..]),
         Some("test") => test::run(&args[1..]),
         Some(task) if TESTBED_TASKS.contains(&task) => return testbed(&args),

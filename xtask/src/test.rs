@@ -123,6 +123,10 @@ fn missing(probe: &Probe) -> Vec<Need> {
         ("ganesha.nfsd", "nfs-ganesha"),
         ("rpcbind", "rpcbind"),
         ("nfs-ls", "libnfs-utils"),
+        // The Debian package's test (crates/cli/tests/deb.rs): build, install, check the unit.
+        ("dpkg-deb", "dpkg"),
+        ("systemd-analyze", "systemd"),
+        ("strip", "binutils"),
     ];
     for (program, package) in programs {
         if probe.program(program).is_none() {
@@ -413,6 +417,8 @@ mod tests {
         assert_eq!(
             apt,
             [
+                "binutils",
+                "dpkg",
                 "fuse3",
                 "git",
                 "git-lfs",
@@ -424,6 +430,7 @@ mod tests {
                 "python3-venv",
                 "rpcbind",
                 "strace",
+                "systemd",
                 "tar",
                 "util-linux"
             ]
@@ -432,7 +439,7 @@ mod tests {
         assert_eq!(plan.host.len(), 1, "{:?}", plan.host);
         assert_eq!(plan.host[0].0, "/dev/fuse");
         let commands = plan.commands();
-        assert!(commands[0].starts_with("apt-get install -y fuse3 git "), "{commands:?}");
+        assert!(commands[0].starts_with("apt-get install -y binutils dpkg fuse3 git "), "{commands:?}");
         assert!(commands[1].contains("target/treesync-venv/bin/pip install 'moto[server]'"), "{commands:?}");
         assert!(unprovided(&plan, "x").contains("--device /dev/fuse"));
     }
@@ -441,7 +448,20 @@ mod tests {
     fn what_is_there_is_not_installed() {
         let dir = tempfile::tempdir().expect("tempdir");
         let probe = empty(dir.path());
-        for p in ["git", "git-lfs", "strace", "tar", "fusermount3", "unshare", "setpriv", "nfs-ls", "python3"] {
+        for p in [
+            "git",
+            "git-lfs",
+            "strace",
+            "tar",
+            "fusermount3",
+            "unshare",
+            "setpriv",
+            "nfs-ls",
+            "python3",
+            "dpkg-deb",
+            "systemd-analyze",
+            "strip",
+        ] {
             put(&probe.path[0].join(p));
         }
         // Found in the sbin directories even when PATH lacks them, as the testkit looks.
