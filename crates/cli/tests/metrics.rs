@@ -274,6 +274,62 @@ fn systemd_is_told_ready_then_watchdog_pings_then_stopping() {
     assert!(status.success(), "{stderr}");
 }
 
+#[test]
+fn the_watchdog_is_silent_while_a_sync_hangs_and_pings_again_after() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let repo = repo(dir.path());
+    // A smudge filter that hangs until the test lets it go: a sync stuck on a dead server.
+    let (started, go) = (dir.path().join("started"), dir.path().join("go"));
+    let smudge = format!("touch {}; while [ ! -e {} ]; do sleep 0.05; done; cat", s(&started), s(&go));
+    git(&repo, &["config", "filter.slow.smudge", &smudge]);
+    commit(&repo, ".gitattributes", "*.slow filter=slow\n");
+    let socket_path = dir.path().join("notify.sock");
+    let socket = UnixDatagram::bind(&socket_path).expect("bind the notify socket");
+    let target = dir.path().join("t");
+    let watch = Watch::start(
+        &["--repo", s(&repo), "--ref", "main", "--target", s(&target), "--interval", "100ms"],
+        &[("NOTIFY_SOCKET", s(&socket_path)), ("WATCHDOG_USEC", "200000")],
+    );
+    let recv = |timeout: Duration| -> Option<String> {
+        socket.set_read_timeout(Some(timeout)).expect("timeout");
+        let mut buf = [0u8; 4096];
+        socket.recv(&mut buf).ok().map(|n| String::from_utf8_lossy(&buf[..n]).into_owned())
+    };
+    let pings_within = |window: Duration| {
+        let end = Instant::now() + window;
+        let mut pings = 0;
+        while let Some(left) = end.checked_duration_since(Instant::now()) {
+            match recv(left.max(Duration::from_millis(1))) {
+                Some(m) if m == "WATCHDOG=1" => pings += 1,
+                Some(_) => {}
+                None => break,
+            }
+        }
+        pings
+    };
+    let mut pings = 0;
+    wait_for("three pings while idle", || {
+        pings += pings_within(Duration::from_millis(100));
+        pings >= 3
+    });
+
+    commit(&repo, "x.slow", "slow\n");
+    wait_for("the sync to hang in the filter", || started.exists());
+    // A ping may still be on its way for the beats before the hang; after that, silence.
+    pings_within(Duration::from_millis(300));
+    assert_eq!(pings_within(Duration::from_secs(1)), 0, "no WATCHDOG=1 while the loop is stuck (5 periods)");
+
+    std::fs::write(&go, "").expect("let the filter go");
+    let mut pings = 0;
+    wait_for("pings after the sync", || {
+        pings += pings_within(Duration::from_millis(100));
+        pings >= 2
+    });
+    assert_eq!(std::fs::read_to_string(target.join("x.slow")).expect("synced"), "slow\n");
+    let (status, stderr) = watch.stop();
+    assert!(status.success(), "{stderr}");
+}
+
 impl Watch {
     /// Wait for a watch that was already sent SIGTERM.
     fn stop_waiting(mut self) -> (std::process::ExitStatus, String) {
