@@ -1391,6 +1391,32 @@ repair = true
     }
 
     #[test]
+    fn config_metrics_addr_is_one_for_the_process_in_defaults() {
+        let m = "[mirror.a]\nrepo = \"/r\"\nref = \"main\"\ntarget = \"/t\"\n";
+        let c = ok(&format!("[defaults]\nmetrics_addr = \"127.0.0.1:9273\"\n{m}"));
+        assert_eq!(c.mirrors[0].metrics_addr, Some("127.0.0.1:9273".parse().expect("addr")));
+        assert_eq!(ok(m).mirrors[0].metrics_addr, None);
+        assert_err(
+            &format!("{m}metrics_addr = \"127.0.0.1:9273\"\n"),
+            (5, 1),
+            "unknown key \"metrics_addr\" in [mirror.a]",
+            &["hint: one `watch --all` process serves every mirror: set metrics_addr once, in [defaults]"],
+        );
+        assert_err(
+            &format!("[defaults]\nmetrics_addr = \"9273\"\n{m}"),
+            (2, 16),
+            "bad address for metrics_addr in [defaults]: \"9273\" has no port: expected HOST:PORT",
+            &[],
+        );
+        assert_err(
+            &format!("[defaults]\nmetrics_addr = 9273\n{m}"),
+            (2, 16),
+            "metrics_addr in [defaults] must be a string, not an integer (9273)",
+            &["hint: write e.g. metrics_addr = \"127.0.0.1:9273\""],
+        );
+    }
+
+    #[test]
     fn config_unknown_key_in_defaults_and_top_level() {
         assert_err(
             "[defaults]\nref = \"main\"\n",
