@@ -551,4 +551,13 @@ pub(crate) struct WatchArgs {
     /// error, stopped) instead of log lines; see docs/json.md.
     #[arg(long)]
     pub(crate) json: bool,
+    /// Serve Prometheus metrics at http://HOST:PORT/metrics (per mirror: syncs, failures, ops,
+    /// bytes, sync durations, lag behind the ref, the synced commit's time) and a health check at
+    /// /healthz (200 when every mirror's last step succeeded, else 503 naming the others). One
+    /// listener serves every mirror of `watch --all`; config: metrics_addr in [defaults]. See
+    /// docs/metrics.md.
+    ///
+    /// Example: treesync watch --all --metrics-addr 127.0.0.1:9273 && curl -s 127.0.0.1:9273/metrics
+    #[arg(long, value_name = "HOST:PORT", value_parser = crate::monitor::http::parse_addr)]
+    pub(crate) metrics_addr: Option<std::net::SocketAddr>,
 }

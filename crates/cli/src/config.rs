@@ -97,6 +97,9 @@ pub struct Mirror {
     pub grace: Option<Duration>,
     /// How the target is switched (`--switch`; `auto` is unset).
     pub switch: Option<treesync_core::generation::Switch>,
+    /// Where `watch` serves metrics and /healthz (`metrics_addr` of `[defaults]`, the same for
+    /// every mirror: `--metrics-addr`).
+    pub metrics_addr: Option<std::net::SocketAddr>,
 }
 
 /// The `backend` key.
@@ -254,10 +257,11 @@ struct File {
 /// Declares `[defaults]` and `[mirror.NAME]` with the settings they share, once.
 macro_rules! tables {
     ($($field:ident: $ty:ty),* $(,)?) => {
-        /// `[defaults]`: the settings, nothing else.
+        /// `[defaults]`: the settings, and those of the whole process.
         #[derive(Deserialize, Default)]
         #[serde(deny_unknown_fields)]
         struct Defaults {
+            metrics_addr: Option<Spanned<MetricsAddr>>,
             $($field: Option<Spanned<$ty>>,)*
         }
 
@@ -321,6 +325,8 @@ const TOP_KEYS: &[&str] = &["defaults", "mirror"];
 const REQUIRED_KEYS: &[&str] = &["repo", "ref", "target"];
 /// Keys of a mirror that `[defaults]` does not take, besides the required ones.
 const MIRROR_ONLY_KEYS: &[&str] = &["path"];
+/// Keys of `[defaults]` only: settings of the whole `watch --all` process.
+const DEFAULTS_ONLY_KEYS: &[&str] = &["metrics_addr"];
 
 /// Every key of a `[mirror.NAME]` table: the required ones, the mirror's own, then the settings.
 fn mirror_keys() -> Vec<&'static str> {
@@ -575,6 +581,16 @@ struct Interval(Duration);
 from_got!(Interval, |got| positive_duration(got, "watch looks at the ref this often; e.g. interval = \"5s\"")
     .map(Interval));
 
+/// `metrics_addr`: where `watch` serves its metrics, as `--metrics-addr` takes it.
+#[derive(Clone, Copy, Debug)]
+struct MetricsAddr(std::net::SocketAddr);
+from_got!(MetricsAddr, |got| match got {
+    Got::Str(s) => crate::monitor::http::parse_addr(&s)
+        .map(MetricsAddr)
+        .map_err(|why| format!("bad address for {KEY} in {SECTION}: {why}")),
+    got => Err(with_hint(got.wrong("a string"), "write e.g. metrics_addr = \"127.0.0.1:9273\"")),
+});
+
 /// `verify_every`: a duration longer than 0, or `"off"` (which turns off one of `[defaults]`).
 #[derive(Clone, Copy, Debug)]
 struct VerifyEvery(Option<Duration>);
@@ -812,6 +828,7 @@ pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
             keep: settings.keep.as_ref().map(|c| c.value.0),
             grace: settings.grace.as_ref().map(|g| g.value.0),
             switch: settings.switch.as_ref().and_then(|s| s.value.0),
+            metrics_addr: defaults.metrics_addr.as_ref().map(|a| a.get_ref().0),
         });
     }
     Ok(Config { path: path.to_path_buf(), mirrors })
@@ -942,7 +959,7 @@ impl Cx<'_> {
             let (key, parents) = (step.name, &names[..names.len() - 1]);
             let (known, place): (Vec<&str>, String) = match parents {
                 [] => (TOP_KEYS.to_vec(), "at the top level".into()),
-                ["defaults"] => (SETTING_KEYS.to_vec(), "in [defaults]".into()),
+                ["defaults"] => ([SETTING_KEYS, DEFAULTS_ONLY_KEYS].concat(), "in [defaults]".into()),
                 _ => (mirror_keys(), format!("in {}", section_of(parents))),
             };
             let err = self.err(step.key.clone(), format!("unknown key {key:?} {place}{}", expected(&known)));
@@ -955,6 +972,9 @@ impl Cx<'_> {
                 }
                 ["defaults"] if MIRROR_ONLY_KEYS.contains(&key) => err
                     .hint("path names a directory of a mirror's ref: set it in each [mirror.NAME], not in [defaults]"),
+                ["mirror", _] if DEFAULTS_ONLY_KEYS.contains(&key) => {
+                    err.hint(format!("one `watch --all` process serves every mirror: set {key} once, in [defaults]"))
+                }
                 ["mirror", name]
                     if step.value.get_ref().is_table()
                         && self.text.get(step.value.span()).is_some_and(|h| h.starts_with('[')) =>
@@ -1368,6 +1388,32 @@ repair = true
             &["hint: content writes"],
         );
         assert_err(&format!("{base}lfs = true\n"), (5, 7), "lfs in [mirror.a] must be a string", &[]);
+    }
+
+    #[test]
+    fn config_metrics_addr_is_one_for_the_process_in_defaults() {
+        let m = "[mirror.a]\nrepo = \"/r\"\nref = \"main\"\ntarget = \"/t\"\n";
+        let c = ok(&format!("[defaults]\nmetrics_addr = \"127.0.0.1:9273\"\n{m}"));
+        assert_eq!(c.mirrors[0].metrics_addr, Some("127.0.0.1:9273".parse().expect("addr")));
+        assert_eq!(ok(m).mirrors[0].metrics_addr, None);
+        assert_err(
+            &format!("{m}metrics_addr = \"127.0.0.1:9273\"\n"),
+            (5, 1),
+            "unknown key \"metrics_addr\" in [mirror.a]",
+            &["hint: one `watch --all` process serves every mirror: set metrics_addr once, in [defaults]"],
+        );
+        assert_err(
+            &format!("[defaults]\nmetrics_addr = \"9273\"\n{m}"),
+            (2, 16),
+            "bad address for metrics_addr in [defaults]: \"9273\" has no port: expected HOST:PORT",
+            &[],
+        );
+        assert_err(
+            &format!("[defaults]\nmetrics_addr = 9273\n{m}"),
+            (2, 16),
+            "metrics_addr in [defaults] must be a string, not an integer (9273)",
+            &["hint: write e.g. metrics_addr = \"127.0.0.1:9273\""],
+        );
     }
 
     #[test]

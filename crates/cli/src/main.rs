@@ -7,6 +7,7 @@ mod args;
 mod cmd;
 mod config;
 mod generate;
+mod monitor;
 mod render;
 #[cfg(test)]
 mod schema;

@@ -133,7 +133,7 @@ fn a_bad_ref_is_an_error_retried_with_growing_waits() {
     let waits: Vec<Duration> = events
         .iter()
         .filter_map(|e| match e {
-            Event::Error { retry_in, message, error } => {
+            Event::Error { retry_in, message, error, .. } => {
                 assert!(message.contains("no branch, tag or other ref of that name"), "{message}");
                 assert!(!message.contains('\n'), "one line: {message}");
                 assert!(matches!(**error, watch::Error::Sync(sync::Error::Source(_))), "{error:?}");

@@ -70,6 +70,7 @@ pub(crate) fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 a.interval = a.interval.or(Some(m.interval));
                 a.verify_every = a.verify_every.or(m.verify_every);
                 a.repair |= m.repair;
+                a.metrics_addr = a.metrics_addr.or(m.metrics_addr);
             })?)
         }
         Command::Adopt(args) => adopt::run(args),

@@ -16,6 +16,7 @@ use treesync_core::{Repo, apply, sync};
 use super::{generations, make_backend, runtime};
 use crate::args::WatchArgs;
 use crate::exit_code;
+use crate::monitor::{self, Monitor, notify::Notifier, probe::Probe};
 use crate::render::{error_text, human_bytes, short};
 
 /// One line of `watch --json`: an event, when it happened and for which mirror.
@@ -33,9 +34,22 @@ pub(crate) struct WatchLine<'a> {
 /// SIGTERM.
 pub(crate) fn run(runs: Vec<(Option<String>, WatchArgs)>) -> anyhow::Result<ExitCode> {
     let interrupt = Arc::new(AtomicBool::new(false));
+    let monitor = Monitor::new();
+    let mirrors: Vec<_> = runs
+        .iter()
+        .map(|(name, args)| monitor.mirror(name.as_deref().or(args.source.rev.as_deref()).unwrap_or_default()))
+        .collect();
+    let metrics_addr = runs.iter().find_map(|(_, a)| a.metrics_addr);
+    let notifier = Notifier::from_env()?.map(Arc::new);
     let rt = runtime()?;
     let results = rt.block_on(async {
-        let flag = interrupt.clone();
+        if let Some(addr) = metrics_addr {
+            monitor::http::serve(addr, monitor.clone()).await?;
+        }
+        if let Some(n) = &notifier {
+            tokio::spawn(n.clone().run(monitor.clone(), interrupt.clone()));
+        }
+        let (flag, notifier) = (interrupt.clone(), notifier.clone());
         // The handlers are installed before any watch starts: a signal that arrives while the
         // first syncs run must stop the watch, not kill the process.
         use tokio::signal::unix::{SignalKind, signal};
@@ -46,10 +60,17 @@ pub(crate) fn run(runs: Vec<(Option<String>, WatchArgs)>) -> anyhow::Result<Exit
                 _ = int.recv() => {}
             }
             flag.store(true, Ordering::SeqCst);
+            if let Some(n) = notifier {
+                n.stopping();
+            }
         });
-        anyhow::Ok(
-            futures::future::join_all(runs.into_iter().map(|(name, args)| watch_one(name, args, &interrupt))).await,
-        )
+        let interrupt = &*interrupt;
+        let watches = runs.into_iter().zip(mirrors).map(|((name, args), mirror)| async move {
+            let r = watch_one(name, args, interrupt, &mirror).await;
+            mirror.ended(r.as_ref().err().map(error_text));
+            r
+        });
+        anyhow::Ok(futures::future::join_all(watches).await)
     })?;
     let mut code = 0;
     for r in results {
@@ -61,12 +82,17 @@ pub(crate) fn run(runs: Vec<(Option<String>, WatchArgs)>) -> anyhow::Result<Exit
     Ok(ExitCode::from(code))
 }
 
-async fn watch_one(name: Option<String>, args: WatchArgs, interrupt: &AtomicBool) -> anyhow::Result<()> {
+async fn watch_one(
+    name: Option<String>,
+    args: WatchArgs,
+    interrupt: &AtomicBool,
+    mirror: &monitor::Mirror,
+) -> anyhow::Result<()> {
     let tag = name.as_ref().map(|n| format!("[{n}] ")).unwrap_or_default();
     let rev = args.source.rev().with_context(|| format!("{tag}choosing the revision"))?;
     let repo = Repo::open(args.source.repo()).with_context(|| format!("{tag}opening the repository"))?;
     let chosen = make_backend(&args.target).with_context(|| format!("{tag}opening the target"))?;
-    let options = watch::Options {
+    let mut options = watch::Options {
         interval: args.interval.unwrap_or(watch::DEFAULT_INTERVAL),
         verify_every: args.verify_every,
         repair: args.repair,
@@ -82,7 +108,13 @@ async fn watch_one(name: Option<String>, args: WatchArgs, interrupt: &AtomicBool
         },
         ..Default::default()
     };
-    let mut render = |event: &Event| render(event, name.as_deref(), &tag, args.json);
+    // The monitor (--metrics-addr, systemd) sees every event and the loop's rhythm.
+    options.origin = Some(Arc::new(Probe::new(options.origin.take().unwrap_or(Arc::new(watch::Poll)), mirror.clone())));
+    options.on_progress = Some(mirror.on_progress());
+    let mut render = |event: &Event| {
+        mirror.observe(event, &repo);
+        render(event, name.as_deref(), &tag, args.json)
+    };
     // --atomic, or a target kept in generations: every sync prepares a generation and switches.
     let host = generations(&args.target)?;
     let atomic = match (&host, args.atomic.wanted()) {

@@ -1,6 +1,6 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use super::{Error, Event, Options, Outcome, one_line};
 use crate::backend::Backend;
@@ -80,12 +80,24 @@ async fn watch_place(
     });
     let mut outcome = Outcome::default();
     let mut last: Option<gix_hash::ObjectId> = None;
+    // Since when the target has not held the ref's commit (see `Event::Error::behind_since`).
+    let mut behind: Option<SystemTime> = None;
     let mut backoff = interval;
     let mut last_verify = Instant::now();
     while !interrupt.load(Ordering::SeqCst) {
-        let step =
-            step(repo, rev, place, &*origin, options, &mut last, &mut last_verify, &mut outcome, on_event, interrupt)
-                .await;
+        let step = step(
+            repo,
+            rev,
+            place,
+            &*origin,
+            options,
+            (&mut last, &mut behind),
+            &mut last_verify,
+            &mut outcome,
+            on_event,
+            interrupt,
+        )
+        .await;
         let wait = match step {
             Ok(()) => {
                 backoff = interval;
@@ -105,7 +117,12 @@ async fn watch_place(
             }
             Err(e) => {
                 outcome.errors += 1;
-                on_event(&Event::Error { message: one_line(&e), retry_in: backoff, error: Arc::new(e) });
+                on_event(&Event::Error {
+                    message: one_line(&e),
+                    retry_in: backoff,
+                    behind_since: behind,
+                    error: Arc::new(e),
+                });
                 let w = backoff;
                 backoff = (backoff * 2).min(options.max_backoff.max(interval));
                 w
@@ -125,19 +142,26 @@ async fn step(
     place: Place<'_>,
     origin: &dyn super::Origin,
     options: &Options,
-    last: &mut Option<gix_hash::ObjectId>,
+    (last, behind): (&mut Option<gix_hash::ObjectId>, &mut Option<SystemTime>),
     last_verify: &mut Instant,
     outcome: &mut Outcome,
     on_event: &mut (dyn FnMut(&Event) + Send),
     interrupt: &AtomicBool,
 ) -> Result<(), Error> {
+    let progress = &|p: &crate::apply::Progress<'_>| {
+        if let Some(on) = &options.on_progress {
+            (on.0)(p)
+        }
+    };
     origin.refresh(&[rev.to_string()]).await.map_err(Error::Origin)?;
     let to = repo.resolve(rev).map_err(sync::Error::from)?;
     if *last != Some(to.commit) {
+        behind.get_or_insert_with(SystemTime::now);
         let out = match place {
-            Place::Plain(backend) => sync::sync(repo, rev, backend, &options.sync, &|_| {}, interrupt).await?,
-            Place::Generations(host, g) => generation::sync(repo, rev, host, g, &|_| {}, interrupt).await?.sync,
+            Place::Plain(backend) => sync::sync(repo, rev, backend, &options.sync, progress, interrupt).await?,
+            Place::Generations(host, g) => generation::sync(repo, rev, host, g, progress, interrupt).await?.sync,
         };
+        *behind = None;
         if out.applied.total() > 0 || out.resumed.is_some() || last.is_none() {
             outcome.synced += 1;
             *last = Some(out.commit);
@@ -155,14 +179,14 @@ async fn step(
         let repair = sync::RepairOptions { sync: options.sync.clone(), ..Default::default() };
         let (report, repaired) = match place {
             Place::Plain(backend) if options.repair => {
-                let out = sync::repair(repo, backend, &repair, &|_| {}, interrupt).await?;
+                let out = sync::repair(repo, backend, &repair, progress, interrupt).await?;
                 (out.report, out.applied)
             }
             Place::Plain(backend) => {
                 (verify::verify_with(repo, backend, verify::Level::Stat, options.sync.limits).await?, None)
             }
             Place::Generations(host, g) if options.repair => {
-                let out = generation::repair(repo, host, g, &repair, &|_| {}, interrupt).await?;
+                let out = generation::repair(repo, host, g, &repair, progress, interrupt).await?;
                 (out.repair.report, out.repair.applied)
             }
             Place::Generations(host, _) => {

@@ -43,7 +43,7 @@
 //! ```
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use serde::Serialize;
 
@@ -73,6 +73,19 @@ pub struct Options {
     /// Where the watch learns that the ref moved, and how the repository gets its commits
     /// ([`Origin`]); `None`: [`Poll`], a look every `interval`.
     pub origin: Option<Arc<dyn Origin>>,
+    /// Told of the progress of every sync and repair (after each batch of ops): a sign of life
+    /// for a watchdog while a long step runs; `None`: nobody listens.
+    pub on_progress: Option<OnProgress>,
+}
+
+/// [`Options::on_progress`]: a function told of a step's progress.
+#[derive(Clone)]
+pub struct OnProgress(pub Arc<dyn Fn(&crate::apply::Progress<'_>) + Send + Sync>);
+
+impl std::fmt::Debug for OnProgress {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("OnProgress(..)")
+    }
 }
 
 /// [`Options::interval`] when none is given.
@@ -89,6 +102,7 @@ impl Default for Options {
             max_backoff: DEFAULT_MAX_BACKOFF,
             sync: sync::Options::default(),
             origin: None,
+            on_progress: None,
         }
     }
 }
@@ -174,6 +188,12 @@ pub enum Event {
         #[serde(rename = "retry_in_secs", serialize_with = "crate::json::secs")]
         #[schemars(with = "crate::json::schema::Seconds")]
         retry_in: Duration,
+        /// When the watch first saw the ref at a commit the target does not hold, if it does not
+        /// hold the ref's commit now (the failed step was that sync); `None` when the target is
+        /// at the ref (a verify or repair failed) or the ref could not be read. Lag monitors
+        /// (`--metrics-addr`) take it from here; not part of the JSON line.
+        #[serde(skip)]
+        behind_since: Option<SystemTime>,
         /// The error itself.
         #[serde(skip)]
         error: Arc<Error>,
