@@ -113,7 +113,8 @@ async fn mirrors_with_other_settings_plan_on_their_own() {
     let other = History::from_trees(&trees());
     assert_eq!(other.commits, h.commits, "fast-import made the same commits");
     let d0 = Select::new(&["d0".to_string()], &[]).expect("select");
-    let mirror = |what, backend, at, select: &Select, export| Mirror { what, backend, at, select: select.clone(), export };
+    let mirror =
+        |what, backend, at, select: &Select, export| Mirror { what, backend, at, select: select.clone(), export };
     let all = Select::all();
     let mirrors = [
         mirror("plain 1", MemoryBackend::new(), A, &all, false),

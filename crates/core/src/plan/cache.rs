@@ -51,10 +51,13 @@ pub struct Cache {
     /// Least recently used first. A linear search: `capacity` is a handful of keys, and the
     /// lock is never held while planning (the entry's cell is), so a `Mutex` over a small
     /// list is simpler than a concurrent map and keeps the eviction order exact.
-    entries: Mutex<VecDeque<(Key, Arc<OnceCell<Arc<Plan>>>)>>,
+    entries: Mutex<VecDeque<(Key, Slot)>>,
     hits: AtomicU64,
     misses: AtomicU64,
 }
+
+/// The plan of one key: made once, by the first caller; the others wait for it.
+type Slot = Arc<OnceCell<Arc<Plan>>>;
 
 impl std::fmt::Debug for Cache {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

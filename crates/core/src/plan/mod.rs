@@ -16,8 +16,8 @@ pub use function::{
 
 pub use gitlinks::{Gitlinks, Recurse, Visit};
 
-pub use cache::{Cache, Counts};
 pub(crate) use cache::Key;
+pub use cache::{Cache, Counts};
 
 use gix_hash::ObjectId;
 
