@@ -65,6 +65,10 @@ pub struct Options {
     /// before anything is written, [`Error::Lfs`] otherwise) or the pointer files. Recorded
     /// in the state with the conversion settings: a change rewrites the LFS files.
     pub lfs: crate::lfs::LfsMode,
+    /// Plans shared with the other targets of this process that make the same transition
+    /// (mirrors of one repository and ref): the first plans, the others reuse its plan
+    /// ([`plan::Cache`]). `None`: every sync plans on its own.
+    pub plans: Option<Arc<plan::Cache>>,
 }
 
 /// The lease of [`Options::lease`] when none is given.
@@ -224,8 +228,9 @@ pub struct Prepared {
     pub target: TargetState,
     /// An interrupted sync, and the plan that finishes it (run first).
     pub resume: Option<(InProgress, Plan)>,
-    /// The plan to the requested commit.
-    pub main: Plan,
+    /// The plan to the requested commit (shared with other targets through
+    /// [`Options::plans`]).
+    pub main: Arc<Plan>,
     /// The requested commit.
     pub to: Resolved,
     /// The directory of `to.commit` whose tree `to.tree` is (a subtree sync), as the state
@@ -353,7 +358,7 @@ pub async fn prepare(
         export: Some(options.export),
         lfs: Some(options.lfs),
     };
-    prepare_at(repo, to, goal, backend, options.force, target, options.limits).await
+    prepare_at(repo, to, goal, backend, options.force, target, options.limits, None).await
 }
 
 /// Where a sync goes beyond the commit: each `None` keeps what the state records (a repair,
@@ -444,6 +449,7 @@ async fn prepare_at(
     force: bool,
     mut target: TargetState,
     limits: plan::Limits,
+    plans: Option<&plan::Cache>,
 ) -> Result<Prepared, Error> {
     let Goal { path, recurse, select, export, lfs } = goal;
     let state_bytes = backend.load_state().await?;
@@ -559,7 +565,7 @@ async fn prepare_at(
             state,
             target,
             resume: None,
-            main,
+            main: Arc::new(main),
             to,
             path,
             takeover: true,
@@ -639,7 +645,7 @@ async fn prepare_at(
         let existing = scan(backend).await?;
         let plan = planning.takeover(&existing, to.tree, recurse, Some(&converter), &select)?;
         replaced = Some(replaced_by(&plan, &existing));
-        plan
+        Arc::new(plan)
     } else {
         // What the target's gitlinks hold once an interrupted sync is finished, or now.
         let filled = resume_recurse.unwrap_or(recursed);
@@ -647,18 +653,35 @@ async fn prepare_at(
             Some(SyncState { in_progress: Some(p), .. }) => Some(p.to_commit),
             _ => synced_commit,
         };
-        planning.diff(
-            (base, filled && base.is_some(), base_converter.as_deref(), &held_select),
-            to.tree,
-            (recurse, Some(&converter), &select),
-            (held_commit != Some(to.commit)).then_some(substituted.as_slice()),
-        )?
+        let from = (base, filled && base.is_some(), base_converter.as_deref(), &held_select);
+        let new = (recurse, Some(&*converter), &select);
+        let resubst = (held_commit != Some(to.commit)).then_some(substituted.as_slice());
+        match plans {
+            // With submodules the plan depends on the submodule repositories found, and
+            // planning records which it read: not shared.
+            Some(cache) if planning.submodules.is_none() => {
+                let key = plan::Key {
+                    repo: repo.common_dir(),
+                    from: (base, held_commit.filter(|_| base.is_some())),
+                    to: (to.tree, to.commit),
+                    old_settings: base_converter.as_ref().map(|c| c.settings().clone()),
+                    new_settings: Some(converter.settings().clone()),
+                    old_select: held_select.clone(),
+                    new_select: select.clone(),
+                    resubst: resubst.map(<[String]>::to_vec),
+                    case_insensitive: options.case_insensitive,
+                    limits: options.limits,
+                };
+                cache.get_or_plan(key, || planning.diff(from, to.tree, new, resubst)).await?
+            }
+            _ => Arc::new(planning.diff(from, to.tree, new, resubst)?),
+        }
     };
     // The expanded files after this sync: those before (still checked each time) and those
     // written now, less those removed.
     let export_subst = {
         let mut all: std::collections::BTreeSet<String> = substituted.iter().cloned().collect();
-        let plans = resume.iter().map(|(_, p)| p).chain(std::iter::once(&main));
+        let plans = resume.iter().map(|(_, p)| p).chain(std::iter::once(&*main));
         for op in plans.flat_map(|p| p.ops()) {
             match op {
                 crate::Op::Write { path, conversion: Some(c), .. } if c.export_subst => {
@@ -971,9 +994,10 @@ pub async fn sync(
         export: Some(options.export),
         lfs: Some(options.lfs),
     };
+    let plans = options.plans.as_deref();
     let target = backend.prepare_target(false).await?;
     let early = if target != TargetState::Managed || options.dry_run {
-        let prepared = prepare_at(repo, to, goal(), backend, options.force, target, options.limits).await?;
+        let prepared = prepare_at(repo, to, goal(), backend, options.force, target, options.limits, plans).await?;
         if options.dry_run {
             let mut outcome = outcome_of(&prepared, options);
             outcome.elapsed = start.elapsed();
@@ -1003,9 +1027,9 @@ pub async fn sync(
             // Another writer got there first: read the target again.
             Some(_) => {
                 let target = backend.prepare_target(false).await?;
-                prepare_at(repo, to, goal(), backend, options.force, target, options.limits).await?
+                prepare_at(repo, to, goal(), backend, options.force, target, options.limits, plans).await?
             }
-            None => prepare_at(repo, to, goal(), backend, options.force, target, options.limits).await?,
+            None => prepare_at(repo, to, goal(), backend, options.force, target, options.limits, plans).await?,
         };
         let outcome = run_locked(repo, backend, prepared, options, &me, progress, interrupt, start).await?;
         if let Some(clone) = &options.git_worktree {
@@ -1263,7 +1287,8 @@ pub async fn repair(
         let finished = if interrupted {
             let target = backend.prepare_target(false).await?;
             let goal = Goal { path: None, recurse: None, select: None, export: None, lfs: None };
-            let prepared = prepare_at(repo, to, goal, backend, false, target, options.sync.limits).await?;
+            let plans = options.sync.plans.as_deref();
+            let prepared = prepare_at(repo, to, goal, backend, false, target, options.sync.limits, plans).await?;
             Some(run_locked(repo, backend, prepared, &options.sync, &me, progress, interrupt, start).await?)
         } else {
             None

@@ -204,7 +204,7 @@ fn assert_holds(world: &World, target: &MemoryBackend, branch: &str, recurse: bo
 /// The plan a sync to `branch` would make now (nothing written).
 fn plan(repo: &Repo, branch: &str, target: &MemoryBackend, recurse: bool) -> treesync_core::Plan {
     let o = PrepareOptions { recurse_submodules: recurse, ..Default::default() };
-    run(sync::prepare(repo, branch, target, &o)).expect("prepare").main
+    run(sync::prepare(repo, branch, target, &o)).expect("prepare").main.as_ref().clone()
 }
 
 /// Sync through the whole history and back, each step compared with git's clone; the commit

@@ -75,6 +75,8 @@ pub(crate) fn run(args: SyncArgs) -> anyhow::Result<()> {
         select: args.source.select()?,
         export: args.source.export,
         lfs: args.source.lfs.unwrap_or_default(),
+        // One target per process: nothing to share a plan with.
+        plans: None,
     };
     anyhow::ensure!(
         !args.git_worktree || !matches!(chosen.kind, treesync::BackendKind::S3 | treesync::BackendKind::Memory),

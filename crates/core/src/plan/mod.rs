@@ -4,6 +4,7 @@
 //! subtree whose id is the same on both sides, so its cost grows with the number of changed
 //! paths (times their depth), not with the size of the tree.
 
+mod cache;
 mod function;
 mod gitlinks;
 pub(crate) use function::too_deep;
@@ -14,6 +15,9 @@ pub use function::{
 };
 
 pub use gitlinks::{Gitlinks, Recurse, Visit};
+
+pub(crate) use cache::Key;
+pub use cache::{Cache, Counts};
 
 use gix_hash::ObjectId;
 
