@@ -50,9 +50,11 @@ use serde::Serialize;
 use crate::op::OpCounts;
 use crate::{sync, verify};
 
+pub mod events;
 mod function;
 pub mod origin;
 pub use function::{watch, watch_generations};
+pub use events::{Events, NoEvents};
 pub use origin::{Origin, OriginError, Poll};
 
 /// How to watch.
