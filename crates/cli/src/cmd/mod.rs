@@ -70,6 +70,7 @@ pub(crate) fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 a.interval = a.interval.or(Some(m.interval));
                 a.verify_every = a.verify_every.or(m.verify_every);
                 a.repair |= m.repair;
+                a.poll |= m.poll;
             })?)
         }
         Command::Adopt(args) => adopt::run(args),

@@ -80,6 +80,9 @@ async fn watch_one(name: Option<String>, args: WatchArgs, interrupt: &AtomicBool
             lfs: args.source.lfs.unwrap_or_default(),
             ..Default::default()
         },
+        // A local repository wakes the watch by inotify; polling where that cannot work (said in
+        // the `watching` line), or when asked.
+        origin: Some(watch::events::origin(&repo.git_dir(), std::slice::from_ref(&rev), args.poll)),
         ..Default::default()
     };
     let mut render = |event: &Event| render(event, name.as_deref(), &tag, args.json);

@@ -211,7 +211,7 @@ impl Events {
         let handler = move |res: notify::Result<notify::Event>| {
             let matters = match &res {
                 Ok(event) => {
-                    if matches!(event.kind, EventKind::Create(_)) && event.paths.iter().any(|p| *p == logs) {
+                    if matches!(event.kind, EventKind::Create(_)) && event.paths.contains(&logs) {
                         shared.logs_appeared.store(true, Ordering::SeqCst);
                     }
                     places.matters(event)
@@ -361,11 +361,8 @@ mod tests {
 
     #[test]
     fn lock_files_and_reads_are_no_change() {
-        let places = Places {
-            git_dir: "/r".into(),
-            common_dir: "/r".into(),
-            top: vec!["HEAD".into(), "packed-refs".into()],
-        };
+        let places =
+            Places { git_dir: "/r".into(), common_dir: "/r".into(), top: vec!["HEAD".into(), "packed-refs".into()] };
         let ev = |kind, p: &str| notify::Event::new(kind).add_path(p.into());
         let create = EventKind::Create(notify::event::CreateKind::File);
         assert!(places.matters(&ev(create, "/r/refs/heads/main")));
