@@ -92,13 +92,20 @@ pub(crate) enum Command {
     Verify(VerifyArgs),
     /// Keep the target following a ref: sync every new commit, verify on a schedule.
     ///
-    /// Polls the ref (a loose ref file and packed-refs; never the target) every --interval,
-    /// logs one line per update, retries failures with backoff, and stops cleanly on SIGINT or
-    /// SIGTERM: the batches in flight finish and the journal records where it stopped.
+    /// Follows the ref (its loose ref file, packed-refs, HEAD, the reflog; never the target).
+    /// On a local repository it is woken by inotify as soon as a push or `git update-ref`
+    /// moves the ref, and uses no CPU in between. Where events cannot see every push (a
+    /// repository on NFS, SMB, FUSE or another network filesystem; no inotify; the watch
+    /// limit fs.inotify.max_user_watches reached) it polls every --interval, and its first
+    /// log line says why. --poll always polls. It logs one line per update, retries failures
+    /// with backoff, and stops cleanly on SIGINT or SIGTERM: the batches in flight finish and
+    /// the journal records where it stopped.
     ///
     /// Example:
-    ///   treesync watch --repo /srv/git/site.git --ref main --target /mnt/nas/site --interval 5s --verify-every 24h
+    ///   treesync watch --repo /srv/git/site.git --ref main --target /mnt/nas/site --verify-every 24h
     ///   treesync watch --repo /srv/git/site.git --ref main --target /srv/www/site --atomic
+    ///   treesync watch --repo /mnt/nfs/site.git --ref main --target /srv/www/site --poll --interval 2s
+    #[command(verbatim_doc_comment)]
     Watch(WatchArgs),
     /// Take over a working tree that git manages today, without touching its files.
     ///
@@ -538,9 +545,17 @@ pub(crate) struct WatchArgs {
     pub(crate) limits: LimitArgs,
     #[command(flatten)]
     pub(crate) atomic: AtomicArgs,
-    /// How often to look at the ref (e.g. 500ms, 5s, 1m) [default: 5s].
+    /// When polling: how often to look at the ref (e.g. 500ms, 5s, 1m) [default: 5s]. Also the
+    /// first wait before a failed step is tried again.
     #[arg(long, value_name = "DURATION", value_parser = treesync_core::duration::parse)]
     pub(crate) interval: Option<std::time::Duration>,
+    /// Look at the ref every --interval instead of being woken by changes to it (inotify).
+    /// For a repository that another host writes through a mount the filesystem check does not
+    /// recognize. Config: poll = true.
+    ///
+    /// Example: treesync watch --repo /srv/git/site.git --ref main --target /srv/www/site --poll --interval 1s
+    #[arg(long)]
+    pub(crate) poll: bool,
     /// Run `verify` (stat level) this often (e.g. 24h); off by default.
     #[arg(long, value_name = "DURATION", value_parser = treesync_core::duration::parse)]
     pub(crate) verify_every: Option<std::time::Duration>,

@@ -74,6 +74,8 @@ pub struct Mirror {
     pub verify_every: Option<Duration>,
     /// With `verify_every`: repair the drift verify finds.
     pub repair: bool,
+    /// `watch` polls the ref every `interval` instead of being woken by changes (`--poll`).
+    pub poll: bool,
     /// The most ops one plan may hold (`--max-entries`; the core's default unless set).
     pub max_entries: Option<u64>,
     /// The most bytes of content one plan may write (`--max-bytes`; the core's default unless set).
@@ -308,6 +310,7 @@ tables! {
     region: Text,
     allow_http: Flag,
     repair: Flag,
+    poll: Flag,
     max_entries: Count,
     max_bytes: Size,
     recurse_submodules: Flag,
@@ -817,6 +820,7 @@ pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
             interval: settings.interval.as_ref().map_or(DEFAULT_INTERVAL, |i| i.value.0),
             verify_every: settings.verify_every.as_ref().and_then(|v| v.value.0),
             repair: settings.repair.as_ref().is_some_and(|f| f.value.0),
+            poll: settings.poll.as_ref().is_some_and(|f| f.value.0),
             max_entries: settings.max_entries.as_ref().map(|c| c.value.0),
             max_bytes: settings.max_bytes.as_ref().map(|s| s.value.0),
             recurse_submodules: settings.recurse_submodules.as_ref().is_some_and(|f| f.value.0),
@@ -1360,7 +1364,7 @@ repair = true
             text,
             (7, 1),
             "unknown key \"tagret\" in [mirror.site] (expected one of: repo, ref, target, path, backend, interval, \
-             verify_every, jobs, lookup_jobs, write_jobs, fsync, endpoint, region, allow_http, repair, max_entries, max_bytes, \
+             verify_every, jobs, lookup_jobs, write_jobs, fsync, endpoint, region, allow_http, repair, poll, max_entries, max_bytes, \
              recurse_submodules, include, exclude, export, lfs, atomic, keep, grace, switch)",
             &["\n  hint: did you mean \"target\"?"],
         );

@@ -5,6 +5,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use treesync_testkit::cli::s;
 use treesync_testkit::history::{self, Entry};
 use treesync_testkit::{BareRepo, git, tree};
 
@@ -216,5 +217,94 @@ fn watch_all_follows_every_mirror_and_tags_their_events() {
                 assert_eq!(stdout.lines().filter(|l| l.contains(&format!("[{name}] synced "))).count(), 1, "{stdout}");
             }
         }
+    }
+}
+
+/// CPU ticks (user + system) the process `pid` has used, from /proc/PID/stat.
+fn cpu_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("/proc/PID/stat");
+    // Fields after the command name (which may hold spaces) in parentheses: utime is the 14th
+    // field of the line, stime the 15th.
+    let after = &stat[stat.rfind(')').expect("(comm)") + 2..];
+    let fields: Vec<&str> = after.split(' ').collect();
+    fields[11].parse::<u64>().expect("utime") + fields[12].parse::<u64>().expect("stime")
+}
+
+/// A local repository wakes `watch` by inotify: with an interval of an hour it follows an
+/// update-ref and a push at once, says so in its first line, and uses (nearly) no CPU while
+/// nothing moves — no busy loop, no periodic look.
+#[test]
+fn watch_is_woken_by_pushes_and_idles_without_cpu() {
+    let bare = BareRepo::new();
+    let commits = history::import(&bare.path, "staging", &history::random_history(31, 3));
+    git(&bare.path, &["update-ref", "refs/heads/main", &commits[0]]);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let target = dir.path().join("t");
+    let child = Command::new(env!("CARGO_BIN_EXE_treesync"))
+        .args(["watch", "--repo", s(&bare.path), "--ref", "main", "--target", s(&target), "--interval", "1h"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("watch starts");
+    wait_for("the first commit", || matches(&bare, &commits[0], &target));
+    // Idle: 3 s of nothing moving. 2 ticks (20 ms at USER_HZ 100) is what a loop waking every
+    // 50 ms for the interrupt check costs at most; a busy loop takes ~300.
+    std::thread::sleep(Duration::from_millis(200));
+    let before = cpu_ticks(child.id());
+    std::thread::sleep(Duration::from_secs(3));
+    let idle = cpu_ticks(child.id()) - before;
+    git(&bare.path, &["update-ref", "refs/heads/main", &commits[1]]);
+    wait_for("the updated ref", || matches(&bare, &commits[1], &target));
+    let work = tempfile::tempdir().expect("tempdir");
+    git(work.path(), &["clone", "-q", "-b", "main", s(&bare.path), "c"]);
+    git(&work.path().join("c"), &["push", "-q", "origin", &format!("{}:refs/heads/main", commits[2])]);
+    wait_for("the pushed commit", || matches(&bare, &commits[2], &target));
+    assert!(Command::new("kill").args(["-TERM", &child.id().to_string()]).status().expect("kill").success());
+    let out = child.wait_with_output().expect("watch exits");
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("woken by changes to the refs (inotify)"), "{stderr}");
+    assert_eq!(stdout.lines().filter(|l| l.contains(" synced ")).count(), 3, "{stdout}");
+    assert!(idle <= 2, "{idle} CPU ticks in 3 s of idle watching");
+}
+
+/// `--poll`, or `poll = true` in the config file, polls every --interval and says so: with an
+/// hour, a move is not seen.
+#[test]
+fn watch_poll_polls_and_says_so() {
+    let bare = BareRepo::new();
+    let commits = history::import(&bare.path, "staging", &history::random_history(32, 2));
+    git(&bare.path, &["update-ref", "refs/heads/main", &commits[0]]);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cfg = dir.path().join("treesync.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[mirror.m]\nrepo = {:?}\nref = \"main\"\ntarget = {:?}\ninterval = \"1h\"\npoll = true\n",
+            s(&bare.path),
+            s(&dir.path().join("m"))
+        ),
+    )
+    .expect("config");
+    let (f, m) = (dir.path().join("f"), dir.path().join("m"));
+    let flag = ["watch", "--repo", s(&bare.path), "--ref", "main", "--target", s(&f), "--interval", "1h", "--poll"];
+    let config = ["--config", s(&cfg), "watch", "m"];
+    for (args, target) in [(&flag[..], &f), (&config[..], &m)] {
+        git(&bare.path, &["update-ref", "refs/heads/main", &commits[0]]);
+        let child = Command::new(env!("CARGO_BIN_EXE_treesync"))
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("watch starts");
+        wait_for("the first commit", || matches(&bare, &commits[0], target));
+        git(&bare.path, &["update-ref", "refs/heads/main", &commits[1]]);
+        std::thread::sleep(Duration::from_secs(2));
+        assert!(Command::new("kill").args(["-TERM", &child.id().to_string()]).status().expect("kill").success());
+        let out = child.wait_with_output().expect("watch exits");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{stderr}");
+        assert!(stderr.contains(", polling every 3600s\n"), "{args:?}: {stderr}");
+        assert!(matches(&bare, &commits[0], target), "{args:?}: polling every hour saw no move");
     }
 }

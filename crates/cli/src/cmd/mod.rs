@@ -71,6 +71,7 @@ pub(crate) fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 a.verify_every = a.verify_every.or(m.verify_every);
                 a.repair |= m.repair;
                 a.metrics_addr = a.metrics_addr.or(m.metrics_addr);
+                a.poll |= m.poll;
             })?)
         }
         Command::Adopt(args) => adopt::run(args),

@@ -106,6 +106,9 @@ async fn watch_one(
             lfs: args.source.lfs.unwrap_or_default(),
             ..Default::default()
         },
+        // A local repository wakes the watch by inotify; polling where that cannot work (said in
+        // the `watching` line), or when asked.
+        origin: Some(watch::events::origin(&repo.git_dir(), std::slice::from_ref(&rev), args.poll)),
         ..Default::default()
     };
     // The monitor (--metrics-addr, systemd) sees every event and the loop's rhythm.

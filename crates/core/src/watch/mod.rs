@@ -1,5 +1,6 @@
-//! [`watch()`]: keep a target following a ref — poll the ref (never the target), sync every new
-//! commit, verify (and repair) on a schedule, retry failures with backoff, and stop when asked.
+//! [`watch()`]: keep a target following a ref — woken when the ref moves ([`Events`]) or polling
+//! it ([`Poll`]; never the target), sync every new commit, verify (and repair) on a schedule,
+//! retry failures with backoff, and stop when asked.
 //!
 //! Everything that happens is told to the caller as an [`Event`], one per thing: the `treesync
 //! watch` command prints them as log lines or serializes them as they are (`--json`); a library
@@ -50,15 +51,18 @@ use serde::Serialize;
 use crate::op::OpCounts;
 use crate::{sync, verify};
 
+pub mod events;
 mod function;
 pub mod origin;
+pub use events::{Events, NoEvents};
 pub use function::{watch, watch_generations};
 pub use origin::{Origin, OriginError, Poll};
 
 /// How to watch.
 #[derive(Debug, Clone)]
 pub struct Options {
-    /// How often to look at the ref (a loose ref file and packed-refs; never the target).
+    /// How often to look at the ref (a loose ref file and packed-refs; never the target) when
+    /// the origin polls; with every origin, the first wait before a failed step is tried again.
     pub interval: Duration,
     /// Verify the target (stat level) this often; `None`: never.
     pub verify_every: Option<Duration>,
@@ -153,12 +157,13 @@ pub enum Event {
         repo: String,
         /// The target, as the backend names it.
         target: String,
-        /// Time between looks at the ref.
+        /// Time between looks at the ref when polling, and the first wait before a retry.
         #[serde(rename = "interval_secs", serialize_with = "crate::json::secs")]
         #[schemars(with = "crate::json::schema::Seconds")]
         interval: Duration,
-        /// How the watch learns that the ref moved ([`Origin::describe`]), e.g.
-        /// `polling every 5s`.
+        /// How the watch learns that the ref moved ([`Origin::describe`]): `woken by changes to
+        /// the refs (inotify)`, `polling every 5s`, or polling with the reason events are not
+        /// used (`polling every 5s: the repository is on nfs (…)`).
         waits: String,
     },
     /// A sync ran: the first one, and every one that changed something or finished an
