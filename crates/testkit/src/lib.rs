@@ -10,6 +10,7 @@ pub mod crash;
 pub mod delay;
 pub mod ganesha;
 pub mod gitcheck;
+pub mod gitdaemon;
 pub mod history;
 pub mod missing;
 pub mod pack;
