@@ -13,7 +13,7 @@ use treesync_core::path::quote;
 use treesync_core::watch::{self, Event};
 use treesync_core::{Repo, apply, sync};
 
-use super::{generations, make_backend, runtime};
+use super::{generations, make_backend, remote, runtime};
 use crate::args::WatchArgs;
 use crate::exit_code;
 use crate::render::{error_text, human_bytes, short};
@@ -64,7 +64,12 @@ pub(crate) fn run(runs: Vec<(Option<String>, WatchArgs)>) -> anyhow::Result<Exit
 async fn watch_one(name: Option<String>, args: WatchArgs, interrupt: &AtomicBool) -> anyhow::Result<()> {
     let tag = name.as_ref().map(|n| format!("[{n}] ")).unwrap_or_default();
     let rev = args.source.rev().with_context(|| format!("{tag}choosing the revision"))?;
-    let repo = Repo::open(args.source.repo()).with_context(|| format!("{tag}opening the repository"))?;
+    // A URL: the watch's origin is the remote (each look asks the server, fetches what moved),
+    // its repository the cache's.
+    let remote = remote(args.source.repo(), args.source.cache_dir.as_deref())
+        .with_context(|| format!("{tag}opening the repository's cache"))?;
+    let repo = Repo::open(remote.as_ref().map_or(args.source.repo(), |r| r.path()))
+        .with_context(|| format!("{tag}opening the repository"))?;
     let chosen = make_backend(&args.target).with_context(|| format!("{tag}opening the target"))?;
     let options = watch::Options {
         interval: args.interval.unwrap_or(watch::DEFAULT_INTERVAL),
@@ -80,6 +85,7 @@ async fn watch_one(name: Option<String>, args: WatchArgs, interrupt: &AtomicBool
             lfs: args.source.lfs.unwrap_or_default(),
             ..Default::default()
         },
+        origin: remote.map(|r| Arc::new(r) as Arc<dyn watch::Origin>),
         ..Default::default()
     };
     let mut render = |event: &Event| render(event, name.as_deref(), &tag, args.json);
