@@ -123,7 +123,7 @@ impl Remote {
             .truncate(false)
             .write(true)
             .open(&self.lock)
-            .map_err(|source| Error::Lock { path: self.lock.clone(), source: source.into() })?;
+            .map_err(|source| Error::Lock { path: self.lock.clone(), source })?;
         rustix::fs::flock(&file, rustix::fs::FlockOperation::LockExclusive)
             .map_err(|e| Error::Lock { path: self.lock.clone(), source: e.into() })?;
         Ok(file)
