@@ -68,6 +68,7 @@ pub(crate) enum Command {
     ///
     /// Examples:
     ///   treesync sync --repo /srv/git/site.git --ref main --target /mnt/nas/site
+    ///   treesync sync --repo https://git.example.org/site.git --ref main --target /srv/www   # fetched into the cache
     ///   treesync sync --repo mono.git --ref main:docs --target /srv/docs   # only docs/, as the root
     ///   treesync sync --repo mono.git --ref main --path docs --target /srv/docs   # the same
     ///   treesync sync --repo site.git --ref main --target /srv/www --include /public/ --exclude '*.map'
@@ -104,6 +105,7 @@ pub(crate) enum Command {
     /// Example:
     ///   treesync watch --repo /srv/git/site.git --ref main --target /mnt/nas/site --verify-every 24h
     ///   treesync watch --repo /srv/git/site.git --ref main --target /srv/www/site --atomic
+    ///   treesync watch --repo git@git.example.org:site.git --ref main --target /srv/www --interval 10s   # one ls-refs per 10s
     ///   treesync watch --repo /mnt/nfs/site.git --ref main --target /srv/www/site --poll --interval 2s
     #[command(verbatim_doc_comment)]
     Watch(WatchArgs),
@@ -129,9 +131,19 @@ pub(crate) enum Command {
 
 #[derive(Args, Clone)]
 pub(crate) struct Source {
-    /// The git repository: a bare repository, a .git directory, or a working tree holding one.
-    #[arg(long, value_name = "PATH", required_unless_present_any = ["mirror", "all"])]
+    /// The git repository: a bare repository, a .git directory, a working tree holding one, or
+    /// a URL git fetches from (https://, ssh://, git://, file://, or host:path as scp spells it),
+    /// e.g. --repo https://git.example.org/site.git. A URL is mirrored in a bare repository of
+    /// treesync's cache (see --cache-dir): each run, and each --interval of watch, asks the
+    /// server for the ref (one small request) and fetches only when it moved. With a URL, --ref
+    /// names a branch, tag or full ref (optionally with ~N or :PATH), not a commit id.
+    #[arg(long, value_name = "PATH|URL", required_unless_present_any = ["mirror", "all"])]
     pub(crate) repo: Option<PathBuf>,
+    /// Where a --repo URL is mirrored (one bare repository per URL under DIR/repos) [default:
+    /// $TREESYNC_CACHE_DIR, else $XDG_CACHE_HOME/treesync, else ~/.cache/treesync; as root
+    /// without $HOME: /var/cache/treesync].
+    #[arg(long, value_name = "DIR")]
+    pub(crate) cache_dir: Option<PathBuf>,
     /// The revision to sync: branch, tag, commit id (full or short), or an expression like
     /// main~3. REV:PATH (as `git rev-parse` spells a directory of a commit, e.g. main:docs) syncs
     /// that directory as the target's root.
@@ -496,9 +508,13 @@ pub(crate) enum LevelArg {
 pub(crate) struct VerifyArgs {
     #[command(flatten)]
     pub(crate) pick: Pick,
-    /// The git repository the target was synced from.
-    #[arg(long, value_name = "PATH", required_unless_present_any = ["mirror", "all"])]
+    /// The git repository the target was synced from: a path, or the URL it was synced from
+    /// (its mirror in the cache is read; nothing is fetched).
+    #[arg(long, value_name = "PATH|URL", required_unless_present_any = ["mirror", "all"])]
     pub(crate) repo: Option<PathBuf>,
+    /// Where a --repo URL is mirrored (as for sync).
+    #[arg(long, value_name = "DIR")]
+    pub(crate) cache_dir: Option<PathBuf>,
     #[command(flatten)]
     pub(crate) target: TargetArgs,
     #[command(flatten)]

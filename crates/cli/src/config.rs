@@ -51,8 +51,11 @@ pub struct Config {
 pub struct Mirror {
     /// The `NAME` of `[mirror.NAME]`: `[A-Za-z0-9._-]+`.
     pub name: String,
-    /// The repository, absolute when the file gave a relative path (resolved against the file's directory).
+    /// The repository, absolute when the file gave a relative path (resolved against the file's
+    /// directory), or a URL as written (`git://…`, `https://…`, `host:path`).
     pub repo: PathBuf,
+    /// `cache_dir`: where a URL `repo` is mirrored (`--cache-dir`).
+    pub cache_dir: Option<PathBuf>,
     /// The `ref` key: a branch, tag, commit id or revision expression, or `REV:PATH`.
     pub rev: String,
     /// The `path` key: sync only this directory of the tree, as the target's root (`--path`).
@@ -322,6 +325,7 @@ tables! {
     keep: Count,
     grace: Grace,
     switch: SwitchValue,
+    cache_dir: Text,
 }
 
 const TOP_KEYS: &[&str] = &["defaults", "mirror"];
@@ -705,7 +709,12 @@ pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
                 .hint("every mirror needs repo (the git repository), ref (what to sync) and target (where to)"));
         };
 
-        let repo = cx.resolve(&repo.get_ref().0, repo.span(), &section, "repo")?;
+        // A URL (git://, https://, host:path) is fetched into the cache, not resolved as a path.
+        let repo = if treesync_remote::is_url(&repo.get_ref().0) {
+            PathBuf::from(&repo.get_ref().0)
+        } else {
+            cx.resolve(&repo.get_ref().0, repo.span(), &section, "repo")?
+        };
         // `path` composes with `ref` as REV:PATH, so `ref` must not name a directory already.
         let subtree_path = match &table.path {
             Some(p) => {
@@ -833,6 +842,10 @@ pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
             grace: settings.grace.as_ref().map(|g| g.value.0),
             switch: settings.switch.as_ref().and_then(|s| s.value.0),
             metrics_addr: defaults.metrics_addr.as_ref().map(|a| a.get_ref().0),
+            cache_dir: match &settings.cache_dir {
+                Some(dir) => Some(cx.resolve(&dir.value.0, dir.span.clone(), &section, "cache_dir")?),
+                None => None,
+            },
         });
     }
     Ok(Config { path: path.to_path_buf(), mirrors })
@@ -1365,7 +1378,7 @@ repair = true
             (7, 1),
             "unknown key \"tagret\" in [mirror.site] (expected one of: repo, ref, target, path, backend, interval, \
              verify_every, jobs, lookup_jobs, write_jobs, fsync, endpoint, region, allow_http, repair, poll, max_entries, max_bytes, \
-             recurse_submodules, include, exclude, export, lfs, atomic, keep, grace, switch)",
+             recurse_submodules, include, exclude, export, lfs, atomic, keep, grace, switch, cache_dir)",
             &["\n  hint: did you mean \"target\"?"],
         );
         assert_err(

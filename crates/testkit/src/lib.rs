@@ -10,6 +10,7 @@ pub mod crash;
 pub mod delay;
 pub mod ganesha;
 pub mod gitcheck;
+pub mod gitdaemon;
 pub mod history;
 pub mod missing;
 pub mod pack;
@@ -97,21 +98,26 @@ impl BareRepo {
 
     /// Extract `git archive REV` into `dest` (which must not exist).
     pub fn archive(&self, rev: &str, dest: &Path) {
-        std::fs::create_dir_all(dest).expect("mkdir");
-        let archive = Command::new("git")
-            .current_dir(&self.path)
-            .args(["archive", "--format=tar", rev])
-            .output()
-            .expect("git archive runs");
-        assert!(archive.status.success(), "git archive {rev}: {}", String::from_utf8_lossy(&archive.stderr));
-        let mut tar =
-            Command::new("tar").current_dir(dest).args(["-xf", "-"]).stdin(Stdio::piped()).spawn().expect("tar runs");
-        {
-            use std::io::Write;
-            tar.stdin.take().expect("piped").write_all(&archive.stdout).expect("tar input");
-        }
-        assert!(tar.wait().expect("tar finishes").success(), "tar -x failed");
+        archive(&self.path, rev, dest)
     }
+}
+
+/// Extract `git archive REV` of the repository `repo` into `dest` (which must not exist).
+pub fn archive(repo: &Path, rev: &str, dest: &Path) {
+    std::fs::create_dir_all(dest).expect("mkdir");
+    let archive = Command::new("git")
+        .current_dir(repo)
+        .args(["archive", "--format=tar", rev])
+        .output()
+        .expect("git archive runs");
+    assert!(archive.status.success(), "git archive {rev}: {}", String::from_utf8_lossy(&archive.stderr));
+    let mut tar =
+        Command::new("tar").current_dir(dest).args(["-xf", "-"]).stdin(Stdio::piped()).spawn().expect("tar runs");
+    {
+        use std::io::Write;
+        tar.stdin.take().expect("piped").write_all(&archive.stdout).expect("tar input");
+    }
+    assert!(tar.wait().expect("tar finishes").success(), "tar -x failed");
 }
 
 impl Default for BareRepo {

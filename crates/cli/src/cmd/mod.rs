@@ -8,11 +8,13 @@ pub(crate) mod sync;
 pub(crate) mod verify;
 pub(crate) mod watch;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::CommandFactory;
+
+use treesync_core::Repo;
 
 use crate::args::{BackendKind, Cli, Command, Pick, Source, TargetArgs};
 use crate::exit_code;
@@ -56,6 +58,7 @@ pub(crate) fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let pick = args.pick.clone();
             let runs = expand(&cfg, &pick, args, |a, m| {
                 a.repo = Some(m.repo.clone());
+                a.cache_dir = a.cache_dir.take().or_else(|| m.cache_dir.clone());
                 fill_target(&mut a.target, m);
                 a.limits.fill(m);
             })?;
@@ -110,6 +113,7 @@ fn expand<A: Clone>(
 /// A mirror's settings, where the command line did not set them.
 fn fill(source: &mut Source, target: &mut TargetArgs, m: &config::Mirror) {
     source.repo = Some(m.repo.clone());
+    source.cache_dir = source.cache_dir.take().or_else(|| m.cache_dir.clone());
     source.rev = Some(m.rev.clone());
     source.path = source.path.take().or_else(|| m.path.clone());
     source.recurse_submodules |= m.recurse_submodules;
@@ -171,6 +175,29 @@ fn each_code<A>(
         }
     }
     Ok(ExitCode::from(worst))
+}
+
+/// `--repo` as a remote repository when it is a URL ([`treesync_remote::is_url`]): its cache
+/// repository under `cache_dir` (or the default cache directory), created if missing; `None` for
+/// a local path. Does not touch the network.
+pub(crate) fn remote(repo: &Path, cache_dir: Option<&Path>) -> anyhow::Result<Option<treesync_remote::Remote>> {
+    let Some(url) = repo.to_str().filter(|r| treesync_remote::is_url(r)) else { return Ok(None) };
+    let options = treesync_remote::OpenOptions { cache_dir: cache_dir.map(Path::to_path_buf) };
+    Ok(Some(treesync_remote::Remote::open(url, &options)?))
+}
+
+/// Open `--repo`: a local repository as it is; a URL's cache repository after bringing `revs`
+/// up to date in it (one request to the server, and one fetch when a ref moved).
+pub(crate) fn open_repo(repo: &Path, cache_dir: Option<&Path>, revs: &[String]) -> anyhow::Result<Repo> {
+    let Some(remote) = remote(repo, cache_dir)? else { return Ok(Repo::open(repo)?) };
+    if !revs.is_empty() {
+        let out = remote.update(revs)?;
+        for r in &out.refs {
+            let how = if r.fetched { "fetched" } else { "already in the cache" };
+            tracing::info!("{}: {} is {} ({how}; {} request(s))", remote.url(), r.name, r.id, out.requests);
+        }
+    }
+    Ok(Repo::open(remote.path())?)
 }
 
 /// The async runtime of one command.

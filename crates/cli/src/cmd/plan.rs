@@ -2,9 +2,9 @@
 
 use anyhow::Context;
 use serde::Serialize;
-use treesync_core::{ObjectId, Plan, Repo, sync};
+use treesync_core::{ObjectId, Plan, sync};
 
-use super::{generations, make_backend, runtime};
+use super::{generations, make_backend, open_repo, runtime};
 use crate::args::PlanArgs;
 use crate::render::{print_json, print_plan, print_replaced, short};
 
@@ -46,7 +46,7 @@ pub(crate) struct PlanOutput<'a> {
 
 pub(crate) fn run(args: PlanArgs) -> anyhow::Result<()> {
     let rev = args.source.rev()?;
-    let repo = Repo::open(args.source.repo())?;
+    let repo = open_repo(args.source.repo(), args.source.cache_dir.as_deref(), std::slice::from_ref(&rev))?;
     let mut backend = make_backend(&args.target)?.backend;
     let rt = runtime()?;
     // A target kept in generations (or becoming so with --atomic): plan from the generation

@@ -11,7 +11,7 @@ use serde::Serialize;
 use treesync_core::generation::{self, Host};
 use treesync_core::{Repo, apply, sync};
 
-use super::{generations, make_backend, runtime};
+use super::{generations, make_backend, open_repo, runtime};
 use crate::args::SyncArgs;
 use crate::render::{BackendInfo, human_bytes, print_json, print_replaced, short};
 
@@ -57,7 +57,7 @@ fn decide(args: &SyncArgs, rt: &tokio::runtime::Runtime) -> anyhow::Result<(bool
 
 pub(crate) fn run(args: SyncArgs) -> anyhow::Result<()> {
     let rev = args.source.rev()?;
-    let repo = Repo::open(args.source.repo())?;
+    let repo = open_repo(args.source.repo(), args.source.cache_dir.as_deref(), std::slice::from_ref(&rev))?;
     let chosen = make_backend(&args.target)?;
     check_target_place(&repo, args.target.target(), args.force)?;
     let backend = chosen.backend.clone();

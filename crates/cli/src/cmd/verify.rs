@@ -7,9 +7,9 @@ use std::sync::atomic::AtomicBool;
 use anyhow::Context;
 use serde::Serialize;
 use treesync_core::verify::{self, Drift, Level, Report};
-use treesync_core::{OpCounts, Repo, sync};
+use treesync_core::{OpCounts, sync};
 
-use super::{make_backend, reading, runtime};
+use super::{make_backend, open_repo, reading, runtime};
 use crate::args::{LevelArg, VerifyArgs};
 use crate::render::{human_bytes, print_json, print_plan, short};
 
@@ -34,7 +34,8 @@ pub(crate) struct VerifyOutput<'a> {
 }
 
 pub(crate) fn run(args: VerifyArgs) -> anyhow::Result<ExitCode> {
-    let repo = Repo::open(args.repo.as_deref().expect("clap or the config file sets --repo"))?;
+    let repo =
+        open_repo(args.repo.as_deref().expect("clap or the config file sets --repo"), args.cache_dir.as_deref(), &[])?;
     let chosen = make_backend(&args.target)?;
     let level = match args.level {
         LevelArg::Quick => Level::Quick,

@@ -13,7 +13,7 @@ use treesync_core::path::quote;
 use treesync_core::watch::{self, Event};
 use treesync_core::{Repo, apply, sync};
 
-use super::{generations, make_backend, runtime};
+use super::{generations, make_backend, remote, runtime};
 use crate::args::WatchArgs;
 use crate::exit_code;
 use crate::monitor::{self, Monitor, notify::Notifier, probe::Probe};
@@ -90,7 +90,12 @@ async fn watch_one(
 ) -> anyhow::Result<()> {
     let tag = name.as_ref().map(|n| format!("[{n}] ")).unwrap_or_default();
     let rev = args.source.rev().with_context(|| format!("{tag}choosing the revision"))?;
-    let repo = Repo::open(args.source.repo()).with_context(|| format!("{tag}opening the repository"))?;
+    // A URL: the watch's origin is the remote (each look asks the server, fetches what moved),
+    // its repository the cache's.
+    let remote = remote(args.source.repo(), args.source.cache_dir.as_deref())
+        .with_context(|| format!("{tag}opening the repository's cache"))?;
+    let repo = Repo::open(remote.as_ref().map_or(args.source.repo(), |r| r.path()))
+        .with_context(|| format!("{tag}opening the repository"))?;
     let chosen = make_backend(&args.target).with_context(|| format!("{tag}opening the target"))?;
     let mut options = watch::Options {
         interval: args.interval.unwrap_or(watch::DEFAULT_INTERVAL),
@@ -106,9 +111,12 @@ async fn watch_one(
             lfs: args.source.lfs.unwrap_or_default(),
             ..Default::default()
         },
-        // A local repository wakes the watch by inotify; polling where that cannot work (said in
-        // the `watching` line), or when asked.
-        origin: Some(watch::events::origin(&repo.git_dir(), std::slice::from_ref(&rev), args.poll)),
+        // A URL: the remote asks its server every interval. A local repository wakes the watch
+        // by inotify; polling where that cannot work (said in the `watching` line), or when asked.
+        origin: Some(match remote {
+            Some(r) => Arc::new(r) as Arc<dyn watch::Origin>,
+            None => watch::events::origin(&repo.git_dir(), std::slice::from_ref(&rev), args.poll),
+        }),
         ..Default::default()
     };
     // The monitor (--metrics-addr, systemd) sees every event and the loop's rhythm.
