@@ -14,14 +14,17 @@ const HELP: &str = "\
 cargo xtask <task> [options]
 
 Tasks:
-  bench [local|s3|nfs|nfs-client|attributes|atomic]
+  bench [local|s3|nfs|nfs-client|attributes|atomic|watch]
           Benchmark treesync against git (local), against rclone and aws s3 sync on a local
           moto server (s3), against git on the slow FUSE filesystem standing in for a NAS
           (nfs), and the built-in NFS client pipelined vs one call in flight against
           nfs-ganesha behind a delay line (nfs-client), incremental syncs with and without
           .gitattributes conversions vs git checkout (attributes), `sync --atomic` updates vs
           non-atomic ones and the git-sync way (worktree add + reset --hard + symlink flip),
-          with disk use, on tmpfs and the NAS testbed (atomic), on generated repositories;
+          with disk use, on tmpfs and the NAS testbed (atomic), `treesync watch` from push to
+          synced (events vs polling, tmpfs and the NAS testbed), one `watch --all` for many
+          mirrors vs a process each, and a remote's requests on a git daemon (watch), on
+          generated repositories;
           rewrite BENCHMARKS.md. Without a name, runs all.
           options: --files N (100000)  --runs R (5)  --s3-files N (20000)
                    --nfs-files N,N (20000,100000)  --nfs-initial N (2000)  --latency 1ms
@@ -31,6 +34,9 @@ Tasks:
                    --attr-files N (10000)  --changed K (14; atomic: paths changed per commit)
                    --switch MODES (auto,symlink; atomic on tmpfs)  --nas-switch MODES (auto)
                    --atomic-on local|nas|both (both)
+                   --pushes P (60; watch, events)  --poll-pushes P (50; watch, --poll 5s)
+                   --mirrors M (100)  --fanout-files N (2000)  --fanout-pushes P (10)
+                   --watch-parts local,nas,fanout,remote (all)
                    --treesync PATH (measure this binary, no release build)
                    --dir DIR (/tmp/treesync-bench)  --no-write (print the tables only)
   campaign

@@ -14,6 +14,7 @@ mod attributes;
 mod nfs;
 mod nfs_client;
 mod s3;
+mod watch;
 
 use crate::measure::{fmt_time, measure, median};
 use crate::repo::{git, make_repo, settle};
@@ -46,6 +47,13 @@ struct Config {
     nas_switches: Vec<String>,
     atomic_where: (bool, bool),
     treesync: Option<PathBuf>,
+    watch: bool,
+    watch_parts: Vec<String>,
+    pushes: usize,
+    poll_pushes: usize,
+    mirrors: usize,
+    fanout_files: usize,
+    fanout_pushes: usize,
 }
 
 fn parse(args: &[String]) -> Result<Config, String> {
@@ -76,31 +84,48 @@ fn parse(args: &[String]) -> Result<Config, String> {
         nas_switches: vec!["auto".into()],
         atomic_where: (true, true),
         treesync: None,
+        watch: true,
+        watch_parts: vec!["local".into(), "nas".into(), "fanout".into(), "remote".into()],
+        pushes: 60,
+        poll_pushes: 50,
+        mirrors: 100,
+        fanout_files: 2_000,
+        fanout_pushes: 10,
     };
     let mut args = args;
     match args.first().map(String::as_str) {
         Some("local") => {
             (c.s3, c.nfs, c.nfs_client, c.attributes, c.atomic) = (false, false, false, false, false);
+            c.watch = false;
             args = &args[1..];
         }
         Some("s3") => {
             (c.local, c.nfs, c.nfs_client, c.attributes, c.atomic) = (false, false, false, false, false);
+            c.watch = false;
             args = &args[1..];
         }
         Some("nfs") => {
             (c.local, c.s3, c.nfs_client, c.attributes, c.atomic) = (false, false, false, false, false);
+            c.watch = false;
             args = &args[1..];
         }
         Some("nfs-client") => {
             (c.local, c.s3, c.nfs, c.attributes, c.atomic) = (false, false, false, false, false);
+            c.watch = false;
             args = &args[1..];
         }
         Some("attributes") => {
             (c.local, c.s3, c.nfs, c.nfs_client, c.atomic) = (false, false, false, false, false);
+            c.watch = false;
             args = &args[1..];
         }
         Some("atomic") => {
             (c.local, c.s3, c.nfs, c.nfs_client, c.attributes) = (false, false, false, false, false);
+            c.watch = false;
+            args = &args[1..];
+        }
+        Some("watch") => {
+            (c.local, c.s3, c.nfs, c.nfs_client, c.attributes, c.atomic) = (false, false, false, false, false, false);
             args = &args[1..];
         }
         _ => {}
@@ -128,6 +153,20 @@ fn parse(args: &[String]) -> Result<Config, String> {
             "--attr-files" => c.attr_files = value()?.parse().map_err(|e| format!("--attr-files: {e}"))?,
             "--treesync" => c.treesync = Some(PathBuf::from(value()?)),
             "--changed" => c.changed = value()?.parse().map_err(|e| format!("--changed: {e}"))?,
+            "--pushes" => c.pushes = value()?.parse().map_err(|e| format!("--pushes: {e}"))?,
+            "--poll-pushes" => c.poll_pushes = value()?.parse().map_err(|e| format!("--poll-pushes: {e}"))?,
+            "--mirrors" => c.mirrors = value()?.parse().map_err(|e| format!("--mirrors: {e}"))?,
+            "--fanout-files" => c.fanout_files = value()?.parse().map_err(|e| format!("--fanout-files: {e}"))?,
+            "--fanout-pushes" => c.fanout_pushes = value()?.parse().map_err(|e| format!("--fanout-pushes: {e}"))?,
+            "--watch-parts" => {
+                c.watch_parts =
+                    value()?.split(',').map(str::trim).filter(|m| !m.is_empty()).map(str::to_string).collect();
+                if let Some(bad) =
+                    c.watch_parts.iter().find(|p| !["local", "nas", "fanout", "remote"].contains(&p.as_str()))
+                {
+                    return Err(format!("--watch-parts: unknown part {bad:?} (local, nas, fanout, remote)"));
+                }
+            }
             "--switch" => {
                 c.switches = value()?.split(',').map(str::trim).filter(|m| !m.is_empty()).map(str::to_string).collect()
             }
@@ -322,6 +361,51 @@ pub fn run(args: &[String]) -> Result<(), String> {
                     &root.join("BENCHMARKS.md"),
                     "atomic",
                     "Whole-tree switches (`sync --atomic`): treesync vs the git-sync way",
+                    &block,
+                )?;
+            }
+        }
+        if c.watch {
+            let has = |p: &str| c.watch_parts.iter().any(|x| x == p);
+            let wc = watch::Config {
+                files: c.files,
+                changed: 10,
+                pushes: c.pushes,
+                poll_pushes: c.poll_pushes,
+                poll_interval: Duration::from_secs(5),
+                latency: c.nfs_latency,
+                mirrors: c.mirrors,
+                fanout_files: c.fanout_files,
+                fanout_pushes: c.fanout_pushes,
+                remote_interval: Duration::from_secs(1),
+                remote_idle: Duration::from_secs(30),
+                latency_local: has("local"),
+                latency_nas: has("nas"),
+                fanout: has("fanout"),
+                remote: has("remote"),
+            };
+            let table = watch::run(&wc, &c.dir, &treesync)?;
+            println!("{table}");
+            if c.write {
+                let build = match &c.treesync {
+                    Some(path) => format!(" --treesync {}", path.strip_prefix(&root).unwrap_or(path).display()),
+                    None => String::new(),
+                };
+                let block = format!(
+                    "Reproduce: `cargo xtask bench watch --files {} --pushes {} --poll-pushes {} --latency {}ms --mirrors {} --fanout-files {} --fanout-pushes {} --watch-parts {}{build}` (root: FUSE and the tmpfs mount).\n\n{table}",
+                    c.files,
+                    c.pushes,
+                    c.poll_pushes,
+                    c.nfs_latency.as_secs_f64() * 1000.0,
+                    c.mirrors,
+                    c.fanout_files,
+                    c.fanout_pushes,
+                    c.watch_parts.join(",")
+                );
+                write_section(
+                    &root.join("BENCHMARKS.md"),
+                    "watch",
+                    "Following a ref: push to synced, fan-out, remote requests",
                     &block,
                 )?;
             }
