@@ -97,6 +97,10 @@ pub struct Mirror {
     pub grace: Option<Duration>,
     /// How the target is switched (`--switch`; `auto` is unset).
     pub switch: Option<treesync_core::generation::Switch>,
+    /// A command run by `sh -c` after each sync that changed the target (`--exec-after`).
+    pub exec_after: Option<String>,
+    /// A URL the sync's JSON outcome is POSTed to after each sync that changed the target (`--webhook`).
+    pub webhook: Option<String>,
 }
 
 /// The `backend` key.
@@ -315,6 +319,8 @@ tables! {
     keep: Count,
     grace: Grace,
     switch: SwitchValue,
+    exec_after: Text,
+    webhook: Text,
 }
 
 const TOP_KEYS: &[&str] = &["defaults", "mirror"];
@@ -812,6 +818,8 @@ pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
             keep: settings.keep.as_ref().map(|c| c.value.0),
             grace: settings.grace.as_ref().map(|g| g.value.0),
             switch: settings.switch.as_ref().and_then(|s| s.value.0),
+            exec_after: value(&settings.exec_after),
+            webhook: value(&settings.webhook),
         });
     }
     Ok(Config { path: path.to_path_buf(), mirrors })
@@ -1341,7 +1349,7 @@ repair = true
             (7, 1),
             "unknown key \"tagret\" in [mirror.site] (expected one of: repo, ref, target, path, backend, interval, \
              verify_every, jobs, lookup_jobs, write_jobs, fsync, endpoint, region, allow_http, repair, max_entries, max_bytes, \
-             recurse_submodules, include, exclude, export, lfs, atomic, keep, grace, switch)",
+             recurse_submodules, include, exclude, export, lfs, atomic, keep, grace, switch, exec_after, webhook)",
             &["\n  hint: did you mean \"target\"?"],
         );
         assert_err(

@@ -82,7 +82,22 @@ async fn watch_one(name: Option<String>, args: WatchArgs, interrupt: &AtomicBool
         },
         ..Default::default()
     };
-    let mut render = |event: &Event| render(event, name.as_deref(), &tag, args.json);
+    let hooks = {
+        let (mirror, line_tag, json) = (name.clone(), tag.clone(), args.json);
+        let on_report = move |r: &treesync_core::hook::Report| {
+            render(&Event::Hook { report: r.clone() }, mirror.as_deref(), &line_tag, json);
+        };
+        super::hooks::start(&args.hooks, Arc::new(on_report)).with_context(|| format!("{tag}starting the hooks"))?
+    };
+    let mut render = |event: &Event| {
+        render(event, name.as_deref(), &tag, args.json);
+        if let Event::Synced { outcome } = event
+            && !hooks.is_empty()
+        {
+            let body = super::hooks::watch_body(outcome, &chosen);
+            hooks.submit(super::hooks::job(outcome, &args.target, &args.hooks, &body));
+        }
+    };
     // --atomic, or a target kept in generations: every sync prepares a generation and switches.
     let host = generations(&args.target)?;
     let atomic = match (&host, args.atomic.wanted()) {
@@ -144,10 +159,13 @@ fn render(event: &Event, mirror: Option<&str>, tag: &str, json: bool) {
         Event::Error { message, retry_in, .. } => format!("error: {message}; retrying in {retry_in:?}"),
         Event::Stopping { message, .. } => format!("stopping: {message}"),
         Event::Stopped => "stopped".to_string(),
+        Event::Hook { report } => super::hooks::text(report),
         other => other.name().to_string(),
     };
-    let to_stderr =
-        matches!(event, Event::Watching { .. } | Event::Error { .. } | Event::Stopping { .. } | Event::Stopped);
+    let to_stderr = matches!(
+        event,
+        Event::Watching { .. } | Event::Error { .. } | Event::Stopping { .. } | Event::Stopped | Event::Hook { .. }
+    );
     if to_stderr {
         eprintln!("{at} {tag}{text}");
     } else {
