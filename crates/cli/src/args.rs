@@ -14,7 +14,9 @@ Exit codes:
   4  refused: the target holds files treesync did not write (see --force), the tree
      contains an entry that must never be written (e.g. `..` or `.git`), it is deeper
      than 4096 levels or larger than --max-entries / --max-bytes (a tree bomb), or
-     something other than treesync's own folder is at TARGET/.treesync (e.g. a symlink)";
+     something other than treesync's own folder is at TARGET/.treesync (e.g. a symlink)
+  5  (sync) synced, but a hook (--exec-after, --webhook) failed every try; the target holds
+     the commit, and a sync that changes nothing runs no hook";
 
 /// Keep a read-only working tree in sync with a git repository, touching only what changed.
 ///
@@ -74,6 +76,7 @@ pub(crate) enum Command {
     ///   treesync sync --repo site.git --ref main --target /srv/www --include /public/ --exclude '*.map'
     ///   treesync sync --repo app.git --ref v2.1 --target /srv/app --export --recurse-submodules
     ///   treesync sync --repo site.git --ref main --target /srv/www/site --atomic --grace 10m
+    ///   treesync sync --repo site.git --ref main --target /srv/www/site --exec-after 'systemctl reload nginx'
     #[command(after_help = EXIT_CODES, verbatim_doc_comment)]
     Sync(SyncArgs),
     /// Print what `sync` would do, changing nothing.
@@ -107,6 +110,7 @@ pub(crate) enum Command {
     ///   treesync watch --repo /srv/git/site.git --ref main --target /srv/www/site --atomic
     ///   treesync watch --repo git@git.example.org:site.git --ref main --target /srv/www --interval 10s   # one ls-refs per 10s
     ///   treesync watch --repo /mnt/nfs/site.git --ref main --target /srv/www/site --poll --interval 2s
+    ///   treesync watch --repo /srv/git/site.git --ref main --target /srv/www/site --exec-after 'systemctl reload nginx'
     #[command(verbatim_doc_comment)]
     Watch(WatchArgs),
     /// Take over a working tree that git manages today, without touching its files.
@@ -409,6 +413,59 @@ impl AtomicArgs {
     }
 }
 
+/// `--exec-after`, `--webhook` and their settings (sync, watch).
+#[derive(Args, Clone, Default)]
+pub(crate) struct HookArgs {
+    /// After each sync that changed the target (or was its first), run CMD with `sh -c`, with
+    /// TREESYNC_COMMIT (the commit synced to), TREESYNC_PREVIOUS (the one before; empty on a
+    /// first sync), TREESYNC_TARGET (--target as given), TREESYNC_CHANGED (paths created,
+    /// changed or removed) and TREESYNC_MIRROR (for a mirror) in its environment. stdin is
+    /// /dev/null; its output goes to stderr. Exit status 0 is success. See docs/hooks.md.
+    /// Example: --exec-after 'systemctl reload nginx'
+    #[arg(long, value_name = "CMD", help_heading = "Hooks")]
+    pub(crate) exec_after: Option<String>,
+    /// After each sync that changed the target (or was its first), POST the JSON document
+    /// `sync --json` prints to URL (Content-Type: application/json); any 2xx is success.
+    /// Example: --webhook https://deploy.example.com/hooks/site
+    #[arg(long, value_name = "URL", help_heading = "Hooks")]
+    pub(crate) webhook: Option<String>,
+    /// How long one try of a hook may take: a command still running is killed (its process
+    /// group), a request still unanswered is dropped, and the try counts as failed (e.g. 30s,
+    /// 5m) [default: 60s].
+    #[arg(long, value_name = "DURATION", value_parser = treesync_core::duration::parse, help_heading = "Hooks")]
+    pub(crate) hook_timeout: Option<std::time::Duration>,
+    /// How often a failed hook is tried again, after 1s, 2s, 4s… (doubling); then it gives up
+    /// for that sync. A newer sync supersedes the pending retries of an older one. A hook's
+    /// failure never fails or undoes the sync: `watch` logs it and goes on, `sync` exits 5
+    /// [default: 3].
+    #[arg(long, value_name = "N", help_heading = "Hooks")]
+    pub(crate) hook_retries: Option<u32>,
+    /// The mirror's name, for TREESYNC_MIRROR (set from the config file).
+    #[arg(skip)]
+    pub(crate) mirror: Option<String>,
+}
+
+impl HookArgs {
+    /// The hooks' options.
+    pub(crate) fn options(&self) -> treesync_core::hook::Options {
+        use treesync_core::hook;
+        hook::Options {
+            exec: self.exec_after.clone(),
+            webhook: self.webhook.clone(),
+            timeout: self.hook_timeout.unwrap_or(hook::DEFAULT_TIMEOUT),
+            retries: self.hook_retries.unwrap_or(hook::DEFAULT_RETRIES),
+            ..Default::default()
+        }
+    }
+
+    /// A mirror's hooks, where the command line did not set them.
+    pub(crate) fn fill(&mut self, m: &config::Mirror) {
+        self.exec_after = self.exec_after.take().or_else(|| m.exec_after.clone());
+        self.webhook = self.webhook.take().or_else(|| m.webhook.clone());
+        self.mirror = Some(m.name.clone());
+    }
+}
+
 #[derive(Args, Clone)]
 pub(crate) struct SyncArgs {
     #[command(flatten)]
@@ -421,6 +478,8 @@ pub(crate) struct SyncArgs {
     pub(crate) limits: LimitArgs,
     #[command(flatten)]
     pub(crate) atomic: AtomicArgs,
+    #[command(flatten)]
+    pub(crate) hooks: HookArgs,
     /// Take the target over: make it exactly the tree and remove everything the tree does not
     /// have, scanning it once. On a target treesync did not write, the tree is written there;
     /// on a managed one, it is compared with the commit (stat data proves what it can, the rest
@@ -561,6 +620,8 @@ pub(crate) struct WatchArgs {
     pub(crate) limits: LimitArgs,
     #[command(flatten)]
     pub(crate) atomic: AtomicArgs,
+    #[command(flatten)]
+    pub(crate) hooks: HookArgs,
     /// When polling: how often to look at the ref (e.g. 500ms, 5s, 1m) [default: 5s]. Also the
     /// first wait before a failed step is tried again.
     #[arg(long, value_name = "DURATION", value_parser = treesync_core::duration::parse)]

@@ -105,6 +105,10 @@ pub struct Mirror {
     /// Where `watch` serves metrics and /healthz (`metrics_addr` of `[defaults]`, the same for
     /// every mirror: `--metrics-addr`).
     pub metrics_addr: Option<std::net::SocketAddr>,
+    /// A command run by `sh -c` after each sync that changed the target (`--exec-after`).
+    pub exec_after: Option<String>,
+    /// A URL the sync's JSON outcome is POSTed to after each sync that changed the target (`--webhook`).
+    pub webhook: Option<String>,
 }
 
 /// The `backend` key.
@@ -326,6 +330,8 @@ tables! {
     grace: Grace,
     switch: SwitchValue,
     cache_dir: Text,
+    exec_after: Text,
+    webhook: Text,
 }
 
 const TOP_KEYS: &[&str] = &["defaults", "mirror"];
@@ -846,6 +852,8 @@ pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
                 Some(dir) => Some(cx.resolve(&dir.value.0, dir.span.clone(), &section, "cache_dir")?),
                 None => None,
             },
+            exec_after: value(&settings.exec_after),
+            webhook: value(&settings.webhook),
         });
     }
     Ok(Config { path: path.to_path_buf(), mirrors })
@@ -1378,7 +1386,7 @@ repair = true
             (7, 1),
             "unknown key \"tagret\" in [mirror.site] (expected one of: repo, ref, target, path, backend, interval, \
              verify_every, jobs, lookup_jobs, write_jobs, fsync, endpoint, region, allow_http, repair, poll, max_entries, max_bytes, \
-             recurse_submodules, include, exclude, export, lfs, atomic, keep, grace, switch, cache_dir)",
+             recurse_submodules, include, exclude, export, lfs, atomic, keep, grace, switch, cache_dir, exec_after, webhook)",
             &["\n  hint: did you mean \"target\"?"],
         );
         assert_err(

@@ -75,9 +75,13 @@ fn init_logging(verbose: u8) {
 }
 
 /// The exit code of a failed command (see `treesync --help`): 3 when another treesync holds
-/// the target's lock, 4 when the target or the tree is refused, else 2.
+/// the target's lock, 4 when the target or the tree is refused, 5 when `sync` synced but a
+/// hook gave up, else 2.
 fn exit_code(e: &anyhow::Error) -> u8 {
     for cause in e.chain() {
+        if cause.is::<cmd::hooks::HookFailed>() {
+            return 5;
+        }
         let target = if let Some(e) = cause.downcast_ref::<sync::Error>() {
             match e {
                 sync::Error::Unmanaged { .. } => return 4,

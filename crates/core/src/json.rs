@@ -23,6 +23,14 @@ pub fn secs<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error>
     s.serialize_f64(d.as_secs_f64())
 }
 
+/// An optional duration as fractional seconds, or `null`.
+pub fn opt_secs<S: serde::Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
+    match d {
+        Some(d) => s.serialize_f64(d.as_secs_f64()),
+        None => s.serialize_none(),
+    }
+}
+
 /// The JSON schemas of these forms, for `#[schemars(with = …)]` on fields serialized by the
 /// functions above (the output types derive [`schemars::JsonSchema`]; `docs/schema` is
 /// generated from them).

@@ -2,6 +2,7 @@
 //! returns. Here: the dispatch, the mirrors of the config file, and opening the target.
 
 pub(crate) mod adopt;
+pub(crate) mod hooks;
 pub(crate) mod plan;
 pub(crate) mod status;
 pub(crate) mod sync;
@@ -31,6 +32,7 @@ pub(crate) fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     fill(&mut a.source, &mut a.target, m);
                     a.limits.fill(m);
                     a.atomic.fill(m);
+                    a.hooks.fill(m);
                 })?,
                 sync::run,
             )
@@ -70,6 +72,7 @@ pub(crate) fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 fill(&mut a.source, &mut a.target, m);
                 a.limits.fill(m);
                 a.atomic.fill(m);
+                a.hooks.fill(m);
                 a.interval = a.interval.or(Some(m.interval));
                 a.verify_every = a.verify_every.or(m.verify_every);
                 a.repair |= m.repair;

@@ -101,6 +101,19 @@ pub(crate) fn run(args: SyncArgs) -> anyhow::Result<()> {
     };
     let interrupt = Arc::new(AtomicBool::new(false));
     let rt = runtime()?;
+    // The hooks start before the sync, so a webhook that is no URL stops it before it writes.
+    let quiet = args.quiet;
+    let hooks = {
+        let _in_runtime = rt.enter();
+        super::hooks::start(
+            &args.hooks,
+            Arc::new(move |r: &treesync_core::hook::Report| {
+                if !quiet || super::hooks::failed(r) {
+                    eprintln!("treesync: {}", super::hooks::text(r));
+                }
+            }),
+        )?
+    };
     let (atomic, host) = decide(&args, &rt)?;
     anyhow::ensure!(
         !(atomic && args.git_worktree),
@@ -151,25 +164,41 @@ pub(crate) fn run(args: SyncArgs) -> anyhow::Result<()> {
         None => outcome.with_context(|| format!("syncing {rev} to {backend}"))?,
     };
     let cost = backend.cost();
+    let output = SyncOutput {
+        outcome: &outcome,
+        backend: BackendInfo::of(&chosen),
+        cost: cost.iter().copied().collect(),
+        budgets: chosen.budgets.report(),
+        atomic: generated.as_ref(),
+        left_generations: left.as_ref(),
+    };
+    let job = (!hooks.is_empty() && super::hooks::wanted(&outcome))
+        .then(|| super::hooks::job(&outcome, &args.target, &args.hooks, &output));
     if args.json {
-        return print_json(&SyncOutput {
-            outcome: &outcome,
-            backend: BackendInfo::of(&chosen),
-            cost: cost.into_iter().collect(),
-            budgets: chosen.budgets.report(),
-            atomic: generated.as_ref(),
-            left_generations: left.as_ref(),
-        });
+        print_json(&output)?;
+    } else if !args.quiet {
+        print_text(&outcome, &backend, &cost, left.as_ref(), generated.as_ref());
     }
-    if args.quiet {
-        return Ok(());
+    if let Some(job) = job {
+        hooks.submit(job);
     }
-    if let Some(l) = &left {
+    super::hooks::finish(&rt, hooks)
+}
+
+/// The summary of a sync for people.
+fn print_text(
+    outcome: &sync::Outcome,
+    backend: &impl std::fmt::Display,
+    cost: &[(&'static str, u64)],
+    left: Option<&generation::LeaveOutcome>,
+    generated: Option<&generation::Outcome>,
+) {
+    if let Some(l) = left {
         print_left(l);
     }
-    if let Some(g) = &generated {
-        print_generations(g, &outcome);
-        return Ok(());
+    if let Some(g) = generated {
+        print_generations(g, outcome);
+        return;
     }
     if let Some(r) = &outcome.resumed {
         println!("finished an interrupted sync to {}", short(&r.to_commit));
@@ -190,7 +219,6 @@ pub(crate) fn run(args: SyncArgs) -> anyhow::Result<()> {
     if let Some(r) = &outcome.replaced {
         print_replaced(r, outcome.dry_run);
     }
-    Ok(())
 }
 
 /// What leaving the generations did (`--no-atomic`).

@@ -122,9 +122,22 @@ async fn watch_one(
     // The monitor (--metrics-addr, systemd) sees every event and the loop's rhythm.
     options.origin = Some(Arc::new(Probe::new(options.origin.take().unwrap_or(Arc::new(watch::Poll)), mirror.clone())));
     options.on_progress = Some(mirror.on_progress());
+    let hooks = {
+        let (mirror, line_tag, json) = (name.clone(), tag.clone(), args.json);
+        let on_report = move |r: &treesync_core::hook::Report| {
+            render(&Event::Hook { report: r.clone() }, mirror.as_deref(), &line_tag, json);
+        };
+        super::hooks::start(&args.hooks, Arc::new(on_report)).with_context(|| format!("{tag}starting the hooks"))?
+    };
     let mut render = |event: &Event| {
         mirror.observe(event, &repo);
-        render(event, name.as_deref(), &tag, args.json)
+        render(event, name.as_deref(), &tag, args.json);
+        if let Event::Synced { outcome } = event
+            && !hooks.is_empty()
+        {
+            let body = super::hooks::watch_body(outcome, &chosen);
+            hooks.submit(super::hooks::job(outcome, &args.target, &args.hooks, &body));
+        }
     };
     // --atomic, or a target kept in generations: every sync prepares a generation and switches.
     let host = generations(&args.target)?;
@@ -187,10 +200,13 @@ fn render(event: &Event, mirror: Option<&str>, tag: &str, json: bool) {
         Event::Error { message, retry_in, .. } => format!("error: {message}; retrying in {retry_in:?}"),
         Event::Stopping { message, .. } => format!("stopping: {message}"),
         Event::Stopped => "stopped".to_string(),
+        Event::Hook { report } => super::hooks::text(report),
         other => other.name().to_string(),
     };
-    let to_stderr =
-        matches!(event, Event::Watching { .. } | Event::Error { .. } | Event::Stopping { .. } | Event::Stopped);
+    let to_stderr = matches!(
+        event,
+        Event::Watching { .. } | Event::Error { .. } | Event::Stopping { .. } | Event::Stopped | Event::Hook { .. }
+    );
     if to_stderr {
         eprintln!("{at} {tag}{text}");
     } else {

@@ -144,7 +144,7 @@ pub enum Error {
 
 /// One thing that happened while watching, in the order it happened. Serialized as an object
 /// tagged by `event` (`watching`, `synced`, `verified`, `repaired`, `error`, `stopping`,
-/// `stopped`), with the fields below (see docs/json.md).
+/// `stopped`, `hook`), with the fields below (see docs/json.md).
 #[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 #[serde(tag = "event", rename_all = "snake_case")]
 #[non_exhaustive]
@@ -214,6 +214,13 @@ pub enum Event {
     },
     /// The watch stopped (the interrupt flag was set); the last event.
     Stopped,
+    /// A try of a hook after a sync ended ([`crate::hook`]): told by the caller that runs the
+    /// hooks (`treesync watch --exec-after/--webhook`), not by [`watch()`] itself.
+    Hook {
+        /// The try and how it ended.
+        #[serde(flatten)]
+        report: crate::hook::Report,
+    },
 }
 
 impl Event {
@@ -227,6 +234,7 @@ impl Event {
             Event::Error { .. } => "error",
             Event::Stopping { .. } => "stopping",
             Event::Stopped => "stopped",
+            Event::Hook { .. } => "hook",
         }
     }
 }
