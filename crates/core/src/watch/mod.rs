@@ -51,8 +51,10 @@ use crate::op::OpCounts;
 use crate::{sync, verify};
 
 mod function;
+mod many;
 pub mod origin;
 pub use function::{watch, watch_generations};
+pub use many::{Group, Mirror, MirrorOutcome, Place, watch_many};
 pub use origin::{Origin, OriginError, Poll};
 
 /// How to watch.
