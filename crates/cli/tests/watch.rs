@@ -265,7 +265,9 @@ fn watch_is_woken_by_pushes_and_idles_without_cpu() {
     assert!(out.status.success(), "{stderr}");
     assert!(stderr.contains("woken by changes to the refs (inotify)"), "{stderr}");
     assert_eq!(stdout.lines().filter(|l| l.contains(" synced ")).count(), 3, "{stdout}");
-    assert!(idle <= 2, "{idle} CPU ticks in 3 s of idle watching");
+    // A loop that looked at the ref without waiting would take ~300 ticks (100 per second);
+    // a loaded machine charges a few ticks to an idle process's timers.
+    assert!(idle <= 10, "{idle} CPU ticks in 3 s of idle watching");
 }
 
 /// `--poll`, or `poll = true` in the config file, polls every --interval and says so: with an

@@ -25,8 +25,14 @@ impl Remote {
     pub fn ls_refs(&self, revs: &[String]) -> Result<Vec<Outcome>, Error> {
         let parsed = revs.iter().map(|r| RemoteRev::parse(r)).collect::<Result<Vec<_>, _>>()?;
         let mut args = vec!["ls-remote", "--refs"];
-        // With a ref prefix the server sends only branches and tags, not every ref it has.
-        if parsed.iter().all(RemoteRev::heads_and_tags) {
+        // With a ref prefix the server sends only branches and tags, not every ref it has; a
+        // full branch name (`refs/heads/main`) only branches: no tag list on every look.
+        let all = |prefix: &str| parsed.iter().all(|p| p.candidates.iter().all(|c| c.starts_with(prefix)));
+        if all("refs/heads/") {
+            args.push("--heads");
+        } else if all("refs/tags/") {
+            args.push("--tags");
+        } else if parsed.iter().all(RemoteRev::heads_and_tags) {
             args.extend(["--heads", "--tags"]);
         }
         args.push(&self.url);

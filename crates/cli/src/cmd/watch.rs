@@ -1,6 +1,7 @@
 //! `treesync watch`: keep targets following their refs ([`treesync_core::watch`]), printing its
 //! events as log lines or JSON lines.
 
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -9,6 +10,7 @@ use std::time::SystemTime;
 use anyhow::Context;
 use serde::Serialize;
 use treesync_core::duration::rfc3339;
+use treesync_core::generation::{self, Host};
 use treesync_core::path::quote;
 use treesync_core::watch::{self, Event};
 use treesync_core::{Repo, apply, sync};
@@ -30,8 +32,10 @@ pub(crate) struct WatchLine<'a> {
     pub(crate) event: &'a Event,
 }
 
-/// Watch one target, or every mirror at once (one task each, one process), until SIGINT or
-/// SIGTERM.
+/// Watch one target, or every mirror at once (one process, one loop per repository: mirrors
+/// of the same repository share each look at its refs and are synced at once), until SIGINT or
+/// SIGTERM. A mirror that cannot start (its repository or target cannot be opened) is an
+/// error printed at once; the others are watched all the same.
 pub(crate) fn run(runs: Vec<(Option<String>, WatchArgs)>) -> anyhow::Result<ExitCode> {
     let interrupt = Arc::new(AtomicBool::new(false));
     let monitor = Monitor::new();
@@ -41,8 +45,10 @@ pub(crate) fn run(runs: Vec<(Option<String>, WatchArgs)>) -> anyhow::Result<Exit
         .collect();
     let metrics_addr = runs.iter().find_map(|(_, a)| a.metrics_addr);
     let notifier = Notifier::from_env()?.map(Arc::new);
+    // Mirrors of one repository share one plan per (from, to): the first to need it plans it.
+    let plans = Arc::new(treesync_core::plan::Cache::default());
     let rt = runtime()?;
-    let results = rt.block_on(async {
+    let code = rt.block_on(async {
         if let Some(addr) = metrics_addr {
             monitor::http::serve(addr, monitor.clone()).await?;
         }
@@ -64,40 +70,73 @@ pub(crate) fn run(runs: Vec<(Option<String>, WatchArgs)>) -> anyhow::Result<Exit
                 n.stopping();
             }
         });
-        let interrupt = &*interrupt;
-        let watches = runs.into_iter().zip(mirrors).map(|((name, args), mirror)| async move {
-            let r = watch_one(name, args, interrupt, &mirror).await;
-            mirror.ended(r.as_ref().err().map(error_text));
-            r
-        });
-        anyhow::Ok(futures::future::join_all(watches).await)
-    })?;
-    let mut code = 0;
-    for r in results {
-        if let Err(e) = r {
-            eprintln!("treesync: error: {}", error_text(&e));
-            code = code.max(exit_code(&e));
+        let mut code = 0;
+        let mut ready = Vec::new();
+        for ((name, args), mirror) in runs.into_iter().zip(mirrors) {
+            match prepare(name.clone(), args, mirror.clone(), &plans).await {
+                Ok(p) => ready.push(p),
+                Err(e) => {
+                    let tag = name.map(|n| format!("[{n}] ")).unwrap_or_default();
+                    eprintln!("treesync: error: {tag}{}", error_text(&e));
+                    mirror.ended(Some(error_text(&e)));
+                    code = code.max(exit_code(&e));
+                }
+            }
         }
-    }
+        watch_prepared(&ready, &interrupt).await;
+        for p in &ready {
+            p.mirror.ended(None);
+        }
+        anyhow::Ok(code)
+    })?;
     Ok(ExitCode::from(code))
 }
 
-async fn watch_one(
+/// A mirror ready to be watched: its repository, target and options.
+struct Prepared {
+    /// `None`: a watch of the command line's target (no `[name]` tag, no `mirror` in JSON).
+    name: Option<String>,
+    json: bool,
+    rev: String,
+    repo: Repo,
+    /// The repository's git directory, canonical: mirrors with the same one form a group.
+    git_dir: PathBuf,
+    backend: Arc<dyn treesync_core::Backend>,
+    /// Set when the target is kept in generations (`--atomic`).
+    generations: Option<(Arc<dyn Host>, generation::Options)>,
+    options: watch::Options,
+    /// Where its group learns that the refs moved: the remote of a URL, else inotify on the
+    /// repository (or polling, said in the `watching` line).
+    origin: Arc<dyn watch::Origin>,
+    /// Its metrics and health.
+    mirror: monitor::Mirror,
+    /// `--exec-after`, `--webhook`.
+    hooks: treesync_core::hook::Runner,
+    hook_args: crate::args::HookArgs,
+    target: crate::args::TargetArgs,
+    chosen: treesync::Opened,
+}
+
+async fn prepare(
     name: Option<String>,
     args: WatchArgs,
-    interrupt: &AtomicBool,
-    mirror: &monitor::Mirror,
-) -> anyhow::Result<()> {
+    mirror: monitor::Mirror,
+    plans: &Arc<treesync_core::plan::Cache>,
+) -> anyhow::Result<Prepared> {
     let tag = name.as_ref().map(|n| format!("[{n}] ")).unwrap_or_default();
     let rev = args.source.rev().with_context(|| format!("{tag}choosing the revision"))?;
-    // A URL: the watch's origin is the remote (each look asks the server, fetches what moved),
-    // its repository the cache's.
+    // A URL: the origin is the remote (each look asks the server, fetches what moved), the
+    // repository the cache's.
     let remote = remote(args.source.repo(), args.source.cache_dir.as_deref())
         .with_context(|| format!("{tag}opening the repository's cache"))?;
     let repo = Repo::open(remote.as_ref().map_or(args.source.repo(), |r| r.path()))
         .with_context(|| format!("{tag}opening the repository"))?;
     let chosen = make_backend(&args.target).with_context(|| format!("{tag}opening the target"))?;
-    let mut options = watch::Options {
+    let origin = match remote {
+        Some(r) => Arc::new(r) as Arc<dyn watch::Origin>,
+        None => watch::events::origin(&repo.git_dir(), std::slice::from_ref(&rev), args.poll),
+    };
+    let options = watch::Options {
         interval: args.interval.unwrap_or(watch::DEFAULT_INTERVAL),
         verify_every: args.verify_every,
         repair: args.repair,
@@ -109,19 +148,13 @@ async fn watch_one(
             select: args.source.select()?,
             export: args.source.export,
             lfs: args.source.lfs.unwrap_or_default(),
+            plans: Some(plans.clone()),
             ..Default::default()
         },
-        // A URL: the remote asks its server every interval. A local repository wakes the watch
-        // by inotify; polling where that cannot work (said in the `watching` line), or when asked.
-        origin: Some(match remote {
-            Some(r) => Arc::new(r) as Arc<dyn watch::Origin>,
-            None => watch::events::origin(&repo.git_dir(), std::slice::from_ref(&rev), args.poll),
-        }),
+        // The monitor (--metrics-addr, systemd) hears each batch of a sync.
+        on_progress: Some(mirror.on_progress()),
         ..Default::default()
     };
-    // The monitor (--metrics-addr, systemd) sees every event and the loop's rhythm.
-    options.origin = Some(Arc::new(Probe::new(options.origin.take().unwrap_or(Arc::new(watch::Poll)), mirror.clone())));
-    options.on_progress = Some(mirror.on_progress());
     let hooks = {
         let (mirror, line_tag, json) = (name.clone(), tag.clone(), args.json);
         let on_report = move |r: &treesync_core::hook::Report| {
@@ -129,42 +162,88 @@ async fn watch_one(
         };
         super::hooks::start(&args.hooks, Arc::new(on_report)).with_context(|| format!("{tag}starting the hooks"))?
     };
-    let mut render = |event: &Event| {
-        mirror.observe(event, &repo);
-        render(event, name.as_deref(), &tag, args.json);
-        if let Event::Synced { outcome } = event
-            && !hooks.is_empty()
-        {
-            let body = super::hooks::watch_body(outcome, &chosen);
-            hooks.submit(super::hooks::job(outcome, &args.target, &args.hooks, &body));
-        }
-    };
     // --atomic, or a target kept in generations: every sync prepares a generation and switches.
     let host = generations(&args.target)?;
     let atomic = match (&host, args.atomic.wanted()) {
         (Ok(_), Some(w)) => w,
         (Err(e), Some(true)) => anyhow::bail!("{tag}{e}"),
-        (Ok(h), None) => treesync_core::generation::kept(&**h).await?,
+        (Ok(h), None) => generation::kept(&**h).await?,
         (Err(_), _) => false,
     };
-    match host {
+    let generations = match host {
         Ok(h) if atomic => {
             let g = args.atomic.options(options.sync.clone());
-            watch::watch_generations(&repo, &rev, &*h, &g, &options, &mut render, interrupt).await;
+            Some((h, g))
         }
-        Ok(h) if treesync_core::generation::has_home(&*h).await? => {
+        Ok(h) if generation::has_home(&*h).await? => {
             let g = args.atomic.options(options.sync.clone());
-            let left = treesync_core::generation::leave(&*h, &g).await?;
+            let left = generation::leave(&*h, &g).await?;
             if left.restored {
                 eprintln!("{tag}the target is a plain directory again (--no-atomic)");
             }
-            watch::watch(&repo, &rev, &*chosen.backend, &options, &mut render, interrupt).await;
+            None
         }
-        _ => {
-            watch::watch(&repo, &rev, &*chosen.backend, &options, &mut render, interrupt).await;
+        _ => None,
+    };
+    let git_dir = std::fs::canonicalize(repo.git_dir()).unwrap_or_else(|_| repo.git_dir());
+    Ok(Prepared {
+        name,
+        json: args.json,
+        rev,
+        repo,
+        git_dir,
+        backend: chosen.backend.clone(),
+        generations,
+        options,
+        origin,
+        mirror,
+        hooks,
+        hook_args: args.hooks,
+        target: args.target,
+        chosen,
+    })
+}
+
+/// Watch the prepared mirrors, grouped by repository, until the interrupt.
+async fn watch_prepared(ready: &[Prepared], interrupt: &AtomicBool) {
+    let mut groups: Vec<watch::Group<'_>> = Vec::new();
+    let mut group_dirs: Vec<&PathBuf> = Vec::new();
+    for (i, p) in ready.iter().enumerate() {
+        let place = match &p.generations {
+            Some((host, g)) => watch::Place::Generations(&**host, g),
+            None => watch::Place::Plain(&*p.backend),
+        };
+        // The engine names mirrors by a string: the index keeps the command line's unnamed one
+        // apart from the config's names.
+        let mirror = watch::Mirror { name: i.to_string(), rev: p.rev.clone(), place, options: p.options.clone() };
+        match group_dirs.iter().position(|d| **d == p.git_dir) {
+            Some(g) => groups[g].mirrors.push(mirror),
+            None => {
+                group_dirs.push(&p.git_dir);
+                groups.push(watch::Group { repo: &p.repo, origin: p.origin.clone(), mirrors: vec![mirror] });
+            }
         }
     }
-    Ok(())
+    let tags: Vec<String> =
+        ready.iter().map(|p| p.name.as_ref().map(|n| format!("[{n}] ")).unwrap_or_default()).collect();
+    // The monitor (--metrics-addr, systemd) hears the rhythm of each group's loop.
+    for (g, dir) in groups.iter_mut().zip(&group_dirs) {
+        let mirrors = ready.iter().filter(|p| &p.git_dir == *dir).map(|p| p.mirror.clone()).collect();
+        g.origin = Arc::new(Probe::new(g.origin.clone(), mirrors));
+    }
+    let mut render = |index: &str, event: &Event| {
+        let i: usize = index.parse().expect("mirrors are named by their index");
+        let p = &ready[i];
+        p.mirror.observe(event, &p.repo);
+        render(event, p.name.as_deref(), &tags[i], p.json);
+        if let Event::Synced { outcome } = event
+            && !p.hooks.is_empty()
+        {
+            let body = super::hooks::watch_body(outcome, &p.chosen);
+            p.hooks.submit(super::hooks::job(outcome, &p.target, &p.hook_args, &body));
+        }
+    };
+    watch::watch_many(&groups, &mut render, interrupt).await;
 }
 
 /// One line per event: text for people (stderr for the watch's own life, stdout for results),
@@ -200,13 +279,10 @@ fn render(event: &Event, mirror: Option<&str>, tag: &str, json: bool) {
         Event::Error { message, retry_in, .. } => format!("error: {message}; retrying in {retry_in:?}"),
         Event::Stopping { message, .. } => format!("stopping: {message}"),
         Event::Stopped => "stopped".to_string(),
-        Event::Hook { report } => super::hooks::text(report),
         other => other.name().to_string(),
     };
-    let to_stderr = matches!(
-        event,
-        Event::Watching { .. } | Event::Error { .. } | Event::Stopping { .. } | Event::Stopped | Event::Hook { .. }
-    );
+    let to_stderr =
+        matches!(event, Event::Watching { .. } | Event::Error { .. } | Event::Stopping { .. } | Event::Stopped);
     if to_stderr {
         eprintln!("{at} {tag}{text}");
     } else {

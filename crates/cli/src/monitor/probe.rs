@@ -17,30 +17,31 @@ const SLICE: Duration = Duration::from_millis(50);
 #[derive(Debug)]
 pub(crate) struct Probe {
     inner: Arc<dyn Origin>,
-    mirror: Mirror,
+    /// The mirrors of the loop (one group: one repository).
+    mirrors: Vec<Mirror>,
 }
 
 impl Probe {
-    pub(crate) fn new(inner: Arc<dyn Origin>, mirror: Mirror) -> Self {
-        Probe { inner, mirror }
+    pub(crate) fn new(inner: Arc<dyn Origin>, mirrors: Vec<Mirror>) -> Self {
+        Probe { inner, mirrors }
     }
 }
 
 #[async_trait::async_trait]
 impl Origin for Probe {
     async fn refresh(&self, revs: &[String]) -> Result<(), OriginError> {
-        self.mirror.step_started();
+        self.mirrors.iter().for_each(Mirror::step_started);
         self.inner.refresh(revs).await
     }
 
     async fn wait(&self, max: Duration, interrupt: &AtomicBool) {
-        self.mirror.step_ended();
+        self.mirrors.iter().for_each(Mirror::step_ended);
         let wait = self.inner.wait(max, interrupt);
         tokio::pin!(wait);
         loop {
             tokio::select! {
                 () = &mut wait => return,
-                () = tokio::time::sleep(SLICE) => self.mirror.beat(),
+                () = tokio::time::sleep(SLICE) => self.mirrors.iter().for_each(Mirror::beat),
             }
         }
     }

@@ -53,9 +53,11 @@ use crate::{sync, verify};
 
 pub mod events;
 mod function;
+mod many;
 pub mod origin;
 pub use events::{Events, NoEvents};
 pub use function::{watch, watch_generations};
+pub use many::{Group, Mirror, MirrorOutcome, Place, watch_many};
 pub use origin::{Origin, OriginError, Poll};
 
 /// How to watch.
