@@ -209,7 +209,17 @@ async fn watch_group(group: &Group<'_>, emit: &Emit<'_>, interrupt: &AtomicBool)
         if look(group, &revs, &mut states, emit, interrupt).await {
             break;
         }
-        origin.wait(next_wait(&states, origin.polls()), interrupt).await;
+        let wait = next_wait(&states, origin.polls());
+        let deadline = Instant::now() + wait;
+        origin.wait(wait, interrupt).await;
+        // Woken early by an origin told of every change (events): the refs moved, which is a
+        // reason to try the failed mirrors again now (a ref that did not exist, a target that
+        // failed); their backoff keeps growing if they fail again.
+        if !origin.polls() && Instant::now() < deadline {
+            for s in &mut states {
+                s.retry_at = None;
+            }
+        }
     }
     for s in &states {
         emit.emit(&s.mirror.name, &Event::Stopped);
