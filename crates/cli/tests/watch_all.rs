@@ -130,7 +130,7 @@ fn watch_all_follows_twenty_mirrors_of_one_repository_and_isolates_a_failing_tar
     std::io::Read::read_to_string(&mut child.stderr.take().expect("stderr"), &mut stderr).expect("stderr");
     assert!(status.success(), "{stderr}");
 
-    let all = lines.0.lock().expect("not poisoned");
+    let all = lines.0.lock().expect("not poisoned").clone();
     let errors: Vec<&serde_json::Value> = all.iter().filter(|v| v["event"] == "error").collect();
     assert!(errors.iter().all(|v| v["mirror"] == "m07" || v["mirror"] == "m13"), "only m07 and m13 failed: {errors:?}");
     for (name, says) in [("m07", "lock"), ("m13", "not a directory")] {
