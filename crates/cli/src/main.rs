@@ -3,6 +3,9 @@
 //! The binary parses the command line ([`args`]), runs the command ([`cmd`]: each calls the
 //! library and renders what it returns, with [`render`]'s helpers) and maps errors to exit codes.
 
+// The doc comments of `args` are the `--help` text clap prints: URLs and `[defaults]` there are
+// for people reading a terminal, not rustdoc links.
+#[allow(rustdoc::bare_urls, rustdoc::broken_intra_doc_links)]
 mod args;
 mod cmd;
 mod config;

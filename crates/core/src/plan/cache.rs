@@ -18,7 +18,7 @@ use crate::select::Select;
 /// `watch --all`. The first target to need a transition plans it; the others get the same
 /// [`Plan`] (an `Arc`, not a copy) and apply it with their own backend and policy.
 ///
-/// A plan is reused only when every input of the diff is the same (the [`Key`]): the
+/// A plan is reused only when every input of the diff is the same (the key): the
 /// repository's object database (its common git directory), the tree and commit the target
 /// holds and the tree and commit it goes to, the conversion settings of both sides
 /// ([`Settings`]: `.gitattributes` sources, `core.autocrlf`/`core.eol`, filter drivers, the

@@ -11,8 +11,8 @@ use crate::source::Repo;
 /// [module docs](super).
 ///
 /// Every `options.interval` the ref is resolved; when it names another commit than the one
-/// synced last, the target is synced to it ([`sync::sync()`]). Every `options.verify_every`
-/// the target is verified, and with `options.repair` repaired ([`sync::repair()`]). A failed
+/// synced last, the target is synced to it ([`crate::sync::sync()`]). Every `options.verify_every`
+/// the target is verified, and with `options.repair` repaired ([`crate::sync::repair()`]). A failed
 /// step is reported as [`Event::Error`] and tried again after a wait that starts at the interval
 /// and doubles with every failure in a row, up to `options.max_backoff`; a success resets it.
 /// An interrupt during a step lets the batches in flight finish (the journal records where it

@@ -257,7 +257,8 @@ struct LatencyRow {
 
 fn latency(c: &Config, dir: &Path, treesync: &Path) -> Result<String, String> {
     let repo = dir.join("watch-repo.git");
-    let count = c.pushes.max(c.poll_pushes) * 2 + 2;
+    let beds = usize::from(c.latency_local) + usize::from(c.latency_nas);
+    let count = (c.pushes + c.poll_pushes) * beds + 4;
     eprintln!("watch latency: a repository of {} files and a chain of {count} commits…", c.files);
     let (a, chain) = repo_with_chain(&repo, c.files, count, c.changed)?;
     let mut rows = Vec::new();
