@@ -62,13 +62,19 @@ pub struct Config {
 pub fn run(c: &Config, dir: &Path, treesync: &Path) -> Result<String, String> {
     let mut out = String::new();
     if c.latency_local || c.latency_nas {
-        out.push_str(&latency(c, dir, treesync)?);
+        let t = latency(c, dir, treesync)?;
+        eprintln!("{t}");
+        out.push_str(&t);
     }
     if c.fanout {
-        out.push_str(&fanout(c, dir, treesync)?);
+        let t = fanout(c, dir, treesync)?;
+        eprintln!("{t}");
+        out.push_str(&t);
     }
     if c.remote {
-        out.push_str(&remote(c, dir, treesync)?);
+        let t = remote(c, dir, treesync)?;
+        eprintln!("{t}");
+        out.push_str(&t);
     }
     Ok(out)
 }
@@ -288,8 +294,17 @@ fn latency(c: &Config, dir: &Path, treesync: &Path) -> Result<String, String> {
         for (mode, polling) in [("events", false), ("poll 5s", true)] {
             // Seed the target at the chain's current commit through the backing directory (a
             // NAS initial sync is not what this measures), then watch the target itself.
-            let _ = std::fs::remove_dir_all(seed_at);
+            // Emptied, not removed: the NAS testbed serves this directory as its root.
             std::fs::create_dir_all(seed_at).map_err(|e| e.to_string())?;
+            for entry in std::fs::read_dir(seed_at).map_err(|e| e.to_string())? {
+                let path = entry.map_err(|e| e.to_string())?.path();
+                if path.is_dir() && !path.is_symlink() {
+                    std::fs::remove_dir_all(&path)
+                } else {
+                    std::fs::remove_file(&path)
+                }
+                .map_err(|e| format!("{}: {e}", path.display()))?;
+            }
             let at = if next == 0 { a.clone() } else { chain[next - 1].clone() };
             run_quiet(
                 Command::new(treesync)
