@@ -409,6 +409,8 @@ fn fanout(c: &Config, dir: &Path, treesync: &Path) -> Result<String, String> {
     let mut next = 0usize;
     for approach in ["one `watch --all`", "one `watch NAME` process per mirror"] {
         let _ = std::fs::remove_dir_all(dir.join("fanout"));
+        // The targets' parent: treesync creates a target, never its parents.
+        std::fs::create_dir_all(dir.join("fanout")).map_err(|e| e.to_string())?;
         let at = if next == 0 { a.clone() } else { chain[next - 1].clone() };
         run_quiet(Command::new("git").arg("--git-dir").arg(&repo).args(["update-ref", "refs/heads/main", &at]))?;
         let mut watches = Vec::new();
