@@ -161,3 +161,40 @@ async fn leaving_generations_makes_the_target_a_plain_directory() {
     assert!(again.switched);
     assert_eq!(shown(&host), Some(h.expected(2)));
 }
+
+/// A target synced in place, then kept in generations with symlink switches: a crash at every
+/// write of that first atomic sync (the target's own tree is moved into a slot the record names
+/// only after the move) — a plain rerun finishes, and later syncs, which make new slots while
+/// the moved-aside one is within its grace period, never name a slot that is there already.
+#[tokio::test]
+async fn a_crash_while_a_plain_target_is_moved_aside_never_reuses_its_slot_name() {
+    let h = history();
+    let mut k = 0;
+    loop {
+        let host = MemoryHost::new(false);
+        let plain = treesync_core::memory::MemoryBackend::new();
+        let o = options(Switch::Symlink, Duration::from_secs(3600));
+        sync::sync(&h.repo, &h.commits[0], &plain, &o.sync, &|_| {}, &AtomicBool::new(false))
+            .await
+            .expect("the plain sync");
+        host.set_target(plain);
+        host.fail_after(k);
+        let r = run(&h.repo, &h.commits[1], &host, &o).await;
+        host.fail_after(u64::MAX);
+        let now = shown(&host);
+        assert!(now == Some(h.expected(0)) || now == Some(h.expected(1)), "crash after {k} writes: neither commit");
+        run(&h.repo, &h.commits[1], &host, &o).await.unwrap_or_else(|e| panic!("crash at {k}: the rerun: {e}"));
+        assert_eq!(shown(&host), Some(h.expected(1)), "crash at {k}: rerun");
+        for next in [2, 0, 1] {
+            run(&h.repo, &h.commits[next], &host, &o)
+                .await
+                .unwrap_or_else(|e| panic!("crash at {k}: a later sync to {next}: {e}"));
+            assert_eq!(shown(&host), Some(h.expected(next)), "crash at {k}: later sync to {next}");
+        }
+        if r.is_ok() {
+            break;
+        }
+        k += 1;
+    }
+    assert!(k > 5, "crash points tried: {k}");
+}

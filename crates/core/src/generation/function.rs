@@ -264,6 +264,13 @@ async fn reconcile(
         }
     }
     rec.slots.retain(|k, _| names.contains(k));
+    // A slot the record does not number yet (a switch cut short after it moved the target's
+    // tree into the slot it had named, before the record said so) is never named again.
+    for name in &names {
+        if let Some(n) = name.strip_prefix('g').and_then(|n| n.parse::<u64>().ok()) {
+            rec.next = rec.next.max(n.saturating_add(1));
+        }
+    }
     let switching = rec.switching.take();
     let cur = match current {
         Some(At::Slot(s)) => Some(s.as_str()),

@@ -244,7 +244,14 @@ impl Host for MemoryHost {
         // Entry by entry, each a write (a crash leaves a partial copy), the state last.
         let tree = MemoryBackend::new();
         self.budget.tick("clone", to)?;
-        self.inner.lock().expect("never poisoned").slots.insert(to.to_string(), Place::Dir(tree.clone()));
+        {
+            // As `mkdir`: never over a slot that is there.
+            let mut inner = self.inner.lock().expect("never poisoned");
+            if inner.slots.contains_key(to) {
+                return Err(Error::io("create", to, std::io::ErrorKind::AlreadyExists.into()));
+            }
+            inner.slots.insert(to.to_string(), Place::Dir(tree.clone()));
+        }
         let (mut dirs, mut entries) = (0, 0);
         for (path, node) in source.snapshot() {
             let path = String::from_utf8_lossy(&path).into_owned();
@@ -270,6 +277,11 @@ impl Host for MemoryHost {
             (Switch::Symlink, None) => None,
             (Switch::Symlink, Some(Place::Link(s))) => Some(s),
             (Switch::Symlink, Some(dir @ Place::Dir(_))) => {
+                // As `rename` without replacing: never over a slot that is there.
+                if inner.slots.contains_key(displaced) {
+                    inner.target = Some(dir);
+                    return Err(Error::io("rename", displaced, std::io::ErrorKind::AlreadyExists.into()));
+                }
                 inner.slots.insert(displaced.to_string(), dir);
                 Some(displaced.to_string())
             }
