@@ -480,3 +480,37 @@ fn names_that_are_not_utf8_lose_nothing_in_json_and_are_repaired() {
     assert_ok(&treesync(&["verify", "--repo", s(&bare.path), "--target", s(&t), "--repair"]));
     assert_eq!(std::fs::read(&odd).expect("read"), b"latin-1 name\n", "repaired, not skipped");
 }
+
+/// A sync that waits for the lock (`--wait`) writes the commit its ref names once it has the
+/// lock, not the older one the ref named when it started waiting (a post-receive hook's sync
+/// queued behind another must not roll the target back) — in place and with `--atomic`.
+#[test]
+fn a_sync_that_waited_for_the_lock_writes_what_the_ref_names_then() {
+    let (bare, commits) = two_commits();
+    for atomic in [false, true] {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let t = dir.path().join("t");
+        git(&bare.path, &["update-ref", "refs/heads/live", &commits[0]]);
+        let extra: &[&str] = if atomic { &["--atomic"] } else { &[] };
+        assert_ok(&sync(&bare.path, "live", &t, extra));
+        let lock = if atomic { dir.path().join(".t.treesync/lock") } else { t.join(".treesync/lock") };
+        assert!(lock.is_file(), "{atomic}: the lock file is {}", lock.display());
+        // Another writer holds the lock; the waiting sync starts while `live` names the first commit.
+        let mut holder = Command::new("flock").arg(&lock).args(["sleep", "3"]).spawn().expect("flock runs");
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        let mut args = vec!["sync", "-q", "--repo", s(&bare.path), "--ref", "live", "--target", s(&t), "--wait", "60s"];
+        args.extend_from_slice(extra);
+        let waiting = Command::new(env!("CARGO_BIN_EXE_treesync"))
+            .args(&args)
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("treesync runs");
+        std::thread::sleep(std::time::Duration::from_millis(1000));
+        // The push lands while it waits.
+        git(&bare.path, &["update-ref", "refs/heads/live", &commits[1]]);
+        assert!(holder.wait().expect("flock ends").success());
+        let o = waiting.wait_with_output().expect("the waiting sync ends");
+        assert_ok(&o);
+        assert_target_is(&bare, &commits[1], &t);
+    }
+}

@@ -1010,6 +1010,9 @@ pub async fn sync(
     };
     let me = holder();
     under_lock(backend, &me, options.lock_wait, async || {
+        // Again under the lock: a sync that waited for another (`--wait`) writes what the
+        // revision names now, never the older commit it named before the wait.
+        let to = repo.resolve(rev)?;
         if let Some(clone) = &options.git_worktree {
             // Before any file changes: a clone whose index or HEAD cannot be written safely
             // is refused while it still matches its HEAD.
@@ -1019,7 +1022,8 @@ pub async fn sync(
             // Still what it was planned against (the lock also tells case-insensitive
             // targets apart, which a first sync plans for)?
             Some(p)
-                if backend.load_state().await? == p.state_bytes
+                if p.to == to
+                    && backend.load_state().await? == p.state_bytes
                     && p.case_insensitive != backend.capabilities().case_sensitive =>
             {
                 p

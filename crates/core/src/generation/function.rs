@@ -590,8 +590,10 @@ async fn locked(
         let same = |planned: &sync::Outcome| {
             state.as_ref().is_some_and(|s| s.in_progress.is_none() && s.synced.is_some() && s.synced == planned.from)
         };
+        // And for the commit the revision names now (a run that waited for the lock).
+        let now = repo.resolve(rev).map_err(sync::Error::from)?.commit;
         let planned = match checked {
-            (Some(before), planned) if before == *cur && same(&planned) => planned,
+            (Some(before), planned) if before == *cur && same(&planned) && planned.commit == now => planned,
             _ => {
                 let dry = sync::Options { dry_run: true, ..options.sync.clone() };
                 sync::sync(repo, rev, &*cur_backend, &dry, progress, interrupt).await?
