@@ -2,81 +2,27 @@
 //! `file://`), through treesync's cache repository.
 
 use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
 use serde_json::Value;
 use treesync_testkit::cli::{Cli, s};
-use treesync_testkit::gitdaemon::GitDaemon;
-use treesync_testkit::{archive, git, tree};
+use treesync_testkit::git;
+use treesync_testkit::gitdaemon::Served;
 
 fn cli() -> Cli {
     Cli::new(env!("CARGO_BIN_EXE_treesync"))
 }
 
-/// A bare repository served by a git daemon, a clone to push from, and a cache directory.
-struct Served {
-    dir: tempfile::TempDir,
-    bare: PathBuf,
-    daemon: GitDaemon,
-    url: String,
-}
-
-impl Served {
-    fn new() -> Served {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let bare = dir.path().join("site.git");
-        std::fs::create_dir(&bare).expect("mkdir");
-        git(&bare, &["init", "-q", "--bare", "-b", "main"]);
-        let work = dir.path().join("work");
-        std::fs::create_dir(&work).expect("mkdir");
-        git(&work, &["init", "-q", "-b", "main"]);
-        let daemon = GitDaemon::start(dir.path());
-        let url = daemon.url("site.git");
-        let served = Served { dir, bare, daemon, url };
-        served.commit(&[("index.html", "one\n"), ("css/site.css", "body {}\n"), ("bin/run", "#!/bin/sh\n")]);
-        served.push(&["main"]);
-        served
-    }
-
-    fn work(&self) -> PathBuf {
-        self.dir.path().join("work")
-    }
-
-    fn cache(&self) -> PathBuf {
-        self.dir.path().join("cache")
-    }
-
-    fn commit(&self, files: &[(&str, &str)]) -> String {
-        for (path, content) in files {
-            let file = self.work().join(path);
-            std::fs::create_dir_all(file.parent().expect("parent")).expect("mkdir");
-            std::fs::write(&file, content).expect("write");
-        }
-        git(&self.work(), &["add", "-A"]);
-        git(&self.work(), &["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", files[0].0]);
-        git(&self.work(), &["rev-parse", "HEAD"])
-    }
-
-    fn push(&self, args: &[&str]) {
-        let mut all = vec!["push", "-q", &self.url];
-        all.extend(args);
-        git(&self.work(), &all);
-    }
-
-    /// Whether `target` holds exactly `git archive REV` of the served repository.
-    fn matches(&self, rev: &str, target: &Path) -> bool {
-        let dir = tempfile::tempdir().expect("tempdir");
-        archive(&self.bare, rev, &dir.path().join("x"));
-        target.exists() && tree::diff(&tree::read_dir(&dir.path().join("x")), &tree::read_dir(target)).is_none()
-    }
+/// A served repository with a page, a stylesheet and an executable.
+fn served() -> Served {
+    Served::new(&[("index.html", "one\n"), ("css/site.css", "body {}\n"), ("bin/run", "#!/bin/sh\n")])
 }
 
 #[test]
 fn sync_from_git_and_file_urls_writes_what_git_archive_has() {
-    let s_ = Served::new();
+    let s_ = served();
     let cache = s_.cache();
     let t1 = s_.dir.path().join("t1");
     cli().ok(&["sync", "-q", "--repo", &s_.url, "--ref", "main", "--target", s(&t1), "--cache-dir", s(&cache)]);
@@ -93,7 +39,7 @@ fn sync_from_git_and_file_urls_writes_what_git_archive_has() {
 
 #[test]
 fn a_second_sync_asks_once_and_fetches_nothing() {
-    let s_ = Served::new();
+    let s_ = served();
     let (cache, t) = (s_.cache(), s_.dir.path().join("t"));
     let args = ["sync", "-q", "--repo", &s_.url, "--ref", "main", "--target", s(&t), "--cache-dir", s(&cache)];
     let before = s_.daemon.requests();
@@ -114,7 +60,7 @@ fn a_second_sync_asks_once_and_fetches_nothing() {
 
 #[test]
 fn a_bad_ref_and_a_server_that_is_down_are_clear_errors() {
-    let mut s_ = Served::new();
+    let mut s_ = served();
     let (cache, t) = (s_.cache(), s_.dir.path().join("t"));
     let err =
         cli().fails(&["sync", "--repo", &s_.url, "--ref", "nope", "--target", s(&t), "--cache-dir", s(&cache)], 2);
@@ -128,7 +74,7 @@ fn a_bad_ref_and_a_server_that_is_down_are_clear_errors() {
 
 #[test]
 fn two_processes_syncing_from_one_url_share_the_cache() {
-    let s_ = Served::new();
+    let s_ = served();
     let cache = s_.cache();
     let before = s_.daemon.requests();
     let children: Vec<_> = (0..2)
@@ -151,7 +97,7 @@ fn two_processes_syncing_from_one_url_share_the_cache() {
 
 #[test]
 fn config_repo_may_be_a_url_with_its_cache_dir() {
-    let s_ = Served::new();
+    let s_ = served();
     let t = s_.dir.path().join("t");
     let config = s_.dir.path().join("treesync.toml");
     std::fs::write(
@@ -196,7 +142,7 @@ fn next(rx: &mpsc::Receiver<Value>, name: &str) -> Value {
 
 #[test]
 fn watch_follows_pushes_force_pushes_and_a_server_that_comes_back() {
-    let mut s_ = Served::new();
+    let mut s_ = served();
     let (cache, t) = (s_.cache(), s_.dir.path().join("t"));
     let mut child = Command::new(env!("CARGO_BIN_EXE_treesync"))
         .args(["watch", "--json", "--repo", &s_.url, "--ref", "main", "--target", s(&t), "--cache-dir", s(&cache)])

@@ -1,7 +1,6 @@
 //! A `Remote` against a real `git daemon` on 127.0.0.1: what it asks, what it fetches, how it
 //! fails, and the watch loop driven by it.
 
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -10,63 +9,17 @@ use treesync_core::watch::{self, Event, Origin, OriginError};
 use treesync_core::{MemoryBackend, Repo, sync};
 use treesync_remote::{Error, OpenOptions, Remote};
 use treesync_testkit::git;
-use treesync_testkit::gitdaemon::GitDaemon;
+use treesync_testkit::gitdaemon::Served;
 use treesync_testkit::tree::read_memory;
 
-/// A served bare repository `base/site.git` and a working clone to push from.
-struct Served {
-    dir: tempfile::TempDir,
-    daemon: GitDaemon,
-    url: String,
-}
-
-impl Served {
-    fn new() -> Served {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let bare = dir.path().join("site.git");
-        std::fs::create_dir(&bare).expect("mkdir");
-        git(&bare, &["init", "-q", "--bare", "-b", "main"]);
-        let work = dir.path().join("work");
-        std::fs::create_dir(&work).expect("mkdir");
-        git(&work, &["init", "-q", "-b", "main"]);
-        let daemon = GitDaemon::start(dir.path());
-        let url = daemon.url("site.git");
-        let served = Served { dir, daemon, url };
-        served.commit("index.html", "one\n");
-        served.push(&["main"]);
-        served
-    }
-
-    fn work(&self) -> PathBuf {
-        self.dir.path().join("work")
-    }
-
-    /// Commit `path` with `content` in the working clone; the commit's id.
-    fn commit(&self, path: &str, content: &str) -> String {
-        let file = self.work().join(path);
-        std::fs::create_dir_all(file.parent().expect("parent")).expect("mkdir");
-        std::fs::write(&file, content).expect("write");
-        git(&self.work(), &["add", "-A"]);
-        git(&self.work(), &["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", path]);
-        git(&self.work(), &["rev-parse", "HEAD"])
-    }
-
-    /// `git push URL ARGS` through the daemon.
-    fn push(&self, args: &[&str]) {
-        let mut all = vec!["push", "-q", &self.url];
-        all.extend(args);
-        git(&self.work(), &all);
-    }
-
-    fn cache(&self) -> OpenOptions {
-        OpenOptions { cache_dir: Some(self.dir.path().join("cache")) }
-    }
+fn cache(s: &Served) -> OpenOptions {
+    OpenOptions { cache_dir: Some(s.cache()) }
 }
 
 #[test]
 fn update_fetches_only_when_the_ref_moved() {
-    let s = Served::new();
-    let remote = Remote::open(&s.url, &s.cache()).expect("open");
+    let s = Served::new(&[("index.html", "one\n")]);
+    let remote = Remote::open(&s.url, &cache(&s)).expect("open");
     assert!(remote.path().starts_with(s.dir.path().join("cache/repos")), "{}", remote.path().display());
     let main = ["main".to_string()];
     let before = s.daemon.requests();
@@ -82,7 +35,7 @@ fn update_fetches_only_when_the_ref_moved() {
     }
     assert_eq!(s.daemon.requests() - before, 5, "one ls-refs request per idle look");
 
-    let id = s.commit("news.html", "news\n");
+    let id = s.commit(&[("news.html", "news\n")]);
     s.push(&["main"]);
     let moved = remote.update(&main).expect("update");
     assert_eq!((moved.requests, moved.refs[0].fetched, moved.refs[0].id.as_str()), (2, true, id.as_str()));
@@ -94,14 +47,14 @@ fn update_fetches_only_when_the_ref_moved() {
 
 #[test]
 fn a_force_push_is_followed() {
-    let s = Served::new();
-    let remote = Remote::open(&s.url, &s.cache()).expect("open");
+    let s = Served::new(&[("index.html", "one\n")]);
+    let remote = Remote::open(&s.url, &cache(&s)).expect("open");
     let main = ["main".to_string()];
-    s.commit("a.txt", "a\n");
+    s.commit(&[("a.txt", "a\n")]);
     s.push(&["main"]);
     remote.update(&main).expect("update");
     git(&s.work(), &["reset", "-q", "--hard", "HEAD~1"]);
-    let rewritten = s.commit("b.txt", "b\n");
+    let rewritten = s.commit(&[("b.txt", "b\n")]);
     s.push(&["--force", "main"]);
     let out = remote.update(&main).expect("update after a force-push");
     assert!(out.refs[0].fetched);
@@ -111,11 +64,11 @@ fn a_force_push_is_followed() {
 
 #[test]
 fn tags_and_full_ref_names_are_followed_like_branches() {
-    let s = Served::new();
+    let s = Served::new(&[("index.html", "one\n")]);
     let v1 = git(&s.work(), &["rev-parse", "HEAD"]);
     git(&s.work(), &["-c", "user.name=t", "-c", "user.email=t@t", "tag", "-a", "-m", "v1", "v1"]);
     s.push(&["v1"]);
-    let remote = Remote::open(&s.url, &s.cache()).expect("open");
+    let remote = Remote::open(&s.url, &cache(&s)).expect("open");
     let out = remote.update(&["v1".to_string(), "refs/heads/main:".to_string()]).expect("update");
     assert_eq!(out.requests, 2, "both refs in one ls-refs and one fetch: {out:?}");
     assert_eq!(out.refs[0].name, "refs/tags/v1");
@@ -126,8 +79,8 @@ fn tags_and_full_ref_names_are_followed_like_branches() {
 
 #[test]
 fn a_missing_ref_is_a_clear_error() {
-    let s = Served::new();
-    let remote = Remote::open(&s.url, &s.cache()).expect("open");
+    let s = Served::new(&[("index.html", "one\n")]);
+    let remote = Remote::open(&s.url, &cache(&s)).expect("open");
     let err = remote.update(&["nope".to_string()]).expect_err("no such ref");
     assert!(matches!(err, Error::NotFound { .. }), "{err:?}");
     let text = err.to_string();
@@ -139,8 +92,8 @@ fn a_missing_ref_is_a_clear_error() {
 
 #[test]
 fn a_server_that_is_down_says_so_and_is_used_again_when_back() {
-    let mut s = Served::new();
-    let remote = Remote::open(&s.url, &s.cache()).expect("open");
+    let mut s = Served::new(&[("index.html", "one\n")]);
+    let remote = Remote::open(&s.url, &cache(&s)).expect("open");
     let main = ["main".to_string()];
     remote.update(&main).expect("update");
     s.daemon.stop();
@@ -150,7 +103,7 @@ fn a_server_that_is_down_says_so_and_is_used_again_when_back() {
     assert!(text.contains(&s.url) && text.contains("is the server up?"), "{text}");
     assert!(text.contains(&format!("`git ls-remote {}`", s.url)), "{text}");
     s.daemon.start_again();
-    let id = s.commit("c.txt", "c\n");
+    let id = s.commit(&[("c.txt", "c\n")]);
     s.push(&["main"]);
     let out = remote.update(&main).expect("the server is back");
     assert_eq!(out.refs[0].id, id);
@@ -158,28 +111,28 @@ fn a_server_that_is_down_says_so_and_is_used_again_when_back() {
 
 #[test]
 fn a_repository_the_server_does_not_have_names_the_url() {
-    let s = Served::new();
+    let s = Served::new(&[("index.html", "one\n")]);
     let url = s.daemon.url("missing.git");
-    let remote = Remote::open(&url, &s.cache()).expect("open");
+    let remote = Remote::open(&url, &cache(&s)).expect("open");
     let text = remote.update(&["main".to_string()]).expect_err("no such repository").to_string();
     assert!(text.contains(&url) && text.contains("check the URL"), "{text}");
 }
 
 #[test]
 fn the_cache_records_its_url() {
-    let s = Served::new();
-    let remote = Remote::open(&s.url, &s.cache()).expect("open");
+    let s = Served::new(&[("index.html", "one\n")]);
+    let remote = Remote::open(&s.url, &cache(&s)).expect("open");
     git(remote.path(), &["config", "remote.origin.url", "git://elsewhere/site.git"]);
-    let err = Remote::open(&s.url, &s.cache()).expect_err("another URL recorded");
+    let err = Remote::open(&s.url, &cache(&s)).expect_err("another URL recorded");
     assert!(matches!(err, Error::OtherUrl { .. }), "{err:?}");
     assert!(err.to_string().contains("rm -r"), "{err}");
 }
 
 #[test]
 fn concurrent_updates_share_the_cache_and_fetch_once() {
-    let s = Served::new();
+    let s = Served::new(&[("index.html", "one\n")]);
     let before = s.daemon.requests();
-    let cache = s.cache();
+    let cache = cache(&s);
     let url = s.url.clone();
     let ids: Vec<String> = std::thread::scope(|scope| {
         let handles: Vec<_> = (0..4)
@@ -233,8 +186,8 @@ fn runtime() -> tokio::runtime::Runtime {
 
 #[test]
 fn an_idle_watch_asks_once_per_look() {
-    let s = Served::new();
-    let remote = Remote::open(&s.url, &s.cache()).expect("open");
+    let s = Served::new(&[("index.html", "one\n")]);
+    let remote = Remote::open(&s.url, &cache(&s)).expect("open");
     remote.update(&["main".to_string()]).expect("first fetch");
     let repo = Repo::open(remote.path()).expect("open");
     let before = s.daemon.requests();
@@ -256,8 +209,8 @@ fn an_idle_watch_asks_once_per_look() {
 
 #[test]
 fn a_watch_follows_pushes_and_survives_the_server_going_away() {
-    let s = Served::new();
-    let remote = Remote::open(&s.url, &s.cache()).expect("open");
+    let s = Served::new(&[("index.html", "one\n")]);
+    let remote = Remote::open(&s.url, &cache(&s)).expect("open");
     remote.update(&["main".to_string()]).expect("first fetch");
     let repo = Repo::open(remote.path()).expect("open");
     let description = remote.describe(Duration::from_millis(50));

@@ -119,3 +119,81 @@ impl Drop for GitDaemon {
         self.stop();
     }
 }
+
+/// A bare repository `DIR/site.git` served by a [`GitDaemon`], a working clone `DIR/work` to
+/// push from, and room for a cache (`DIR/cache`) and targets in `DIR`.
+///
+/// ```ignore
+/// let s = Served::new(&[("index.html", "one\n")]);    // committed and pushed to main
+/// let id = s.commit(&[("news.html", "news\n")]);      // a commit in the clone …
+/// s.push(&["main"]);                                  // … pushed through the daemon
+/// assert!(s.matches("main", &target));                // target == git archive main
+/// ```
+pub struct Served {
+    /// Everything of this fixture lives here (removed on drop).
+    pub dir: tempfile::TempDir,
+    /// The served bare repository.
+    pub bare: PathBuf,
+    /// The server.
+    pub daemon: GitDaemon,
+    /// `git://127.0.0.1:PORT/site.git`.
+    pub url: String,
+}
+
+impl Served {
+    /// A served repository whose `main` holds `files` (pushed through the daemon).
+    pub fn new(files: &[(&str, &str)]) -> Served {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let bare = dir.path().join("site.git");
+        std::fs::create_dir(&bare).expect("mkdir");
+        crate::git(&bare, &["init", "-q", "--bare", "-b", "main"]);
+        let work = dir.path().join("work");
+        std::fs::create_dir(&work).expect("mkdir");
+        crate::git(&work, &["init", "-q", "-b", "main"]);
+        let daemon = GitDaemon::start(dir.path());
+        let url = daemon.url("site.git");
+        let served = Served { dir, bare, daemon, url };
+        served.commit(files);
+        served.push(&["main"]);
+        served
+    }
+
+    /// The working clone.
+    pub fn work(&self) -> PathBuf {
+        self.dir.path().join("work")
+    }
+
+    /// A cache directory for treesync's copies of the repository (not created).
+    pub fn cache(&self) -> PathBuf {
+        self.dir.path().join("cache")
+    }
+
+    /// Write `files` in the working clone and commit them all; the commit's id.
+    pub fn commit(&self, files: &[(&str, &str)]) -> String {
+        for (path, content) in files {
+            let file = self.work().join(path);
+            std::fs::create_dir_all(file.parent().expect("parent")).expect("mkdir");
+            std::fs::write(&file, content).expect("write");
+        }
+        let work = self.work();
+        crate::git(&work, &["add", "-A"]);
+        crate::git(&work, &["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", files[0].0]);
+        crate::git(&work, &["rev-parse", "HEAD"])
+    }
+
+    /// `git push URL ARGS` from the clone through the daemon.
+    pub fn push(&self, args: &[&str]) {
+        let mut all = vec!["push", "-q", &self.url];
+        all.extend(args);
+        crate::git(&self.work(), &all);
+    }
+
+    /// Whether `target` holds exactly `git archive REV` of the served repository.
+    pub fn matches(&self, rev: &str, target: &Path) -> bool {
+        let dir = tempfile::tempdir().expect("tempdir");
+        crate::archive(&self.bare, rev, &dir.path().join("x"));
+        target.exists()
+            && crate::tree::diff(&crate::tree::read_dir(&dir.path().join("x")), &crate::tree::read_dir(target))
+                .is_none()
+    }
+}
