@@ -152,3 +152,61 @@ fn watch_all_follows_twenty_mirrors_of_one_repository_and_isolates_a_failing_tar
     assert_eq!(lines.count("m13", "synced"), 2);
     assert_eq!(lines.count("solo", "synced"), 1);
 }
+
+/// Mirrors of one repository share one inotify watch, which covers every mirror's ref — also
+/// a top-level one (`RELEASE`, beside `HEAD`) that only the second mirror follows — and the
+/// group polls only when one of its mirrors asks (`poll = true`, said in its `watching` line).
+#[test]
+fn one_event_watch_per_repository_covers_the_refs_of_all_its_mirrors() {
+    let bare = BareRepo::new();
+    let commits = history::import(&bare.path, "later", &history::random_history(3, 3));
+    git(&bare.path, &["update-ref", "refs/heads/main", &commits[0]]);
+    git(&bare.path, &["update-ref", "RELEASE", &commits[0]]);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let target = |name: &str| dir.path().join(name);
+    // An hour between looks: only events make the mirrors follow.
+    let mut cfg = String::from("[defaults]\ninterval = \"1h\"\n");
+    for (name, rev) in [("a", "main"), ("b", "RELEASE")] {
+        cfg += &format!(
+            "\n[mirror.{name}]\nrepo = {:?}\nref = {rev:?}\ntarget = {:?}\n",
+            bare.path.display().to_string(),
+            target(name).display().to_string()
+        );
+    }
+    let cfg_path = dir.path().join("treesync.toml");
+    std::fs::write(&cfg_path, cfg).expect("config");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_treesync"))
+        .arg("--config")
+        .arg(&cfg_path)
+        .args(["watch", "--all", "--json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("watch starts");
+    let lines = Lines::default();
+    let reader = {
+        let (lines, stdout) = (lines.clone(), child.stdout.take().expect("stdout"));
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stdout).lines() {
+                let v = serde_json::from_str(&line.expect("utf8 line")).expect("a JSON line");
+                lines.0.lock().expect("not poisoned").push(v);
+            }
+        })
+    };
+    wait_for("both mirrors", || matches(&bare, &commits[0], &target("a")) && matches(&bare, &commits[0], &target("b")));
+    git(&bare.path, &["update-ref", "RELEASE", &commits[1]]);
+    wait_for("b to follow RELEASE", || matches(&bare, &commits[1], &target("b")));
+    git(&bare.path, &["update-ref", "refs/heads/main", &commits[2]]);
+    wait_for("a to follow main", || matches(&bare, &commits[2], &target("a")));
+    assert!(matches(&bare, &commits[1], &target("b")));
+    assert!(Command::new("kill").args(["-TERM", &child.id().to_string()]).status().expect("kill").success());
+    assert!(child.wait().expect("watch exits").success());
+    reader.join().expect("reader");
+    let all = lines.0.lock().expect("not poisoned").clone();
+    let watching: Vec<&serde_json::Value> = all.iter().filter(|v| v["event"] == "watching").collect();
+    assert_eq!(watching.len(), 2, "{watching:?}");
+    for w in watching {
+        let waits = w["waits"].as_str().expect("the watching line says how it waits");
+        assert!(!waits.contains("polling"), "events, not polling: {w}");
+    }
+}

@@ -105,9 +105,12 @@ struct Prepared {
     /// Set when the target is kept in generations (`--atomic`).
     generations: Option<(Arc<dyn Host>, generation::Options)>,
     options: watch::Options,
-    /// Where its group learns that the refs moved: the remote of a URL, else inotify on the
-    /// repository (or polling, said in the `watching` line).
-    origin: Arc<dyn watch::Origin>,
+    /// Where its group learns that the refs moved, for a URL: the remote. For a local
+    /// repository the group's origin is made once for all its mirrors' refs
+    /// ([`watch_prepared`]).
+    remote: Option<Arc<dyn watch::Origin>>,
+    /// `--poll`: poll the local repository instead of watching it for events.
+    poll: bool,
     /// Its metrics and health.
     mirror: monitor::Mirror,
     /// `--exec-after`, `--webhook`.
@@ -132,10 +135,7 @@ async fn prepare(
     let repo = Repo::open(remote.as_ref().map_or(args.source.repo(), |r| r.path()))
         .with_context(|| format!("{tag}opening the repository"))?;
     let chosen = make_backend(&args.target).with_context(|| format!("{tag}opening the target"))?;
-    let origin = match remote {
-        Some(r) => Arc::new(r) as Arc<dyn watch::Origin>,
-        None => watch::events::origin(&repo.git_dir(), std::slice::from_ref(&rev), args.poll),
-    };
+    let remote = remote.map(|r| Arc::new(r) as Arc<dyn watch::Origin>);
     let options = watch::Options {
         interval: args.interval.unwrap_or(watch::DEFAULT_INTERVAL),
         verify_every: args.verify_every,
@@ -195,7 +195,8 @@ async fn prepare(
         backend: chosen.backend.clone(),
         generations,
         options,
-        origin,
+        remote,
+        poll: args.poll,
         mirror,
         hooks,
         hook_args: args.hooks,
@@ -220,8 +221,19 @@ async fn watch_prepared(ready: &[Prepared], interrupt: &AtomicBool) {
             Some(g) => groups[g].mirrors.push(mirror),
             None => {
                 group_dirs.push(&p.git_dir);
-                groups.push(watch::Group { repo: &p.repo, origin: p.origin.clone(), mirrors: vec![mirror] });
+                // Filled in below, once the group's refs are known.
+                let origin = p.remote.clone().unwrap_or_else(|| Arc::new(watch::Poll));
+                groups.push(watch::Group { repo: &p.repo, origin, mirrors: vec![mirror] });
             }
+        }
+    }
+    // A local repository: one inotify watch (or one poller) for the refs of all its mirrors;
+    // one mirror asking for --poll makes its group poll.
+    for (g, dir) in groups.iter_mut().zip(&group_dirs) {
+        let members: Vec<&Prepared> = ready.iter().filter(|p| &p.git_dir == *dir).collect();
+        if members[0].remote.is_none() {
+            let revs: Vec<String> = members.iter().map(|p| p.rev.clone()).collect();
+            g.origin = watch::events::origin(dir, &revs, members.iter().any(|p| p.poll));
         }
     }
     let tags: Vec<String> =
