@@ -36,6 +36,29 @@ impl Lines {
     }
 }
 
+/// `treesync --config CFG watch --all --json`, its JSON lines collected as they come.
+fn watch_all(cfg: &Path) -> (std::process::Child, Lines, std::thread::JoinHandle<()>) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_treesync"))
+        .arg("--config")
+        .arg(cfg)
+        .args(["watch", "--all", "--json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("watch starts");
+    let lines = Lines::default();
+    let stdout = child.stdout.take().expect("stdout");
+    let collected = lines.clone();
+    let reader = std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout).lines() {
+            let line = line.expect("utf8 line");
+            let v = serde_json::from_str(&line).unwrap_or_else(|e| panic!("a JSON line: {e}: {line}"));
+            collected.0.lock().expect("not poisoned").push(v);
+        }
+    });
+    (child, lines, reader)
+}
+
 #[test]
 fn watch_all_follows_twenty_mirrors_of_one_repository_and_isolates_a_failing_target() {
     let (bare, solo) = (BareRepo::new(), BareRepo::new());
@@ -64,25 +87,7 @@ fn watch_all_follows_twenty_mirrors_of_one_repository_and_isolates_a_failing_tar
     let cfg_path = dir.path().join("treesync.toml");
     std::fs::write(&cfg_path, cfg).expect("config");
 
-    let mut child = Command::new(env!("CARGO_BIN_EXE_treesync"))
-        .arg("--config")
-        .arg(&cfg_path)
-        .args(["watch", "--all", "--json"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("watch starts");
-    let lines = Lines::default();
-    let reader = {
-        let (lines, stdout) = (lines.clone(), child.stdout.take().expect("stdout"));
-        std::thread::spawn(move || {
-            for line in std::io::BufReader::new(stdout).lines() {
-                let line = line.expect("utf8 line");
-                let v = serde_json::from_str(&line).unwrap_or_else(|e| panic!("a JSON line: {e}: {line}"));
-                lines.0.lock().expect("not poisoned").push(v);
-            }
-        })
-    };
+    let (mut child, lines, reader) = watch_all(&cfg_path);
     let all_at = |commit: &str| names.iter().all(|n| matches(&bare, commit, &target(n)));
 
     wait_for("all 21 mirrors", || all_at(&commits[0]) && matches(&solo, &solo_commit, &target("solo")));
@@ -175,24 +180,7 @@ fn one_event_watch_per_repository_covers_the_refs_of_all_its_mirrors() {
     }
     let cfg_path = dir.path().join("treesync.toml");
     std::fs::write(&cfg_path, cfg).expect("config");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_treesync"))
-        .arg("--config")
-        .arg(&cfg_path)
-        .args(["watch", "--all", "--json"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("watch starts");
-    let lines = Lines::default();
-    let reader = {
-        let (lines, stdout) = (lines.clone(), child.stdout.take().expect("stdout"));
-        std::thread::spawn(move || {
-            for line in std::io::BufReader::new(stdout).lines() {
-                let v = serde_json::from_str(&line.expect("utf8 line")).expect("a JSON line");
-                lines.0.lock().expect("not poisoned").push(v);
-            }
-        })
-    };
+    let (mut child, lines, reader) = watch_all(&cfg_path);
     wait_for("both mirrors", || matches(&bare, &commits[0], &target("a")) && matches(&bare, &commits[0], &target("b")));
     git(&bare.path, &["update-ref", "RELEASE", &commits[1]]);
     wait_for("b to follow RELEASE", || matches(&bare, &commits[1], &target("b")));
