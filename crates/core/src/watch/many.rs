@@ -101,6 +101,7 @@ pub async fn watch_many(
 
 /// The event handler, shared by the mirrors' steps that run at once (it is called, never held
 /// across an await).
+#[allow(clippy::type_complexity)] // the handler as watch_many() takes it, behind a mutex
 struct Emit<'a>(Mutex<&'a mut (dyn FnMut(&str, &Event) + Send)>);
 
 impl Emit<'_> {
@@ -113,8 +114,8 @@ impl Emit<'_> {
 /// A mirror's target as its steps use it.
 enum Target<'a> {
     Plain(&'a dyn Backend),
-    /// With the generations' options and the mirror's sync options.
-    Generations(&'a dyn Host, generation::Options),
+    /// With the generations' options and the mirror's sync options (boxed: they are large).
+    Generations(&'a dyn Host, Box<generation::Options>),
 }
 
 /// A mirror's loop state.
@@ -180,9 +181,10 @@ async fn watch_group(group: &Group<'_>, emit: &Emit<'_>, interrupt: &AtomicBool)
             mirror: m,
             target: match m.place {
                 Place::Plain(backend) => Target::Plain(backend),
-                Place::Generations(host, g) => {
-                    Target::Generations(host, generation::Options { sync: m.options.sync.clone(), ..g.clone() })
-                }
+                Place::Generations(host, g) => Target::Generations(
+                    host,
+                    Box::new(generation::Options { sync: m.options.sync.clone(), ..g.clone() }),
+                ),
             },
             outcome: Outcome::default(),
             last: None,
