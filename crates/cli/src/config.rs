@@ -75,6 +75,8 @@ pub struct Mirror {
     pub interval: Duration,
     /// How often `watch` runs a verify (never unless set).
     pub verify_every: Option<Duration>,
+    /// With `verify_every`: check one slice of N every `verify_every / N` (`--verify-slices`).
+    pub verify_slices: Option<u32>,
     /// With `verify_every`: repair the drift verify finds.
     pub repair: bool,
     /// `watch` polls the ref every `interval` instead of being woken by changes (`--poll`).
@@ -309,6 +311,7 @@ tables! {
     backend: BackendName,
     interval: Interval,
     verify_every: VerifyEvery,
+    verify_slices: Count,
     jobs: Count,
     lookup_jobs: Count,
     write_jobs: WriteJobsValue,
@@ -834,6 +837,7 @@ pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
             allow_http,
             interval: settings.interval.as_ref().map_or(DEFAULT_INTERVAL, |i| i.value.0),
             verify_every: settings.verify_every.as_ref().and_then(|v| v.value.0),
+            verify_slices: settings.verify_slices.as_ref().map(|c| u32::try_from(c.value.0).unwrap_or(u32::MAX)),
             repair: settings.repair.as_ref().is_some_and(|f| f.value.0),
             poll: settings.poll.as_ref().is_some_and(|f| f.value.0),
             max_entries: settings.max_entries.as_ref().map(|c| c.value.0),
@@ -1385,7 +1389,7 @@ repair = true
             text,
             (7, 1),
             "unknown key \"tagret\" in [mirror.site] (expected one of: repo, ref, target, path, backend, interval, \
-             verify_every, jobs, lookup_jobs, write_jobs, fsync, endpoint, region, allow_http, repair, poll, max_entries, max_bytes, \
+             verify_every, verify_slices, jobs, lookup_jobs, write_jobs, fsync, endpoint, region, allow_http, repair, poll, max_entries, max_bytes, \
              recurse_submodules, include, exclude, export, lfs, atomic, keep, grace, switch, cache_dir, exec_after, webhook)",
             &["\n  hint: did you mean \"target\"?"],
         );

@@ -725,6 +725,7 @@ pub async fn drift_is_found_and_repaired(f: &dyn Fixture) {
         delete_extra: true,
         dry_run: false,
         check_after: true,
+        slice: None,
         sync: sync::Options { backend_name: "test".into(), ..Default::default() },
     };
     let out = sync::repair(&h.repo, &*f.backend(), &options, &|_| {}, &AtomicBool::new(false)).await.expect("repair");
@@ -763,6 +764,7 @@ pub async fn verify_compares_with_converted_bytes(f: &dyn Fixture) {
         delete_extra: false,
         dry_run: false,
         check_after: true,
+        slice: None,
         sync: sync::Options { backend_name: "test".into(), ..Default::default() },
     };
     for autocrlf in [false, true] {
