@@ -1244,6 +1244,7 @@ target = "/mnt/nas/site"
 backend = "nfs"
 write_jobs = "auto"
 lookup_jobs = 2
+verify_slices = 24
 
 [mirror.docs]
 repo = "/srv/git/docs.git"
@@ -1278,6 +1279,7 @@ repair = true
         assert_eq!(site.backend, BackendName::Nfs, "overridden");
         assert_eq!(site.interval, Duration::from_secs(10), "inherited");
         assert_eq!(site.verify_every, Some(Duration::from_secs(86400)), "inherited");
+        assert_eq!(site.verify_slices, Some(24));
         assert_eq!(site.jobs, Some(8), "inherited");
         assert_eq!(site.lookup_jobs, Some(2));
         assert_eq!(site.write_jobs, Some(WriteJobs::Auto));
@@ -1293,6 +1295,7 @@ repair = true
         assert!(docs.allow_http);
         assert_eq!(docs.jobs, Some(32), "overridden");
         assert_eq!(docs.verify_every, None, "\"off\" turns off the default");
+        assert_eq!(docs.verify_slices, None, "the whole tree each verify unless set");
 
         let alpha = c.get("alpha").unwrap();
         assert_eq!(alpha.repo, Path::new("/etc/treesync/repos/alpha.git"), "relative to the file's directory");
@@ -1323,6 +1326,12 @@ repair = true
         assert_eq!((m.max_entries, m.max_bytes), (None, None), "the core's defaults");
         let base = "[mirror.a]\nrepo = \"/r\"\nref = \"main\"\ntarget = \"/t\"\n";
         assert_err(&format!("{base}max_entries = 0\n"), (5, 15), "max_entries in [mirror.a] must be at least 1", &[]);
+        assert_err(
+            &format!("{base}verify_slices = 0\n"),
+            (5, 17),
+            "verify_slices in [mirror.a] must be at least 1",
+            &[],
+        );
         assert_err(
             &format!("{base}max_bytes = \"2 parsecs\"\n"),
             (5, 13),
