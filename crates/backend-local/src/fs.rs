@@ -557,7 +557,7 @@ impl Target {
                                 q = wake.wait(q).expect("never poisoned");
                             }
                         };
-                        let result = self.scan_dir(root, &dir);
+                        let result = self.scan_dir(root, &dir, false);
                         let mut q = queue.lock().expect("never poisoned");
                         q.busy -= 1;
                         match result {
@@ -583,14 +583,55 @@ impl Target {
         Ok(out.into_inner().expect("never poisoned"))
     }
 
-    fn scan_dir(&self, root: BorrowedFd<'_>, rel: &[u8]) -> Result<(Vec<Found>, Vec<Vec<u8>>), Error> {
+    /// What is directly in each of `dirs` (one readdir each, one lstat per entry), with `jobs`
+    /// threads; a directory that is missing, or is not one, is skipped.
+    pub fn scan_dirs(&self, dirs: &[Vec<u8>], jobs: usize) -> Result<Vec<Found>, Error> {
+        let root = self.root_fd()?;
+        let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+        let next = std::sync::atomic::AtomicUsize::new(0);
+        let results: Vec<Result<Vec<Found>, Error>> = std::thread::scope(|s| {
+            let workers: Vec<_> = (0..jobs.min(cores).min(dirs.len()).max(1))
+                .map(|_| {
+                    s.spawn(|| {
+                        let mut out = Vec::new();
+                        loop {
+                            let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                            let Some(dir) = dirs.get(i) else { return Ok(out) };
+                            match self.scan_dir(root, dir, true) {
+                                Ok((found, _)) => out.extend(found),
+                                Err(e) => return Err(e),
+                            }
+                        }
+                    })
+                })
+                .collect();
+            workers.into_iter().map(|w| w.join().expect("a scan thread does not panic")).collect()
+        });
+        let mut out = Vec::new();
+        for r in results {
+            out.extend(r?);
+        }
+        Ok(out)
+    }
+
+    /// One directory: what is in it, and its subdirectories. With `missing_ok`, a directory
+    /// that is not there (or is not a directory, or is a symlink) lists as empty.
+    fn scan_dir(
+        &self,
+        root: BorrowedFd<'_>,
+        rel: &[u8],
+        missing_ok: bool,
+    ) -> Result<(Vec<Found>, Vec<Vec<u8>>), Error> {
         let shown = || String::from_utf8_lossy(rel).into_owned();
-        let fd = if rel.is_empty() {
+        let fd = match if rel.is_empty() {
             self.open_beneath(root, b".", OFlags::RDONLY | OFlags::DIRECTORY)
         } else {
             self.open_beneath(root, rel, OFlags::RDONLY | OFlags::DIRECTORY)
-        }
-        .map_err(|e| Error::io("list", shown(), io(e)))?;
+        } {
+            Ok(fd) => fd,
+            Err(Errno::NOENT | Errno::NOTDIR | Errno::LOOP) if missing_ok => return Ok((Vec::new(), Vec::new())),
+            Err(e) => return Err(Error::io("list", shown(), io(e))),
+        };
         // One getdents64 call returns a whole directory of ordinary size.
         let mut buf = vec![std::mem::MaybeUninit::<u8>::uninit(); 64 * 1024];
         let mut dir = rustix::fs::RawDir::new(&fd, &mut buf);

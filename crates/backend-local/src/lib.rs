@@ -174,6 +174,11 @@ impl Backend for LocalBackend {
         self.blocking(move |t| t.scan(jobs)).await
     }
 
+    async fn scan_dirs(&self, dirs: &[RelPath], jobs: usize) -> Result<Vec<Found>, Error> {
+        let dirs: Vec<Vec<u8>> = dirs.iter().map(|d| d.as_bytes().to_vec()).collect();
+        self.blocking(move |t| t.scan_dirs(&dirs, jobs)).await
+    }
+
     async fn read_file(&self, path: &RelPath) -> Result<Vec<u8>, Error> {
         let path = path.clone();
         self.blocking(move |t| t.read_file(&path)).await

@@ -356,3 +356,57 @@ fn a_state_folder_that_is_a_symlink_is_refused_naming_it_on_a_mount() {
     );
     assert_eq!(std::fs::read_dir(&outside).expect("ls").count(), 0, "nothing written where it points");
 }
+
+/// A verify of one slice of N costs about 1/N of a whole verify's requests at the filesystem,
+/// and lists no directory of another slice (reaching its own costs lookups of ancestors).
+#[test]
+fn a_slice_of_n_costs_about_one_nth_of_a_whole_verify_at_the_filesystem() {
+    use treesync_core::slice::Slice;
+    let fs = slow(true);
+    let rt = runtime();
+    // 64 directories of 100 files (dir000/sub00 … dir006/sub03).
+    let h = History::from_trees(&[history::wide_tree(6_400, 11)] as &[Model]);
+    rt.block_on(sync_to(&h.repo, &h.commits[0], &LocalBackend::new(fs.backing().join("t"), Default::default())))
+        .expect("initial");
+    let backend = treesync_backend_nfs::open(fs.path().join("t"), Options::default());
+    let limits = treesync_core::plan::Limits::default();
+    fs.reset();
+    let whole =
+        rt.block_on(verify::verify_slice(&h.repo, &backend, verify::Level::Quick, limits, None)).expect("verify");
+    assert!(whole.is_clean(), "{whole:?}");
+    let full = fs.settled_stats().total();
+    let leaves: Vec<String> = (0..64).map(|d| format!("dir{:03}/sub{:02}", d / 10, d % 10)).collect();
+    let n = 4;
+    let mut sum = 0;
+    let mut costs = Vec::new();
+    for k in 1..=n {
+        let slice = Slice::new(k, n).expect("valid");
+        fs.reset();
+        let r = rt
+            .block_on(verify::verify_slice(&h.repo, &backend, verify::Level::Quick, limits, Some(slice)))
+            .expect("verify a slice");
+        assert!(r.is_clean(), "{r:?}");
+        let stats = fs.settled_stats();
+        let cost = stats.total();
+        // Its share of the tree: the files of its directories.
+        let mine = leaves.iter().filter(|l| slice.has_dir(l.as_bytes())).count();
+        let share = mine as f64 / leaves.len() as f64;
+        let expected = full as f64 * share;
+        assert!(
+            (cost as f64) <= expected * 1.15 + 50.0 && (cost as f64) >= expected * 0.85,
+            "slice {slice} ({mine} of 64 directories) cost {cost} requests; the whole verify {full}"
+        );
+        // Another slice's directory may be stat'ed as an entry of its parent's listing, never
+        // listed: nothing below it is touched.
+        for other in leaves.iter().filter(|l| !slice.has_dir(l.as_bytes())) {
+            let below = format!("t/{other}/");
+            let touched = stats.paths.iter().find(|(_, p)| p.starts_with(&below));
+            assert!(touched.is_none(), "slice {slice} touched {touched:?}, in another slice's directory");
+        }
+        costs.push((mine, cost));
+        sum += cost;
+    }
+    eprintln!("whole verify: {full} requests; slices of {n} (directories, requests): {costs:?}; sum {sum}");
+    assert!(costs.iter().all(|(mine, _)| *mine > 0), "every slice has directories: {costs:?}");
+    assert!(sum as f64 <= full as f64 * 1.1, "the slices together cost about one whole verify: {sum} vs {full}");
+}

@@ -590,9 +590,23 @@ pub(crate) struct VerifyArgs {
     /// With --repair: list the repair's ops instead of running them.
     #[arg(long, requires = "repair")]
     pub(crate) dry_run: bool,
+    /// Check one slice of the tree: K/N checks slice K of N (numbered from 1), next/N the
+    /// slice after the one the last `next/N` run checked (kept in the target's
+    /// .treesync/verify-slice; 1 after N). Each directory, with the files directly in it, is in
+    /// exactly one slice (a hash of its path), so N runs check the whole tree, and a slice
+    /// lists only its own directories. With --repair, repairs what the slice finds.
+    ///
+    /// Example (hourly from cron, a full cycle a day): treesync verify --repo /srv/git/site.git --target /mnt/nas/site --slice next/24
+    #[arg(long, value_name = "K/N|next/N", value_parser = parse_slice)]
+    pub(crate) slice: Option<treesync_core::slice::Pick>,
     /// Print the report as JSON.
     #[arg(long)]
     pub(crate) json: bool,
+}
+
+/// `--slice`: K/N or next/N.
+fn parse_slice(s: &str) -> Result<treesync_core::slice::Pick, String> {
+    s.parse().map_err(|e: treesync_core::slice::Error| e.to_string())
 }
 
 #[derive(Args)]
@@ -636,6 +650,14 @@ pub(crate) struct WatchArgs {
     /// Run `verify` (stat level) this often (e.g. 24h); off by default.
     #[arg(long, value_name = "DURATION", value_parser = treesync_core::duration::parse)]
     pub(crate) verify_every: Option<std::time::Duration>,
+    /// With --verify-every D: check one slice of the tree every D/N instead of the whole tree
+    /// every D (see `verify --slice`), so a full cycle still takes D without a burst of
+    /// lookups on the NAS. The position is kept in the target's .treesync/verify-slice.
+    /// Config: verify_slices = N.
+    ///
+    /// Example (one slice an hour, the whole tree a day): treesync watch --repo /srv/git/site.git --ref main --target /mnt/nas/site --verify-every 24h --verify-slices 24
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub(crate) verify_slices: Option<u32>,
     /// With --verify-every: repair drift that verify finds.
     #[arg(long)]
     pub(crate) repair: bool,

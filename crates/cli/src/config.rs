@@ -75,6 +75,8 @@ pub struct Mirror {
     pub interval: Duration,
     /// How often `watch` runs a verify (never unless set).
     pub verify_every: Option<Duration>,
+    /// With `verify_every`: check one slice of N every `verify_every / N` (`--verify-slices`).
+    pub verify_slices: Option<u32>,
     /// With `verify_every`: repair the drift verify finds.
     pub repair: bool,
     /// `watch` polls the ref every `interval` instead of being woken by changes (`--poll`).
@@ -309,6 +311,7 @@ tables! {
     backend: BackendName,
     interval: Interval,
     verify_every: VerifyEvery,
+    verify_slices: Count,
     jobs: Count,
     lookup_jobs: Count,
     write_jobs: WriteJobsValue,
@@ -834,6 +837,7 @@ pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
             allow_http,
             interval: settings.interval.as_ref().map_or(DEFAULT_INTERVAL, |i| i.value.0),
             verify_every: settings.verify_every.as_ref().and_then(|v| v.value.0),
+            verify_slices: settings.verify_slices.as_ref().map(|c| u32::try_from(c.value.0).unwrap_or(u32::MAX)),
             repair: settings.repair.as_ref().is_some_and(|f| f.value.0),
             poll: settings.poll.as_ref().is_some_and(|f| f.value.0),
             max_entries: settings.max_entries.as_ref().map(|c| c.value.0),
@@ -1240,6 +1244,7 @@ target = "/mnt/nas/site"
 backend = "nfs"
 write_jobs = "auto"
 lookup_jobs = 2
+verify_slices = 24
 
 [mirror.docs]
 repo = "/srv/git/docs.git"
@@ -1274,6 +1279,7 @@ repair = true
         assert_eq!(site.backend, BackendName::Nfs, "overridden");
         assert_eq!(site.interval, Duration::from_secs(10), "inherited");
         assert_eq!(site.verify_every, Some(Duration::from_secs(86400)), "inherited");
+        assert_eq!(site.verify_slices, Some(24));
         assert_eq!(site.jobs, Some(8), "inherited");
         assert_eq!(site.lookup_jobs, Some(2));
         assert_eq!(site.write_jobs, Some(WriteJobs::Auto));
@@ -1289,6 +1295,7 @@ repair = true
         assert!(docs.allow_http);
         assert_eq!(docs.jobs, Some(32), "overridden");
         assert_eq!(docs.verify_every, None, "\"off\" turns off the default");
+        assert_eq!(docs.verify_slices, None, "the whole tree each verify unless set");
 
         let alpha = c.get("alpha").unwrap();
         assert_eq!(alpha.repo, Path::new("/etc/treesync/repos/alpha.git"), "relative to the file's directory");
@@ -1319,6 +1326,12 @@ repair = true
         assert_eq!((m.max_entries, m.max_bytes), (None, None), "the core's defaults");
         let base = "[mirror.a]\nrepo = \"/r\"\nref = \"main\"\ntarget = \"/t\"\n";
         assert_err(&format!("{base}max_entries = 0\n"), (5, 15), "max_entries in [mirror.a] must be at least 1", &[]);
+        assert_err(
+            &format!("{base}verify_slices = 0\n"),
+            (5, 17),
+            "verify_slices in [mirror.a] must be at least 1",
+            &[],
+        );
         assert_err(
             &format!("{base}max_bytes = \"2 parsecs\"\n"),
             (5, 13),
@@ -1385,7 +1398,7 @@ repair = true
             text,
             (7, 1),
             "unknown key \"tagret\" in [mirror.site] (expected one of: repo, ref, target, path, backend, interval, \
-             verify_every, jobs, lookup_jobs, write_jobs, fsync, endpoint, region, allow_http, repair, poll, max_entries, max_bytes, \
+             verify_every, verify_slices, jobs, lookup_jobs, write_jobs, fsync, endpoint, region, allow_http, repair, poll, max_entries, max_bytes, \
              recurse_submodules, include, exclude, export, lfs, atomic, keep, grace, switch, cache_dir, exec_after, webhook)",
             &["\n  hint: did you mean \"target\"?"],
         );

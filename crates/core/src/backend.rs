@@ -471,6 +471,22 @@ pub trait Backend: Send + Sync + fmt::Display {
     /// `jobs` bounds the lookups in flight (callers pass [`Policy::lookups`]).
     async fn scan(&self, jobs: usize) -> Result<Vec<Found>, Error>;
 
+    /// What [`Backend::scan`] finds directly in each of `dirs` (one level, no recursion;
+    /// `.treesync` at the root left out), for a verify of one slice of the tree
+    /// ([`crate::slice`]): only `dirs` are listed, reaching them costs lookups of their
+    /// ancestors, nothing else of the target is touched. A directory of `dirs` that is missing
+    /// or is not a directory is skipped (the listing of its parent tells what is there).
+    ///
+    /// The default scans the whole target and keeps what is directly in `dirs`: the same
+    /// answer at the cost of a whole scan, for backends without a cheaper way (object stores
+    /// today); filesystems override it.
+    async fn scan_dirs(&self, dirs: &[RelPath], jobs: usize) -> Result<Vec<Found>, Error> {
+        let wanted: std::collections::HashSet<&[u8]> = dirs.iter().map(|d| d.as_bytes()).collect();
+        let parent =
+            |p: &[u8]| -> Vec<u8> { p.iter().rposition(|b| *b == b'/').map_or(Vec::new(), |i| p[..i].to_vec()) };
+        Ok(self.scan(jobs).await?.into_iter().filter(|f| wanted.contains(parent(&f.path).as_slice())).collect())
+    }
+
     /// What this backend's work cost so far in the storage's own terms, for the summary of a
     /// run: e.g. S3 requests by method, NFS directory lookups. Ops by kind are counted by the
     /// executor already.
@@ -543,7 +559,7 @@ macro_rules! delegate_backend {
     ($to:tt $(, except $($skip:ident),+)? $(,)?) => {
         $crate::delegate_backend!(@each $to [$($($skip)+)?]
             capabilities policy execute execute_batch prepare_target read_dir load_state store_state
-            lock unlock scan cost probe read_file load_aux store_aux);
+            lock unlock scan scan_dirs cost probe read_file load_aux store_aux);
     };
     (@each $to:tt $skips:tt $($m:ident)*) => {
         $( $crate::delegate_backend!(@maybe $to $m $skips); )*
@@ -560,6 +576,7 @@ macro_rules! delegate_backend {
     (@maybe $to:tt lock [lock $($rest:ident)*]) => {};
     (@maybe $to:tt unlock [unlock $($rest:ident)*]) => {};
     (@maybe $to:tt scan [scan $($rest:ident)*]) => {};
+    (@maybe $to:tt scan_dirs [scan_dirs $($rest:ident)*]) => {};
     (@maybe $to:tt cost [cost $($rest:ident)*]) => {};
     (@maybe $to:tt probe [probe $($rest:ident)*]) => {};
     (@maybe $to:tt read_file [read_file $($rest:ident)*]) => {};
@@ -681,6 +698,17 @@ macro_rules! delegate_backend {
             $crate::delegate_backend!(@t self $to).scan(jobs)
         }
     };
+    (@emit $to:tt scan_dirs) => {
+        fn scan_dirs<'life0, 'life1, 'async_trait>(
+            &'life0 self,
+            dirs: &'life1 [$crate::path::RelPath],
+            jobs: usize,
+        ) -> $crate::delegate_backend!(@fut 'async_trait, ::std::vec::Vec<$crate::backend::Found>)
+        where 'life0: 'async_trait, 'life1: 'async_trait, Self: 'async_trait
+        {
+            $crate::delegate_backend!(@t self $to).scan_dirs(dirs, jobs)
+        }
+    };
     (@emit $to:tt probe) => {
         fn probe<'life0, 'life1, 'async_trait>(
             &'life0 self,
@@ -742,7 +770,7 @@ impl<B: Backend + ?Sized> Backend for Arc<B> {
 
 /// The names of every method of [`Backend`], for tests that check that a wrapper forwards
 /// (or handles) each of them.
-pub const METHODS: [&str; 16] = [
+pub const METHODS: [&str; 17] = [
     "capabilities",
     "policy",
     "execute",
@@ -754,6 +782,7 @@ pub const METHODS: [&str; 16] = [
     "lock",
     "unlock",
     "scan",
+    "scan_dirs",
     "cost",
     "probe",
     "read_file",

@@ -98,6 +98,7 @@ pub mod path;
 pub mod plan;
 pub mod policy;
 pub mod select;
+pub mod slice;
 pub mod source;
 pub mod state;
 pub mod submodule;

@@ -1244,6 +1244,8 @@ pub struct RepairOptions {
     pub dry_run: bool,
     /// Compare again after repairing (a second scan), to prove the result.
     pub check_after: bool,
+    /// Compare (and so repair) one slice of the tree only ([`crate::slice`]); `None`: all.
+    pub slice: Option<crate::slice::Slice>,
     /// Lock, journal and executor settings, as for a sync.
     pub sync: Options,
 }
@@ -1279,7 +1281,7 @@ pub async fn repair(
     // Refuse a target without a state before taking (and so creating) its lock.
     verify::recorded_commit(backend).await?;
     if options.dry_run {
-        let report = verify::verify_with(repo, backend, options.level, options.sync.limits).await?;
+        let report = verify::verify_slice(repo, backend, options.level, options.sync.limits, options.slice).await?;
         let plan = verify::repair_plan(repo, &report, options.delete_extra)?;
         return Ok(RepairOutcome { finished: None, planned: plan.counts, report, applied: None, after: None });
     }
@@ -1307,7 +1309,8 @@ pub async fn repair(
             converter = converter.with_commit(crate::export::CommitInfo::from_commit(repo, against.commit)?);
         }
         let converter = Arc::new(converter);
-        let report = verify::verify_against(repo, backend, options.level, &against, true, options.sync.limits).await?;
+        let (level, limits, slice) = (options.level, options.sync.limits, options.slice);
+        let report = verify::verify_against_in(repo, backend, level, &against, true, limits, slice).await?;
         let plan = verify::repair_plan(repo, &report, options.delete_extra)?;
         let mut outcome = RepairOutcome { finished, planned: plan.counts, report, applied: None, after: None };
         if !plan.is_empty() {
@@ -1339,9 +1342,16 @@ pub async fn repair(
                 if done.dirs_recreated == 0 || pass == 3 {
                     break;
                 }
-                let again =
-                    verify::verify_against(repo, backend, verify::Level::Stat, &against, false, options.sync.limits)
-                        .await?;
+                let again = verify::verify_against_in(
+                    repo,
+                    backend,
+                    verify::Level::Stat,
+                    &against,
+                    false,
+                    options.sync.limits,
+                    options.slice,
+                )
+                .await?;
                 plan = verify::repair_plan(repo, &again, options.delete_extra)?;
             }
             outcome.applied = Some(applied);
@@ -1352,8 +1362,8 @@ pub async fn repair(
             backend.store_state(&current.to_bytes()).await?;
         }
         if options.check_after && outcome.applied.is_some() {
-            outcome.after =
-                Some(verify::verify_against(repo, backend, options.level, &against, true, options.sync.limits).await?);
+            let (level, limits, slice) = (options.level, options.sync.limits, options.slice);
+            outcome.after = Some(verify::verify_against_in(repo, backend, level, &against, true, limits, slice).await?);
         }
         Ok(outcome)
     })

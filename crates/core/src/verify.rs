@@ -47,6 +47,7 @@ use crate::convert::{Conversion, Converter};
 use crate::op::{Op, Plan};
 use crate::path::RelPath;
 use crate::plan::Gitlinks;
+use crate::slice::Slice;
 use crate::source::{self, Repo};
 use crate::submodule::Submodules;
 
@@ -156,6 +157,9 @@ pub struct Report {
     pub proven_by_stat: u64,
     /// The differences, by path.
     pub drift: Vec<Drift>,
+    /// A verify of one slice of the tree ([`verify_slice`]): which, and what it covered
+    /// (`expected` and `scanned` are then the slice's); null: the whole tree.
+    pub slice: Option<SliceReport>,
     /// What [`repair_plan`] needs, kept so that it neither walks the tree nor scans the target
     /// again: the recorded tree, what it wants at each drifted path, and what the scan found at
     /// and below type-changed and extra paths (sorted).
@@ -168,6 +172,25 @@ pub struct Report {
     /// The repositories the tree's blobs are in: the repository, then the submodules entered.
     #[serde(skip)]
     repos: Vec<Repo>,
+}
+
+/// What a verify of one slice ([`crate::slice`]) covered.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
+pub struct SliceReport {
+    /// Which slice, from 1.
+    pub k: u32,
+    /// Of how many.
+    pub n: u32,
+    /// Directories whose listing this slice checked (those of the tree in it; `expected`
+    /// counts the paths directly in them).
+    pub dirs: u64,
+    /// A rolling run ([`crate::slice::Pick::Next`]): the slice the next one checks; null
+    /// otherwise.
+    pub next: Option<u32>,
+    /// When a cycle of all slices, checked in order by rolling runs, last completed (Unix
+    /// seconds, from the target's rolling position; this run, when it checked the last slice
+    /// of a cycle); null: not yet, or not known (the caller keeps no position).
+    pub last_full_cycle_unix: Option<u64>,
 }
 
 impl Report {
@@ -711,6 +734,22 @@ pub async fn verify_with(
     Ok(report)
 }
 
+/// [`verify_with`] of one slice of the tree ([`crate::slice`]): the listings of the slice's
+/// directories and the paths directly in them; `None`: the whole tree. Nothing else of the
+/// target is listed or stat'ed. The stat index keeps what other slices proved.
+pub async fn verify_slice(
+    repo: &Repo,
+    backend: &dyn Backend,
+    level: Level,
+    limits: crate::plan::Limits,
+    slice: Option<Slice>,
+) -> Result<Report, Error> {
+    let (against, interrupted) = recorded(backend).await?;
+    let mut report = verify_against_in(repo, backend, level, &against, true, limits, slice).await?;
+    report.interrupted = interrupted;
+    Ok(report)
+}
+
 /// Compare `backend` with `against` (a tree, written as a sync writes it). With `record`,
 /// write the stat index with what was proven.
 pub async fn verify_against(
@@ -720,6 +759,19 @@ pub async fn verify_against(
     against: &Against,
     record: bool,
     limits: crate::plan::Limits,
+) -> Result<Report, Error> {
+    verify_against_in(repo, backend, level, against, record, limits, None).await
+}
+
+/// [`verify_against`] of one slice of the tree (`None`: all of it), see [`verify_slice`].
+pub async fn verify_against_in(
+    repo: &Repo,
+    backend: &dyn Backend,
+    level: Level,
+    against: &Against,
+    record: bool,
+    limits: crate::plan::Limits,
+    slice: Option<Slice>,
 ) -> Result<Report, Error> {
     let converter = match &against.conversions {
         Some(settings) => {
@@ -738,8 +790,23 @@ pub async fn verify_against(
         tokio::task::spawn_blocking(move || walk_tree(&repo, &against, converter.as_deref(), limits))
     };
     let caps = backend.capabilities();
-    let scanned = backend.scan(backend.policy().lookups).await;
-    let Walked { want, repos } = walker.await.map_err(|source| Error::Backend(backend::Error::Worker { source }))??;
+    let (want, repos, scanned, slice_dirs) = match slice {
+        None => {
+            let scanned = backend.scan(backend.policy().lookups).await;
+            let Walked { want, repos } =
+                walker.await.map_err(|source| Error::Backend(backend::Error::Worker { source }))??;
+            (want, repos, scanned, 0)
+        }
+        // A slice lists only its directories: which they are, the walk tells.
+        Some(s) => {
+            let Walked { want, repos } =
+                walker.await.map_err(|source| Error::Backend(backend::Error::Worker { source }))??;
+            let dirs = slice_dirs(&want, s);
+            let scanned = backend.scan_dirs(&dirs, backend.policy().lookups).await;
+            (want, repos, scanned, dirs.len() as u64)
+        }
+    };
+    let in_slice = |p: &[u8]| slice.is_none_or(|s| s.has_path(p));
     let mut found: Vec<(Vec<u8>, FoundKind)> = scanned?.into_iter().map(|f| (f.path, f.kind)).collect();
     found.sort_unstable_by(|a, b| a.0.cmp(&b.0));
     // Only backends with an auxiliary store keep the index; on the others, files are proven
@@ -754,11 +821,16 @@ pub async fn verify_against(
         commit: against.commit,
         interrupted: false,
         level,
-        expected: want.len() as u64,
+        expected: if slice.is_some() {
+            want.iter().filter(|w| in_slice(&w.0)).count() as u64
+        } else {
+            want.len() as u64
+        },
         scanned: found.len() as u64,
         hashed: 0,
         proven_by_stat: 0,
         drift: Vec::new(),
+        slice: slice.map(|s| SliceReport { k: s.k, n: s.n, dirs: slice_dirs, next: None, last_full_cycle_unix: None }),
         tree: against.tree,
         wanted: Vec::new(),
         found_below: Vec::new(),
@@ -786,8 +858,15 @@ pub async fn verify_against(
         while ii < index_entries.len() && index_entries[ii].path(&index).as_bytes() < path.as_slice() {
             ii += 1;
         }
-        let recorded =
-            index_entries.get(ii).filter(|e| e.path(&index).as_bytes() == path.as_slice()).map(|e| (e.id, e.stat));
+        let entry = index_entries.get(ii).filter(|e| e.path(&index).as_bytes() == path.as_slice());
+        if !in_slice(path) {
+            // Another slice's path: what the index knows of it stays.
+            if let Some(e) = entry {
+                new_index.push((wi, e.id, e.mode, e.stat));
+            }
+            continue;
+        }
+        let recorded = entry.map(|e| (e.id, e.stat));
         if let Want::Gitlink { id } = w {
             new_index.push((wi, *id, gix_index::entry::Mode::COMMIT, gix_index::entry::Stat::default()));
         }
@@ -919,6 +998,12 @@ pub async fn verify_against(
         report.drift.push(Drift::Extra { path: show(path), dir: *f == FoundKind::Dir });
     }
     report.drift.sort_by(|a, b| a.path().cmp(b.path()));
+    if slice.is_some() {
+        // A slice listed one level: what is below a type-changed or extra directory (which a
+        // repair removes) is listed now, only where drift is.
+        found.extend(below(backend, &report.drift, &found).await?);
+        found.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+    }
     for d in &report.drift {
         let key = d.path();
         if let Some(w) = lookup(&want, key) {
@@ -948,6 +1033,43 @@ pub async fn verify_against(
         backend.store_aux("index", &write_index(&want, &new_index)).await?;
     }
     Ok(report)
+}
+
+/// The directories slice `s` lists: those of the tree (the root, directories, gitlinks) in it.
+/// A name that is not a valid path cannot be in a target (a sync refuses it): not listed.
+fn slice_dirs(want: &[(Vec<u8>, Want)], s: Slice) -> Vec<RelPath> {
+    let root = s.has_dir(b"").then(RelPath::root);
+    let dirs = want
+        .iter()
+        .filter(|(p, w)| matches!(w, Want::Dir | Want::Gitlink { .. }) && s.has_dir(p))
+        .filter_map(|(p, _)| RelPath::parse_bytes(p).ok());
+    root.into_iter().chain(dirs).collect()
+}
+
+/// Everything below the directories that `drift` finds type-changed or extra (found as
+/// directories in `found`), level by level.
+async fn below(
+    backend: &dyn Backend,
+    drift: &[Drift],
+    found: &[(Vec<u8>, FoundKind)],
+) -> Result<Vec<(Vec<u8>, FoundKind)>, Error> {
+    let mut level: Vec<RelPath> = drift
+        .iter()
+        .filter(|d| matches!(d, Drift::TypeChanged { .. } | Drift::Extra { dir: true, .. }))
+        .filter(|d| lookup(found, d.path()).is_some_and(|k| *k == FoundKind::Dir))
+        .filter_map(|d| RelPath::parse_bytes(d.path()).ok())
+        .collect();
+    let mut out = Vec::new();
+    while !level.is_empty() {
+        let listed = backend.scan_dirs(&level, backend.policy().lookups).await?;
+        level = listed
+            .iter()
+            .filter(|f| f.kind == FoundKind::Dir)
+            .filter_map(|f| RelPath::parse_bytes(&f.path).ok())
+            .collect();
+        out.extend(listed.into_iter().map(|f| (f.path, f.kind)));
+    }
+    Ok(out)
 }
 
 /// The ops that turn the drift of `report` back into the recorded tree: rewrite what differs,

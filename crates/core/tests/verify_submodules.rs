@@ -154,6 +154,7 @@ fn a_recursive_sync_verifies_clean_and_drift_inside_a_submodule_is_found_and_rep
         delete_extra: true,
         dry_run: false,
         check_after: true,
+        slice: None,
         sync: sync::Options { backend_name: "memory".into(), ..Default::default() },
     };
     let out = run(sync::repair(&repo, &target, &repair, &|_| {}, &AtomicBool::new(false))).expect("repair");

@@ -92,6 +92,10 @@ impl Backend for Recorder {
         self.note("scan");
         Ok(Vec::new())
     }
+    async fn scan_dirs(&self, _dirs: &[RelPath], _jobs: usize) -> Result<Vec<Found>, Error> {
+        self.note("scan_dirs");
+        Ok(Vec::new())
+    }
     fn cost(&self) -> Vec<(&'static str, u64)> {
         self.note("cost");
         Vec::new()
@@ -160,6 +164,9 @@ async fn call_every_method(b: &dyn Backend) {
             "scan" => {
                 b.scan(1).await.expect("scan");
             }
+            "scan_dirs" => {
+                b.scan_dirs(std::slice::from_ref(&dir), 1).await.expect("scan_dirs");
+            }
             "cost" => {
                 b.cost();
             }
@@ -207,7 +214,7 @@ async fn count_forwards_and_counts_every_call() {
         (1, 1, 1, 2, 1),
         "state, listing, setup calls: {r:?}"
     );
-    assert_eq!((r.scans, r.probes, r.file_reads, r.aux_reads, r.aux_writes), (1, 1, 1, 1, 1), "{r:?}");
+    assert_eq!((r.scans, r.probes, r.file_reads, r.aux_reads, r.aux_writes), (2, 1, 1, 1, 1), "{r:?}");
     // One per storage call, with execute_batch's one op.
     assert_eq!(r.total_calls(), STORAGE_CALLS as u64, "{r:?}");
 }

@@ -725,6 +725,7 @@ pub async fn drift_is_found_and_repaired(f: &dyn Fixture) {
         delete_extra: true,
         dry_run: false,
         check_after: true,
+        slice: None,
         sync: sync::Options { backend_name: "test".into(), ..Default::default() },
     };
     let out = sync::repair(&h.repo, &*f.backend(), &options, &|_| {}, &AtomicBool::new(false)).await.expect("repair");
@@ -734,6 +735,62 @@ pub async fn drift_is_found_and_repaired(f: &dyn Fixture) {
     h.assert_matches(f, 0, "after the repair");
     let report = verify::verify(&h.repo, &*f.backend(), verify::Level::Full).await.expect("verify");
     assert!(report.is_clean(), "a full verify after the repair: {:?}", report.drift);
+}
+
+/// A verify in slices ([`crate::slice`]-style `verify_slice`): with drift in every directory
+/// (each file changed, a foreign file added), each slice of N finds the drift of its own
+/// directories only, and the N slices together find exactly what a whole verify finds, having
+/// checked every path once. Then a repair of each slice leaves the whole target clean.
+pub async fn slices_of_a_verify_find_all_drift_exactly_once(f: &dyn Fixture) {
+    use treesync_core::slice::Slice;
+    let h = History::random(14, 1);
+    sync_to(&h.repo, &h.commits[0], &*f.backend()).await.expect("sync");
+    let expected = h.expected(0);
+    let parent = |p: &[u8]| -> Vec<u8> { p.iter().rposition(|b| *b == b'/').map_or(Vec::new(), |i| p[..i].to_vec()) };
+    let mut dirs = vec![String::new()];
+    for (p, n) in &expected {
+        match n {
+            Node::File(..) => f.put_file(p, b"changed behind treesync's back, in every directory\n"),
+            Node::Dir => dirs.push(p.clone()),
+            Node::Link(_) => {}
+        }
+    }
+    for d in &dirs {
+        let p = if d.is_empty() { "foreign.txt".to_string() } else { format!("{d}/foreign.txt") };
+        f.put_file(&p, b"not from git\n");
+    }
+    let limits = treesync_core::plan::Limits::default();
+    let b = f.backend();
+    let whole = verify::verify_slice(&h.repo, &*b, verify::Level::Stat, limits, None).await.expect("verify");
+    let all: std::collections::BTreeSet<Vec<u8>> = whole.drift.iter().map(|d| d.path().to_vec()).collect();
+    assert!(all.len() > dirs.len(), "drift in every directory: {all:?}");
+    let n = 3;
+    let mut union = std::collections::BTreeSet::new();
+    let mut checked = 0;
+    for k in 1..=n {
+        let slice = Slice::new(k, n).expect("valid");
+        let r = verify::verify_slice(&h.repo, &*b, verify::Level::Stat, limits, Some(slice)).await.expect("verify");
+        for d in &r.drift {
+            assert!(slice.has_dir(&parent(d.path())), "slice {slice} found {d:?}, of another slice");
+            assert!(union.insert(d.path().to_vec()), "{d:?} found by two slices");
+        }
+        checked += r.expected;
+    }
+    assert_eq!(union, all, "the slices together find what the whole verify finds");
+    assert_eq!(checked, whole.expected, "every path checked once");
+    for k in 1..=n {
+        let options = sync::RepairOptions {
+            level: verify::Level::Stat,
+            delete_extra: true,
+            dry_run: false,
+            check_after: true,
+            slice: Some(Slice::new(k, n).expect("valid")),
+            sync: sync::Options { backend_name: "test".into(), ..Default::default() },
+        };
+        let out = sync::repair(&h.repo, &*b, &options, &|_| {}, &AtomicBool::new(false)).await.expect("repair");
+        assert!(out.after.as_ref().is_none_or(|a| a.is_clean()), "slice {k}/{n} clean after its repair");
+    }
+    h.assert_matches(f, 0, "after repairing every slice");
 }
 
 /// `verify --level full compares against the converted bytes` (issue 15): a target synced
@@ -763,6 +820,7 @@ pub async fn verify_compares_with_converted_bytes(f: &dyn Fixture) {
         delete_extra: false,
         dry_run: false,
         check_after: true,
+        slice: None,
         sync: sync::Options { backend_name: "test".into(), ..Default::default() },
     };
     for autocrlf in [false, true] {
@@ -979,6 +1037,7 @@ pub const CASES: &[&str] = &[
     "unmanaged_target_needs_force",
     "verify_after_sync_is_clean",
     "drift_is_found_and_repaired",
+    "slices_of_a_verify_find_all_drift_exactly_once",
     "verify_compares_with_converted_bytes",
     "subtree_syncs_match_git_archive_of_the_tree",
     "incremental_subtree_sync_touches_only_changed_paths",
@@ -1014,6 +1073,7 @@ macro_rules! conformance_suite {
         $crate::conformance_suite!(@case $make, $skip, unmanaged_target_needs_force);
         $crate::conformance_suite!(@case $make, $skip, verify_after_sync_is_clean);
         $crate::conformance_suite!(@case $make, $skip, drift_is_found_and_repaired);
+        $crate::conformance_suite!(@case $make, $skip, slices_of_a_verify_find_all_drift_exactly_once);
         $crate::conformance_suite!(@case $make, $skip, verify_compares_with_converted_bytes);
         $crate::conformance_suite!(@case $make, $skip, subtree_syncs_match_git_archive_of_the_tree);
         $crate::conformance_suite!(@case $make, $skip, incremental_subtree_sync_touches_only_changed_paths);

@@ -389,6 +389,10 @@ impl Backend for RemoteBackend {
         self.scan_all(jobs).await
     }
 
+    async fn scan_dirs(&self, dirs: &[RelPath], jobs: usize) -> Result<Vec<Found>, Error> {
+        self.scan_dirs_only(dirs, jobs).await
+    }
+
     async fn load_aux(&self, name: &str) -> Result<Option<Vec<u8>>, Error> {
         self.read_aux(name).await
     }

@@ -1,14 +1,36 @@
 //! `scan` for verify: READDIRPLUS of every directory, many in flight.
 
+use super::handles::DirError;
 #[allow(clippy::wildcard_imports)]
 use super::*;
 
 impl RemoteBackend {
     pub(super) async fn scan_all(&self, jobs: usize) -> Result<Vec<Found>, Error> {
-        let nfs = self.nfs().await?;
         let root = self.root_fh().await?;
+        self.scan_from(vec![(Vec::new(), root)], true, jobs).await
+    }
+
+    /// What is directly in each of `dirs` (one READDIRPLUS each, after the lookups of their
+    /// ancestors); a directory that is missing or is not one is skipped.
+    pub(super) async fn scan_dirs_only(&self, dirs: &[RelPath], jobs: usize) -> Result<Vec<Found>, Error> {
+        // Handles from an earlier run may be stale (a directory replaced since): look up anew.
+        self.inner.dirs.clear();
+        let mut start = Vec::with_capacity(dirs.len());
+        for d in dirs {
+            match self.dir(d.as_bytes()).await {
+                Ok(fh) => start.push((d.as_bytes().to_vec(), fh)),
+                Err(DirError::Missing | DirError::NotDir) => {}
+                Err(e) => return Err(e.at("read directory", d)),
+            }
+        }
+        self.scan_from(start, false, jobs).await
+    }
+
+    /// READDIRPLUS of the directories `start` (and, with `recurse`, of everything below them).
+    async fn scan_from(&self, start: Vec<(Vec<u8>, Fh)>, recurse: bool, jobs: usize) -> Result<Vec<Found>, Error> {
+        let nfs = self.nfs().await?;
         let mut out = Vec::new();
-        let mut queue = vec![(Vec::<u8>::new(), root)];
+        let mut queue = start;
         let mut listing = FuturesUnordered::new();
         let mut links = FuturesUnordered::new();
         loop {
@@ -39,7 +61,9 @@ impl RemoteBackend {
                         match attr.type_ {
                             ftype3::NF3DIR => {
                                 out.push(Found { path: p.clone(), kind: FoundKind::Dir });
-                                queue.push((p, fh));
+                                if recurse {
+                                    queue.push((p, fh));
+                                }
                             }
                             ftype3::NF3REG => out.push(Found {
                                 path: p,

@@ -75,6 +75,7 @@ pub(crate) fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 a.hooks.fill(m);
                 a.interval = a.interval.or(Some(m.interval));
                 a.verify_every = a.verify_every.or(m.verify_every);
+                a.verify_slices = a.verify_slices.or(m.verify_slices);
                 a.repair |= m.repair;
                 a.metrics_addr = a.metrics_addr.or(m.metrics_addr);
                 a.poll |= m.poll;

@@ -6,12 +6,13 @@ use std::sync::atomic::AtomicBool;
 
 use anyhow::Context;
 use serde::Serialize;
+use treesync_core::slice;
 use treesync_core::verify::{self, Drift, Level, Report};
 use treesync_core::{OpCounts, sync};
 
 use super::{make_backend, open_repo, reading, runtime};
 use crate::args::{LevelArg, VerifyArgs};
-use crate::render::{human_bytes, print_json, print_plan, short};
+use crate::render::{human_age, human_bytes, print_json, print_plan, short};
 
 /// `verify --json`: the report, what a repair did, and the verdict.
 #[derive(Serialize, schemars::JsonSchema)]
@@ -49,6 +50,12 @@ pub(crate) fn run(args: VerifyArgs) -> anyhow::Result<ExitCode> {
     let backend = read.backend.clone();
     let host = read.host.clone();
     let ctx = || format!("verifying {backend}");
+    // One slice of the tree: the one named, or the next of the rolling position.
+    let slice = match args.slice {
+        Some(pick) => Some(rt.block_on(slice::start(&*backend, pick)).with_context(ctx)?),
+        None => None,
+    };
+    let rolling = matches!(args.slice, Some(slice::Pick::Next { .. }));
     // A spinner on a terminal: a verify scans the whole target, which takes a while on a NAS.
     let spinner = (!args.json && std::io::stderr().is_terminal()).then(|| {
         let bar = indicatif::ProgressBar::new_spinner();
@@ -64,6 +71,7 @@ pub(crate) fn run(args: VerifyArgs) -> anyhow::Result<ExitCode> {
             delete_extra: args.delete_extra,
             dry_run: args.dry_run,
             check_after: true,
+            slice,
             sync: sync::Options { backend_name: chosen.label(), limits: args.limits.limits(), ..Default::default() },
         };
         let out = match &host {
@@ -94,21 +102,42 @@ pub(crate) fn run(args: VerifyArgs) -> anyhow::Result<ExitCode> {
         };
         (Some(out), None)
     } else {
-        (None, Some(rt.block_on(verify::verify_with(&repo, &*backend, level, args.limits.limits())).with_context(ctx)))
+        let limits = args.limits.limits();
+        (None, Some(rt.block_on(verify::verify_slice(&repo, &*backend, level, limits, slice)).with_context(ctx)))
     };
     if let Some(bar) = &spinner {
         bar.finish_and_clear();
     }
-    let (repair, verified) = (repair.transpose()?, verified.transpose()?);
-    let report = match (&repair, &verified) {
+    let (mut repair, mut verified) = (repair.transpose()?, verified.transpose()?);
+    let report_mut = match (&mut repair, &mut verified) {
+        (Some(r), _) => &mut r.report,
+        (None, Some(report)) => report,
+        (None, None) => unreachable!("a repair or a verify ran"),
+    };
+    // The rolling position: a `next/N` run that checked its slice moves it on (a repair may
+    // have switched generations: the position goes to the current one); any slice tells when
+    // the last full cycle completed.
+    if let (Some(s), Some(r)) = (slice, report_mut.slice.as_mut()) {
+        let now = treesync_core::state::now_unix();
+        let current = if host.is_some() { reading(&args.target, &chosen, &rt)?.backend } else { backend.clone() };
+        if rolling && !args.dry_run {
+            let after = rt.block_on(slice::finish(&*current, s, now)).with_context(ctx)?;
+            (r.next, r.last_full_cycle_unix) = (Some(after.next), after.last_full_cycle_unix);
+        } else {
+            let kept = rt.block_on(slice::position(&*current)).with_context(ctx)?;
+            r.last_full_cycle_unix = kept.and_then(|k| k.last_full_cycle_unix);
+        }
+    }
+    let repair = repair.as_ref();
+    let report = match (repair, &verified) {
         (Some(r), _) => &r.report,
         (None, Some(report)) => report,
         (None, None) => unreachable!("a repair or a verify ran"),
     };
-    let finished = repair.as_ref().and_then(|r| r.finished.as_ref());
-    let repaired = repair.as_ref().and_then(|r| r.applied);
-    let after = repair.as_ref().and_then(|r| r.after.as_ref());
-    let would_repair = repair.as_ref().filter(|_| args.dry_run && !report.is_clean()).map(|r| r.planned);
+    let finished = repair.and_then(|r| r.finished.as_ref());
+    let repaired = repair.and_then(|r| r.applied);
+    let after = repair.and_then(|r| r.after.as_ref());
+    let would_repair = repair.filter(|_| args.dry_run && !report.is_clean()).map(|r| r.planned);
     if would_repair.is_some() && !args.json {
         print_plan(&verify::repair_plan(&repo, report, args.delete_extra).with_context(ctx)?);
     }
@@ -150,6 +179,20 @@ pub(crate) fn run(args: VerifyArgs) -> anyhow::Result<ExitCode> {
             Drift::LinkChanged { .. } => "symlink target differs".into(),
         };
         println!("{:<40} {what}", treesync_core::path::quote(d.path()));
+    }
+    if let Some(s) = &report.slice {
+        let cycle = match s.last_full_cycle_unix {
+            Some(at) => format!(
+                "the last full cycle completed {} ago",
+                human_age(treesync_core::state::now_unix().saturating_sub(at))
+            ),
+            None => "no full cycle completed yet".into(),
+        };
+        let next = s.next.map(|n| format!("; next: {n}/{}", s.n)).unwrap_or_default();
+        println!(
+            "slice {}/{}: {} directories listed, {} paths checked{next}; {cycle}",
+            s.k, s.n, s.dirs, report.expected
+        );
     }
     println!(
         "{} {}: {} entries checked at level {:?}, {} hashed, {} proven by stat data: {}",

@@ -139,6 +139,7 @@ async fn prepare(
     let options = watch::Options {
         interval: args.interval.unwrap_or(watch::DEFAULT_INTERVAL),
         verify_every: args.verify_every,
+        verify_slices: args.verify_slices,
         repair: args.repair,
         sync: sync::Options {
             apply: apply::Options { jobs: args.target.jobs, batch: args.target.batch },

@@ -361,6 +361,7 @@ impl<B: Backend> Backend for Budgets<B> {
         load_state,
         store_state,
         scan,
+        scan_dirs,
         read_file,
         load_aux,
         store_aux
@@ -418,6 +419,11 @@ impl<B: Backend> Backend for Budgets<B> {
     async fn scan(&self, jobs: usize) -> Result<Vec<Found>, Error> {
         // The scan runs its own threads; it gets as many as the lookup budget has.
         self.inner.scan(jobs.min(self.lookups.ceiling()).max(1)).await
+    }
+
+    async fn scan_dirs(&self, dirs: &[RelPath], jobs: usize) -> Result<Vec<Found>, Error> {
+        // As a scan: its own threads, as many as the lookup budget has.
+        self.inner.scan_dirs(dirs, jobs.min(self.lookups.ceiling()).max(1)).await
     }
 
     async fn read_file(&self, path: &RelPath) -> Result<Vec<u8>, Error> {

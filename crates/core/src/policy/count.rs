@@ -97,6 +97,7 @@ impl<B: Backend> Backend for Count<B> {
         lock,
         unlock,
         scan,
+        scan_dirs,
         probe,
         read_file,
         load_aux,
@@ -154,6 +155,11 @@ impl<B: Backend> Backend for Count<B> {
     async fn scan(&self, jobs: usize) -> Result<Vec<Found>, Error> {
         self.note(|r| r.scans += 1);
         self.inner.scan(jobs).await
+    }
+
+    async fn scan_dirs(&self, dirs: &[RelPath], jobs: usize) -> Result<Vec<Found>, Error> {
+        self.note(|r| r.scans += 1);
+        self.inner.scan_dirs(dirs, jobs).await
     }
 
     async fn probe(&self, dir: &RelPath) -> Result<(), Error> {

@@ -77,6 +77,7 @@ impl<B: Backend> Backend for Latency<B> {
         lock,
         unlock,
         scan,
+        scan_dirs,
         probe,
         read_file,
         load_aux,
@@ -128,6 +129,11 @@ impl<B: Backend> Backend for Latency<B> {
     async fn scan(&self, jobs: usize) -> Result<Vec<Found>, Error> {
         self.wait(b"scan").await;
         self.inner.scan(jobs).await
+    }
+
+    async fn scan_dirs(&self, dirs: &[RelPath], jobs: usize) -> Result<Vec<Found>, Error> {
+        self.wait(b"scan").await;
+        self.inner.scan_dirs(dirs, jobs).await
     }
 
     async fn probe(&self, dir: &RelPath) -> Result<(), Error> {

@@ -130,6 +130,9 @@ struct State<'m, 'a> {
     /// After a failure: when to try again.
     retry_at: Option<Instant>,
     last_verify: Instant,
+    /// With [`super::Options::verify_slices`] on a target without auxiliary files: the slice
+    /// the next verify checks.
+    next_slice: u32,
     /// Since when the target has not held the ref's commit (see `Event::Error::behind_since`).
     behind: Option<SystemTime>,
 }
@@ -137,7 +140,13 @@ struct State<'m, 'a> {
 impl State<'_, '_> {
     /// When its next verify is due, if it verifies.
     fn next_verify(&self) -> Option<Instant> {
-        self.mirror.options.verify_every.map(|every| self.last_verify + every)
+        self.verify_period().map(|every| self.last_verify + every)
+    }
+
+    /// The time between two verifies: `verify_every`, divided among the slices.
+    fn verify_period(&self) -> Option<std::time::Duration> {
+        let options = &self.mirror.options;
+        options.verify_every.map(|every| every / options.verify_slices.unwrap_or(1).max(1))
     }
 
     /// Whether this look runs its step, given what its ref resolved to.
@@ -191,6 +200,7 @@ async fn watch_group(group: &Group<'_>, emit: &Emit<'_>, interrupt: &AtomicBool)
             backoff: m.options.interval,
             retry_at: None,
             last_verify: Instant::now(),
+            next_slice: 1,
             behind: None,
         })
         .collect();
@@ -297,6 +307,53 @@ fn next_wait(states: &[State<'_, '_>], polls: bool) -> Duration {
     wait
 }
 
+/// Where a mirror's rolling verify position is kept: the target's (current generation's)
+/// `.treesync/`, or `None` when it keeps no auxiliary files (then the watch keeps it).
+async fn position_backend<'a>(s: &State<'_, 'a>) -> Result<Option<Held<'a>>, Error> {
+    let held = match &s.target {
+        Target::Plain(backend) => Held::Borrowed(*backend),
+        Target::Generations(host, _) => match generation::current_backend(*host).await? {
+            Some(current) => Held::Owned(current),
+            None => return Err(generation::Error::NotAtomic { target: host.to_string() }.into()),
+        },
+    };
+    Ok(held.get().capabilities().aux_store.then_some(held))
+}
+
+/// A backend borrowed from the mirror, or opened for the current generation.
+enum Held<'a> {
+    Borrowed(&'a dyn crate::Backend),
+    Owned(Arc<dyn crate::Backend>),
+}
+
+impl Held<'_> {
+    fn get(&self) -> &dyn crate::Backend {
+        match self {
+            Held::Borrowed(b) => *b,
+            Held::Owned(b) => &**b,
+        }
+    }
+}
+
+/// The slice of `n` the next verify of `s` checks.
+async fn pick_slice(s: &State<'_, '_>, n: u32) -> Result<crate::slice::Slice, Error> {
+    match position_backend(s).await? {
+        Some(b) => Ok(crate::slice::start(b.get(), crate::slice::Pick::Next { n }).await?),
+        None => Ok(crate::slice::Slice::new(s.next_slice.clamp(1, n), n)?),
+    }
+}
+
+/// Record that `slice` was checked; the position after it.
+async fn finish_slice(s: &mut State<'_, '_>, slice: crate::slice::Slice) -> Result<crate::slice::Rolling, Error> {
+    let now = crate::state::now_unix();
+    let rolling = match position_backend(s).await? {
+        Some(b) => crate::slice::finish(b.get(), slice, now).await?,
+        None => crate::slice::Rolling { n: slice.n, next: slice.k % slice.n + 1, ..Default::default() },
+    };
+    s.next_slice = rolling.next;
+    Ok(rolling)
+}
+
 /// The sync to the commit of this look, and the scheduled verify, that one mirror calls for.
 async fn step(
     repo: &Repo,
@@ -335,20 +392,27 @@ async fn step(
             s.last = Some(out.commit);
         }
     }
-    if let Some(every) = options.verify_every
+    if let Some(every) = s.verify_period()
         && s.last_verify.elapsed() >= every
     {
         s.last_verify = Instant::now();
+        // The slice this verify checks: the next one of the rolling position.
+        let slices = options.verify_slices.filter(|n| *n > 1);
+        let slice = match slices {
+            Some(n) => Some(pick_slice(s, n).await?),
+            None => None,
+        };
         // With repair, compare and repair under the target's lock and journal, like a sync:
         // never a repair planned against a tree that a sync replaced meanwhile.
-        let repair = sync::RepairOptions { sync: options.sync.clone(), ..Default::default() };
-        let (report, repaired) = match &s.target {
+        let repair = sync::RepairOptions { sync: options.sync.clone(), slice, ..Default::default() };
+        let limits = options.sync.limits;
+        let (mut report, repaired) = match &s.target {
             Target::Plain(backend) if options.repair => {
                 let out = sync::repair(repo, *backend, &repair, progress, interrupt).await?;
                 (out.report, out.applied)
             }
             Target::Plain(backend) => {
-                (verify::verify_with(repo, *backend, verify::Level::Stat, options.sync.limits).await?, None)
+                (verify::verify_slice(repo, *backend, verify::Level::Stat, limits, slice).await?, None)
             }
             Target::Generations(host, g) if options.repair => {
                 let out = generation::repair(repo, *host, g, &repair, progress, interrupt).await?;
@@ -358,9 +422,14 @@ async fn step(
                 let Some(current) = generation::current_backend(*host).await? else {
                     return Err(generation::Error::NotAtomic { target: host.to_string() }.into());
                 };
-                (verify::verify_with(repo, &*current, verify::Level::Stat, options.sync.limits).await?, None)
+                (verify::verify_slice(repo, &*current, verify::Level::Stat, limits, slice).await?, None)
             }
         };
+        if let (Some(slice), Some(r)) = (slice, report.slice.as_mut()) {
+            let rolling = finish_slice(s, slice).await?;
+            r.next = Some(rolling.next);
+            r.last_full_cycle_unix = rolling.last_full_cycle_unix;
+        }
         s.outcome.verified += 1;
         let clean = report.is_clean();
         emit.emit(&s.mirror.name, &Event::Verified { report: Box::new(report), clean });

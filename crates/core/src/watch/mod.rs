@@ -68,6 +68,12 @@ pub struct Options {
     pub interval: Duration,
     /// Verify the target (stat level) this often; `None`: never.
     pub verify_every: Option<Duration>,
+    /// With `verify_every`: spread each verify over this many slices of the tree
+    /// ([`crate::slice`]), one slice every `verify_every / n`, so a full cycle still takes
+    /// `verify_every` without a burst of lookups; the position is kept in the target's
+    /// `.treesync/verify-slice` (in memory on targets without auxiliary files). `None` or
+    /// `Some(1)`: the whole tree each time.
+    pub verify_slices: Option<u32>,
     /// With `verify_every`: repair the drift a verify finds, under the target's lock and journal
     /// ([`sync::repair()`]).
     pub repair: bool,
@@ -104,6 +110,7 @@ impl Default for Options {
         Options {
             interval: DEFAULT_INTERVAL,
             verify_every: None,
+            verify_slices: None,
             repair: false,
             max_backoff: DEFAULT_MAX_BACKOFF,
             sync: sync::Options::default(),
@@ -136,6 +143,9 @@ pub enum Error {
     /// The scheduled verify.
     #[error(transparent)]
     Verify(#[from] verify::Error),
+    /// Keeping the rolling verify's position ([`Options::verify_slices`]).
+    #[error(transparent)]
+    Slice(#[from] crate::slice::Error),
     /// Preparing, switching or repairing a generation (`--atomic`).
     #[error(transparent)]
     Generation(#[from] crate::generation::Error),
