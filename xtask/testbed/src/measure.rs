@@ -142,3 +142,30 @@ pub fn fmt_time(d: Duration) -> String {
         format!("{:.1} ms", d.as_secs_f64() * 1000.0)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn process_cpu_reads_the_cpu_time_a_busy_process_used() {
+        let me = std::process::id();
+        let before = process_cpu(me).expect("this process's /proc/PID/stat parses");
+        // Burn CPU until the kernel's tick-granular counter moves; a parse of the wrong
+        // fields (or of clock ticks as something else) never sees it move past `before`.
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let mut x = 0u64;
+        let after = loop {
+            for i in 0..1_000_000u64 {
+                x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(i));
+            }
+            let now = process_cpu(me).expect("parses");
+            if now > before {
+                break now;
+            }
+            assert!(Instant::now() < deadline, "the CPU time read from /proc never grew ({before:?})");
+        };
+        assert!(after - before < Duration::from_secs(60), "{before:?} → {after:?}: not in seconds");
+        assert_eq!(process_cpu(u32::MAX), None, "no such process");
+    }
+}
