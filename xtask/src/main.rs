@@ -26,7 +26,7 @@ Tasks:
           mirrors vs a process each, and a remote's requests on a git daemon (watch), on
           generated repositories;
           rewrite BENCHMARKS.md. Without a name, runs all.
-          options: --files N (100000)  --runs R (5)  --s3-files N (20000)
+          options: --files N (100000)  --runs R (5)  --s3-files N,N (20000)
                    --nfs-files N,N (20000,100000)  --nfs-initial N (2000)  --latency 1ms
                    --nfs-runs R (3)  --nfs-git-runs R (1)
                    --client-initial N (5000)  --client-files N (20000)

@@ -136,6 +136,11 @@ impl Moto {
         resp.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0)
     }
 
+    /// The server's process id (benchmarks read its CPU time from `/proc`).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// Create a bucket.
     pub fn create_bucket(&self, name: &str) {
         let code = self.raw("PUT", &format!("/{name}"));

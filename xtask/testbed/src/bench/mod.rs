@@ -28,7 +28,7 @@ struct Config {
     local: bool,
     s3: bool,
     nfs: bool,
-    s3_files: usize,
+    s3_files: Vec<usize>,
     nfs_files: Vec<usize>,
     nfs_initial: usize,
     nfs_latency: Duration,
@@ -65,7 +65,7 @@ fn parse(args: &[String]) -> Result<Config, String> {
         local: true,
         s3: true,
         nfs: true,
-        s3_files: 20_000,
+        s3_files: vec![20_000],
         nfs_files: vec![20_000, 100_000],
         nfs_initial: 2_000,
         nfs_latency: Duration::from_millis(1),
@@ -138,7 +138,12 @@ fn parse(args: &[String]) -> Result<Config, String> {
             "--runs" => c.runs = value()?.parse().map_err(|e| format!("--runs: {e}"))?,
             "--dir" => c.dir = PathBuf::from(value()?),
             "--no-write" => c.write = false,
-            "--s3-files" => c.s3_files = value()?.parse().map_err(|e| format!("--s3-files: {e}"))?,
+            "--s3-files" => {
+                c.s3_files = value()?
+                    .split(',')
+                    .map(|n| n.trim().parse().map_err(|e| format!("--s3-files: {e}")))
+                    .collect::<Result<_, _>>()?
+            }
             "--nfs-files" => {
                 c.nfs_files = value()?
                     .split(',')
@@ -464,12 +469,21 @@ pub fn run(args: &[String]) -> Result<(), String> {
             }
         }
         if c.s3 {
-            let table = s3::run(&s3::Config { files: c.s3_files }, &c.dir, &treesync)?;
-            println!("{table}");
+            let mut tables = Vec::new();
+            for &files in &c.s3_files {
+                let table = s3::run(&s3::Config { files }, &c.dir, &treesync)?;
+                println!("{table}");
+                tables.push(table);
+            }
             if c.write {
+                let build = match &c.treesync {
+                    Some(path) => format!(" --treesync {}", path.strip_prefix(&root).unwrap_or(path).display()),
+                    None => String::new(),
+                };
+                let sizes = c.s3_files.iter().map(usize::to_string).collect::<Vec<_>>().join(",");
                 let block = format!(
-                    "Reproduce: `cargo xtask bench s3 --s3-files {}` (needs moto, which `cargo xtask test` installs, and rclone and awscli from the Debian packages).\n\n{table}",
-                    c.s3_files
+                    "Reproduce: `cargo xtask bench s3 --s3-files {sizes}{build}` (needs moto, which `cargo xtask test` installs, and rclone and awscli from the Debian packages).\n\n{}",
+                    tables.join("\n")
                 );
                 write_section(
                     &root.join("BENCHMARKS.md"),

@@ -1,6 +1,10 @@
 //! `cargo xtask bench s3`: treesync vs `rclone sync` and `aws s3 sync` against a local S3
 //! server (moto), from a work tree of the same commits: initial upload and incremental update,
-//! wall time and requests by method from the server's log.
+//! wall time, the client's CPU time (user + system of its process tree, from `wait4`), the
+//! server's CPU time over the same run (from `/proc/PID/stat`: moto is single-threaded Python,
+//! so a server busy most of the wall time is the bottleneck and the clients' wall times say
+//! little — their CPU time per object is the fair comparison), and requests by method from the
+//! server's log.
 
 use std::fmt::Write as _;
 use std::path::Path;
@@ -9,7 +13,7 @@ use std::time::Duration;
 
 use treesync_testkit::s3::{Moto, Requests};
 
-use crate::measure::measure;
+use crate::measure::{Usage, measure_usage, process_cpu};
 use xtask::util::run_quiet;
 
 pub struct Config {
@@ -19,8 +23,21 @@ pub struct Config {
 struct Row {
     case: &'static str,
     tool: String,
-    time: Duration,
+    usage: Usage,
+    /// CPU time the server used during the run.
+    server_cpu: Option<Duration>,
+    /// 1-minute load average after the run (other work on the machine skews CPU figures less
+    /// than wall times, but not nothing).
+    load: f64,
     req: Requests,
+}
+
+/// The 1-minute load average.
+fn load() -> f64 {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|l| l.split_whitespace().next().and_then(|v| v.parse().ok()))
+        .unwrap_or(f64::NAN)
 }
 
 fn aws_bin() -> String {
@@ -99,13 +116,23 @@ pub fn run(c: &Config, dir: &Path, treesync: &Path) -> Result<String, String> {
         env(&mut cmd);
         cmd
     };
+    let load_start = load();
     let mut rows = Vec::new();
     let mut timed = |case: &'static str, tool: &str, mut cmd: Command| -> Result<(), String> {
         let mark = moto.mark();
-        let (time, _) = measure(&mut cmd)?;
+        let server_before = process_cpu(moto.pid());
+        let usage = measure_usage(&mut cmd)?;
+        let server_cpu = server_before.zip(process_cpu(moto.pid())).map(|(a, b)| b.saturating_sub(a));
         let req = moto.requests_since(mark);
-        eprintln!("s3: {case:20} {tool:45} {:8.2} s {:6} requests", time.as_secs_f64(), req.total());
-        rows.push(Row { case, tool: tool.into(), time, req });
+        let load = load();
+        eprintln!(
+            "s3: {case:20} {tool:45} {:8.2} s  CPU {:7.2} s  server CPU {:7.2} s  load {load:.2}  {:6} requests",
+            usage.wall.as_secs_f64(),
+            usage.cpu().as_secs_f64(),
+            server_cpu.unwrap_or_default().as_secs_f64(),
+            req.total()
+        );
+        rows.push(Row { case, tool: tool.into(), usage, server_cpu, load, req });
         Ok(())
     };
 
@@ -154,31 +181,46 @@ pub fn run(c: &Config, dir: &Path, treesync: &Path) -> Result<String, String> {
     }
     let _ = std::fs::remove_dir_all(&repo);
     let _ = std::fs::remove_dir_all(&work);
-    Ok(render(&rows, c, counts.0))
+    Ok(render(&rows, c, counts.0, (load_start, load())))
 }
 
-fn render(rows: &[Row], c: &Config, objects: usize) -> String {
+fn render(rows: &[Row], c: &Config, objects: usize, loads: (f64, f64)) -> String {
     let mut md = String::new();
     let _ = writeln!(
         md,
-        "N = {} files, K = 10 modified + 2 added, D = 2 deleted; moto (single-threaded Python) on 127.0.0.1; one run each; {} objects in every bucket afterwards.\n",
-        c.files, objects
+        "N = {} files, K = 10 modified + 2 added, D = 2 deleted; moto (single-threaded Python) on 127.0.0.1; one run each; {} objects in every bucket afterwards; load average (1 min) {:.2} at the start, {:.2} at the end (2 cores).\n",
+        c.files, objects, loads.0, loads.1
     );
     let _ = writeln!(
         md,
-        "| case | tool | wall time | time ÷ treesync's | requests | PUT | GET | HEAD | LIST | bulk DELETE | DELETE | other |"
+        "Client CPU is user + system time of the client's whole process tree (`wait4`); per object it is divided by N (the objects uploaded in the initial upload; the objects in the tree for an update). Server CPU is moto's over the same run (`/proc/PID/stat`), busy = server CPU ÷ wall time: near 100% the single-threaded server is the bottleneck.\n"
     );
-    let _ = writeln!(md, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    let _ = writeln!(
+        md,
+        "| case | tool | wall time | time ÷ treesync's | client CPU (user + sys) | client CPU per object | CPU ÷ treesync's | server CPU (busy) | load | requests | PUT | GET | HEAD | LIST | bulk DELETE | DELETE | other |"
+    );
+    let _ = writeln!(md, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for case in ["initial upload of A", "update A→B"] {
         let ours = rows.iter().find(|r| r.case == case && r.tool == "treesync sync").expect("treesync row");
         for r in rows.iter().filter(|r| r.case == case) {
             let q = &r.req;
+            let u = &r.usage;
+            let server = match r.server_cpu {
+                Some(t) => format!("{:.2} s ({:.0}%)", t.as_secs_f64(), 100.0 * t.as_secs_f64() / u.wall.as_secs_f64()),
+                None => "–".into(),
+            };
             let _ = writeln!(
                 md,
-                "| {case} | `{}` | {:.2} s | {:.2} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                "| {case} | `{}` | {:.2} s | {:.2} | {:.2} s ({:.2} + {:.2}) | {:.0} µs | {:.2} | {server} | {:.2} | {} | {} | {} | {} | {} | {} | {} | {} |",
                 r.tool,
-                r.time.as_secs_f64(),
-                r.time.as_secs_f64() / ours.time.as_secs_f64(),
+                u.wall.as_secs_f64(),
+                u.wall.as_secs_f64() / ours.usage.wall.as_secs_f64(),
+                u.cpu().as_secs_f64(),
+                u.user.as_secs_f64(),
+                u.sys.as_secs_f64(),
+                u.cpu().as_secs_f64() * 1e6 / c.files as f64,
+                u.cpu().as_secs_f64() / ours.usage.cpu().as_secs_f64(),
+                r.load,
                 q.total(),
                 q.put,
                 q.get,
