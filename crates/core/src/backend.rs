@@ -123,6 +123,19 @@ pub struct FileStat {
     pub gid: u32,
 }
 
+/// A file a backend wrote from a blob ([`Backend::take_written`]), with the stat data a later
+/// lstat of the untouched file returns: taken after the file was complete and in place (after
+/// its close and the rename over its name), so a verify can prove it without reading it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Written {
+    /// `/`-separated path below the target root.
+    pub path: Vec<u8>,
+    /// Its size in bytes, as the file has it (after conversions).
+    pub size: u64,
+    /// Its stat data.
+    pub stat: FileStat,
+}
+
 /// What [`Backend::scan`] found at one path.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum FoundKind {
@@ -501,6 +514,23 @@ pub trait Backend: Send + Sync + fmt::Display {
     async fn store_aux(&self, _name: &str, _bytes: &[u8]) -> Result<(), Error> {
         Err(Error::Unsupported { ability: "auxiliary state files", backend: self.to_string() })
     }
+
+    /// The modification time (seconds, nanoseconds) of an auxiliary file of the state folder,
+    /// as the storage's clock stamped it; `None` if absent. A sync compares it with the files
+    /// it wrote (git's racy-timestamp rule). Only backends with [`Capabilities::aux_store`]
+    /// keep auxiliary files; the others answer [`Error::Unsupported`].
+    async fn aux_mtime(&self, _name: &str) -> Result<Option<(i64, u32)>, Error> {
+        Err(Error::Unsupported { ability: "auxiliary state files", backend: self.to_string() })
+    }
+
+    /// The files this backend wrote from blobs since the last call, in the order their writes
+    /// completed, each with its stat data taken after it was in place ([`Written`]); a sync
+    /// records them so that the next verify proves them without reading them. Backends that
+    /// keep no stat data (object stores: ETags do that job), or do not record it, answer
+    /// nothing: their files are proven the way they were before (hashed once by a verify).
+    fn take_written(&self) -> Vec<Written> {
+        Vec::new()
+    }
 }
 
 /// Implement every method of [`Backend`] by forwarding it, except those listed after `except`
@@ -543,7 +573,7 @@ macro_rules! delegate_backend {
     ($to:tt $(, except $($skip:ident),+)? $(,)?) => {
         $crate::delegate_backend!(@each $to [$($($skip)+)?]
             capabilities policy execute execute_batch prepare_target read_dir load_state store_state
-            lock unlock scan cost probe read_file load_aux store_aux);
+            lock unlock scan cost probe read_file load_aux store_aux aux_mtime take_written);
     };
     (@each $to:tt $skips:tt $($m:ident)*) => {
         $( $crate::delegate_backend!(@maybe $to $m $skips); )*
@@ -565,6 +595,8 @@ macro_rules! delegate_backend {
     (@maybe $to:tt read_file [read_file $($rest:ident)*]) => {};
     (@maybe $to:tt load_aux [load_aux $($rest:ident)*]) => {};
     (@maybe $to:tt store_aux [store_aux $($rest:ident)*]) => {};
+    (@maybe $to:tt aux_mtime [aux_mtime $($rest:ident)*]) => {};
+    (@maybe $to:tt take_written [take_written $($rest:ident)*]) => {};
     (@maybe $to:tt $m:ident [$first:ident $($rest:ident)*]) => {
         $crate::delegate_backend!(@maybe $to $m [$($rest)*]);
     };
@@ -583,6 +615,21 @@ macro_rules! delegate_backend {
     (@emit $to:tt policy) => {
         fn policy(&self) -> $crate::backend::Policy {
             $crate::delegate_backend!(@t self $to).policy()
+        }
+    };
+    (@emit $to:tt take_written) => {
+        fn take_written(&self) -> ::std::vec::Vec<$crate::backend::Written> {
+            $crate::delegate_backend!(@t self $to).take_written()
+        }
+    };
+    (@emit $to:tt aux_mtime) => {
+        fn aux_mtime<'life0, 'life1, 'async_trait>(
+            &'life0 self,
+            name: &'life1 str,
+        ) -> $crate::delegate_backend!(@fut 'async_trait, ::core::option::Option<(i64, u32)>)
+        where 'life0: 'async_trait, 'life1: 'async_trait, Self: 'async_trait
+        {
+            $crate::delegate_backend!(@t self $to).aux_mtime(name)
         }
     };
     (@emit $to:tt cost) => {
@@ -742,7 +789,7 @@ impl<B: Backend + ?Sized> Backend for Arc<B> {
 
 /// The names of every method of [`Backend`], for tests that check that a wrapper forwards
 /// (or handles) each of them.
-pub const METHODS: [&str; 16] = [
+pub const METHODS: [&str; 18] = [
     "capabilities",
     "policy",
     "execute",
@@ -759,4 +806,6 @@ pub const METHODS: [&str; 16] = [
     "read_file",
     "load_aux",
     "store_aux",
+    "aux_mtime",
+    "take_written",
 ];

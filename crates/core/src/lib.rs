@@ -89,6 +89,7 @@ pub mod duration;
 pub mod export;
 pub mod generation;
 pub mod gitworktree;
+pub mod index_delta;
 pub mod hook;
 pub mod json;
 pub mod lfs;

@@ -363,7 +363,8 @@ impl<B: Backend> Backend for Budgets<B> {
         scan,
         read_file,
         load_aux,
-        store_aux
+        store_aux,
+        aux_mtime
     );
 
     fn policy(&self) -> Policy {
@@ -433,6 +434,11 @@ impl<B: Backend> Backend for Budgets<B> {
     async fn store_aux(&self, name: &str, bytes: &[u8]) -> Result<(), Error> {
         let _t = self.writes.acquire_as(5).await;
         self.inner.store_aux(name, bytes).await
+    }
+
+    async fn aux_mtime(&self, name: &str) -> Result<Option<(i64, u32)>, Error> {
+        let _t = self.lookups.acquire().await;
+        self.inner.aux_mtime(name).await
     }
 }
 
