@@ -406,23 +406,27 @@ impl Target {
     ) -> Result<(), Error> {
         let tmp = Self::sibling_tmp(name.as_bytes());
         let tmp = OsStr::from_bytes(&tmp);
-        let result = self
-            .write_tmp(dir, tmp, content, executable, blobs, path)
-            .and_then(|()| rustix::fs::renameat(dir, tmp, dir, name).map_err(|e| Error::io("write", path, io(e))));
-        if result.is_err() {
-            // Never leave a temporary behind (a full disk must not fill up further).
-            let _ = rustix::fs::unlinkat(dir, tmp, AtFlags::empty());
-            return result;
-        }
-        // The stat data a later lstat of the untouched file returns: taken now that it is
-        // closed (NFS clients flush at close, which can move mtime) and renamed (which moves
-        // ctime on most filesystems). Without it the file is simply hashed by the next verify.
-        if let Ok(st) = rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW)
-            && FileType::from_raw_mode(st.st_mode) == FileType::RegularFile
-        {
+        let result = self.write_tmp(dir, tmp, content, executable, blobs, path).and_then(|fd| {
+            rustix::fs::renameat(dir, tmp, dir, name).map(|()| fd).map_err(|e| Error::io("write", path, io(e)))
+        });
+        let fd = match result {
+            Ok(fd) => fd,
+            Err(e) => {
+                // Never leave a temporary behind (a full disk must not fill up further).
+                let _ = rustix::fs::unlinkat(dir, tmp, AtFlags::empty());
+                return Err(e);
+            }
+        };
+        // The stat data a later lstat of the untouched file returns, for the next verify: taken
+        // once it is in place (a rename moves ctime on most filesystems) through the descriptor
+        // still open, one GETATTR on a network filesystem instead of a lookup and a GETATTR
+        // (an NFS client flushes a file's cached writes before answering a stat of it, so
+        // closing it afterwards moves no time). Without it the file is simply hashed once.
+        if let Ok(st) = rustix::fs::fstat(&fd) {
             let written = Written { path: path.as_bytes().to_vec(), size: st.st_size as u64, stat: file_stat(&st) };
             self.written.lock().expect("never poisoned").push(written);
         }
+        drop(fd);
         Ok(())
     }
 
@@ -431,6 +435,29 @@ impl Target {
     /// [`Backend::take_written`]: treesync_core::Backend::take_written
     pub fn take_written(&self) -> Vec<Written> {
         std::mem::take(&mut *self.written.lock().expect("never poisoned"))
+    }
+
+    /// Append `bytes` to `name` of the state folder (created if absent; opened without
+    /// following symlinks), in one `write` where the kernel allows.
+    pub fn append_aux(&self, name: &str, bytes: &[u8]) -> Result<(), Error> {
+        let rel = format!("{STATE_DIR}/{name}");
+        let dir = self.state_fd(true)?.expect("created");
+        let fd = rustix::fs::openat(
+            dir,
+            name,
+            OFlags::WRONLY | OFlags::APPEND | OFlags::CREATE | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::from_raw_mode(0o666),
+        )
+        .map_err(|e| self.state_path_error(&rel, e))?;
+        let mut rest = bytes;
+        while !rest.is_empty() {
+            let n = rustix::io::write(&fd, rest).map_err(|e| Error::io("write", &rel, io(e)))?;
+            rest = &rest[n..];
+        }
+        if self.fsync {
+            rustix::fs::fsync(&fd).map_err(|e| Error::io("fsync", &rel, io(e)))?;
+        }
+        Ok(())
     }
 
     /// The modification time of `name` in the state folder; `None` if absent.
@@ -454,7 +481,7 @@ impl Target {
         executable: bool,
         blobs: &dyn BlobSource,
         path: &RelPath,
-    ) -> Result<(), Error> {
+    ) -> Result<OwnedFd, Error> {
         let fd = Self::create_tmp(dir, tmp, if executable { 0o777 } else { 0o666 })
             .map_err(|e| Error::io("write", path, io(e)))?;
         blobs
@@ -472,7 +499,7 @@ impl Target {
         if self.fsync {
             rustix::fs::fsync(&fd).map_err(|e| Error::io("fsync", path, io(e)))?;
         }
-        Ok(())
+        Ok(fd)
     }
 
     pub fn prepare(&self, create: bool) -> Result<TargetState, Error> {

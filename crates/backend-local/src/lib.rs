@@ -189,6 +189,11 @@ impl Backend for LocalBackend {
         self.blocking(move |t| t.store_aux(&name, &bytes)).await
     }
 
+    async fn append_aux(&self, name: &str, bytes: &[u8]) -> Result<(), Error> {
+        let (name, bytes) = (name.to_string(), bytes.to_vec());
+        self.blocking(move |t| t.append_aux(&name, &bytes)).await
+    }
+
     async fn aux_mtime(&self, name: &str) -> Result<Option<(i64, u32)>, Error> {
         let name = name.to_string();
         self.blocking(move |t| t.aux_mtime(&name)).await

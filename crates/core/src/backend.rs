@@ -515,8 +515,16 @@ pub trait Backend: Send + Sync + fmt::Display {
         Err(Error::Unsupported { ability: "auxiliary state files", backend: self.to_string() })
     }
 
-    /// The modification time (seconds, nanoseconds) of an auxiliary file of the state folder,
-    /// as the storage's clock stamped it; `None` if absent. A sync compares it with the files
+    /// Append `bytes` to an auxiliary file of the state folder (created if absent), so that a
+    /// journal costs what is added, not what it holds. A crash may leave a torn tail: readers
+    /// must recognise complete records. Only backends with [`Capabilities::aux_store`] keep
+    /// auxiliary files; the others answer [`Error::Unsupported`].
+    async fn append_aux(&self, _name: &str, _bytes: &[u8]) -> Result<(), Error> {
+        Err(Error::Unsupported { ability: "appending to auxiliary state files", backend: self.to_string() })
+    }
+
+    /// The modification time (seconds, nanoseconds) of a file of the state folder (an auxiliary
+    /// file, or `state`), as the storage's clock stamped it; `None` if absent. A sync compares it with the files
     /// it wrote (git's racy-timestamp rule). Only backends with [`Capabilities::aux_store`]
     /// keep auxiliary files; the others answer [`Error::Unsupported`].
     async fn aux_mtime(&self, _name: &str) -> Result<Option<(i64, u32)>, Error> {
@@ -573,7 +581,7 @@ macro_rules! delegate_backend {
     ($to:tt $(, except $($skip:ident),+)? $(,)?) => {
         $crate::delegate_backend!(@each $to [$($($skip)+)?]
             capabilities policy execute execute_batch prepare_target read_dir load_state store_state
-            lock unlock scan cost probe read_file load_aux store_aux aux_mtime take_written);
+            lock unlock scan cost probe read_file load_aux store_aux append_aux aux_mtime take_written);
     };
     (@each $to:tt $skips:tt $($m:ident)*) => {
         $( $crate::delegate_backend!(@maybe $to $m $skips); )*
@@ -595,6 +603,7 @@ macro_rules! delegate_backend {
     (@maybe $to:tt read_file [read_file $($rest:ident)*]) => {};
     (@maybe $to:tt load_aux [load_aux $($rest:ident)*]) => {};
     (@maybe $to:tt store_aux [store_aux $($rest:ident)*]) => {};
+    (@maybe $to:tt append_aux [append_aux $($rest:ident)*]) => {};
     (@maybe $to:tt aux_mtime [aux_mtime $($rest:ident)*]) => {};
     (@maybe $to:tt take_written [take_written $($rest:ident)*]) => {};
     (@maybe $to:tt $m:ident [$first:ident $($rest:ident)*]) => {
@@ -620,6 +629,17 @@ macro_rules! delegate_backend {
     (@emit $to:tt take_written) => {
         fn take_written(&self) -> ::std::vec::Vec<$crate::backend::Written> {
             $crate::delegate_backend!(@t self $to).take_written()
+        }
+    };
+    (@emit $to:tt append_aux) => {
+        fn append_aux<'life0, 'life1, 'life2, 'async_trait>(
+            &'life0 self,
+            name: &'life1 str,
+            bytes: &'life2 [u8],
+        ) -> $crate::delegate_backend!(@fut 'async_trait, ())
+        where 'life0: 'async_trait, 'life1: 'async_trait, 'life2: 'async_trait, Self: 'async_trait
+        {
+            $crate::delegate_backend!(@t self $to).append_aux(name, bytes)
         }
     };
     (@emit $to:tt aux_mtime) => {
@@ -789,7 +809,7 @@ impl<B: Backend + ?Sized> Backend for Arc<B> {
 
 /// The names of every method of [`Backend`], for tests that check that a wrapper forwards
 /// (or handles) each of them.
-pub const METHODS: [&str; 18] = [
+pub const METHODS: [&str; 19] = [
     "capabilities",
     "policy",
     "execute",
@@ -806,6 +826,7 @@ pub const METHODS: [&str; 18] = [
     "read_file",
     "load_aux",
     "store_aux",
+    "append_aux",
     "aux_mtime",
     "take_written",
 ];

@@ -3,7 +3,8 @@
 //!
 //! [`crate::verify`]'s stat index (`.treesync/index`) is a whole git index, written only by a
 //! verify. A sync knows the stat data of every file it wrote — it just wrote them — so it
-//! records them here at O(changed) cost: each entry is a path, the blob it was written from,
+//! appends them here at O(changed) cost, whatever the delta holds already (one line per
+//! record; a line cut short by a crash is skipped): each entry is a path, the blob it was written from,
 //! and the stat data of the file taken after it was complete and in place (closed, renamed over
 //! its name: [`crate::backend::Written`]); every other path a sync touched (removed, replaced by a
 //! symlink, its mode changed) is noted as removed. A verify merges the delta over its index
@@ -15,9 +16,10 @@
 //! records) into it, and the sync records entries only for plans that were applied in full. A
 //! file changed afterwards has other stat data (a replaced file another inode and ctime), unless
 //! it was changed within the same tick of the filesystem's clock as it was written: git's
-//! racy-timestamp rule guards that. An entry is kept only if its mtime is older than the mtime
-//! of the delta file written after it (both stamped by the same filesystem clock); a sync whose
-//! last files are that young waits for the clock to move on and writes the delta again (a tick:
+//! racy-timestamp rule guards that. An entry is appended only if its mtime is older than the
+//! mtime of the delta file after an append that followed the file's stat (both stamped by the
+//! same filesystem clock); a sync whose last files are that young waits for the clock to move
+//! on and stamps the delta again (a tick:
 //! a few milliseconds on local disks, up to a second on filesystems with coarse timestamps),
 //! and drops the entries still too young after [`RACY_WAIT`]. Any change after the sync then
 //! gets a later mtime than the entry records: a same-size edit in the same second is drift.
@@ -37,7 +39,8 @@ use crate::op::{Op, Plan};
 /// The auxiliary file of the state folder.
 pub const NAME: &str = "index-delta";
 
-const HEADER: &str = "treesync index-delta 1\n";
+/// The state file, whose mtime is the first clock reading (see [`record`]).
+const STATE: &str = "state";
 
 /// How long a sync waits, at most, for the filesystem's clock to pass the mtime of the files it
 /// wrote last (git's racy-timestamp rule, see the [module docs](self)).
@@ -71,41 +74,39 @@ impl Delta {
     }
 
     /// Read a delta; `None` for bytes this version does not understand (the delta is then left
-    /// unused: every file it would have proven is hashed, which is always safe).
+    /// unused: every file it would have proven is hashed, which is always safe). A line cut
+    /// short by a crash (without its closing ` ;`) is not a record and is skipped.
     pub fn parse(bytes: &[u8]) -> Option<Delta> {
-        if bytes.is_empty() {
-            return Some(Delta::default());
-        }
         let text = std::str::from_utf8(bytes).ok()?;
-        let rest = text.strip_prefix(HEADER)?;
         let mut paths = BTreeMap::new();
-        for line in rest.lines() {
-            let mut f = line.split(' ');
-            match f.next()? {
-                "-" => {
-                    paths.insert(unhex(f.next()?)?, None);
+        let mut lines = text.split('\n').collect::<Vec<_>>();
+        lines.pop(); // after the last newline: empty, or a torn tail
+        for line in lines {
+            let Some(line) = line.strip_suffix(" ;") else { continue };
+            let f: Vec<&str> = line.split(' ').collect();
+            match f.as_slice() {
+                ["-", path] => {
+                    paths.insert(unhex(path)?, None);
                 }
-                "+" => {
-                    let id = ObjectId::from_hex(f.next()?.as_bytes()).ok()?;
-                    let executable = match f.next()? {
+                ["+", id, x, size, ms, mns, cs, cns, dev, ino, uid, gid, path] => {
+                    let id = ObjectId::from_hex(id.as_bytes()).ok()?;
+                    let executable = match *x {
                         "x" => true,
                         "-" => false,
                         _ => return None,
                     };
-                    let mut n = || f.next().and_then(|v| v.parse::<i64>().ok());
-                    let size = u64::try_from(n()?).ok()?;
                     let stat = FileStat {
-                        mtime_secs: n()?,
-                        mtime_nsecs: u32::try_from(n()?).ok()?,
-                        ctime_secs: n()?,
-                        ctime_nsecs: u32::try_from(n()?).ok()?,
-                        dev: u64::try_from(n()?).ok()?,
-                        ino: u64::try_from(n()?).ok()?,
-                        uid: u32::try_from(n()?).ok()?,
-                        gid: u32::try_from(n()?).ok()?,
+                        mtime_secs: ms.parse().ok()?,
+                        mtime_nsecs: mns.parse().ok()?,
+                        ctime_secs: cs.parse().ok()?,
+                        ctime_nsecs: cns.parse().ok()?,
+                        dev: dev.parse().ok()?,
+                        ino: ino.parse().ok()?,
+                        uid: uid.parse().ok()?,
+                        gid: gid.parse().ok()?,
                     };
-                    let path = unhex(f.next()?)?;
-                    paths.insert(path, Some(Entry { id, executable, size, stat }));
+                    let e = Entry { id, executable, size: size.parse().ok()?, stat };
+                    paths.insert(unhex(path)?, Some(e));
                 }
                 _ => return None,
             }
@@ -113,38 +114,13 @@ impl Delta {
         Some(Delta { paths })
     }
 
-    /// The bytes of the file.
+    /// The bytes of the file (each record a line; see [`Delta::parse`]).
     pub fn to_bytes(&self) -> Vec<u8> {
-        use std::fmt::Write as _;
-        let mut out = String::from(HEADER);
+        let mut out = Vec::new();
         for (path, e) in &self.paths {
-            match e {
-                None => out.push_str("- "),
-                Some(e) => {
-                    let s = &e.stat;
-                    let _ = write!(
-                        out,
-                        "+ {} {} {} {} {} {} {} {} {} {} {} ",
-                        e.id,
-                        if e.executable { "x" } else { "-" },
-                        e.size,
-                        s.mtime_secs,
-                        s.mtime_nsecs,
-                        s.ctime_secs,
-                        s.ctime_nsecs,
-                        s.dev,
-                        s.ino,
-                        s.uid,
-                        s.gid
-                    );
-                }
-            }
-            for b in path {
-                let _ = write!(out, "{b:02x}");
-            }
-            out.push('\n');
+            line(&mut out, path, e.as_ref());
         }
-        out.into_bytes()
+        out
     }
 
     /// Add what a plan applied in full did, `written` being what the backend wrote meanwhile
@@ -171,6 +147,37 @@ impl Delta {
     }
 }
 
+/// One record: `- PATH ;` or `+ ID X SIZE MTIME MTIME_NS CTIME CTIME_NS DEV INO UID GID PATH ;`
+/// (the path in hex: any bytes, no separator inside).
+fn line(out: &mut Vec<u8>, path: &[u8], e: Option<&Entry>) {
+    use std::io::Write as _;
+    match e {
+        None => out.extend_from_slice(b"- "),
+        Some(e) => {
+            let s = &e.stat;
+            let _ = write!(
+                out,
+                "+ {} {} {} {} {} {} {} {} {} {} {} ",
+                e.id,
+                if e.executable { "x" } else { "-" },
+                e.size,
+                s.mtime_secs,
+                s.mtime_nsecs,
+                s.ctime_secs,
+                s.ctime_nsecs,
+                s.dev,
+                s.ino,
+                s.uid,
+                s.gid
+            );
+        }
+    }
+    for b in path {
+        let _ = write!(out, "{b:02x}");
+    }
+    out.extend_from_slice(b" ;\n");
+}
+
 fn unhex(s: &str) -> Option<Vec<u8>> {
     if s.len() % 2 != 0 {
         return None;
@@ -183,31 +190,33 @@ pub async fn load(backend: &dyn Backend) -> Result<Delta, backend::Error> {
     Ok(backend.load_aux(NAME).await?.and_then(|b| Delta::parse(&b)).unwrap_or_default())
 }
 
-/// Merge what a sync did (`new`) into the target's delta, applying the racy-timestamp rule (see
-/// the [module docs](self)). The file never holds an entry not yet known to be older than the
-/// clock: each round writes the entries proven so far, reads the clock from the file's mtime,
-/// and moves the entries older than it over. Does nothing on backends without an auxiliary
-/// store or when there is nothing to record; returns how many entries were dropped as racy.
+/// Append what a sync did (`new`) to the target's delta, applying the racy-timestamp rule (see
+/// the [module docs](self)). Call it after the sync's last state write: the state file's mtime
+/// is the first reading of the filesystem's clock, taken after every file's stat. One append
+/// then holds every path the sync touched (as removed) and the entries older than that clock,
+/// so the file never holds an entry not yet known to be older than it; younger entries (the
+/// sync's last tick) follow after the clock, read from the delta's own mtime, has passed them.
+/// Costs what the sync changed, whatever the delta holds already. Does nothing on backends
+/// without an auxiliary store or when there is nothing to record; returns how many entries were
+/// dropped as racy.
 pub async fn record(backend: &dyn Backend, new: Delta) -> Result<usize, backend::Error> {
     if new.is_empty() || !backend.capabilities().aux_store {
         return Ok(0);
     }
-    let mut delta = load(backend).await?;
+    // Each append starts on a new line: a tail torn by a crash stays a line of its own.
+    let mut chunk = b"\n".to_vec();
     let mut pending: Vec<(Vec<u8>, Entry)> = Vec::new();
     for (path, e) in new.paths {
+        line(&mut chunk, &path, None);
         if let Some(e) = e {
-            pending.push((path.clone(), e));
+            pending.push((path, e));
         }
-        delta.paths.insert(path, None);
     }
     let deadline = std::time::Instant::now() + RACY_WAIT;
     let mut pause = Duration::from_millis(2);
+    let mut clock_file = STATE;
     loop {
-        backend.store_aux(NAME, &delta.to_bytes()).await?;
-        if pending.is_empty() {
-            return Ok(0);
-        }
-        let clock = match backend.aux_mtime(NAME).await {
+        let clock = match backend.aux_mtime(clock_file).await {
             Ok(c) => c,
             Err(backend::Error::Unsupported { .. }) => None,
             Err(e) => return Err(e),
@@ -216,21 +225,20 @@ pub async fn record(backend: &dyn Backend, new: Delta) -> Result<usize, backend:
             pending.retain(|(path, e)| {
                 let older = (e.stat.mtime_secs, e.stat.mtime_nsecs) < now;
                 if older {
-                    delta.paths.insert(path.clone(), Some(*e));
+                    line(&mut chunk, path, Some(e));
                 }
                 !older
             });
-            if pending.is_empty() {
-                continue; // write the entries just proven
-            }
         }
         // Without the filesystem's clock the rule cannot be applied: those entries are left out.
-        if clock.is_none() || std::time::Instant::now() >= deadline {
-            let dropped = pending.len();
-            pending.clear();
-            backend.store_aux(NAME, &delta.to_bytes()).await?;
-            return Ok(dropped);
+        let last = pending.is_empty() || clock.is_none() || std::time::Instant::now() >= deadline;
+        // An append also stamps the delta with the clock for the next round.
+        backend.append_aux(NAME, &chunk).await?;
+        if last {
+            return Ok(pending.len());
         }
+        chunk = b"\n".to_vec();
+        clock_file = NAME;
         tokio::time::sleep(pause).await;
         pause = (pause * 2).min(Duration::from_millis(250));
     }
@@ -243,22 +251,22 @@ mod tests {
     #[test]
     fn a_delta_reads_back_as_written_and_refuses_what_it_does_not_know() {
         let mut d = Delta::default();
-        let stat = FileStat {
-            mtime_secs: 1,
-            mtime_nsecs: 2,
-            ctime_secs: 3,
-            ctime_nsecs: 4,
-            dev: 5,
-            ino: 6,
-            uid: 7,
-            gid: 8,
-        };
+        let stat =
+            FileStat { mtime_secs: 1, mtime_nsecs: 2, ctime_secs: 3, ctime_nsecs: 4, dev: 5, ino: 6, uid: 7, gid: 8 };
         let id = ObjectId::from_hex(b"e69de29bb2d1d6434b8b29ae775ad8c2e48c5391").expect("hex");
         d.paths.insert(b"a b/\n c".to_vec(), Some(Entry { id, executable: true, size: 9, stat }));
         d.paths.insert(b"gone".to_vec(), None);
         assert_eq!(Delta::parse(&d.to_bytes()), Some(d.clone()));
         assert_eq!(Delta::parse(b""), Some(Delta::default()));
-        assert_eq!(Delta::parse(b"treesync index-delta 2\n"), None);
-        assert_eq!(Delta::parse(format!("{HEADER}+ nothex\n").as_bytes()), None);
+        assert_eq!(Delta::parse(b"* 61 ;\n"), None, "a record of another version");
+        assert_eq!(Delta::parse(b"+ nothex ;\n"), None);
+        // A tail torn by a crash, and a torn line another append continued: not records.
+        let mut torn = d.to_bytes();
+        torn.extend_from_slice(b"- 6162");
+        assert_eq!(Delta::parse(&torn), Some(d.clone()));
+        torn.extend_from_slice(b"\n- 63 ;\n");
+        let mut more = d.clone();
+        more.paths.insert(b"c".to_vec(), None);
+        assert_eq!(Delta::parse(&torn), Some(more));
     }
 }

@@ -1141,8 +1141,18 @@ async fn run_locked(
             backend.store_state(&current.to_bytes()).await?;
             outcome.state_writes += 1;
         }
-        dirs_recreated +=
-            apply_journaled(plan, backend, &resume_blobs, options, progress, interrupt, &current, &mut outcome, &mut written).await?;
+        dirs_recreated += apply_journaled(
+            plan,
+            backend,
+            &resume_blobs,
+            options,
+            progress,
+            interrupt,
+            &current,
+            &mut outcome,
+            &mut written,
+        )
+        .await?;
         current.synced = Some(Synced { commit: p.to_commit, tree: p.to_tree, at_unix: state::now_unix() });
         current.path = p.to_path.clone();
         current.conversions = p.to_conversions.clone();
@@ -1188,7 +1198,8 @@ async fn run_locked(
         outcome.state_writes += 1;
         tracing::debug!(target: "treesync::sync", "journal: in progress");
         dirs_recreated +=
-            apply_journaled(&main, backend, &blobs, options, progress, interrupt, &current, &mut outcome, &mut written).await?;
+            apply_journaled(&main, backend, &blobs, options, progress, interrupt, &current, &mut outcome, &mut written)
+                .await?;
     }
     if dirs_recreated > 0 {
         // Healing had to make directories whose other content is gone (someone deleted a
@@ -1209,7 +1220,8 @@ async fn run_locked(
         let (plan, _, repos) = repair_plan_to(repo, backend, to, goal, takeover, options.limits, &converter).await?;
         let blobs: Arc<dyn BlobSource> =
             Arc::new(source::Converting::new(submodule::Blobs::source(repos), converter.clone()));
-        apply_journaled(&plan, backend, &blobs, options, progress, interrupt, &current, &mut outcome, &mut written).await?;
+        apply_journaled(&plan, backend, &blobs, options, progress, interrupt, &current, &mut outcome, &mut written)
+            .await?;
     }
     if !main.is_empty() || !already || dirs_recreated > 0 {
         current.synced = Some(Synced { commit: to.commit, tree: to.tree, at_unix: state::now_unix() });

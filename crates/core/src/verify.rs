@@ -798,10 +798,9 @@ pub async fn verify_against(
         }
         let recorded = match delta.paths.get(path.as_slice()) {
             Some(synced) => synced.map(|e| (e.id, index_stat(&e.stat, e.size))),
-            None => index_entries
-                .get(ii)
-                .filter(|e| e.path(&index).as_bytes() == path.as_slice())
-                .map(|e| (e.id, e.stat)),
+            None => {
+                index_entries.get(ii).filter(|e| e.path(&index).as_bytes() == path.as_slice()).map(|e| (e.id, e.stat))
+            }
         };
         if let Want::Gitlink { id } = w {
             new_index.push((wi, *id, gix_index::entry::Mode::COMMIT, gix_index::entry::Stat::default()));

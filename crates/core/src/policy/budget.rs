@@ -364,6 +364,7 @@ impl<B: Backend> Backend for Budgets<B> {
         read_file,
         load_aux,
         store_aux,
+        append_aux,
         aux_mtime
     );
 
@@ -434,6 +435,11 @@ impl<B: Backend> Backend for Budgets<B> {
     async fn store_aux(&self, name: &str, bytes: &[u8]) -> Result<(), Error> {
         let _t = self.writes.acquire_as(5).await;
         self.inner.store_aux(name, bytes).await
+    }
+
+    async fn append_aux(&self, name: &str, bytes: &[u8]) -> Result<(), Error> {
+        let _t = self.writes.acquire_as(5).await;
+        self.inner.append_aux(name, bytes).await
     }
 
     async fn aux_mtime(&self, name: &str) -> Result<Option<(i64, u32)>, Error> {

@@ -34,7 +34,7 @@ pub struct Record {
     pub unlocks: u64,
     /// Calls to `load_aux` and `aux_mtime`.
     pub aux_reads: u64,
-    /// Calls to `store_aux`.
+    /// Calls to `store_aux` and `append_aux`.
     pub aux_writes: u64,
 }
 
@@ -101,6 +101,7 @@ impl<B: Backend> Backend for Count<B> {
         read_file,
         load_aux,
         store_aux,
+        append_aux,
         aux_mtime
     );
 
@@ -175,6 +176,11 @@ impl<B: Backend> Backend for Count<B> {
     async fn store_aux(&self, name: &str, bytes: &[u8]) -> Result<(), Error> {
         self.note(|r| r.aux_writes += 1);
         self.inner.store_aux(name, bytes).await
+    }
+
+    async fn append_aux(&self, name: &str, bytes: &[u8]) -> Result<(), Error> {
+        self.note(|r| r.aux_writes += 1);
+        self.inner.append_aux(name, bytes).await
     }
 
     async fn aux_mtime(&self, name: &str) -> Result<Option<(i64, u32)>, Error> {

@@ -81,6 +81,7 @@ impl<B: Backend> Backend for Latency<B> {
         read_file,
         load_aux,
         store_aux,
+        append_aux,
         aux_mtime
     );
 
@@ -149,6 +150,11 @@ impl<B: Backend> Backend for Latency<B> {
     async fn store_aux(&self, name: &str, bytes: &[u8]) -> Result<(), Error> {
         self.wait(name.as_bytes()).await;
         self.inner.store_aux(name, bytes).await
+    }
+
+    async fn append_aux(&self, name: &str, bytes: &[u8]) -> Result<(), Error> {
+        self.wait(name.as_bytes()).await;
+        self.inner.append_aux(name, bytes).await
     }
 
     async fn aux_mtime(&self, name: &str) -> Result<Option<(i64, u32)>, Error> {
