@@ -28,6 +28,7 @@ Tasks:
           rewrite BENCHMARKS.md. Without a name, runs all.
           options: --files N (100000)  --runs R (5)  --s3-files N,N (20000)
                    --nfs-files N,N (20000,100000)  --nfs-initial N (2000)  --latency 1ms
+                   --nfs-verify N (0: off; the first verify after an initial sync vs git status -uno)
                    --nfs-runs R (3)  --nfs-git-runs R (1)
                    --client-initial N (5000)  --client-files N (20000)
                    --client-delay-ms D (2; each way)  --client-runs R (3)

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use rustix::fs::{AtFlags, FileType, Mode, OFlags, ResolveFlags};
 use rustix::io::Errno;
-use treesync_core::backend::{DirEntry, Error, FileStat, Found, FoundKind, LockGuard, TargetState};
+use treesync_core::backend::{DirEntry, Error, FileStat, Found, FoundKind, LockGuard, TargetState, Written};
 use treesync_core::path::{STATE_DIR, TMP_PREFIX};
 use treesync_core::source::{BlobSource, Content};
 use treesync_core::state::Holder;
@@ -33,6 +33,8 @@ pub struct Target {
     counter: AtomicU64,
     /// Whether the filesystem tells names apart by case (probed once `.treesync` exists).
     case_sensitive: OnceLock<bool>,
+    /// Files written from blobs since [`Target::take_written`] last took them.
+    written: std::sync::Mutex<Vec<Written>>,
 }
 
 /// The error for a target path that is a symlink, on every backend for mounted filesystems:
@@ -78,6 +80,20 @@ fn read_umask() -> u32 {
     0o022
 }
 
+/// The stat data verify compares, from an lstat.
+fn file_stat(st: &rustix::fs::Stat) -> FileStat {
+    FileStat {
+        mtime_secs: st.st_mtime,
+        mtime_nsecs: st.st_mtime_nsec as u32,
+        ctime_secs: st.st_ctime,
+        ctime_nsecs: st.st_ctime_nsec as u32,
+        dev: st.st_dev,
+        ino: st.st_ino,
+        uid: st.st_uid,
+        gid: st.st_gid,
+    }
+}
+
 impl Target {
     /// The directory `root`; with `fsync`, files and state are synced before being renamed.
     pub fn new(root: PathBuf, fsync: bool) -> Self {
@@ -90,6 +106,7 @@ impl Target {
             tmp_fd: OnceLock::new(),
             counter: AtomicU64::new(0),
             case_sensitive: OnceLock::new(),
+            written: Default::default(),
         }
     }
 
@@ -389,14 +406,71 @@ impl Target {
     ) -> Result<(), Error> {
         let tmp = Self::sibling_tmp(name.as_bytes());
         let tmp = OsStr::from_bytes(&tmp);
-        let result = self
-            .write_tmp(dir, tmp, content, executable, blobs, path)
-            .and_then(|()| rustix::fs::renameat(dir, tmp, dir, name).map_err(|e| Error::io("write", path, io(e))));
-        if result.is_err() {
-            // Never leave a temporary behind (a full disk must not fill up further).
-            let _ = rustix::fs::unlinkat(dir, tmp, AtFlags::empty());
+        let result = self.write_tmp(dir, tmp, content, executable, blobs, path).and_then(|fd| {
+            rustix::fs::renameat(dir, tmp, dir, name).map(|()| fd).map_err(|e| Error::io("write", path, io(e)))
+        });
+        let fd = match result {
+            Ok(fd) => fd,
+            Err(e) => {
+                // Never leave a temporary behind (a full disk must not fill up further).
+                let _ = rustix::fs::unlinkat(dir, tmp, AtFlags::empty());
+                return Err(e);
+            }
+        };
+        // The stat data a later lstat of the untouched file returns, for the next verify: taken
+        // once it is in place (a rename moves ctime on most filesystems) through the descriptor
+        // still open, one GETATTR on a network filesystem instead of a lookup and a GETATTR
+        // (an NFS client flushes a file's cached writes before answering a stat of it, so
+        // closing it afterwards moves no time). Without it the file is simply hashed once.
+        if let Ok(st) = rustix::fs::fstat(&fd) {
+            let written = Written { path: path.as_bytes().to_vec(), size: st.st_size as u64, stat: file_stat(&st) };
+            self.written.lock().expect("never poisoned").push(written);
         }
-        result
+        drop(fd);
+        Ok(())
+    }
+
+    /// The files written from blobs since the last call (see [`Backend::take_written`]).
+    ///
+    /// [`Backend::take_written`]: treesync_core::Backend::take_written
+    pub fn take_written(&self) -> Vec<Written> {
+        std::mem::take(&mut *self.written.lock().expect("never poisoned"))
+    }
+
+    /// Append `bytes` to `name` of the state folder (created if absent; opened without
+    /// following symlinks), in one `write` where the kernel allows.
+    pub fn append_aux(&self, name: &str, bytes: &[u8]) -> Result<(), Error> {
+        let rel = format!("{STATE_DIR}/{name}");
+        let dir = self.state_fd(true)?.expect("created");
+        let fd = rustix::fs::openat(
+            dir,
+            name,
+            OFlags::WRONLY | OFlags::APPEND | OFlags::CREATE | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::from_raw_mode(0o666),
+        )
+        .map_err(|e| self.state_path_error(&rel, e))?;
+        let mut rest = bytes;
+        while !rest.is_empty() {
+            let n = rustix::io::write(&fd, rest).map_err(|e| Error::io("write", &rel, io(e)))?;
+            rest = &rest[n..];
+        }
+        if self.fsync {
+            rustix::fs::fsync(&fd).map_err(|e| Error::io("fsync", &rel, io(e)))?;
+        }
+        Ok(())
+    }
+
+    /// The modification time of `name` in the state folder; `None` if absent.
+    pub fn aux_mtime(&self, name: &str) -> Result<Option<(i64, u32)>, Error> {
+        if self.root_fd().is_err() {
+            return Ok(None);
+        }
+        let Some(dir) = self.state_fd(false)? else { return Ok(None) };
+        match rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW) {
+            Ok(st) => Ok(Some((st.st_mtime, st.st_mtime_nsec as u32))),
+            Err(Errno::NOENT) => Ok(None),
+            Err(e) => Err(self.state_path_error(&format!("{STATE_DIR}/{name}"), e)),
+        }
     }
 
     fn write_tmp(
@@ -407,7 +481,7 @@ impl Target {
         executable: bool,
         blobs: &dyn BlobSource,
         path: &RelPath,
-    ) -> Result<(), Error> {
+    ) -> Result<OwnedFd, Error> {
         let fd = Self::create_tmp(dir, tmp, if executable { 0o777 } else { 0o666 })
             .map_err(|e| Error::io("write", path, io(e)))?;
         blobs
@@ -425,7 +499,7 @@ impl Target {
         if self.fsync {
             rustix::fs::fsync(&fd).map_err(|e| Error::io("fsync", path, io(e)))?;
         }
-        Ok(())
+        Ok(fd)
     }
 
     pub fn prepare(&self, create: bool) -> Result<TargetState, Error> {
@@ -654,16 +728,7 @@ impl Target {
                 Err(Errno::NOENT) => continue,
                 Err(err) => return Err(Error::io("stat", String::from_utf8_lossy(&path), io(err))),
             };
-            let stat = FileStat {
-                mtime_secs: st.st_mtime,
-                mtime_nsecs: st.st_mtime_nsec as u32,
-                ctime_secs: st.st_ctime,
-                ctime_nsecs: st.st_ctime_nsec as u32,
-                dev: st.st_dev,
-                ino: st.st_ino,
-                uid: st.st_uid,
-                gid: st.st_gid,
-            };
+            let stat = file_stat(&st);
             let kind = match FileType::from_raw_mode(st.st_mode) {
                 FileType::Directory => {
                     subdirs.push(path.clone());

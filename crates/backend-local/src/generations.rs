@@ -1058,7 +1058,11 @@ mod tests {
         std::fs::set_permissions(src.join("run"), std::fs::Permissions::from_mode(0o751)).expect("chmod");
         std::os::unix::fs::symlink("ro/sub/f", src.join("link")).expect("link");
         std::fs::write(src.join(format!("{TMP_PREFIX}run")), "leftover").expect("leftover");
-        for (f, c) in [("state", "{}"), ("lock", "pid"), ("index", "idx"), ("tmp/x", "tmp")] {
+        // The stat index and the sync's delta describe this tree's inodes: a clone (reflinks:
+        // other inodes; hard links: a ctime moved by the link) must not inherit them.
+        for (f, c) in
+            [("state", "{}"), ("lock", "pid"), ("index", "idx"), ("index-delta", "- 61 ;\n"), ("tmp/x", "tmp")]
+        {
             std::fs::write(src.join(".treesync").join(f), c).expect("state file");
         }
         std::fs::set_permissions(src.join("ro"), std::fs::Permissions::from_mode(0o555)).expect("chmod ro");

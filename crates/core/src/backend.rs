@@ -123,6 +123,19 @@ pub struct FileStat {
     pub gid: u32,
 }
 
+/// A file a backend wrote from a blob ([`Backend::take_written`]), with the stat data a later
+/// lstat of the untouched file returns: taken after the file was complete and in place (after
+/// its close and the rename over its name), so a verify can prove it without reading it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Written {
+    /// `/`-separated path below the target root.
+    pub path: Vec<u8>,
+    /// Its size in bytes, as the file has it (after conversions).
+    pub size: u64,
+    /// Its stat data.
+    pub stat: FileStat,
+}
+
 /// What [`Backend::scan`] found at one path.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum FoundKind {
@@ -517,6 +530,31 @@ pub trait Backend: Send + Sync + fmt::Display {
     async fn store_aux(&self, _name: &str, _bytes: &[u8]) -> Result<(), Error> {
         Err(Error::Unsupported { ability: "auxiliary state files", backend: self.to_string() })
     }
+
+    /// Append `bytes` to an auxiliary file of the state folder (created if absent), so that a
+    /// journal costs what is added, not what it holds. A crash may leave a torn tail: readers
+    /// must recognise complete records. Only backends with [`Capabilities::aux_store`] keep
+    /// auxiliary files; the others answer [`Error::Unsupported`].
+    async fn append_aux(&self, _name: &str, _bytes: &[u8]) -> Result<(), Error> {
+        Err(Error::Unsupported { ability: "appending to auxiliary state files", backend: self.to_string() })
+    }
+
+    /// The modification time (seconds, nanoseconds) of a file of the state folder (an auxiliary
+    /// file, or `state`), as the storage's clock stamped it; `None` if absent. A sync compares it with the files
+    /// it wrote (git's racy-timestamp rule). Only backends with [`Capabilities::aux_store`]
+    /// keep auxiliary files; the others answer [`Error::Unsupported`].
+    async fn aux_mtime(&self, _name: &str) -> Result<Option<(i64, u32)>, Error> {
+        Err(Error::Unsupported { ability: "auxiliary state files", backend: self.to_string() })
+    }
+
+    /// The files this backend wrote from blobs since the last call, in the order their writes
+    /// completed, each with its stat data taken after it was in place ([`Written`]); a sync
+    /// records them so that the next verify proves them without reading them. Backends that
+    /// keep no stat data (object stores: ETags do that job), or do not record it, answer
+    /// nothing: their files are proven the way they were before (hashed once by a verify).
+    fn take_written(&self) -> Vec<Written> {
+        Vec::new()
+    }
 }
 
 /// Implement every method of [`Backend`] by forwarding it, except those listed after `except`
@@ -559,7 +597,7 @@ macro_rules! delegate_backend {
     ($to:tt $(, except $($skip:ident),+)? $(,)?) => {
         $crate::delegate_backend!(@each $to [$($($skip)+)?]
             capabilities policy execute execute_batch prepare_target read_dir load_state store_state
-            lock unlock scan scan_dirs cost probe read_file load_aux store_aux);
+            lock unlock scan scan_dirs cost probe read_file load_aux store_aux append_aux aux_mtime take_written);
     };
     (@each $to:tt $skips:tt $($m:ident)*) => {
         $( $crate::delegate_backend!(@maybe $to $m $skips); )*
@@ -582,6 +620,9 @@ macro_rules! delegate_backend {
     (@maybe $to:tt read_file [read_file $($rest:ident)*]) => {};
     (@maybe $to:tt load_aux [load_aux $($rest:ident)*]) => {};
     (@maybe $to:tt store_aux [store_aux $($rest:ident)*]) => {};
+    (@maybe $to:tt append_aux [append_aux $($rest:ident)*]) => {};
+    (@maybe $to:tt aux_mtime [aux_mtime $($rest:ident)*]) => {};
+    (@maybe $to:tt take_written [take_written $($rest:ident)*]) => {};
     (@maybe $to:tt $m:ident [$first:ident $($rest:ident)*]) => {
         $crate::delegate_backend!(@maybe $to $m [$($rest)*]);
     };
@@ -600,6 +641,32 @@ macro_rules! delegate_backend {
     (@emit $to:tt policy) => {
         fn policy(&self) -> $crate::backend::Policy {
             $crate::delegate_backend!(@t self $to).policy()
+        }
+    };
+    (@emit $to:tt take_written) => {
+        fn take_written(&self) -> ::std::vec::Vec<$crate::backend::Written> {
+            $crate::delegate_backend!(@t self $to).take_written()
+        }
+    };
+    (@emit $to:tt append_aux) => {
+        fn append_aux<'life0, 'life1, 'life2, 'async_trait>(
+            &'life0 self,
+            name: &'life1 str,
+            bytes: &'life2 [u8],
+        ) -> $crate::delegate_backend!(@fut 'async_trait, ())
+        where 'life0: 'async_trait, 'life1: 'async_trait, 'life2: 'async_trait, Self: 'async_trait
+        {
+            $crate::delegate_backend!(@t self $to).append_aux(name, bytes)
+        }
+    };
+    (@emit $to:tt aux_mtime) => {
+        fn aux_mtime<'life0, 'life1, 'async_trait>(
+            &'life0 self,
+            name: &'life1 str,
+        ) -> $crate::delegate_backend!(@fut 'async_trait, ::core::option::Option<(i64, u32)>)
+        where 'life0: 'async_trait, 'life1: 'async_trait, Self: 'async_trait
+        {
+            $crate::delegate_backend!(@t self $to).aux_mtime(name)
         }
     };
     (@emit $to:tt cost) => {
@@ -770,7 +837,7 @@ impl<B: Backend + ?Sized> Backend for Arc<B> {
 
 /// The names of every method of [`Backend`], for tests that check that a wrapper forwards
 /// (or handles) each of them.
-pub const METHODS: [&str; 17] = [
+pub const METHODS: [&str; 20] = [
     "capabilities",
     "policy",
     "execute",
@@ -788,4 +855,7 @@ pub const METHODS: [&str; 17] = [
     "read_file",
     "load_aux",
     "store_aux",
+    "append_aux",
+    "aux_mtime",
+    "take_written",
 ];

@@ -90,6 +90,7 @@ pub mod export;
 pub mod generation;
 pub mod gitworktree;
 pub mod hook;
+pub mod index_delta;
 pub mod json;
 pub mod lfs;
 pub mod memory;

@@ -12,6 +12,7 @@ use crate::apply::{self, Progress};
 use crate::backend::{self, Backend, TargetState};
 use crate::convert::Converter;
 use crate::gitworktree;
+use crate::index_delta;
 use crate::op::{OpCounts, Plan};
 use crate::path::RelPath;
 use crate::plan::{self, ExistingEntry, ExistingKind};
@@ -1126,6 +1127,10 @@ async fn run_locked(
     current.backend = options.backend_name.clone();
 
     tracing::debug!(target: "treesync::sync", %backend, "target prepared and locked");
+    // What this run writes, for the next verify (files written before, e.g. by a repair
+    // that recorded nothing, are not this run's to record).
+    drop(backend.take_written());
+    let mut written = index_delta::Delta::default();
     let mut dirs_recreated = 0;
     if let Some((p, plan)) = &resume {
         tracing::info!(
@@ -1140,8 +1145,18 @@ async fn run_locked(
             backend.store_state(&current.to_bytes()).await?;
             outcome.state_writes += 1;
         }
-        dirs_recreated +=
-            apply_journaled(plan, backend, &resume_blobs, options, progress, interrupt, &current, &mut outcome).await?;
+        dirs_recreated += apply_journaled(
+            plan,
+            backend,
+            &resume_blobs,
+            options,
+            progress,
+            interrupt,
+            &current,
+            &mut outcome,
+            &mut written,
+        )
+        .await?;
         current.synced = Some(Synced { commit: p.to_commit, tree: p.to_tree, at_unix: state::now_unix() });
         current.path = p.to_path.clone();
         current.conversions = p.to_conversions.clone();
@@ -1187,7 +1202,8 @@ async fn run_locked(
         outcome.state_writes += 1;
         tracing::debug!(target: "treesync::sync", "journal: in progress");
         dirs_recreated +=
-            apply_journaled(&main, backend, &blobs, options, progress, interrupt, &current, &mut outcome).await?;
+            apply_journaled(&main, backend, &blobs, options, progress, interrupt, &current, &mut outcome, &mut written)
+                .await?;
     }
     if dirs_recreated > 0 {
         // Healing had to make directories whose other content is gone (someone deleted a
@@ -1208,7 +1224,8 @@ async fn run_locked(
         let (plan, _, repos) = repair_plan_to(repo, backend, to, goal, takeover, options.limits, &converter).await?;
         let blobs: Arc<dyn BlobSource> =
             Arc::new(source::Converting::new(submodule::Blobs::source(repos), converter.clone()));
-        apply_journaled(&plan, backend, &blobs, options, progress, interrupt, &current, &mut outcome).await?;
+        apply_journaled(&plan, backend, &blobs, options, progress, interrupt, &current, &mut outcome, &mut written)
+            .await?;
     }
     if !main.is_empty() || !already || dirs_recreated > 0 {
         current.synced = Some(Synced { commit: to.commit, tree: to.tree, at_unix: state::now_unix() });
@@ -1221,6 +1238,7 @@ async fn run_locked(
         backend.store_state(&current.to_bytes()).await?;
         outcome.state_writes += 1;
     }
+    record_written(backend, written).await;
     outcome.elapsed = start.elapsed();
     tracing::info!(
         target: "treesync::sync",
@@ -1331,11 +1349,14 @@ pub async fn repair(
             let blobs: Arc<dyn BlobSource> = Arc::new(source::Converting::new(raw, converter.clone()));
             let mut plan = plan;
             let mut applied = OpCounts::default();
+            drop(backend.take_written());
+            let mut written = index_delta::Delta::default();
             for pass in 1.. {
                 let done = match apply::apply(&plan, backend, &blobs, options.sync.apply, progress, interrupt).await {
                     Ok(d) => d,
                     Err(e) => return Err(release(backend, current, add_counts(e.into(), &applied)).await),
                 };
+                written.note_applied(&plan, backend.take_written());
                 applied.merge(&done.counts);
                 // Healing had to make directories whose other content is gone (someone
                 // changed the target while it was compared): compare those once more.
@@ -1360,6 +1381,7 @@ pub async fn repair(
             current.recurse_submodules = against.recurse_submodules;
             current.in_progress = None;
             backend.store_state(&current.to_bytes()).await?;
+            record_written(backend, written).await;
         }
         if options.check_after && outcome.applied.is_some() {
             let (level, limits, slice) = (options.level, options.sync.limits, options.slice);
@@ -1407,14 +1429,36 @@ async fn apply_journaled(
     interrupt: &AtomicBool,
     current: &SyncState,
     outcome: &mut Outcome,
+    written: &mut index_delta::Delta,
 ) -> Result<u64, Error> {
     match apply::apply(plan, backend, blobs, options.apply, progress, interrupt).await {
         Ok(done) => {
+            written.note_applied(plan, backend.take_written());
             outcome.applied.merge(&done.counts);
             outcome.healed += done.healed;
             Ok(done.dirs_recreated)
         }
         Err(e) => Err(release(backend, current.clone(), add_counts(e.into(), &outcome.applied)).await),
+    }
+}
+
+/// Record the stat data of the files a run wrote for the next verify ([`index_delta`]). The
+/// run itself is done: a failure here only costs the next verify reading those files.
+async fn record_written(backend: &dyn Backend, written: index_delta::Delta) {
+    match index_delta::record(backend, written).await {
+        Ok(0) => {}
+        Ok(racy) => tracing::debug!(
+            target: "treesync::sync",
+            racy,
+            "files written within the filesystem's last clock tick are left to the next verify to hash"
+        ),
+        // Backends that keep no delta (memory, the `nfs://` client): nothing to record.
+        Err(backend::Error::Unsupported { .. }) => {}
+        Err(e) => tracing::warn!(
+            target: "treesync::sync",
+            error = %e,
+            "could not record the stat data of the files written; the next verify reads them"
+        ),
     }
 }
 

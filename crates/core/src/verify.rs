@@ -7,8 +7,11 @@
 //! on object stores it compares the listing's ETag with the MD5 of the blob instead;
 //! [`Level::Full`] hashes every file.
 //!
-//! Only `verify` writes the index, so a sync stays O(changed): files a sync rewrote since the
-//! last verify simply have a stat the index does not know, and are hashed once. The index
+//! Only `verify` writes the index, so a sync stays O(changed): a sync records the stat data of
+//! the files it wrote in a small delta (`.treesync/index-delta`, [`crate::index_delta`]) that
+//! the next stat-level verify merges over the index (a removal drops an entry), proves files by,
+//! and folds into the index it writes. Files the delta does not know (written by a backend that
+//! records nothing, or too young for the racy-timestamp rule) are hashed once. The index
 //! is a real one, so `GIT_INDEX_FILE=T/.treesync/index git --git-dir=R --work-tree=T status -uno`
 //! gives a second opinion right after a verify.
 //!
@@ -34,7 +37,9 @@
 //! holds bytes once proven to be the blob converted as the state says. That holds across
 //! later syncs: a sync that changes a file's conversion (its attributes or the settings)
 //! rewrites the file, which gives it a new stat the index does not know (it is then hashed
-//! once); a sync that leaves a file alone left its converted bytes equal. [`Level::Quick`]
+//! once); a sync that leaves a file alone left its converted bytes equal. The entries of a
+//! sync's delta meet the same rule: that sync wrote those bytes from the blob, converted as the
+//! state records, and took the stat data once they were in place. [`Level::Quick`]
 //! proves nothing and records nothing.
 
 use gix::bstr::ByteSlice;
@@ -817,6 +822,11 @@ pub async fn verify_against_in(
     }
     .unwrap_or_else(|| gix_index::State::new(gix_hash::Kind::Sha1));
     let index_entries = index.entries();
+    // What syncs recorded since, merged over the index (see `crate::index_delta`).
+    let delta = match level {
+        Level::Stat if caps.aux_store => crate::index_delta::load(backend).await?,
+        _ => Default::default(),
+    };
     let mut report = Report {
         commit: against.commit,
         interrupted: false,
@@ -859,14 +869,25 @@ pub async fn verify_against_in(
             ii += 1;
         }
         let entry = index_entries.get(ii).filter(|e| e.path(&index).as_bytes() == path.as_slice());
+        // What the sync's delta says of the path wins over the index (see `index_delta`).
+        let recorded = match delta.paths.get(path.as_slice()) {
+            Some(synced) => synced.map(|e| (e.id, index_stat(&e.stat, e.size))),
+            None => entry.map(|e| (e.id, e.stat)),
+        };
         if !in_slice(path) {
-            // Another slice's path: what the index knows of it stays.
-            if let Some(e) = entry {
-                new_index.push((wi, e.id, e.mode, e.stat));
+            // Another slice's path: what the index (or the sync's delta, which this run empties)
+            // knows of it stays.
+            let mode = match (w, entry) {
+                (Want::File { executable: true, .. }, _) => Some(gix_index::entry::Mode::FILE_EXECUTABLE),
+                (Want::File { .. }, _) => Some(gix_index::entry::Mode::FILE),
+                (_, Some(e)) => Some(e.mode),
+                _ => None,
+            };
+            if let (Some((id, st)), Some(mode)) = (recorded, mode) {
+                new_index.push((wi, id, mode, st));
             }
             continue;
         }
-        let recorded = entry.map(|e| (e.id, e.stat));
         if let Want::Gitlink { id } = w {
             new_index.push((wi, *id, gix_index::entry::Mode::COMMIT, gix_index::entry::Stat::default()));
         }
@@ -1029,8 +1050,12 @@ pub async fn verify_against_in(
         && new_index.iter().zip(index_entries).all(|(n, o)| {
             want[n.0].0.as_slice() == o.path(&index).as_bytes() && n.1 == o.id && n.2 == o.mode && n.3 == o.stat
         });
-    if record && caps.aux_store && level != Level::Quick && !new_index.is_empty() && !unchanged {
+    let merged = record && !delta.is_empty();
+    if record && caps.aux_store && level != Level::Quick && !new_index.is_empty() && (!unchanged || merged) {
         backend.store_aux("index", &write_index(&want, &new_index)).await?;
+    }
+    if merged {
+        backend.store_aux(crate::index_delta::NAME, b"").await?;
     }
     Ok(report)
 }

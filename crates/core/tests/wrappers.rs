@@ -116,6 +116,18 @@ impl Backend for Recorder {
         self.note("store_aux");
         Ok(())
     }
+    async fn append_aux(&self, _name: &str, _bytes: &[u8]) -> Result<(), Error> {
+        self.note("append_aux");
+        Ok(())
+    }
+    async fn aux_mtime(&self, _name: &str) -> Result<Option<(i64, u32)>, Error> {
+        self.note("aux_mtime");
+        Ok(None)
+    }
+    fn take_written(&self) -> Vec<backend::Written> {
+        self.note("take_written");
+        Vec::new()
+    }
 }
 
 struct NoBlobs;
@@ -178,6 +190,13 @@ async fn call_every_method(b: &dyn Backend) {
                 b.load_aux("index").await.expect("load_aux");
             }
             "store_aux" => b.store_aux("index", b"x").await.expect("store_aux"),
+            "append_aux" => b.append_aux("index-delta", b"x").await.expect("append_aux"),
+            "aux_mtime" => {
+                b.aux_mtime("index").await.expect("aux_mtime");
+            }
+            "take_written" => {
+                b.take_written();
+            }
             other => panic!("the test does not call {other}: add it"),
         }
     }
@@ -197,8 +216,9 @@ fn assert_forwarded(wrapper: &str, seen: &BTreeMap<&'static str, u64>, replaced:
     }
 }
 
-/// The calls that reach the storage (all but the three that only describe the backend).
-const STORAGE_CALLS: usize = METHODS.len() - 3;
+/// The calls that reach the storage (all but the three that only describe the backend, and
+/// `take_written`, which hands over what the backend noted).
+const STORAGE_CALLS: usize = METHODS.len() - 4;
 
 #[tokio::test]
 async fn count_forwards_and_counts_every_call() {
@@ -214,7 +234,7 @@ async fn count_forwards_and_counts_every_call() {
         (1, 1, 1, 2, 1),
         "state, listing, setup calls: {r:?}"
     );
-    assert_eq!((r.scans, r.probes, r.file_reads, r.aux_reads, r.aux_writes), (2, 1, 1, 1, 1), "{r:?}");
+    assert_eq!((r.scans, r.probes, r.file_reads, r.aux_reads, r.aux_writes), (2, 1, 1, 2, 2), "{r:?}");
     // One per storage call, with execute_batch's one op.
     assert_eq!(r.total_calls(), STORAGE_CALLS as u64, "{r:?}");
 }

@@ -364,7 +364,9 @@ impl<B: Backend> Backend for Budgets<B> {
         scan_dirs,
         read_file,
         load_aux,
-        store_aux
+        store_aux,
+        append_aux,
+        aux_mtime
     );
 
     fn policy(&self) -> Policy {
@@ -439,6 +441,16 @@ impl<B: Backend> Backend for Budgets<B> {
     async fn store_aux(&self, name: &str, bytes: &[u8]) -> Result<(), Error> {
         let _t = self.writes.acquire_as(5).await;
         self.inner.store_aux(name, bytes).await
+    }
+
+    async fn append_aux(&self, name: &str, bytes: &[u8]) -> Result<(), Error> {
+        let _t = self.writes.acquire_as(5).await;
+        self.inner.append_aux(name, bytes).await
+    }
+
+    async fn aux_mtime(&self, name: &str) -> Result<Option<(i64, u32)>, Error> {
+        let _t = self.lookups.acquire().await;
+        self.inner.aux_mtime(name).await
     }
 }
 

@@ -32,9 +32,9 @@ pub struct Record {
     pub probes: u64,
     /// Calls to `unlock`.
     pub unlocks: u64,
-    /// Calls to `load_aux`.
+    /// Calls to `load_aux` and `aux_mtime`.
     pub aux_reads: u64,
-    /// Calls to `store_aux`.
+    /// Calls to `store_aux` and `append_aux`.
     pub aux_writes: u64,
 }
 
@@ -101,7 +101,9 @@ impl<B: Backend> Backend for Count<B> {
         probe,
         read_file,
         load_aux,
-        store_aux
+        store_aux,
+        append_aux,
+        aux_mtime
     );
 
     async fn execute(&self, op: &Op, blobs: &Arc<dyn BlobSource>) -> Result<(), Error> {
@@ -180,5 +182,15 @@ impl<B: Backend> Backend for Count<B> {
     async fn store_aux(&self, name: &str, bytes: &[u8]) -> Result<(), Error> {
         self.note(|r| r.aux_writes += 1);
         self.inner.store_aux(name, bytes).await
+    }
+
+    async fn append_aux(&self, name: &str, bytes: &[u8]) -> Result<(), Error> {
+        self.note(|r| r.aux_writes += 1);
+        self.inner.append_aux(name, bytes).await
+    }
+
+    async fn aux_mtime(&self, name: &str) -> Result<Option<(i64, u32)>, Error> {
+        self.note(|r| r.aux_reads += 1);
+        self.inner.aux_mtime(name).await
     }
 }

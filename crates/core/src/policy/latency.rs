@@ -65,7 +65,7 @@ impl<B: Backend> fmt::Display for Latency<B> {
 #[async_trait]
 impl<B: Backend> Backend for Latency<B> {
     // Every call that reaches the storage waits; `capabilities`, `policy` and `cost` only
-    // describe the backend.
+    // describe the backend, and `take_written` hands over what it noted.
     crate::delegate_backend!(
         inner,
         except execute,
@@ -81,7 +81,9 @@ impl<B: Backend> Backend for Latency<B> {
         probe,
         read_file,
         load_aux,
-        store_aux
+        store_aux,
+        append_aux,
+        aux_mtime
     );
 
     async fn execute(&self, op: &Op, blobs: &Arc<dyn BlobSource>) -> Result<(), Error> {
@@ -154,5 +156,15 @@ impl<B: Backend> Backend for Latency<B> {
     async fn store_aux(&self, name: &str, bytes: &[u8]) -> Result<(), Error> {
         self.wait(name.as_bytes()).await;
         self.inner.store_aux(name, bytes).await
+    }
+
+    async fn append_aux(&self, name: &str, bytes: &[u8]) -> Result<(), Error> {
+        self.wait(name.as_bytes()).await;
+        self.inner.append_aux(name, bytes).await
+    }
+
+    async fn aux_mtime(&self, name: &str) -> Result<Option<(i64, u32)>, Error> {
+        self.wait(name.as_bytes()).await;
+        self.inner.aux_mtime(name).await
     }
 }

@@ -31,6 +31,7 @@ struct Config {
     s3_files: Vec<usize>,
     nfs_files: Vec<usize>,
     nfs_initial: usize,
+    nfs_verify: usize,
     nfs_latency: Duration,
     nfs_runs: usize,
     nfs_git_runs: usize,
@@ -68,6 +69,7 @@ fn parse(args: &[String]) -> Result<Config, String> {
         s3_files: vec![20_000],
         nfs_files: vec![20_000, 100_000],
         nfs_initial: 2_000,
+        nfs_verify: 0,
         nfs_latency: Duration::from_millis(1),
         nfs_runs: 3,
         nfs_git_runs: 1,
@@ -147,10 +149,12 @@ fn parse(args: &[String]) -> Result<Config, String> {
             "--nfs-files" => {
                 c.nfs_files = value()?
                     .split(',')
+                    .filter(|n| !n.trim().is_empty())
                     .map(|n| n.trim().parse().map_err(|e| format!("--nfs-files: {e}")))
                     .collect::<Result<_, _>>()?
             }
             "--nfs-initial" => c.nfs_initial = value()?.parse().map_err(|e| format!("--nfs-initial: {e}"))?,
+            "--nfs-verify" => c.nfs_verify = value()?.parse().map_err(|e| format!("--nfs-verify: {e}"))?,
             "--nfs-runs" => c.nfs_runs = value()?.parse().map_err(|e| format!("--nfs-runs: {e}"))?,
             "--nfs-git-runs" => c.nfs_git_runs = value()?.parse().map_err(|e| format!("--nfs-git-runs: {e}"))?,
             "--client-initial" => c.client_initial = value()?.parse().map_err(|e| format!("--client-initial: {e}"))?,
@@ -422,15 +426,17 @@ pub fn run(args: &[String]) -> Result<(), String> {
                 latency: c.nfs_latency,
                 runs: c.nfs_runs.max(1),
                 git_runs: c.nfs_git_runs.max(1),
+                verify_files: c.nfs_verify,
             };
             let table = nfs::run(&nc, &c.dir, &treesync)?;
             println!("{table}");
             if c.write {
                 let sizes: Vec<String> = c.nfs_files.iter().map(|n| n.to_string()).collect();
                 let block = format!(
-                    "Reproduce: `cargo xtask bench nfs --nfs-files {} --nfs-initial {} --latency {}ms --nfs-runs {} --nfs-git-runs {}` (root: FUSE and the tmpfs mount).\n\n{table}",
+                    "Reproduce: `cargo xtask bench nfs --nfs-files {} --nfs-initial {} --nfs-verify {} --latency {}ms --nfs-runs {} --nfs-git-runs {}` (root: FUSE and the tmpfs mount).\n\n{table}",
                     sizes.join(","),
                     c.nfs_initial,
+                    c.nfs_verify,
                     c.nfs_latency.as_secs_f64() * 1000.0,
                     c.nfs_runs,
                     c.nfs_git_runs

@@ -26,6 +26,9 @@ pub struct Config {
     pub runs: usize,
     /// Runs per git measurement (git's runs are long here).
     pub git_runs: usize,
+    /// Files of the verify case (the first `treesync verify` right after an initial sync through
+    /// the mount, vs `git status -uno`); 0: left out.
+    pub verify_files: usize,
 }
 
 struct Row {
@@ -80,7 +83,12 @@ pub fn run(c: &Config, dir: &Path, treesync: &Path) -> Result<String, String> {
     for &n in &c.sizes {
         update(c, dir, &fs, treesync, n, &mut rows)?;
     }
-    initial(c, dir, &fs, treesync, &mut rows)?;
+    if c.initial_files > 0 {
+        initial(c, dir, &fs, treesync, &mut rows)?;
+    }
+    if c.verify_files > 0 {
+        verify(dir, &fs, treesync, c.verify_files, &mut rows)?;
+    }
     drop(fs);
     rm(&backing);
     Ok(render(&rows, c))
@@ -256,6 +264,71 @@ fn initial(c: &Config, dir: &Path, fs: &SlowFs, treesync: &Path, rows: &mut Vec<
     same(&back, &back_gi)?;
     rm(&back);
     rm(&back_gi);
+    rm(&index);
+    rm(&repo);
+    Ok(())
+}
+
+/// Run `cmd` once through the mount: its wall time, the filesystem requests, its stdout as JSON
+/// (`Null` if it printed none). Exit 1 (drift) is a failure here too: the tree must be clean.
+fn once(fs: &SlowFs, cmd: &mut Command) -> Result<(Duration, u64, serde_json::Value), String> {
+    let _ = fs.settled_stats();
+    fs.reset();
+    let start = std::time::Instant::now();
+    let o = cmd.output().map_err(|e| format!("cannot run {cmd:?}: {e}"))?;
+    let t = start.elapsed();
+    if !o.status.success() {
+        return Err(format!("{cmd:?} failed ({}): {}", o.status, String::from_utf8_lossy(&o.stderr)));
+    }
+    let ops = fs.settled_stats().total();
+    Ok((t, ops, serde_json::from_slice(&o.stdout).unwrap_or(serde_json::Value::Null)))
+}
+
+/// Issue 18: the first `treesync verify` right after an initial sync through the mount (the
+/// sync recorded the stat data of what it wrote, `.treesync/index-delta`) and a second one, vs
+/// `git status -uno` on the same tree with a settled index (`read-tree` and
+/// `update-index --refresh` through the backing directory, as for the update case).
+fn verify(dir: &Path, fs: &SlowFs, treesync: &Path, n: usize, rows: &mut Vec<Row>) -> Result<(), String> {
+    let repo = dir.join(format!("nfs-repo-verify-{n}.git"));
+    make_repo(&repo, n)?;
+    let back = fs.backing().join("vf");
+    let mnt = fs.path().join("vf");
+    rm(&back);
+    eprintln!("verify, N={n}: the initial sync through the mount…");
+    let (t, ops, _) = once(fs, &mut ts_sync(treesync, &repo, "A", &mnt, &[]))?;
+    rows.push(Row {
+        case: format!("initial sync for the verify case, N={n}"),
+        tool: "treesync sync A (auto → nfs)".into(),
+        time: t,
+        ops,
+        files: n,
+        note: "records the stat data of what it writes".into(),
+    });
+    let case = format!("verify right after an initial sync, N={n}");
+    let index = dir.join(format!("nfs-git-verify-{n}.index"));
+    rm(&index);
+    run_quiet(git(&repo, &back, &index).args(["read-tree", "A"]))?;
+    settle(&repo, &back, &index)?;
+    eprintln!("{case}: git status -uno…");
+    let (t, ops, _) = once(fs, git(&repo, &mnt, &index).args(["status", "-uno", "--porcelain"]))?;
+    rows.push(Row { case: case.clone(), tool: "git status -uno".into(), time: t, ops, files: n, note: String::new() });
+    // The third run: the scan's lookups in parallel, as git's preloaded index does them.
+    for (which, extra) in [("first", &[][..]), ("second", &[][..]), ("third", &["--lookup-jobs", "16"][..])] {
+        eprintln!("{case}: the {which} treesync verify…");
+        let mut cmd = Command::new(treesync);
+        cmd.args(["verify", "--json", "--repo"]).arg(&repo).arg("--target").arg(&mnt).args(extra);
+        let (t, ops, v) = once(fs, &mut cmd)?;
+        let r = &v["report"];
+        rows.push(Row {
+            case: case.clone(),
+            tool: format!("treesync verify {}({which})", extra.iter().map(|a| format!("{a} ")).collect::<String>()),
+            time: t,
+            ops,
+            files: n,
+            note: format!("hashed {}, proven by stat {}", r["hashed"], r["proven_by_stat"]),
+        });
+    }
+    rm(&back);
     rm(&index);
     rm(&repo);
     Ok(())

@@ -1,0 +1,155 @@
+//! The first verify after a sync proves the files that sync wrote by the stat data it recorded
+//! (`.treesync/index-delta`), on a real filesystem: it hashes none of them after an initial or an
+//! incremental sync, still finds every change made right after the sync, and an interrupted sync
+//! records nothing.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+
+use treesync_backend_local::{LocalBackend, Options};
+use treesync_core::index_delta::{self, Delta};
+use treesync_core::policy::Fail;
+use treesync_core::verify::{self, Drift, Level, Report};
+use treesync_testkit::conformance::{History, sync_to};
+use treesync_testkit::history::{Entry, Model};
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime")
+}
+
+fn file(content: &str, executable: bool) -> Entry {
+    Entry::File { content: content.as_bytes().to_vec(), executable }
+}
+
+/// 300 files in 6 directories (every seventh executable) and a symlink.
+fn tree() -> Model {
+    let mut m = Model::default();
+    for i in 0..300 {
+        m.insert(&format!("d{}/f{i}.txt", i % 6), file(&format!("file {i}\n"), i % 7 == 0));
+    }
+    m.insert("link", Entry::Link { target: "d0/f0.txt".into() });
+    m
+}
+
+fn kinds(r: &Report) -> Vec<&'static str> {
+    r.drift
+        .iter()
+        .map(|d| match d {
+            Drift::Missing { .. } => "missing",
+            Drift::Extra { .. } => "extra",
+            Drift::TypeChanged { .. } => "type_changed",
+            Drift::ModeChanged { .. } => "mode_changed",
+            Drift::ContentChanged { .. } => "content_changed",
+            Drift::LinkChanged { .. } => "link_changed",
+        })
+        .collect()
+}
+
+fn delta_of(root: &Path) -> Delta {
+    let bytes = std::fs::read(root.join(".treesync").join(index_delta::NAME)).unwrap_or_default();
+    Delta::parse(&bytes).expect("a delta this version reads")
+}
+
+#[test]
+fn verify_after_an_initial_and_an_incremental_sync_hashes_nothing() {
+    let rt = runtime();
+    let a = tree();
+    let mut b = a.clone();
+    for i in 0..20 {
+        b.insert(&format!("d{}/f{i}.txt", i % 6), file(&format!("changed {i}\n"), i % 7 == 0));
+    }
+    for i in 300..310 {
+        b.insert(&format!("new/f{i}"), file("new\n", false));
+    }
+    for i in 280..290 {
+        b.0.remove(&format!("d{}/f{i}.txt", i % 6));
+    }
+    b.0.remove("d1/f31.txt");
+    b.insert("d1/f31.txt", Entry::Link { target: "f1.txt".into() });
+    let h = History::from_trees(&[a, b]);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let root = dir.path().join("t");
+    let backend = LocalBackend::new(&root, Options::default());
+
+    rt.block_on(sync_to(&h.repo, &h.commits[0], &backend)).expect("initial sync");
+    let delta = delta_of(&root);
+    assert_eq!(delta.paths.values().filter(|e| e.is_some()).count(), 300, "one entry per file written");
+    // Git's racy rule: every entry is older than the delta file, stamped by the same clock.
+    let md = std::fs::metadata(root.join(".treesync/index-delta")).expect("delta");
+    let clock = (std::os::unix::fs::MetadataExt::mtime(&md), std::os::unix::fs::MetadataExt::mtime_nsec(&md) as u32);
+    for e in delta.paths.values().flatten() {
+        assert!((e.stat.mtime_secs, e.stat.mtime_nsecs) < clock, "a racy entry was kept: {e:?}");
+    }
+    let r = rt.block_on(verify::verify(&h.repo, &backend, Level::Stat)).expect("verify");
+    assert!(r.is_clean(), "{:?}", r.drift);
+    assert_eq!((r.hashed, r.proven_by_stat), (0, 300), "proven by what the sync recorded");
+    assert!(delta_of(&root).is_empty(), "the verify folded the delta into its index");
+    let r = rt.block_on(verify::verify(&h.repo, &backend, Level::Stat)).expect("verify");
+    assert_eq!((r.hashed, r.proven_by_stat), (0, 300), "and by the index afterwards");
+
+    rt.block_on(sync_to(&h.repo, &h.commits[1], &backend)).expect("incremental sync");
+    let delta = delta_of(&root);
+    assert_eq!(delta.paths.values().filter(|e| e.is_some()).count(), 30, "the written files");
+    assert!(delta.paths.get(&b"d1/f31.txt"[..]).is_some_and(Option::is_none), "replaced by a symlink: removed");
+    assert!(delta.paths.get(&b"d4/f280.txt"[..]).is_some_and(Option::is_none), "deleted: removed");
+    let r = rt.block_on(verify::verify(&h.repo, &backend, Level::Stat)).expect("verify");
+    assert!(r.is_clean(), "{:?}", r.drift);
+    assert_eq!((r.hashed, r.proven_by_stat), (0, 300 + 10 - 10 - 1));
+}
+
+#[test]
+fn changes_right_after_a_sync_are_drift() {
+    let rt = runtime();
+    let h = History::from_trees(&[tree()]);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let root = dir.path().join("t");
+    let backend = LocalBackend::new(&root, Options::default());
+    rt.block_on(sync_to(&h.repo, &h.commits[0], &backend)).expect("initial sync");
+
+    // Within the same second as the sync: same size, and the mtime put back as it was.
+    let edited = root.join("d0/f6.txt");
+    let before = std::fs::metadata(&edited).expect("stat").modified().expect("mtime");
+    std::fs::write(&edited, "FILE 6\n").expect("same-size edit");
+    std::fs::File::options().write(true).open(&edited).expect("open").set_modified(before).expect("utime");
+    std::fs::remove_file(root.join("d1/f1.txt")).expect("rm");
+    std::os::unix::fs::symlink("f7.txt", root.join("d1/f1.txt")).expect("file -> symlink");
+    std::fs::set_permissions(root.join("d2/f2.txt"), std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    std::fs::remove_file(root.join("d3/f3.txt")).expect("rm");
+
+    let r = rt.block_on(verify::verify(&h.repo, &backend, Level::Stat)).expect("verify");
+    let paths: Vec<String> = r.drift.iter().map(|d| String::from_utf8_lossy(d.path()).into_owned()).collect();
+    assert_eq!(paths, ["d0/f6.txt", "d1/f1.txt", "d2/f2.txt", "d3/f3.txt"], "{:?}", r.drift);
+    assert_eq!(kinds(&r), ["content_changed", "type_changed", "mode_changed", "missing"]);
+    // The edited file is the one the delta could have proven wrongly: it was read.
+    assert_eq!(r.hashed, 2, "the edited file and the chmod-ed one (its ctime moved)");
+}
+
+#[test]
+fn an_interrupted_sync_records_nothing_and_its_rerun_does() {
+    let rt = runtime();
+    let a = tree();
+    let mut b = a.clone();
+    for i in 0..120 {
+        b.insert(&format!("d{}/f{i}.txt", i % 6), file(&format!("second {i}\n"), false));
+    }
+    let h = History::from_trees(&[a, b]);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let root = dir.path().join("t");
+    let backend = LocalBackend::new(&root, Options::default());
+    rt.block_on(sync_to(&h.repo, &h.commits[0], &backend)).expect("initial sync");
+    rt.block_on(verify::verify(&h.repo, &backend, Level::Stat)).expect("verify folds the delta");
+    assert!(delta_of(&root).is_empty());
+
+    let failing = Fail::after(LocalBackend::new(&root, Options { jobs: 1, batch: 1, min_batch: 1, fsync: false }), 40);
+    assert!(rt.block_on(sync_to(&h.repo, &h.commits[1], &failing)).is_err(), "the fault stops the sync");
+    assert!(delta_of(&root).is_empty(), "no entry of a plan not applied in full");
+    // A file the interrupted sync wrote, edited meanwhile: still drift against its destination.
+    let r = rt.block_on(verify::verify(&h.repo, &backend, Level::Stat)).expect("verify");
+    assert!(r.interrupted);
+    assert!(r.hashed > 0, "what the interrupted sync wrote is read, not proven");
+
+    rt.block_on(sync_to(&h.repo, &h.commits[1], &backend)).expect("the rerun finishes");
+    let r = rt.block_on(verify::verify(&h.repo, &backend, Level::Stat)).expect("verify");
+    assert!(r.is_clean(), "{:?}", r.drift);
+    assert_eq!(r.hashed, 0, "the rerun recorded what it wrote; the verify before it proved the rest");
+}
