@@ -2,7 +2,7 @@
 //!
 //! An incremental sync takes a few milliseconds, and process start was a third of it: a PIE
 //! binary is relocated by the dynamic loader at every start, which writes (and so copies) every
-//! page of its 1.6 MB RELRO segment (vtables, string tables, the S3 and TLS stacks' statics),
+//! page of its 1.2 MB RELRO segment (vtables, string tables, the S3 and TLS stacks' statics),
 //! even with packed relative relocations (`.cargo/config.toml`). A position-dependent binary is
 //! linked at its load address: nothing to relocate, and the pages a run does not touch are never
 //! read. BENCHMARKS.md ("where the time goes") has the figures.
