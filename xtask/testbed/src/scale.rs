@@ -209,7 +209,9 @@ fn wide(bin: &Path, repo: &Path, dir: &Path, case: &str, runs: usize, rows: &mut
     }
     eprintln!("  A → B: {}", forth.iter().map(|t| fmt_time(*t)).collect::<Vec<_>>().join(" "));
     eprintln!("  B → A: {}", back.iter().map(|t| fmt_time(*t)).collect::<Vec<_>>().join(" "));
-    rows.push(Row { case: case.into(), run: "incremental sync A → B".into(), time: median(forth), rss_kib: forth_rss });
+    rows.push(Row {
+        case: case.into(), run: "incremental sync A → B".into(), time: median(forth), rss_kib: forth_rss
+    });
     rows.push(Row { case: case.into(), run: "incremental sync B → A".into(), time: median(back), rss_kib: back_rss });
     let mut plans = Vec::new();
     let mut plan_rss = 0;
@@ -220,7 +222,9 @@ fn wide(bin: &Path, repo: &Path, dir: &Path, case: &str, runs: usize, rows: &mut
         plans.push(t);
         plan_rss = plan_rss.max(rss);
     }
-    rows.push(Row { case: case.into(), run: "plan A → B (no writes)".into(), time: median(plans), rss_kib: plan_rss });
+    rows.push(Row {
+        case: case.into(), run: "plan A → B (no writes)".into(), time: median(plans), rss_kib: plan_rss
+    });
     let _ = std::fs::remove_dir_all(&target);
     Ok(())
 }

@@ -633,7 +633,8 @@ fn bench(c: &Config, treesync: &Path, has_strace: bool, on_tmpfs: bool) -> Resul
 
     // Both trees must be the same in the end.
     run_quiet(&mut ts("B"))?;
-    run_quiet(git(&repo, &git_work, &git_index).args(["checkout", "-q", "--detach", "B"]))?;
+    // -f: HEAD is the repository's, shared with the checkout work tree and already B there.
+    run_quiet(git(&repo, &git_work, &git_index).args(["checkout", "-q", "-f", "--detach", "B"]))?;
     settle(&repo, &git_work, &git_index)?;
 
     eprintln!("verify…");
