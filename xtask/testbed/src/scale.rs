@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use treesync_testkit::git_stdin;
 
-use crate::measure::{fmt_time, measure};
+use crate::measure::{fmt_time, measure, median};
 use crate::repo::{make_repo, matches_git_archive};
 use xtask::util::{project_root, run_quiet, run_status};
 
@@ -18,7 +18,8 @@ struct Row {
     case: String,
     run: String,
     time: Duration,
-    rss_mib: u64,
+    /// Peak RSS in KiB (the largest of the runs).
+    rss_kib: u64,
 }
 
 pub fn run(args: &[String]) -> Result<(), String> {
@@ -26,6 +27,8 @@ pub fn run(args: &[String]) -> Result<(), String> {
     let mut one_dir = 200_000usize;
     let mut dir = std::path::PathBuf::from("/tmp/treesync-scale");
     let mut write = true;
+    let mut runs = 5usize;
+    let mut treesync: Option<std::path::PathBuf> = None;
     let mut it = args.iter();
     while let Some(a) = it.next() {
         let mut value = || it.next().ok_or_else(|| format!("{a} needs a value"));
@@ -39,13 +42,27 @@ pub fn run(args: &[String]) -> Result<(), String> {
             "--one-dir" => one_dir = value()?.parse().map_err(|e| format!("--one-dir: {e}"))?,
             "--dir" => dir = value()?.into(),
             "--no-write" => write = false,
+            "--runs" => runs = value()?.parse().map_err(|e| format!("--runs: {e}"))?,
+            "--treesync" => treesync = Some(value()?.into()),
             other => return Err(format!("unknown option {other:?} (see cargo xtask help)")),
         }
     }
     let root = project_root();
-    eprintln!("building treesync (release)…");
-    run_status(Command::new("cargo").current_dir(&root).args(["build", "--release", "--quiet", "-p", "treesync-cli"]))?;
-    let bin = root.join("target/release/treesync");
+    let bin = match treesync {
+        Some(path) => path,
+        None => {
+            eprintln!("building treesync (release)…");
+            run_status(Command::new("cargo").current_dir(&root).args([
+                "build",
+                "--release",
+                "--quiet",
+                "-p",
+                "treesync-cli",
+            ]))?;
+            root.join("target/release/treesync")
+        }
+    };
+    let runs = runs.max(1);
     std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
     let mounted = Command::new("mount")
         .args(["-t", "tmpfs", "-o", "size=12g", "tmpfs"])
@@ -57,13 +74,13 @@ pub fn run(args: &[String]) -> Result<(), String> {
         for &n in &sizes {
             let repo = dir.join(format!("repo-{n}.git"));
             make_repo(&repo, n)?;
-            wide(&bin, &repo, &dir, &format!("{n} files, 100 per directory (K=14)"), &mut rows)?;
+            wide(&bin, &repo, &dir, &format!("{n} files, 100 per directory (K=14)"), runs, &mut rows)?;
             let _ = std::fs::remove_dir_all(&repo);
         }
         if one_dir > 0 {
             let repo = dir.join("repo-one-dir.git");
             one_directory(&repo, one_dir)?;
-            wide(&bin, &repo, &dir, &format!("{one_dir} entries in one directory (K=9)"), &mut rows)?;
+            wide(&bin, &repo, &dir, &format!("{one_dir} entries in one directory (K=9)"), runs, &mut rows)?;
             let _ = std::fs::remove_dir_all(&repo);
         }
         Ok::<_, String>(rows)
@@ -75,12 +92,12 @@ pub fn run(args: &[String]) -> Result<(), String> {
     let mut md = String::new();
     let _ = writeln!(
         md,
-        "Targets on a tmpfs; release build; one run each; peak RSS of the `treesync` process (`wait4` in a small parent process, so that the benchmark's own memory does not count). Every target was compared with `git archive` (`diff -r`) after each sync.\n"
+        "Targets on a tmpfs; release build; the initial sync once, the incremental syncs and the plan medians of {runs} runs (A → B and B → A take turns); peak RSS of the `treesync` process (`wait4` in a small parent process, so that the benchmark's own memory does not count). Every target was compared with `git archive` (`diff -r`) after the initial sync and after the first and the last incremental sync of each direction.\n"
     );
     let _ = writeln!(md, "| tree | run | time | peak RSS |");
     let _ = writeln!(md, "|---|---|---:|---:|");
     for r in &rows {
-        let _ = writeln!(md, "| {} | {} | {} | {} MiB |", r.case, r.run, fmt_time(r.time), r.rss_mib);
+        let _ = writeln!(md, "| {} | {} | {} | {} MiB |", r.case, r.run, fmt_time(r.time), r.rss_kib / 1024);
     }
     println!("{md}");
     if write {
@@ -89,7 +106,7 @@ pub fn run(args: &[String]) -> Result<(), String> {
         let (start_m, end_m) = ("<!-- scale:start -->", "<!-- scale:end -->");
         let sizes: Vec<String> = sizes.iter().map(|n| n.to_string()).collect();
         let block = format!(
-            "{start_m}\nReproduce: `cargo xtask scale --files {} --one-dir {one_dir}` (root, for the tmpfs).\n\n{md}{end_m}",
+            "{start_m}\nReproduce: `cargo xtask scale --files {} --one-dir {one_dir} --runs {runs}` (root, for the tmpfs).\n\n{md}{end_m}",
             sizes.join(",")
         );
         let new = match (existing.find(start_m), existing.find(end_m)) {
@@ -159,23 +176,55 @@ fn sync(bin: &Path, repo: &Path, rev: &str, target: &Path) -> Command {
     c
 }
 
-fn wide(bin: &Path, repo: &Path, dir: &Path, case: &str, rows: &mut Vec<Row>) -> Result<(), String> {
+fn wide(bin: &Path, repo: &Path, dir: &Path, case: &str, runs: usize, rows: &mut Vec<Row>) -> Result<(), String> {
     let target = dir.join("target");
     let scratch = dir.join("want");
     let _ = std::fs::remove_dir_all(&target);
     let mib = |kib: u64| kib / 1024;
-    for (run, rev) in
-        [("initial sync (nothing → A)", "A"), ("incremental sync A → B", "B"), ("incremental sync B → A", "A")]
-    {
-        eprintln!("{case}: {run}…");
-        let (t, rss) = measure(&mut sync(bin, repo, rev, &target))?;
-        matches_git_archive(repo, rev, &target, &scratch)?;
-        eprintln!("  {} in {}, peak RSS {} MiB, same as git archive", run, fmt_time(t), mib(rss));
-        rows.push(Row { case: case.into(), run: run.into(), time: t, rss_mib: mib(rss) });
+    let run = "initial sync (nothing → A)";
+    eprintln!("{case}: {run}…");
+    let (t, rss) = measure(&mut sync(bin, repo, "A", &target))?;
+    matches_git_archive(repo, "A", &target, &scratch)?;
+    eprintln!("  {run} in {}, peak RSS {} MiB, same as git archive", fmt_time(t), mib(rss));
+    rows.push(Row { case: case.into(), run: run.into(), time: t, rss_kib: rss });
+    // The incremental syncs take turns (A → B, B → A, …), so that a busy moment of the machine
+    // weighs on both directions; the first and the last of each are checked against git.
+    let mut forth = Vec::new();
+    let mut back = Vec::new();
+    let (mut forth_rss, mut back_rss) = (0, 0);
+    for i in 0..runs {
+        let check = i == 0 || i + 1 == runs;
+        let (t, rss) = measure(&mut sync(bin, repo, "B", &target))?;
+        if check {
+            matches_git_archive(repo, "B", &target, &scratch)?;
+        }
+        forth.push(t);
+        forth_rss = forth_rss.max(rss);
+        let (t, rss) = measure(&mut sync(bin, repo, "A", &target))?;
+        if check {
+            matches_git_archive(repo, "A", &target, &scratch)?;
+        }
+        back.push(t);
+        back_rss = back_rss.max(rss);
     }
-    let (t, rss) =
-        measure(Command::new(bin).args(["plan", "--repo"]).arg(repo).args(["--ref", "B", "--target"]).arg(&target))?;
-    rows.push(Row { case: case.into(), run: "plan A → B (no writes)".into(), time: t, rss_mib: mib(rss) });
+    eprintln!("  A → B: {}", forth.iter().map(|t| fmt_time(*t)).collect::<Vec<_>>().join(" "));
+    eprintln!("  B → A: {}", back.iter().map(|t| fmt_time(*t)).collect::<Vec<_>>().join(" "));
+    rows.push(Row {
+        case: case.into(), run: "incremental sync A → B".into(), time: median(forth), rss_kib: forth_rss
+    });
+    rows.push(Row { case: case.into(), run: "incremental sync B → A".into(), time: median(back), rss_kib: back_rss });
+    let mut plans = Vec::new();
+    let mut plan_rss = 0;
+    for _ in 0..runs {
+        let (t, rss) = measure(
+            Command::new(bin).args(["plan", "--repo"]).arg(repo).args(["--ref", "B", "--target"]).arg(&target),
+        )?;
+        plans.push(t);
+        plan_rss = plan_rss.max(rss);
+    }
+    rows.push(Row {
+        case: case.into(), run: "plan A → B (no writes)".into(), time: median(plans), rss_kib: plan_rss
+    });
     let _ = std::fs::remove_dir_all(&target);
     Ok(())
 }

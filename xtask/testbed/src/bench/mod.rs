@@ -576,65 +576,85 @@ fn bench(c: &Config, treesync: &Path, has_strace: bool, on_tmpfs: bool) -> Resul
     // The git work tree now holds A with its index; ts_target holds A too.
     settle(&repo, &git_work, &git_index)?;
 
+    // The update A→B: treesync, `git read-tree -m -u A B` and `git checkout B` take turns, run
+    // after run, so that what else the machine does weighs on all three alike (the figures are
+    // medians). Each git command has its own work tree and index: read-tree leaves HEAD where it
+    // was, which checkout would then see as local changes.
     eprintln!("update A→B…");
-    let (t, r) = timed(c.runs, || run_quiet(&mut ts("A")).map(|_| ()), || ts("B"))?;
-    run_quiet(&mut ts("A"))?;
-    let stats = if has_strace { Some(stat_calls(&ts("B"), &ts_target)?) } else { None };
-    rows.push(Row { what: "update A→B".into(), tool: "treesync sync".into(), time: t, rss_kib: r, stats });
-
+    let co_work = d.join("gitco");
+    let co_index = d.join("gitco.index");
+    rm(&co_work);
+    rm(&co_index);
+    std::fs::create_dir(&co_work).map_err(|e| e.to_string())?;
     let read_tree = |from: &str, to: &str| {
         let mut g = git(&repo, &git_work, &git_index);
         g.args(["read-tree", "-m", "-u", from, to]);
         g
     };
-    let mut first = true;
-    let (t, r) = timed(
-        c.runs,
-        || {
-            if !first {
-                run_quiet(&mut read_tree("B", "A"))?;
-                settle(&repo, &git_work, &git_index)?;
-            }
-            first = false;
-            Ok(())
-        },
-        || read_tree("A", "B"),
-    )?;
-    run_quiet(&mut read_tree("B", "A"))?;
-    settle(&repo, &git_work, &git_index)?;
+    run_quiet(git(&repo, &co_work, &co_index).args(["checkout", "-q", "-f", "--detach", "A"]))?;
+    run_quiet(&mut ts("A"))?;
+    let settle_both = || {
+        settle(&repo, &git_work, &git_index)?;
+        run_quiet(git(&repo, &co_work, &co_index).args(["update-index", "-q", "--refresh"])).map(|_| ())
+    };
+    settle_both()?;
+    let (mut ts_times, mut rt_times, mut co_times) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut ts_rss, mut rt_rss, mut co_rss) = (0, 0, 0);
+    for _ in 0..c.runs {
+        let (t, r) = measure(&mut ts("B"))?;
+        ts_times.push(t);
+        ts_rss = ts_rss.max(r);
+        let (t, r) = measure(&mut read_tree("A", "B"))?;
+        rt_times.push(t);
+        rt_rss = rt_rss.max(r);
+        let (t, r) = measure(git(&repo, &co_work, &co_index).args(["checkout", "-q", "--detach", "B"]))?;
+        co_times.push(t);
+        co_rss = co_rss.max(r);
+        run_quiet(&mut ts("A"))?;
+        run_quiet(&mut read_tree("B", "A"))?;
+        run_quiet(git(&repo, &co_work, &co_index).args(["checkout", "-q", "--detach", "A"]))?;
+        settle_both()?;
+    }
+    let stats = if has_strace { Some(stat_calls(&ts("B"), &ts_target)?) } else { None };
+    run_quiet(&mut ts("A"))?;
+    rows.push(Row {
+        what: "update A→B".into(),
+        tool: "treesync sync".into(),
+        time: median(ts_times),
+        rss_kib: ts_rss,
+        stats,
+    });
     let stats = if has_strace { Some(stat_calls(&read_tree("A", "B"), &git_work)?) } else { None };
     run_quiet(&mut read_tree("B", "A"))?;
     settle(&repo, &git_work, &git_index)?;
-    rows.push(Row { what: "update A→B".into(), tool: "git read-tree -m -u A B".into(), time: t, rss_kib: r, stats });
-
-    let checkout = |rev: &str| {
-        let mut g = git(&repo, &git_work, &git_index);
-        g.args(["checkout", "-q", "--detach", rev]);
-        g
+    rows.push(Row {
+        what: "update A→B".into(),
+        tool: "git read-tree -m -u A B".into(),
+        time: median(rt_times),
+        rss_kib: rt_rss,
+        stats,
+    });
+    let stats = if has_strace {
+        let mut g = git(&repo, &co_work, &co_index);
+        g.args(["checkout", "-q", "--detach", "B"]);
+        Some(stat_calls(&g, &co_work)?)
+    } else {
+        None
     };
-    run_quiet(&mut checkout("A"))?;
-    settle(&repo, &git_work, &git_index)?;
-    let mut first = true;
-    let (t, r) = timed(
-        c.runs,
-        || {
-            if !first {
-                run_quiet(&mut checkout("A"))?;
-                settle(&repo, &git_work, &git_index)?;
-            }
-            first = false;
-            Ok(())
-        },
-        || checkout("B"),
-    )?;
-    run_quiet(&mut checkout("A"))?;
-    settle(&repo, &git_work, &git_index)?;
-    let stats = if has_strace { Some(stat_calls(&checkout("B"), &git_work)?) } else { None };
-    rows.push(Row { what: "update A→B".into(), tool: "git checkout B".into(), time: t, rss_kib: r, stats });
+    rows.push(Row {
+        what: "update A→B".into(),
+        tool: "git checkout B".into(),
+        time: median(co_times),
+        rss_kib: co_rss,
+        stats,
+    });
+    rm(&co_work);
+    rm(&co_index);
 
     // Both trees must be the same in the end.
     run_quiet(&mut ts("B"))?;
-    run_quiet(&mut checkout("B"))?;
+    // -f: HEAD is the repository's, shared with the checkout work tree and already B there.
+    run_quiet(git(&repo, &git_work, &git_index).args(["checkout", "-q", "-f", "--detach", "B"]))?;
     settle(&repo, &git_work, &git_index)?;
 
     eprintln!("verify…");
@@ -690,7 +710,7 @@ fn render(rows: &[Row], c: &Config, on_tmpfs: bool) -> (String, String) {
     let mut md = String::new();
     let _ = writeln!(
         md,
-        "N = {} files in {} directories, K = 10 modified + 2 added + 2 deleted; medians of {} runs; work trees on {}; {} cores.\n",
+        "N = {} files in {} directories, K = 10 modified + 2 added + 2 deleted; medians of {} runs (the three updates A→B take turns run by run); work trees on {}; {} cores.\n",
         c.files,
         c.files / 100,
         c.runs,
