@@ -18,8 +18,9 @@
 //! it was changed within the same tick of the filesystem's clock as it was written: git's
 //! racy-timestamp rule guards that. An entry is appended only if its mtime is older than the
 //! mtime of the delta file after an append that followed the file's stat (both stamped by the
-//! same filesystem clock); a sync whose last files are that young waits for the clock to move
-//! on and stamps the delta again (a tick:
+//! same filesystem clock); a sync with more than [`YOUNG_LEFT_OUT`] files that young waits for
+//! the clock to move on and stamps the delta again (fewer are left out, and hashed once by the
+//! next verify; a tick:
 //! a few milliseconds on local disks, up to a second on filesystems with coarse timestamps),
 //! and drops the entries still too young after [`RACY_WAIT`]. Any change after the sync then
 //! gets a later mtime than the entry records: a same-size edit in the same second is drift.
@@ -46,6 +47,11 @@ const STATE: &str = "state";
 /// wrote last (git's racy-timestamp rule, see the [module docs](self)).
 pub const RACY_WAIT: Duration = Duration::from_millis(2500);
 
+/// How many entries too young for the racy-timestamp rule a sync leaves out instead of waiting
+/// for the clock: an incremental sync of a few files is not made to wait a clock tick (a few
+/// milliseconds; a second on coarse filesystems) to spare the next verify hashing them.
+pub const YOUNG_LEFT_OUT: usize = 64;
+
 /// What a sync recorded of one file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Entry {
@@ -71,6 +77,20 @@ impl Delta {
     /// Nothing recorded?
     pub fn is_empty(&self) -> bool {
         self.paths.is_empty()
+    }
+
+    /// How many files it holds stat data of (the other paths are noted as removed).
+    pub fn recorded(&self) -> usize {
+        self.paths.values().filter(|e| e.is_some()).count()
+    }
+
+    /// The delta of the target directory `root` as its file holds it now (empty when there is
+    /// none or it is not one this version reads): for tests and tools.
+    pub fn of_dir(root: &std::path::Path) -> Delta {
+        std::fs::read(root.join(crate::path::STATE_DIR).join(NAME))
+            .ok()
+            .and_then(|b| Delta::parse(&b))
+            .unwrap_or_default()
     }
 
     /// Read a delta; `None` for bytes this version does not understand (the delta is then left
@@ -231,7 +251,9 @@ pub async fn record(backend: &dyn Backend, new: Delta) -> Result<usize, backend:
             });
         }
         // Without the filesystem's clock the rule cannot be applied: those entries are left out.
-        let last = pending.is_empty() || clock.is_none() || std::time::Instant::now() >= deadline;
+        // A few young entries are left out rather than waited for (the next verify hashes them
+        // once): an incremental sync takes no longer for the rule.
+        let last = pending.len() <= YOUNG_LEFT_OUT || clock.is_none() || std::time::Instant::now() >= deadline;
         // An append also stamps the delta with the clock for the next round.
         backend.append_aux(NAME, &chunk).await?;
         if last {
