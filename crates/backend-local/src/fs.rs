@@ -422,7 +422,9 @@ impl Target {
         // still open, one GETATTR on a network filesystem instead of a lookup and a GETATTR
         // (an NFS client flushes a file's cached writes before answering a stat of it, so
         // closing it afterwards moves no time). Without it the file is simply hashed once.
-        if let Ok(st) = rustix::fs::fstat(&fd) {
+        // Beyond what a sync records (treesync_core::index_delta::RECORD_AT_MOST), not even that.
+        let room = self.written.lock().expect("never poisoned").len() < treesync_core::index_delta::RECORD_AT_MOST;
+        if room && let Ok(st) = rustix::fs::fstat(&fd) {
             let written = Written { path: path.as_bytes().to_vec(), size: st.st_size as u64, stat: file_stat(&st) };
             self.written.lock().expect("never poisoned").push(written);
         }

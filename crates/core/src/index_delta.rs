@@ -71,7 +71,17 @@ pub struct Entry {
 pub struct Delta {
     /// By path (`/`-separated bytes below the target root).
     pub paths: BTreeMap<Vec<u8>, Option<Entry>>,
+    /// A plan larger than [`RECORD_AT_MOST`] ops was applied: nothing is recorded (the next
+    /// verify hashes what it rewrote, whose stat data no older entry matches).
+    pub overflowed: bool,
 }
+
+/// The largest plan (in ops) whose files a sync records. Recording costs memory per file until
+/// the sync's end, and a backend's stat per file: an initial checkout of a large tree (or any
+/// sync rewriting most of one) records nothing, and its first verify reads every file, as
+/// before the delta existed. Safe either way: a file a sync rewrote has other stat data (a new
+/// inode, a new ctime) than any older entry of the index or the delta records.
+pub const RECORD_AT_MOST: usize = 32_768;
 
 impl Delta {
     /// Nothing recorded?
@@ -131,7 +141,7 @@ impl Delta {
                 _ => return None,
             }
         }
-        Some(Delta { paths })
+        Some(Delta { paths, overflowed: false })
     }
 
     /// The bytes of the file (each record a line; see [`Delta::parse`]).
@@ -147,6 +157,11 @@ impl Delta {
     /// ([`Backend::take_written`]): every path an op touched is noted as removed, then each file
     /// written from a blob by a write (or a mode change that rewrote it) gets its entry.
     pub fn note_applied(&mut self, plan: &Plan, written: Vec<Written>) {
+        if self.overflowed || plan.counts.total() as usize > RECORD_AT_MOST {
+            self.overflowed = true;
+            self.paths.clear();
+            return;
+        }
         let mut blobs: BTreeMap<&[u8], (ObjectId, bool)> = BTreeMap::new();
         for op in plan.ops() {
             self.paths.insert(op.path().as_bytes().to_vec(), None);
@@ -269,6 +284,21 @@ pub async fn record(backend: &dyn Backend, new: Delta) -> Result<usize, backend:
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_plan_larger_than_what_is_recorded_records_nothing() {
+        let id = ObjectId::from_hex(b"e69de29bb2d1d6434b8b29ae775ad8c2e48c5391").expect("hex");
+        let op = |i: usize| Op::Mkdir { path: crate::path::RelPath::parse(&format!("d{i}")).expect("path") };
+        let small = Plan::from_ops(None, id, (0..3).map(op));
+        let mut d = Delta::default();
+        d.note_applied(&small, Vec::new());
+        assert_eq!((d.paths.len(), d.overflowed), (3, false));
+        let large = Plan::from_ops(None, id, (0..=RECORD_AT_MOST).map(op));
+        d.note_applied(&large, Vec::new());
+        assert!(d.is_empty() && d.overflowed, "nothing of either plan is kept");
+        d.note_applied(&small, Vec::new());
+        assert!(d.is_empty(), "and nothing after it in the same run");
+    }
 
     #[test]
     fn a_delta_reads_back_as_written_and_refuses_what_it_does_not_know() {
