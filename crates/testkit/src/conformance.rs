@@ -737,7 +737,7 @@ pub async fn drift_is_found_and_repaired(f: &dyn Fixture) {
     assert!(report.is_clean(), "a full verify after the repair: {:?}", report.drift);
 }
 
-/// A verify in slices ([`crate::slice`]-style `verify_slice`): with drift in every directory
+/// A verify in slices ([`treesync_core::slice`]-style `verify_slice`): with drift in every directory
 /// (each file changed, a foreign file added), each slice of N finds the drift of its own
 /// directories only, and the N slices together find exactly what a whole verify finds, having
 /// checked every path once. Then a repair of each slice leaves the whole target clean.
