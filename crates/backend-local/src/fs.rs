@@ -451,6 +451,11 @@ impl Target {
             Mode::from_raw_mode(0o666),
         )
         .map_err(|e| self.state_path_error(&rel, e))?;
+        // Appended to in place, so only a file of its own: a hard link a local user planted
+        // there would take the bytes into another file.
+        if !lockfile::own_file(&fd).map_err(|e| Error::io("read", &rel, io(e)))? {
+            return Err(Error::NotOwnFile { path: self.root.join(&rel).display().to_string() });
+        }
         let mut rest = bytes;
         while !rest.is_empty() {
             let n = rustix::io::write(&fd, rest).map_err(|e| Error::io("write", &rel, io(e)))?;

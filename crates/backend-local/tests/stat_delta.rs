@@ -179,3 +179,27 @@ fn an_interrupted_sync_records_nothing_and_its_rerun_does() {
         r.hashed
     );
 }
+
+/// `.treesync/index-delta` is appended to in place: one planted as a hard link to a file
+/// outside the target is refused (the sync still succeeds; its files are hashed by the next
+/// verify) and the other file is left as it was.
+#[test]
+fn a_delta_planted_as_a_hard_link_is_not_written_through() {
+    let rt = runtime();
+    let a = tree();
+    let mut b = a.clone();
+    b.insert("d0/new.txt", file("new\n", false));
+    let h = History::from_trees(&[a, b]);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let root = dir.path().join("t");
+    let backend = LocalBackend::new(&root, Options::default());
+    rt.block_on(sync_to(&h.repo, &h.commits[0], &backend)).expect("initial sync");
+    let outside = dir.path().join("outside");
+    std::fs::write(&outside, "not treesync's\n").expect("write");
+    let delta = root.join(".treesync").join(index_delta::NAME);
+    let _ = std::fs::remove_file(&delta);
+    std::fs::hard_link(&outside, &delta).expect("ln");
+    let backend = LocalBackend::new(&root, Options::default());
+    rt.block_on(sync_to(&h.repo, &h.commits[1], &backend)).expect("the sync itself succeeds");
+    assert_eq!(std::fs::read_to_string(&outside).expect("read"), "not treesync's\n");
+}
