@@ -12,7 +12,7 @@ use treesync_testkit::git_stdin;
 
 use crate::measure::{fmt_time, measure, median};
 use crate::repo::{make_repo, matches_git_archive};
-use xtask::util::{project_root, run_quiet, run_status};
+use xtask::util::{project_root, run_quiet};
 
 struct Row {
     case: String,
@@ -48,20 +48,7 @@ pub fn run(args: &[String]) -> Result<(), String> {
         }
     }
     let root = project_root();
-    let bin = match treesync {
-        Some(path) => path,
-        None => {
-            eprintln!("building treesync (release)…");
-            run_status(Command::new("cargo").current_dir(&root).args([
-                "build",
-                "--release",
-                "--quiet",
-                "-p",
-                "treesync-cli",
-            ]))?;
-            root.join("target/release/treesync")
-        }
-    };
+    let bin = crate::bench::treesync_binary(&root, treesync)?;
     let runs = runs.max(1);
     std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
     let mounted = Command::new("mount")

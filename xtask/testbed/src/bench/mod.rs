@@ -275,20 +275,7 @@ pub fn run(args: &[String]) -> Result<(), String> {
     let root = project_root();
     // `--treesync PATH`: measure that binary (e.g. a debug build where a release build is too
     // costly); by default a release build of this checkout.
-    let treesync = match &c.treesync {
-        Some(path) => path.clone(),
-        None => {
-            eprintln!("building treesync (release)…");
-            run_status(Command::new("cargo").current_dir(&root).args([
-                "build",
-                "--release",
-                "--quiet",
-                "-p",
-                "treesync-cli",
-            ]))?;
-            root.join("target/release/treesync")
-        }
-    };
+    let treesync = treesync_binary(&root, c.treesync.clone())?;
     let has_strace = Command::new("strace").arg("-V").output().is_ok();
 
     std::fs::create_dir_all(&c.dir).map_err(|e| format!("{}: {e}", c.dir.display()))?;
@@ -759,4 +746,15 @@ pub fn write_section(path: &Path, name: &str, title: &str, block: &str) -> Resul
         _ => format!("{existing}\n## {title}\n\n{block}\n"),
     };
     std::fs::write(path, new).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// The treesync binary a benchmark measures: `given` (`--treesync PATH`), else a release build
+/// of this checkout, built now.
+pub(crate) fn treesync_binary(root: &std::path::Path, given: Option<PathBuf>) -> Result<PathBuf, String> {
+    if let Some(path) = given {
+        return Ok(path);
+    }
+    eprintln!("building treesync (release)…");
+    run_status(Command::new("cargo").current_dir(root).args(["build", "--release", "--quiet", "-p", "treesync-cli"]))?;
+    Ok(root.join("target/release/treesync"))
 }
