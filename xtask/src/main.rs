@@ -53,9 +53,11 @@ Tasks:
   scale   Large trees, measured: 100,000 and 1,000,000 files synced initially and incrementally,
           and 200,000 entries in one directory (time and peak RSS, each target compared with
           git archive; the incremental syncs and the plan are medians of R runs, A → B and B → A
-          taking turns); recorded in RELIABILITY.md
+          and the tree sizes taking turns; with two sizes or more, a "flat in N" table of the
+          largest size's medians over the smallest's, wall and CPU); recorded in RELIABILITY.md
           options: --files N,N (100000,1000000)  --one-dir N (200000; 0: skip)  --runs R (5)
                    --treesync PATH (measure this binary, no release build)  --dir DIR  --no-write
+                   --keep (keep the tmpfs and its repositories, and use them again next time)
   dist    Build the release tarball target/dist/treesync-VERSION-TARGET.tar.gz (profile dist:
           fat LTO, stripped; bin/, man pages, shell completions, licenses, docs) and
           target/dist/SHA256SUMS, then unpack it and check it: --version, the checksum, the

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use treesync_testkit::git_stdin;
 
-use crate::measure::{fmt_time, measure, median};
+use crate::measure::{Usage, fmt_time, measure_usage, median};
 use crate::repo::{make_repo, matches_git_archive};
 use xtask::util::{project_root, run_quiet};
 
@@ -18,6 +18,8 @@ struct Row {
     case: String,
     run: String,
     time: Duration,
+    /// User + system CPU time (median, like `time`).
+    cpu: Duration,
     /// Peak RSS in KiB (the largest of the runs).
     rss_kib: u64,
 }
@@ -27,6 +29,7 @@ pub fn run(args: &[String]) -> Result<(), String> {
     let mut one_dir = 200_000usize;
     let mut dir = std::path::PathBuf::from("/tmp/treesync-scale");
     let mut write = true;
+    let mut keep = false;
     let mut runs = 5usize;
     let mut treesync: Option<std::path::PathBuf> = None;
     let mut it = args.iter();
@@ -42,6 +45,7 @@ pub fn run(args: &[String]) -> Result<(), String> {
             "--one-dir" => one_dir = value()?.parse().map_err(|e| format!("--one-dir: {e}"))?,
             "--dir" => dir = value()?.into(),
             "--no-write" => write = false,
+            "--keep" => keep = true,
             "--runs" => runs = value()?.parse().map_err(|e| format!("--runs: {e}"))?,
             "--treesync" => treesync = Some(value()?.into()),
             other => return Err(format!("unknown option {other:?} (see cargo xtask help)")),
@@ -51,40 +55,76 @@ pub fn run(args: &[String]) -> Result<(), String> {
     let bin = crate::bench::treesync_binary(&root, treesync)?;
     let runs = runs.max(1);
     std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
-    let mounted = Command::new("mount")
-        .args(["-t", "tmpfs", "-o", "size=12g", "tmpfs"])
-        .arg(&dir)
-        .status()
-        .is_ok_and(|s| s.success());
+    // A tmpfs kept by an earlier `--keep` run is used again, with its repositories.
+    let already = Command::new("mountpoint").arg("-q").arg(&dir).status().is_ok_and(|s| s.success());
+    let mounted = !already
+        && Command::new("mount")
+            .args(["-t", "tmpfs", "-o", "size=12g", "tmpfs"])
+            .arg(&dir)
+            .status()
+            .is_ok_and(|s| s.success());
     let result = (|| {
         let mut rows = Vec::new();
+        let mut sized = Vec::new();
         for &n in &sizes {
             let repo = dir.join(format!("repo-{n}.git"));
-            make_repo(&repo, n)?;
-            wide(&bin, &repo, &dir, &format!("{n} files, 100 per directory (K=14)"), runs, &mut rows)?;
-            let _ = std::fs::remove_dir_all(&repo);
+            if !(keep && has_tags(&repo)) {
+                make_repo(&repo, n)?;
+            }
+            let case = format!("{n} files, 100 per directory (K=14)");
+            sized.push(Wide { target: dir.join(format!("target-{n}")), repo, case });
+        }
+        let flat = wide(&bin, &sized, &dir, runs, &mut rows)?;
+        for s in &sized {
+            let _ = std::fs::remove_dir_all(&s.target);
+            if !keep {
+                let _ = std::fs::remove_dir_all(&s.repo);
+            }
         }
         if one_dir > 0 {
             let repo = dir.join("repo-one-dir.git");
-            one_directory(&repo, one_dir)?;
-            wide(&bin, &repo, &dir, &format!("{one_dir} entries in one directory (K=9)"), runs, &mut rows)?;
-            let _ = std::fs::remove_dir_all(&repo);
+            if !(keep && has_tags(&repo)) {
+                one_directory(&repo, one_dir)?;
+            }
+            let one = [Wide {
+                target: dir.join("target-one-dir"),
+                repo: repo.clone(),
+                case: format!("{one_dir} entries in one directory (K=9)"),
+            }];
+            wide(&bin, &one, &dir, runs, &mut rows)?;
+            let _ = std::fs::remove_dir_all(&one[0].target);
+            if !keep {
+                let _ = std::fs::remove_dir_all(&repo);
+            }
         }
-        Ok::<_, String>(rows)
+        Ok::<_, String>((rows, flat))
     })();
-    if mounted {
+    if mounted && !keep {
         let _ = Command::new("umount").arg("-l").arg(&dir).status();
+    } else if keep {
+        eprintln!("kept the repositories in {} (umount -l {} when done)", dir.display(), dir.display());
     }
-    let rows = result?;
+    let (rows, flat) = result?;
     let mut md = String::new();
     let _ = writeln!(
         md,
-        "Targets on a tmpfs; release build; the initial sync once, the incremental syncs and the plan medians of {runs} runs (A → B and B → A take turns); peak RSS of the `treesync` process (`wait4` in a small parent process, so that the benchmark's own memory does not count). Every target was compared with `git archive` (`diff -r`) after the initial sync and after the first and the last incremental sync of each direction.\n"
+        "Targets on a tmpfs; release build; the initial sync once, the incremental syncs and the plan medians of {runs} runs (A → B and B → A take turns, and so do the tree sizes, run by run); peak RSS of the `treesync` process (`wait4` in a small parent process, so that the benchmark's own memory does not count). Every target was compared with `git archive` (`diff -r`) after the initial sync and after the first and the last incremental sync of each direction.\n"
     );
-    let _ = writeln!(md, "| tree | run | time | peak RSS |");
-    let _ = writeln!(md, "|---|---|---:|---:|");
+    let _ = writeln!(md, "| tree | run | time | CPU (user + sys) | peak RSS |");
+    let _ = writeln!(md, "|---|---|---:|---:|---:|");
     for r in &rows {
-        let _ = writeln!(md, "| {} | {} | {} | {} MiB |", r.case, r.run, fmt_time(r.time), r.rss_kib / 1024);
+        let _ = writeln!(
+            md,
+            "| {} | {} | {} | {} | {} MiB |",
+            r.case,
+            r.run,
+            fmt_time(r.time),
+            fmt_time(r.cpu),
+            r.rss_kib / 1024
+        );
+    }
+    if let Some(flat) = flat {
+        let _ = writeln!(md, "\n{flat}");
     }
     println!("{md}");
     if write {
@@ -104,6 +144,18 @@ pub fn run(args: &[String]) -> Result<(), String> {
         eprintln!("RELIABILITY.md updated");
     }
     Ok(())
+}
+
+/// Does `repo` hold the tags A and B of a finished generation (for `--keep`)?
+fn has_tags(repo: &Path) -> bool {
+    Command::new("git")
+        .arg("-C")
+        .arg(repo)
+        .args(["rev-parse", "-q", "--verify", "B^{commit}"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
 }
 
 /// A bare repository with tags A (`n` files in one directory `flat/`, and a README) and B (5
@@ -163,55 +215,111 @@ fn sync(bin: &Path, repo: &Path, rev: &str, target: &Path) -> Command {
     c
 }
 
-fn wide(bin: &Path, repo: &Path, dir: &Path, case: &str, runs: usize, rows: &mut Vec<Row>) -> Result<(), String> {
-    let target = dir.join("target");
+/// One tree size of a `wide` run: its repository, its target and the table's name for it.
+struct Wide {
+    repo: std::path::PathBuf,
+    target: std::path::PathBuf,
+    case: String,
+}
+
+/// Initial sync of each tree, then `runs` incremental syncs A → B and B → A with the trees
+/// taking turns run by run (so that a busy moment of the machine weighs on every size), then
+/// `runs` plans likewise. With more than one tree: a table of the largest tree's medians over
+/// the smallest's (wall and CPU), the "flat in N" figure.
+fn wide(bin: &Path, trees: &[Wide], dir: &Path, runs: usize, rows: &mut Vec<Row>) -> Result<Option<String>, String> {
     let scratch = dir.join("want");
-    let _ = std::fs::remove_dir_all(&target);
     let mib = |kib: u64| kib / 1024;
-    let run = "initial sync (nothing → A)";
-    eprintln!("{case}: {run}…");
-    let (t, rss) = measure(&mut sync(bin, repo, "A", &target))?;
-    matches_git_archive(repo, "A", &target, &scratch)?;
-    eprintln!("  {run} in {}, peak RSS {} MiB, same as git archive", fmt_time(t), mib(rss));
-    rows.push(Row { case: case.into(), run: run.into(), time: t, rss_kib: rss });
-    // The incremental syncs take turns (A → B, B → A, …), so that a busy moment of the machine
-    // weighs on both directions; the first and the last of each are checked against git.
-    let mut forth = Vec::new();
-    let mut back = Vec::new();
-    let (mut forth_rss, mut back_rss) = (0, 0);
+    for t in trees {
+        let _ = std::fs::remove_dir_all(&t.target);
+        let run = "initial sync (nothing → A)";
+        eprintln!("{}: {run}…", t.case);
+        let u = measure_usage(&mut sync(bin, &t.repo, "A", &t.target))?;
+        matches_git_archive(&t.repo, "A", &t.target, &scratch)?;
+        eprintln!("  {run} in {}, peak RSS {} MiB, same as git archive", fmt_time(u.wall), mib(u.rss_kib));
+        rows.push(Row { case: t.case.clone(), run: run.into(), time: u.wall, cpu: u.cpu(), rss_kib: u.rss_kib });
+    }
+    // Per tree: (wall, cpu) of each run, and the peak RSS, for A → B, B → A and plan.
+    let mut forth: Vec<Series> = trees.iter().map(|_| Series::default()).collect();
+    let mut back: Vec<Series> = trees.iter().map(|_| Series::default()).collect();
+    let mut plans: Vec<Series> = trees.iter().map(|_| Series::default()).collect();
     for i in 0..runs {
         let check = i == 0 || i + 1 == runs;
-        let (t, rss) = measure(&mut sync(bin, repo, "B", &target))?;
-        if check {
-            matches_git_archive(repo, "B", &target, &scratch)?;
+        for (k, t) in trees.iter().enumerate() {
+            let u = measure_usage(&mut sync(bin, &t.repo, "B", &t.target))?;
+            if check {
+                matches_git_archive(&t.repo, "B", &t.target, &scratch)?;
+            }
+            forth[k].push(&u);
+            let u = measure_usage(&mut sync(bin, &t.repo, "A", &t.target))?;
+            if check {
+                matches_git_archive(&t.repo, "A", &t.target, &scratch)?;
+            }
+            back[k].push(&u);
         }
-        forth.push(t);
-        forth_rss = forth_rss.max(rss);
-        let (t, rss) = measure(&mut sync(bin, repo, "A", &target))?;
-        if check {
-            matches_git_archive(repo, "A", &target, &scratch)?;
-        }
-        back.push(t);
-        back_rss = back_rss.max(rss);
     }
-    eprintln!("  A → B: {}", forth.iter().map(|t| fmt_time(*t)).collect::<Vec<_>>().join(" "));
-    eprintln!("  B → A: {}", back.iter().map(|t| fmt_time(*t)).collect::<Vec<_>>().join(" "));
-    rows.push(Row {
-        case: case.into(), run: "incremental sync A → B".into(), time: median(forth), rss_kib: forth_rss
-    });
-    rows.push(Row { case: case.into(), run: "incremental sync B → A".into(), time: median(back), rss_kib: back_rss });
-    let mut plans = Vec::new();
-    let mut plan_rss = 0;
     for _ in 0..runs {
-        let (t, rss) = measure(
-            Command::new(bin).args(["plan", "--repo"]).arg(repo).args(["--ref", "B", "--target"]).arg(&target),
-        )?;
-        plans.push(t);
-        plan_rss = plan_rss.max(rss);
+        for (k, t) in trees.iter().enumerate() {
+            let u = measure_usage(
+                Command::new(bin).args(["plan", "--repo"]).arg(&t.repo).args(["--ref", "B", "--target"]).arg(&t.target),
+            )?;
+            plans[k].push(&u);
+        }
     }
-    rows.push(Row {
-        case: case.into(), run: "plan A → B (no writes)".into(), time: median(plans), rss_kib: plan_rss
-    });
-    let _ = std::fs::remove_dir_all(&target);
-    Ok(())
+    for (k, t) in trees.iter().enumerate() {
+        eprintln!("  {}: A → B: {}", t.case, forth[k].walls());
+        eprintln!("  {}: B → A: {}", t.case, back[k].walls());
+        for (run, s) in [("incremental sync A → B", &forth[k]), ("incremental sync B → A", &back[k]), ("plan A → B (no writes)", &plans[k])] {
+            rows.push(Row { case: t.case.clone(), run: run.into(), time: s.wall(), cpu: s.cpu(), rss_kib: s.rss_kib });
+        }
+    }
+    if trees.len() < 2 {
+        return Ok(None);
+    }
+    let (small, large) = (0, trees.len() - 1);
+    let mut md = String::new();
+    let _ = writeln!(
+        md,
+        "Flat in N: the medians of the largest tree over those of the smallest (issue 18 asks for ≤ 1.5× at 1,000,000 vs 10,000 files).\n"
+    );
+    let _ = writeln!(md, "| run | {} | {} | wall ratio | CPU ratio |", trees[small].case, trees[large].case);
+    let _ = writeln!(md, "|---|---:|---:|---:|---:|");
+    let ratio = |a: Duration, b: Duration| b.as_secs_f64() / a.as_secs_f64().max(1e-9);
+    for (run, s) in [("incremental sync A → B", &forth), ("incremental sync B → A", &back), ("plan A → B (no writes)", &plans)] {
+        let _ = writeln!(
+            md,
+            "| {run} | {} wall, {} CPU | {} wall, {} CPU | {:.2}× | {:.2}× |",
+            fmt_time(s[small].wall()),
+            fmt_time(s[small].cpu()),
+            fmt_time(s[large].wall()),
+            fmt_time(s[large].cpu()),
+            ratio(s[small].wall(), s[large].wall()),
+            ratio(s[small].cpu(), s[large].cpu()),
+        );
+    }
+    Ok(Some(md))
+}
+
+/// The runs of one kind on one tree.
+#[derive(Default)]
+struct Series {
+    walls: Vec<Duration>,
+    cpus: Vec<Duration>,
+    rss_kib: u64,
+}
+
+impl Series {
+    fn push(&mut self, u: &Usage) {
+        self.walls.push(u.wall);
+        self.cpus.push(u.cpu());
+        self.rss_kib = self.rss_kib.max(u.rss_kib);
+    }
+    fn wall(&self) -> Duration {
+        median(self.walls.clone())
+    }
+    fn cpu(&self) -> Duration {
+        median(self.cpus.clone())
+    }
+    fn walls(&self) -> String {
+        self.walls.iter().map(|t| fmt_time(*t)).collect::<Vec<_>>().join(" ")
+    }
 }
