@@ -603,7 +603,9 @@ impl Target {
     }
 
     /// Walk the whole target with `jobs` threads: one readdir per directory, one lstat per
-    /// entry (`d_type` saves none of them: the stat data is what verify needs).
+    /// entry that is not a directory (a directory's `d_type` says all verify needs of it; a file's
+    /// stat data is what verify compares). `jobs` is not capped by the cores: on a network
+    /// filesystem the threads wait on round trips, and the caller knows which storage it is.
     pub fn scan(&self, jobs: usize) -> Result<Vec<Found>, Error> {
         use std::sync::{Condvar, Mutex};
         struct Queue {
@@ -612,13 +614,12 @@ impl Target {
             failed: bool,
         }
         let root = self.root_fd()?;
-        let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
         let queue = Mutex::new(Queue { dirs: vec![Vec::new()], busy: 0, failed: false });
         let wake = Condvar::new();
         let out = Mutex::new(Vec::new());
         let error = Mutex::new(None);
         std::thread::scope(|s| {
-            for _ in 0..jobs.min(cores).max(1) {
+            for _ in 0..jobs.max(1) {
                 s.spawn(|| {
                     loop {
                         let dir = {
@@ -664,14 +665,14 @@ impl Target {
         Ok(out.into_inner().expect("never poisoned"))
     }
 
-    /// What is directly in each of `dirs` (one readdir each, one lstat per entry), with `jobs`
-    /// threads; a directory that is missing, or is not one, is skipped.
+    /// What is directly in each of `dirs` (one readdir each, one lstat per entry that is not a
+    /// directory), with `jobs` threads (not capped, as for [`Target::scan`]); a directory that
+    /// is missing, or is not one, is skipped.
     pub fn scan_dirs(&self, dirs: &[Vec<u8>], jobs: usize) -> Result<Vec<Found>, Error> {
         let root = self.root_fd()?;
-        let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
         let next = std::sync::atomic::AtomicUsize::new(0);
         let results: Vec<Result<Vec<Found>, Error>> = std::thread::scope(|s| {
-            let workers: Vec<_> = (0..jobs.min(cores).min(dirs.len()).max(1))
+            let workers: Vec<_> = (0..jobs.min(dirs.len()).max(1))
                 .map(|_| {
                     s.spawn(|| {
                         let mut out = Vec::new();
@@ -730,6 +731,13 @@ impl Target {
                 path.push(b'/');
             }
             path.extend_from_slice(name);
+            // A directory needs no stat: verify compares no stat data of directories, and on a
+            // network filesystem each stat is a LOOKUP and a GETATTR round trip.
+            if e.file_type() == FileType::Directory {
+                subdirs.push(path.clone());
+                found.push(Found { path, kind: FoundKind::Dir });
+                continue;
+            }
             let st = match rustix::fs::statat(&fd, e.file_name(), AtFlags::SYMLINK_NOFOLLOW) {
                 Ok(st) => st,
                 Err(Errno::NOENT) => continue,

@@ -122,6 +122,7 @@ impl Backend for LocalBackend {
             batch: self.options.batch,
             min_batch: self.options.min_batch.min(self.options.batch),
             lookups: self.options.jobs,
+            scans: self.options.jobs,
             spread: false,
         }
     }
@@ -171,11 +172,13 @@ impl Backend for LocalBackend {
     }
 
     async fn scan(&self, jobs: usize) -> Result<Vec<Found>, Error> {
+        let jobs = jobs.min(cores());
         self.blocking(move |t| t.scan(jobs)).await
     }
 
     async fn scan_dirs(&self, dirs: &[RelPath], jobs: usize) -> Result<Vec<Found>, Error> {
         let dirs: Vec<Vec<u8>> = dirs.iter().map(|d| d.as_bytes().to_vec()).collect();
+        let jobs = jobs.min(cores());
         self.blocking(move |t| t.scan_dirs(&dirs, jobs)).await
     }
 
@@ -207,4 +210,10 @@ impl Backend for LocalBackend {
     fn take_written(&self) -> Vec<treesync_core::backend::Written> {
         self.inner.take_written()
     }
+}
+
+/// A local disk answers a stat in microseconds from the page cache: scan threads beyond the
+/// cores only take turns.
+fn cores() -> usize {
+    std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
 }

@@ -8,9 +8,11 @@
 //!   relative to its parent's handle, and every op runs relative to its directory's handle
 //!   (`openat`, `renameat`, `unlinkat`, `mkdirat` on a directory descriptor): no path is ever
 //!   resolved again from the root. No path the plan does not change is looked up at all.
-//! * **Separate budgets** for lookups (default 1: the kernel's NFS client serializes them, so
-//!   parallel ones only add contention) and for writes (creates, renames, removals overlap well on
-//!   NFS), as the [`Budgets`] wrapper, and the write budget can be
+//! * **Separate budgets** for lookups (default 1: a sync's directory probes queue on the
+//!   directory locks its writes take, so parallel ones only add contention), for the read-only
+//!   scan of `verify` (default 32 threads: every stat is a round trip, and only many in flight
+//!   hide it, as git's preloaded index does for `git status`) and for writes (creates, renames,
+//!   removals overlap well on NFS), as the [`Budgets`] wrapper, and the write budget can be
 //!   adaptive ([`Gate::adaptive`]): it grows while throughput rises and backs off when latency
 //!   climbs, so nobody has to guess `--write-jobs`.
 //! * Files are written under a temporary name in their directory and renamed over the old one (no
@@ -31,8 +33,11 @@
 //! println!("network filesystem: {} ({})", choice.network, choice.reason);
 //!
 //! // Lookups serialized, at most 16 writes in flight (or `WriteJobs::default()`: adaptive).
-//! let backend = treesync_backend_nfs::open(&target, Options { lookup_jobs: 1, write_jobs: WriteJobs::Fixed(16), fsync: false });
-//! assert_eq!((backend.policy().jobs, backend.policy().lookups), (16, 1));
+//! let backend = treesync_backend_nfs::open(
+//!     &target,
+//!     Options { lookup_jobs: 1, scan_jobs: 32, write_jobs: WriteJobs::Fixed(16), fsync: false },
+//! );
+//! assert_eq!((backend.policy().jobs, backend.policy().lookups, backend.policy().scans), (16, 1, 32));
 //! // Hand it to `treesync_core::sync::sync` like any other backend.
 //! # Ok(()) }
 //! ```
@@ -75,8 +80,13 @@ impl Default for WriteJobs {
 /// Options of [`open`].
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Options {
-    /// Metadata lookups in flight (directory probes, the stat calls of `verify`). Default 1.
+    /// Metadata lookups in flight during a sync (the probes of the directories it writes in).
+    /// Default 1.
     pub lookup_jobs: usize,
+    /// Threads of a read-only scan (the readdir and stat calls of `verify`), each with one
+    /// lookup in flight. Default 32: on these mounts every stat is a round trip (two FUSE
+    /// requests, LOOKUP and GETATTR, with `actimeo=0`) and the scan takes no lock a write needs.
+    pub scan_jobs: usize,
     /// Writes in flight. Default: adaptive, starting at 8, between 1 and 64.
     pub write_jobs: WriteJobs,
     /// `fsync` every file before renaming it into place.
@@ -85,7 +95,7 @@ pub struct Options {
 
 impl Default for Options {
     fn default() -> Self {
-        Options { lookup_jobs: 1, write_jobs: WriteJobs::default(), fsync: false }
+        Options { lookup_jobs: 1, scan_jobs: 32, write_jobs: WriteJobs::default(), fsync: false }
     }
 }
 
@@ -96,6 +106,7 @@ pub fn open(root: impl Into<PathBuf>, options: Options) -> Budgets<NfsBackend> {
         WriteJobs::Adaptive(a) => Gate::adaptive(a),
     };
     Budgets::new(NfsBackend::new(root, options.fsync), Gate::fixed(options.lookup_jobs), writes)
+        .with_scans(options.scan_jobs)
 }
 
 /// A target directory on a mounted network filesystem, without budgets (one op at a time
@@ -194,7 +205,7 @@ impl Backend for NfsBackend {
     }
 
     fn policy(&self) -> Policy {
-        Policy { jobs: 1, batch: 1, min_batch: 1, lookups: 1, spread: true }
+        Policy { jobs: 1, batch: 1, min_batch: 1, lookups: 1, scans: 1, spread: true }
     }
 
     async fn execute(&self, op: &Op, blobs: &Arc<dyn BlobSource>) -> Result<(), Error> {

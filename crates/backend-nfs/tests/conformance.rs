@@ -52,6 +52,7 @@ mod serial {
     use super::*;
     treesync_testkit::conformance_suite!(Dir::new(Options {
         lookup_jobs: 1,
+        scan_jobs: 1,
         write_jobs: WriteJobs::Fixed(1),
         fsync: false
     }));
@@ -62,6 +63,7 @@ mod wide {
     use super::*;
     treesync_testkit::conformance_suite!(Dir::new(Options {
         lookup_jobs: 8,
+        scan_jobs: 64,
         write_jobs: WriteJobs::Fixed(32),
         fsync: false
     }));

@@ -170,8 +170,8 @@ fn random_histories_match_git_on_the_slow_filesystem() {
     let rt = runtime();
     for (seed, options) in [
         (300, Options::default()),
-        (301, Options { lookup_jobs: 1, write_jobs: WriteJobs::Fixed(1), fsync: false }),
-        (302, Options { lookup_jobs: 2, write_jobs: WriteJobs::Fixed(16), fsync: false }),
+        (301, Options { lookup_jobs: 1, scan_jobs: 1, write_jobs: WriteJobs::Fixed(1), fsync: false }),
+        (302, Options { lookup_jobs: 2, scan_jobs: 2, write_jobs: WriteJobs::Fixed(16), fsync: false }),
     ] {
         let h = History::random(seed, 16);
         let name = format!("walk{seed}");
@@ -191,8 +191,40 @@ fn random_histories_match_git_on_the_slow_filesystem() {
     }
 }
 
-/// With one lookup in flight, the filesystem never sees two lookups (or two getattrs) at once
-/// during a verify, which is all lookups; with two allowed it does see two (the check can fail).
+/// Verify right after a sync through the mount, with the default options: the scan keeps many
+/// lookups in flight (as git's preloaded index does; a sync's probes stay at one), every file
+/// is proven by the stat data the sync recorded, and the filesystem sees at most two requests
+/// per file (LOOKUP and GETATTR: the stat) plus a handful per directory (no stat of the
+/// directories: `d_type` says what they are).
+#[test]
+fn verify_scan_keeps_many_lookups_in_flight_and_two_requests_per_file() {
+    let fs = slow(false);
+    let rt = runtime();
+    let n = 3_000;
+    let h = History::from_trees(&[history::wide_tree(n, 10)] as &[Model]);
+    let backend = treesync_backend_nfs::open(fs.path().join("t"), Options::default());
+    assert_eq!((backend.policy().lookups, backend.policy().scans), (1, 32), "the defaults");
+    rt.block_on(sync_to(&h.repo, &h.commits[0], &backend)).expect("sync");
+    fs.reset();
+    let report = rt.block_on(verify::verify(&h.repo, &backend, verify::Level::Stat)).expect("verify");
+    assert!(report.is_clean(), "{report:?}");
+    assert_eq!((report.hashed, report.proven_by_stat), (0, n as u64), "proven by the recorded stat data");
+    let stats = fs.settled_stats();
+    // wide_tree(3,000): 30 leaf directories in 3 top ones.
+    let dirs = 33;
+    assert!(stats.max_in_flight_of(Op::Lookup) >= 8, "the scan's lookups overlap: {stats}");
+    assert!(stats.count(Op::Lookup) >= n as u64, "every file looked up: {stats}");
+    let bound = 2 * n as u64 + 6 * dirs + 60;
+    assert!(
+        stats.total() <= bound,
+        "{} requests for {n} files in {dirs} directories (bound {bound}): {stats}",
+        stats.total()
+    );
+}
+
+/// With one lookup (and one scan thread) in flight, the filesystem never sees two lookups (or
+/// two getattrs) at once during a verify, which is all lookups; with two allowed it does see
+/// two (the check can fail).
 #[test]
 fn lookup_budget_holds_at_the_filesystem() {
     let fs = slow(false);
@@ -202,8 +234,10 @@ fn lookup_budget_holds_at_the_filesystem() {
         .expect("initial");
     let mut seen = Vec::new();
     for lookups in [1, 2] {
-        let backend =
-            treesync_backend_nfs::open(fs.path().join("t"), Options { lookup_jobs: lookups, ..Options::default() });
+        let backend = treesync_backend_nfs::open(
+            fs.path().join("t"),
+            Options { lookup_jobs: lookups, scan_jobs: lookups, ..Options::default() },
+        );
         fs.reset();
         let report = rt.block_on(verify::verify(&h.repo, &backend, verify::Level::Quick)).expect("verify");
         assert!(report.is_clean(), "{report:?}");

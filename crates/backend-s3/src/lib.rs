@@ -455,7 +455,7 @@ impl Backend for ObjectStoreBackend {
     fn policy(&self) -> Policy {
         // One batch is up to 1,000 ops: removals become one bulk delete per batch; writes
         // inside a batch run concurrently, bounded by `puts_in_flight` across all batches.
-        Policy { jobs: 4, batch: 1000, min_batch: 1000, lookups: 4, spread: false }
+        Policy { jobs: 4, batch: 1000, min_batch: 1000, lookups: 4, scans: 4, spread: false }
     }
 
     async fn execute(&self, op: &Op, blobs: &Arc<dyn BlobSource>) -> Result<(), Error> {

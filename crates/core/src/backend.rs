@@ -45,9 +45,15 @@ pub struct Policy {
     /// How many ops a batch gets at least when a small phase is spread over the jobs: on a
     /// fast disk, fanning 10 ops out to 8 threads costs more than running them on one.
     pub min_batch: usize,
-    /// How many metadata lookups (directory probes, the stat calls of a scan) may be in flight
-    /// at once. On NFS the kernel serializes lookups on locks, so parallel ones only cost more.
+    /// How many metadata lookups (directory probes, listings, state reads) may be in flight at
+    /// once during a sync. On NFS they queue on the directory locks its writes take.
     pub lookups: usize,
+    /// How many lookups a read-only scan ([`Backend::scan`], [`Backend::scan_dirs`]: verify's
+    /// listing) keeps in flight: threads on a mounted filesystem, calls on `nfs://`. A scan
+    /// takes no directory lock a write needs, so it may run wider than `lookups`: on a mount
+    /// with `actimeo=0` every stat is a round trip, and only many in flight hide it (as git's
+    /// preloaded index does for `git status`).
+    pub scans: usize,
     /// Interleave each phase's ops over their directories instead of running them in path
     /// order. Clients lock a directory for every create, rename and remove in it (the VFS
     /// does, on NFS too), so ops in flight together should be in different directories.
@@ -56,7 +62,7 @@ pub struct Policy {
 
 impl Default for Policy {
     fn default() -> Self {
-        Policy { jobs: 1, batch: 1, min_batch: 1, lookups: 1, spread: false }
+        Policy { jobs: 1, batch: 1, min_batch: 1, lookups: 1, scans: 1, spread: false }
     }
 }
 
@@ -481,7 +487,7 @@ pub trait Backend: Send + Sync + fmt::Display {
     /// Everything in the target (`.treesync` left out), for `verify`: one entry per file,
     /// symlink and directory, with the cheapest metadata the storage gives (one readdir per
     /// directory plus an lstat per entry on filesystems, one LIST per 1,000 keys on object stores).
-    /// `jobs` bounds the lookups in flight (callers pass [`Policy::lookups`]).
+    /// `jobs` bounds the lookups in flight (callers pass [`Policy::scans`]).
     async fn scan(&self, jobs: usize) -> Result<Vec<Found>, Error>;
 
     /// What [`Backend::scan`] finds directly in each of `dirs` (one level, no recursion;

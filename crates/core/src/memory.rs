@@ -232,7 +232,7 @@ impl Backend for MemoryBackend {
     }
 
     fn policy(&self) -> Policy {
-        Policy { jobs: 4, batch: 16, min_batch: 1, lookups: 4, spread: false }
+        Policy { jobs: 4, batch: 16, min_batch: 1, lookups: 4, scans: 4, spread: false }
     }
 
     async fn execute(&self, op: &Op, blobs: &Arc<dyn BlobSource>) -> Result<(), Error> {

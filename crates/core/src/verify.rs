@@ -797,7 +797,7 @@ pub async fn verify_against_in(
     let caps = backend.capabilities();
     let (want, repos, scanned, slice_dirs) = match slice {
         None => {
-            let scanned = backend.scan(backend.policy().lookups).await;
+            let scanned = backend.scan(backend.policy().scans).await;
             let Walked { want, repos } =
                 walker.await.map_err(|source| Error::Backend(backend::Error::Worker { source }))??;
             (want, repos, scanned, 0)
@@ -807,7 +807,7 @@ pub async fn verify_against_in(
             let Walked { want, repos } =
                 walker.await.map_err(|source| Error::Backend(backend::Error::Worker { source }))??;
             let dirs = slice_dirs(&want, s);
-            let scanned = backend.scan_dirs(&dirs, backend.policy().lookups).await;
+            let scanned = backend.scan_dirs(&dirs, backend.policy().scans).await;
             (want, repos, scanned, dirs.len() as u64)
         }
     };
@@ -1086,7 +1086,7 @@ async fn below(
         .collect();
     let mut out = Vec::new();
     while !level.is_empty() {
-        let listed = backend.scan_dirs(&level, backend.policy().lookups).await?;
+        let listed = backend.scan_dirs(&level, backend.policy().scans).await?;
         level = listed
             .iter()
             .filter(|f| f.kind == FoundKind::Dir)

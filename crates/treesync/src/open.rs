@@ -111,7 +111,8 @@ pub struct TargetOptions {
     /// Writes in flight on NFS (`None`: `jobs` if given, else adaptive). A fixed number must
     /// agree with `jobs` when both are given.
     pub write_jobs: Option<WriteJobs>,
-    /// Directory lookups in flight on NFS (mounts: 1, `nfs://`: 32).
+    /// Lookups in flight on NFS: a sync's directory probes and verify's scan (default on
+    /// mounts: 1 for the probes, 32 threads for the read-only scan; `nfs://`: 32 for both).
     pub lookup_jobs: Option<usize>,
     /// fsync files and the state before renaming them (local and mounted NFS).
     pub fsync: bool,
@@ -399,8 +400,12 @@ pub fn open(target: &Target, options: &TargetOptions) -> Result<Opened, OpenErro
                 }
             };
             let (write_jobs, jobs, decided) = nfs_writes(options, default_range)?;
+            // `lookup_jobs` given bounds the scan too; else the defaults: 1 for a sync's
+            // probes, 32 for verify's read-only scan.
+            let defaults = treesync_backend_nfs::Options::default();
             let o = treesync_backend_nfs::Options {
-                lookup_jobs: options.lookup_jobs.unwrap_or(1).max(1),
+                lookup_jobs: options.lookup_jobs.unwrap_or(defaults.lookup_jobs).max(1),
+                scan_jobs: options.lookup_jobs.unwrap_or(defaults.scan_jobs).max(1),
                 write_jobs,
                 fsync: options.fsync,
             };

@@ -285,7 +285,7 @@ impl Backend for RemoteBackend {
     }
 
     fn policy(&self) -> Policy {
-        Policy { jobs: 1, batch: 1, min_batch: 1, lookups: 1, spread: false }
+        Policy { jobs: 1, batch: 1, min_batch: 1, lookups: 1, scans: 1, spread: false }
     }
 
     fn cost(&self) -> Vec<(&'static str, u64)> {

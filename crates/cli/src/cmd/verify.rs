@@ -32,6 +32,9 @@ pub(crate) struct VerifyOutput<'a> {
     /// With `--repair --dry-run` and drift found: the ops the repair would run.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) would_repair: Option<OpCounts>,
+    /// What the verify (and a repair) cost in the storage's own terms, as in `sync --json`:
+    /// NFS calls by procedure for `nfs://`, requests by method for object stores.
+    pub(crate) cost: std::collections::BTreeMap<&'static str, u64>,
 }
 
 pub(crate) fn run(args: VerifyArgs) -> anyhow::Result<ExitCode> {
@@ -151,6 +154,7 @@ pub(crate) fn run(args: VerifyArgs) -> anyhow::Result<ExitCode> {
             after_repair: after,
             clean,
             would_repair,
+            cost: backend.cost().into_iter().collect(),
         })?;
         return Ok(if clean { ExitCode::SUCCESS } else { ExitCode::from(1) });
     }

@@ -296,10 +296,12 @@ impl fmt::Debug for Gate {
 
 /// Separate budgets for metadata lookups and for writes, around any backend.
 ///
-/// On a network filesystem the kernel serializes lookups (parallel `lstat`s only add lock
-/// contention) while writes overlap well, so the two get different limits:
-/// * lookups: [`Backend::probe`] of each op's directory, [`Backend::scan`] (its parallelism),
-///   listings, state and file reads;
+/// On a network filesystem a sync's directory probes queue on the locks its writes take, while
+/// writes overlap well and a read-only scan's `lstat`s overlap best, so each gets its limit:
+/// * lookups: [`Backend::probe`] of each op's directory, listings, state and file reads;
+/// * scans: the parallelism of [`Backend::scan`] and [`Backend::scan_dirs`] (read-only: verify's
+///   listing takes no directory lock a write waits for, so it may run wider; by default as
+///   wide as the lookups, see [`Budgets::with_scans`]);
 /// * writes: every op of a plan (create, write, rename, remove, chmod) and state writes.
 ///
 /// Ops are handed to the inner backend one at a time (batch 1), each after its directory was
@@ -309,12 +311,26 @@ pub struct Budgets<B> {
     inner: B,
     lookups: Gate,
     writes: Gate,
+    scans: usize,
 }
 
 impl<B: Backend> Budgets<B> {
     /// Wrap `inner`.
     pub fn new(inner: B, lookups: Gate, writes: Gate) -> Self {
-        Budgets { inner, lookups, writes }
+        let scans = lookups.ceiling();
+        Budgets { inner, lookups, writes, scans }
+    }
+
+    /// Let a read-only scan keep `scans` lookups in flight (at least 1) instead of as many as
+    /// the lookup budget has.
+    pub fn with_scans(mut self, scans: usize) -> Self {
+        self.scans = scans.max(1);
+        self
+    }
+
+    /// Lookups a read-only scan keeps in flight.
+    pub fn scans(&self) -> usize {
+        self.scans
     }
 
     /// The lookup budget.
@@ -344,7 +360,12 @@ impl<B: Backend> Budgets<B> {
 
 impl<B: Backend> fmt::Display for Budgets<B> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "Budgets(lookups={:?}, writes={:?}, {})", self.lookups, self.writes, self.inner)
+        write!(f, "Budgets(lookups={:?}, writes={:?}, ", self.lookups, self.writes)?;
+        // Shown only where it is not the lookup budget's.
+        if self.scans != self.lookups.ceiling() {
+            write!(f, "scans={}, ", self.scans)?;
+        }
+        write!(f, "{})", self.inner)
     }
 }
 
@@ -370,7 +391,14 @@ impl<B: Backend> Backend for Budgets<B> {
     );
 
     fn policy(&self) -> Policy {
-        Policy { jobs: self.writes.ceiling(), batch: 1, min_batch: 1, lookups: self.lookups.ceiling(), spread: true }
+        Policy {
+            jobs: self.writes.ceiling(),
+            batch: 1,
+            min_batch: 1,
+            lookups: self.lookups.ceiling(),
+            scans: self.scans,
+            spread: true,
+        }
     }
 
     async fn execute(&self, op: &Op, blobs: &Arc<dyn BlobSource>) -> Result<(), Error> {
@@ -419,13 +447,13 @@ impl<B: Backend> Backend for Budgets<B> {
     }
 
     async fn scan(&self, jobs: usize) -> Result<Vec<Found>, Error> {
-        // The scan runs its own threads; it gets as many as the lookup budget has.
-        self.inner.scan(jobs.min(self.lookups.ceiling()).max(1)).await
+        // The scan runs its own threads (or calls): as many as the scan budget has.
+        self.inner.scan(jobs.min(self.scans).max(1)).await
     }
 
     async fn scan_dirs(&self, dirs: &[RelPath], jobs: usize) -> Result<Vec<Found>, Error> {
-        // As a scan: its own threads, as many as the lookup budget has.
-        self.inner.scan_dirs(dirs, jobs.min(self.lookups.ceiling()).max(1)).await
+        // As a scan: its own threads, as many as the scan budget has.
+        self.inner.scan_dirs(dirs, jobs.min(self.scans).max(1)).await
     }
 
     async fn read_file(&self, path: &RelPath) -> Result<Vec<u8>, Error> {

@@ -38,6 +38,7 @@ struct Config {
     nfs_client: bool,
     client_initial: usize,
     client_files: usize,
+    client_verify: usize,
     client_delay: Duration,
     client_runs: usize,
     attributes: bool,
@@ -76,6 +77,7 @@ fn parse(args: &[String]) -> Result<Config, String> {
         nfs_client: true,
         client_initial: 5_000,
         client_files: 20_000,
+        client_verify: 20_000,
         client_delay: Duration::from_millis(2),
         client_runs: 3,
         attributes: true,
@@ -159,6 +161,7 @@ fn parse(args: &[String]) -> Result<Config, String> {
             "--nfs-git-runs" => c.nfs_git_runs = value()?.parse().map_err(|e| format!("--nfs-git-runs: {e}"))?,
             "--client-initial" => c.client_initial = value()?.parse().map_err(|e| format!("--client-initial: {e}"))?,
             "--client-files" => c.client_files = value()?.parse().map_err(|e| format!("--client-files: {e}"))?,
+            "--client-verify" => c.client_verify = value()?.parse().map_err(|e| format!("--client-verify: {e}"))?,
             "--attr-files" => c.attr_files = value()?.parse().map_err(|e| format!("--attr-files: {e}"))?,
             "--treesync" => c.treesync = Some(PathBuf::from(value()?)),
             "--changed" => c.changed = value()?.parse().map_err(|e| format!("--changed: {e}"))?,
@@ -415,50 +418,87 @@ pub fn run(args: &[String]) -> Result<(), String> {
                 git_runs: c.nfs_git_runs.max(1),
                 verify_files: c.nfs_verify,
             };
-            let table = nfs::run(&nc, &c.dir, &treesync)?;
-            println!("{table}");
+            let tables = nfs::run(&nc, &c.dir, &treesync)?;
+            for table in tables.sync.iter().chain(&tables.verify) {
+                println!("{table}");
+            }
             if c.write {
                 let sizes: Vec<String> = c.nfs_files.iter().map(|n| n.to_string()).collect();
-                let block = format!(
-                    "Reproduce: `cargo xtask bench nfs --nfs-files {} --nfs-initial {} --nfs-verify {} --latency {}ms --nfs-runs {} --nfs-git-runs {}` (root: FUSE and the tmpfs mount).\n\n{table}",
-                    sizes.join(","),
-                    c.nfs_initial,
-                    c.nfs_verify,
-                    c.nfs_latency.as_secs_f64() * 1000.0,
-                    c.nfs_runs,
-                    c.nfs_git_runs
-                );
-                write_section(
-                    &root.join("BENCHMARKS.md"),
-                    "nfs",
-                    "NAS (slow FUSE filesystem): treesync vs git",
-                    &block,
-                )?;
+                if let Some(table) = &tables.sync {
+                    let block = format!(
+                        "Reproduce: `cargo xtask bench nfs --nfs-files {} --nfs-initial {} --nfs-verify 0 --latency {}ms --nfs-runs {} --nfs-git-runs {}` (root: FUSE and the tmpfs mount).\n\n{table}",
+                        sizes.join(","),
+                        c.nfs_initial,
+                        c.nfs_latency.as_secs_f64() * 1000.0,
+                        c.nfs_runs,
+                        c.nfs_git_runs
+                    );
+                    write_section(
+                        &root.join("BENCHMARKS.md"),
+                        "nfs",
+                        "NAS (slow FUSE filesystem): treesync vs git",
+                        &block,
+                    )?;
+                }
+                if let Some(table) = &tables.verify {
+                    let block = format!(
+                        "Reproduce: `cargo xtask bench nfs --nfs-files '' --nfs-initial 0 --nfs-verify {} --latency {}ms{}` (root: FUSE and the tmpfs mount).\n\n{table}",
+                        c.nfs_verify,
+                        c.nfs_latency.as_secs_f64() * 1000.0,
+                        treesync_flag(&c.treesync, &root),
+                    );
+                    write_section(
+                        &root.join("BENCHMARKS.md"),
+                        "nfs-verify",
+                        "NAS (slow FUSE filesystem): treesync verify vs git status",
+                        &block,
+                    )?;
+                }
             }
         }
         if c.nfs_client {
             let cc = nfs_client::Config {
                 initial_files: c.client_initial,
                 update_files: c.client_files,
+                verify_files: c.client_verify,
                 one_way: c.client_delay,
                 runs: c.client_runs.max(1),
             };
-            let table = nfs_client::run(&cc, &c.dir, &treesync)?;
-            println!("{table}");
+            let tables = nfs_client::run(&cc, &c.dir, &treesync)?;
+            for table in tables.sync.iter().chain(&tables.verify) {
+                println!("{table}");
+            }
             if c.write {
-                let block = format!(
-                    "Reproduce: `cargo xtask bench nfs-client --client-initial {} --client-files {} --client-delay-ms {} --client-runs {}` (root; needs nfs-ganesha: `cargo xtask test` installs it).\n\n{table}",
-                    c.client_initial,
-                    c.client_files,
-                    c.client_delay.as_secs_f64() * 1000.0,
-                    c.client_runs
-                );
-                write_section(
-                    &root.join("BENCHMARKS.md"),
-                    "nfs-client",
-                    "NFS without a mount: the built-in client, pipelined vs one call in flight",
-                    &block,
-                )?;
+                if let Some(table) = &tables.sync {
+                    let block = format!(
+                        "Reproduce: `cargo xtask bench nfs-client --client-initial {} --client-files {} --client-verify 0 --client-delay-ms {} --client-runs {}` (root; needs nfs-ganesha: `cargo xtask test` installs it).\n\n{table}",
+                        c.client_initial,
+                        c.client_files,
+                        c.client_delay.as_secs_f64() * 1000.0,
+                        c.client_runs
+                    );
+                    write_section(
+                        &root.join("BENCHMARKS.md"),
+                        "nfs-client",
+                        "NFS without a mount: the built-in client, pipelined vs one call in flight",
+                        &block,
+                    )?;
+                }
+                if let Some(table) = &tables.verify {
+                    let block = format!(
+                        "Reproduce: `cargo xtask bench nfs-client --client-initial 0 --client-files 0 --client-verify {} --client-delay-ms {} --client-runs {}{}` (root; needs nfs-ganesha: `cargo xtask test` installs it).\n\n{table}",
+                        c.client_verify,
+                        c.client_delay.as_secs_f64() * 1000.0,
+                        c.client_runs,
+                        treesync_flag(&c.treesync, &root),
+                    );
+                    write_section(
+                        &root.join("BENCHMARKS.md"),
+                        "nfs-client-verify",
+                        "NFS without a mount: verify, pipelined READDIRPLUS vs one call in flight",
+                        &block,
+                    )?;
+                }
             }
         }
         if c.s3 {
@@ -746,6 +786,14 @@ pub fn write_section(path: &Path, name: &str, title: &str, block: &str) -> Resul
         _ => format!("{existing}\n## {title}\n\n{block}\n"),
     };
     std::fs::write(path, new).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// ` --treesync PATH` (relative to the checkout) for a Reproduce line, or nothing.
+fn treesync_flag(given: &Option<PathBuf>, root: &Path) -> String {
+    match given {
+        Some(path) => format!(" --treesync {}", path.strip_prefix(root).unwrap_or(path).display()),
+        None => String::new(),
+    }
 }
 
 /// The treesync binary a benchmark measures: `given` (`--treesync PATH`), else a release build

@@ -16,10 +16,13 @@ use crate::measure::{fmt_time, median};
 use crate::repo::matches_git_archive;
 
 pub struct Config {
-    /// Files of the initial-checkout case.
+    /// Files of the initial-checkout case; 0: skipped.
     pub initial_files: usize,
-    /// Files of the update case (K = 10 changed: 6 modified, 2 added, 2 deleted).
+    /// Files of the update case (K = 10 changed: 6 modified, 2 added, 2 deleted); 0: skipped.
     pub update_files: usize,
+    /// Files of the verify case (a stat-level `treesync verify` of a tree synced just before,
+    /// pipelined vs one call in flight); 0: skipped.
+    pub verify_files: usize,
     /// Delay each way.
     pub one_way: Duration,
     /// Runs per pipelined measurement (medians); the one-in-flight runs are long, one each.
@@ -36,20 +39,50 @@ struct Row {
 
 const ONE: &str = "inflight=1";
 
+/// Files the update case changes (K): 6 modified, 2 added, 2 deleted.
+const CHANGED: usize = 10;
+
 /// Run `treesync sync --json` once: wall time (the whole process: connect, MOUNT, the sync) and
 /// the NFS calls it reports, by procedure.
 fn sync(treesync: &Path, repo: &Path, rev: &str, url: &str, extra: &[&str]) -> Result<(Duration, u64, String), String> {
     let mut cmd = Command::new(treesync);
     cmd.args(["sync", "--json", "--repo"]).arg(repo).args(["--ref", rev, "--target", url]).args(extra);
+    let (t, v) = json_run(&mut cmd, "sync", url)?;
+    let (total, by) = calls(&v, "sync")?;
+    Ok((t, total, by))
+}
+
+/// Run `treesync verify --json` (stat level) once: wall time, the report and the NFS calls.
+fn verify(treesync: &Path, repo: &Path, url: &str, extra: &[&str]) -> Result<(Duration, u64, String, String), String> {
+    let mut cmd = Command::new(treesync);
+    cmd.args(["verify", "--json", "--repo"]).arg(repo).args(["--target", url]).args(extra);
+    let (t, v) = json_run(&mut cmd, "verify", url)?;
+    if v["clean"] != serde_json::Value::Bool(true) {
+        return Err(format!("treesync verify {url} found drift: {}", v["report"]["drift"]));
+    }
+    let r = &v["report"];
+    let note = format!("{} files, hashed {}, proven by stat {}", r["expected"], r["hashed"], r["proven_by_stat"]);
+    let (total, by) = calls(&v, "verify")?;
+    Ok((t, total, by, note))
+}
+
+/// Wall time and the JSON document of one run of `cmd`.
+fn json_run(cmd: &mut Command, what: &str, url: &str) -> Result<(Duration, serde_json::Value), String> {
     let start = Instant::now();
     let out = cmd.output().map_err(|e| format!("cannot run treesync: {e}"))?;
     let t = start.elapsed();
-    if !out.status.success() {
-        return Err(format!("treesync sync {url} failed: {}", String::from_utf8_lossy(&out.stderr)));
+    // verify exits 1 on drift, with its report on stdout.
+    if !out.status.success() && out.stdout.is_empty() {
+        return Err(format!("treesync {what} {url} failed: {}", String::from_utf8_lossy(&out.stderr)));
     }
-    let v: serde_json::Value =
-        serde_json::from_slice(&out.stdout).map_err(|e| format!("sync --json printed no JSON: {e}"))?;
-    let cost = v.get("cost").and_then(|c| c.as_object()).ok_or("sync --json has no cost")?;
+    let v = serde_json::from_slice(&out.stdout).map_err(|e| format!("{what} --json printed no JSON: {e}"))?;
+    Ok((t, v))
+}
+
+/// The NFS calls of a `--json` document (MOUNT calls left out of the total), and all of them by
+/// procedure.
+fn calls(v: &serde_json::Value, what: &str) -> Result<(u64, String), String> {
+    let cost = v.get("cost").and_then(|c| c.as_object()).ok_or_else(|| format!("{what} --json has no cost"))?;
     let mut total = 0;
     let mut parts = Vec::new();
     for (k, n) in cost {
@@ -59,7 +92,7 @@ fn sync(treesync: &Path, repo: &Path, rev: &str, url: &str, extra: &[&str]) -> R
         }
         parts.push(format!("{n} {k}"));
     }
-    Ok((t, total, parts.join(", ")))
+    Ok((total, parts.join(", ")))
 }
 
 fn url(port: u16, mount_port: u16, sub: &str, extra: &str) -> String {
@@ -71,7 +104,16 @@ fn url(port: u16, mount_port: u16, sub: &str, extra: &str) -> String {
     u
 }
 
-pub fn run(c: &Config, dir: &Path, treesync: &Path) -> Result<String, String> {
+/// The tables of one run, each `None` when its cases were skipped, so that a run of one part
+/// leaves the other's figures in BENCHMARKS.md alone.
+pub struct Tables {
+    /// Initial checkout and update.
+    pub sync: Option<String>,
+    /// Verify.
+    pub verify: Option<String>,
+}
+
+pub fn run(c: &Config, dir: &Path, treesync: &Path) -> Result<Tables, String> {
     ganesha::check().map_err(|m| format!("the nfs-client benchmark needs the nfs-ganesha testbed: {m}"))?;
     let server = Ganesha::start();
     let nfs = DelayProxy::start(server.nfs_addr(), c.one_way);
@@ -92,7 +134,33 @@ pub fn run(c: &Config, dir: &Path, treesync: &Path) -> Result<String, String> {
     let (np, mp) = (nfs.addr().port(), mnt.addr().port());
     let mut rows = Vec::new();
 
-    // Initial checkout of N files.
+    if c.initial_files > 0 {
+        initial(c, dir, treesync, &server, (np, mp), &mut rows)?;
+    }
+    if c.update_files > 0 {
+        update(c, dir, treesync, &server, (np, mp), &mut rows)?;
+    }
+    let mut verify_rows = Vec::new();
+    if c.verify_files > 0 {
+        verify_case(c, dir, treesync, &server, (np, mp), &mut verify_rows)?;
+    }
+    drop((nfs, mnt));
+    server.stop();
+    Ok(Tables {
+        sync: (!rows.is_empty()).then(|| render(&rows, c, rtt)),
+        verify: (!verify_rows.is_empty()).then(|| render(&verify_rows, c, rtt)),
+    })
+}
+
+/// Initial checkout of N files.
+fn initial(
+    c: &Config,
+    dir: &Path,
+    treesync: &Path,
+    server: &Ganesha,
+    (np, mp): (u16, u16),
+    rows: &mut Vec<Row>,
+) -> Result<(), String> {
     let n = c.initial_files;
     let repo = dir.join(format!("nfs-client-{n}.git"));
     let _ = std::fs::remove_dir_all(&repo);
@@ -120,8 +188,18 @@ pub fn run(c: &Config, dir: &Path, treesync: &Path) -> Result<String, String> {
         rows.push(Row { case: case.clone(), tool: label.into(), time: median(times), calls, by_proc: by });
     }
     let _ = std::fs::remove_dir_all(&repo);
+    Ok(())
+}
 
-    // Update with K = 10 in an N-file tree.
+/// Update with K = 10 in an N-file tree.
+fn update(
+    c: &Config,
+    dir: &Path,
+    treesync: &Path,
+    server: &Ganesha,
+    (np, mp): (u16, u16),
+    rows: &mut Vec<Row>,
+) -> Result<(), String> {
     let n = c.update_files;
     let repo = dir.join(format!("nfs-client-{n}.git"));
     let _ = std::fs::remove_dir_all(&repo);
@@ -130,6 +208,9 @@ pub fn run(c: &Config, dir: &Path, treesync: &Path) -> Result<String, String> {
     let base = history::wide_tree(n, 2);
     let (next, changed) = history::change_some(&base, 6, 2, 2, 3);
     let k = changed.len();
+    if k != CHANGED {
+        return Err(format!("change_some changed {k} files, not {CHANGED}"));
+    }
     let commits = history::import(&repo, "main", &[base, next]);
     let (a, b) = (commits[0].clone(), commits[1].clone());
     let case = format!("update, N={n}, K={k}");
@@ -154,20 +235,81 @@ pub fn run(c: &Config, dir: &Path, treesync: &Path) -> Result<String, String> {
         rows.push(Row { case: case.clone(), tool: label.into(), time: median(times), calls, by_proc: by });
     }
     let _ = std::fs::remove_dir_all(&repo);
-    drop((nfs, mnt));
-    server.stop();
-    Ok(render(&rows, c, rtt, k))
+    Ok(())
 }
 
-fn render(rows: &[Row], c: &Config, rtt: Duration, k: usize) -> String {
+/// Issue 18: a stat-level verify of N files synced just before, READDIRPLUS pipelined (the
+/// defaults) vs one call in flight. The built-in client's sync records no stat data yet (see
+/// docs/state.md), so the first verify hashes every file and writes the index: it is a row of
+/// its own (one run); the compared rows are the verifies after it, proven by stat.
+fn verify_case(
+    c: &Config,
+    dir: &Path,
+    treesync: &Path,
+    server: &Ganesha,
+    (np, mp): (u16, u16),
+    rows: &mut Vec<Row>,
+) -> Result<(), String> {
+    let n = c.verify_files;
+    let repo = dir.join(format!("nfs-client-verify-{n}.git"));
+    let _ = std::fs::remove_dir_all(&repo);
+    std::fs::create_dir_all(&repo).map_err(|e| e.to_string())?;
+    treesync_testkit::git(&repo, &["init", "-q", "--bare"]);
+    let commits = history::import(&repo, "main", &[history::wide_tree(n, 4)]);
+    let a = commits.first().ok_or("import made no commit")?.clone();
+    let sub = "verify";
+    let _ = std::fs::remove_dir_all(server.dir().join(sub));
+    eprintln!("verify, N={n}: the sync…");
+    sync(treesync, &repo, &a, &url(np, mp, sub, ""), &[])?;
+    let first = format!("first verify after a sync (every file hashed), N={n}");
+    eprintln!("{first}…");
+    let (t, calls, by, note) = verify(treesync, &repo, &url(np, mp, sub, ""), &[])?;
+    rows.push(Row {
+        case: first,
+        tool: "treesync nfs://, pipelined (defaults)".into(),
+        time: t,
+        calls,
+        by_proc: format!("{by} ({note})"),
+    });
+    let case = format!("verify (stat level), index in place, N={n}");
+    for (label, extra_url, flags) in [
+        ("treesync nfs://, pipelined (defaults)", "", vec![]),
+        ("treesync nfs://, one call in flight", ONE, vec!["--lookup-jobs", "1"]),
+    ] {
+        eprintln!("{case}: {label}…");
+        let mut times = Vec::new();
+        let (mut calls, mut by) = (0, String::new());
+        for _ in 0..c.runs {
+            let (t, n_calls, b, note) = verify(treesync, &repo, &url(np, mp, sub, extra_url), &flags)?;
+            times.push(t);
+            (calls, by) = (n_calls, format!("{b} ({note})"));
+        }
+        rows.push(Row { case: case.clone(), tool: label.into(), time: median(times), calls, by_proc: by });
+    }
+    let _ = std::fs::remove_dir_all(server.dir().join(sub));
+    let _ = std::fs::remove_dir_all(&repo);
+    Ok(())
+}
+
+fn render(rows: &[Row], c: &Config, rtt: Duration) -> String {
     let mut t = String::new();
     let _ = writeln!(
         t,
-        "nfs-ganesha {} on 127.0.0.1 exporting a tmpfs, reached through a TCP delay line of {} ms each way (measured NULL round trip {}). One run of the one-in-flight initial checkout, medians of {} otherwise. Each run is a whole `treesync sync --json` process (connect, MOUNT, lock, journal, the plan); calls are NFS calls counted by the client (MOUNT calls left out of the total). Every target was compared with `git archive`.\n",
+        "nfs-ganesha {} on 127.0.0.1 exporting a tmpfs, reached through a TCP delay line of {} ms each way (measured NULL round trip {}). {}; calls are NFS calls counted by the client (MOUNT calls left out of the total).\n",
         ganesha_version(),
         c.one_way.as_secs_f64() * 1000.0,
         fmt_time(rtt),
-        c.runs
+        if rows.iter().any(|r| r.case.contains("verify")) {
+            format!(
+                "One run of the first verify, medians of {} otherwise. Each run is a whole `treesync verify --json` process (connect, MOUNT, reading the state and the index, the scan, the comparison with the tree); `one call in flight` is `inflight=1` in the URL and `--lookup-jobs 1`",
+                c.runs
+            )
+        } else {
+            format!(
+                "One run of the one-in-flight initial checkout, medians of {} otherwise. Each run is a whole `treesync sync --json` process (connect, MOUNT, lock, journal, the plan); every target was compared with `git archive`",
+                c.runs
+            )
+        }
     );
     let _ = writeln!(t, "| case | client | time | NFS calls | vs one in flight | calls by procedure |");
     let _ = writeln!(t, "|---|---|---:|---:|---:|---|");
@@ -178,12 +320,22 @@ fn render(rows: &[Row], c: &Config, rtt: Duration, k: usize) -> String {
             writeln!(t, "| {} | {} | {} | {} | {} | {} |", r.case, r.tool, fmt_time(r.time), r.calls, ratio, r.by_proc);
     }
     if let Some(u) = rows.iter().find(|r| r.case.starts_with("update") && r.tool.contains("pipelined")) {
+        let k = CHANGED;
         let _ = writeln!(
             t,
             "\nUpdate, pipelined: {} NFS calls for K={k} (target ≤ 10·K+10 = {}), {} (target < 0.5 s).",
             u.calls,
             10 * k + 10,
             fmt_time(u.time)
+        );
+    }
+    let verify = |tool: &str| rows.iter().find(|r| r.case.starts_with("verify (stat") && r.tool.contains(tool));
+    if let (Some(p), Some(one)) = (verify("pipelined"), verify("one call")) {
+        let _ = writeln!(
+            t,
+            "\nVerify with the index in place, pipelined: {} (target < 2 s), {:.1}× faster than one call in flight (target ≥ 20×).",
+            fmt_time(p.time),
+            one.time.as_secs_f64() / p.time.as_secs_f64()
         );
     }
     t
