@@ -291,6 +291,37 @@ fn incremental_sync_makes_few_stat_calls() {
     assert_target_is(&bare, &commits[1], &target);
 }
 
+/// A sync to a directory reads the mount table once (to choose between the local and the NFS
+/// backend) and makes the target's backend once: asking for the target's generations takes the
+/// backend already chosen instead of choosing again (each choice read `/proc/self/mountinfo`,
+/// each local backend the umask from `/proc/self/status`).
+#[test]
+fn a_sync_reads_the_mount_table_once() {
+    treesync_testkit::missing::require_program("strace", "strace");
+    let (bare, commits) = small_repo();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let target = dir.path().join("t");
+    assert!(sync(&bare.path, &commits[0], &target).status.success());
+    let trace = dir.path().join("strace.txt");
+    let o = Command::new("strace")
+        .args(["-f", "-e", "trace=open,openat,openat2", "-o"])
+        .arg(&trace)
+        .arg(env!("CARGO_BIN_EXE_treesync"))
+        .env_remove("LD_LIBRARY_PATH")
+        .args(["sync", "--repo"])
+        .arg(&bare.path)
+        .args(["--ref", &commits[1], "--target"])
+        .arg(&target)
+        .output()
+        .expect("strace runs");
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = std::fs::read_to_string(&trace).expect("strace output");
+    let opened = |path: &str| text.lines().filter(|l| l.contains(&format!("\"{path}\""))).count();
+    assert_eq!(opened("/proc/self/mountinfo"), 1, "{text}");
+    assert_eq!(opened("/proc/self/status"), 1, "{text}");
+    assert_target_is(&bare, &commits[1], &target);
+}
+
 /// Deep trees: 1,000 levels sync like git archive (the walk runs on a large stack); 3,000
 /// levels (a path beyond PATH_MAX) and 10,000 levels (deeper than git's core.maxTreeDepth) are
 /// refused before any write instead of overflowing the stack.

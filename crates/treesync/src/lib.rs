@@ -50,7 +50,8 @@ mod open;
 mod target;
 
 pub use open::{
-    BackendKind, Budgets, BudgetsReport, OpenError, Opened, TargetOptions, WriteJobs, check, generations, open,
+    BackendKind, Budgets, BudgetsReport, OpenError, Opened, TargetOptions, WriteJobs, check, generations,
+    generations_of, open,
 };
 pub use target::{Target, TargetError};
 pub use treesync_core::{

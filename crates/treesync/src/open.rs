@@ -477,14 +477,39 @@ pub fn generations(
     target: &Target,
     options: &TargetOptions,
 ) -> Result<Arc<dyn treesync_core::generation::Host>, OpenError> {
-    let refuse = |why, hint| OpenError::Atomic { target: target.to_string(), why, hint };
     let (kind, _) = check(target, options.backend)?;
+    if let (Target::Dir(_), BackendKind::Local | BackendKind::Nfs) = (target, kind) {
+        // The budgets are checked once here: every generation is opened with them.
+        open(target, &TargetOptions { backend: kind, ..options.clone() })?;
+    }
+    host(target, kind, options)
+}
+
+/// [`generations()`] of a target [`open()`] opened already (`opened` is what `open(target,
+/// options)` returned): the backend it chose is taken as decided, so neither the mount table
+/// nor the target is looked at again. A sync opens its target and then asks for its
+/// generations; this way the mount table is read once per sync.
+pub fn generations_of(
+    target: &Target,
+    opened: &Opened,
+    options: &TargetOptions,
+) -> Result<Arc<dyn treesync_core::generation::Host>, OpenError> {
+    host(target, opened.kind, options)
+}
+
+/// The generations host of `target` served by backend `kind` (decided, never
+/// [`BackendKind::Auto`]), with `options` checked already.
+fn host(
+    target: &Target,
+    kind: BackendKind,
+    options: &TargetOptions,
+) -> Result<Arc<dyn treesync_core::generation::Host>, OpenError> {
+    let refuse = |why, hint| OpenError::Atomic { target: target.to_string(), why, hint };
     match (target, kind) {
         (Target::Dir(dir), BackendKind::Local | BackendKind::Nfs) => {
             // Every generation gets the backend the target itself would: the kind is fixed
-            // (a slot lies on the target's filesystem), and the budgets are checked once here.
+            // (a slot lies on the target's filesystem).
             let options = TargetOptions { backend: kind, ..options.clone() };
-            open(target, &options)?;
             let opener: treesync_backend_local::generations::Opener = Arc::new(move |path| {
                 open(&Target::Dir(path), &options)
                     .expect("the options opened the target, so they open its generations")
@@ -566,6 +591,30 @@ mod tests {
             generations(&target(site.to_str().expect("utf8")), &bad).err(),
             Some(OpenError::Budgets { .. })
         ));
+    }
+
+    #[test]
+    fn generations_of_an_opened_target_keep_the_backend_it_chose() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let site = target(dir.path().join("site").to_str().expect("utf8"));
+        // Opened as NFS (as a directory on a network mount would be): its generations are
+        // opened as NFS too, and as the mounted-NFS backend's host (symlink switches only).
+        let nfs = TargetOptions { backend: BackendKind::Nfs, ..Default::default() };
+        let opened = open(&site, &nfs).expect("nfs");
+        let host = generations_of(&site, &opened, &TargetOptions::default()).expect("a directory");
+        let slot = host.open(&treesync_core::generation::At::Slot("g1".into()));
+        let local = open(&site, &TargetOptions::default()).expect("local");
+        assert_ne!(local.kind, BackendKind::Nfs, "a temporary directory is on a local disk here");
+        let slot_dir = Target::Dir(dir.path().join(".site.treesync/g1"));
+        assert_eq!(slot.to_string(), open(&slot_dir, &nfs).expect("nfs").backend.to_string());
+        let from_local = generations_of(&site, &local, &TargetOptions::default())
+            .expect("a directory")
+            .open(&treesync_core::generation::At::Slot("g1".into()));
+        assert_ne!(from_local.to_string(), slot.to_string(), "local: {from_local}, nfs: {slot}");
+        let bucket = target("memory://");
+        let opened = open(&bucket, &TargetOptions::default()).expect("memory://");
+        let e = generations_of(&bucket, &opened, &TargetOptions::default()).err().expect("refused").to_string();
+        assert!(e.contains("a bucket has no atomic switch of many keys"), "{e}");
     }
 
     #[test]

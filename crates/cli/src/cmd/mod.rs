@@ -218,12 +218,15 @@ pub(crate) fn make_backend(args: &TargetArgs) -> anyhow::Result<treesync::Opened
     Ok(treesync::open(&treesync::Target::parse(args.target())?, &target_options(args))?)
 }
 
-/// The generations of a directory or nfs:// target ([`treesync::generations`]): the host, or
-/// why this kind of target cannot be kept in generations (an error only `--atomic` reports).
+/// The generations of a directory or nfs:// target opened as `opened` ([`make_backend`],
+/// [`treesync::generations_of`]: the backend it chose stands, the mount table is not read
+/// again): the host, or why this kind of target cannot be kept in generations (an error only
+/// `--atomic` reports).
 pub(crate) fn generations(
     args: &TargetArgs,
+    opened: &treesync::Opened,
 ) -> anyhow::Result<Result<std::sync::Arc<dyn treesync_core::generation::Host>, treesync::OpenError>> {
-    Ok(treesync::generations(&treesync::Target::parse(args.target())?, &target_options(args)))
+    Ok(treesync::generations_of(&treesync::Target::parse(args.target())?, opened, &target_options(args)))
 }
 
 /// Where a command that reads the target looks: the target, or, for a target kept in
@@ -243,7 +246,7 @@ pub(crate) fn reading(
     rt: &tokio::runtime::Runtime,
 ) -> anyhow::Result<Reading> {
     use treesync_core::generation;
-    if let Ok(host) = generations(args)?
+    if let Ok(host) = generations(args, opened)?
         && rt.block_on(generation::has_home(&*host))?
     {
         if let Some(current) = rt.block_on(generation::current_backend(&*host))? {

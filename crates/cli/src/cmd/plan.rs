@@ -47,12 +47,13 @@ pub(crate) struct PlanOutput<'a> {
 pub(crate) fn run(args: PlanArgs) -> anyhow::Result<()> {
     let rev = args.source.rev()?;
     let repo = open_repo(args.source.repo(), args.source.cache_dir.as_deref(), std::slice::from_ref(&rev))?;
-    let mut backend = make_backend(&args.target)?.backend;
+    let opened = make_backend(&args.target)?;
+    let mut backend = opened.backend.clone();
     let rt = runtime()?;
     // A target kept in generations (or becoming so with --atomic): plan from the generation
     // the next sync would bring up to date.
     let mut note = None;
-    if let Ok(host) = generations(&args.target)? {
+    if let Ok(host) = generations(&args.target, &opened)? {
         use treesync_core::generation;
         let kept = rt.block_on(generation::kept(&*host))?;
         if args.atomic.wanted().unwrap_or(kept) {
@@ -68,7 +69,7 @@ pub(crate) fn run(args: PlanArgs) -> anyhow::Result<()> {
             }
         }
     } else if args.atomic.atomic {
-        generations(&args.target)?.map(|_| ())?;
+        generations(&args.target, &opened)?.map(|_| ())?;
     }
     let options = sync::PrepareOptions {
         force: args.force,

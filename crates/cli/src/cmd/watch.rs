@@ -164,7 +164,7 @@ async fn prepare(
         super::hooks::start(&args.hooks, Arc::new(on_report)).with_context(|| format!("{tag}starting the hooks"))?
     };
     // --atomic, or a target kept in generations: every sync prepares a generation and switches.
-    let host = generations(&args.target)?;
+    let host = generations(&args.target, &chosen)?;
     let atomic = match (&host, args.atomic.wanted()) {
         (Ok(_), Some(w)) => w,
         (Err(e), Some(true)) => anyhow::bail!("{tag}{e}"),
