@@ -111,7 +111,8 @@ pub struct TargetOptions {
     /// Writes in flight on NFS (`None`: `jobs` if given, else adaptive). A fixed number must
     /// agree with `jobs` when both are given.
     pub write_jobs: Option<WriteJobs>,
-    /// Directory lookups in flight on NFS (mounts: 1, `nfs://`: 32).
+    /// Directory lookups in flight on NFS (`None`: mounts adapt between 1 and 16 starting at 4,
+    /// never two in one directory; `nfs://` takes 32).
     pub lookup_jobs: Option<usize>,
     /// fsync files and the state before renaming them (local and mounted NFS).
     pub fsync: bool,
@@ -400,7 +401,10 @@ pub fn open(target: &Target, options: &TargetOptions) -> Result<Opened, OpenErro
             };
             let (write_jobs, jobs, decided) = nfs_writes(options, default_range)?;
             let o = treesync_backend_nfs::Options {
-                lookup_jobs: options.lookup_jobs.unwrap_or(1).max(1),
+                lookup_jobs: match options.lookup_jobs {
+                    Some(n) => treesync_backend_nfs::LookupJobs::Fixed(n.max(1)),
+                    None => treesync_backend_nfs::LookupJobs::default(),
+                },
                 write_jobs,
                 fsync: options.fsync,
             };
