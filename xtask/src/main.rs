@@ -29,7 +29,7 @@ Tasks:
           options: --files N (100000)  --runs R (5)  --s3-files N,N (20000)
                    --nfs-files N,N (20000,100000)  --nfs-initial N (2000)  --latency 1ms
                    --nfs-verify N (0: off; the first verify after an initial sync vs git status -uno)
-                   --nfs-runs R (3)  --nfs-git-runs R (1)
+                   --nfs-runs R (3)  --nfs-git-runs R (1)  --nfs-no-slow-git (skip preloadIndex=false)
                    --client-initial N (5000)  --client-files N (20000)
                    --client-delay-ms D (2; each way)  --client-runs R (3)
                    --attr-files N (10000)  --changed K (14; atomic: paths changed per commit)

@@ -236,8 +236,9 @@ pub(crate) struct TargetArgs {
     /// `--write-jobs` other than N is refused.
     #[arg(long, value_name = "N")]
     pub(crate) jobs: Option<usize>,
-    /// nfs: metadata lookups in flight (directory probes; the stat calls of verify). Network
-    /// filesystems serialize lookups in the kernel, so more rarely helps.
+    /// nfs: directory lookups in flight (directory probes; the stat calls of verify), never two
+    /// in one directory (the kernel client locks the directory for each). Default: adaptive,
+    /// starting at 4 within 1..16; 1 looks up one directory at a time.
     #[arg(long, value_name = "N", help_heading = "Network filesystems (--backend nfs)")]
     pub(crate) lookup_jobs: Option<usize>,
     /// nfs: writes (creates, renames, removals) in flight: a number, or `auto` (the default) to

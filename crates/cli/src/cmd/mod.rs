@@ -226,6 +226,17 @@ pub(crate) fn generations(
     Ok(treesync::generations(&treesync::Target::parse(args.target())?, &target_options(args)))
 }
 
+/// [`generations`] of a target whose backend was chosen already ([`make_backend`]'s
+/// `Opened::kind`): `auto` is not decided again (on a network mount, detecting it resolves the
+/// target's path: a lookup on the server each time).
+pub(crate) fn generations_as(
+    args: &TargetArgs,
+    kind: treesync::BackendKind,
+) -> anyhow::Result<Result<std::sync::Arc<dyn treesync_core::generation::Host>, treesync::OpenError>> {
+    let options = treesync::TargetOptions { backend: kind, ..target_options(args) };
+    Ok(treesync::generations(&treesync::Target::parse(args.target())?, &options))
+}
+
 /// Where a command that reads the target looks: the target, or, for a target kept in
 /// generations, its current generation (with the host, for `status`).
 pub(crate) struct Reading {
@@ -243,7 +254,7 @@ pub(crate) fn reading(
     rt: &tokio::runtime::Runtime,
 ) -> anyhow::Result<Reading> {
     use treesync_core::generation;
-    if let Ok(host) = generations(args)?
+    if let Ok(host) = generations_as(args, opened.kind)?
         && rt.block_on(generation::has_home(&*host))?
     {
         if let Some(current) = rt.block_on(generation::current_backend(&*host))? {

@@ -11,7 +11,7 @@ use serde::Serialize;
 use treesync_core::generation::{self, Host};
 use treesync_core::{Repo, apply, sync};
 
-use super::{generations, make_backend, open_repo, runtime};
+use super::{generations_as, make_backend, open_repo, runtime};
 use crate::args::SyncArgs;
 use crate::render::{BackendInfo, human_bytes, print_json, print_replaced, short};
 
@@ -39,8 +39,12 @@ pub(crate) struct SyncOutput<'a> {
 
 /// Whether this sync keeps the target in generations: `--atomic`/`--no-atomic`, else what the
 /// target is. The host, when the target is or becomes atomic, or has generations to leave.
-fn decide(args: &SyncArgs, rt: &tokio::runtime::Runtime) -> anyhow::Result<(bool, Option<std::sync::Arc<dyn Host>>)> {
-    let host = generations(&args.target)?;
+fn decide(
+    args: &SyncArgs,
+    kind: treesync::BackendKind,
+    rt: &tokio::runtime::Runtime,
+) -> anyhow::Result<(bool, Option<std::sync::Arc<dyn Host>>)> {
+    let host = generations_as(&args.target, kind)?;
     match (args.atomic.wanted(), host) {
         (Some(true), Ok(h)) => Ok((true, Some(h))),
         (Some(true), Err(e)) => Err(e.into()),
@@ -114,7 +118,7 @@ pub(crate) fn run(args: SyncArgs) -> anyhow::Result<()> {
             }),
         )?
     };
-    let (atomic, host) = decide(&args, &rt)?;
+    let (atomic, host) = decide(&args, chosen.kind, &rt)?;
     anyhow::ensure!(
         !(atomic && args.git_worktree),
         "--git-worktree cannot keep a git clone in generations: the clone's .git is in one directory, and --atomic switches the target between several\n  hint: sync the clone without --atomic, or keep a separate target with --atomic"
