@@ -202,8 +202,10 @@ fn lookup_budget_holds_at_the_filesystem() {
         .expect("initial");
     let mut seen = Vec::new();
     for lookups in [1, 2] {
-        let backend =
-            treesync_backend_nfs::open(fs.path().join("t"), Options { lookup_jobs: LookupJobs::Fixed(lookups), ..Options::default() });
+        let backend = treesync_backend_nfs::open(
+            fs.path().join("t"),
+            Options { lookup_jobs: LookupJobs::Fixed(lookups), ..Options::default() },
+        );
         fs.reset();
         let report = rt.block_on(verify::verify(&h.repo, &backend, verify::Level::Quick)).expect("verify");
         assert!(report.is_clean(), "{report:?}");

@@ -126,7 +126,8 @@ fn update(c: &Config, dir: &Path, fs: &SlowFs, treesync: &Path, n: usize, rows: 
         files: 14,
         note: "defaults: lookups adaptive from 4 (never two in one directory), --write-jobs auto".into(),
     });
-    for (jobs, note) in [("1", "one directory lookup at a time (the old default)"), ("4", "directory lookups 4 at a time")]
+    for (jobs, note) in
+        [("1", "one directory lookup at a time (the old default)"), ("4", "directory lookups 4 at a time")]
     {
         let (t, ops) = timed(
             fs,
