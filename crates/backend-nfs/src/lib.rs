@@ -104,7 +104,7 @@ impl LookupJobs {
 }
 
 /// Options of [`open`].
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct Options {
     /// Directory lookups in flight, never two in one directory (the stat calls of `verify` run
     /// on as many threads as its ceiling). Default: adaptive, starting at 4, between 1 and 16.
@@ -113,12 +113,6 @@ pub struct Options {
     pub write_jobs: WriteJobs,
     /// `fsync` every file before renaming it into place.
     pub fsync: bool,
-}
-
-impl Default for Options {
-    fn default() -> Self {
-        Options { lookup_jobs: LookupJobs::default(), write_jobs: WriteJobs::default(), fsync: false }
-    }
 }
 
 /// The NFS backend with its budgets: what the CLI uses for `--backend nfs`.
