@@ -29,7 +29,7 @@ Tasks:
           options: --files N (100000)  --runs R (5)  --s3-files N,N (20000)
                    --nfs-files N,N (20000,100000)  --nfs-initial N (2000)  --latency 1ms
                    --nfs-verify N (0: off; the first verify after an initial sync vs git status -uno)
-                   --nfs-runs R (3)  --nfs-git-runs R (1)
+                   --nfs-runs R (3)  --nfs-git-runs R (1)  --nfs-no-slow-git (skip preloadIndex=false)
                    --client-initial N (5000)  --client-files N (20000)
                    --client-delay-ms D (2; each way)  --client-runs R (3)
                    --attr-files N (10000)  --changed K (14; atomic: paths changed per commit)
@@ -53,7 +53,7 @@ Tasks:
   scale   Large trees, measured: 100,000 and 1,000,000 files synced initially and incrementally,
           and 200,000 entries in one directory (time and peak RSS, each target compared with
           git archive; the incremental syncs and the plan are medians of R runs, A → B and B → A
-          and the tree sizes taking turns; with two sizes or more, a "flat in N" table of the
+          and the tree sizes taking turns; with two sizes or more, a flat-in-N table of the
           largest size's medians over the smallest's, wall and CPU); recorded in RELIABILITY.md
           options: --files N,N (100000,1000000)  --one-dir N (200000; 0: skip)  --runs R (5)
                    --treesync PATH (measure this binary, no release build)  --dir DIR  --no-write

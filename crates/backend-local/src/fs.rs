@@ -128,6 +128,18 @@ impl Target {
         let _ = self.case_sensitive.set(!insensitive);
     }
 
+    /// [`Target::probe_case`] relative to a handle of the target directory the caller holds:
+    /// one lookup of `.TREESYNC` instead of resolving the target's path again (on a network
+    /// filesystem with the attribute cache off, a lookup of the root too).
+    pub fn probe_case_in(&self, root: BorrowedFd<'_>) {
+        if self.case_sensitive.get().is_some() {
+            return;
+        }
+        let upper = STATE_DIR.to_ascii_uppercase();
+        let insensitive = rustix::fs::statat(root, upper.as_str(), AtFlags::SYMLINK_NOFOLLOW).is_ok();
+        let _ = self.case_sensitive.set(!insensitive);
+    }
+
     fn root_display(&self) -> String {
         self.root.display().to_string()
     }

@@ -3,13 +3,14 @@
 use std::ffi::OsStr;
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 use crate::meta::Meta;
 use dashmap::DashMap;
 use rustix::fs::{Mode, OFlags};
 use rustix::io::Errno;
+use treesync_core::policy::Gate;
 
 /// Directory handles by relative path (`b""` is the root).
 ///
@@ -18,19 +19,35 @@ use rustix::io::Errno;
 /// wire). Every file op then runs relative to its directory's handle, so no path is resolved
 /// again from the root: with the attribute cache off (NFS `actimeo=0`, or many clients) each
 /// path-based call would re-look-up every component over the network.
+///
+/// **One lookup per directory at a time, as many directories at once as the lookup budget
+/// allows.** Each lookup takes a ticket of the lookup budget (a probe of a directory already
+/// open takes none) and holds the directory it looks in: a second lookup in the same
+/// directory waits, then usually finds the handle the first one opened (so no directory is
+/// looked up twice). The reason is the kernel client, not the server: a Linux NFS client
+/// runs a LOOKUP with the parent directory's inode lock (`i_rwsem`) held — exclusively before
+/// Linux 4.7, shared since, and a create, rename or unlink in that directory takes it
+/// exclusively — so lookups in one directory gain little or nothing from being in flight
+/// together and can queue behind the writes there, while lookups in different directories
+/// take different locks and overlap on the wire. Widening the budget therefore only ever adds
+/// lookups in other directories (see `docs/backends.md`).
 pub(crate) struct DirCache {
     map: DashMap<Vec<u8>, Arc<OwnedFd>>,
     /// Handles kept at most (file descriptors are a limited resource).
     cap: usize,
     opens: AtomicU64,
+    /// The lookup budget, one ticket per lookup sent (`None`: unlimited, e.g. a bare backend).
+    lookups: Option<Gate>,
+    /// Directories a lookup is being made in, each held by that lookup.
+    busy: DashMap<Vec<u8>, Arc<Mutex<()>>>,
 }
 
 impl DirCache {
-    pub(crate) fn new() -> Self {
+    pub(crate) fn new(lookups: Option<Gate>) -> Self {
         let soft = rustix::process::getrlimit(rustix::process::Resource::Nofile).current.unwrap_or(1024);
         // Leave half of the descriptors to everything else (blocking threads write files too).
         let cap = usize::try_from(soft / 2).unwrap_or(4096).clamp(64, 16384);
-        DirCache { map: DashMap::new(), cap, opens: AtomicU64::new(0) }
+        DirCache { map: DashMap::new(), cap, opens: AtomicU64::new(0), lookups, busy: DashMap::new() }
     }
 
     /// Directory lookups made so far.
@@ -66,19 +83,34 @@ impl DirCache {
             if name.is_empty() || name == b"." || name == b".." {
                 return Err(Errno::INVAL);
             }
-            let fd = rustix::fs::openat(
-                base.as_fd(),
-                OsStr::from_bytes(name),
-                OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-                Mode::empty(),
-            )?;
-            self.opens.fetch_add(1, Ordering::Relaxed);
-            tracing::trace!(target: "treesync::nfs", dir = %String::from_utf8_lossy(&rel[..if done == 0 { name.len() } else { done + 1 + name.len() }]), "directory looked up");
+            let parent_len = done;
             done = if done == 0 { name.len() } else { done + 1 + name.len() };
-            base = Arc::new(fd);
-            self.insert(&rel[..done], base.clone());
+            base = self.look_up(base, &rel[..parent_len], name, &rel[..done])?;
         }
         Ok(base)
+    }
+
+    /// Open `name` in the directory `parent` (handle `base`) as `child`, holding `parent` and a
+    /// ticket of the lookup budget while the request is out.
+    fn look_up(&self, base: Arc<OwnedFd>, parent: &[u8], name: &[u8], child: &[u8]) -> Result<Arc<OwnedFd>, Errno> {
+        let hold = self.busy.entry(parent.to_vec()).or_default().clone();
+        let _one_lookup_here = hold.lock().expect("never poisoned");
+        // Whoever held the directory before us may have opened this very child.
+        if let Some(fd) = self.map.get(child) {
+            return Ok(fd.clone());
+        }
+        let _ticket = self.lookups.as_ref().map(Gate::acquire_blocking);
+        let fd = rustix::fs::openat(
+            base.as_fd(),
+            OsStr::from_bytes(name),
+            OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        )?;
+        self.opens.fetch_add(1, Ordering::Relaxed);
+        tracing::trace!(target: "treesync::nfs", dir = %String::from_utf8_lossy(child), "directory looked up");
+        let fd = Arc::new(fd);
+        self.insert(child, fd.clone());
+        Ok(fd)
     }
 
     fn root(&self, meta: &Meta) -> Result<Arc<OwnedFd>, Errno> {
@@ -106,5 +138,6 @@ impl DirCache {
     /// Start a new run: directories may have changed since the last one.
     pub(crate) fn clear(&self) {
         self.map.clear();
+        self.busy.clear();
     }
 }

@@ -8,13 +8,14 @@
 //!   relative to its parent's handle, and every op runs relative to its directory's handle
 //!   (`openat`, `renameat`, `unlinkat`, `mkdirat` on a directory descriptor): no path is ever
 //!   resolved again from the root. No path the plan does not change is looked up at all.
-//! * **Separate budgets** for lookups (default 1: a sync's directory probes queue on the
-//!   directory locks its writes take, so parallel ones only add contention), for the read-only
-//!   scan of `verify` (default 32 threads: every stat is a round trip, and only many in flight
-//!   hide it, as git's preloaded index does for `git status`) and for writes (creates, renames,
-//!   removals overlap well on NFS), as the [`Budgets`] wrapper, and the write budget can be
-//!   adaptive ([`Gate::adaptive`]): it grows while throughput rises and backs off when latency
-//!   climbs, so nobody has to guess `--write-jobs`.
+//! * **Separate budgets** for lookups, for the read-only scan of `verify` and for writes
+//!   (creates, renames, removals overlap well on NFS), as the [`Budgets`] wrapper. Lookups and
+//!   writes are adaptive by default ([`Gate::adaptive`]): a budget grows while throughput rises
+//!   and backs off when latency climbs, so nobody has to guess `--write-jobs` or
+//!   `--lookup-jobs`. Lookups are never two in one directory at a time (the kernel client
+//!   holds the directory's lock for each): a wider lookup budget only adds lookups in other
+//!   directories. The scan of `verify` runs 32 threads by default: every stat is a round trip,
+//!   and only many in flight hide it, as git's preloaded index does for `git status`.
 //! * Files are written under a temporary name in their directory and renamed over the old one (no
 //!   unlink before replace, no utime, chmod only for mode-only changes, symlinks last): the same
 //!   atomic-replace code as the local backend ([`treesync_backend_local::fs`]).
@@ -23,7 +24,7 @@
 //! a network filesystem:
 //!
 //! ```
-//! use treesync_backend_nfs::{Options, WriteJobs, detect};
+//! use treesync_backend_nfs::{LookupJobs, Options, WriteJobs, detect};
 //! use treesync_core::Backend;
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! # let dir = tempfile::tempdir()?;
@@ -32,10 +33,10 @@
 //! let choice = detect::choose(&target);
 //! println!("network filesystem: {} ({})", choice.network, choice.reason);
 //!
-//! // Lookups serialized, at most 16 writes in flight (or `WriteJobs::default()`: adaptive).
+//! // One lookup at a time, at most 16 writes in flight (or `WriteJobs::default()`: adaptive).
 //! let backend = treesync_backend_nfs::open(
 //!     &target,
-//!     Options { lookup_jobs: 1, scan_jobs: 32, write_jobs: WriteJobs::Fixed(16), fsync: false },
+//!     Options { lookup_jobs: LookupJobs::Fixed(1), scan_jobs: 32, write_jobs: WriteJobs::Fixed(16), fsync: false },
 //! );
 //! assert_eq!((backend.policy().jobs, backend.policy().lookups, backend.policy().scans), (16, 1, 32));
 //! // Hand it to `treesync_core::sync::sync` like any other backend.
@@ -77,12 +78,42 @@ impl Default for WriteJobs {
     }
 }
 
+/// How many directory lookups may be in flight (never two in one directory: see [`open`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum LookupJobs {
+    /// Exactly this many.
+    Fixed(usize),
+    /// Adapt to the latency lookups show (start, floor and ceiling in `Adaptive`).
+    Adaptive(Adaptive),
+}
+
+impl Default for LookupJobs {
+    /// Start at 4, between 1 and 16. An incremental sync makes a few dozen lookups, fewer
+    /// than one window of the controller, so the start is what it runs with: 4 directories
+    /// at a time took the update on the 1 ms FUSE testbed from 61 to 46 ms (`BENCHMARKS.md`);
+    /// larger runs (a verify's stat calls, many new directories) widen it while the latency
+    /// per lookup holds and narrow it when the server queues.
+    fn default() -> Self {
+        LookupJobs::Adaptive(Adaptive { initial: 4, min: 1, max: 16, backoff_latency: 2.0 })
+    }
+}
+
+impl LookupJobs {
+    /// The gate for these lookups.
+    pub fn gate(self) -> Gate {
+        match self {
+            LookupJobs::Fixed(n) => Gate::fixed(n),
+            LookupJobs::Adaptive(a) => Gate::adaptive(a),
+        }
+    }
+}
+
 /// Options of [`open`].
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Options {
-    /// Metadata lookups in flight during a sync (the probes of the directories it writes in).
-    /// Default 1.
-    pub lookup_jobs: usize,
+    /// Directory lookups in flight during a sync (the probes of the directories it writes in),
+    /// never two in one directory. Default: adaptive, starting at 4, between 1 and 16.
+    pub lookup_jobs: LookupJobs,
     /// Threads of a read-only scan (the readdir and stat calls of `verify`), each with one
     /// lookup in flight. Default 32: on these mounts every stat is a round trip (two FUSE
     /// requests, LOOKUP and GETATTR, with `actimeo=0`) and the scan takes no lock a write needs.
@@ -95,18 +126,24 @@ pub struct Options {
 
 impl Default for Options {
     fn default() -> Self {
-        Options { lookup_jobs: 1, scan_jobs: 32, write_jobs: WriteJobs::default(), fsync: false }
+        Options { lookup_jobs: LookupJobs::default(), scan_jobs: 32, write_jobs: WriteJobs::default(), fsync: false }
     }
 }
 
 /// The NFS backend with its budgets: what the CLI uses for `--backend nfs`.
+///
+/// The backend takes a ticket of the lookup budget for each directory lookup it sends, and
+/// holds the directory it looks in meanwhile, so a wider budget only ever adds lookups in
+/// other directories: what a kernel client runs in parallel without contending (see
+/// `docs/backends.md`).
 pub fn open(root: impl Into<PathBuf>, options: Options) -> Budgets<NfsBackend> {
     let writes = match options.write_jobs {
         WriteJobs::Fixed(n) => Gate::fixed(n),
         WriteJobs::Adaptive(a) => Gate::adaptive(a),
     };
-    Budgets::new(NfsBackend::new(root, options.fsync), Gate::fixed(options.lookup_jobs), writes)
-        .with_scans(options.scan_jobs)
+    let lookups = options.lookup_jobs.gate();
+    let backend = NfsBackend::build(root.into(), options.fsync, Some(lookups.clone()));
+    Budgets::new(backend, lookups, writes).probes_gated_inside().with_scans(options.scan_jobs)
 }
 
 /// A target directory on a mounted network filesystem, without budgets (one op at a time
@@ -121,11 +158,14 @@ pub struct NfsBackend {
 impl NfsBackend {
     /// A backend for the directory `root` (which may not exist yet).
     pub fn new(root: impl Into<PathBuf>, fsync: bool) -> Self {
-        let root = root.into();
+        NfsBackend::build(root.into(), fsync, None)
+    }
+
+    fn build(root: PathBuf, fsync: bool, lookups: Option<Gate>) -> Self {
         NfsBackend {
             target: Arc::new(Target::new(root.clone(), fsync)),
             meta: Arc::new(meta::Meta::new(root, fsync)),
-            dirs: Arc::new(dirs::DirCache::new()),
+            dirs: Arc::new(dirs::DirCache::new(lookups)),
         }
     }
 
@@ -145,6 +185,14 @@ impl NfsBackend {
     ) -> Result<T, Error> {
         let me = self.clone();
         treesync_core::backend::blocking(move || f(&me)).await
+    }
+
+    /// Probe case sensitivity relative to the root handle (see [`Target::probe_case_in`]).
+    fn probe_case(&self) {
+        match self.meta.root_fd() {
+            Ok(root) => self.target.probe_case_in(root.as_fd()),
+            Err(_) => self.target.probe_case(),
+        }
     }
 
     fn run(&self, op: &Op, blobs: &dyn BlobSource) -> Result<(), Error> {
@@ -233,7 +281,7 @@ impl Backend for NfsBackend {
         self.blocking(move |b| {
             let state = b.meta.prepare(create)?;
             if state == TargetState::Managed {
-                b.target.probe_case();
+                b.probe_case();
             }
             Ok(state)
         })
@@ -258,7 +306,7 @@ impl Backend for NfsBackend {
         let holder = holder.clone();
         self.blocking(move |b| {
             let guard = b.meta.lock(&holder)?;
-            b.target.probe_case();
+            b.probe_case();
             // A new run: whatever we knew about directories may be stale now.
             b.dirs.clear();
             Ok(guard)
@@ -292,12 +340,12 @@ impl Backend for NfsBackend {
 
     async fn append_aux(&self, name: &str, bytes: &[u8]) -> Result<(), Error> {
         let (name, bytes) = (name.to_string(), bytes.to_vec());
-        self.blocking(move |b| b.target.append_aux(&name, &bytes)).await
+        self.blocking(move |b| b.meta.append_aux(&name, &bytes)).await
     }
 
     async fn aux_mtime(&self, name: &str) -> Result<Option<(i64, u32)>, Error> {
         let name = name.to_string();
-        self.blocking(move |b| b.target.aux_mtime(&name)).await
+        self.blocking(move |b| b.meta.aux_mtime(&name)).await
     }
 
     fn take_written(&self) -> Vec<treesync_core::backend::Written> {

@@ -275,6 +275,65 @@ impl Meta {
     }
 }
 
+impl Meta {
+    /// The modification time of `name` in `.treesync`, as the storage's clock stamped it.
+    ///
+    /// The sync asks for the state file's right after its last journal write (the clock of the
+    /// stat delta): under the lock that file is open, so it is one `fstat` (one GETATTR) instead
+    /// of a lookup of the root, of `.treesync` and of the file before it. Anything else is one
+    /// lookup relative to the handle of `.treesync`.
+    pub(crate) fn aux_mtime(&self, name: &str) -> Result<Option<(i64, u32)>, Error> {
+        let shown = || self.shown(&format!("{STATE_DIR}/{name}"));
+        if name == "state"
+            && let Some(Run { state: Some(fd), .. }) = &*self.run.lock().expect("never poisoned")
+        {
+            let st = rustix::fs::fstat(fd).map_err(|e| Error::io("read the time of", shown(), io(e)))?;
+            return Ok(Some((st.st_mtime, st.st_mtime_nsec as u32)));
+        }
+        let Some(dir) = self.dir(false)? else { return Ok(None) };
+        match rustix::fs::statat(&*dir, name, AtFlags::SYMLINK_NOFOLLOW) {
+            Ok(st) => Ok(Some((st.st_mtime, st.st_mtime_nsec as u32))),
+            Err(Errno::NOENT) => Ok(None),
+            Err(e) => Err(Error::io("read the time of", shown(), io(e))),
+        }
+    }
+
+    /// Append `bytes` to `name` in `.treesync` (created if absent), opened relative to the
+    /// handle of `.treesync` the lock already holds: one lookup and one open, none for the root
+    /// or the folder. Only into a regular file of its own (one link): a hard link or symlink
+    /// planted there would take the bytes elsewhere.
+    pub(crate) fn append_aux(&self, name: &str, bytes: &[u8]) -> Result<(), Error> {
+        let shown = || self.shown(&format!("{STATE_DIR}/{name}"));
+        let dir = self.dir(true)?.expect("created");
+        let fd = rustix::fs::openat(
+            &*dir,
+            name,
+            OFlags::WRONLY | OFlags::APPEND | OFlags::CREATE | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::from_raw_mode(0o666),
+        )
+        .map_err(|e| match e {
+            // O_NOFOLLOW on a symlink: name it as what it is.
+            Errno::LOOP => Error::StateFolder { path: shown(), found: "symlink" },
+            e => Error::io("open", shown(), io(e)),
+        })?;
+        if !own_file(&fd).map_err(|e| Error::io("read", shown(), io(e)))? {
+            return Err(Error::NotOwnFile { path: shown() });
+        }
+        let mut rest = bytes;
+        while !rest.is_empty() {
+            match rustix::io::write(&fd, rest) {
+                Ok(n) => rest = &rest[n..],
+                Err(Errno::INTR) => {}
+                Err(e) => return Err(Error::io("write", shown(), io(e))),
+            }
+        }
+        if self.fsync {
+            rustix::fs::fsync(&fd).map_err(|e| Error::io("fsync", shown(), io(e)))?;
+        }
+        Ok(())
+    }
+}
+
 /// Write `bytes` to a new file `.treesync-tmp.NAME` in `dir` (`O_EXCL`: never through what is
 /// there; a leftover is removed first) and rename it over `name`: the new file, open.
 fn replace(dir: &OwnedFd, name: &str, bytes: &[u8], fsync: bool) -> Result<OwnedFd, Errno> {

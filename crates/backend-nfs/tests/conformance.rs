@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use treesync_backend_nfs::{Options, WriteJobs};
+use treesync_backend_nfs::{LookupJobs, Options, WriteJobs};
 use treesync_core::Backend;
 use treesync_testkit::conformance::Fixture;
 use treesync_testkit::tree::{self, Node};
@@ -51,7 +51,7 @@ mod adaptive {
 mod serial {
     use super::*;
     treesync_testkit::conformance_suite!(Dir::new(Options {
-        lookup_jobs: 1,
+        lookup_jobs: LookupJobs::Fixed(1),
         scan_jobs: 1,
         write_jobs: WriteJobs::Fixed(1),
         fsync: false
@@ -62,7 +62,7 @@ mod serial {
 mod wide {
     use super::*;
     treesync_testkit::conformance_suite!(Dir::new(Options {
-        lookup_jobs: 8,
+        lookup_jobs: LookupJobs::Fixed(8),
         scan_jobs: 64,
         write_jobs: WriteJobs::Fixed(32),
         fsync: false

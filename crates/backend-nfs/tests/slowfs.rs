@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use treesync_backend_local::LocalBackend;
-use treesync_backend_nfs::{Options, WriteJobs};
+use treesync_backend_nfs::{LookupJobs, Options, WriteJobs};
 use treesync_core::{Backend, verify};
 use treesync_testkit::Rng;
 use treesync_testkit::conformance::{Fixture, History, sync_to};
@@ -170,8 +170,8 @@ fn random_histories_match_git_on_the_slow_filesystem() {
     let rt = runtime();
     for (seed, options) in [
         (300, Options::default()),
-        (301, Options { lookup_jobs: 1, scan_jobs: 1, write_jobs: WriteJobs::Fixed(1), fsync: false }),
-        (302, Options { lookup_jobs: 2, scan_jobs: 2, write_jobs: WriteJobs::Fixed(16), fsync: false }),
+        (301, Options { lookup_jobs: LookupJobs::Fixed(1), scan_jobs: 1, write_jobs: WriteJobs::Fixed(1), fsync: false }),
+        (302, Options { lookup_jobs: LookupJobs::Fixed(2), scan_jobs: 2, write_jobs: WriteJobs::Fixed(16), fsync: false }),
     ] {
         let h = History::random(seed, 16);
         let name = format!("walk{seed}");
@@ -236,7 +236,7 @@ fn lookup_budget_holds_at_the_filesystem() {
     for lookups in [1, 2] {
         let backend = treesync_backend_nfs::open(
             fs.path().join("t"),
-            Options { lookup_jobs: lookups, scan_jobs: lookups, ..Options::default() },
+            Options { lookup_jobs: LookupJobs::Fixed(lookups), scan_jobs: lookups, ..Options::default() },
         );
         fs.reset();
         let report = rt.block_on(verify::verify(&h.repo, &backend, verify::Level::Quick)).expect("verify");
@@ -443,4 +443,70 @@ fn a_slice_of_n_costs_about_one_nth_of_a_whole_verify_at_the_filesystem() {
     eprintln!("whole verify: {full} requests; slices of {n} (directories, requests): {costs:?}; sum {sum}");
     assert!(costs.iter().all(|(mine, _)| *mine > 0), "every slice has directories: {costs:?}");
     assert!(sum as f64 <= full as f64 * 1.1, "the slices together cost about one whole verify: {sum} vs {full}");
+}
+
+/// `D` directories under the target, each holding `S` subdirectories, made in the backing
+/// directory; their relative paths, subdirectories grouped by parent.
+fn dirs_on(fs: &SlowFs, d: usize, s: usize) -> (Vec<treesync_core::RelPath>, Vec<treesync_core::RelPath>) {
+    let rel = |p: &str| treesync_core::RelPath::parse(p).expect("path");
+    let (mut top, mut sub) = (Vec::new(), Vec::new());
+    for i in 0..d {
+        top.push(rel(&format!("d{i:03}")));
+        for j in 0..s {
+            std::fs::create_dir_all(fs.backing().join(format!("t/d{i:03}/s{j:02}"))).expect("mkdir");
+            sub.push(rel(&format!("d{i:03}/s{j:02}")));
+        }
+    }
+    (top, sub)
+}
+
+/// Probe `dirs` with up to `n` probes in flight (as the executor does with the ops of a plan).
+async fn probe_all(backend: &dyn Backend, dirs: &[treesync_core::RelPath], n: usize) {
+    use futures::StreamExt;
+    futures::stream::iter(dirs).for_each_concurrent(n, |d| async move { backend.probe(d).await.expect("probe") }).await;
+}
+
+/// Issue 18: directory lookups overlap across directories but never two in one directory
+/// (a kernel NFS client holds the directory's lock for each), and no directory is looked up
+/// twice when many ops below it ask for it at once.
+#[test]
+fn lookups_overlap_across_directories_never_in_one() {
+    let fs = slow(false);
+    let rt = runtime();
+    let (top, sub) = dirs_on(&fs, 12, 3);
+    let backend = treesync_backend_nfs::open(fs.path().join("t"), Options::default());
+    fs.reset();
+    // Every subdirectory at once: twelve parents wanted in the root, three children in each.
+    rt.block_on(probe_all(&backend, &sub, 64));
+    let stats = fs.settled_stats();
+    assert_eq!(stats.max_lookups_in_one_dir, 1, "two lookups in one directory at once:\n{stats}");
+    assert!(stats.max_in_flight_of(Op::Lookup) >= 2, "lookups in different directories overlap:\n{stats}");
+    // The root once, each directory once: nothing looked up twice.
+    assert_eq!(stats.count(Op::Lookup), 1 + (top.len() + sub.len()) as u64, "{stats}");
+    assert_eq!(backend.inner().dir_lookups(), (top.len() + sub.len()) as u64);
+}
+
+/// Issue 18: the default lookup budget adapts: on a mount that serves lookups in parallel
+/// without their latency climbing, it widens past its start of 4 (and stays within its
+/// ceiling), while a probe of a directory already open takes no place and gives no sample.
+#[test]
+fn the_lookup_budget_widens_on_a_mount_that_keeps_up() {
+    let fs = slow(false);
+    let rt = runtime();
+    let (top, sub) = dirs_on(&fs, 48, 12);
+    let backend = treesync_backend_nfs::open(fs.path().join("t"), Options::default());
+    assert!(backend.lookups().is_adaptive(), "adaptive by default");
+    // The parents first (one directory: one at a time), then their children, many at once.
+    rt.block_on(probe_all(&backend, &top, 64));
+    rt.block_on(probe_all(&backend, &sub, 64));
+    // Again: all open, no lookups, no samples.
+    let before = backend.lookups().history();
+    rt.block_on(probe_all(&backend, &sub, 64));
+    assert_eq!(backend.lookups().history(), before, "probes of open directories move nothing");
+    let history = backend.lookups().history();
+    assert_eq!(history[0], 4, "starts at 4: {history:?}");
+    assert!(history.iter().any(|&l| l > 4), "widened: {history:?}");
+    assert!(history.iter().all(|&l| l <= 16), "within the ceiling: {history:?}");
+    assert!(backend.lookups().max_in_flight() > 4, "used the width: {history:?}");
+    assert_eq!(backend.inner().dir_lookups(), (top.len() + sub.len()) as u64);
 }

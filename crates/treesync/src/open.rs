@@ -111,8 +111,9 @@ pub struct TargetOptions {
     /// Writes in flight on NFS (`None`: `jobs` if given, else adaptive). A fixed number must
     /// agree with `jobs` when both are given.
     pub write_jobs: Option<WriteJobs>,
-    /// Lookups in flight on NFS: a sync's directory probes and verify's scan (default on
-    /// mounts: 1 for the probes, 32 threads for the read-only scan; `nfs://`: 32 for both).
+    /// Lookups in flight on NFS: a sync's directory probes and verify's scan (`None`: on mounts
+    /// the probes adapt between 1 and 16 starting at 4, never two in one directory, and
+    /// verify's read-only scan runs 32 threads; `nfs://` takes 32 for both).
     pub lookup_jobs: Option<usize>,
     /// fsync files and the state before renaming them (local and mounted NFS).
     pub fsync: bool,
@@ -404,7 +405,10 @@ pub fn open(target: &Target, options: &TargetOptions) -> Result<Opened, OpenErro
             // probes, 32 for verify's read-only scan.
             let defaults = treesync_backend_nfs::Options::default();
             let o = treesync_backend_nfs::Options {
-                lookup_jobs: options.lookup_jobs.unwrap_or(defaults.lookup_jobs).max(1),
+                lookup_jobs: match options.lookup_jobs {
+                    Some(n) => treesync_backend_nfs::LookupJobs::Fixed(n.max(1)),
+                    None => treesync_backend_nfs::LookupJobs::default(),
+                },
                 scan_jobs: options.lookup_jobs.unwrap_or(defaults.scan_jobs).max(1),
                 write_jobs,
                 fsync: options.fsync,

@@ -117,6 +117,13 @@ impl Gate {
         Ticket { gate: self.clone(), permit: Some(permit), start: Instant::now() }
     }
 
+    /// Wait for a place from a blocking thread (code run by [`crate::backend::blocking`]),
+    /// e.g. around each request a backend makes itself. Never call it on the runtime's own
+    /// threads: it blocks the thread while it waits.
+    pub fn acquire_blocking(&self) -> Ticket {
+        block_on(self.acquire())
+    }
+
     /// The current limit (the highest it may reach, for [`Gate::ceiling`]).
     pub fn limit(&self) -> usize {
         match &self.inner.control {
@@ -165,6 +172,26 @@ impl Gate {
         if grow > 0 {
             self.inner.permits.add_permits(grow);
         }
+    }
+}
+
+/// Run `f` to completion on this thread, parking it while `f` waits (a semaphore's wake-up
+/// unparks it). For [`Gate::acquire_blocking`]: no runtime needed, nothing else to poll.
+fn block_on<F: std::future::Future>(f: F) -> F::Output {
+    struct Unpark(std::thread::Thread);
+    impl std::task::Wake for Unpark {
+        fn wake(self: Arc<Self>) {
+            self.0.unpark();
+        }
+    }
+    let waker = std::task::Waker::from(Arc::new(Unpark(std::thread::current())));
+    let mut cx = std::task::Context::from_waker(&waker);
+    let mut f = std::pin::pin!(f);
+    loop {
+        if let std::task::Poll::Ready(v) = f.as_mut().poll(&mut cx) {
+            return v;
+        }
+        std::thread::park();
     }
 }
 
@@ -312,13 +339,16 @@ pub struct Budgets<B> {
     lookups: Gate,
     writes: Gate,
     scans: usize,
+    /// The inner backend takes a lookup ticket per lookup it really makes
+    /// ([`Budgets::probes_gated_inside`]).
+    probes_inside: bool,
 }
 
 impl<B: Backend> Budgets<B> {
     /// Wrap `inner`.
     pub fn new(inner: B, lookups: Gate, writes: Gate) -> Self {
         let scans = lookups.ceiling();
-        Budgets { inner, lookups, writes, scans }
+        Budgets { inner, lookups, writes, scans, probes_inside: false }
     }
 
     /// Let a read-only scan keep `scans` lookups in flight (at least 1) instead of as many as
@@ -331,6 +361,17 @@ impl<B: Backend> Budgets<B> {
     /// Lookups a read-only scan keeps in flight.
     pub fn scans(&self) -> usize {
         self.scans
+    }
+
+    /// The inner backend gates its own directory lookups with (a clone of) the lookup budget,
+    /// one ticket per request it really sends: [`Backend::probe`] is then passed through
+    /// without a ticket. A probe of a directory already open costs no request, so it must not
+    /// take a place, nor give an adaptive budget a latency sample (microseconds among the
+    /// milliseconds of real lookups would read as the baseline, and every real lookup as
+    /// congestion).
+    pub fn probes_gated_inside(mut self) -> Self {
+        self.probes_inside = true;
+        self
     }
 
     /// The lookup budget.
@@ -353,8 +394,7 @@ impl<B: Backend> Budgets<B> {
         if parent.is_root() {
             return Ok(());
         }
-        let _t = self.lookups.acquire().await;
-        self.inner.probe(&parent).await
+        self.probe(&parent).await
     }
 }
 
@@ -422,6 +462,9 @@ impl<B: Backend> Backend for Budgets<B> {
     }
 
     async fn probe(&self, dir: &RelPath) -> Result<(), Error> {
+        if self.probes_inside {
+            return self.inner.probe(dir).await;
+        }
         let _t = self.lookups.acquire().await;
         self.inner.probe(dir).await
     }

@@ -107,7 +107,17 @@ impl Filesystem for Daemon {
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         self.note(Op::Lookup, parent, Some(name));
         let name = name.to_owned();
-        self.run(Op::Lookup, move |fs| fs.lookup(parent.0, &name).map(|a| fs.known(a)), reply_entry(reply));
+        self.inner.counters.lookup_starts(parent.0);
+        let inner = self.inner.clone();
+        let reply = reply_entry(reply);
+        self.run(
+            Op::Lookup,
+            move |fs| fs.lookup(parent.0, &name).map(|a| fs.known(a)),
+            move |r| {
+                inner.counters.lookup_ends(parent.0);
+                reply(r)
+            },
+        );
     }
 
     // fuser 0.18 does not export `ForgetOne`, so `batch_forget` cannot be overridden; its

@@ -1,8 +1,9 @@
 //! What a slow filesystem counts: requests by kind, the most in flight at once, the paths
 //! touched; the live counters and the snapshot ([`Stats`]) taken of them.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt;
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde::{Deserialize, Serialize};
@@ -159,6 +160,10 @@ pub struct Stats {
     /// Most requests being served at once (holding a service slot, latency included); never
     /// above [`Config::max_concurrent`](super::Config::max_concurrent).
     pub max_in_service: u64,
+    /// Most LOOKUPs in flight at once in one directory (their parent): what a Linux NFS client
+    /// would hold that directory's lock for (see `docs/backends.md`).
+    #[serde(default)]
+    pub max_lookups_in_one_dir: u64,
     /// `(kind, path)` per request while recording was on, in order of receipt. Paths are
     /// relative to the mount root (`""` is the root itself); a rename or link records its
     /// source then its destination. An inode whose path is unknown shows as `<ino N>`.
@@ -219,6 +224,30 @@ pub(super) struct Counters {
     pub(super) in_service: AtomicU64,
     pub(super) max_in_service: AtomicU64,
     pub(super) forgets: AtomicU64,
+    /// LOOKUPs in flight by parent inode.
+    pub(super) lookups_in: Mutex<HashMap<u64, u64>>,
+    pub(super) max_lookups_in_one_dir: AtomicU64,
+}
+
+impl Counters {
+    /// A LOOKUP in directory `parent` arrives.
+    pub(super) fn lookup_starts(&self, parent: u64) {
+        let mut m = lock(&self.lookups_in);
+        let n = m.entry(parent).or_default();
+        *n += 1;
+        self.max_lookups_in_one_dir.fetch_max(*n, Ordering::SeqCst);
+    }
+
+    /// A LOOKUP in directory `parent` is answered (call it before the reply goes out).
+    pub(super) fn lookup_ends(&self, parent: u64) {
+        let mut m = lock(&self.lookups_in);
+        if let Some(n) = m.get_mut(&parent) {
+            *n -= 1;
+            if *n == 0 {
+                m.remove(&parent);
+            }
+        }
+    }
 }
 
 impl Default for Counters {
@@ -232,6 +261,8 @@ impl Default for Counters {
             in_service: AtomicU64::new(0),
             max_in_service: AtomicU64::new(0),
             forgets: AtomicU64::new(0),
+            lookups_in: Mutex::new(HashMap::new()),
+            max_lookups_in_one_dir: AtomicU64::new(0),
         }
     }
 }
@@ -253,6 +284,7 @@ impl Inner {
             forgets: c.forgets.load(Ordering::SeqCst),
             max_in_flight: c.all_max_in_flight.load(Ordering::SeqCst),
             max_in_service: c.max_in_service.load(Ordering::SeqCst),
+            max_lookups_in_one_dir: c.max_lookups_in_one_dir.load(Ordering::SeqCst),
             paths: lock(&self.paths).clone(),
         }
     }
@@ -267,6 +299,8 @@ impl Inner {
         c.all_max_in_flight.store(c.all_in_flight.load(Ordering::SeqCst), Ordering::SeqCst);
         c.max_in_service.store(c.in_service.load(Ordering::SeqCst), Ordering::SeqCst);
         c.forgets.store(0, Ordering::SeqCst);
+        let busiest = lock(&c.lookups_in).values().copied().max().unwrap_or(0);
+        c.max_lookups_in_one_dir.store(busiest, Ordering::SeqCst);
         lock(&self.paths).clear();
     }
 }

@@ -35,6 +35,7 @@ struct Config {
     nfs_latency: Duration,
     nfs_runs: usize,
     nfs_git_runs: usize,
+    nfs_slow_git: bool,
     nfs_client: bool,
     client_initial: usize,
     client_files: usize,
@@ -74,6 +75,7 @@ fn parse(args: &[String]) -> Result<Config, String> {
         nfs_latency: Duration::from_millis(1),
         nfs_runs: 3,
         nfs_git_runs: 1,
+        nfs_slow_git: true,
         nfs_client: true,
         client_initial: 5_000,
         client_files: 20_000,
@@ -159,6 +161,7 @@ fn parse(args: &[String]) -> Result<Config, String> {
             "--nfs-verify" => c.nfs_verify = value()?.parse().map_err(|e| format!("--nfs-verify: {e}"))?,
             "--nfs-runs" => c.nfs_runs = value()?.parse().map_err(|e| format!("--nfs-runs: {e}"))?,
             "--nfs-git-runs" => c.nfs_git_runs = value()?.parse().map_err(|e| format!("--nfs-git-runs: {e}"))?,
+            "--nfs-no-slow-git" => c.nfs_slow_git = false,
             "--client-initial" => c.client_initial = value()?.parse().map_err(|e| format!("--client-initial: {e}"))?,
             "--client-files" => c.client_files = value()?.parse().map_err(|e| format!("--client-files: {e}"))?,
             "--client-verify" => c.client_verify = value()?.parse().map_err(|e| format!("--client-verify: {e}"))?,
@@ -416,6 +419,7 @@ pub fn run(args: &[String]) -> Result<(), String> {
                 latency: c.nfs_latency,
                 runs: c.nfs_runs.max(1),
                 git_runs: c.nfs_git_runs.max(1),
+                slow_git: c.nfs_slow_git,
                 verify_files: c.nfs_verify,
             };
             let tables = nfs::run(&nc, &c.dir, &treesync)?;
@@ -426,12 +430,13 @@ pub fn run(args: &[String]) -> Result<(), String> {
                 let sizes: Vec<String> = c.nfs_files.iter().map(|n| n.to_string()).collect();
                 if let Some(table) = &tables.sync {
                     let block = format!(
-                        "Reproduce: `cargo xtask bench nfs --nfs-files {} --nfs-initial {} --nfs-verify 0 --latency {}ms --nfs-runs {} --nfs-git-runs {}` (root: FUSE and the tmpfs mount).\n\n{table}",
+                        "Reproduce: `cargo xtask bench nfs --nfs-files {} --nfs-initial {} --nfs-verify 0 --latency {}ms --nfs-runs {} --nfs-git-runs {}{}` (root: FUSE and the tmpfs mount).\n\n{table}",
                         sizes.join(","),
                         c.nfs_initial,
                         c.nfs_latency.as_secs_f64() * 1000.0,
                         c.nfs_runs,
-                        c.nfs_git_runs
+                        c.nfs_git_runs,
+                        if c.nfs_slow_git { "" } else { " --nfs-no-slow-git" }
                     );
                     write_section(
                         &root.join("BENCHMARKS.md"),
