@@ -225,7 +225,9 @@ pub fn measure_checkout(
     converter: Option<&crate::convert::Converter>,
 ) -> Result<Measured, Error> {
     let mut p = Planner::new(odb, options);
-    p.emit = Some(Emit { chunk: Vec::new(), size: 0, send: None, resolver: None, counts: OpCounts::default() });
+    // With a limit on bytes, the measure of the tree reads every blob header once: not again.
+    let sized = options.limits.max_bytes < u64::MAX;
+    p.emit = Some(Emit { chunk: Vec::new(), size: 0, send: None, resolver: None, counts: OpCounts::default(), sized });
     if let Some(new) = converter {
         // Only to collect the `.gitattributes` files: nothing is converted here.
         p.attrs.enabled = true;
@@ -233,7 +235,10 @@ pub fn measure_checkout(
     }
     p.to = Some(to);
     p.diff_tree_contents(&RelPath::root(), None, Some(to))?;
-    let counts = p.emit.take().expect("set above").counts;
+    let mut counts = p.emit.take().expect("set above").counts;
+    if sized {
+        counts.bytes = p.sizes.get(&to).map_or(0, |s| s.bytes);
+    }
     Ok(Measured { counts, attributes: std::mem::take(&mut p.attrs.new_files) })
 }
 
@@ -273,6 +278,7 @@ pub fn stream_checkout(
         send: Some(send),
         resolver,
         counts: OpCounts::default(),
+        sized: false,
     });
     p.to = Some(to);
     p.diff_tree_contents(&RelPath::root(), None, Some(to))?;
@@ -408,6 +414,10 @@ struct Emit<'a> {
     resolver: Option<crate::convert::Resolver>,
     /// The ops so far.
     counts: OpCounts,
+    /// The files' sizes are known from [`Planner::subtree_size`] (which read every blob header
+    /// of the tree for the limits): a file's op is counted without reading its header again,
+    /// and the bytes of the whole checkout are taken from the tree's size at the end.
+    sized: bool,
 }
 
 /// What the diff learned for the conversions pass ([`Planner::convert`]).
@@ -987,7 +997,12 @@ impl<'a> Planner<'a> {
     }
 
     fn write(&mut self, path: &RelPath, blob: ObjectId, executable: bool) -> Result<(), Error> {
-        let size = self.blob_size(blob).map_err(|e| Self::object_error("blob", blob, &at(path), e))?;
+        let size = if self.emit.as_ref().is_some_and(|e| e.sized) {
+            // Counted already ([`Emit::sized`]).
+            0
+        } else {
+            self.blob_size(blob).map_err(|e| Self::object_error("blob", blob, &at(path), e))?
+        };
         self.count(size)?;
         self.push(Op::Write { path: path.clone(), blob, size, executable, conversion: None, reason: None })
     }
