@@ -400,7 +400,14 @@ struct Planner<'a> {
     /// Ops go here instead of [`Self::ops`]: counted, and handed on in chunks
     /// ([`stream_checkout`], [`measure_checkout`]).
     emit: Option<Emit<'a>>,
+    /// Objects read so far by a streaming planner, to give back the pages of the mapped packs
+    /// every [`RELEASE_EVERY`] reads ([`crate::source::release_mapped_packs`]): a walk that
+    /// reads every blob header of a pack would otherwise keep all of it resident.
+    reads: std::cell::Cell<u64>,
 }
+
+/// How many objects a streaming planner reads between two releases of the packs' pages.
+const RELEASE_EVERY: u64 = 16_384;
 
 /// Where the ops of a streaming planner go.
 struct Emit<'a> {
@@ -471,6 +478,7 @@ impl<'a> Planner<'a> {
             incremental: false,
             to: None,
             emit: None,
+            reads: std::cell::Cell::new(0),
         }
     }
 
@@ -1012,6 +1020,13 @@ impl<'a> Planner<'a> {
     fn blob_size(&self, blob: ObjectId) -> Result<u64, Cause> {
         if blob.is_empty_blob() {
             return Ok(0);
+        }
+        if self.emit.is_some() {
+            let n = self.reads.get() + 1;
+            self.reads.set(n);
+            if n % RELEASE_EVERY == 0 {
+                crate::source::release_mapped_packs();
+            }
         }
         match self.odb.try_header(&blob) {
             Err(e) => Err(Cause::gix(e)),
