@@ -599,23 +599,6 @@ impl BlobSource for Repo {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::split_subtree;
-
-    #[test]
-    fn a_subtree_revision_splits_at_its_first_colon_outside_braces() {
-        assert_eq!(split_subtree("main:docs"), Some(("main", "docs")));
-        assert_eq!(split_subtree("v1.0~2:docs/guide/"), Some(("v1.0~2", "docs/guide/")));
-        assert_eq!(split_subtree("main:"), Some(("main", "")));
-        assert_eq!(split_subtree("main:a:b"), Some(("main", "a:b")), "a colon in the path is the path's");
-        assert_eq!(split_subtree("main^{/fix: typo}"), None, "a colon inside braces is the revision's");
-        assert_eq!(split_subtree("main^{/fix: typo}:docs"), Some(("main^{/fix: typo}", "docs")));
-        assert_eq!(split_subtree(":/message"), None, "gitoxide's own forms stay whole");
-        assert_eq!(split_subtree("main"), None);
-    }
-}
-
 /// Give back the pages of the mapped pack and index files (`objects/pack/*.{pack,idx}`) that
 /// this process has read so far, and return how many bytes of mappings were released.
 ///
@@ -654,4 +637,21 @@ pub(crate) fn release_mapped_packs() -> usize {
         }
     }
     released
+}
+
+#[cfg(test)]
+mod tests {
+    use super::split_subtree;
+
+    #[test]
+    fn a_subtree_revision_splits_at_its_first_colon_outside_braces() {
+        assert_eq!(split_subtree("main:docs"), Some(("main", "docs")));
+        assert_eq!(split_subtree("v1.0~2:docs/guide/"), Some(("v1.0~2", "docs/guide/")));
+        assert_eq!(split_subtree("main:"), Some(("main", "")));
+        assert_eq!(split_subtree("main:a:b"), Some(("main", "a:b")), "a colon in the path is the path's");
+        assert_eq!(split_subtree("main^{/fix: typo}"), None, "a colon inside braces is the revision's");
+        assert_eq!(split_subtree("main^{/fix: typo}:docs"), Some(("main^{/fix: typo}", "docs")));
+        assert_eq!(split_subtree(":/message"), None, "gitoxide's own forms stay whole");
+        assert_eq!(split_subtree("main"), None);
+    }
 }

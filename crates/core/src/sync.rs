@@ -1576,10 +1576,7 @@ async fn apply_journaled(
         }
         None => apply::apply(plan, backend, blobs, options.apply, progress, interrupt)
             .await
-            .map(|done| {
-                written.note_applied(plan, backend.take_written());
-                done
-            })
+            .inspect(|_| written.note_applied(plan, backend.take_written()))
             .map_err(Error::from),
     };
     match r {

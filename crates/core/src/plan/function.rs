@@ -1024,7 +1024,7 @@ impl<'a> Planner<'a> {
         if self.emit.is_some() {
             let n = self.reads.get() + 1;
             self.reads.set(n);
-            if n % RELEASE_EVERY == 0 {
+            if n.is_multiple_of(RELEASE_EVERY) {
                 crate::source::release_mapped_packs();
             }
         }
