@@ -599,6 +599,46 @@ impl BlobSource for Repo {
     }
 }
 
+/// Give back the pages of the mapped pack and index files (`objects/pack/*.{pack,idx}`) that
+/// this process has read so far, and return how many bytes of mappings were released.
+///
+/// The object database maps its packs; every page read stays in the process's resident set
+/// until the mapping goes, so a walk that reads every blob of an 80 MiB pack once (an initial
+/// checkout of a million files) would end holding all of it. The pages are only dropped from
+/// this process (`MADV_DONTNEED` on a read-only file mapping): they stay in the page cache,
+/// and a later read maps them again. A no-op where `/proc/self/maps` cannot be read.
+pub(crate) fn release_mapped_packs() -> usize {
+    let Ok(maps) = std::fs::read_to_string("/proc/self/maps") else { return 0 };
+    let mut released = 0;
+    for line in maps.lines() {
+        // `start-end perms offset dev inode path`
+        let mut fields = line.split_whitespace();
+        let (Some(range), Some(perms)) = (fields.next(), fields.next()) else { continue };
+        let Some(path) = fields.nth(3) else { continue };
+        let is_pack = path.contains("/objects/pack/") && (path.ends_with(".pack") || path.ends_with(".idx"));
+        // Read-only and private: nothing written to them could be lost.
+        if !is_pack || !perms.starts_with("r-") || !perms.ends_with('p') {
+            continue;
+        }
+        let Some((start, end)) = range.split_once('-') else { continue };
+        let (Ok(start), Ok(end)) = (usize::from_str_radix(start, 16), usize::from_str_radix(end, 16)) else { continue };
+        if end <= start {
+            continue;
+        }
+        // SAFETY: the range is a whole read-only private file mapping of this process, as the
+        // kernel lists it; MADV_DONTNEED on such a mapping only drops its resident pages (a
+        // later access faults them in again from the file), so no memory is invalidated for
+        // any reader, concurrent ones included. If the mapping went away meanwhile, the call
+        // fails with ENOMEM and changes nothing.
+        #[allow(unsafe_code)]
+        let r = unsafe { libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_DONTNEED) };
+        if r == 0 {
+            released += end - start;
+        }
+    }
+    released
+}
+
 #[cfg(test)]
 mod tests {
     use super::split_subtree;

@@ -70,7 +70,16 @@ pub struct Options {
     /// (mirrors of one repository and ref): the first plans, the others reuse its plan
     /// ([`plan::Cache`]). `None`: every sync plans on its own.
     pub plans: Option<Arc<plan::Cache>>,
+    /// Ops per chunk of an initial checkout applied while it is planned
+    /// ([`plan::stream_checkout`]); `None`: [`DEFAULT_STREAM_CHUNK`]. Not with
+    /// [`Options::plans`] or [`Options::dry_run`], which plan whole.
+    pub stream_chunk: Option<usize>,
 }
+
+/// The chunk of an initial checkout applied while it is planned ([`Options::stream_chunk`]):
+/// large enough that each chunk's writes run as wide as any backend's policy allows, small
+/// enough that it costs a few MiB at most, whatever the size of the tree.
+pub const DEFAULT_STREAM_CHUNK: usize = 8192;
 
 /// The lease of [`Options::lease`] when none is given.
 pub const DEFAULT_LEASE: Duration = Duration::from_secs(600);
@@ -262,6 +271,25 @@ pub struct Prepared {
     pub select: Option<Select>,
     /// The files with `export-subst` placeholders expanded after `main`.
     export_subst: Vec<String>,
+    /// `main` is an initial checkout applied while it is planned: it holds only its counts.
+    main_stream: Option<Streamed>,
+    /// The same for `resume`.
+    resume_stream: Option<Streamed>,
+}
+
+/// An initial checkout applied as it is planned, in chunks ([`plan::stream_checkout`]), after
+/// a walk that refused whatever the plan would refuse and counted its ops
+/// ([`plan::measure_checkout`]), so that memory holds a chunk of ops, not all of them.
+#[derive(Debug, Clone)]
+struct Streamed {
+    /// The tree written.
+    tree: ObjectId,
+    options: plan::Options,
+    /// What files are converted with (`None`: as blobs are), and the tree's `.gitattributes`.
+    settings: Option<crate::convert::Settings>,
+    attributes: crate::convert::AttributeFiles,
+    /// Ops per chunk.
+    chunk: usize,
 }
 
 impl Prepared {
@@ -359,7 +387,7 @@ pub async fn prepare(
         export: Some(options.export),
         lfs: Some(options.lfs),
     };
-    prepare_at(repo, to, goal, backend, options.force, target, options.limits, None).await
+    prepare_at(repo, to, goal, backend, options.force, target, options.limits, None, None).await
 }
 
 /// Where a sync goes beyond the commit: each `None` keeps what the state records (a repair,
@@ -432,6 +460,56 @@ impl Planning<'_> {
         plan::with_big_stack(|| self.repo.with_objects(|odb| plan::plan_takeover(odb, existing, to, options, checkout)))
     }
 
+    /// An initial checkout of `to` (files written with `converter`, paths selected by
+    /// `select`, gitlinks filled with `recurse`) to apply while it is planned, in chunks of
+    /// `chunk` ops: its counts as a plan without ops, and what to plan it with. `None` where
+    /// the whole plan is needed before the first write: with a selection or `--export` (the
+    /// directories made depend on every path selected), with submodules (planned through their
+    /// own repositories), and where attributes name a filter (every file's conversion is
+    /// checked for a required driver and every LFS object for its presence before any write).
+    fn stream(
+        &self,
+        to: ObjectId,
+        converter: Option<&Converter>,
+        select: &Select,
+        recurse: bool,
+        chunk: usize,
+    ) -> Result<Option<(Plan, Streamed)>, plan::Error> {
+        if self.submodules.is_some() || recurse || !select.is_all() || converter.is_some_and(|c| c.settings().export) {
+            return Ok(None);
+        }
+        let options = self.options;
+        let measured =
+            plan::with_big_stack(|| self.repo.with_objects(|odb| plan::measure_checkout(odb, to, options, converter)))?;
+        if let Some(c) = converter {
+            let settings = c.settings();
+            let in_settings = [&settings.attributes_file, &settings.info_attributes]
+                .into_iter()
+                .any(|t| t.as_deref().is_some_and(|t| t.contains("filter")));
+            let in_tree = self.repo.with_objects(|odb| {
+                let mut buf = Vec::new();
+                measured.attributes.iter().any(|(_, id)| {
+                    // Unreadable: let the materialized plan report it.
+                    gix_object::FindExt::find_blob(odb, id, &mut buf)
+                        .map_or(true, |b| b.data.windows(6).any(|w| w == b"filter"))
+                })
+            });
+            if in_settings || in_tree {
+                tracing::debug!(target: "treesync::sync", "attributes name a filter: the initial checkout is planned whole");
+                return Ok(None);
+            }
+        }
+        let plan = Plan { from: None, to, phases: Vec::new(), counts: measured.counts };
+        let streamed = Streamed {
+            tree: to,
+            options,
+            settings: converter.map(|c| c.settings().clone()),
+            attributes: measured.attributes,
+            chunk,
+        };
+        Ok(Some((plan, streamed)))
+    }
+
     /// What the plans read: submodules, and the repositories holding their blobs.
     fn read(&self) -> (Vec<submodule::Used>, Vec<Repo>) {
         match &self.submodules {
@@ -451,6 +529,7 @@ async fn prepare_at(
     mut target: TargetState,
     limits: plan::Limits,
     plans: Option<&plan::Cache>,
+    stream: Option<usize>,
 ) -> Result<Prepared, Error> {
     let Goal { path, recurse, select, export, lfs } = goal;
     let state_bytes = backend.load_state().await?;
@@ -582,9 +661,12 @@ async fn prepare_at(
             repos,
             select: (!select.is_all()).then(|| select.clone()),
             export_subst: substituted.clone(),
+            main_stream: None,
+            resume_stream: None,
         });
     }
     let mut resume = None;
+    let mut resume_stream = None;
     let mut resume_converter = None;
     // Repositories a resumed repair reads blobs from beyond those the plans read.
     let mut repair_repos = Vec::new();
@@ -613,6 +695,19 @@ async fn prepare_at(
                     journal_converter.as_deref(),
                     &journal_select,
                 )?
+            } else if let Some((plan, streamed)) = match stream {
+                // An interrupted initial checkout: finished as it was started, in chunks.
+                Some(chunk) if p.from_tree.is_none() => planning.stream(
+                    p.to_tree,
+                    journal_converter.as_deref(),
+                    &journal_select,
+                    p.recurse_submodules,
+                    chunk,
+                )?,
+                _ => None,
+            } {
+                resume_stream = Some(streamed);
+                plan
             } else {
                 check_base(repo, p.from_tree, state.as_ref())?;
                 planning.diff(
@@ -642,7 +737,17 @@ async fn prepare_at(
         },
     };
     let mut replaced = None;
-    let main = if takeover {
+    let mut main_stream = None;
+    let streamed = match stream {
+        Some(chunk) if base.is_none() && !takeover => {
+            planning.stream(to.tree, Some(&converter), &select, recurse, chunk)?
+        }
+        _ => None,
+    };
+    let main = if let Some((plan, streamed)) = streamed {
+        main_stream = Some(streamed);
+        Arc::new(plan)
+    } else if takeover {
         let existing = scan(backend).await?;
         let plan = planning.takeover(&existing, to.tree, recurse, Some(&converter), &select)?;
         replaced = Some(replaced_by(&plan, &existing));
@@ -733,6 +838,8 @@ async fn prepare_at(
         repos,
         select: (!select.is_all()).then_some(select),
         export_subst,
+        main_stream,
+        resume_stream,
     })
 }
 
@@ -996,9 +1103,13 @@ pub async fn sync(
         lfs: Some(options.lfs),
     };
     let plans = options.plans.as_deref();
+    // A dry run reports the plan as `plan` does: whole. Mirrors sharing plans
+    // ([`Options::plans`]) share the whole plan of an initial checkout too: planned once.
+    let stream = (!options.dry_run && plans.is_none()).then(|| options.stream_chunk.unwrap_or(DEFAULT_STREAM_CHUNK));
     let target = backend.prepare_target(false).await?;
     let early = if target != TargetState::Managed || options.dry_run {
-        let prepared = prepare_at(repo, to, goal(), backend, options.force, target, options.limits, plans).await?;
+        let prepared =
+            prepare_at(repo, to, goal(), backend, options.force, target, options.limits, plans, stream).await?;
         if options.dry_run {
             let mut outcome = outcome_of(&prepared, options);
             outcome.elapsed = start.elapsed();
@@ -1032,9 +1143,9 @@ pub async fn sync(
             // Another writer got there first: read the target again.
             Some(_) => {
                 let target = backend.prepare_target(false).await?;
-                prepare_at(repo, to, goal(), backend, options.force, target, options.limits, plans).await?
+                prepare_at(repo, to, goal(), backend, options.force, target, options.limits, plans, stream).await?
             }
-            None => prepare_at(repo, to, goal(), backend, options.force, target, options.limits, plans).await?,
+            None => prepare_at(repo, to, goal(), backend, options.force, target, options.limits, plans, stream).await?,
         };
         let outcome = run_locked(repo, backend, prepared, options, &me, progress, interrupt, start).await?;
         if let Some(clone) = &options.git_worktree {
@@ -1099,8 +1210,11 @@ async fn run_locked(
         repos,
         select,
         export_subst,
+        main_stream,
+        resume_stream,
         ..
     } = prepared;
+    let main_empty = main.is_empty() && main_stream.is_none();
     if let Some((p, _)) = &resume {
         check_lease(p, backend, options)?;
     }
@@ -1147,6 +1261,7 @@ async fn run_locked(
         }
         dirs_recreated += apply_journaled(
             plan,
+            resume_stream.as_ref().map(|s| (repo, s)),
             backend,
             &resume_blobs,
             options,
@@ -1163,7 +1278,7 @@ async fn run_locked(
         current.select = p.to_select.clone();
         current.recurse_submodules = p.recurse_submodules;
         current.in_progress = None;
-        if main.is_empty()
+        if main_empty
             && p.to_commit == to.commit
             && p.to_path == path
             && current.conversions == settings
@@ -1191,7 +1306,7 @@ async fn run_locked(
         repair,
         "planned"
     );
-    if !main.is_empty() {
+    if !main_empty {
         let from_tree = if takeover { None } else { current.synced.map(|s| s.tree) };
         current.in_progress = Some(
             journal_entry(to, &path, &settings, from_tree, takeover, repair, me)
@@ -1201,9 +1316,19 @@ async fn run_locked(
         backend.store_state(&current.to_bytes()).await?;
         outcome.state_writes += 1;
         tracing::debug!(target: "treesync::sync", "journal: in progress");
-        dirs_recreated +=
-            apply_journaled(&main, backend, &blobs, options, progress, interrupt, &current, &mut outcome, &mut written)
-                .await?;
+        dirs_recreated += apply_journaled(
+            &main,
+            main_stream.as_ref().map(|s| (repo, s)),
+            backend,
+            &blobs,
+            options,
+            progress,
+            interrupt,
+            &current,
+            &mut outcome,
+            &mut written,
+        )
+        .await?;
     }
     if dirs_recreated > 0 {
         // Healing had to make directories whose other content is gone (someone deleted a
@@ -1224,10 +1349,21 @@ async fn run_locked(
         let (plan, _, repos) = repair_plan_to(repo, backend, to, goal, takeover, options.limits, &converter).await?;
         let blobs: Arc<dyn BlobSource> =
             Arc::new(source::Converting::new(submodule::Blobs::source(repos), converter.clone()));
-        apply_journaled(&plan, backend, &blobs, options, progress, interrupt, &current, &mut outcome, &mut written)
-            .await?;
+        apply_journaled(
+            &plan,
+            None,
+            backend,
+            &blobs,
+            options,
+            progress,
+            interrupt,
+            &current,
+            &mut outcome,
+            &mut written,
+        )
+        .await?;
     }
-    if !main.is_empty() || !already || dirs_recreated > 0 {
+    if !main_empty || !already || dirs_recreated > 0 {
         current.synced = Some(Synced { commit: to.commit, tree: to.tree, at_unix: state::now_unix() });
         current.path = path;
         current.conversions = settings;
@@ -1312,7 +1448,7 @@ pub async fn repair(
             let target = backend.prepare_target(false).await?;
             let goal = Goal { path: None, recurse: None, select: None, export: None, lfs: None };
             let plans = options.sync.plans.as_deref();
-            let prepared = prepare_at(repo, to, goal, backend, false, target, options.sync.limits, plans).await?;
+            let prepared = prepare_at(repo, to, goal, backend, false, target, options.sync.limits, plans, None).await?;
             Some(run_locked(repo, backend, prepared, &options.sync, &me, progress, interrupt, start).await?)
         } else {
             None
@@ -1419,9 +1555,12 @@ fn journal_entry(
 
 /// Apply `plan` under the journal entry of `current`, adding what was done to `outcome`; how
 /// many directories healing had to make. On failure the entry is released (see [`release`]).
+/// With `stream`, `plan` holds only the counts: the ops are planned from `stream` in chunks
+/// while they are applied ([`apply_streamed`]).
 #[allow(clippy::too_many_arguments)] // the executor's inputs plus the journal and the tally
 async fn apply_journaled(
     plan: &Plan,
+    stream: Option<(&Repo, &Streamed)>,
     backend: &dyn Backend,
     blobs: &Arc<dyn BlobSource>,
     options: &Options,
@@ -1431,14 +1570,86 @@ async fn apply_journaled(
     outcome: &mut Outcome,
     written: &mut index_delta::Delta,
 ) -> Result<u64, Error> {
-    match apply::apply(plan, backend, blobs, options.apply, progress, interrupt).await {
+    let r = match stream {
+        Some((repo, s)) => {
+            apply_streamed(repo, s, plan.counts, backend, blobs, options, progress, interrupt, written).await
+        }
+        None => apply::apply(plan, backend, blobs, options.apply, progress, interrupt)
+            .await
+            .inspect(|_| written.note_applied(plan, backend.take_written()))
+            .map_err(Error::from),
+    };
+    match r {
         Ok(done) => {
-            written.note_applied(plan, backend.take_written());
             outcome.applied.merge(&done.counts);
             outcome.healed += done.healed;
             Ok(done.dirs_recreated)
         }
-        Err(e) => Err(release(backend, current.clone(), add_counts(e.into(), &outcome.applied)).await),
+        Err(e) => Err(release(backend, current.clone(), add_counts(e, &outcome.applied)).await),
+    }
+}
+
+/// Plan the initial checkout `s` (of `total` ops) on a thread of its own, in chunks, and
+/// apply each chunk as soon as it is planned: the next chunk is planned while one is written,
+/// and memory holds two chunks at most (the channel's), not the plan. The journal entry is
+/// written already; every op is idempotent, so an interrupted run is finished by the next.
+#[allow(clippy::too_many_arguments)] // the executor's inputs plus the plan's source
+async fn apply_streamed(
+    repo: &Repo,
+    s: &Streamed,
+    total: OpCounts,
+    backend: &dyn Backend,
+    blobs: &Arc<dyn BlobSource>,
+    options: &Options,
+    progress: &(dyn Fn(&Progress<'_>) + Send + Sync),
+    interrupt: &AtomicBool,
+    written: &mut index_delta::Delta,
+) -> Result<apply::Outcome, Error> {
+    let (tx, rx) = tokio::sync::mpsc::channel::<Plan>(1);
+    let planner = {
+        let (repo, s) = (repo.clone(), s.clone());
+        std::thread::Builder::new()
+            .name("treesync-stream-plan".into())
+            // As `plan::with_big_stack`: the walk recurses once per tree level.
+            .stack_size(32 << 20)
+            .spawn(move || {
+                repo.with_objects(|odb| {
+                    let resolver = match &s.settings {
+                        Some(settings) => Some(crate::convert::Resolver::new(settings, s.attributes.clone())?),
+                        None => None,
+                    };
+                    plan::stream_checkout(odb, s.tree, s.options, resolver, s.chunk, &mut |ops| {
+                        tx.blocking_send(Plan::from_ops(None, s.tree, ops)).is_ok()
+                    })
+                })
+            })
+            .expect("a thread can be started")
+    };
+    // More than the delta records: nothing is noted, and what the backend noted is dropped
+    // chunk by chunk.
+    let record = total.total() as usize <= index_delta::RECORD_AT_MOST;
+    if !record {
+        written.overflowed = true;
+        written.paths.clear();
+    }
+    let mut applied = |chunk: &Plan| {
+        let stats = backend.take_written();
+        if record {
+            written.note_applied(chunk, stats);
+        }
+        // The chunk's blobs were read from the mapped packs: without this, the resident set
+        // would grow with the pack, whatever the chunk.
+        source::release_mapped_packs();
+    };
+    let r = apply::apply_chunks(rx, total, backend, blobs, options.apply, progress, interrupt, &mut applied).await;
+    // The receiver is gone: a planner still walking stops at its next chunk.
+    let planned = planner.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+    let done = r?;
+    match planned {
+        Ok(()) => Ok(done),
+        // An object that became unreadable since it was measured. The chunks applied stay:
+        // the journal entry makes the next sync finish them.
+        Err(e) => Err(Error::Plan(e)),
     }
 }
 

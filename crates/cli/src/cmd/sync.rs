@@ -81,6 +81,7 @@ pub(crate) fn run(args: SyncArgs) -> anyhow::Result<()> {
         lfs: args.source.lfs.unwrap_or_default(),
         // One target per process: nothing to share a plan with.
         plans: None,
+        stream_chunk: None,
     };
     anyhow::ensure!(
         !args.git_worktree || !matches!(chosen.kind, treesync::BackendKind::S3 | treesync::BackendKind::Memory),

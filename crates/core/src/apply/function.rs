@@ -236,3 +236,56 @@ fn spread(ops: &Arc<[Op]>) -> Arc<[Op]> {
     }
     out.into()
 }
+
+/// Apply the plans `chunks` yields, one after another, as one plan of `total` ops: what
+/// [`apply`] does for each, with progress counted against `total` and errors counting what
+/// the chunks before did. `applied` is called after each chunk is done. The producer of the
+/// chunks plans while a chunk is being applied; when this returns early (an error, an
+/// interrupt) the receiver is dropped, which tells it to stop.
+#[allow(clippy::too_many_arguments)] // apply()'s inputs plus the chunks and what follows each
+pub async fn apply_chunks(
+    mut chunks: tokio::sync::mpsc::Receiver<Plan>,
+    total: OpCounts,
+    backend: &dyn Backend,
+    blobs: &Arc<dyn BlobSource>,
+    options: Options,
+    progress: &(dyn Fn(&Progress<'_>) + Send + Sync),
+    interrupt: &AtomicBool,
+    applied: &mut (dyn FnMut(&Plan) + Send),
+) -> Result<Outcome, Error> {
+    let start = Instant::now();
+    let mut outcome = Outcome::default();
+    while let Some(chunk) = chunks.recv().await {
+        if interrupt.load(Ordering::SeqCst) {
+            return Err(Error::Interrupted { done: outcome.counts });
+        }
+        let before = outcome.counts;
+        let of_all = |p: &Progress<'_>| {
+            progress(&Progress {
+                phase: p.phase,
+                ops_done: before.total() + p.ops_done,
+                ops_total: total.total(),
+                bytes_done: before.bytes + p.bytes_done,
+                bytes_total: total.bytes,
+            })
+        };
+        match apply(&chunk, backend, blobs, options, &of_all, interrupt).await {
+            Ok(done) => {
+                outcome.counts.merge(&done.counts);
+                outcome.healed += done.healed;
+                outcome.dirs_recreated += done.dirs_recreated;
+                applied(&chunk);
+            }
+            Err(Error::Backend { phase, source, mut done }) => {
+                done.merge(&before);
+                return Err(Error::Backend { phase, source, done });
+            }
+            Err(Error::Interrupted { mut done }) => {
+                done.merge(&before);
+                return Err(Error::Interrupted { done });
+            }
+        }
+    }
+    outcome.elapsed = start.elapsed();
+    Ok(outcome)
+}

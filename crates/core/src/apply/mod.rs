@@ -2,7 +2,7 @@
 //! wide as the backend's [`Policy`](crate::backend::Policy) allows.
 
 mod function;
-pub use function::apply;
+pub use function::{apply, apply_chunks};
 
 use std::time::Duration;
 

@@ -6,7 +6,7 @@ use gix_object::{FindExt, FindObjectOrHeader, tree::EntryKind};
 
 use super::Error;
 use super::gitlinks::Recurse;
-use crate::op::{Op, Phases, Plan};
+use crate::op::{Op, OpCounts, Phases, Plan};
 use crate::path::{NameKind, RelPath};
 use crate::source::Cause;
 
@@ -212,6 +212,79 @@ pub fn plan_checkout(
     Ok(p.finish(from, to))
 }
 
+/// What an initial checkout of tree `to` (files converted as `converter` says, `None`: as blobs
+/// are) holds, found by planning it without holding its ops: each op is checked and counted as
+/// [`plan_checkout`] would plan it, so whatever would refuse the plan (limits, unsafe names,
+/// case collisions, broken trees) refuses this too, and nothing of the plan is kept but its
+/// counts and the `.gitattributes` files the conversions of [`stream_checkout`] need. Only for
+/// checkouts without a selection, `--export` or submodules (which need the whole plan).
+pub fn measure_checkout(
+    odb: &dyn FindObjectOrHeader,
+    to: ObjectId,
+    options: Options,
+    converter: Option<&crate::convert::Converter>,
+) -> Result<Measured, Error> {
+    let mut p = Planner::new(odb, options);
+    // With a limit on bytes, the measure of the tree reads every blob header once: not again.
+    let sized = options.limits.max_bytes < u64::MAX;
+    p.emit = Some(Emit { chunk: Vec::new(), size: 0, send: None, resolver: None, counts: OpCounts::default(), sized });
+    if let Some(new) = converter {
+        // Only to collect the `.gitattributes` files: nothing is converted here.
+        p.attrs.enabled = true;
+        p.conversions = Some(Conversions { old: None, new });
+    }
+    p.to = Some(to);
+    p.diff_tree_contents(&RelPath::root(), None, Some(to))?;
+    let mut counts = p.emit.take().expect("set above").counts;
+    if sized {
+        counts.bytes = p.sizes.get(&to).map_or(0, |s| s.bytes);
+    }
+    Ok(Measured { counts, attributes: std::mem::take(&mut p.attrs.new_files) })
+}
+
+/// What [`measure_checkout`] found.
+#[derive(Debug, Clone)]
+pub struct Measured {
+    /// The ops of the checkout, by kind, and its bytes.
+    pub counts: OpCounts,
+    /// Its `.gitattributes` files.
+    pub attributes: crate::convert::AttributeFiles,
+}
+
+/// Plan an initial checkout of tree `to` in chunks of `chunk` ops, handing each to `send` as
+/// soon as it is full (the last one may be smaller), so that memory holds one chunk, not the
+/// plan. The tree is walked depth first and a directory is planned before its content, so each
+/// chunk's directories are made by it or by an earlier chunk: applying the chunks in order,
+/// each as [`Plan::from_ops`] orders it, writes the tree [`plan_checkout`] writes. `resolver`
+/// gives each file its conversion (built from [`Measured::attributes`]); `send` returning
+/// `false` stops the walk ([`Error::Stopped`]). Run [`measure_checkout`] first: this walk does
+/// not check the limits, and whatever refuses a plan would refuse it only after the chunks
+/// before were handed on.
+pub fn stream_checkout(
+    odb: &dyn FindObjectOrHeader,
+    to: ObjectId,
+    options: Options,
+    resolver: Option<crate::convert::Resolver>,
+    chunk: usize,
+    send: &mut dyn FnMut(Vec<Op>) -> bool,
+) -> Result<(), Error> {
+    let chunk = chunk.max(1);
+    // Measured by `measure_checkout` already: no blob header is read twice for the limits.
+    let options = Options { limits: Limits { max_entries: u64::MAX, max_bytes: u64::MAX }, ..options };
+    let mut p = Planner::new(odb, options);
+    p.emit = Some(Emit {
+        chunk: Vec::with_capacity(chunk),
+        size: chunk,
+        send: Some(send),
+        resolver,
+        counts: OpCounts::default(),
+        sized: false,
+    });
+    p.to = Some(to);
+    p.diff_tree_contents(&RelPath::root(), None, Some(to))?;
+    p.hand_on()
+}
+
 /// Refuse tree `tree` if writing it would exceed `limits` (`max_bytes: u64::MAX` reads no blob
 /// header), without planning it: each distinct tree is read once, without recursion, and a
 /// tree deeper than [`MAX_TREE_DEPTH`] is refused too. For walks that expand a whole tree
@@ -324,6 +397,34 @@ struct Planner<'a> {
     incremental: bool,
     /// The tree planned to (for what a directory holds once the plan is done).
     to: Option<ObjectId>,
+    /// Ops go here instead of [`Self::ops`]: counted, and handed on in chunks
+    /// ([`stream_checkout`], [`measure_checkout`]).
+    emit: Option<Emit<'a>>,
+    /// Objects read so far by a streaming planner, to give back the pages of the mapped packs
+    /// every [`RELEASE_EVERY`] reads ([`crate::source::release_mapped_packs`]): a walk that
+    /// reads every blob header of a pack would otherwise keep all of it resident.
+    reads: std::cell::Cell<u64>,
+}
+
+/// How many objects a streaming planner reads between two releases of the packs' pages.
+const RELEASE_EVERY: u64 = 16_384;
+
+/// Where the ops of a streaming planner go.
+struct Emit<'a> {
+    /// Ops planned since the last chunk was handed on.
+    chunk: Vec<Op>,
+    /// How many ops a chunk holds.
+    size: usize,
+    /// Takes each chunk; `false`: stop planning. `None`: ops are only counted.
+    send: Option<&'a mut dyn FnMut(Vec<Op>) -> bool>,
+    /// Gives each file written its conversion as it is planned.
+    resolver: Option<crate::convert::Resolver>,
+    /// The ops so far.
+    counts: OpCounts,
+    /// The files' sizes are known from [`Planner::subtree_size`] (which read every blob header
+    /// of the tree for the limits): a file's op is counted without reading its header again,
+    /// and the bytes of the whole checkout are taken from the tree's size at the end.
+    sized: bool,
 }
 
 /// What the diff learned for the conversions pass ([`Planner::convert`]).
@@ -376,6 +477,8 @@ impl<'a> Planner<'a> {
             resubst: None,
             incremental: false,
             to: None,
+            emit: None,
+            reads: std::cell::Cell::new(0),
         }
     }
 
@@ -406,6 +509,37 @@ impl<'a> Planner<'a> {
         self.ops.into_plan(from, to)
     }
 
+    /// Add `op` to the plan, or (streaming) count it and hand it on with its chunk.
+    fn push(&mut self, mut op: Op) -> Result<(), Error> {
+        let odb = self.odb;
+        let Some(emit) = &mut self.emit else {
+            self.ops.push(op);
+            return Ok(());
+        };
+        if let (Some(resolver), Op::Write { path, conversion, .. }) = (&mut emit.resolver, &mut op) {
+            let find: &dyn gix_object::Find = odb;
+            *conversion = resolver.at(path.as_bstr(), find)?.0;
+        }
+        emit.counts.add(&op);
+        if emit.send.is_some() {
+            emit.chunk.push(op);
+            if emit.chunk.len() >= emit.size {
+                self.hand_on()?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Hand the ops planned since the last chunk on ([`Emit::send`]).
+    fn hand_on(&mut self) -> Result<(), Error> {
+        let Some(Emit { chunk, size, send: Some(send), .. }) = &mut self.emit else { return Ok(()) };
+        if chunk.is_empty() {
+            return Ok(());
+        }
+        let ops = std::mem::replace(chunk, Vec::with_capacity(*size));
+        if send(ops) { Ok(()) } else { Err(Error::Stopped) }
+    }
+
     /// Refuse if the plan so far plus `more` exceeds a limit.
     fn check_room(&self, more: Size) -> Result<(), Error> {
         let limits = self.options.limits;
@@ -431,20 +565,17 @@ impl<'a> Planner<'a> {
 
     fn unlink(&mut self, path: &RelPath) -> Result<(), Error> {
         self.count(0)?;
-        self.ops.push(Op::Unlink { path: path.clone() });
-        Ok(())
+        self.push(Op::Unlink { path: path.clone() })
     }
 
     fn rmdir(&mut self, path: &RelPath) -> Result<(), Error> {
         self.count(0)?;
-        self.ops.push(Op::Rmdir { path: path.clone() });
-        Ok(())
+        self.push(Op::Rmdir { path: path.clone() })
     }
 
     fn mkdir(&mut self, path: &RelPath) -> Result<(), Error> {
         self.count(0)?;
-        self.ops.push(Op::Mkdir { path: path.clone() });
-        Ok(())
+        self.push(Op::Mkdir { path: path.clone() })
     }
 
     fn object_error(what: &'static str, id: ObjectId, at: &str, cause: Cause) -> Error {
@@ -820,7 +951,7 @@ impl<'a> Planner<'a> {
                     if was != executable {
                         let size = self.blob_size(id).map_err(|e| Self::object_error("blob", id, &at(path), e))?;
                         self.count(0)?;
-                        self.ops.push(Op::Chmod { path: path.clone(), executable, blob: id, size, conversion: None });
+                        self.push(Op::Chmod { path: path.clone(), executable, blob: id, size, conversion: None })?;
                     } else if self.attrs.renormalizing {
                         self.attrs.candidates.push((path.clone(), id, Some(executable)));
                     }
@@ -874,10 +1005,14 @@ impl<'a> Planner<'a> {
     }
 
     fn write(&mut self, path: &RelPath, blob: ObjectId, executable: bool) -> Result<(), Error> {
-        let size = self.blob_size(blob).map_err(|e| Self::object_error("blob", blob, &at(path), e))?;
+        let size = if self.emit.as_ref().is_some_and(|e| e.sized) {
+            // Counted already ([`Emit::sized`]).
+            0
+        } else {
+            self.blob_size(blob).map_err(|e| Self::object_error("blob", blob, &at(path), e))?
+        };
         self.count(size)?;
-        self.ops.push(Op::Write { path: path.clone(), blob, size, executable, conversion: None, reason: None });
-        Ok(())
+        self.push(Op::Write { path: path.clone(), blob, size, executable, conversion: None, reason: None })
     }
 
     /// The size of a blob, from its header only: the content is read once, when the executor
@@ -885,6 +1020,13 @@ impl<'a> Planner<'a> {
     fn blob_size(&self, blob: ObjectId) -> Result<u64, Cause> {
         if blob.is_empty_blob() {
             return Ok(0);
+        }
+        if self.emit.is_some() {
+            let n = self.reads.get() + 1;
+            self.reads.set(n);
+            if n.is_multiple_of(RELEASE_EVERY) {
+                crate::source::release_mapped_packs();
+            }
         }
         match self.odb.try_header(&blob) {
             Err(e) => Err(Cause::gix(e)),
@@ -907,8 +1049,7 @@ impl<'a> Planner<'a> {
         }
         let target = target.data.to_vec();
         self.count(target.len() as u64)?;
-        self.ops.push(Op::Symlink { path: path.clone(), target });
-        Ok(())
+        self.push(Op::Symlink { path: path.clone(), target })
     }
 
     /// Plan the creation of tree `id` at `path` (and its directory, if a checkout would make one).

@@ -11,7 +11,8 @@ pub(crate) use function::too_deep;
 pub(crate) use function::with_big_stack;
 pub use function::{
     Checkout, Conversions, DEFAULT_MAX_BYTES, DEFAULT_MAX_ENTRIES, ExistingEntry, ExistingKind, Limits, MAX_PATH_BYTES,
-    MAX_TREE_DEPTH, Options, Selecting, check_tree_size, plan, plan_checkout, plan_takeover, plan_with,
+    MAX_TREE_DEPTH, Measured, Options, Selecting, check_tree_size, measure_checkout, plan, plan_checkout,
+    plan_takeover, plan_with, stream_checkout,
 };
 
 pub use gitlinks::{Gitlinks, Recurse, Visit};
@@ -68,6 +69,10 @@ pub enum Error {
     /// A submodule whose tree is needed (`--recurse-submodules`) cannot be read.
     #[error(transparent)]
     Submodule(#[from] Box<crate::submodule::Error>),
+    /// A plan handed on in chunks ([`stream_checkout`]) was stopped by its taker (the sync
+    /// applying it failed or was interrupted).
+    #[error("planning stopped: the sync applying the plan stopped\n  hint: run sync again to finish it")]
+    Stopped,
     /// A tree entry has a mode git does not write.
     #[error(
         "tree {tree} has an entry {} with mode {mode:o}, which git does not write\n  hint: the repository holds a tree git itself would refuse; `git fsck` names it", crate::path::quote(path.as_bytes())
