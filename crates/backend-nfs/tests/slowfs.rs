@@ -203,7 +203,7 @@ fn verify_scan_keeps_many_lookups_in_flight_and_two_requests_per_file() {
     let n = 3_000;
     let h = History::from_trees(&[history::wide_tree(n, 10)] as &[Model]);
     let backend = treesync_backend_nfs::open(fs.path().join("t"), Options::default());
-    assert_eq!((backend.policy().lookups, backend.policy().scans), (1, 32), "the defaults");
+    assert_eq!((backend.policy().lookups, backend.policy().scans), (16, 32), "the defaults: lookups adapt up to 16, the scan runs 32");
     rt.block_on(sync_to(&h.repo, &h.commits[0], &backend)).expect("sync");
     fs.reset();
     let report = rt.block_on(verify::verify(&h.repo, &backend, verify::Level::Stat)).expect("verify");

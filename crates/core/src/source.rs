@@ -607,6 +607,9 @@ impl BlobSource for Repo {
 /// checkout of a million files) would end holding all of it. The pages are only dropped from
 /// this process (`MADV_DONTNEED` on a read-only file mapping): they stay in the page cache,
 /// and a later read maps them again. A no-op where `/proc/self/maps` cannot be read.
+///
+/// Call it only from a thread that holds an object database handle of the repository (see the
+/// SAFETY note inside).
 pub(crate) fn release_mapped_packs() -> usize {
     let Ok(maps) = std::fs::read_to_string("/proc/self/maps") else { return 0 };
     let mut released = 0;
@@ -627,9 +630,16 @@ pub(crate) fn release_mapped_packs() -> usize {
         }
         // SAFETY: the range is a whole read-only private file mapping of this process, as the
         // kernel lists it; MADV_DONTNEED on such a mapping only drops its resident pages (a
-        // later access faults them in again from the file), so no memory is invalidated for
-        // any reader, concurrent ones included. If the mapping went away meanwhile, the call
-        // fails with ENOMEM and changes nothing.
+        // later access faults them in again from the file, which stays in the page cache), so
+        // no reader sees other bytes. What must not happen is the mapping being unmapped, and
+        // something else mapped at its address, between the read of /proc/self/maps and this
+        // call: DONTNEED would zero anonymous memory. So this runs only on the thread walking
+        // the object database, while it holds its handle: the store and its pack mappings live
+        // at least as long, and gitoxide unmaps a pack otherwise only when a refresh after a
+        // missing object finds it deleted (it is not called from the threads that apply ops).
+        // (MADV_PAGEOUT, which never loses bytes, was tried: it also evicts the pages from the
+        // page cache, and the 1,000,000-file checkout from a repository on disk took 119 s
+        // instead of 22 s, reading the index from the disk again and again.)
         #[allow(unsafe_code)]
         let r = unsafe { libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_DONTNEED) };
         if r == 0 {

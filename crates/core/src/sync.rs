@@ -1637,9 +1637,8 @@ async fn apply_streamed(
         if record {
             written.note_applied(chunk, stats);
         }
-        // The chunk's blobs were read from the mapped packs: without this, the resident set
-        // would grow with the pack, whatever the chunk.
-        source::release_mapped_packs();
+        // The pages of the mapped packs this chunk's blobs were read from are given back by
+        // the planner's thread, which holds the object database (`release_mapped_packs`).
     };
     let r = apply::apply_chunks(rx, total, backend, blobs, options.apply, progress, interrupt, &mut applied).await;
     // The receiver is gone: a planner still walking stops at its next chunk.

@@ -407,7 +407,7 @@ struct Planner<'a> {
 }
 
 /// How many objects a streaming planner reads between two releases of the packs' pages.
-const RELEASE_EVERY: u64 = 16_384;
+const RELEASE_EVERY: u64 = 4_096;
 
 /// Where the ops of a streaming planner go.
 struct Emit<'a> {
