@@ -170,8 +170,14 @@ fn random_histories_match_git_on_the_slow_filesystem() {
     let rt = runtime();
     for (seed, options) in [
         (300, Options::default()),
-        (301, Options { lookup_jobs: LookupJobs::Fixed(1), scan_jobs: 1, write_jobs: WriteJobs::Fixed(1), fsync: false }),
-        (302, Options { lookup_jobs: LookupJobs::Fixed(2), scan_jobs: 2, write_jobs: WriteJobs::Fixed(16), fsync: false }),
+        (
+            301,
+            Options { lookup_jobs: LookupJobs::Fixed(1), scan_jobs: 1, write_jobs: WriteJobs::Fixed(1), fsync: false },
+        ),
+        (
+            302,
+            Options { lookup_jobs: LookupJobs::Fixed(2), scan_jobs: 2, write_jobs: WriteJobs::Fixed(16), fsync: false },
+        ),
     ] {
         let h = History::random(seed, 16);
         let name = format!("walk{seed}");
@@ -203,7 +209,11 @@ fn verify_scan_keeps_many_lookups_in_flight_and_two_requests_per_file() {
     let n = 3_000;
     let h = History::from_trees(&[history::wide_tree(n, 10)] as &[Model]);
     let backend = treesync_backend_nfs::open(fs.path().join("t"), Options::default());
-    assert_eq!((backend.policy().lookups, backend.policy().scans), (16, 32), "the defaults: lookups adapt up to 16, the scan runs 32");
+    assert_eq!(
+        (backend.policy().lookups, backend.policy().scans),
+        (16, 32),
+        "the defaults: lookups adapt up to 16, the scan runs 32"
+    );
     rt.block_on(sync_to(&h.repo, &h.commits[0], &backend)).expect("sync");
     fs.reset();
     let report = rt.block_on(verify::verify(&h.repo, &backend, verify::Level::Stat)).expect("verify");

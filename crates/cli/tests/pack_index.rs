@@ -94,7 +94,10 @@ fn an_index_pointing_past_its_large_offset_table_is_an_error_not_a_panic() {
     assert!(!o.status.success(), "a corrupt pack index synced: {err}");
     assert_ne!(o.status.code(), Some(101), "treesync panicked: {err}");
     assert!(!err.contains("panicked"), "{err}");
-    assert!(err.contains("beyond pack data") || err.contains("corrupt"), "the error does not name the corruption: {err}");
+    assert!(
+        err.contains("beyond pack data") || err.contains("corrupt"),
+        "the error does not name the corruption: {err}"
+    );
     // Nothing of the tree was written.
     let written: Vec<_> = std::fs::read_dir(&target)
         .map(|d| d.map(|e| e.expect("entry").file_name()).filter(|n| n != ".treesync").collect())

@@ -268,7 +268,11 @@ fn wide(bin: &Path, trees: &[Wide], dir: &Path, runs: usize, rows: &mut Vec<Row>
     for (k, t) in trees.iter().enumerate() {
         eprintln!("  {}: A → B: {}", t.case, forth[k].walls());
         eprintln!("  {}: B → A: {}", t.case, back[k].walls());
-        for (run, s) in [("incremental sync A → B", &forth[k]), ("incremental sync B → A", &back[k]), ("plan A → B (no writes)", &plans[k])] {
+        for (run, s) in [
+            ("incremental sync A → B", &forth[k]),
+            ("incremental sync B → A", &back[k]),
+            ("plan A → B (no writes)", &plans[k]),
+        ] {
             rows.push(Row { case: t.case.clone(), run: run.into(), time: s.wall(), cpu: s.cpu(), rss_kib: s.rss_kib });
         }
     }
@@ -284,7 +288,9 @@ fn wide(bin: &Path, trees: &[Wide], dir: &Path, runs: usize, rows: &mut Vec<Row>
     let _ = writeln!(md, "| run | {} | {} | wall ratio | CPU ratio |", trees[small].case, trees[large].case);
     let _ = writeln!(md, "|---|---:|---:|---:|---:|");
     let ratio = |a: Duration, b: Duration| b.as_secs_f64() / a.as_secs_f64().max(1e-9);
-    for (run, s) in [("incremental sync A → B", &forth), ("incremental sync B → A", &back), ("plan A → B (no writes)", &plans)] {
+    for (run, s) in
+        [("incremental sync A → B", &forth), ("incremental sync B → A", &back), ("plan A → B (no writes)", &plans)]
+    {
         let _ = writeln!(
             md,
             "| {run} | {} wall, {} CPU | {} wall, {} CPU | {:.2}× | {:.2}× |",
