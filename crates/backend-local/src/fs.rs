@@ -456,27 +456,13 @@ impl Target {
     pub fn append_aux(&self, name: &str, bytes: &[u8]) -> Result<(), Error> {
         let rel = format!("{STATE_DIR}/{name}");
         let dir = self.state_fd(true)?.expect("created");
-        let fd = rustix::fs::openat(
-            dir,
-            name,
-            OFlags::WRONLY | OFlags::APPEND | OFlags::CREATE | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-            Mode::from_raw_mode(0o666),
-        )
-        .map_err(|e| self.state_path_error(&rel, e))?;
         // Appended to in place, so only a file of its own: a hard link a local user planted
         // there would take the bytes into another file.
-        if !lockfile::own_file(&fd).map_err(|e| Error::io("read", &rel, io(e)))? {
-            return Err(Error::NotOwnFile { path: self.root.join(&rel).display().to_string() });
-        }
-        let mut rest = bytes;
-        while !rest.is_empty() {
-            let n = rustix::io::write(&fd, rest).map_err(|e| Error::io("write", &rel, io(e)))?;
-            rest = &rest[n..];
-        }
-        if self.fsync {
-            rustix::fs::fsync(&fd).map_err(|e| Error::io("fsync", &rel, io(e)))?;
-        }
-        Ok(())
+        lockfile::append_own(dir, name, bytes, self.fsync).map_err(|e| match e {
+            lockfile::AppendError::NotOwn => Error::NotOwnFile { path: self.root.join(&rel).display().to_string() },
+            lockfile::AppendError::Io("open", e) => self.state_path_error(&rel, e),
+            lockfile::AppendError::Io(what, e) => Error::io(what, &rel, io(e)),
+        })
     }
 
     /// The modification time of `name` in the state folder; `None` if absent.

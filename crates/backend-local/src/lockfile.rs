@@ -93,6 +93,45 @@ impl Drop for Flock {
     }
 }
 
+/// Why [`append_own`] wrote nothing (or not all).
+#[derive(Debug)]
+pub enum AppendError {
+    /// What is there is not a regular file of its own: a hard link or another kind of file
+    /// planted there would take the bytes elsewhere.
+    NotOwn,
+    /// The call that failed (`open`, `read`, `write`, `fsync`) and its error.
+    Io(&'static str, Errno),
+}
+
+/// Append `bytes` to `name` in `dir` (created if absent, opened without following a symlink:
+/// `ELOOP` comes back as `Io("open", LOOP)`), only into a regular file of its own, and `fsync`
+/// it if asked. One open relative to `dir`: no path is resolved from the root. What the local
+/// and the NFS backends append to `.treesync` (the index delta) goes through here.
+pub fn append_own(dir: BorrowedFd<'_>, name: &str, bytes: &[u8], fsync: bool) -> Result<(), AppendError> {
+    let fd = rustix::fs::openat(
+        dir,
+        name,
+        OFlags::WRONLY | OFlags::APPEND | OFlags::CREATE | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::from_raw_mode(0o666),
+    )
+    .map_err(|e| AppendError::Io("open", e))?;
+    if !own_file(&fd).map_err(|e| AppendError::Io("read", e))? {
+        return Err(AppendError::NotOwn);
+    }
+    let mut rest = bytes;
+    while !rest.is_empty() {
+        match rustix::io::write(&fd, rest) {
+            Ok(n) => rest = &rest[n..],
+            Err(Errno::INTR) => {}
+            Err(e) => return Err(AppendError::Io("write", e)),
+        }
+    }
+    if fsync {
+        rustix::fs::fsync(&fd).map_err(|e| AppendError::Io("fsync", e))?;
+    }
+    Ok(())
+}
+
 /// A regular file with no other name (a hard link elsewhere would share every write). Asked
 /// with `AT_STATX_DONT_SYNC`: the attributes the open's own LOOKUP brought are enough, so on a
 /// network filesystem this costs no request (an `fstat` would be a GETATTR).

@@ -305,32 +305,12 @@ impl Meta {
     pub(crate) fn append_aux(&self, name: &str, bytes: &[u8]) -> Result<(), Error> {
         let shown = || self.shown(&format!("{STATE_DIR}/{name}"));
         let dir = self.dir(true)?.expect("created");
-        let fd = rustix::fs::openat(
-            &*dir,
-            name,
-            OFlags::WRONLY | OFlags::APPEND | OFlags::CREATE | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-            Mode::from_raw_mode(0o666),
-        )
-        .map_err(|e| match e {
+        lockfile::append_own(dir.as_fd(), name, bytes, self.fsync).map_err(|e| match e {
+            lockfile::AppendError::NotOwn => Error::NotOwnFile { path: shown() },
             // O_NOFOLLOW on a symlink: name it as what it is.
-            Errno::LOOP => Error::StateFolder { path: shown(), found: "symlink" },
-            e => Error::io("open", shown(), io(e)),
-        })?;
-        if !own_file(&fd).map_err(|e| Error::io("read", shown(), io(e)))? {
-            return Err(Error::NotOwnFile { path: shown() });
-        }
-        let mut rest = bytes;
-        while !rest.is_empty() {
-            match rustix::io::write(&fd, rest) {
-                Ok(n) => rest = &rest[n..],
-                Err(Errno::INTR) => {}
-                Err(e) => return Err(Error::io("write", shown(), io(e))),
-            }
-        }
-        if self.fsync {
-            rustix::fs::fsync(&fd).map_err(|e| Error::io("fsync", shown(), io(e)))?;
-        }
-        Ok(())
+            lockfile::AppendError::Io("open", Errno::LOOP) => Error::StateFolder { path: shown(), found: "symlink" },
+            lockfile::AppendError::Io(what, e) => Error::io(what, shown(), io(e)),
+        })
     }
 }
 
