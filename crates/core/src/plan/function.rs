@@ -378,6 +378,9 @@ struct Planner<'a> {
     /// Whether a tree holds anything git would write (a tree of only empty trees makes no
     /// directory in a checkout).
     has_content: HashMap<ObjectId, bool>,
+    /// Trees read to learn whether they have content, kept for the diff that reads them next
+    /// ([`KeptTrees`]).
+    kept: std::cell::RefCell<KeptTrees>,
     /// What a tree expands to when written ([`Self::subtree_size`]).
     sizes: HashMap<ObjectId, Size>,
     /// What the ops so far add up to, checked against [`Options::limits`] at every op.
@@ -467,6 +470,7 @@ impl<'a> Planner<'a> {
             recurse: None,
             buf: Vec::new(),
             has_content: HashMap::new(),
+            kept: Default::default(),
             sizes: HashMap::new(),
             planned: Size::default(),
             ops: Phases::default(),
@@ -591,8 +595,16 @@ impl<'a> Planner<'a> {
     /// (one per tree level being diffed: a directory of N entries costs its raw tree plus
     /// N small entries, no allocation per name).
     fn entries<'b>(&self, id: ObjectId, path: &RelPath, buf: &'b mut Vec<u8>) -> Result<Entries<'b>, Error> {
-        let tree =
-            self.odb.find_tree_iter(&id, buf).map_err(|e| Self::object_error("tree", id, &at(path), Cause::gix(e)))?;
+        let tree = match self.kept.borrow_mut().take(&id) {
+            Some(bytes) => {
+                *buf = bytes;
+                gix_object::TreeRefIter::from_bytes(buf, id.kind())
+            }
+            None => self
+                .odb
+                .find_tree_iter(&id, buf)
+                .map_err(|e| Self::object_error("tree", id, &at(path), Cause::gix(e)))?,
+        };
         let mut out = Vec::new();
         for e in tree {
             let e = e.map_err(|e| Self::object_error("tree", id, &at(path), Cause::gix(e)))?;
@@ -638,12 +650,16 @@ impl<'a> Planner<'a> {
         shown: &Shown,
         shown_before: usize,
         mut acc: T,
+        keep: bool,
         mut leaf: impl FnMut(&Self, &mut T, EntryKind, ObjectId, &BStr, &Shown) -> Result<(), Error>,
     ) -> Result<Frame<T>, Error> {
         let at = || String::from_utf8_lossy(&shown.0).into_owned();
         let mut buf = Vec::new();
-        let tree =
-            self.odb.find_tree_iter(&id, &mut buf).map_err(|e| Self::object_error("tree", id, &at(), Cause::gix(e)))?;
+        self.odb.find_tree_iter(&id, &mut buf).map_err(|e| Self::object_error("tree", id, &at(), Cause::gix(e)))?;
+        if keep {
+            self.kept.borrow_mut().keep(id, &buf);
+        }
+        let tree = gix_object::TreeRefIter::from_bytes(&buf, id.kind());
         let mut subtrees = Vec::new();
         for e in tree {
             let e = e.map_err(|e| Self::object_error("tree", id, &at(), Cause::gix(e)))?;
@@ -670,7 +686,7 @@ impl<'a> Planner<'a> {
             *found = true;
             Ok(())
         };
-        let mut stack = vec![self.frame(id, &shown, shown.0.len(), false, content)?];
+        let mut stack = vec![self.frame(id, &shown, shown.0.len(), false, true, content)?];
         loop {
             let top = stack.last_mut().expect("the walk ends when the stack is empty");
             if top.acc {
@@ -691,7 +707,7 @@ impl<'a> Planner<'a> {
                         if depth + stack.len() > MAX_TREE_DEPTH {
                             return Err(too_deep(&shown.0));
                         }
-                        let frame = self.frame(child, &shown, before, false, content)?;
+                        let frame = self.frame(child, &shown, before, false, true, content)?;
                         stack.push(frame);
                     }
                 }
@@ -706,25 +722,49 @@ impl<'a> Planner<'a> {
         }
     }
 
-    /// [`Self::tree_has_content`] of a tree whose entries were read already.
-    fn has_content_of(&mut self, id: ObjectId, entries: &[(&BStr, Node)], path: &RelPath) -> Result<bool, Error> {
+    /// [`Self::tree_has_content`] of a tree whose entries were read already. `other`: the
+    /// entries of the tree it is diffed against (empty if none), whose differing subtrees the
+    /// diff reads anyway.
+    fn has_content_of(
+        &mut self,
+        id: ObjectId,
+        entries: &[(&BStr, Node)],
+        other: &[(&BStr, Node)],
+        path: &RelPath,
+    ) -> Result<bool, Error> {
         if let Some(v) = self.has_content.get(&id) {
             return Ok(*v);
         }
-        let v = self.entries_have_content(entries, path)?;
+        let v = self.entries_have_content(entries, other, path)?;
         self.has_content.insert(id, v);
         Ok(v)
     }
 
-    fn entries_have_content(&mut self, entries: &[(&BStr, Node)], path: &RelPath) -> Result<bool, Error> {
+    fn entries_have_content(
+        &mut self,
+        entries: &[(&BStr, Node)],
+        other: &[(&BStr, Node)],
+        path: &RelPath,
+    ) -> Result<bool, Error> {
         if entries.iter().any(|(_, n)| !matches!(n, Node::Tree { .. })) {
             return Ok(true);
         }
+        if entries.iter().any(|(_, n)| matches!(n, Node::Tree { id } if self.has_content.get(id) == Some(&true))) {
+            return Ok(true);
+        }
+        // A directory of directories only: its subtrees that differ from the other side's are
+        // looked at first, since the diff reads them next (and takes them from `kept` instead
+        // of decoding them again); the others only if none of those has content.
+        let differs = |name: &BStr, n: &Node| match other.binary_search_by(|(o, _)| o.cmp(&name)) {
+            Ok(i) => other[i].1 != *n,
+            Err(_) => true,
+        };
+        let (first, rest): (Vec<_>, Vec<_>) = entries.iter().partition(|(name, n)| differs(name, n));
         let mut shown = Shown::of(path);
-        for (name, n) in entries {
+        for &(name, n) in first.into_iter().chain(rest) {
             if let Node::Tree { id } = n {
                 let before = shown.push(name);
-                let has = self.tree_has_content(*id, &shown.0, path.depth() + 1)?;
+                let has = self.tree_has_content(id, &shown.0, path.depth() + 1)?;
                 shown.truncate(before);
                 if has {
                     return Ok(true);
@@ -755,7 +795,7 @@ impl<'a> Planner<'a> {
             Ok(())
         };
         let mut shown = Shown::of(path);
-        let mut stack = vec![self.frame(id, &shown, shown.0.len(), Size::default(), leaf)?];
+        let mut stack = vec![self.frame(id, &shown, shown.0.len(), Size::default(), false, leaf)?];
         loop {
             let top = stack.last_mut().expect("the walk ends when the stack is empty");
             if let Some((child, name)) = top.subtrees.get(top.next) {
@@ -768,7 +808,7 @@ impl<'a> Planner<'a> {
                         if depth + stack.len() > MAX_TREE_DEPTH {
                             return Err(too_deep(&shown.0));
                         }
-                        let frame = self.frame(child, &shown, before, Size::default(), leaf)?;
+                        let frame = self.frame(child, &shown, before, Size::default(), false, leaf)?;
                         stack.push(frame);
                     }
                 }
@@ -903,8 +943,8 @@ impl<'a> Planner<'a> {
                 let (mut old_buf, mut new_buf) = (Vec::new(), Vec::new());
                 let old = self.entries(a, path, &mut old_buf)?;
                 let new = self.entries(b, path, &mut new_buf)?;
-                let had = self.has_content_of(a, &old, path)?;
-                let has = self.has_content_of(b, &new, path)?;
+                let had = self.has_content_of(a, &old, &new, path)?;
+                let has = self.has_content_of(b, &new, &old, path)?;
                 return match (had, has) {
                     (true, true) => self.diff_entries(path, &old, &new),
                     (true, false) => {
@@ -1433,7 +1473,7 @@ impl<'a> Planner<'a> {
                 }
                 let mut buf = Vec::new();
                 let entries = self.entries(id, &path, &mut buf)?;
-                if self.has_content_of(id, &entries, &path)? {
+                if self.has_content_of(id, &entries, &[], &path)? {
                     self.diff_entries(&path, &entries, &entries)?;
                 }
             }
@@ -1446,11 +1486,42 @@ impl<'a> Planner<'a> {
     fn remove_tree(&mut self, path: &RelPath, id: ObjectId) -> Result<(), Error> {
         let mut buf = Vec::new();
         let entries = self.entries(id, path, &mut buf)?;
-        if !self.has_content_of(id, &entries, path)? {
+        if !self.has_content_of(id, &entries, &[], path)? {
             return Ok(());
         }
         self.diff_entries(path, &entries, &[])?;
         self.rmdir(path)
+    }
+}
+
+/// Trees read by [`Planner::tree_has_content`], kept for the one read that usually follows:
+/// the diff of that very tree. Taken out when read, so the cache holds only trees whose diff
+/// is still to come, bounded in count and bytes (past the bound nothing more is kept and the
+/// diff decodes the tree again, as it would without the cache).
+#[derive(Default)]
+struct KeptTrees {
+    trees: HashMap<ObjectId, Vec<u8>>,
+    bytes: usize,
+}
+
+impl KeptTrees {
+    const MAX_TREES: usize = 256;
+    const MAX_BYTES: usize = 4 << 20;
+
+    fn keep(&mut self, id: ObjectId, bytes: &[u8]) {
+        if self.trees.len() < Self::MAX_TREES
+            && self.bytes + bytes.len() <= Self::MAX_BYTES
+            && !self.trees.contains_key(&id)
+        {
+            self.bytes += bytes.len();
+            self.trees.insert(id, bytes.to_vec());
+        }
+    }
+
+    fn take(&mut self, id: &ObjectId) -> Option<Vec<u8>> {
+        let bytes = self.trees.remove(id)?;
+        self.bytes -= bytes.len();
+        Some(bytes)
     }
 }
 
