@@ -20,17 +20,17 @@ use treesync_core::policy::Gate;
 /// again from the root: with the attribute cache off (NFS `actimeo=0`, or many clients) each
 /// path-based call would re-look-up every component over the network.
 ///
-/// **One lookup per directory at a time, as many directories at once as the lookup budget
-/// allows.** Each lookup takes a ticket of the lookup budget (a probe of a directory already
-/// open takes none) and holds the directory it looks in: a second lookup in the same
-/// directory waits, then usually finds the handle the first one opened (so no directory is
-/// looked up twice). The reason is the kernel client, not the server: a Linux NFS client
-/// runs a LOOKUP with the parent directory's inode lock (`i_rwsem`) held — exclusively before
-/// Linux 4.7, shared since, and a create, rename or unlink in that directory takes it
-/// exclusively — so lookups in one directory gain little or nothing from being in flight
-/// together and can queue behind the writes there, while lookups in different directories
-/// take different locks and overlap on the wire. Widening the budget therefore only ever adds
-/// lookups in other directories (see `docs/backends.md`).
+/// **Each directory is looked up once, as many at once as the lookup budget allows, in one
+/// parent or in many.** Each lookup takes a ticket of the lookup budget (a probe of a directory
+/// already open takes none) and holds the directory it opens: a second lookup of the same
+/// directory waits, then finds the handle the first one opened, so no directory is looked up
+/// twice. Lookups of different children of one parent go out together: a Linux NFS client runs
+/// a LOOKUP with the parent directory's inode lock (`i_rwsem`) held *shared* since Linux 4.7
+/// (`lookup_slow` and `d_alloc_parallel` in `fs/namei.c`), so they overlap on the wire; on an
+/// older kernel, which held it exclusively, they queue in the kernel as they would have queued
+/// here, and the server sees no more than one of them at a time. The twelve changed top-level
+/// directories of an update are twelve lookups in the target's root: one at a time they were
+/// the longest chain of round trips of a sync (see `docs/backends.md`).
 pub(crate) struct DirCache {
     map: DashMap<Vec<u8>, Arc<OwnedFd>>,
     /// Handles kept at most (file descriptors are a limited resource).
@@ -38,7 +38,7 @@ pub(crate) struct DirCache {
     opens: AtomicU64,
     /// The lookup budget, one ticket per lookup sent (`None`: unlimited, e.g. a bare backend).
     lookups: Option<Gate>,
-    /// Directories a lookup is being made in, each held by that lookup.
+    /// Directories being looked up, each held by its lookup.
     busy: DashMap<Vec<u8>, Arc<Mutex<()>>>,
 }
 
@@ -83,19 +83,18 @@ impl DirCache {
             if name.is_empty() || name == b"." || name == b".." {
                 return Err(Errno::INVAL);
             }
-            let parent_len = done;
             done = if done == 0 { name.len() } else { done + 1 + name.len() };
-            base = self.look_up(base, &rel[..parent_len], name, &rel[..done])?;
+            base = self.look_up(base, name, &rel[..done])?;
         }
         Ok(base)
     }
 
-    /// Open `name` in the directory `parent` (handle `base`) as `child`, holding `parent` and a
-    /// ticket of the lookup budget while the request is out.
-    fn look_up(&self, base: Arc<OwnedFd>, parent: &[u8], name: &[u8], child: &[u8]) -> Result<Arc<OwnedFd>, Errno> {
-        let hold = self.busy.entry(parent.to_vec()).or_default().clone();
-        let _one_lookup_here = hold.lock().expect("never poisoned");
-        // Whoever held the directory before us may have opened this very child.
+    /// Open `name` in the directory `base` as `child`, holding `child` and a ticket of the
+    /// lookup budget while the request is out.
+    fn look_up(&self, base: Arc<OwnedFd>, name: &[u8], child: &[u8]) -> Result<Arc<OwnedFd>, Errno> {
+        let hold = self.busy.entry(child.to_vec()).or_default().clone();
+        let _one_lookup_of_it = hold.lock().expect("never poisoned");
+        // Whoever held it before us has opened it.
         if let Some(fd) = self.map.get(child) {
             return Ok(fd.clone());
         }
@@ -110,6 +109,9 @@ impl DirCache {
         tracing::trace!(target: "treesync::nfs", dir = %String::from_utf8_lossy(child), "directory looked up");
         let fd = Arc::new(fd);
         self.insert(child, fd.clone());
+        // Whoever waits for it, or comes later, finds the handle in the map: the hold is done
+        // (and the map of holds stays as small as the lookups in flight).
+        self.busy.remove(child);
         Ok(fd)
     }
 

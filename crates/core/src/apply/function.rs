@@ -36,67 +36,114 @@ pub async fn apply(
     let ops_total = plan.len() as u64;
     let bytes_total = plan.counts.bytes;
 
-    for phase in &plan.phases {
-        let ops = if policy.spread { spread(&phase.ops) } else { phase.ops.clone() };
-        tracing::debug!(target: "treesync::apply", phase = %phase.name, ops = ops.len(), jobs, batch_size, "phase");
-        let n = ops.len();
-        // Small phases are spread over all jobs rather than packed into one batch.
-        let size = batch_size.min(n.div_ceil(jobs).max(policy.min_batch)).max(1);
-        let batches: Vec<Batch> = (0..n).step_by(size).map(|i| Batch::new(ops.clone(), i..(i + size).min(n))).collect();
-        let failed = AtomicBool::new(false);
-        let healing = &healing;
-        let mut first_error = None;
-        let mut results = futures::stream::iter(batches)
-            .map(|batch| {
-                let failed = &failed;
-                async move {
-                    if failed.load(Ordering::SeqCst) || interrupt.load(Ordering::SeqCst) {
-                        return (batch, None);
-                    }
-                    let r = match backend.execute_batch(batch.clone(), blobs).await {
-                        // The target drifted on a path of this batch: run its ops one by one,
-                        // healing those that meet the drift (the ones done already are
-                        // idempotent).
-                        Err(e) if e.is_drift() => one_by_one(backend, &batch, blobs, healing).await,
-                        r => r.map(|()| Healed::default()),
-                    };
-                    (batch, Some(r))
-                }
+    // While the first phase runs, the directories the later phases work in are looked up
+    // (backends that keep directory handles, behind a lookup budget): on a network filesystem
+    // those lookups are round trips, and otherwise they would wait for the phase before.
+    let ahead = if policy.spread { dirs_to_look_up_ahead(plan) } else { Vec::new() };
+    let look_ahead = async {
+        futures::stream::iter(&ahead)
+            .for_each_concurrent(policy.lookups.max(1), |dir| async move {
+                // A hint: an op in `dir` looks it up again and reports what goes wrong.
+                let _ = backend.probe(dir).await;
             })
-            .buffer_unordered(jobs);
-        while let Some((batch, result)) = results.next().await {
-            match result {
-                None => {}
-                Some(Ok(healed_here)) => {
-                    healed += healed_here.ops;
-                    dirs_recreated += healed_here.dirs_recreated;
-                    for op in batch.iter() {
-                        done.add(op);
+            .await
+    };
+    let phases = async {
+        for phase in &plan.phases {
+            let ops = if policy.spread { spread(&phase.ops) } else { phase.ops.clone() };
+            tracing::debug!(target: "treesync::apply", phase = %phase.name, ops = ops.len(), jobs, batch_size, "phase");
+            let n = ops.len();
+            // Small phases are spread over all jobs rather than packed into one batch.
+            let size = batch_size.min(n.div_ceil(jobs).max(policy.min_batch)).max(1);
+            let batches: Vec<Batch> =
+                (0..n).step_by(size).map(|i| Batch::new(ops.clone(), i..(i + size).min(n))).collect();
+            let failed = AtomicBool::new(false);
+            let healing = &healing;
+            let mut first_error = None;
+            let mut results = futures::stream::iter(batches)
+                .map(|batch| {
+                    let failed = &failed;
+                    async move {
+                        if failed.load(Ordering::SeqCst) || interrupt.load(Ordering::SeqCst) {
+                            return (batch, None);
+                        }
+                        let r = match backend.execute_batch(batch.clone(), blobs).await {
+                            // The target drifted on a path of this batch: run its ops one by one,
+                            // healing those that meet the drift (the ones done already are
+                            // idempotent).
+                            Err(e) if e.is_drift() => one_by_one(backend, &batch, blobs, healing).await,
+                            r => r.map(|()| Healed::default()),
+                        };
+                        (batch, Some(r))
                     }
-                    progress(&Progress {
-                        phase: &phase.name,
-                        ops_done: done.total(),
-                        ops_total,
-                        bytes_done: done.bytes,
-                        bytes_total,
-                    });
-                }
-                Some(Err(e)) => {
-                    failed.store(true, Ordering::SeqCst);
-                    if first_error.is_none() {
-                        first_error = Some(e);
+                })
+                .buffer_unordered(jobs);
+            while let Some((batch, result)) = results.next().await {
+                match result {
+                    None => {}
+                    Some(Ok(healed_here)) => {
+                        healed += healed_here.ops;
+                        dirs_recreated += healed_here.dirs_recreated;
+                        for op in batch.iter() {
+                            done.add(op);
+                        }
+                        progress(&Progress {
+                            phase: &phase.name,
+                            ops_done: done.total(),
+                            ops_total,
+                            bytes_done: done.bytes,
+                            bytes_total,
+                        });
+                    }
+                    Some(Err(e)) => {
+                        failed.store(true, Ordering::SeqCst);
+                        if first_error.is_none() {
+                            first_error = Some(e);
+                        }
                     }
                 }
             }
+            if let Some(source) = first_error {
+                return Err(Error::Backend { phase: phase.name.clone(), source, done });
+            }
+            if interrupt.load(Ordering::SeqCst) {
+                return Err(Error::Interrupted { done });
+            }
         }
-        if let Some(source) = first_error {
-            return Err(Error::Backend { phase: phase.name.clone(), source, done });
-        }
-        if interrupt.load(Ordering::SeqCst) {
-            return Err(Error::Interrupted { done });
+        Ok(Outcome { counts: done, healed, dirs_recreated, elapsed: start.elapsed() })
+    };
+    let (phases, look_ahead) = (std::pin::pin!(phases), std::pin::pin!(look_ahead));
+    match futures::future::select(phases, look_ahead).await {
+        // Lookups ahead still out are not waited for: the ops needed none of them.
+        futures::future::Either::Left((outcome, _)) => outcome,
+        futures::future::Either::Right(((), phases)) => phases.await,
+    }
+}
+
+/// The directories that ops of the plan's later phases work in and that the plan leaves as
+/// they are: neither they nor any directory above them is the path of an op (made, removed,
+/// or replaced by a file), so a handle opened before the first phase runs stays the handle
+/// of that directory for the whole run.
+fn dirs_to_look_up_ahead(plan: &Plan) -> Vec<RelPath> {
+    use std::collections::HashSet;
+    let Some((_, later)) = plan.phases.split_first() else { return Vec::new() };
+    if later.iter().all(|p| p.ops.is_empty()) {
+        return Vec::new();
+    }
+    let touched: HashSet<&[u8]> =
+        plan.phases.iter().flat_map(|p| p.ops.iter()).map(|op| op.path().as_bytes()).collect();
+    let untouched = |dir: &[u8]| {
+        !touched.contains(dir) && !dir.iter().enumerate().any(|(i, b)| *b == b'/' && touched.contains(&dir[..i]))
+    };
+    let mut seen = HashSet::new();
+    let mut dirs = Vec::new();
+    for op in later.iter().flat_map(|p| p.ops.iter()) {
+        let dir = op.path().parent();
+        if !dir.is_root() && untouched(dir.as_bytes()) && seen.insert(dir.as_bytes().to_vec()) {
+            dirs.push(dir);
         }
     }
-    Ok(Outcome { counts: done, healed, dirs_recreated, elapsed: start.elapsed() })
+    dirs
 }
 
 /// What healing a batch did.
@@ -288,4 +335,64 @@ pub async fn apply_chunks(
     }
     outcome.elapsed = start.elapsed();
     Ok(outcome)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gix_hash::ObjectId;
+
+    fn p(s: &str) -> RelPath {
+        RelPath::parse(s).expect("path")
+    }
+
+    fn write(s: &str) -> Op {
+        Op::Write {
+            path: p(s),
+            blob: ObjectId::null(gix_hash::Kind::Sha1),
+            size: 1,
+            executable: false,
+            conversion: None,
+            reason: None,
+        }
+    }
+
+    #[test]
+    fn only_directories_the_plan_leaves_alone_are_looked_up_ahead() {
+        let plan = Plan::from_ops(
+            None,
+            ObjectId::null(gix_hash::Kind::Sha1),
+            [
+                // Phase one: removals.
+                Op::Unlink { path: p("a/old.txt") },
+                Op::Unlink { path: p("gone/x") },
+                Op::Rmdir { path: p("gone") },
+                // `file` becomes a directory: made by the plan, not looked up ahead.
+                Op::Unlink { path: p("file") },
+                Op::Mkdir { path: p("file") },
+                write("file/new.txt"),
+                // Recreated below a directory the plan removed.
+                Op::Mkdir { path: p("gone") },
+                Op::Mkdir { path: p("gone/sub") },
+                write("gone/sub/y"),
+                // Left alone by the plan: looked up ahead, once each.
+                write("a/b/c.txt"),
+                write("a/b/d.txt"),
+                write("e/f.txt"),
+                // In the root: nothing to look up.
+                write("top.txt"),
+            ],
+        );
+        assert!(plan.phases.len() >= 2, "{:?}", plan.phases.iter().map(|p| &p.name).collect::<Vec<_>>());
+        let mut ahead: Vec<String> = dirs_to_look_up_ahead(&plan).iter().map(|d| d.display().to_string()).collect();
+        ahead.sort();
+        assert_eq!(ahead, ["a/b", "e"]);
+    }
+
+    #[test]
+    fn a_plan_of_one_phase_looks_nothing_up_ahead() {
+        let plan = Plan::from_ops(None, ObjectId::null(gix_hash::Kind::Sha1), [write("a/b.txt"), write("c/d.txt")]);
+        assert_eq!(plan.phases.len(), 1);
+        assert!(dirs_to_look_up_ahead(&plan).is_empty());
+    }
 }
