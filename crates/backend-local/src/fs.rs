@@ -128,6 +128,18 @@ impl Target {
         let _ = self.case_sensitive.set(!insensitive);
     }
 
+    /// Record what a caller's own probe found: `.TREESYNC` looked up relative to the target
+    /// (`insensitive`: it was found) while `.treesync` was known to exist. Only the first answer
+    /// counts, as with [`Target::probe_case`].
+    pub fn note_case_probe(&self, insensitive: bool) {
+        let _ = self.case_sensitive.set(!insensitive);
+    }
+
+    /// Whether [`Target::case_sensitive`] has been probed.
+    pub fn case_probed(&self) -> bool {
+        self.case_sensitive.get().is_some()
+    }
+
     /// [`Target::probe_case`] relative to a handle of the target directory the caller holds:
     /// one lookup of `.TREESYNC` instead of resolving the target's path again (on a network
     /// filesystem with the attribute cache off, a lookup of the root too).

@@ -108,26 +108,44 @@ pub enum AppendError {
 /// it if asked. One open relative to `dir`: no path is resolved from the root. What the local
 /// and the NFS backends append to `.treesync` (the index delta) goes through here.
 pub fn append_own(dir: BorrowedFd<'_>, name: &str, bytes: &[u8], fsync: bool) -> Result<(), AppendError> {
-    let fd = rustix::fs::openat(
+    let fd = open_own_for_append(dir, name, true)?.expect("created if absent");
+    append_to(&fd, bytes, fsync)
+}
+
+/// The first half of [`append_own`]: `name` in `dir` opened for appending without following a
+/// symlink (created if absent when `create`, else `None` if absent), only if it is a regular
+/// file of its own. What a backend opens ahead, while other requests are out, to append later.
+pub fn open_own_for_append(dir: BorrowedFd<'_>, name: &str, create: bool) -> Result<Option<OwnedFd>, AppendError> {
+    let flags = OFlags::WRONLY | OFlags::APPEND | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    let fd = match rustix::fs::openat(
         dir,
         name,
-        OFlags::WRONLY | OFlags::APPEND | OFlags::CREATE | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        if create { flags | OFlags::CREATE } else { flags },
         Mode::from_raw_mode(0o666),
-    )
-    .map_err(|e| AppendError::Io("open", e))?;
+    ) {
+        Ok(fd) => fd,
+        Err(Errno::NOENT) if !create => return Ok(None),
+        Err(e) => return Err(AppendError::Io("open", e)),
+    };
     if !own_file(&fd).map_err(|e| AppendError::Io("read", e))? {
         return Err(AppendError::NotOwn);
     }
+    Ok(Some(fd))
+}
+
+/// The second half of [`append_own`]: write all of `bytes` to `fd` (opened by
+/// [`open_own_for_append`]) and `fsync` it if asked.
+pub fn append_to(fd: &OwnedFd, bytes: &[u8], fsync: bool) -> Result<(), AppendError> {
     let mut rest = bytes;
     while !rest.is_empty() {
-        match rustix::io::write(&fd, rest) {
+        match rustix::io::write(fd, rest) {
             Ok(n) => rest = &rest[n..],
             Err(Errno::INTR) => {}
             Err(e) => return Err(AppendError::Io("write", e)),
         }
     }
     if fsync {
-        rustix::fs::fsync(&fd).map_err(|e| AppendError::Io("fsync", e))?;
+        rustix::fs::fsync(fd).map_err(|e| AppendError::Io("fsync", e))?;
     }
     Ok(())
 }

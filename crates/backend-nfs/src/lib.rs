@@ -74,7 +74,7 @@ pub enum WriteJobs {
 
 impl Default for WriteJobs {
     fn default() -> Self {
-        WriteJobs::Adaptive(Adaptive { initial: 8, min: 1, max: 64, backoff_latency: 2.0 })
+        WriteJobs::Adaptive(Adaptive { initial: 16, min: 1, max: 64, backoff_latency: 2.0 })
     }
 }
 
@@ -88,13 +88,14 @@ pub enum LookupJobs {
 }
 
 impl Default for LookupJobs {
-    /// Start at 4, between 1 and 16. An incremental sync makes a few dozen lookups, fewer
-    /// than one window of the controller, so the start is what it runs with: 4 directories
-    /// at a time took the update on the 1 ms FUSE testbed from 61 to 46 ms (`BENCHMARKS.md`);
-    /// larger runs (a verify's stat calls, many new directories) widen it while the latency
-    /// per lookup holds and narrow it when the server queues.
+    /// Start at 8, between 1 and 16. An incremental sync makes a few dozen lookups, fewer
+    /// than one window of the controller, so the start is what it runs with: with lookups in
+    /// one directory overlapping, 8 at a time (and writes starting at 16) took the update on
+    /// the 1 ms FUSE testbed from 48 to 42 ms against 4 (and 8), `BENCHMARKS.md`; larger runs
+    /// (a verify's stat calls, many new directories) widen it while the latency per lookup
+    /// holds and narrow it when the server queues.
     fn default() -> Self {
-        LookupJobs::Adaptive(Adaptive { initial: 4, min: 1, max: 16, backoff_latency: 2.0 })
+        LookupJobs::Adaptive(Adaptive { initial: 8, min: 1, max: 16, backoff_latency: 2.0 })
     }
 }
 
@@ -112,13 +113,13 @@ impl LookupJobs {
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Options {
     /// Directory lookups in flight during a sync (the probes of the directories it writes in),
-    /// never two in one directory. Default: adaptive, starting at 4, between 1 and 16.
+    /// each directory looked up once. Default: adaptive, starting at 8, between 1 and 16.
     pub lookup_jobs: LookupJobs,
     /// Threads of a read-only scan (the readdir and stat calls of `verify`), each with one
     /// lookup in flight. Default 32: on these mounts every stat is a round trip (two FUSE
     /// requests, LOOKUP and GETATTR, with `actimeo=0`) and the scan takes no lock a write needs.
     pub scan_jobs: usize,
-    /// Writes in flight. Default: adaptive, starting at 8, between 1 and 64.
+    /// Writes in flight. Default: adaptive, starting at 16, between 1 and 64.
     pub write_jobs: WriteJobs,
     /// `fsync` every file before renaming it into place.
     pub fsync: bool,
@@ -279,9 +280,11 @@ impl Backend for NfsBackend {
 
     async fn prepare_target(&self, create: bool) -> Result<TargetState, Error> {
         self.blocking(move |b| {
-            let state = b.meta.prepare(create)?;
-            if state == TargetState::Managed {
-                b.probe_case();
+            let (state, insensitive) = b.meta.prepare_probing(create, !b.target.case_probed())?;
+            match insensitive {
+                Some(found) => b.target.note_case_probe(found),
+                None if state == TargetState::Managed => b.probe_case(),
+                None => {}
             }
             Ok(state)
         })

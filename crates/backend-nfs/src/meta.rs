@@ -40,6 +40,10 @@ pub(crate) struct Meta {
 
 struct Run {
     state: Option<OwnedFd>,
+    /// The index delta, opened for appending while the state file was being opened (when it
+    /// exists and is a file of its own): its append at the end of the run is then a write, not
+    /// a lookup and an open more on the way out.
+    delta: Option<OwnedFd>,
     /// The state file is a regular file of its own (one link), so it may be written in place.
     own: bool,
     len: usize,
@@ -72,10 +76,38 @@ impl Meta {
     }
 
     /// One lookup of the root and one of `.treesync` tell an unmanaged, empty or managed target.
-    pub(crate) fn prepare(&self, create: bool) -> Result<TargetState, Error> {
-        *self.root_fd.lock().expect("never poisoned") = None;
+    /// What the target holds. With `probe_case`, `.TREESYNC` is looked up in the target while
+    /// `.treesync` is (two round trips at once), and the second value says whether it was
+    /// found, for a target found managed (see [`Target::probe_case_in`]).
+    pub(crate) fn prepare_probing(&self, create: bool, probe_case: bool) -> Result<(TargetState, Option<bool>), Error> {
         *self.dir.lock().expect("never poisoned") = None;
-        let root = match self.root_fd() {
+        let root = self.fresh_root_fd();
+        let (Ok(fd), true) = (&root, probe_case) else { return self.prepare_from(create, root).map(|s| (s, None)) };
+        let fd = fd.clone();
+        let upper = STATE_DIR.to_ascii_uppercase();
+        std::thread::scope(|s| {
+            let probe = s.spawn(|| rustix::fs::statat(&*fd, upper.as_str(), AtFlags::SYMLINK_NOFOLLOW).is_ok());
+            let state = self.prepare_from(create, root);
+            let found = probe.join().unwrap_or(false);
+            state.map(|s| (s, (s == TargetState::Managed).then_some(found)))
+        })
+    }
+
+    /// The root handle, opened again (a new run: the directory may have been replaced).
+    fn fresh_root_fd(&self) -> Result<Arc<OwnedFd>, Errno> {
+        *self.root_fd.lock().expect("never poisoned") = None;
+        self.root_fd()
+    }
+
+    pub(crate) fn prepare(&self, create: bool) -> Result<TargetState, Error> {
+        *self.dir.lock().expect("never poisoned") = None;
+        let root = self.fresh_root_fd();
+        self.prepare_from(create, root)
+    }
+
+    /// [`Meta::prepare`] with the root handle just opened again (or why it could not be).
+    fn prepare_from(&self, create: bool, root: Result<Arc<OwnedFd>, Errno>) -> Result<TargetState, Error> {
+        let root = match root {
             Ok(fd) => fd,
             Err(Errno::NOENT) => {
                 if create {
@@ -205,12 +237,17 @@ impl Meta {
             TakeError::Lock(e) => Error::io("lock", lock_path(), io(e)),
             TakeError::Write(e) => Error::io("write lock file", lock_path(), io(e)),
         })?;
-        let state = match rustix::fs::openat(
-            &*dir,
-            "state",
-            OFlags::RDWR | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-            Mode::empty(),
-        ) {
+        // The index delta is opened while the state file is: two round trips at once. Any
+        // trouble with it (absent, a planted link) is left to the append, which reports it.
+        let (state, delta) = std::thread::scope(|s| {
+            let delta = s.spawn(|| {
+                lockfile::open_own_for_append(dir.as_fd(), treesync_core::index_delta::NAME, false).ok().flatten()
+            });
+            let state =
+                rustix::fs::openat(&*dir, "state", OFlags::RDWR | OFlags::NOFOLLOW | OFlags::CLOEXEC, Mode::empty());
+            (state, delta.join().unwrap_or(None))
+        });
+        let state = match state {
             Ok(fd) => Some(fd),
             Err(Errno::NOENT) => None,
             Err(e) => return Err(Error::io("open", self.shown(&format!("{STATE_DIR}/state")), io(e))),
@@ -221,7 +258,7 @@ impl Meta {
             }
             None => false,
         };
-        *self.run.lock().expect("never poisoned") = Some(Run { state, own, len: 0 });
+        *self.run.lock().expect("never poisoned") = Some(Run { state, delta, own, len: 0 });
         Ok(LockGuard(Box::new(Held { _lock: lock, run: self.run.clone() })))
     }
 
@@ -304,6 +341,14 @@ impl Meta {
     /// planted there would take the bytes elsewhere.
     pub(crate) fn append_aux(&self, name: &str, bytes: &[u8]) -> Result<(), Error> {
         let shown = || self.shown(&format!("{STATE_DIR}/{name}"));
+        if name == treesync_core::index_delta::NAME
+            && let Some(Run { delta: Some(fd), .. }) = &*self.run.lock().expect("never poisoned")
+        {
+            return lockfile::append_to(fd, bytes, self.fsync).map_err(|e| match e {
+                lockfile::AppendError::Io(what, e) => Error::io(what, shown(), io(e)),
+                lockfile::AppendError::NotOwn => Error::NotOwnFile { path: shown() },
+            });
+        }
         let dir = self.dir(true)?.expect("created");
         lockfile::append_own(dir.as_fd(), name, bytes, self.fsync).map_err(|e| match e {
             lockfile::AppendError::NotOwn => Error::NotOwnFile { path: shown() },
@@ -365,7 +410,15 @@ struct Held {
 }
 
 impl Drop for Held {
+    /// The state file and the delta are closed at once (each close is a round trip on a
+    /// network filesystem, which flushes what was written), then the lock.
     fn drop(&mut self) {
-        *self.run.lock().expect("never poisoned") = None;
+        let run = self.run.lock().expect("never poisoned").take();
+        if let Some(Run { state, delta: Some(delta), .. }) = run {
+            std::thread::scope(|s| {
+                s.spawn(move || drop(delta));
+                drop(state);
+            });
+        }
     }
 }

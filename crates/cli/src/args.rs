@@ -236,9 +236,8 @@ pub(crate) struct TargetArgs {
     /// `--write-jobs` other than N is refused.
     #[arg(long, value_name = "N")]
     pub(crate) jobs: Option<usize>,
-    /// nfs: directory lookups in flight, never two in one directory (the kernel client locks
-    /// the directory for each). Default on mounts: adaptive for a sync's directory probes,
-    /// starting at 4 within 1..16, and 32 threads for verify's read-only scan (every stat is a
+    /// nfs: directory lookups in flight, each directory looked up once. Default on mounts:
+    /// adaptive for a sync's directory probes, starting at 8 within 1..16, and 32 threads for verify's read-only scan (every stat is a
     /// round trip; only many in flight hide it, as git's preloaded index does); nfs:// URLs: 32
     /// for both. Given, N bounds both (1: one directory at a time).
     #[arg(long, value_name = "N", help_heading = "Network filesystems (--backend nfs)")]

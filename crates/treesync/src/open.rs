@@ -112,7 +112,7 @@ pub struct TargetOptions {
     /// agree with `jobs` when both are given.
     pub write_jobs: Option<WriteJobs>,
     /// Lookups in flight on NFS: a sync's directory probes and verify's scan (`None`: on mounts
-    /// the probes adapt between 1 and 16 starting at 4, never two in one directory, and
+    /// the probes adapt between 1 and 16 starting at 8, each directory looked up once, and
     /// verify's read-only scan runs 32 threads; `nfs://` takes 32 for both).
     pub lookup_jobs: Option<usize>,
     /// fsync files and the state before renaming them (local and mounted NFS).

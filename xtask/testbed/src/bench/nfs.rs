@@ -135,7 +135,7 @@ fn update(c: &Config, dir: &Path, fs: &SlowFs, treesync: &Path, n: usize, rows: 
         time: t,
         ops,
         files: 14,
-        note: "defaults: lookups adaptive from 4 (never two in one directory), --write-jobs auto".into(),
+        note: "defaults: lookups adaptive from 8, writes adaptive from 16".into(),
     });
     for (jobs, note) in
         [("1", "one directory lookup at a time (the old default)"), ("4", "directory lookups 4 at a time")]
