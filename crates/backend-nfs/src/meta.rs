@@ -85,12 +85,11 @@ impl Meta {
         let (Ok(fd), true) = (&root, probe_case) else { return self.prepare_from(create, root).map(|s| (s, None)) };
         let fd = fd.clone();
         let upper = STATE_DIR.to_ascii_uppercase();
-        std::thread::scope(|s| {
-            let probe = s.spawn(|| rustix::fs::statat(&*fd, upper.as_str(), AtFlags::SYMLINK_NOFOLLOW).is_ok());
-            let state = self.prepare_from(create, root);
-            let found = probe.join().unwrap_or(false);
-            state.map(|s| (s, (s == TargetState::Managed).then_some(found)))
-        })
+        let (found, state) = at_once(
+            || rustix::fs::statat(&*fd, upper.as_str(), AtFlags::SYMLINK_NOFOLLOW).is_ok(),
+            || self.prepare_from(create, root),
+        );
+        state.map(|s| (s, (s == TargetState::Managed).then_some(found)))
     }
 
     /// The root handle, opened again (a new run: the directory may have been replaced).
@@ -239,14 +238,10 @@ impl Meta {
         })?;
         // The index delta is opened while the state file is: two round trips at once. Any
         // trouble with it (absent, a planted link) is left to the append, which reports it.
-        let (state, delta) = std::thread::scope(|s| {
-            let delta = s.spawn(|| {
-                lockfile::open_own_for_append(dir.as_fd(), treesync_core::index_delta::NAME, false).ok().flatten()
-            });
-            let state =
-                rustix::fs::openat(&*dir, "state", OFlags::RDWR | OFlags::NOFOLLOW | OFlags::CLOEXEC, Mode::empty());
-            (state, delta.join().unwrap_or(None))
-        });
+        let (delta, state) = at_once(
+            || lockfile::open_own_for_append(dir.as_fd(), treesync_core::index_delta::NAME, false).ok().flatten(),
+            || rustix::fs::openat(&*dir, "state", OFlags::RDWR | OFlags::NOFOLLOW | OFlags::CLOEXEC, Mode::empty()),
+        );
         let state = match state {
             Ok(fd) => Some(fd),
             Err(Errno::NOENT) => None,
@@ -415,10 +410,31 @@ impl Drop for Held {
     fn drop(&mut self) {
         let run = self.run.lock().expect("never poisoned").take();
         if let Some(Run { state, delta: Some(delta), .. }) = run {
-            std::thread::scope(|s| {
-                s.spawn(move || drop(delta));
-                drop(state);
-            });
+            at_once(move || drop(delta), move || drop(state));
         }
     }
+}
+
+/// Run `a` on a thread of its own while `b` runs on this one (two requests of a network
+/// filesystem in flight at once); both are done on return. If no thread can be started, `a`
+/// runs here after `b`.
+fn at_once<A, B, RA, RB>(a: A, b: B) -> (RA, RB)
+where
+    A: FnOnce() -> RA + Send,
+    RA: Send,
+    B: FnOnce() -> RB,
+{
+    let a = Mutex::new(Some(a));
+    let run_a = || a.lock().expect("never poisoned").take().map(|a| a());
+    std::thread::scope(|s| {
+        let other = std::thread::Builder::new().spawn_scoped(s, run_a);
+        let rb = b();
+        let ra = match other {
+            Ok(handle) => handle.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
+            Err(_) => None,
+        };
+        // Not run on a thread of its own (none could be started): run it here.
+        let ra = ra.or_else(run_a).expect("run once, on one thread or the other");
+        (ra, rb)
+    })
 }

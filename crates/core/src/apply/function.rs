@@ -40,9 +40,14 @@ pub async fn apply(
     // (backends that keep directory handles, behind a lookup budget): on a network filesystem
     // those lookups are round trips, and otherwise they would wait for the phase before.
     let ahead = if policy.spread { dirs_to_look_up_ahead(plan) } else { Vec::new() };
+    let phases_done = AtomicBool::new(false);
     let look_ahead = async {
+        let phases_done = &phases_done;
         futures::stream::iter(&ahead)
             .for_each_concurrent(policy.lookups.max(1), |dir| async move {
+                if phases_done.load(Ordering::SeqCst) || interrupt.load(Ordering::SeqCst) {
+                    return;
+                }
                 // A hint: an op in `dir` looks it up again and reports what goes wrong.
                 let _ = backend.probe(dir).await;
             })
@@ -112,12 +117,15 @@ pub async fn apply(
         }
         Ok(Outcome { counts: done, healed, dirs_recreated, elapsed: start.elapsed() })
     };
-    let (phases, look_ahead) = (std::pin::pin!(phases), std::pin::pin!(look_ahead));
-    match futures::future::select(phases, look_ahead).await {
-        // Lookups ahead still out are not waited for: the ops needed none of them.
-        futures::future::Either::Left((outcome, _)) => outcome,
-        futures::future::Either::Right(((), phases)) => phases.await,
-    }
+    let phases = async {
+        let outcome = phases.await;
+        phases_done.store(true, Ordering::SeqCst);
+        outcome
+    };
+    // Once the phases are done (or failed) no lookup ahead starts, and those still out are
+    // waited for: none may land in the backend's handles after this run, when the next one
+    // may have removed or replaced that directory.
+    futures::future::join(phases, look_ahead).await.0
 }
 
 /// The directories that ops of the plan's later phases work in and that the plan leaves as
