@@ -12,9 +12,10 @@
 //!   (creates, renames, removals overlap well on NFS), as the [`Budgets`] wrapper. Lookups and
 //!   writes are adaptive by default ([`Gate::adaptive`]): a budget grows while throughput rises
 //!   and backs off when latency climbs, so nobody has to guess `--write-jobs` or
-//!   `--lookup-jobs`. Lookups are never two in one directory at a time (the kernel client
-//!   holds the directory's lock for each): a wider lookup budget only adds lookups in other
-//!   directories. The scan of `verify` runs 32 threads by default: every stat is a round trip,
+//!   `--lookup-jobs`. Each directory is looked up once; lookups of different children of one
+//!   directory overlap (a kernel client holds the parent's lock shared for a lookup since
+//!   Linux 4.7), and the directories a plan's later phases write in are looked up while its
+//!   first phase runs. The scan of `verify` runs 32 threads by default: every stat is a round trip,
 //!   and only many in flight hide it, as git's preloaded index does for `git status`.
 //! * Files are written under a temporary name in their directory and renamed over the old one (no
 //!   unlink before replace, no utime, chmod only for mode-only changes, symlinks last): the same
@@ -78,7 +79,7 @@ impl Default for WriteJobs {
     }
 }
 
-/// How many directory lookups may be in flight (never two in one directory: see [`open`]).
+/// How many directory lookups may be in flight (each directory looked up once: see [`open`]).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum LookupJobs {
     /// Exactly this many.
