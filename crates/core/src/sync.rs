@@ -1662,7 +1662,7 @@ async fn record_written(backend: &dyn Backend, written: index_delta::Delta) {
             racy,
             "files written within the filesystem's last clock tick are left to the next verify to hash"
         ),
-        // Backends that keep no delta (memory, the `nfs://` client): nothing to record.
+        // Backends that keep no delta (memory): nothing to record.
         Err(backend::Error::Unsupported { .. }) => {}
         Err(e) => tracing::warn!(
             target: "treesync::sync",

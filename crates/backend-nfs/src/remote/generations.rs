@@ -117,6 +117,7 @@ impl RemoteBackend {
                 dirs: DashMap::new(),
                 meta: tokio::sync::Mutex::new(None),
                 run: Mutex::new(None),
+                written: Mutex::new(Vec::new()),
                 wtmax: copied(&from.wtmax),
                 case_sensitive: copied(&from.case_sensitive),
                 lock_in_root,

@@ -160,6 +160,9 @@ struct Inner {
     /// The lock file's name in the target's root itself instead of `.treesync/lock.nfs` (the
     /// home of a target's generations locks with `HOME/lock`).
     lock_in_root: Option<&'static [u8]>,
+    /// Files written from blobs since [`Backend::take_written`] last took them, with the
+    /// attributes the server gave after their RENAME (for the next verify's stat check).
+    written: Mutex<Vec<treesync_core::backend::Written>>,
 }
 
 struct Run {
@@ -232,6 +235,7 @@ impl RemoteBackend {
                 dirs: DashMap::new(),
                 meta: tokio::sync::Mutex::new(None),
                 run: Mutex::new(None),
+                written: Mutex::new(Vec::new()),
                 wtmax: OnceCell::new(),
                 case_sensitive: OnceCell::new(),
                 lock_in_root: None,
@@ -399,5 +403,17 @@ impl Backend for RemoteBackend {
 
     async fn store_aux(&self, name: &str, bytes: &[u8]) -> Result<(), Error> {
         self.write_aux(name, bytes).await
+    }
+
+    async fn append_aux(&self, name: &str, bytes: &[u8]) -> Result<(), Error> {
+        self.append_to_aux(name, bytes).await
+    }
+
+    async fn aux_mtime(&self, name: &str) -> Result<Option<(i64, u32)>, Error> {
+        self.aux_time(name).await
+    }
+
+    fn take_written(&self) -> Vec<treesync_core::backend::Written> {
+        std::mem::take(&mut *self.inner.written.lock().expect("never poisoned"))
     }
 }

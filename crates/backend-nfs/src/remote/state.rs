@@ -119,6 +119,69 @@ impl RemoteBackend {
         Ok(self.read_meta_file(name.as_bytes()).await?.map(|(_, _, b)| b))
     }
 
+    /// Append `bytes` to `name` in `.treesync` (created if absent): a LOOKUP for its size, then
+    /// FILE_SYNC WRITEs at its end. Only into a regular file of its own (one link): a hard
+    /// link or symlink someone put there would take the bytes elsewhere.
+    pub(super) async fn append_to_aux(&self, name: &str, bytes: &[u8]) -> Result<(), Error> {
+        let shown = format!("{STATE_DIR}/{name}");
+        let meta = self.meta(true).await?.expect("created");
+        let nfs = self.nfs().await?;
+        let (fh, end) = match nfs.lookup(&meta, name.as_bytes(), shown.as_bytes()).await {
+            Ok((fh, attr)) => {
+                let a = match attr {
+                    Some(a) => a,
+                    None => nfs.getattr(&fh, shown.as_bytes()).await.map_err(|e| nfs_io("read", &shown, e))?,
+                };
+                match a.type_ {
+                    ftype3::NF3REG if a.nlink == 1 => {}
+                    ftype3::NF3LNK => {
+                        return Err(Error::StateFolder {
+                            path: format!("{}/{shown}", self.inner.url),
+                            found: "symlink",
+                        });
+                    }
+                    _ => return Err(Error::NotOwnFile { path: format!("{}/{shown}", self.inner.url) }),
+                }
+                (fh, a.size)
+            }
+            Err(e) if is(&e, nfsstat3::NFS3ERR_NOENT) => {
+                let fh = create_new(nfs, &meta, name.as_bytes(), 0o644, shown.as_bytes())
+                    .await
+                    .map_err(|e| nfs_io("write", &shown, e))?;
+                (fh, 0)
+            }
+            Err(e) => return Err(nfs_io("read", &shown, e)),
+        };
+        let chunk = self.wtmax().await as usize;
+        for (i, part) in bytes.chunks(chunk).enumerate() {
+            write_all(nfs, &fh, end + (i * chunk) as u64, part, stable_how::FILE_SYNC, shown.as_bytes())
+                .await
+                .map_err(|e| nfs_io("write", &shown, e))?;
+        }
+        Ok(())
+    }
+
+    /// The modification time of `name` in `.treesync` as the server's clock stamped it (the
+    /// attributes of a LOOKUP), `None` if absent.
+    pub(super) async fn aux_time(&self, name: &str) -> Result<Option<(i64, u32)>, Error> {
+        let shown = format!("{STATE_DIR}/{name}");
+        let Some(meta) = self.meta(false).await? else { return Ok(None) };
+        let nfs = self.nfs().await?;
+        match nfs.lookup(&meta, name.as_bytes(), shown.as_bytes()).await {
+            Ok((fh, attr)) => {
+                let a = match attr {
+                    Some(a) => a,
+                    None => {
+                        nfs.getattr(&fh, shown.as_bytes()).await.map_err(|e| nfs_io("read the time of", &shown, e))?
+                    }
+                };
+                Ok(Some((i64::from(a.mtime.seconds), a.mtime.nseconds)))
+            }
+            Err(e) if is(&e, nfsstat3::NFS3ERR_NOENT) => Ok(None),
+            Err(e) => Err(nfs_io("read the time of", &shown, e)),
+        }
+    }
+
     pub(super) async fn write_aux(&self, name: &str, bytes: &[u8]) -> Result<(), Error> {
         let shown = format!("{STATE_DIR}/{name}");
         let meta = self.meta(true).await?.expect("created");
