@@ -147,9 +147,14 @@ impl Target {
         if self.case_sensitive.get().is_some() {
             return;
         }
+        let _ = self.case_sensitive.set(!Self::finds_state_dir_upper_case(root));
+    }
+
+    /// The probe itself: one lookup of `.TREESYNC` in the target directory `root`, whose
+    /// `.treesync` exists; found means names that differ by case are one name here.
+    pub fn finds_state_dir_upper_case(root: BorrowedFd<'_>) -> bool {
         let upper = STATE_DIR.to_ascii_uppercase();
-        let insensitive = rustix::fs::statat(root, upper.as_str(), AtFlags::SYMLINK_NOFOLLOW).is_ok();
-        let _ = self.case_sensitive.set(!insensitive);
+        rustix::fs::statat(root, upper.as_str(), AtFlags::SYMLINK_NOFOLLOW).is_ok()
     }
 
     fn root_display(&self) -> String {

@@ -99,12 +99,19 @@ impl DirCache {
             return Ok(fd.clone());
         }
         let _ticket = self.lookups.as_ref().map(Gate::acquire_blocking);
-        let fd = rustix::fs::openat(
+        let fd = match rustix::fs::openat(
             base.as_fd(),
             OsStr::from_bytes(name),
             OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
             Mode::empty(),
-        )?;
+        ) {
+            Ok(fd) => fd,
+            Err(e) => {
+                // The hold is done either way; whoever waits tries the lookup again.
+                self.busy.remove(child);
+                return Err(e);
+            }
+        };
         self.opens.fetch_add(1, Ordering::Relaxed);
         tracing::trace!(target: "treesync::nfs", dir = %String::from_utf8_lossy(child), "directory looked up");
         let fd = Arc::new(fd);

@@ -84,11 +84,8 @@ impl Meta {
         let root = self.fresh_root_fd();
         let (Ok(fd), true) = (&root, probe_case) else { return self.prepare_from(create, root).map(|s| (s, None)) };
         let fd = fd.clone();
-        let upper = STATE_DIR.to_ascii_uppercase();
-        let (found, state) = at_once(
-            || rustix::fs::statat(&*fd, upper.as_str(), AtFlags::SYMLINK_NOFOLLOW).is_ok(),
-            || self.prepare_from(create, root),
-        );
+        let (found, state) =
+            at_once(|| Target::finds_state_dir_upper_case(fd.as_fd()), || self.prepare_from(create, root));
         state.map(|s| (s, (s == TargetState::Managed).then_some(found)))
     }
 

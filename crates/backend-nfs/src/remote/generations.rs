@@ -361,16 +361,6 @@ impl RemoteHost {
     }
 }
 
-/// LOOKUP with the attributes (GETATTR when the reply has none).
-async fn lookup_attr(nfs: &nfs::Nfs, dir: &Fh, name: &[u8], shown: &str) -> Result<(Fh, fattr3), NfsError> {
-    let (fh, attr) = nfs.lookup(dir, name, shown.as_bytes()).await?;
-    let attr = match attr {
-        Some(a) => a,
-        None => nfs.getattr(&fh, shown.as_bytes()).await?,
-    };
-    Ok((fh, attr))
-}
-
 /// One entry of a directory being copied, with its handle and attributes.
 struct Item {
     name: Vec<u8>,

@@ -181,6 +181,16 @@ fn is(e: &NfsError, s: nfsstat3) -> bool {
     e.status() == Some(s)
 }
 
+/// LOOKUP with the attributes (GETATTR when the reply has none).
+async fn lookup_attr(nfs: &nfs::Nfs, dir: &Fh, name: &[u8], shown: &str) -> Result<(Fh, fattr3), NfsError> {
+    let (fh, attr) = nfs.lookup(dir, name, shown.as_bytes()).await?;
+    let attr = match attr {
+        Some(a) => a,
+        None => nfs.getattr(&fh, shown.as_bytes()).await?,
+    };
+    Ok((fh, attr))
+}
+
 fn stat_of(a: &fattr3) -> FileStat {
     FileStat {
         mtime_secs: i64::from(a.mtime.seconds),

@@ -126,12 +126,8 @@ impl RemoteBackend {
         let shown = format!("{STATE_DIR}/{name}");
         let meta = self.meta(true).await?.expect("created");
         let nfs = self.nfs().await?;
-        let (fh, end) = match nfs.lookup(&meta, name.as_bytes(), shown.as_bytes()).await {
-            Ok((fh, attr)) => {
-                let a = match attr {
-                    Some(a) => a,
-                    None => nfs.getattr(&fh, shown.as_bytes()).await.map_err(|e| nfs_io("read", &shown, e))?,
-                };
+        let (fh, end) = match lookup_attr(nfs, &meta, name.as_bytes(), &shown).await {
+            Ok((fh, a)) => {
                 match a.type_ {
                     ftype3::NF3REG if a.nlink == 1 => {}
                     ftype3::NF3LNK => {
@@ -167,16 +163,8 @@ impl RemoteBackend {
         let shown = format!("{STATE_DIR}/{name}");
         let Some(meta) = self.meta(false).await? else { return Ok(None) };
         let nfs = self.nfs().await?;
-        match nfs.lookup(&meta, name.as_bytes(), shown.as_bytes()).await {
-            Ok((fh, attr)) => {
-                let a = match attr {
-                    Some(a) => a,
-                    None => {
-                        nfs.getattr(&fh, shown.as_bytes()).await.map_err(|e| nfs_io("read the time of", &shown, e))?
-                    }
-                };
-                Ok(Some((i64::from(a.mtime.seconds), a.mtime.nseconds)))
-            }
+        match lookup_attr(nfs, &meta, name.as_bytes(), &shown).await {
+            Ok((_, a)) => Ok(Some((i64::from(a.mtime.seconds), a.mtime.nseconds))),
             Err(e) if is(&e, nfsstat3::NFS3ERR_NOENT) => Ok(None),
             Err(e) => Err(nfs_io("read the time of", &shown, e)),
         }
