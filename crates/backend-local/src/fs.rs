@@ -476,7 +476,7 @@ impl Target {
         // Appended to in place, so only a file of its own: a hard link a local user planted
         // there would take the bytes into another file.
         lockfile::append_own(dir, name, bytes, self.fsync).map_err(|e| match e {
-            lockfile::AppendError::NotOwn => Error::NotOwnFile { path: self.root.join(&rel).display().to_string() },
+            lockfile::AppendError::NotOwn => Error::not_own_file(self.root.join(&rel).display().to_string()),
             lockfile::AppendError::Io("open", e) => self.state_path_error(&rel, e),
             lockfile::AppendError::Io(what, e) => Error::io(what, &rel, io(e)),
         })
@@ -858,7 +858,7 @@ impl Target {
                     |h| h.to_string(),
                 ),
             },
-            TakeError::NotOwnFile => Error::NotOwnFile { path: lock_path() },
+            TakeError::NotOwnFile => Error::not_own_file(lock_path()),
             TakeError::Lock(e) => Error::io("lock", lock_path(), io(e)),
             TakeError::Write(e) => Error::io("write lock file", lock_path(), io(e)),
         })?;

@@ -314,7 +314,7 @@ impl Inner {
                     |h| h.to_string(),
                 ),
             },
-            TakeError::NotOwnFile => Error::NotOwnFile { path: path() },
+            TakeError::NotOwnFile => Error::not_own_file(path()),
             TakeError::Lock(e) => Error::io("lock", path(), io(e)),
             TakeError::Write(e) => Error::io("write lock file", path(), io(e)),
         })?;
@@ -338,7 +338,7 @@ impl Inner {
         // Only a file of its own: the record is replaced by rename, so another name for it is
         // not treesync's, and its bytes would be shown in the parse error.
         if !lockfile::own_file(&fd).map_err(|e| Error::io("read", self.shown(RECORD), io(e)))? {
-            return Err(Error::NotOwnFile { path: self.shown(RECORD) });
+            return Err(Error::not_own_file(self.shown(RECORD)));
         }
         let mut buf = Vec::new();
         std::io::Read::read_to_end(&mut std::fs::File::from(fd), &mut buf)

@@ -229,7 +229,7 @@ impl Meta {
                     |h| h.to_string(),
                 ),
             },
-            TakeError::NotOwnFile => Error::NotOwnFile { path: lock_path() },
+            TakeError::NotOwnFile => Error::not_own_file(lock_path()),
             TakeError::Lock(e) => Error::io("lock", lock_path(), io(e)),
             TakeError::Write(e) => Error::io("write lock file", lock_path(), io(e)),
         })?;
@@ -338,12 +338,12 @@ impl Meta {
         {
             return lockfile::append_to(fd, bytes, self.fsync).map_err(|e| match e {
                 lockfile::AppendError::Io(what, e) => Error::io(what, shown(), io(e)),
-                lockfile::AppendError::NotOwn => Error::NotOwnFile { path: shown() },
+                lockfile::AppendError::NotOwn => Error::not_own_file(shown()),
             });
         }
         let dir = self.dir(true)?.expect("created");
         lockfile::append_own(dir.as_fd(), name, bytes, self.fsync).map_err(|e| match e {
-            lockfile::AppendError::NotOwn => Error::NotOwnFile { path: shown() },
+            lockfile::AppendError::NotOwn => Error::not_own_file(shown()),
             // O_NOFOLLOW on a symlink: name it as what it is.
             lockfile::AppendError::Io("open", Errno::LOOP) => Error::StateFolder { path: shown(), found: "symlink" },
             lockfile::AppendError::Io(what, e) => Error::io(what, shown(), io(e)),

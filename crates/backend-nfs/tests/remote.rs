@@ -775,6 +775,44 @@ fn a_state_file_that_is_a_hard_link_is_replaced_not_written_through() {
     assert_eq!(status.state.expect("state").synced.expect("synced").commit.to_string(), h.commits[1]);
 }
 
+/// `.treesync/index-delta` as a hard link to a file outside the tree: the sync still succeeds,
+/// nothing is appended through the link, and the error's hint can be followed over `nfs://`: it
+/// names the file as the server exports it (not `rm nfs://...`, which no shell can run). Once
+/// it is removed there, the next sync records the delta again.
+#[test]
+fn a_delta_that_is_a_hard_link_is_not_appended_to_and_its_hint_names_the_file_on_the_server() {
+    use treesync_core::index_delta;
+    let rt = rt();
+    let h = History::random(19, 3);
+    let e = Export::new(RemoteOptions::default());
+    let b = e.open();
+    rt.block_on(sync_to(&h.repo, &h.commits[0], &b)).expect("initial");
+    let outside = e.server.dir().join(format!("{}-outside", e.sub));
+    std::fs::create_dir(&outside).expect("mkdir outside");
+    let secret = outside.join("secret");
+    std::fs::write(&secret, "not treesync's\n").expect("outside file");
+    let delta = e.root().join(".treesync").join(index_delta::NAME);
+    let _ = std::fs::remove_file(&delta);
+    std::fs::hard_link(&secret, &delta).expect("plant the delta");
+    rt.block_on(sync_to(&h.repo, &h.commits[1], &b)).expect("the sync succeeds; only the record is skipped");
+    h.assert_matches(&e, 1, "with the planted delta");
+    assert_eq!(std::fs::read_to_string(&secret).expect("read"), "not treesync's\n", "nothing appended through it");
+    let err = rt.block_on(b.append_aux(index_delta::NAME, b"\n")).expect_err("not a file of its own");
+    assert!(matches!(err, backend::Error::NotOwnFile { .. }), "{err}");
+    let text = err.to_string();
+    let on_server = format!("{}/{}/.treesync/{}", treesync_testkit::ganesha::EXPORT_PATH, e.sub, index_delta::NAME);
+    assert!(text.contains(&format!("it is {on_server} as 127.0.0.1 exports it")), "the hint names the file: {text}");
+    assert!(!text.contains("rm nfs://"), "no hint to rm a URL: {text}");
+    assert_eq!(std::fs::read_to_string(&secret).expect("read"), "not treesync's\n", "still unchanged");
+    // Follow the hint: remove it on the server (here, the exported directory is local).
+    std::fs::remove_file(&delta).expect("rm on the server");
+    rt.block_on(sync_to(&h.repo, &h.commits[2], &b)).expect("sync");
+    h.assert_matches(&e, 2, "after the delta was removed");
+    assert_ne!(inode(&delta), inode(&secret), "the delta is a file of its own");
+    let recorded = std::fs::read_to_string(&delta).expect("the sync recorded its delta again");
+    assert!(recorded.lines().any(|l| !l.is_empty()), "{recorded:?}");
+}
+
 /// A chmod-only change of a file that has another hard link (from outside the tree): the
 /// other name keeps its mode (the file is written anew instead of SETATTR on the shared inode).
 #[test]

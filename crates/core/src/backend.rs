@@ -302,11 +302,14 @@ pub enum Error {
     /// A file treesync keeps (the lock, the state) is not a regular file of its own: writing
     /// through it would change another file.
     #[error(
-        "{path} is not a file of its own (a hard link to another file, or not a regular file); treesync does not write through it\n  hint: remove it (rm {path}) and run sync again"
+        "{path} is not a file of its own (a hard link to another file, or not a regular file); treesync does not write through it\n  hint: {remove}, and run sync again"
     )]
     NotOwnFile {
         /// Where.
         path: String,
+        /// How to remove it, for this backend: `remove it (rm PATH)` where the target is a
+        /// local path; where it is not (an `nfs://` URL), where and how to remove it instead.
+        remove: String,
     },
     /// The target holds an entry whose name no tree can have, so treesync cannot name it to
     /// remove it.
@@ -420,6 +423,13 @@ impl Error {
             }
             _ => false,
         }
+    }
+
+    /// A file treesync keeps at the local path `path` is not a file of its own
+    /// ([`Error::NotOwnFile`]); the hint is to `rm` it.
+    pub fn not_own_file(path: impl fmt::Display) -> Self {
+        let path = path.to_string();
+        Error::NotOwnFile { remove: format!("remove it (rm {path})"), path }
     }
 
     /// A directory cannot be made at `path`: something that is not a directory is there.

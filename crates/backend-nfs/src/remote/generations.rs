@@ -471,7 +471,7 @@ impl Host for RemoteHost {
             Err(e) => return Err(nfs_io("read", &shown, e)),
         };
         if attr.type_ != ftype3::NF3REG {
-            return Err(Error::NotOwnFile { path: shown });
+            return Err(not_own_file(&self.url, &format!("{}/{}/generations", self.parent_path(), self.home_name)));
         }
         read_all(nfs, &fh, attr.size, shown.as_bytes()).await.map(Some).map_err(|e| nfs_io("read", &shown, e))
     }

@@ -181,6 +181,21 @@ fn is(e: &NfsError, s: nfsstat3) -> bool {
     e.status() == Some(s)
 }
 
+/// The file at `server_path` (absolute on `url`'s server) is not a file of its own. The hint
+/// names the file as the server exports it: `rm` cannot take an `nfs://` URL.
+fn not_own_file(url: &NfsUrl, server_path: &str) -> Error {
+    let mut shown = url.clone();
+    shown.path = server_path.to_string();
+    let host = &url.host;
+    Error::NotOwnFile {
+        path: shown.to_string(),
+        remove: format!(
+            "remove it through a mount of the export or in a shell on {host}: it is {server_path} as {host} exports it \
+             (rm cannot take an nfs:// URL)"
+        ),
+    }
+}
+
 /// LOOKUP with the attributes (GETATTR when the reply has none).
 async fn lookup_attr(nfs: &nfs::Nfs, dir: &Fh, name: &[u8], shown: &str) -> Result<(Fh, fattr3), NfsError> {
     let (fh, attr) = nfs.lookup(dir, name, shown.as_bytes()).await?;

@@ -136,7 +136,10 @@ impl RemoteBackend {
                             found: "symlink",
                         });
                     }
-                    _ => return Err(Error::NotOwnFile { path: format!("{}/{shown}", self.inner.url) }),
+                    _ => {
+                        let url = &self.inner.url;
+                        return Err(not_own_file(url, &format!("{}/{shown}", url.path.trim_end_matches('/'))));
+                    }
                 }
                 (fh, a.size)
             }
