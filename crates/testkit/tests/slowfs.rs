@@ -401,3 +401,68 @@ fn a_panicking_test_leaves_no_mount_behind() {
         assert_eq!(slowfs::mount_fstype(mnt), None, "{} is still mounted", mnt.display());
     }
 }
+
+/// A file with two names (a hard link, as a generation of `sync --atomic` shares with the
+/// next): opening it by one name opens that name's file, whatever happens to the other name
+/// meanwhile. A path-keyed passthrough that remembered one name per inode opened the *other*
+/// name when it was looked up last, and so read another file once that name was replaced (seen:
+/// one mixed pass of the NAS reader test under CI load).
+#[test]
+fn a_file_opened_by_one_name_is_that_file_while_its_other_name_is_replaced() {
+    slowfs::require();
+    let fs = SlowFs::temp(Config { threads: 8, ..Config::default() }).expect("mount");
+    let mnt = fs.path().to_path_buf();
+    fs::create_dir(mnt.join("a")).expect("mkdir a");
+    fs::create_dir(mnt.join("b")).expect("mkdir b");
+    fs::write(mnt.join("a/f"), b"a's file").expect("write");
+    fs::write(mnt.join("a/l-target"), b"").expect("write");
+    std::os::unix::fs::symlink("old", mnt.join("a/l")).expect("symlink");
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    // The other name: looked up, replaced by a new file (as a sync does in the next
+    // generation), then made a hard link to a's file again.
+    let writer = {
+        let (mnt, stop) = (mnt.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut rounds = 0u64;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let _ = fs::hard_link(mnt.join("a/f"), mnt.join("b/f"));
+                let _ = fs::hard_link(mnt.join("a/l"), mnt.join("b/l"));
+                for _ in 0..3 {
+                    let _ = fs::symlink_metadata(mnt.join("b/f"));
+                    let _ = fs::symlink_metadata(mnt.join("b/l"));
+                }
+                fs::write(mnt.join("b/tmp"), b"b's new file").expect("write tmp");
+                fs::rename(mnt.join("b/tmp"), mnt.join("b/f")).expect("rename over");
+                std::os::unix::fs::symlink("new", mnt.join("b/ltmp")).expect("symlink tmp");
+                fs::rename(mnt.join("b/ltmp"), mnt.join("b/l")).expect("rename over");
+                fs::remove_file(mnt.join("b/f")).expect("rm");
+                fs::remove_file(mnt.join("b/l")).expect("rm");
+                rounds += 1;
+            }
+            rounds
+        })
+    };
+    let mut wrong = Vec::new();
+    let deadline = std::time::Instant::now() + Duration::from_secs(4);
+    let mut reads = 0u64;
+    while std::time::Instant::now() < deadline {
+        match fs::read(mnt.join("a/f")) {
+            Ok(bytes) if bytes == b"a's file" => {}
+            other => wrong.push(format!("a/f: {other:?}")),
+        }
+        match fs::read_link(mnt.join("a/l")) {
+            Ok(t) if t == std::path::Path::new("old") => {}
+            other => wrong.push(format!("a/l: {other:?}")),
+        }
+        reads += 1;
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let rounds = writer.join().expect("writer");
+    assert!(rounds >= 20 && reads >= 100, "the race ran: {rounds} replacements, {reads} reads");
+    assert!(
+        wrong.is_empty(),
+        "{} of {reads} reads of a/f or a/l were not its own ({rounds} replacements): {:?}",
+        wrong.len(),
+        &wrong[..wrong.len().min(5)]
+    );
+}

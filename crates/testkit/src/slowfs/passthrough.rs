@@ -16,6 +16,9 @@ use fuser::{Errno, FileAttr, FileType, INodeNo, TimeOrNow};
 use super::pool::{Service, lock};
 use super::stats::{Counters, Op};
 
+/// Names kept per inode (see [`Inner::nodes`]).
+const NAMES_KEPT: usize = 16;
+
 pub(super) type Res<T> = Result<T, Errno>;
 
 /// A directory listing taken when a reader starts at offset 0; later offsets index into it.
@@ -48,9 +51,12 @@ pub(super) struct Inner {
     pub(super) counters: Counters,
     pub(super) recording: AtomicBool,
     pub(super) paths: Mutex<Vec<(Op, String)>>,
-    /// inode → (parent inode, name), learnt from lookup/create/mkdir/… and kept current by
-    /// rename/unlink/rmdir: how an inode number becomes a backing path.
-    pub(super) nodes: RwLock<HashMap<u64, (u64, OsString)>>,
+    /// inode → its known names (parent inode, name), the one learnt last first; learnt from
+    /// lookup/create/mkdir/… and kept current by rename/unlink/rmdir: how an inode number
+    /// becomes a backing path. A file with hard links has several, and a request on it goes to
+    /// a name that is still that inode ([`Inner::resolve`], [`Inner::open`]): one name only
+    /// would send a reader who opened one link to the other after it was replaced.
+    pub(super) nodes: RwLock<HashMap<u64, Vec<(u64, OsString)>>>,
     /// inode → generation. The backing filesystem reuses the inode number of a removed file
     /// for a new one; the kernel tells them apart by the generation (same number and
     /// generation = same inode, so a new directory would inherit the dead one's state and
@@ -157,7 +163,7 @@ impl Inner {
         let mut names = Vec::new();
         let mut cur = ino;
         while cur != INodeNo::ROOT.0 {
-            let (parent, name) = nodes.get(&cur)?;
+            let (parent, name) = nodes.get(&cur)?.first()?;
             names.push(name.as_os_str());
             cur = *parent;
             if names.len() > 4096 {
@@ -169,6 +175,46 @@ impl Inner {
 
     pub(super) fn path(&self, ino: u64) -> Res<PathBuf> {
         self.rel(ino).map(|rel| self.backing.join(rel)).ok_or(Errno::ESTALE)
+    }
+
+    /// Every known backing path of `ino` (the name learnt last first): more than one for a
+    /// file with hard links. A name may have been replaced since; callers check the inode.
+    pub(super) fn paths(&self, ino: u64) -> Vec<PathBuf> {
+        if ino == INodeNo::ROOT.0 {
+            return vec![self.backing.clone()];
+        }
+        let names = self.nodes.read().unwrap_or_else(|e| e.into_inner()).get(&ino).cloned().unwrap_or_default();
+        names.into_iter().filter_map(|(parent, name)| Some(self.backing.join(self.rel(parent)?).join(name))).collect()
+    }
+
+    /// A backing path of `ino` that is `ino` now (checked with `lstat`) and its metadata.
+    pub(super) fn resolve(&self, ino: u64) -> Res<(PathBuf, Metadata)> {
+        let mut last = Errno::ESTALE;
+        for path in self.paths(ino) {
+            match std::fs::symlink_metadata(&path) {
+                Ok(md) if self.fuse_ino(md.ino()) == ino => return Ok((path, md)),
+                Ok(_) => last = Errno::ESTALE,
+                Err(e) => last = errno(e),
+            }
+        }
+        Err(last)
+    }
+
+    /// Open a backing path of `ino` with `flags` and keep the descriptor only if it is `ino`:
+    /// a name can be replaced between finding it and opening it.
+    fn open_as(&self, ino: u64, flags: rustix::fs::OFlags) -> Res<rustix::fd::OwnedFd> {
+        let mut last = Errno::ESTALE;
+        for path in self.paths(ino) {
+            match rustix::fs::open(&path, flags, rustix::fs::Mode::empty()) {
+                Ok(fd) => match rustix::fs::fstat(&fd) {
+                    Ok(st) if self.fuse_ino(st.st_ino) == ino => return Ok(fd),
+                    Ok(_) => last = Errno::ESTALE,
+                    Err(e) => last = rerrno(e),
+                },
+                Err(e) => last = rerrno(e),
+            }
+        }
+        Err(last)
     }
 
     pub(super) fn child(&self, parent: u64, name: &OsStr) -> Res<PathBuf> {
@@ -196,17 +242,27 @@ impl Inner {
         }
     }
 
+    /// `ino` has the name (parent, name), now the first of its names. At most [`NAMES_KEPT`]
+    /// are kept (a name dropped, or replaced behind the daemon's back, is found again by the
+    /// kernel's next lookup).
     pub(super) fn remember(&self, ino: u64, parent: u64, name: &OsStr) {
         if ino != INodeNo::ROOT.0 {
-            self.nodes.write().unwrap_or_else(|e| e.into_inner()).insert(ino, (parent, name.to_owned()));
+            let mut nodes = self.nodes.write().unwrap_or_else(|e| e.into_inner());
+            let names = nodes.entry(ino).or_default();
+            names.retain(|(p, n)| !(*p == parent && n == name));
+            names.insert(0, (parent, name.to_owned()));
+            names.truncate(NAMES_KEPT);
         }
     }
 
-    /// Forget `ino` if it is known under (parent, name) (a hard link elsewhere stays known).
+    /// `ino` no longer has the name (parent, name) (its other names stay known).
     pub(super) fn forget_name(&self, ino: u64, parent: u64, name: &OsStr) {
         let mut nodes = self.nodes.write().unwrap_or_else(|e| e.into_inner());
-        if nodes.get(&ino).is_some_and(|(p, n)| *p == parent && n == name) {
-            nodes.remove(&ino);
+        if let Some(names) = nodes.get_mut(&ino) {
+            names.retain(|(p, n)| !(*p == parent && n == name));
+            if names.is_empty() {
+                nodes.remove(&ino);
+            }
         }
     }
 
@@ -244,16 +300,14 @@ impl Inner {
         if let Some(file) = fh.and_then(|fh| self.open_file(fh)) {
             return Ok(self.attr(&file.metadata().map_err(errno)?));
         }
-        let by_path = self.path(ino).and_then(|p| std::fs::symlink_metadata(p).map_err(errno));
-        match by_path {
-            Ok(md) if self.fuse_ino(md.ino()) == ino => Ok(self.attr(&md)),
-            other => {
+        match self.resolve(ino) {
+            Ok((_, md)) => Ok(self.attr(&md)),
+            Err(e) => {
                 // Unlinked while open, or moved behind our back: an open handle still knows it.
                 let open = lock(&self.files).values().find(|f| f.ino == ino).map(|f| f.file.clone());
-                match (open, other) {
-                    (Some(file), _) => Ok(self.attr(&file.metadata().map_err(errno)?)),
-                    (None, Err(e)) => Err(e),
-                    (None, Ok(_)) => Err(Errno::ESTALE),
+                match open {
+                    Some(file) => Ok(self.attr(&file.metadata().map_err(errno)?)),
+                    None => Err(e),
                 }
             }
         }
@@ -272,7 +326,7 @@ impl Inner {
         fh: Option<u64>,
     ) -> Res<FileAttr> {
         let file = fh.and_then(|fh| self.open_file(fh));
-        let path = self.path(ino);
+        let path = self.resolve(ino).map(|(p, _)| p);
         if let Some(mode) = mode {
             let perm = Permissions::from_mode(mode & 0o7777);
             match &file {
@@ -315,8 +369,11 @@ impl Inner {
     }
 
     pub(super) fn readlink(&self, ino: u64) -> Res<Vec<u8>> {
-        let target = std::fs::read_link(self.path(ino)?).map_err(errno)?;
-        Ok(target.into_os_string().into_encoded_bytes())
+        use rustix::fs::OFlags;
+        // Read the link through a descriptor of this inode, not a name another may hold now.
+        let fd = self.open_as(ino, OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC)?;
+        let target = rustix::fs::readlinkat(&fd, "", Vec::new()).map_err(rerrno)?;
+        Ok(target.into_bytes())
     }
 
     pub(super) fn mknod(&self, parent: u64, name: &OsStr, mode: u32, rdev: u32) -> Res<FileAttr> {
@@ -363,21 +420,26 @@ impl Inner {
         let flags = rustix::fs::RenameFlags::from_bits_retain(flags);
         rustix::fs::renameat_with(rustix::fs::CWD, &from, rustix::fs::CWD, &to, flags).map_err(rerrno)?;
         let exchanged = flags.contains(rustix::fs::RenameFlags::EXCHANGE);
-        if let Some(ino) = to_ino.filter(|&ino| Some(ino) != from_ino) {
+        let (from_name, to_name) = (from.file_name().unwrap_or(name), to.file_name().unwrap_or(newname));
+        if from_ino.is_some() && from_ino == to_ino {
+            // Two links of one file: rename(2) leaves both names as they are.
+            return Ok(());
+        }
+        if let Some(ino) = to_ino {
+            self.forget_name(ino, newparent, to_name);
             if exchanged {
-                self.remember(ino, parent, from.file_name().unwrap_or(name));
-            } else {
-                self.forget_name(ino, newparent, to.file_name().unwrap_or(newname));
+                self.remember(ino, parent, from_name);
             }
         }
         if let Some(ino) = from_ino {
-            self.remember(ino, newparent, to.file_name().unwrap_or(newname));
+            self.forget_name(ino, parent, from_name);
+            self.remember(ino, newparent, to_name);
         }
         Ok(())
     }
 
     pub(super) fn link(&self, ino: u64, newparent: u64, newname: &OsStr) -> Res<FileAttr> {
-        let from = self.path(ino)?;
+        let (from, _) = self.resolve(ino)?;
         let to = self.child(newparent, newname)?;
         std::fs::hard_link(&from, &to).map_err(errno)?;
         let md = std::fs::symlink_metadata(&to).map_err(errno)?;
@@ -386,11 +448,10 @@ impl Inner {
 
     pub(super) fn open(&self, ino: u64, flags: i32) -> Res<u64> {
         use rustix::fs::OFlags;
-        let path = self.path(ino)?;
         let flags = (OFlags::from_bits_retain(flags as u32)
             - (OFlags::CREATE | OFlags::EXCL | OFlags::NOCTTY | OFlags::DIRECT))
             | OFlags::CLOEXEC;
-        let fd = rustix::fs::open(&path, flags, rustix::fs::Mode::empty()).map_err(rerrno)?;
+        let fd = self.open_as(ino, flags)?;
         Ok(self.add_handle(ino, File::from(fd)))
     }
 
@@ -466,7 +527,8 @@ impl Inner {
         let parent = if dir.ino == INodeNo::ROOT.0 {
             INodeNo::ROOT.0
         } else {
-            self.nodes.read().unwrap_or_else(|e| e.into_inner()).get(&dir.ino).map_or(INodeNo::ROOT.0, |(p, _)| *p)
+            let nodes = self.nodes.read().unwrap_or_else(|e| e.into_inner());
+            nodes.get(&dir.ino).and_then(|names| names.first()).map_or(INodeNo::ROOT.0, |(p, _)| *p)
         };
         let mut entries = vec![
             DirEnt { ino: dir.ino, kind: FileType::Directory, name: ".".into() },
@@ -497,6 +559,7 @@ impl Inner {
 
     pub(super) fn access(&self, ino: u64, mask: i32) -> Res<()> {
         let access = rustix::fs::Access::from_bits_retain(mask as u32);
-        rustix::fs::accessat(rustix::fs::CWD, &self.path(ino)?, access, rustix::fs::AtFlags::empty()).map_err(rerrno)
+        rustix::fs::accessat(rustix::fs::CWD, &self.resolve(ino)?.0, access, rustix::fs::AtFlags::empty())
+            .map_err(rerrno)
     }
 }
