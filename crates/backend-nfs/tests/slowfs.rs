@@ -232,6 +232,46 @@ fn verify_scan_keeps_many_lookups_in_flight_and_two_requests_per_file() {
     );
 }
 
+/// A verify that must read files (here `--level full`: every one) reads many at once, within
+/// the budgets: with the defaults the filesystem sees several opens in flight; with one lookup
+/// and one scan thread allowed, never two (the check can fail). Every file is hashed and
+/// drift is still found in both.
+#[test]
+fn a_verify_that_hashes_reads_many_files_at_once_within_the_budget() {
+    let fs = slow(false);
+    let rt = runtime();
+    let n = 600;
+    let h = History::from_trees(&[history::wide_tree(n, 6)] as &[Model]);
+    rt.block_on(sync_to(&h.repo, &h.commits[0], &LocalBackend::new(fs.backing().join("t"), Default::default())))
+        .expect("initial");
+    let victim = h
+        .expected(0)
+        .into_iter()
+        .find_map(|(p, node)| matches!(node, treesync_testkit::tree::Node::File(..)).then_some(p))
+        .expect("a file");
+    // Same size, other bytes: only reading it tells.
+    let on_disk = fs.backing().join("t").join(&victim);
+    let mut bytes = std::fs::read(&on_disk).expect("read");
+    bytes[0] ^= 1;
+    std::fs::write(&on_disk, bytes).expect("drift");
+    let mut seen = Vec::new();
+    for options in
+        [Options::default(), Options { lookup_jobs: LookupJobs::Fixed(1), scan_jobs: 1, ..Options::default() }]
+    {
+        let backend = treesync_backend_nfs::open(fs.path().join("t"), options);
+        fs.reset();
+        let report = rt.block_on(verify::verify(&h.repo, &backend, verify::Level::Full)).expect("verify");
+        assert_eq!(report.hashed, n as u64, "every file hashed: {report:?}");
+        let drift: Vec<_> = report.drift.iter().map(|d| String::from_utf8_lossy(d.path()).into_owned()).collect();
+        assert_eq!(drift, std::slice::from_ref(&victim), "the drifted file is found");
+        let stats = fs.settled_stats();
+        assert!(stats.count(Op::Open) >= n as u64, "every file opened: {stats}");
+        seen.push(stats.max_in_flight_of(Op::Open));
+    }
+    assert!(seen[0] >= 4, "the defaults read files at once: {} opens in flight at most", seen[0]);
+    assert_eq!(seen[1], 1, "one lookup allowed: one open in flight at a time");
+}
+
 /// With one lookup (and one scan thread) in flight, the filesystem never sees two lookups (or
 /// two getattrs) at once during a verify, which is all lookups; with two allowed it does see
 /// two (the check can fail).

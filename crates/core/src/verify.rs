@@ -640,6 +640,65 @@ fn write_index(
     out
 }
 
+/// A file of the tree whose stat data does not prove it: its content is read and hashed.
+struct ToHash {
+    /// Its position in the tree's list.
+    wi: usize,
+    rel: RelPath,
+    /// The blob id of what it must hold (after conversions, which change it).
+    content: ObjectId,
+    /// The blob id the index records for it.
+    id: ObjectId,
+    mode: gix_index::entry::Mode,
+    /// Its stat data from the scan, for the index.
+    stat: Option<gix_index::entry::Stat>,
+    /// Its size, as the scan found it.
+    size: u64,
+}
+
+/// Read the files of `to_hash`, up to the backend's scan width at once (its budgets gate each
+/// read further) and at most [`HASH_BYTES_IN_FLIGHT`] of them in memory, and compare each with
+/// the blob it must hold: on a NAS or over `nfs://` every read is round trips, which one file at
+/// a time would pay in series.
+async fn hash_files(
+    backend: &dyn Backend,
+    to_hash: Vec<ToHash>,
+    report: &mut Report,
+    new_index: &mut Vec<(usize, ObjectId, gix_index::entry::Mode, gix_index::entry::Stat)>,
+    show: impl Fn(usize) -> Vec<u8>,
+) -> Result<(), Error> {
+    use futures::StreamExt;
+    const UNIT: u64 = 1 << 20;
+    let units = (HASH_BYTES_IN_FLIGHT / UNIT) as u32;
+    let bytes = tokio::sync::Semaphore::new(units as usize);
+    let width = backend.policy().scans.max(1);
+    let mut reads = futures::stream::iter(to_hash)
+        .map(|job| {
+            let bytes = &bytes;
+            async move {
+                // Reserved by the size the scan found (a file larger than the whole allowance
+                // takes all of it).
+                let need = job.size.div_ceil(UNIT).clamp(1, u64::from(units)) as u32;
+                let _held = bytes.acquire_many(need).await.expect("never closed");
+                let data = backend.read_file(&job.rel).await;
+                (job, data.map(|d| blob_id(&d)))
+            }
+        })
+        .buffer_unordered(width);
+    while let Some((job, hashed)) = reads.next().await {
+        report.hashed += 1;
+        if hashed? != job.content {
+            report.drift.push(Drift::ContentChanged { path: show(job.wi) });
+        } else if let Some(st) = job.stat {
+            new_index.push((job.wi, job.id, job.mode, st));
+        }
+    }
+    Ok(())
+}
+
+/// Bytes of files being hashed that a verify holds at once, at most (plus one file larger).
+const HASH_BYTES_IN_FLIGHT: u64 = 64 << 20;
+
 fn blob_id(data: &[u8]) -> ObjectId {
     gix_object::compute_hash(gix_hash::Kind::Sha1, gix_object::Kind::Blob, data).expect("sha1 of memory")
 }
@@ -852,6 +911,7 @@ pub async fn verify_against_in(
     let show = |p: &[u8]| p.to_vec();
     let mut buf = Vec::new();
     let mut extras: Vec<usize> = Vec::new();
+    let mut to_hash: Vec<ToHash> = Vec::new();
     let (mut fi, mut ii) = (0, 0);
     // Both lists are sorted by path: one merge over them (and over the index) finds everything.
     for (wi, (path, w)) in want.iter().enumerate() {
@@ -937,22 +997,26 @@ pub async fn verify_against_in(
                     },
                     _ => false,
                 };
-                if proven {
-                    if level != Level::Quick {
-                        report.proven_by_stat += 1;
-                    }
-                } else {
+                if !proven {
+                    // Read once the merge is done, many at once (see `hash_files`).
                     let rel = RelPath::parse_bytes(path).map_err(crate::plan::Error::from)?;
-                    let data = backend.read_file(&rel).await?;
-                    report.hashed += 1;
-                    let same = match &expected {
-                        Some(expected) => data == *expected,
-                        None => blob_id(&data) == *id,
+                    let content = match &expected {
+                        Some(data) => blob_id(data),
+                        None => *id,
                     };
-                    if !same {
-                        report.drift.push(Drift::ContentChanged { path: show(path) });
-                        continue;
-                    }
+                    to_hash.push(ToHash {
+                        wi,
+                        rel,
+                        content,
+                        id: *id,
+                        mode,
+                        stat: stat.as_ref().map(|s| index_stat(s, *size)),
+                        size: *size,
+                    });
+                    continue;
+                }
+                if level != Level::Quick {
+                    report.proven_by_stat += 1;
                 }
                 if let Some(s) = stat {
                     new_index.push((wi, *id, mode, index_stat(s, *size)));
@@ -992,6 +1056,11 @@ pub async fn verify_against_in(
         }
     }
     extras.extend(fi..found.len());
+    if !to_hash.is_empty() {
+        hash_files(backend, to_hash, &mut report, &mut new_index, |wi| show(&want[wi].0)).await?;
+        // The index is written in path order.
+        new_index.sort_by_key(|e| e.0);
+    }
     // Extra entries; below an extra directory only the directory is reported, and below a
     // path the tree has as a file or link (found as a directory) the type change covers it.
     let mut extra_dirs: Vec<&[u8]> = Vec::new();
