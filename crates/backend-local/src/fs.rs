@@ -35,6 +35,8 @@ pub struct Target {
     case_sensitive: OnceLock<bool>,
     /// Files written from blobs since [`Target::take_written`] last took them.
     written: std::sync::Mutex<Vec<Written>>,
+    /// Whether files written are noted in `written` ([`Target::record_written`]).
+    recording: std::sync::atomic::AtomicBool,
 }
 
 /// The error for a target path that is a symlink, on every backend for mounted filesystems:
@@ -107,6 +109,7 @@ impl Target {
             counter: AtomicU64::new(0),
             case_sensitive: OnceLock::new(),
             written: Default::default(),
+            recording: std::sync::atomic::AtomicBool::new(true),
         }
     }
 
@@ -452,7 +455,8 @@ impl Target {
         // (an NFS client flushes a file's cached writes before answering a stat of it, so
         // closing it afterwards moves no time). Without it the file is simply hashed once.
         // Beyond what a sync records (treesync_core::index_delta::RECORD_AT_MOST), not even that.
-        let room = self.written.lock().expect("never poisoned").len() < treesync_core::index_delta::RECORD_AT_MOST;
+        let room = self.recording.load(std::sync::atomic::Ordering::Relaxed)
+            && self.written.lock().expect("never poisoned").len() < treesync_core::index_delta::RECORD_AT_MOST;
         if room && let Ok(st) = rustix::fs::fstat(&fd) {
             let written = Written { path: path.as_bytes().to_vec(), size: st.st_size as u64, stat: file_stat(&st) };
             self.written.lock().expect("never poisoned").push(written);
@@ -466,6 +470,13 @@ impl Target {
     /// [`Backend::take_written`]: treesync_core::Backend::take_written
     pub fn take_written(&self) -> Vec<Written> {
         std::mem::take(&mut *self.written.lock().expect("never poisoned"))
+    }
+
+    /// Whether to note the files written from now on (see [`Backend::record_written`]).
+    ///
+    /// [`Backend::record_written`]: treesync_core::Backend::record_written
+    pub fn record_written(&self, on: bool) {
+        self.recording.store(on, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// Append `bytes` to `name` of the state folder (created if absent; opened without

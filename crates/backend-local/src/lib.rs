@@ -210,6 +210,10 @@ impl Backend for LocalBackend {
     fn take_written(&self) -> Vec<treesync_core::backend::Written> {
         self.inner.take_written()
     }
+
+    fn record_written(&self, on: bool) {
+        self.inner.record_written(on)
+    }
 }
 
 /// A local disk answers a stat in microseconds from the page cache: scan threads beyond the

@@ -355,4 +355,8 @@ impl Backend for NfsBackend {
     fn take_written(&self) -> Vec<treesync_core::backend::Written> {
         self.target.take_written()
     }
+
+    fn record_written(&self, on: bool) {
+        self.target.record_written(on)
+    }
 }

@@ -505,6 +505,55 @@ fn the_first_verify_after_a_sync_over_nfs_reads_no_file_the_sync_recorded() {
     assert!(!r.is_clean(), "the rewritten file is found: {r:?}");
 }
 
+/// A backend told not to record the files it writes (a sync does so for a plan larger than it
+/// records) sends no GETATTR for them and hands over nothing; told to again, one GETATTR per
+/// file, each handed over.
+#[test]
+fn files_written_while_not_recording_cost_no_getattr() {
+    let rt = rt();
+    let h = History::from_trees(&[history::wide_tree(20, 2)]);
+    let e = Export::new(RemoteOptions::default());
+    rt.block_on(sync_to(&h.repo, &h.commits[0], &e.open())).expect("initial");
+    let (path, bytes) = h
+        .expected(0)
+        .into_iter()
+        .find_map(|(p, node)| match node {
+            Node::File(bytes, _) => Some((p, bytes)),
+            _ => None,
+        })
+        .expect("a file");
+    let blob = treesync_testkit::git(&h.bare.path, &["rev-parse", &format!("{}:{path}", h.commits[0])]);
+    let blob = treesync_core::ObjectId::from_hex(blob.trim().as_bytes()).expect("blob id");
+    let b = e.open();
+    let blobs: Arc<dyn treesync_core::source::BlobSource> = Arc::new(h.repo.clone());
+    let write = |name: String| Op::Write {
+        path: RelPath::parse(&name).expect("path"),
+        blob,
+        size: bytes.len() as u64,
+        executable: false,
+        conversion: None,
+        reason: None,
+    };
+    let getattrs = |b: &Budgets<RemoteBackend>| calls(b.inner()).get("GETATTR").copied().unwrap_or(0);
+    rt.block_on(async {
+        b.execute(&Op::Mkdir { path: RelPath::parse("extra").expect("path") }, &blobs).await.expect("mkdir");
+        b.record_written(false);
+        let before = getattrs(&b);
+        for i in 0..5 {
+            b.execute(&write(format!("extra/off{i}")), &blobs).await.expect("write");
+        }
+        assert_eq!(getattrs(&b), before, "no GETATTR while not recording");
+        assert!(b.take_written().is_empty(), "nothing noted");
+        b.record_written(true);
+        for i in 0..5 {
+            b.execute(&write(format!("extra/on{i}")), &blobs).await.expect("write");
+        }
+        assert_eq!(getattrs(&b), before + 5, "one GETATTR per file once recording");
+        assert_eq!(b.take_written().len(), 5, "each handed over");
+    });
+    assert_eq!(std::fs::read(e.root().join("extra/off0")).expect("read"), bytes, "written all the same");
+}
+
 /// The server's disk fills up mid-sync: one clear error naming the path and NFS3ERR_NOSPC with
 /// the hint, no temporary left behind, the journal knows; once space is freed the next sync
 /// finishes like git archive.

@@ -571,6 +571,12 @@ pub trait Backend: Send + Sync + fmt::Display {
     fn take_written(&self) -> Vec<Written> {
         Vec::new()
     }
+
+    /// Whether to note the files written from now on for [`Backend::take_written`] (on until
+    /// told otherwise). A sync turns it off for a plan larger than it records
+    /// ([`crate::index_delta::RECORD_AT_MOST`]), so that no stat data is taken in vain (a
+    /// GETATTR per file over `nfs://`), and on again for the next plan.
+    fn record_written(&self, _on: bool) {}
 }
 
 /// Implement every method of [`Backend`] by forwarding it, except those listed after `except`
@@ -613,7 +619,8 @@ macro_rules! delegate_backend {
     ($to:tt $(, except $($skip:ident),+)? $(,)?) => {
         $crate::delegate_backend!(@each $to [$($($skip)+)?]
             capabilities policy execute execute_batch prepare_target read_dir load_state store_state
-            lock unlock scan scan_dirs cost probe read_file load_aux store_aux append_aux aux_mtime take_written);
+            lock unlock scan scan_dirs cost probe read_file load_aux store_aux append_aux aux_mtime take_written
+            record_written);
     };
     (@each $to:tt $skips:tt $($m:ident)*) => {
         $( $crate::delegate_backend!(@maybe $to $m $skips); )*
@@ -639,6 +646,7 @@ macro_rules! delegate_backend {
     (@maybe $to:tt append_aux [append_aux $($rest:ident)*]) => {};
     (@maybe $to:tt aux_mtime [aux_mtime $($rest:ident)*]) => {};
     (@maybe $to:tt take_written [take_written $($rest:ident)*]) => {};
+    (@maybe $to:tt record_written [record_written $($rest:ident)*]) => {};
     (@maybe $to:tt $m:ident [$first:ident $($rest:ident)*]) => {
         $crate::delegate_backend!(@maybe $to $m [$($rest)*]);
     };
@@ -662,6 +670,11 @@ macro_rules! delegate_backend {
     (@emit $to:tt take_written) => {
         fn take_written(&self) -> ::std::vec::Vec<$crate::backend::Written> {
             $crate::delegate_backend!(@t self $to).take_written()
+        }
+    };
+    (@emit $to:tt record_written) => {
+        fn record_written(&self, on: bool) {
+            $crate::delegate_backend!(@t self $to).record_written(on)
         }
     };
     (@emit $to:tt append_aux) => {
@@ -853,7 +866,7 @@ impl<B: Backend + ?Sized> Backend for Arc<B> {
 
 /// The names of every method of [`Backend`], for tests that check that a wrapper forwards
 /// (or handles) each of them.
-pub const METHODS: [&str; 20] = [
+pub const METHODS: [&str; 21] = [
     "capabilities",
     "policy",
     "execute",
@@ -874,4 +887,5 @@ pub const METHODS: [&str; 20] = [
     "append_aux",
     "aux_mtime",
     "take_written",
+    "record_written",
 ];

@@ -153,6 +153,12 @@ impl Delta {
         out
     }
 
+    /// Whether applying `plan` next gets its files recorded ([`Delta::note_applied`]): a
+    /// backend told otherwise ([`Backend::record_written`]) takes no stat data in vain.
+    pub fn records(&self, plan: &Plan) -> bool {
+        !self.overflowed && plan.counts.total() as usize <= RECORD_AT_MOST
+    }
+
     /// Add what a plan applied in full did, `written` being what the backend wrote meanwhile
     /// ([`Backend::take_written`]): every path an op touched is noted as removed, then each file
     /// written from a blob by a write (or a mode change that rewrote it) gets its entry.
@@ -291,10 +297,13 @@ mod tests {
         let op = |i: usize| Op::Mkdir { path: crate::path::RelPath::parse(&format!("d{i}")).expect("path") };
         let small = Plan::from_ops(None, id, (0..3).map(op));
         let mut d = Delta::default();
+        assert!(d.records(&small));
         d.note_applied(&small, Vec::new());
         assert_eq!((d.paths.len(), d.overflowed), (3, false));
         let large = Plan::from_ops(None, id, (0..=RECORD_AT_MOST).map(op));
+        assert!(!d.records(&large), "the backend is told not to record a plan this large");
         d.note_applied(&large, Vec::new());
+        assert!(!d.records(&small), "nor anything after it in the same run");
         assert!(d.is_empty() && d.overflowed, "nothing of either plan is kept");
         d.note_applied(&small, Vec::new());
         assert!(d.is_empty(), "and nothing after it in the same run");

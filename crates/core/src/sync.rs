@@ -1488,6 +1488,7 @@ pub async fn repair(
             drop(backend.take_written());
             let mut written = index_delta::Delta::default();
             for pass in 1.. {
+                backend.record_written(written.records(&plan));
                 let done = match apply::apply(&plan, backend, &blobs, options.sync.apply, progress, interrupt).await {
                     Ok(d) => d,
                     Err(e) => return Err(release(backend, current, add_counts(e.into(), &applied)).await),
@@ -1574,10 +1575,13 @@ async fn apply_journaled(
         Some((repo, s)) => {
             apply_streamed(repo, s, plan.counts, backend, blobs, options, progress, interrupt, written).await
         }
-        None => apply::apply(plan, backend, blobs, options.apply, progress, interrupt)
-            .await
-            .inspect(|_| written.note_applied(plan, backend.take_written()))
-            .map_err(Error::from),
+        None => {
+            backend.record_written(written.records(plan));
+            apply::apply(plan, backend, blobs, options.apply, progress, interrupt)
+                .await
+                .inspect(|_| written.note_applied(plan, backend.take_written()))
+                .map_err(Error::from)
+        }
     };
     match r {
         Ok(done) => {
@@ -1632,6 +1636,7 @@ async fn apply_streamed(
         written.overflowed = true;
         written.paths.clear();
     }
+    backend.record_written(record && !written.overflowed);
     let mut applied = |chunk: &Plan| {
         let stats = backend.take_written();
         if record {

@@ -128,6 +128,9 @@ impl Backend for Recorder {
         self.note("take_written");
         Vec::new()
     }
+    fn record_written(&self, _on: bool) {
+        self.note("record_written");
+    }
 }
 
 struct NoBlobs;

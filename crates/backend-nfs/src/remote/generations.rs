@@ -118,6 +118,7 @@ impl RemoteBackend {
                 meta: tokio::sync::Mutex::new(None),
                 run: Mutex::new(None),
                 written: Mutex::new(Vec::new()),
+                recording: AtomicBool::new(true),
                 wtmax: copied(&from.wtmax),
                 case_sensitive: copied(&from.case_sensitive),
                 lock_in_root,

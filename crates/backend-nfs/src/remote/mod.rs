@@ -163,6 +163,8 @@ struct Inner {
     /// Files written from blobs since [`Backend::take_written`] last took them, with the
     /// attributes the server gave after their RENAME (for the next verify's stat check).
     written: Mutex<Vec<treesync_core::backend::Written>>,
+    /// Whether files written are noted in `written` ([`Backend::record_written`]).
+    recording: AtomicBool,
 }
 
 struct Run {
@@ -261,6 +263,7 @@ impl RemoteBackend {
                 meta: tokio::sync::Mutex::new(None),
                 run: Mutex::new(None),
                 written: Mutex::new(Vec::new()),
+                recording: AtomicBool::new(true),
                 wtmax: OnceCell::new(),
                 case_sensitive: OnceCell::new(),
                 lock_in_root: None,
@@ -440,5 +443,9 @@ impl Backend for RemoteBackend {
 
     fn take_written(&self) -> Vec<treesync_core::backend::Written> {
         std::mem::take(&mut *self.inner.written.lock().expect("never poisoned"))
+    }
+
+    fn record_written(&self, on: bool) {
+        self.inner.recording.store(on, Ordering::Relaxed);
     }
 }
