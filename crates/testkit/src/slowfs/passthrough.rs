@@ -325,27 +325,41 @@ impl Inner {
         mtime: Option<TimeOrNow>,
         fh: Option<u64>,
     ) -> Res<FileAttr> {
+        use std::os::fd::AsRawFd;
         let file = fh.and_then(|fh| self.open_file(fh));
-        let path = self.resolve(ino).map(|(p, _)| p);
+        // Without an open file: a descriptor of this very inode (a name can be replaced while
+        // the request runs), reached again through /proc for what needs a path.
+        let pinned =
+            match &file {
+                Some(_) => None,
+                None => Some(self.open_as(
+                    ino,
+                    rustix::fs::OFlags::PATH | rustix::fs::OFlags::NOFOLLOW | rustix::fs::OFlags::CLOEXEC,
+                )?),
+            };
+        let path = || -> Res<PathBuf> {
+            let fd = pinned.as_ref().ok_or(Errno::EBADF)?;
+            Ok(PathBuf::from(format!("/proc/self/fd/{}", fd.as_raw_fd())))
+        };
         if let Some(mode) = mode {
             let perm = Permissions::from_mode(mode & 0o7777);
             match &file {
                 Some(f) => f.set_permissions(perm),
-                None => std::fs::set_permissions(path.clone()?, perm),
+                None => std::fs::set_permissions(path()?, perm),
             }
             .map_err(errno)?;
         }
         if uid.is_some() || gid.is_some() {
             match &file {
                 Some(f) => std::os::unix::fs::fchown(f.as_ref(), uid, gid),
-                None => std::os::unix::fs::lchown(path.clone()?, uid, gid),
+                None => std::os::unix::fs::chown(path()?, uid, gid),
             }
             .map_err(errno)?;
         }
         if let Some(size) = size {
             match &file {
                 Some(f) => f.set_len(size),
-                None => std::fs::OpenOptions::new().write(true).open(path.clone()?).and_then(|f| f.set_len(size)),
+                None => std::fs::OpenOptions::new().write(true).open(path()?).and_then(|f| f.set_len(size)),
             }
             .map_err(errno)?;
         }
@@ -353,18 +367,16 @@ impl Inner {
             let times = rustix::fs::Timestamps { last_access: timespec(atime), last_modification: timespec(mtime) };
             match &file {
                 Some(f) => rustix::fs::futimens(f.as_ref(), &times),
-                None => rustix::fs::utimensat(
-                    rustix::fs::CWD,
-                    path.clone()?.as_path(),
-                    &times,
-                    rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
-                ),
+                None => rustix::fs::utimensat(rustix::fs::CWD, path()?.as_path(), &times, rustix::fs::AtFlags::empty()),
             }
             .map_err(rerrno)?;
         }
         match &file {
             Some(f) => Ok(self.attr(&f.metadata().map_err(errno)?)),
-            None => Ok(self.attr(&std::fs::symlink_metadata(path?).map_err(errno)?)),
+            None => {
+                let fd = pinned.as_ref().ok_or(Errno::EBADF)?;
+                Ok(self.attr(&File::from(fd.try_clone().map_err(errno)?).metadata().map_err(errno)?))
+            }
         }
     }
 
@@ -443,6 +455,13 @@ impl Inner {
         let to = self.child(newparent, newname)?;
         std::fs::hard_link(&from, &to).map_err(errno)?;
         let md = std::fs::symlink_metadata(&to).map_err(errno)?;
+        if self.fuse_ino(md.ino()) != ino {
+            // The name was replaced between finding it and linking it: not this file.
+            let _ = std::fs::remove_file(&to);
+            return Err(Errno::ESTALE);
+        }
+        // The kernel makes the new name's entry from this reply, with no lookup of it.
+        self.remember(ino, newparent, to.file_name().unwrap_or(newname));
         Ok(self.attr(&md))
     }
 
@@ -509,8 +528,8 @@ impl Inner {
     }
 
     pub(super) fn opendir(&self, ino: u64) -> Res<u64> {
-        let path = self.path(ino)?;
-        if !std::fs::symlink_metadata(&path).map_err(errno)?.is_dir() {
+        let (path, md) = self.resolve(ino)?;
+        if !md.is_dir() {
             return Err(Errno::ENOTDIR);
         }
         let fh = self.next_fh.fetch_add(1, Ordering::SeqCst);
