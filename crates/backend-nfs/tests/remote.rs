@@ -468,6 +468,39 @@ fn verify_over_nfs() {
     assert!(r.is_clean(), "clean again: {r:?}");
 }
 
+/// A verify that reads files back over `nfs://` reads each with the handle its scan's
+/// READDIRPLUS gave: one READ per file, no LOOKUP per file. A file replaced after the scan
+/// (rename over it) is still compared as the scan saw it or by name, and drift between sync and
+/// verify is found.
+#[test]
+fn a_full_verify_over_nfs_reads_files_by_the_handles_its_scan_listed() {
+    use treesync_core::verify::{Level, verify};
+    let rt = rt();
+    let n = 300;
+    let h = History::from_trees(&[history::wide_tree(n, 5)]);
+    let e = Export::new(RemoteOptions::default());
+    rt.block_on(sync_to(&h.repo, &h.commits[0], &e.open())).expect("sync");
+    let b = e.open();
+    let before = calls(b.inner());
+    let r = rt.block_on(verify(&h.repo, &b, Level::Full)).expect("verify");
+    assert!(r.is_clean(), "{r:?}");
+    assert_eq!(r.hashed, n as u64, "every file read back");
+    let after = calls(b.inner());
+    let delta = |p: &str| after.get(p).copied().unwrap_or(0) - before.get(p).copied().unwrap_or(0);
+    assert!(delta("READ") >= n as u64, "a READ per file: {after:?}");
+    assert!(delta("LOOKUP") <= 10, "no LOOKUP per file, only the target's and the state's: {after:?}");
+    // Drift found by content (same size), read through the scan's handle.
+    let victim =
+        h.expected(0).into_iter().find_map(|(p, node)| matches!(node, Node::File(..)).then_some(p)).expect("a file");
+    let on_disk = e.root().join(&victim);
+    let mut bytes = std::fs::read(&on_disk).expect("read");
+    bytes[0] ^= 1;
+    std::fs::write(&on_disk, &bytes).expect("drift");
+    let r = rt.block_on(verify(&h.repo, &b, Level::Full)).expect("verify");
+    let drift: Vec<_> = r.drift.iter().map(|d| String::from_utf8_lossy(d.path()).into_owned()).collect();
+    assert_eq!(drift, std::slice::from_ref(&victim), "the drifted file is found");
+}
+
 /// Issue 18: a sync over `nfs://` records the attributes of the files it wrote (a GETATTR once
 /// each is in place), so the first verify after it proves them by their stat data instead of
 /// reading every file back: it hashes only those of the sync's last clock tick.

@@ -119,6 +119,7 @@ impl RemoteBackend {
                 run: Mutex::new(None),
                 written: Mutex::new(Vec::new()),
                 recording: AtomicBool::new(true),
+                scanned: Mutex::new(std::collections::HashMap::new()),
                 wtmax: copied(&from.wtmax),
                 case_sensitive: copied(&from.case_sensitive),
                 lock_in_root,

@@ -165,7 +165,14 @@ struct Inner {
     written: Mutex<Vec<treesync_core::backend::Written>>,
     /// Whether files written are noted in `written` ([`Backend::record_written`]).
     recording: AtomicBool,
+    /// The handles and sizes of the regular files the last scan listed (READDIRPLUS gives
+    /// them), at most [`SCANNED_KEPT`]: a verify reads the files it must hash with them, one
+    /// READ instead of a LOOKUP and a READ.
+    scanned: Mutex<std::collections::HashMap<Vec<u8>, (Fh, u64)>>,
 }
+
+/// File handles a scan keeps for the reads that follow it, at most (~100 bytes each).
+const SCANNED_KEPT: usize = 1 << 18;
 
 struct Run {
     released: Arc<AtomicBool>,
@@ -264,6 +271,7 @@ impl RemoteBackend {
                 run: Mutex::new(None),
                 written: Mutex::new(Vec::new()),
                 recording: AtomicBool::new(true),
+                scanned: Mutex::new(std::collections::HashMap::new()),
                 wtmax: OnceCell::new(),
                 case_sensitive: OnceCell::new(),
                 lock_in_root: None,
@@ -395,6 +403,16 @@ impl Backend for RemoteBackend {
 
     async fn read_file(&self, path: &RelPath) -> Result<Vec<u8>, Error> {
         let nfs = self.nfs().await?;
+        // Listed by the scan just before: its handle, if the file is still that one.
+        let known = self.inner.scanned.lock().expect("never poisoned").get(path.as_bytes()).cloned();
+        if let Some((fh, size)) = known {
+            match read_all(nfs, &fh, size, path.as_bytes()).await {
+                Ok(data) => return Ok(data),
+                // Removed since (the server forgot the handle): look it up by name.
+                Err(e) if is(&e, nfsstat3::NFS3ERR_STALE) => {}
+                Err(e) => return Err(nfs_io("read", path, e)),
+            }
+        }
         let (parent, name) = split_last(path.as_bytes());
         let dir = self.dir(parent).await.map_err(|e| e.at("read", path))?;
         let (fh, attr) = nfs.lookup(&dir, name, path.as_bytes()).await.map_err(|e| nfs_io("read", path, e))?;
@@ -410,6 +428,8 @@ impl Backend for RemoteBackend {
     }
 
     async fn lock(&self, holder: &Holder) -> Result<LockGuard, Error> {
+        // A writer follows: handles an earlier scan listed may name replaced files after it.
+        self.inner.scanned.lock().expect("never poisoned").clear();
         self.take_lock(holder).await
     }
 

@@ -6,6 +6,7 @@ use super::*;
 
 impl RemoteBackend {
     pub(super) async fn scan_all(&self, jobs: usize) -> Result<Vec<Found>, Error> {
+        self.inner.scanned.lock().expect("never poisoned").clear();
         let root = self.root_fh().await?;
         self.scan_from(vec![(Vec::new(), root)], true, jobs).await
     }
@@ -15,6 +16,7 @@ impl RemoteBackend {
     pub(super) async fn scan_dirs_only(&self, dirs: &[RelPath], jobs: usize) -> Result<Vec<Found>, Error> {
         // Handles from an earlier run may be stale (a directory replaced since): look up anew.
         self.inner.dirs.clear();
+        self.inner.scanned.lock().expect("never poisoned").clear();
         let mut start = Vec::with_capacity(dirs.len());
         for d in dirs {
             match self.dir(d.as_bytes()).await {
@@ -65,7 +67,13 @@ impl RemoteBackend {
                                     queue.push((p, fh));
                                 }
                             }
-                            ftype3::NF3REG => out.push(Found {
+                            ftype3::NF3REG => {
+                                let mut kept = self.inner.scanned.lock().expect("never poisoned");
+                                if kept.len() < SCANNED_KEPT {
+                                    kept.insert(p.clone(), (fh, attr.size));
+                                }
+                                drop(kept);
+                                out.push(Found {
                                 path: p,
                                 kind: FoundKind::File {
                                     size: attr.size,
@@ -74,7 +82,8 @@ impl RemoteBackend {
                                     etag: None,
                                     typed: true,
                                 },
-                            }),
+                            })
+                            }
                             ftype3::NF3LNK => links.push(async move {
                                 let r = nfs.readlink(&fh, &p).await;
                                 (p, attr, r)
