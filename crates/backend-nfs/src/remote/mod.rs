@@ -27,6 +27,10 @@
 //! state write fails with [`Error::LeaseLost`] instead of writing where another sync may
 //! be writing.
 //!
+//! `verify` lists the target with READDIRPLUS (names, attributes and handles, ~100 entries a
+//! call, up to the scan width in flight) and reads a file it must hash with the handle its
+//! listing gave: one READ per file (by name again if the handle went stale).
+//!
 //! Calls that get no reply in time, or whose connection breaks, go again on a new connection;
 //! the server's status codes become errors that name the path and say what they mean.
 //!
