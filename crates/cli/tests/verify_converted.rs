@@ -110,3 +110,57 @@ fn converted_files_verify_clean_and_a_repair_writes_them_converted_again() {
         assert_eq!(gitcheck::diff(&expected, &t), Vec::<String>::new(), "{context}: after sync --force");
     }
 }
+
+/// A repository with no `.gitattributes` at all (the common case, which sync and verify
+/// resolve with no attribute lookup): with `core.autocrlf=true` every text file is written
+/// with CRLF as git writes it, and verify proves it and finds a file put back to LF; without,
+/// files are written as the blobs are. An update on top is compared with git too.
+#[test]
+fn a_tree_without_attributes_is_converted_by_the_repository_settings_alone() {
+    let file = |s: &[u8], x: bool| Entry::File { content: s.to_vec(), executable: x };
+    let mut first = Model::default();
+    first.insert("a.txt", file(b"one\ntwo\n", false));
+    first.insert("sub/run.sh", file(b"#!/bin/sh\necho hi\n", true));
+    first.insert("sub/deeper/data.bin", file(b"\x00\x01\nbinary\n", false));
+    let mut second = first.clone();
+    second.insert("a.txt", file(b"one\ntwo\nthree\n", false));
+    second.insert("new/c.txt", file(b"c\n", false));
+    for autocrlf in [false, true] {
+        let bare = BareRepo::new();
+        let commits = history::import(&bare.path, "main", &[first.clone(), second.clone()]);
+        let config: &[(&str, &str)] = if autocrlf { &[("core.autocrlf", "true")] } else { &[] };
+        if autocrlf {
+            treesync_testkit::git(&bare.path, &["config", "core.autocrlf", "true"]);
+        }
+        let context = format!("core.autocrlf={autocrlf}");
+        let dir = tempfile::tempdir().expect("tempdir");
+        let t = dir.path().join("t");
+        sync(&bare.path, &commits[0], &t, &[]);
+        let expected = gitcheck::expected(&bare.path, &commits[0], config);
+        assert_eq!(gitcheck::diff(&expected, &t), Vec::<String>::new(), "{context}: the sync writes what git writes");
+        let a = std::fs::read(t.join("a.txt")).expect("read");
+        assert_eq!(a, if autocrlf { &b"one\r\ntwo\r\n"[..] } else { &b"one\ntwo\n"[..] }, "{context}");
+        assert_eq!(std::fs::read(t.join("sub/deeper/data.bin")).expect("read"), b"\x00\x01\nbinary\n", "{context}");
+        for level in ["quick", "stat", "full", "stat"] {
+            let (code, v) = verify(&bare.path, &t, &["--level", level]);
+            assert_eq!((code, drift_of(&v["report"])), (0, vec![]), "{context}, {level}: {v}");
+        }
+
+        // The other line endings, same size or not: drift at the levels that read content.
+        let other: &[u8] = if autocrlf { b"one\ntwo\n" } else { b"one\r\ntwo\r\n" };
+        std::fs::write(t.join("a.txt"), other).expect("write");
+        for level in ["stat", "full"] {
+            let (code, v) = verify(&bare.path, &t, &["--level", level]);
+            assert_eq!((code, drift_of(&v["report"])), (1, vec!["content_changed:a.txt".to_string()]), "{context}: {v}");
+        }
+        let (code, v) = verify(&bare.path, &t, &["--repair"]);
+        assert_eq!(code, 0, "{context}: clean after the repair: {v}");
+        assert_eq!(gitcheck::diff(&expected, &t), Vec::<String>::new(), "{context}: the repair writes what git writes");
+
+        sync(&bare.path, &commits[1], &t, &[]);
+        let expected = gitcheck::expected(&bare.path, &commits[1], config);
+        assert_eq!(gitcheck::diff(&expected, &t), Vec::<String>::new(), "{context}: the update writes what git writes");
+        let (code, v) = verify(&bare.path, &t, &["--level", "full"]);
+        assert_eq!((code, drift_of(&v["report"])), (0, vec![]), "{context}: {v}");
+    }
+}

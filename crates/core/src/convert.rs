@@ -395,6 +395,10 @@ pub struct Resolver {
     info: Option<(gix::attrs::Search, MetadataCollection)>,
     every_file: bool,
     export: bool,
+    /// No `.gitattributes` file, global attributes file or `info/attributes`: no path has an
+    /// attribute, so [`Resolver::at`] needs no lookup (on 100,000 files, the lookups were ~40%
+    /// of a warm verify's user CPU).
+    no_patterns: bool,
     out: Outcome,
     info_out: Outcome,
     interned: HashMap<(String, Option<String>, bool), Arc<Conversion>>,
@@ -431,6 +435,8 @@ impl Resolver {
         ));
         files.sort_by(|a, b| a.0.cmp(&b.0));
         files.dedup_by(|a, b| a.0 == b.0);
+        // No attribute anywhere (the common tree): every path resolves alike, with no lookup.
+        let no_patterns = files.is_empty() && settings.attributes_file.is_none() && info.is_none();
         let stack = gix::worktree::Stack::new("", state, Case::Sensitive, Vec::new(), files);
         let mut out = Outcome::default();
         out.initialize_with_selection(&MetadataCollection::default(), LOOKED_UP);
@@ -443,6 +449,7 @@ impl Resolver {
             info,
             every_file: settings.converts_every_file(),
             export,
+            no_patterns,
             out,
             info_out,
             interned: HashMap::new(),
@@ -452,6 +459,9 @@ impl Resolver {
     /// The conversion of the file at `path` (`None`: written as the blob is), and whether
     /// `git archive` leaves it out (`export-ignore`).
     pub fn at(&mut self, path: &BStr, odb: &dyn gix_object::Find) -> Result<(Option<Arc<Conversion>>, bool), Error> {
+        if self.no_patterns {
+            return Ok((self.every_file.then(|| self.conversion(Vec::new(), None, false)), false));
+        }
         let platform = self
             .stack
             .at_entry(path, Some(gix::index::entry::Mode::FILE), odb)
@@ -484,20 +494,23 @@ impl Resolver {
         if attributes.is_empty() && !export_subst && !self.every_file {
             return Ok((None, export_ignore));
         }
+        Ok((Some(self.conversion(attributes, filter, export_subst)), export_ignore))
+    }
+
+    /// The one [`Conversion`] of these attributes (interned: paths alike share it).
+    fn conversion(&mut self, attributes: Vec<&str>, filter: Option<String>, export_subst: bool) -> Arc<Conversion> {
         let key = (attributes.join(" "), filter, export_subst);
-        let conversion = self
-            .interned
+        self.interned
             .entry(key)
             .or_insert_with_key(|(a, f, x)| Arc::new(Conversion::new(a.clone(), f.clone(), *x)))
-            .clone();
-        Ok((Some(conversion), export_ignore))
+            .clone()
     }
 
     /// Whether `git archive` leaves out the entry at `path` itself (`export-ignore` on it; a
     /// directory's applies to all below it, which the caller checks). Always `false` without
     /// [`Settings::export`].
     pub fn export_ignored(&mut self, path: &BStr, is_dir: bool, odb: &dyn gix_object::Find) -> Result<bool, Error> {
-        if !self.export {
+        if !self.export || self.no_patterns {
             return Ok(false);
         }
         if !is_dir {

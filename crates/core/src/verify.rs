@@ -854,38 +854,38 @@ pub async fn verify_against_in(
         tokio::task::spawn_blocking(move || walk_tree(&repo, &against, converter.as_deref(), limits))
     };
     let caps = backend.capabilities();
-    let (want, repos, scanned, slice_dirs) = match slice {
+    // The stat index and what syncs recorded since (merged over it, see `crate::index_delta`)
+    // are read while the target is listed. Only backends with an auxiliary store keep them; on
+    // the others, files are proven by their ETag or by hashing them.
+    let recorded = async {
+        if !(level == Level::Stat && caps.aux_store) {
+            return Ok::<_, Error>((None, Default::default()));
+        }
+        let index = backend.load_aux("index").await?.and_then(|b| read_index(&b));
+        Ok((index, crate::index_delta::load(backend).await?))
+    };
+    let (want, repos, scanned, recorded, slice_dirs) = match slice {
         None => {
-            let scanned = backend.scan(backend.policy().scans).await;
+            let (scanned, recorded) = tokio::join!(backend.scan(backend.policy().scans), recorded);
             let Walked { want, repos } =
                 walker.await.map_err(|source| Error::Backend(backend::Error::Worker { source }))??;
-            (want, repos, scanned, 0)
+            (want, repos, scanned, recorded, 0)
         }
         // A slice lists only its directories: which they are, the walk tells.
         Some(s) => {
             let Walked { want, repos } =
                 walker.await.map_err(|source| Error::Backend(backend::Error::Worker { source }))??;
             let dirs = slice_dirs(&want, s);
-            let scanned = backend.scan_dirs(&dirs, backend.policy().scans).await;
-            (want, repos, scanned, dirs.len() as u64)
+            let (scanned, recorded) = tokio::join!(backend.scan_dirs(&dirs, backend.policy().scans), recorded);
+            (want, repos, scanned, recorded, dirs.len() as u64)
         }
     };
     let in_slice = |p: &[u8]| slice.is_none_or(|s| s.has_path(p));
     let mut found: Vec<(Vec<u8>, FoundKind)> = scanned?.into_iter().map(|f| (f.path, f.kind)).collect();
+    let (index, delta) = recorded?;
     found.sort_unstable_by(|a, b| a.0.cmp(&b.0));
-    // Only backends with an auxiliary store keep the index; on the others, files are proven
-    // by their ETag or by hashing them.
-    let index = match level {
-        Level::Stat if caps.aux_store => backend.load_aux("index").await?.and_then(|b| read_index(&b)),
-        _ => None,
-    }
-    .unwrap_or_else(|| gix_index::State::new(gix_hash::Kind::Sha1));
+    let index = index.unwrap_or_else(|| gix_index::State::new(gix_hash::Kind::Sha1));
     let index_entries = index.entries();
-    // What syncs recorded since, merged over the index (see `crate::index_delta`).
-    let delta = match level {
-        Level::Stat if caps.aux_store => crate::index_delta::load(backend).await?,
-        _ => Default::default(),
-    };
     let mut report = Report {
         commit: against.commit,
         interrupted: false,
