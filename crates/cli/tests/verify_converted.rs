@@ -151,7 +151,11 @@ fn a_tree_without_attributes_is_converted_by_the_repository_settings_alone() {
         std::fs::write(t.join("a.txt"), other).expect("write");
         for level in ["stat", "full"] {
             let (code, v) = verify(&bare.path, &t, &["--level", level]);
-            assert_eq!((code, drift_of(&v["report"])), (1, vec!["content_changed:a.txt".to_string()]), "{context}: {v}");
+            assert_eq!(
+                (code, drift_of(&v["report"])),
+                (1, vec!["content_changed:a.txt".to_string()]),
+                "{context}: {v}"
+            );
         }
         let (code, v) = verify(&bare.path, &t, &["--repair"]);
         assert_eq!(code, 0, "{context}: clean after the repair: {v}");
