@@ -1,7 +1,8 @@
 //! The first verify after a sync proves the files that sync wrote by the stat data it recorded
 //! (`.treesync/index-delta`), on a real filesystem: it hashes none of them after an initial or an
-//! incremental sync, still finds every change made right after the sync, and an interrupted sync
-//! records nothing.
+//! incremental sync, still finds every change made right after the sync, an interrupted sync
+//! records nothing, and an initial checkout applied in chunks records each chunk as it goes
+//! (an interrupted one keeps what its finished chunks recorded).
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
@@ -202,4 +203,91 @@ fn a_delta_planted_as_a_hard_link_is_not_written_through() {
     let backend = LocalBackend::new(&root, Options::default());
     rt.block_on(sync_to(&h.repo, &h.commits[1], &backend)).expect("the sync itself succeeds");
     assert_eq!(std::fs::read_to_string(&outside).expect("read"), "not treesync's\n");
+}
+
+/// Sync `backend` to `rev` as an initial checkout streamed in chunks of `chunk` ops.
+async fn sync_in_chunks(
+    repo: &treesync_core::Repo,
+    rev: &str,
+    backend: &dyn treesync_core::Backend,
+    chunk: usize,
+) -> Result<treesync_core::sync::Outcome, treesync_core::sync::Error> {
+    let options =
+        treesync_core::sync::Options { backend_name: "test".into(), stream_chunk: Some(chunk), ..Default::default() };
+    treesync_core::sync::sync(repo, rev, backend, &options, &|_| {}, &std::sync::atomic::AtomicBool::new(false)).await
+}
+
+/// An initial checkout applied in many chunks (a large tree's, here 300 files in chunks of 40
+/// ops) records each chunk's files as it goes, not only a tree's worth of at most
+/// `RECORD_AT_MOST`: the first verify after it reads at most the files of the last clock tick,
+/// and every entry is older than the delta (the racy rule, chunk by chunk).
+#[test]
+fn an_initial_checkout_in_chunks_records_every_chunk_and_its_first_verify_reads_almost_nothing() {
+    let rt = runtime();
+    let h = History::from_trees(&[tree()]);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let root = dir.path().join("t");
+    let counted = treesync_core::policy::Count::new(LocalBackend::new(&root, Options::default()));
+    let record = counted.record();
+    let out = rt.block_on(sync_in_chunks(&h.repo, &h.commits[0], &counted, 40)).expect("initial sync");
+    assert_eq!(out.applied.write, 300, "{out:?}");
+    // 307 ops (6 directories, 300 files, a symlink) in chunks of 40: an append after each.
+    let appends = record.lock().expect("record").aux_writes;
+    assert!(appends >= 8, "the delta is appended to chunk by chunk: {appends} appends");
+    let backend = LocalBackend::new(&root, Options::default());
+    let delta = delta_of(&root);
+    let kept = delta.recorded();
+    assert!(kept <= 300 && kept + index_delta::YOUNG_LEFT_OUT >= 300, "entries: {kept} of 300");
+    let md = std::fs::metadata(root.join(".treesync/index-delta")).expect("delta");
+    let clock = (std::os::unix::fs::MetadataExt::mtime(&md), std::os::unix::fs::MetadataExt::mtime_nsec(&md) as u32);
+    for e in delta.paths.values().flatten() {
+        assert!((e.stat.mtime_secs, e.stat.mtime_nsecs) < clock, "a racy entry was kept: {e:?}");
+    }
+    let r = rt.block_on(verify::verify(&h.repo, &backend, Level::Stat)).expect("verify");
+    assert!(r.is_clean(), "{:?}", r.drift);
+    assert_eq!((r.hashed, r.proven_by_stat), (300 - kept as u64, kept as u64), "proven by what the sync recorded");
+    assert!(r.hashed <= index_delta::YOUNG_LEFT_OUT as u64);
+}
+
+/// A streamed initial checkout that stops keeps what its finished chunks recorded: those files
+/// are proven by their stat data (an edit to one of them is still drift), the others are read,
+/// and the rerun that finishes it records the rest.
+#[test]
+fn an_interrupted_initial_checkout_in_chunks_keeps_what_its_finished_chunks_recorded() {
+    let rt = runtime();
+    let h = History::from_trees(&[tree()]);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let root = dir.path().join("t");
+    let failing = Fail::after(LocalBackend::new(&root, Options { jobs: 1, batch: 1, min_batch: 1, fsync: false }), 200);
+    assert!(rt.block_on(sync_in_chunks(&h.repo, &h.commits[0], &failing, 40)).is_err(), "the fault stops the sync");
+    let delta = delta_of(&root);
+    let kept = delta.recorded();
+    assert!(kept >= 40, "the finished chunks' files are recorded: {kept}");
+    assert!(kept < 200, "nothing of the chunk that failed, nor after it: {kept}");
+    for (path, e) in &delta.paths {
+        let Some(e) = e else { continue };
+        let on_disk = std::fs::read(root.join(String::from_utf8_lossy(path).as_ref())).expect("a recorded file exists");
+        assert_eq!(on_disk.len() as u64, e.size, "{}", String::from_utf8_lossy(path));
+    }
+    // One recorded file edited within its second, its mtime put back: drift all the same.
+    let (edited, _) = delta.paths.iter().find(|(_, e)| e.is_some()).expect("an entry");
+    let edited = root.join(String::from_utf8_lossy(edited).as_ref());
+    let before = std::fs::metadata(&edited).expect("stat").modified().expect("mtime");
+    let mut bytes = std::fs::read(&edited).expect("read");
+    bytes[0] ^= 0x20;
+    std::fs::write(&edited, &bytes).expect("same-size edit");
+    std::fs::File::options().write(true).open(&edited).expect("open").set_modified(before).expect("utime");
+
+    let backend = LocalBackend::new(&root, Options::default());
+    let r = rt.block_on(verify::verify(&h.repo, &backend, Level::Stat)).expect("verify");
+    assert!(r.interrupted);
+    assert_eq!(kinds(&r).iter().filter(|k| **k == "content_changed").count(), 1, "{:?}", r.drift);
+    assert!(kinds(&r).contains(&"missing"), "the files not written yet: {:?}", r.drift);
+    assert_eq!(r.proven_by_stat, kept as u64 - 1, "the recorded files but the edited one");
+
+    rt.block_on(sync_to(&h.repo, &h.commits[0], &backend)).expect("the rerun finishes");
+    let r = rt.block_on(verify::verify(&h.repo, &backend, Level::Stat)).expect("verify");
+    assert!(r.is_clean(), "{:?}", r.drift);
+    let r = rt.block_on(verify::verify(&h.repo, &backend, Level::Stat)).expect("verify");
+    assert_eq!((r.hashed, r.proven_by_stat), (0, 300));
 }

@@ -25,9 +25,12 @@
 //! and drops the entries still too young after [`RACY_WAIT`]. Any change after the sync then
 //! gets a later mtime than the entry records: a same-size edit in the same second is drift.
 //!
-//! An interrupted sync records nothing: its entries would be for a plan that was not applied
-//! in full. Paths it rewrote keep their old entries, which no longer match the new files'
-//! stat data (they are hashed once); the rerun finishes and records.
+//! A plan applied in one piece records nothing when it is interrupted: paths it rewrote keep
+//! their old entries, which no longer match the new files' stat data (they are hashed once);
+//! the rerun finishes and records. A plan applied in chunks (a streamed initial checkout)
+//! records each chunk once it is applied ([`Chunked`]), so an interrupted one keeps what its
+//! finished chunks recorded, and a large tree's files are recorded too, holding about a
+//! chunk's entries at a time.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -76,10 +79,11 @@ pub struct Delta {
     pub overflowed: bool,
 }
 
-/// The largest plan (in ops) whose files a sync records. Recording costs memory per file until
-/// the sync's end, and a backend's stat per file: an initial checkout of a large tree (or any
-/// sync rewriting most of one) records nothing, and its first verify reads every file, as
-/// before the delta existed. Safe either way: a file a sync rewrote has other stat data (a new
+/// The largest plan applied in one piece (in ops) whose files a sync records. Recording costs
+/// memory per file until the sync's end, and a backend's stat per file: a sync rewriting most
+/// of a large tree records nothing, and its first verify reads every file, as before the delta
+/// existed. An initial checkout is applied in chunks and records each ([`Chunked`]), whatever
+/// its size. Safe either way: a file a sync rewrote has other stat data (a new
 /// inode, a new ctime) than any older entry of the index or the delta records.
 pub const RECORD_AT_MOST: usize = 32_768;
 
@@ -168,23 +172,144 @@ impl Delta {
             self.paths.clear();
             return;
         }
-        let mut blobs: BTreeMap<&[u8], (ObjectId, bool)> = BTreeMap::new();
+        applied(&mut self.paths, plan, written);
+    }
+}
+
+/// Note in `paths` what `plan`, applied in full, did (`written`: what the backend wrote
+/// meanwhile): every path an op touched as removed, then an entry for each file written from a
+/// blob by a write (or a mode change that rewrote it).
+fn applied(paths: &mut BTreeMap<Vec<u8>, Option<Entry>>, plan: &Plan, written: Vec<Written>) {
+    let mut blobs: BTreeMap<&[u8], (ObjectId, bool)> = BTreeMap::new();
+    for op in plan.ops() {
+        paths.insert(op.path().as_bytes().to_vec(), None);
+        match op {
+            Op::Write { path, blob, executable, .. } | Op::Chmod { path, blob, executable, .. } => {
+                blobs.insert(path.as_bytes(), (*blob, *executable));
+            }
+            _ => {}
+        }
+    }
+    for w in written {
+        // Files a backend wrote that the plan does not name (none today) stay unproven.
+        if let Some((id, executable)) = blobs.get(w.path.as_slice()) {
+            let e = Entry { id: *id, executable: *executable, size: w.size, stat: w.stat };
+            paths.insert(w.path, Some(e));
+        }
+    }
+}
+
+/// What one chunk of a run did, for [`Chunked::chunk`] (see [`Noted::of`]): its paths in the
+/// order of its ops, each with the entry of the file written there (a later record of a path
+/// wins, as in [`Delta::parse`]).
+#[derive(Debug, Default)]
+pub struct Noted(Vec<(Vec<u8>, Option<Entry>)>);
+
+impl Noted {
+    /// What `plan`, applied in full, did (`written`: what the backend wrote meanwhile), as
+    /// [`Delta::note_applied`] notes it, without sorting (a chunk of an initial checkout names
+    /// each path once; a path named twice ends with what its last op left).
+    pub fn of(plan: &Plan, written: Vec<Written>) -> Noted {
+        let mut stats: std::collections::HashMap<Vec<u8>, (u64, FileStat)> =
+            written.into_iter().map(|w| (w.path, (w.size, w.stat))).collect();
+        let mut paths = Vec::with_capacity(plan.len());
         for op in plan.ops() {
-            self.paths.insert(op.path().as_bytes().to_vec(), None);
-            match op {
-                Op::Write { path, blob, executable, .. } | Op::Chmod { path, blob, executable, .. } => {
-                    blobs.insert(path.as_bytes(), (*blob, *executable));
+            let path = op.path().as_bytes();
+            let written = match op {
+                Op::Write { blob, executable, .. } | Op::Chmod { blob, executable, .. } => stats
+                    .remove_entry(path)
+                    .map(|(p, (size, stat))| (p, Entry { id: *blob, executable: *executable, size, stat })),
+                _ => None,
+            };
+            paths.push(match written {
+                Some((p, e)) => (p, Some(e)),
+                None => (path.to_vec(), None),
+            });
+        }
+        Noted(paths)
+    }
+}
+
+/// Records, chunk by chunk, a run applied in chunks (a streamed initial checkout, which may
+/// write more files than a run holds entries of: [`RECORD_AT_MOST`]). Each chunk but the last
+/// costs one append and one reading of the delta's mtime, made once the next chunk is applied:
+/// the append notes the chunk's paths (as removed, for now) and adds the entries of earlier
+/// chunks that the filesystem's clock has passed (the racy-timestamp rule of [`record`], with
+/// the delta's mtime after the previous append as the clock). What is held is the last chunk
+/// and the entries not yet known to be older than the clock — about a chunk's each — and
+/// [`Chunked::rest`] hands them to [`record`] after the run's last state write (a run of one
+/// chunk records as a plan applied in one piece does).
+///
+/// Unlike a plan applied in one piece, an interrupted run keeps what its finished chunks
+/// recorded. That is safe: an entry only says that the file with exactly that stat data holds
+/// the blob it names, converted as the run's destination says (the journal's, which the next
+/// sync finishes and the next verify compares with); a file rewritten or changed afterwards
+/// has other stat data.
+#[derive(Debug, Default)]
+pub struct Chunked {
+    /// The last chunk applied, not appended yet.
+    last: Option<Noted>,
+    /// Entries of chunks appended, not yet known to be older than the clock.
+    young: Vec<(Vec<u8>, Entry)>,
+    /// The filesystem's clock as last read; `None` before the first append.
+    clock: Option<(i64, u32)>,
+    /// The storage has no clock to read (or a failure stopped the recording): nothing more is
+    /// recorded but the last chunk (by [`record`], as a plan applied in one piece).
+    off: bool,
+}
+
+impl Chunked {
+    /// Record what a chunk applied in full did ([`Noted::of`]): the chunk before it is appended
+    /// now. A failure stops the recording (what is recorded stays true; the next verify hashes
+    /// the rest).
+    pub async fn chunk(&mut self, backend: &dyn Backend, chunk: Noted) -> Result<(), backend::Error> {
+        let Some(Noted(paths)) = self.last.replace(chunk) else { return Ok(()) };
+        if self.off {
+            return Ok(());
+        }
+        // Each append starts on a new line: a tail torn by a crash stays a line of its own.
+        let mut out = b"\n".to_vec();
+        if let Some(now) = self.clock {
+            self.young.retain(|(path, e)| {
+                let older = (e.stat.mtime_secs, e.stat.mtime_nsecs) < now;
+                if older {
+                    line(&mut out, path, Some(e));
                 }
-                _ => {}
+                !older
+            });
+        }
+        for (path, e) in paths {
+            line(&mut out, &path, None);
+            if let Some(e) = e {
+                self.young.push((path, e));
             }
         }
-        for w in written {
-            // Files a backend wrote that the plan does not name (none today) stay unproven.
-            if let Some((id, executable)) = blobs.get(w.path.as_slice()) {
-                let e = Entry { id: *id, executable: *executable, size: w.size, stat: w.stat };
-                self.paths.insert(w.path, Some(e));
+        let r = async {
+            backend.append_aux(NAME, &out).await?;
+            match backend.aux_mtime(NAME).await {
+                Err(backend::Error::Unsupported { .. }) => Ok(None),
+                r => r,
             }
         }
+        .await;
+        match &r {
+            Ok(Some(now)) => self.clock = Some(*now),
+            Ok(None) | Err(_) => {
+                self.off = true;
+                self.young = Vec::new();
+            }
+        }
+        r.map(|_| ())
+    }
+
+    /// What is left for [`record`] after the run's last state write: the last chunk, and the
+    /// entries still waiting for the clock.
+    pub fn rest(self) -> Vec<(Vec<u8>, Option<Entry>)> {
+        let mut rest: Vec<(Vec<u8>, Option<Entry>)> = self.young.into_iter().map(|(p, e)| (p, Some(e))).collect();
+        if let Some(Noted(paths)) = self.last {
+            rest.extend(paths);
+        }
+        rest
     }
 }
 
@@ -213,8 +338,10 @@ fn line(out: &mut Vec<u8>, path: &[u8], e: Option<&Entry>) {
             );
         }
     }
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    out.reserve(path.len() * 2 + 3);
     for b in path {
-        let _ = write!(out, "{b:02x}");
+        out.extend_from_slice(&[HEX[usize::from(b >> 4)], HEX[usize::from(b & 15)]]);
     }
     out.extend_from_slice(b" ;\n");
 }

@@ -1629,23 +1629,45 @@ async fn apply_streamed(
             })
             .expect("a thread can be started")
     };
-    // More than the delta records: nothing is noted, and what the backend noted is dropped
-    // chunk by chunk.
-    let record = total.total() as usize <= index_delta::RECORD_AT_MOST;
-    if !record {
-        written.overflowed = true;
-        written.paths.clear();
-    }
-    backend.record_written(record && !written.overflowed);
-    let mut applied = |chunk: &Plan| {
+    // Each chunk's files are recorded once it is applied (`index_delta::Chunked`: an
+    // append per chunk, holding about a chunk's entries), however large the checkout; the
+    // recorder runs beside the writes. The pages of the mapped packs a chunk's blobs were read
+    // from are given back by the planner's thread, which holds the object database
+    // (`release_mapped_packs`).
+    let record = backend.capabilities().aux_store;
+    backend.record_written(record);
+    let (done_tx, mut done_rx) = tokio::sync::mpsc::unbounded_channel::<index_delta::Noted>();
+    let mut applied = move |chunk: &Plan| {
         let stats = backend.take_written();
         if record {
-            written.note_applied(chunk, stats);
+            // A chunk is applied in far longer than its append takes: the channel holds one.
+            let _ = done_tx.send(index_delta::Noted::of(chunk, stats));
         }
-        // The pages of the mapped packs this chunk's blobs were read from are given back by
-        // the planner's thread, which holds the object database (`release_mapped_packs`).
     };
-    let r = apply::apply_chunks(rx, total, backend, blobs, options.apply, progress, interrupt, &mut applied).await;
+    let applying = async move {
+        let r = apply::apply_chunks(rx, total, backend, blobs, options.apply, progress, interrupt, &mut applied).await;
+        drop(applied); // the recorder stops once it has recorded every chunk applied
+        r
+    };
+    let recording = async {
+        let mut chunked = index_delta::Chunked::default();
+        while let Some(noted) = done_rx.recv().await {
+            if let Err(e) = chunked.chunk(backend, noted).await {
+                tracing::warn!(
+                    target: "treesync::sync",
+                    error = %e,
+                    "could not record the stat data of the files written; the next verify reads them"
+                );
+            }
+        }
+        chunked.rest()
+    };
+    let (r, rest) = tokio::join!(applying, recording);
+    // The last chunk, and the entries the clock had not passed yet, are recorded after the
+    // run's last state write (`record_written`), as a plan applied in one piece.
+    for (path, e) in rest {
+        written.paths.insert(path, e);
+    }
     // The receiver is gone: a planner still walking stops at its next chunk.
     let planned = planner.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic));
     let done = r?;
