@@ -23,7 +23,7 @@
 
 mod target;
 
-pub use target::{Config, OpenError, open};
+pub use target::{Config, OpenError, file_path, open};
 
 use std::fmt;
 use std::sync::atomic::AtomicU64;

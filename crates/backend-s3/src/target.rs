@@ -38,6 +38,12 @@ impl std::fmt::Display for OpenError {
 
 impl std::error::Error for OpenError {}
 
+/// The local directory a `file:///DIR` URL names, as [`open`] reads it (percent-decoded);
+/// `None` for any other URL or one that does not parse.
+pub fn file_path(url: &str) -> Option<std::path::PathBuf> {
+    url::Url::parse(url).ok().filter(|u| u.scheme() == "file").and_then(|u| u.to_file_path().ok())
+}
+
 /// Open `url` (`s3://BUCKET/PREFIX`, `file:///DIR`, `memory://`) as a backend.
 pub fn open(url: &str, config: &Config, options: Options) -> Result<ObjectStoreBackend, OpenError> {
     let parsed = url::Url::parse(url).map_err(|e| OpenError(format!("{url:?} is not a URL: {e}")))?;

@@ -11,7 +11,9 @@ Exit codes:
   0  success
   2  error (bad repository or revision, I/O error, usage error); the message says what to do
   3  another treesync holds the target's lock; try again later
-  4  refused: the target holds files treesync did not write (see --force), the tree
+  4  refused: the target holds files treesync did not write (see --force), it is a place
+     no sync may write or take over (the root, a home, a repository, a generations home),
+     the tree
      contains an entry that must never be written (e.g. `..` or `.git`), it is deeper
      than 4096 levels or larger than --max-entries / --max-bytes (a tree bomb), or
      something other than treesync's own folder is at TARGET/.treesync (e.g. a symlink)

@@ -106,7 +106,11 @@ fn exit_code(e: &anyhow::Error) -> u8 {
         }
         let target = if let Some(e) = cause.downcast_ref::<sync::Error>() {
             match e {
-                sync::Error::Unmanaged { .. } => return 4,
+                sync::Error::Unmanaged { .. }
+                | sync::Error::Precious { .. }
+                | sync::Error::WouldWreck { .. }
+                | sync::Error::InsideGitDir { .. }
+                | sync::Error::InsideTreesync { .. } => return 4,
                 sync::Error::Plan(e) | sync::Error::Verify(verify::Error::Plan(e)) if refused(e) => return 4,
                 sync::Error::Backend(b) | sync::Error::Verify(verify::Error::Backend(b)) => b,
                 _ => return 2,

@@ -314,7 +314,7 @@ fn targets_inside_the_git_directory_and_forced_takeovers_of_precious_places_are_
     let inside = bare.path.join("refs/t");
     let o = sync(&bare.path, &commits[0], &inside, &[]);
     let err = stderr(&o);
-    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert_eq!(o.status.code(), Some(4), "{err}");
     assert!(err.contains("inside the repository's git directory"), "{err}");
     assert!(!inside.exists());
     // A non-bare repository: its .git, and with --force its working tree, / and $HOME.
@@ -339,11 +339,80 @@ fn targets_inside_the_git_directory_and_forced_takeovers_of_precious_places_are_
             .output()
             .expect("runs");
         let err = stderr(&o);
-        assert_eq!(o.status.code(), Some(2), "{err}");
+        assert_eq!(o.status.code(), Some(4), "{err}");
         assert!(err.contains("refusing to take over") && err.contains(what), "{err}");
     }
     assert_eq!(std::fs::read(home.join("precious")).expect("precious"), b"mine\n");
     assert!(!work.join(".treesync").exists() && !home.join(".treesync").exists());
+}
+
+/// Issue 29: `file://` skipped the checks on where a target may be (`--target file://REPO.git
+/// --force` deleted the repository, `file://$HOME --force` removed `~/.ssh`, `file:///` offered
+/// `--force` on `/`). The same rules now hold whatever the spelling, and by content for any
+/// repository, home or generations a takeover would remove.
+#[test]
+fn every_spelling_of_a_precious_place_is_refused_and_nothing_is_removed() {
+    let (bare, commits) = two_commits();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let root = dir.path();
+    let url = |p: &Path| format!("file://{}", p.display());
+    let run = |target: &str, force: bool| {
+        let mut args = vec!["sync", "--repo", s(&bare.path), "--ref", &commits[0], "--target", target];
+        if force {
+            args.push("--force");
+        }
+        Command::new(env!("CARGO_BIN_EXE_treesync")).args(&args).env("HOME", root.join("home")).output().expect("runs")
+    };
+    let refused = |o: &Output, what: &str| {
+        let err = stderr(o);
+        assert_eq!(o.status.code(), Some(4), "{err}");
+        assert!(err.contains(what), "{what:?} not in: {err}");
+        assert!(!err.contains("pass --force"), "a hint that cannot work: {err}");
+    };
+    // The repository itself, through file://, and the home, holding ~/.ssh.
+    refused(&run(&url(&bare.path), true), "inside the repository's git directory");
+    let home = root.join("home");
+    std::fs::create_dir_all(home.join(".ssh")).expect("mkdir");
+    std::fs::write(home.join(".ssh/id"), b"key\n").expect("write");
+    refused(&run(&url(&home), true), "your home directory");
+    refused(&run(s(&home), true), "your home directory");
+    // The root, with or without --force: no hint offers --force there.
+    for (target, force) in [("file:///", false), ("file:///", true), ("/", false), ("/", true)] {
+        refused(&run(target, force), "the filesystem root");
+    }
+    // Another repository, by content: bare (at the top or deeper), or a clone's .git.
+    let other = root.join("other.git");
+    git(root, &["init", "-q", "--bare", s(&other)]);
+    refused(&run(&url(&other), true), "a git repository (HEAD, objects/, refs/)");
+    refused(&run(s(&other), true), "a git repository (HEAD, objects/, refs/)");
+    let holder = root.join("holder");
+    git(root, &["init", "-q", "--bare", s(&holder.join("deep/x.git"))]);
+    refused(&run(&url(&holder), true), "HEAD, objects/, refs/ in deep/x.git");
+    let clone = root.join("clone");
+    git(root, &["clone", "-q", s(&bare.path), s(&clone)]);
+    refused(&run(s(&clone), true), "a git repository that treesync did not write");
+    refused(&run(&url(&clone), true), "a git repository");
+    // Generations: a target in a home, and a directory holding one; a home's .ssh.
+    let site_home = root.join("srv/.site.treesync");
+    std::fs::create_dir_all(site_home.join("g1")).expect("mkdir");
+    refused(&run(s(&site_home.join("g2")), false), "is a folder treesync keeps for a target of its own");
+    refused(&run(&url(&site_home.join("g2")), false), "is a folder treesync keeps for a target of its own");
+    refused(&run(s(&root.join("srv")), true), "the generations of another target (.site.treesync)");
+    let user = root.join("user");
+    std::fs::create_dir_all(user.join(".ssh")).expect("mkdir");
+    std::fs::write(user.join(".ssh/authorized_keys"), b"key\n").expect("write");
+    refused(&run(&url(&user), true), "a home directory (.ssh)");
+    // Nothing was removed or written anywhere.
+    assert_eq!(std::fs::read(home.join(".ssh/id")).expect("key"), b"key\n");
+    git(&bare.path, &["rev-parse", "--verify", "-q", "main"]);
+    git(&other, &["rev-parse", "--git-dir"]);
+    git(&holder.join("deep/x.git"), &["rev-parse", "--git-dir"]);
+    git(&clone, &["status", "--short"]);
+    assert!(clone.join("a").exists() && user.join(".ssh/authorized_keys").exists() && site_home.join("g1").exists());
+    assert!(!site_home.join("g2").exists());
+    for d in [&home, &other, &holder, &clone, &root.join("srv"), &user] {
+        assert!(!d.join(".treesync").exists(), "{} was written", d.display());
+    }
 }
 
 #[test]

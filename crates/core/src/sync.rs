@@ -176,6 +176,31 @@ pub enum Error {
         /// What it is: `the filesystem root`, `your home directory`, ….
         what: &'static str,
     },
+    /// A takeover (`--force`) of a target that holds something treesync must never remove:
+    /// a git repository, a home directory, another target's state or generations
+    /// ([`scan`] finds them, whatever backend serves the target).
+    #[error(
+        "refusing to take over {target} with --force: it holds {what} ({found}), and --force would remove it with everything else the tree does not have\n  hint: sync into a new or empty directory instead"
+    )]
+    Precious {
+        /// The target, as the backend shows it.
+        target: String,
+        /// The entry found, relative to the target.
+        found: String,
+        /// What it is: `a git repository`, ….
+        what: &'static str,
+    },
+    /// The target is inside a treesync state folder or generations home ([`check_place()`]).
+    #[error(
+        "refusing to sync into {}: {} is a folder treesync keeps for a target of its own (its state or its generations)\n  hint: choose a target directory outside {}",
+        target.display(), dir.display(), dir.display()
+    )]
+    InsideTreesync {
+        /// The target, resolved.
+        target: PathBuf,
+        /// The state folder or home it is in.
+        dir: PathBuf,
+    },
     /// Interrupted on request.
     #[error("sync interrupted after {} ops; run sync again to finish it", done.total())]
     Interrupted {
@@ -996,15 +1021,21 @@ fn check_base(repo: &Repo, tree: Option<ObjectId>, state: Option<&SyncState>) ->
     Err(Error::BaseGone { what })
 }
 
-/// List everything in the target (parents before children), for a takeover.
+/// List everything in the target (parents before children), for a takeover; refuse
+/// ([`Error::Precious`]) a target holding what a takeover must never remove, whatever backend
+/// serves it and however the target was spelled ([`precious`]).
 async fn scan(backend: &dyn Backend) -> Result<Vec<ExistingEntry>, Error> {
     let mut out = Vec::new();
     let mut queue = std::collections::VecDeque::from([RelPath::root()]);
     while let Some(dir) = queue.pop_front() {
-        for e in backend.read_dir(&dir).await? {
+        let entries = backend.read_dir(&dir).await?;
+        if let Some((found, what)) = precious(&dir, &entries) {
+            return Err(Error::Precious { target: backend.to_string(), found, what });
+        }
+        for e in entries {
             let path = dir.join(e.name.as_slice().into(), crate::path::NameKind::Other);
-            // Names no tree could have (e.g. `.git`) are still foreign entries to remove; we
-            // cannot represent them as a RelPath, so refuse clearly instead.
+            // Names no tree could have are still foreign entries to remove; we cannot
+            // represent them as a RelPath, so refuse clearly instead.
             let path = path.map_err(|e| {
                 Error::Backend(backend::Error::Unrepresentable {
                     path: e.path.to_string(),
@@ -1020,6 +1051,45 @@ async fn scan(backend: &dyn Backend) -> Result<Vec<ExistingEntry>, Error> {
         }
     }
     Ok(out)
+}
+
+/// What in the listing of `dir` a takeover must never remove, and what it is: a `.git` (a
+/// clone, or a repository's git directory), the layout of a git directory (`HEAD`, `objects/`,
+/// `refs/`: a bare repository), another target's state folder (`.treesync` below the root) or
+/// generations home (`.NAME.treesync/`), and at the root a home directory's `.ssh/`.
+fn precious(dir: &RelPath, entries: &[backend::DirEntry]) -> Option<(String, &'static str)> {
+    let has = |name: &[u8], is_dir: bool| entries.iter().any(|e| e.name == name && e.is_dir == is_dir);
+    let at = |name: &[u8]| {
+        let mut p = dir.as_bytes().to_vec();
+        if !p.is_empty() {
+            p.push(b'/');
+        }
+        p.extend_from_slice(name);
+        String::from_utf8_lossy(&p).into_owned()
+    };
+    for e in entries {
+        let n = e.name.as_slice();
+        if n.eq_ignore_ascii_case(b".git") {
+            return Some((at(n), "a git repository"));
+        }
+        if e.is_dir && n == crate::path::STATE_DIR.as_bytes() && !dir.is_root() {
+            return Some((at(n), "another target that treesync manages"));
+        }
+        if e.is_dir && n.len() > ".treesync".len() + 1 && n.starts_with(b".") && n.ends_with(b".treesync") {
+            return Some((at(n), "the generations of another target"));
+        }
+        if e.is_dir && dir.is_root() && n == b".ssh" {
+            return Some((at(n), "a home directory"));
+        }
+    }
+    if has(b"HEAD", false) && has(b"objects", true) && has(b"refs", true) {
+        let found = match dir.is_root() {
+            true => "HEAD, objects/, refs/".to_string(),
+            false => format!("HEAD, objects/, refs/ in {}", String::from_utf8_lossy(dir.as_bytes())),
+        };
+        return Some((found, "a git repository"));
+    }
+    None
 }
 
 /// Where a directory target is, for [`check_place()`]: every path absolute, with its symlinks
@@ -1046,6 +1116,15 @@ pub fn check_place(place: &Place<'_>, force: bool) -> Result<(), Error> {
     if target.starts_with(git_dir) {
         return Err(Error::InsideGitDir { target: target.to_path_buf(), git_dir: git_dir.to_path_buf() });
     }
+    // A state folder (`.treesync`) or a generations home (`.NAME.treesync`) on the way.
+    let mut dir = PathBuf::new();
+    for c in target.components() {
+        dir.push(c);
+        let name = c.as_os_str().as_encoded_bytes();
+        if name.starts_with(b".") && name.ends_with(crate::path::STATE_DIR.as_bytes()) {
+            return Err(Error::InsideTreesync { target: target.to_path_buf(), dir });
+        }
+    }
     if !force {
         return Ok(());
     }
@@ -1053,6 +1132,8 @@ pub fn check_place(place: &Place<'_>, force: bool) -> Result<(), Error> {
         Some("the filesystem root")
     } else if home == Some(target) {
         Some("your home directory")
+    } else if home.is_some_and(|h| h.starts_with(target)) {
+        Some("a directory holding your home directory")
     } else if work_dir.is_some_and(|w| target == w || w.starts_with(target)) {
         Some("the repository's working tree (or a directory holding it)")
     } else if git_dir.starts_with(target) {

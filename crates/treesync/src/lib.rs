@@ -47,12 +47,14 @@
 //! fault injection) wrap any backend.
 
 mod open;
+mod place;
 mod target;
 
 pub use open::{
     BackendKind, Budgets, BudgetsReport, OpenError, Opened, TargetOptions, WriteJobs, check, generations,
     generations_of, open,
 };
+pub use place::{check_place, unmanaged_hint};
 pub use target::{Target, TargetError};
 pub use treesync_core::{
     self as core, Backend, MemoryBackend, Op, Phase, Plan, RelPath, Repo, apply, generation, plan, sync, verify,

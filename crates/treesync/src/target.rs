@@ -99,6 +99,16 @@ impl Target {
         }
     }
 
+    /// The local directory the target names, whatever its spelling: a directory, or the
+    /// directory of a `file:///DIR` URL. `None` for targets that are not local paths.
+    pub fn local_dir(&self) -> Option<PathBuf> {
+        match self {
+            Target::Dir(p) => Some(p.clone()),
+            Target::File(url) => treesync_backend_s3::file_path(url),
+            _ => None,
+        }
+    }
+
     /// Whether the target is a URL (everything but a directory).
     pub fn is_url(&self) -> bool {
         !matches!(self, Target::Dir(_))

@@ -218,6 +218,24 @@ pub(crate) fn make_backend(args: &TargetArgs) -> anyhow::Result<treesync::Opened
     Ok(treesync::open(&treesync::Target::parse(args.target())?, &target_options(args))?)
 }
 
+/// A target refused as not written by treesync, where `--force` would be refused too (the root,
+/// a home, a repository: [`treesync::unmanaged_hint`]): that refusal instead, so the hint
+/// does not offer `--force`.
+pub(crate) fn place_hint<T>(
+    result: anyhow::Result<T>,
+    target: &treesync::Target,
+    repo: &treesync_core::Repo,
+) -> anyhow::Result<T> {
+    result.map_err(|e| {
+        let unmanaged =
+            e.chain().any(|c| matches!(c.downcast_ref(), Some(treesync_core::sync::Error::Unmanaged { .. })));
+        match treesync::unmanaged_hint(target, repo).filter(|_| unmanaged) {
+            Some(refusal) => anyhow::Error::from(refusal),
+            None => e,
+        }
+    })
+}
+
 /// The generations of a directory or nfs:// target opened as `opened` ([`make_backend`],
 /// [`treesync::generations_of`]: the backend it chose stands, the mount table is not read
 /// again): the host, or why this kind of target cannot be kept in generations (an error only

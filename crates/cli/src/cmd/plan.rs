@@ -80,9 +80,14 @@ pub(crate) fn run(args: PlanArgs) -> anyhow::Result<()> {
         export: args.source.export,
         lfs: args.source.lfs.unwrap_or_default(),
     };
-    let prepared = rt
-        .block_on(sync::prepare(&repo, &rev, &*backend, &options))
-        .with_context(|| format!("planning {rev} for {backend}"))?;
+    let target = treesync::Target::parse(args.target.target())?;
+    treesync::check_place(&target, &repo, args.force)?;
+    let prepared = super::place_hint(
+        rt.block_on(sync::prepare(&repo, &rev, &*backend, &options)).map_err(Into::into),
+        &target,
+        &repo,
+    )
+    .with_context(|| format!("planning {rev} for {backend}"))?;
     if args.json {
         return print_json(&PlanOutput {
             target: backend.to_string(),

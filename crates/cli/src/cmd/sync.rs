@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use anyhow::Context;
 use serde::Serialize;
 use treesync_core::generation::{self, Host};
-use treesync_core::{Repo, apply, sync};
+use treesync_core::{apply, sync};
 
 use super::{generations, make_backend, open_repo, runtime};
 use crate::args::SyncArgs;
@@ -63,7 +63,8 @@ pub(crate) fn run(args: SyncArgs) -> anyhow::Result<()> {
     let rev = args.source.rev()?;
     let repo = open_repo(args.source.repo(), args.source.cache_dir.as_deref(), std::slice::from_ref(&rev))?;
     let chosen = make_backend(&args.target)?;
-    check_target_place(&repo, args.target.target(), args.force)?;
+    let target = treesync::Target::parse(args.target.target())?;
+    treesync::check_place(&target, &repo, args.force)?;
     let backend = chosen.backend.clone();
     let options = sync::Options {
         force: args.force,
@@ -164,6 +165,7 @@ pub(crate) fn run(args: SyncArgs) -> anyhow::Result<()> {
     if let Some(bar) = &bar {
         bar.finish_and_clear();
     }
+    let outcome = super::place_hint(outcome, &target, &repo);
     let outcome = match &atomic_host {
         Some(h) => outcome.with_context(|| format!("syncing {rev} to {h} (--atomic)"))?,
         None => outcome.with_context(|| format!("syncing {rev} to {backend}"))?,
@@ -282,20 +284,4 @@ fn print_generations(g: &generation::Outcome, outcome: &sync::Outcome) {
     for note in &g.notes {
         println!("note: {note}");
     }
-}
-
-/// Refuse directory targets where a sync would wreck something ([`sync::check_place()`]),
-/// with the paths resolved as the mount detection resolves them.
-fn check_target_place(repo: &Repo, target: &str, force: bool) -> anyhow::Result<()> {
-    use treesync_backend_nfs::detect::resolved;
-    if target.contains("://") {
-        return Ok(());
-    }
-    let target = resolved(std::path::Path::new(target));
-    let git_dir = resolved(&repo.git_dir());
-    let work_dir = repo.work_dir().map(|w| resolved(&w));
-    let home = std::env::var_os("HOME").filter(|h| !h.is_empty()).map(|h| resolved(h.as_ref()));
-    let place =
-        sync::Place { target: &target, git_dir: &git_dir, work_dir: work_dir.as_deref(), home: home.as_deref() };
-    Ok(sync::check_place(&place, force)?)
 }
