@@ -61,6 +61,20 @@ fn http(port: u16, method: &str, path: &str) -> (u16, String, String) {
     (status, head.to_string(), body.to_string())
 }
 
+/// Send `request` as it is on a fresh connection and read the response until the server closes
+/// it, waiting at most `timeout` for each read: the status code and the whole response.
+fn raw_request(port: u16, request: &str, timeout: Duration) -> std::io::Result<(u16, String)> {
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    let mut stream = TcpStream::connect_timeout(&addr, timeout)?;
+    stream.set_read_timeout(Some(timeout))?;
+    stream.write_all(request.as_bytes())?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response)?;
+    let status = response.split(' ').nth(1).and_then(|c| c.parse().ok());
+    let status = status.ok_or_else(|| std::io::Error::other(format!("no status line: {response:?}")))?;
+    Ok((status, response))
+}
+
 /// `GET /metrics`, parsed.
 fn scrape(port: u16) -> Scrape {
     let (status, head, body) = http(port, "GET", "/metrics");
@@ -91,14 +105,23 @@ struct Watch {
 
 impl Watch {
     fn start(args: &[&str], env: &[(&str, &str)]) -> Watch {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_treesync"))
-            .arg("watch")
-            .args(args)
-            .envs(env.iter().copied())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("watch starts");
+        let mut command = Command::new(env!("CARGO_BIN_EXE_treesync"));
+        command.arg("watch").args(args).envs(env.iter().copied());
+        Watch::spawn(command)
+    }
+
+    /// `treesync watch ARGS` with at most `nofile` file descriptors (`ulimit -n`).
+    fn start_limited(nofile: u32, args: &[&str]) -> Watch {
+        let mut command = Command::new("sh");
+        command
+            .args(["-c", &format!("ulimit -n {nofile} && exec \"$0\" watch \"$@\"")])
+            .arg(env!("CARGO_BIN_EXE_treesync"))
+            .args(args);
+        Watch::spawn(command)
+    }
+
+    fn spawn(mut command: Command) -> Watch {
+        let mut child = command.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("watch starts");
         let lines = Arc::new(Mutex::new(Vec::new()));
         let (out, seen) = (child.stdout.take().expect("stdout"), lines.clone());
         std::thread::spawn(move || {
@@ -338,4 +361,111 @@ impl Watch {
         self.child.stderr.take().expect("stderr").read_to_string(&mut stderr).expect("stderr");
         (status, stderr)
     }
+}
+
+/// The listener's connection cap (docs/metrics.md).
+const MAX_CONNECTIONS: usize = 64;
+
+#[test]
+fn healthz_answers_and_pushes_sync_while_more_idle_connections_than_the_cap_are_open() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let repo = repo(dir.path());
+    let target = dir.path().join("target");
+    let port = free_port();
+    let addr = format!("127.0.0.1:{port}");
+    // 256 descriptors (systemd's default is 1024): more idle connections than that would
+    // leave none for the watch and the listener without a cap.
+    let args = ["--repo", s(&repo), "--ref", "main", "--target", s(&target), "--interval", "100ms", "--json"];
+    let watch = Watch::start_limited(256, &[&args[..], &["--metrics-addr", &addr]].concat());
+    watch.wait_events("synced", 1);
+    wait_for("healthz ok", || http(port, "GET", "/healthz").0 == 200);
+
+    // Idle connections that never send a byte: more than the cap, and than the descriptors.
+    let idle: Vec<TcpStream> = (0..300)
+        .map(|_| {
+            let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+            TcpStream::connect_timeout(&addr, Duration::from_secs(5)).expect("connect an idle client")
+        })
+        .collect();
+    assert!(idle.len() > MAX_CONNECTIONS);
+    // Each attempt waits 1 s at most, all of them far less than the 10 s after which the
+    // listener drops a connection that sent nothing: an answer here is no timeout's doing.
+    let mut answers = Vec::new();
+    for _ in 0..5 {
+        let answer = raw_request(port, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n", Duration::from_secs(1));
+        let answered = matches!(answer, Ok((200, _)));
+        answers.push(answer.map(|(status, _)| status).map_err(|e| e.to_string()));
+        if answered {
+            break;
+        }
+    }
+    assert!(answers.last().is_some_and(|a| *a == Ok(200)), "/healthz answers 200 within 5 attempts: {answers:?}");
+
+    // The watch still has descriptors: a push is synced while the idle connections stay open.
+    commit(&repo, "b.txt", "two\n");
+    watch.wait_events("synced", 2);
+    assert_eq!(std::fs::read_to_string(target.join("b.txt")).expect("synced"), "two\n");
+    assert!(watch.events("error").is_empty(), "no step failed: {:?}", watch.events("error"));
+    drop(idle);
+    let (status, stderr) = watch.stop();
+    assert!(status.success(), "{stderr}");
+}
+
+#[test]
+fn a_request_head_ending_in_bare_newlines_is_answered_at_once() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let repo = repo(dir.path());
+    let port = free_port();
+    let addr = format!("127.0.0.1:{port}");
+    let target = dir.path().join("target");
+    let args = ["--repo", s(&repo), "--ref", "main", "--target", s(&target), "--interval", "100ms", "--json"];
+    let watch = Watch::start(&[&args[..], &["--metrics-addr", &addr]].concat(), &[]);
+    watch.wait_events("synced", 1);
+    wait_for("healthz ok", || http(port, "GET", "/healthz").0 == 200);
+    // `\n\n` ends the head as `\r\n\r\n` does; the 3 s read timeout is well below the
+    // listener's 10 s timeout for a head that never ends.
+    for request in
+        ["GET /healthz HTTP/1.1\nHost: x\n\n", "GET /healthz HTTP/1.0\n\n", "GET /healthz HTTP/1.1\nHost: x\r\n\r\n"]
+    {
+        let (status, response) = raw_request(port, request, Duration::from_secs(3))
+            .unwrap_or_else(|e| panic!("{request:?} is answered within 3 s: {e}"));
+        assert_eq!(status, 200, "{request:?}: {response}");
+        assert!(response.ends_with("\r\n\r\nok\n"), "{request:?}: {response}");
+    }
+    let (status, stderr) = watch.stop();
+    assert!(status.success(), "{stderr}");
+}
+
+#[test]
+fn running_out_of_descriptors_is_named_with_a_hint_and_the_watch_goes_on_after() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let repo = repo(dir.path());
+    let target = dir.path().join("target");
+    let port = free_port();
+    let addr = format!("127.0.0.1:{port}");
+    // The watch itself holds about 20 descriptors: 48 leave fewer than the listener's cap.
+    let args = ["--repo", s(&repo), "--ref", "main", "--target", s(&target), "--interval", "100ms", "--json"];
+    let watch = Watch::start_limited(48, &[&args[..], &["--metrics-addr", &addr]].concat());
+    watch.wait_events("synced", 1);
+    let idle: Vec<TcpStream> = (0..MAX_CONNECTIONS)
+        .map(|_| {
+            let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+            TcpStream::connect_timeout(&addr, Duration::from_secs(5)).expect("connect an idle client")
+        })
+        .collect();
+    commit(&repo, "b.txt", "two\n");
+    let errors = watch.wait_events("error", 1);
+    let message = errors[0]["message"].as_str().expect("a message");
+    assert!(message.starts_with("out of file descriptors while "), "{message}");
+    assert!(message.contains("hint: raise the descriptor limit: LimitNOFILE= in the unit"), "{message}");
+    assert!(!message.contains("revision"), "the revision is not to blame: {message}");
+
+    drop(idle);
+    watch.wait_events("synced", 2);
+    assert_eq!(std::fs::read_to_string(target.join("b.txt")).expect("synced"), "two\n");
+    let (status, stderr) = watch.stop();
+    assert!(status.success(), "{stderr}");
+    let told = "treesync: warning: the metrics listener cannot accept connections: Too many open files";
+    assert_eq!(stderr.matches(told).count(), 1, "told once: {stderr}");
+    assert!(stderr.contains("hint: raise the descriptor limit: LimitNOFILE= in the unit"), "{stderr}");
 }

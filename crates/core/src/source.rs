@@ -49,6 +49,18 @@ pub enum Error {
         /// What is there instead (nothing, a file, a symlink, a submodule).
         found: String,
     },
+    /// The process ran out of file descriptors (`EMFILE`, `ENFILE`) while opening the
+    /// repository or reading its refs: nothing is wrong with the repository or the revision.
+    #[error("out of file descriptors while {doing} {}: {source}\n  hint: {OUT_OF_DESCRIPTORS_HINT}", repo.display())]
+    Descriptors {
+        /// `opening`, `reading the refs of`.
+        doing: &'static str,
+        /// The repository.
+        repo: PathBuf,
+        /// `EMFILE` or `ENFILE`.
+        #[source]
+        source: std::io::Error,
+    },
     /// An object needed for the sync is missing, corrupt or of the wrong kind.
     #[error(
         "cannot read {what} {id}{at}: {source}\n  hint: the repository may be corrupt or incomplete; `git fsck` tells more"
@@ -64,6 +76,27 @@ pub enum Error {
         #[source]
         source: Cause,
     },
+}
+
+/// What to do when the process runs out of file descriptors, wherever that happens.
+pub const OUT_OF_DESCRIPTORS_HINT: &str =
+    "raise the descriptor limit: LimitNOFILE= in the unit (systemd's default soft limit is 1024), ulimit -n in a shell";
+
+/// `EMFILE` or `ENFILE` (the process's or the system's descriptors are all in use): what `e`
+/// or one of its causes says, or else what opening `probe` says now (gitoxide does not always
+/// keep the I/O error as a cause: a ref file it could not open reads as a missing ref).
+fn out_of_descriptors(e: &(dyn std::error::Error + 'static), probe: &Path) -> Option<std::io::Error> {
+    let exhausted = |io: &std::io::Error| {
+        io.raw_os_error().filter(|c| [libc::EMFILE, libc::ENFILE].contains(c)).map(std::io::Error::from_raw_os_error)
+    };
+    let mut cause = Some(e);
+    while let Some(c) = cause {
+        if let Some(found) = c.downcast_ref::<std::io::Error>().and_then(exhausted) {
+            return Some(found);
+        }
+        cause = c.source();
+    }
+    std::fs::File::open(probe).err().as_ref().and_then(exhausted)
 }
 
 /// Why a repository operation failed: gitoxide's error, kept whole as the source (with its own
@@ -138,7 +171,10 @@ impl Repo {
         if !path.exists() {
             return Err(Error::Open { path, source: Cause::found("no such file or directory") });
         }
-        let repo = gix::open(&path).map_err(|e| Error::Open { path: path.clone(), source: Cause::gix(e) })?;
+        let repo = gix::open(&path).map_err(|e| match out_of_descriptors(&e, &path) {
+            Some(source) => Error::Descriptors { doing: "opening", repo: path.clone(), source },
+            None => Error::Open { path: path.clone(), source: Cause::gix(e) },
+        })?;
         Ok(Repo { shared: repo.into_sync(), pool: Default::default(), path })
     }
 
@@ -254,6 +290,10 @@ impl Repo {
                     source: Cause::found("it is gone (no such directory; it was there when treesync opened it)"),
                 };
             }
+            // Out of descriptors, every ref looks missing: say so instead of blaming the revision.
+            if let Some(source) = out_of_descriptors(&e, repo.git_dir()) {
+                return Error::Descriptors { doing: "reading the refs of", repo: self.path.clone(), source };
+            }
             let is_ref_name = !rev.is_empty() && !rev.contains(['~', '^', '@', ':']) && !rev.chars().all(|c| c.is_ascii_hexdigit());
             if is_ref_name && repo.try_find_reference(rev).ok().flatten().is_none() {
                 return err(Cause::found(format!(
@@ -263,11 +303,15 @@ impl Repo {
             }
             err(Cause::gix(e))
         })?;
+        let objects = |e: &(dyn std::error::Error + 'static)| {
+            let source = out_of_descriptors(e, repo.git_dir())?;
+            Some(Error::Descriptors { doing: "reading objects of", repo: self.path.clone(), source })
+        };
         let commit = id
             .object()
-            .map_err(|e| err(Cause::gix(e)))?
+            .map_err(|e| objects(&e).unwrap_or_else(|| err(Cause::gix(e))))?
             .peel_to_commit()
-            .map_err(|e| err(Cause::gix_in("it does not point to a commit", e)))?;
+            .map_err(|e| objects(&e).unwrap_or_else(|| err(Cause::gix_in("it does not point to a commit", e))))?;
         let tree = commit.tree_id().map_err(|e| err(Cause::gix(e)))?.detach();
         Ok(Resolved { commit: commit.id, tree })
     }
