@@ -164,12 +164,15 @@ impl Target {
         self.root.display().to_string()
     }
 
-    /// A descriptor of the target directory, opened on first use.
+    /// A descriptor of the target directory, opened on first use, never through a symlink
+    /// at the target path itself ([`Target::prepare`] refuses one; a link planted after that
+    /// look, e.g. in a generations home, must not redirect the writes either).
     pub fn root_fd(&self) -> Result<BorrowedFd<'_>, Error> {
         if let Some(fd) = self.root_fd.get() {
             return Ok(fd.as_fd());
         }
-        let fd = rustix::fs::open(&self.root, OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())
+        let flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        let fd = rustix::fs::open(&self.root, flags, Mode::empty())
             .map_err(|e| Error::io("open target directory", self.root_display(), io(e)))?;
         let _ = self.root_fd.set(fd);
         Ok(self.root_fd.get().expect("just set").as_fd())

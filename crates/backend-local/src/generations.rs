@@ -22,7 +22,7 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use async_trait::async_trait;
 use rustix::fs::{AtFlags, FileType, Mode, OFlags, RenameFlags};
@@ -57,10 +57,17 @@ struct Inner {
     parent_fd: OnceLock<OwnedFd>,
     exchange: OnceLock<bool>,
     counter: AtomicU64,
+    /// The slots claimed for a generation being prepared ([`Host::claim_slot`]): the
+    /// directory each name held then (device, inode). The switch swaps in that directory or
+    /// nothing.
+    claims: Mutex<BTreeMap<String, Identity>>,
     /// Tests: behave as a filesystem without `RENAME_EXCHANGE`.
     #[cfg(test)]
     no_exchange: bool,
 }
+
+/// A directory's device and inode: which directory a name held when it was looked at.
+type Identity = (u64, u64);
 
 fn io(e: Errno) -> std::io::Error {
     std::io::Error::from_raw_os_error(e.raw_os_error())
@@ -103,6 +110,7 @@ impl Inner {
             open,
             parent_fd: OnceLock::new(),
             exchange: OnceLock::new(),
+            claims: Mutex::new(BTreeMap::new()),
             counter: AtomicU64::new(0),
             #[cfg(test)]
             no_exchange: false,
@@ -324,6 +332,21 @@ impl Inner {
         for name in list(tmp.as_fd()).map_err(|e| Error::io("list", self.shown(TMP), io(e)))? {
             remove_tree(tmp.as_fd(), &name).map_err(|e| Error::io("remove", self.shown(TMP), io(e)))?;
         }
+        // A symlink in the home is never a generation: the target's old link that an exchange
+        // moved to HOME/SLOT (a run killed before it removed it), or one planted there. It
+        // would block the slot's name and the home's removal for good; unlinked (never
+        // followed).
+        for (name, t) in list_typed(home.as_fd()).map_err(|e| Error::io("list", self.home_path().display(), io(e)))? {
+            let t = match t {
+                FileType::Unknown => rustix::fs::statat(&home, &name, AtFlags::SYMLINK_NOFOLLOW)
+                    .map_or(t, |st| FileType::from_raw_mode(st.st_mode)),
+                t => t,
+            };
+            if t == FileType::Symlink {
+                rustix::fs::unlinkat(&home, &name, AtFlags::empty())
+                    .map_err(|e| Error::io("remove link", self.home_path().join(&name).display(), io(e)))?;
+            }
+        }
         Ok(held.into_guard())
     }
 
@@ -413,16 +436,130 @@ impl Inner {
         Err(Error::io("probe RENAME_EXCHANGE in", shown(), io(last)))
     }
 
+    /// The identity of `HOME/slot`, which must be a real directory of this user's own
+    /// (opened without following a symlink).
+    fn own_dir(&self, home: BorrowedFd<'_>, slot: &str) -> Result<Identity, Error> {
+        let flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        let fd = rustix::fs::openat(home, slot, flags, Mode::empty())
+            .map_err(|e| self.not_a_dir(home, OsStr::new(slot), self.shown(slot), e))?;
+        let st = rustix::fs::fstat(&fd).map_err(|e| Error::io("look at", self.shown(slot), io(e)))?;
+        let me = rustix::process::geteuid().as_raw();
+        if st.st_uid != me {
+            return Err(Error::io(
+                "use",
+                self.shown(slot),
+                std::io::Error::new(
+                    std::io::ErrorKind::PermissionDenied,
+                    format!(
+                        "it belongs to uid {}, not to this user (uid {me}): someone else made it, so treesync neither writes in it nor switches the target to it\n  hint: check who can write in {} (ls -ld), remove what was planted (rm -r {}) and run again",
+                        st.st_uid,
+                        self.home_path().display(),
+                        self.shown(slot),
+                    ),
+                ),
+            ));
+        }
+        Ok((st.st_dev, st.st_ino))
+    }
+
+    fn claim_blocking(&self, slot: &str) -> Result<(), Error> {
+        let slot = self.slot_name(slot)?;
+        let home = self.home()?;
+        match rustix::fs::mkdirat(&home, slot, Mode::from_raw_mode(0o777)) {
+            Ok(()) | Err(Errno::EXIST) => {}
+            Err(e) => return Err(Error::io("create", self.shown(slot), io(e))),
+        }
+        let id = self.own_dir(home.as_fd(), slot)?;
+        self.claims.lock().expect("never poisoned").insert(slot.to_string(), id);
+        Ok(())
+    }
+
+    /// What `HOME/slot` must be for a switch to it: the directory claimed for it, or (a slot
+    /// not claimed by this process: leaving generations) the directory it holds now, if this
+    /// user's own. A slot that is not what was claimed stops the switch before it is made.
+    fn expected(&self, home: BorrowedFd<'_>, slot: &str) -> Result<Identity, Error> {
+        let now = self.own_dir(home, slot)?;
+        match self.claims.lock().expect("never poisoned").get(slot) {
+            Some(claimed) if *claimed != now => Err(self.replaced(slot, false)),
+            _ => Ok(now),
+        }
+    }
+
+    /// The target path is now the directory `id` (checked right after a switch).
+    fn target_is(&self, parent: BorrowedFd<'_>, id: Identity) -> bool {
+        rustix::fs::statat(parent, &self.name, AtFlags::SYMLINK_NOFOLLOW)
+            .is_ok_and(|st| FileType::from_raw_mode(st.st_mode) == FileType::Directory && (st.st_dev, st.st_ino) == id)
+    }
+
+    /// The error of a slot replaced by someone else before or during the switch.
+    fn replaced(&self, slot: &str, undone: bool) -> Error {
+        let when = if undone {
+            "during the switch; the switch was undone, so the target shows what it showed before"
+        } else {
+            "before the switch; the target was not switched"
+        };
+        Error::io(
+            "switch",
+            self.target.display(),
+            std::io::Error::other(format!(
+                "the generation prepared in {} was replaced {when} (by a symlink or a directory someone else put there)\n  hint: check who can write in {} (ls -ld); remove what was planted (ls -la {}) and run the sync again",
+                self.shown(slot),
+                self.home_path().display(),
+                self.shown(slot),
+            )),
+        )
+    }
+
+    /// Swap `HOME/slot` (expected to be the directory `id`) with the target path, and check
+    /// right after that the target is that directory; if it is not (the slot was replaced
+    /// between the check and the swap), swap back and fail.
+    fn exchange_checked(
+        &self,
+        home: BorrowedFd<'_>,
+        parent: BorrowedFd<'_>,
+        slot: &str,
+        id: Identity,
+    ) -> Result<(), Error> {
+        self.exchange(home, slot, parent, &self.name).map_err(|e| Error::io("switch", self.target.display(), io(e)))?;
+        if self.target_is(parent, id) {
+            return Ok(());
+        }
+        self.exchange(home, slot, parent, &self.name)
+            .map_err(|e| Error::io("undo the switch of", self.target.display(), io(e)))?;
+        Err(self.replaced(slot, true))
+    }
+
     fn switch_blocking(&self, slot: &str, how: Switch, displaced: &str) -> Result<Switched, Error> {
         let slot = self.slot_name(slot)?;
         let displaced = self.slot_name(displaced)?;
         let parent = self.parent_fd()?;
         let home = self.home()?;
-        let fail = |what: &'static str, e: Errno| Error::io(what, self.target.display(), io(e));
         let at = self.at_target_blocking()?;
+        let id = self.expected(home.as_fd(), slot)?;
+        let switched = self.switch_checked(slot, how, displaced, parent, home.as_fd(), at, id);
+        if switched.is_ok() {
+            self.claims.lock().expect("never poisoned").remove(slot);
+        }
+        switched
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn switch_checked(
+        &self,
+        slot: &str,
+        how: Switch,
+        displaced: &str,
+        parent: BorrowedFd<'_>,
+        home: BorrowedFd<'_>,
+        at: AtTarget,
+        id: Identity,
+    ) -> Result<Switched, Error> {
+        let fail = |what: &'static str, e: Errno| Error::io(what, self.target.display(), io(e));
         match how {
+            // Readers resolve the link through the home at every open: symlink mode trusts
+            // the home (docs/atomic.md); the slot is checked just before the link is made.
             Switch::Symlink => {
-                let tmp = self.tmp(home.as_fd())?;
+                let tmp = self.tmp(home)?;
                 let link = self.tmp_name("link");
                 rustix::fs::symlinkat(OsStr::from_bytes(&self.link_text(slot)), &tmp, link.as_str())
                     .map_err(|e| Error::io("create link in", self.shown(TMP), io(e)))?;
@@ -459,21 +596,37 @@ impl Inner {
             Switch::Exchange => {
                 let previous = match at {
                     AtTarget::Missing => {
-                        rustix::fs::renameat(&home, slot, parent, &self.name).map_err(|e| fail("switch", e))?;
+                        rustix::fs::renameat(home, slot, parent, &self.name).map_err(|e| fail("switch", e))?;
+                        if !self.target_is(parent, id) {
+                            rustix::fs::renameat(parent, &self.name, home, slot)
+                                .map_err(|e| fail("undo the switch of", e))?;
+                            return Err(self.replaced(slot, true));
+                        }
                         None
                     }
                     AtTarget::Dir { .. } => {
-                        self.exchange(&home, slot, parent, &self.name).map_err(|e| fail("switch", e))?;
+                        self.exchange_checked(home, parent, slot, id)?;
                         Some(slot.to_string())
                     }
                     AtTarget::Link { slot: previous, .. } => {
-                        match self.exchange(&home, slot, parent, &self.name) {
-                            Ok(()) => rustix::fs::unlinkat(&home, slot, AtFlags::empty())
+                        match self.exchange(home, slot, parent, &self.name) {
+                            Ok(()) if !self.target_is(parent, id) => {
+                                self.exchange(home, slot, parent, &self.name)
+                                    .map_err(|e| fail("undo the switch of", e))?;
+                                return Err(self.replaced(slot, true));
+                            }
+                            // The old link is now at HOME/slot: removed (unlink never follows).
+                            Ok(()) => rustix::fs::unlinkat(home, slot, AtFlags::empty())
                                 .map_err(|e| Error::io("remove link", self.shown(slot), io(e)))?,
                             Err(e) if unsupported(e) => {
                                 rustix::fs::unlinkat(parent, &self.name, AtFlags::empty())
                                     .map_err(|e| fail("remove link", e))?;
-                                rustix::fs::renameat(&home, slot, parent, &self.name).map_err(|e| fail("switch", e))?;
+                                rustix::fs::renameat(home, slot, parent, &self.name).map_err(|e| fail("switch", e))?;
+                                if !self.target_is(parent, id) {
+                                    rustix::fs::renameat(parent, &self.name, home, slot)
+                                        .map_err(|e| fail("undo the switch of", e))?;
+                                    return Err(self.replaced(slot, true));
+                                }
                             }
                             Err(e) => return Err(fail("switch", e)),
                         }
@@ -502,12 +655,22 @@ impl Inner {
         let parent = self.parent_fd()?;
         let home = self.home()?;
         let fail = |what: &'static str, e: Errno| Error::io(what, self.target.display(), io(e));
+        let id = self.expected(home.as_fd(), slot)?;
         match self.exchange(&home, slot, parent, &self.name) {
+            Ok(()) if !self.target_is(parent, id) => {
+                self.exchange(&home, slot, parent, &self.name).map_err(|e| fail("undo the switch of", e))?;
+                Err(self.replaced(slot, true))
+            }
             Ok(()) => rustix::fs::unlinkat(&home, slot, AtFlags::empty())
                 .map_err(|e| Error::io("remove link", self.shown(slot), io(e))),
             Err(e) if unsupported(e) => {
                 rustix::fs::unlinkat(parent, &self.name, AtFlags::empty()).map_err(|e| fail("remove link", e))?;
-                rustix::fs::renameat(&home, slot, parent, &self.name).map_err(|e| fail("move into place", e))
+                rustix::fs::renameat(&home, slot, parent, &self.name).map_err(|e| fail("move into place", e))?;
+                if self.target_is(parent, id) {
+                    return Ok(());
+                }
+                rustix::fs::renameat(parent, &self.name, &home, slot).map_err(|e| fail("undo the switch of", e))?;
+                Err(self.replaced(slot, true))
             }
             Err(e) => Err(fail("move into place", e)),
         }
@@ -525,6 +688,22 @@ impl Inner {
         remove_tree(home.as_fd(), OsStr::new(TMP)).map_err(|e| Error::io("remove", self.shown(TMP), io(e)))?;
         match rustix::fs::unlinkat(parent, &self.home, AtFlags::REMOVEDIR) {
             Ok(()) | Err(Errno::NOENT) => Ok(()),
+            Err(Errno::NOTEMPTY | Errno::EXIST) => {
+                let left: Vec<String> =
+                    list(home.as_fd()).unwrap_or_default().iter().map(|n| n.to_string_lossy().into_owned()).collect();
+                let first = left.first().map_or_else(|| "it".into(), |n| self.shown(n));
+                Err(Error::io(
+                    "remove",
+                    self.home_path().display(),
+                    std::io::Error::new(
+                        std::io::ErrorKind::DirectoryNotEmpty,
+                        format!(
+                            "it still holds {}, which treesync did not make there; the target is an ordinary directory already\n  hint: look at it and remove it (rm -r {first}); the next sync removes the home",
+                            left.join(", ")
+                        ),
+                    ),
+                ))
+            }
             Err(e) => Err(Error::io("remove", self.home_path().display(), io(e))),
         }
     }
@@ -912,6 +1091,9 @@ impl Host for FsHost {
     async fn home_exists(&self) -> Result<bool, Error> {
         self.0
             .blocking(|h| match h.parent_fd() {
+                // A target with no last component (`/`) has no home (a plain sync says why
+                // it cannot be the target).
+                Err(_) if h.name.is_empty() || h.name == ".." => Ok(false),
                 // No parent, no home (a plain sync then says why it cannot create the target).
                 Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => Ok(false),
                 Err(e) => Err(e),
@@ -950,6 +1132,11 @@ impl Host for FsHost {
         (self.0.open)(path)
     }
 
+    async fn claim_slot(&self, slot: &str) -> Result<(), Error> {
+        let slot = slot.to_string();
+        self.0.blocking(move |h| h.claim_blocking(&slot)).await
+    }
+
     async fn clone_tree(&self, from: &At, to: &str) -> Result<Cloned, Error> {
         let (from, to) = (from.clone(), to.to_string());
         self.0.blocking(move |h| h.clone_blocking(&from, &to)).await
@@ -971,6 +1158,7 @@ impl Host for FsHost {
             .blocking(move |h| {
                 let (from, to) = (h.slot_name(&from)?, h.slot_name(&to)?);
                 let home = h.home()?;
+                h.claims.lock().expect("never poisoned").remove(from);
                 rustix::fs::renameat(&home, from, &home, to).map_err(|e| Error::io("rename", h.shown(from), io(e)))
             })
             .await
@@ -981,6 +1169,7 @@ impl Host for FsHost {
         self.0
             .blocking(move |h| {
                 let slot = h.slot_name(&slot)?;
+                h.claims.lock().expect("never poisoned").remove(slot);
                 let Some(home) = h.home_fd()? else { return Ok(0) };
                 remove_tree(home.as_fd(), OsStr::new(slot)).map_err(|e| Error::io("remove", h.shown(slot), io(e)))
             })

@@ -3,8 +3,8 @@
 //!
 //! Two layers decide, so that no spelling walks around them:
 //!
-//! * by path ([`check_place`], here): a target that resolves (symlinks and `..` followed, as the
-//!   mount detection follows them) into the repository's git directory or into a treesync state
+//! * by path ([`check_place`], here): a target that resolves (the symlinks and `..` of its
+//!   parent followed, as the mount detection follows them) into the repository's git directory or into a treesync state
 //!   folder or generations home is refused always; with `force`, the filesystem root, the home
 //!   directory (or a directory holding it), the repository's working tree or a directory
 //!   holding the repository, and a directory holding a `.git` that treesync did not write;
@@ -12,7 +12,7 @@
 //!   takeover refuses a target holding a git repository, another target's state or
 //!   generations, or a home's `.ssh` ([`sync::Error::Precious`]).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use treesync_backend_nfs::detect::resolved;
 use treesync_core::{Repo, sync};
@@ -25,7 +25,7 @@ use crate::Target;
 #[allow(clippy::result_large_err)] // the core's error type, as `sync` returns it
 pub fn check_place(target: &Target, repo: &Repo, force: bool) -> Result<(), sync::Error> {
     let Some(dir) = target.local_dir() else { return Ok(()) };
-    let target = resolved(&dir);
+    let target = resolved_but_last(&dir);
     let git_dir = resolved(&repo.git_dir());
     let work_dir = repo.work_dir().map(|w| resolved(&w));
     let home = std::env::var_os("HOME").filter(|h| !h.is_empty()).map(|h| resolved(h.as_ref()));
@@ -40,6 +40,17 @@ pub fn check_place(target: &Target, repo: &Repo, force: bool) -> Result<(), sync
         });
     }
     Ok(())
+}
+
+/// `dir` with the symlinks of its parent resolved, not its own: a target kept in generations
+/// in symlink mode is a link into its home, and is the link (the backends refuse any other
+/// target that is a symlink).
+fn resolved_but_last(dir: &Path) -> PathBuf {
+    let abs = std::path::absolute(dir).unwrap_or_else(|_| dir.to_path_buf());
+    match (abs.parent(), abs.file_name()) {
+        (Some(parent), Some(name)) => resolved(parent).join(name),
+        _ => resolved(&abs),
+    }
 }
 
 /// The target directory holds a `.git` (a clone's, or a link to a git directory) and no

@@ -242,6 +242,9 @@ fn print_left(l: &generation::LeaveOutcome) {
             l.kept.join(", ")
         );
     }
+    for note in &l.notes {
+        println!("note: {note}");
+    }
 }
 
 /// The summary of an atomic sync.

@@ -5,6 +5,7 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
+use super::GRACE_CAP;
 use super::host::{At, AtTarget, Cloned, Host, Switch};
 use super::record::{Record, SlotRecord};
 use crate::apply::Progress;
@@ -166,6 +167,9 @@ pub struct LeaveOutcome {
     pub kept: Vec<String>,
     /// The home is gone: the target is an ordinary one again.
     pub home_removed: bool,
+    /// What kept the home (entries treesync did not make there), and what to do about it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
 }
 
 /// What [`status()`] shows of a target's generations.
@@ -400,8 +404,11 @@ async fn cleanup(
     retired.sort_by_key(|(n, t)| (std::cmp::Reverse(*t), n.clone()));
     let keep_retired = keep.saturating_sub(usize::from(current.is_some()));
     let mut removed = Vec::new();
+    let mut in_grace = 0;
     for (name, at) in retired.into_iter().skip(keep_retired) {
-        if at + grace.as_secs() > now {
+        // At most GRACE_CAP past --keep within the grace period (the newest of them).
+        if at + grace.as_secs() > now && in_grace < GRACE_CAP {
+            in_grace += 1;
             notes.push(format!(
                 "kept {name} past --keep {keep}: it stopped being current {}s ago, within the grace period of {}s",
                 now.saturating_sub(at),
@@ -454,6 +461,22 @@ fn choose(
     eligible.sort_by_key(|(n, r)| (r.retired.unwrap_or(now), (*n).clone()));
     if let Some((n, _)) = eligible.first() {
         return (Some((*n).clone()), None);
+    }
+    // At the cap, the grace period gives way: the generation retired longest ago that no
+    // process holds open is reused.
+    if total >= keep.max(1) + GRACE_CAP {
+        let mut free: Vec<_> = others.iter().filter(|(n, _)| !held.contains_key(*n)).collect();
+        free.sort_by_key(|(n, r)| (r.retired.unwrap_or(now), (*n).clone()));
+        if let Some((n, r)) = free.first() {
+            return (
+                Some((*n).clone()),
+                Some(format!(
+                    "reused {n} within its grace period (it stopped being current {}s ago, grace {}s): {total} generations is the cap (--keep {keep} + {GRACE_CAP} within the grace period)",
+                    now.saturating_sub(r.retired.unwrap_or(now)),
+                    grace.as_secs()
+                )),
+            );
+        }
     }
     let why: Vec<String> = others
         .iter()
@@ -600,6 +623,8 @@ async fn locked(
             }
         };
         if planned.planned.total() == 0 && planned.resumed.is_none() && !planned.takeover {
+            // Planned as a dry run, but this sync is none: it found nothing to do.
+            let planned = sync::Outcome { dry_run: false, ..planned };
             removed.extend(cleanup(host, &mut rec, Some(cur), options.keep, options.grace, &held, &mut notes).await?);
             let generations = generations(host, &rec, Some(cur), &held, Some(planned.commit)).await?;
             return Ok(Outcome {
@@ -636,6 +661,7 @@ async fn locked(
         rec.slots.insert(slot.clone(), SlotRecord { retired: None, preparing: true, cloning: false });
         store(host, &mut rec).await?;
     }
+    host.claim_slot(&slot).await?;
     let backend = RewriteModes::new(host.open(&At::Slot(slot.clone())));
     // A slot holding what treesync did not write (what a takeover displaced) is taken over.
     let unmanaged_slot = backend.prepare_target(false).await? == crate::backend::TargetState::Unmanaged;
@@ -742,6 +768,7 @@ pub async fn repair(
         host.clone_tree(&cur, &slot).await?;
         rec.slots.insert(slot.clone(), SlotRecord { retired: None, preparing: true, cloning: false });
         store(host, &mut rec).await?;
+        host.claim_slot(&slot).await?;
         let backend = RewriteModes::new(host.open(&At::Slot(slot.clone())));
         let out = sync::repair(repo, &backend, repair, progress, interrupt).await?;
         let (current, _) = switch_to(host, &mut rec, &slot, switch).await?;
@@ -795,8 +822,13 @@ pub async fn leave(host: &dyn Host, options: &Options) -> Result<LeaveOutcome, E
     let mut out = r?;
     unlocked?;
     if out.kept.is_empty() {
-        host.remove_home().await?;
-        out.home_removed = true;
+        // A home that still holds what treesync did not make is reported and left: the target
+        // is an ordinary one already (its record has no switch mode), so no later run depends
+        // on it, and each tries again.
+        match host.remove_home().await {
+            Ok(()) => out.home_removed = true,
+            Err(e) => out.notes.push(format!("the home was kept: {e}")),
+        }
     }
     Ok(out)
 }

@@ -148,6 +148,15 @@ pub trait Host: Send + Sync + fmt::Display {
     /// A backend rooted at `at`, with the policy of the target's own backend.
     fn open(&self, at: &At) -> Arc<dyn Backend>;
 
+    /// Make `HOME/slot` a directory of this host's own, created if missing, before a sync
+    /// prepares a generation in it, and remember which directory it is: [`Host::switch`] then
+    /// swaps in that directory or nothing (a slot replaced meanwhile — by a symlink, or by a
+    /// directory someone else made — stops the switch). Hosts whose storage nobody else
+    /// writes in (memory) do nothing.
+    async fn claim_slot(&self, _slot: &str) -> Result<(), Error> {
+        Ok(())
+    }
+
     /// Make `HOME/to` (which must not exist) a copy of the tree at `from` as cheaply as the
     /// filesystem allows: reflinks, else hard links, else copies. Directories are made anew;
     /// of the state folder only the state file is copied (as a file of its own, last, so a

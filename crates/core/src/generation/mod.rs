@@ -46,3 +46,9 @@ pub const DEFAULT_KEEP: usize = 2;
 /// The default of [`Options::grace`]: how long a generation is left alone after it stopped
 /// being current.
 pub const DEFAULT_GRACE: std::time::Duration = std::time::Duration::from_secs(300);
+
+/// How many generations past [`Options::keep`] the grace period keeps at most. Syncs faster
+/// than the grace period would otherwise add a generation each; at the cap the generation
+/// retired longest ago that no process holds open is reused (or removed) within its grace
+/// period, with a note. Generations held open by a process are never reused.
+pub const GRACE_CAP: usize = 8;
