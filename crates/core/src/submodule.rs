@@ -9,6 +9,12 @@
 //! (`../lib.git`, resolved against the superproject's path and its `origin` URL). Nested
 //! submodules are found the same way inside each submodule's repository.
 //!
+//! A repository read at a local path taken from a URL is git's `file` protocol, which git
+//! refuses for submodules unless `protocol.file.allow` (or `protocol.allow`) is `always`, or
+//! `GIT_ALLOW_PROTOCOL` lists `file` ([`FileProtocol`]): whoever can push a `.gitmodules`
+//! could otherwise copy any repository of this host into the target. The superproject's own
+//! clones (`modules/NAME`, the working tree's checkout) need no setting.
+//!
 //! It implements [`plan::Gitlinks`], so the planner diffs a submodule's two commits in the
 //! submodule's own object database; [`Blobs`] then reads the plan's blobs from whichever
 //! repository holds them (blob ids are content addresses: any repository that has one gives
@@ -50,6 +56,10 @@ pub enum Error {
         /// A command that makes the submodule available.
         hint: String,
     },
+    /// The submodule's repository would be read at a local path taken from its URL, which
+    /// git's `protocol.file.allow` (or `GIT_ALLOW_PROTOCOL`) does not allow.
+    #[error(transparent)]
+    LocalUrl(Box<LocalUrl>),
     /// Submodules nested deeper than [`MAX_NESTING`] (a chain of commits that hold gitlinks to
     /// each other, which no real project has).
     #[error(
@@ -78,6 +88,32 @@ pub enum Error {
     Object(#[from] source::Error),
 }
 
+/// A submodule whose repository would be read at a local path taken from its URL, which git's
+/// `protocol.file.allow` (or `GIT_ALLOW_PROTOCOL`) does not allow ([`Error::LocalUrl`]).
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "refusing to read submodule {name:?} at {path} from {}: its URL {url} names a local repository, and {why}; looked in:{looked}\n  hint: {hint}; or sync without --recurse-submodules (nothing was written)",
+    at.display(),
+    path = crate::path::quote(path.as_bytes()),
+    looked = looked.iter().map(|l| format!("\n    - {l}")).collect::<String>(),
+)]
+pub struct LocalUrl {
+    /// The submodule's name in `.gitmodules`.
+    pub name: String,
+    /// Its path in the target.
+    pub path: String,
+    /// Its URL as `.gitmodules` writes it.
+    pub url: String,
+    /// The local path the URL resolves to.
+    pub at: PathBuf,
+    /// What refuses it (`protocol.file.allow is never`, …).
+    pub why: String,
+    /// Every place looked, each with what was found there.
+    pub looked: Vec<String>,
+    /// How to allow it, or to make the submodule the superproject's own.
+    pub hint: String,
+}
+
 impl From<Error> for plan::Error {
     fn from(e: Error) -> Self {
         plan::Error::Submodule(Box::new(e))
@@ -104,6 +140,66 @@ pub struct Used {
     pub repo: PathBuf,
 }
 
+/// Whether a submodule's repository may be read at a local path taken from its URL: git's
+/// rules for the `file` protocol when `git submodule update` clones a submodule, read once from
+/// the superproject (its configuration as gitoxide reads it: the repository's, global and
+/// system files and `GIT_CONFIG_COUNT`, the last value winning) and applied at every level of
+/// nesting.
+///
+/// `GIT_ALLOW_PROTOCOL`, when set, decides alone: allowed when its `:`-separated list names
+/// `file`. Else `protocol.file.allow`, else `protocol.allow`: `always` allows; `never` and
+/// `user` refuse (git runs a submodule's clone with `GIT_PROTOCOL_FROM_USER=0`, so `user`
+/// means refused there); unset is `user` (git's default since 2.38.1).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileProtocol {
+    /// Whether it is allowed.
+    pub allowed: bool,
+    /// What decided it, as a user would look it up (`protocol.file.allow is never`).
+    pub why: String,
+    /// `GIT_ALLOW_PROTOCOL` decided (setting the configuration changes nothing).
+    by_env: bool,
+}
+
+impl FileProtocol {
+    /// What `repo`'s configuration and this process's environment say now (the configuration
+    /// read again: a long-running `watch` sees a setting made after it started).
+    pub fn of(repo: &Repo) -> FileProtocol {
+        let repo = gix::open(repo.git_dir()).unwrap_or_else(|_| repo.gix());
+        let config = repo.config_snapshot();
+        let value = |key: &str| config.string(key).map(|v| v.to_str_lossy().into_owned());
+        let env = std::env::var_os("GIT_ALLOW_PROTOCOL").map(|v| v.to_string_lossy().into_owned());
+        FileProtocol::decide(
+            env.as_deref(),
+            value("protocol.file.allow").as_deref(),
+            value("protocol.allow").as_deref(),
+        )
+    }
+
+    /// The decision for `GIT_ALLOW_PROTOCOL`, `protocol.file.allow` and `protocol.allow`
+    /// (each `None` when unset).
+    fn decide(env: Option<&str>, file: Option<&str>, all: Option<&str>) -> FileProtocol {
+        if let Some(list) = env {
+            let allowed = list.split(':').any(|p| p == "file");
+            let listed = if allowed { "lists" } else { "does not list" };
+            return FileProtocol { allowed, why: format!("GIT_ALLOW_PROTOCOL={list:?} {listed} file"), by_env: true };
+        }
+        let Some((key, value)) = file.map(|v| ("protocol.file.allow", v)).or(all.map(|v| ("protocol.allow", v))) else {
+            return FileProtocol {
+                allowed: false,
+                why: "protocol.file.allow is unset: git's default, `user`, refuses local paths for submodules".into(),
+                by_env: false,
+            };
+        };
+        let (allowed, why) = match value.to_ascii_lowercase().as_str() {
+            "always" => (true, format!("{key} is always")),
+            "never" => (false, format!("{key} is never")),
+            "user" => (false, format!("{key} is user, which git refuses for submodules")),
+            _ => (false, format!("{key} is {value:?}, which git does not know (it stops on it)")),
+        };
+        FileProtocol { allowed, why, by_env: false }
+    }
+}
+
 /// One entry of a `.gitmodules` file.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Module {
@@ -117,10 +213,13 @@ struct Module {
 /// A repository's git directory and a tree of it.
 type ModulesKey = (PathBuf, ObjectId);
 
-/// What is shared by every level of nesting: opened repositories, parsed `.gitmodules`, and
-/// what was used.
-#[derive(Default)]
+/// What is shared by every level of nesting: opened repositories, parsed `.gitmodules`, what
+/// was used, and what the superproject says about local-path URLs.
 struct Shared {
+    /// The superproject's [`FileProtocol`].
+    file: FileProtocol,
+    /// The superproject, where `protocol.file.allow` is set.
+    top: PathBuf,
     /// Repositories opened so far, by the path they were opened from (`None`: not there).
     opened: Mutex<HashMap<PathBuf, Option<Repo>>>,
     /// `.gitmodules` of a tree, by repository git dir and tree.
@@ -165,7 +264,13 @@ impl Submodules {
             repo: repo.clone(),
             trees,
             subtree: subtree.map(|s| s.trim_matches('/').as_bytes().to_vec()).unwrap_or_default(),
-            shared: Shared::default(),
+            shared: Shared {
+                file: FileProtocol::of(repo),
+                top: repo.path().to_path_buf(),
+                opened: Mutex::default(),
+                modules: Mutex::default(),
+                used: Mutex::default(),
+            },
         }
     }
 
@@ -320,19 +425,20 @@ impl Level<'_> {
         r
     }
 
-    /// Where the submodule `m` may be, in the order git would look.
-    fn candidates(&self, m: &Module, in_repo: &[u8]) -> Vec<PathBuf> {
-        let mut out = vec![self.repo.git_dir().join("modules").join(&m.name)];
+    /// Where the submodule `m` may be, in the order git would look, each with whether it is
+    /// the local path its URL names (`false`: the superproject's own clone of it).
+    fn candidates(&self, m: &Module, in_repo: &[u8]) -> Vec<(PathBuf, bool)> {
+        let mut out = vec![(self.repo.git_dir().join("modules").join(&m.name), false)];
         if let Some(work) = self.repo.work_dir() {
-            out.push(work.join(in_repo.to_path_lossy()));
+            out.push((work.join(in_repo.to_path_lossy()), false));
         }
         if let Some(p) = m.url.as_deref().and_then(|url| self.local(url)) {
-            out.push(p);
+            out.push((p, true));
         }
-        let mut unique = Vec::new();
-        for p in out {
-            if !unique.contains(&p) {
-                unique.push(p);
+        let mut unique: Vec<(PathBuf, bool)> = Vec::new();
+        for (p, from_url) in out {
+            if !unique.iter().any(|(u, _)| *u == p) {
+                unique.push((p, from_url));
             }
         }
         unique
@@ -368,8 +474,20 @@ impl Level<'_> {
                 in_repo.to_str_lossy()
             ));
         }
+        let file = &self.shared.file;
+        let mut refused = None;
         for m in modules {
-            for at in self.candidates(m, in_repo) {
+            for (at, from_url) in self.candidates(m, in_repo) {
+                // git's `file` protocol: not even opened unless allowed.
+                if from_url && !file.allowed && at.exists() {
+                    looked.push(format!(
+                        "{} (not read: the local path of URL {})",
+                        at.display(),
+                        m.url.as_deref().unwrap_or_default()
+                    ));
+                    refused.get_or_insert((m, at));
+                    continue;
+                }
                 match self.open(&at) {
                     None if at.exists() => looked.push(format!("{} (not a git repository)", at.display())),
                     None => looked.push(format!("{} (no such directory)", at.display())),
@@ -386,6 +504,17 @@ impl Level<'_> {
             {
                 looked.push(format!("URL {url} (not a local path; treesync does not fetch)"));
             }
+        }
+        if let Some((m, at)) = refused {
+            return Err(Error::LocalUrl(Box::new(LocalUrl {
+                name: m.name.clone(),
+                path: path.display(),
+                url: m.url.clone().unwrap_or_default(),
+                why: file.why.clone(),
+                hint: self.allow_hint(m, &at),
+                at,
+                looked,
+            })));
         }
         let module = modules.first();
         Err(Error::NotFound {
@@ -418,6 +547,27 @@ impl Level<'_> {
         }
         let url = m.url.as_deref().map_or_else(|| "URL".into(), |u| self.clone_url(u));
         format!("clone the submodule there: `git clone --bare {url} {}`", modules.display())
+    }
+
+    /// How to let treesync read submodule `m` from `at`, the local path of its URL: allow
+    /// the `file` protocol in the superproject, or clone it where the superproject's own
+    /// clones are.
+    fn allow_hint(&self, m: &Module, at: &Path) -> String {
+        let modules = self.repo.git_dir().join("modules").join(&m.name);
+        let own = format!(
+            "or make it the superproject's own clone, read without that: `git clone --bare {} {}`",
+            at.display(),
+            modules.display()
+        );
+        if self.shared.file.by_env {
+            return format!(
+                "if you trust the local repositories submodule URLs name, add file to GIT_ALLOW_PROTOCOL; {own}"
+            );
+        }
+        format!(
+            "if you trust the local repositories this repository's submodule URLs name, allow them: `git -C {} config protocol.file.allow always` (--global for every repository); {own}",
+            self.shared.top.display()
+        )
     }
 
     /// Run `f` in `found`'s object database, from `old` to `new` (commits of it).
@@ -626,5 +776,31 @@ mod tests {
         assert_eq!(local("https://example.com/lib.git"), None);
         assert_eq!(local("git@example.com:lib.git"), None);
         assert_eq!(resolve_url("../lib.git", "https://example.com/team/super.git"), "https://example.com/team/lib.git");
+    }
+
+    #[test]
+    fn local_path_submodule_urls_are_allowed_as_git_allows_the_file_protocol_for_submodules() {
+        let allowed = |env, file, all| FileProtocol::decide(env, file, all).allowed;
+        // git's default since 2.38.1 is `user`, and submodules are no user's: refused.
+        assert!(!allowed(None, None, None));
+        assert!(allowed(None, Some("always"), None));
+        assert!(allowed(None, Some("Always"), None), "git compares case-insensitively");
+        assert!(!allowed(None, Some("user"), None));
+        assert!(!allowed(None, Some("never"), None));
+        assert!(!allowed(None, Some("yes"), None), "a value git does not know");
+        // protocol.allow is the fallback for a protocol without its own setting.
+        assert!(allowed(None, None, Some("always")));
+        assert!(!allowed(None, Some("never"), Some("always")), "never, even when every protocol is allowed");
+        assert!(!allowed(None, Some("user"), Some("always")));
+        assert!(allowed(None, Some("always"), Some("never")));
+        // GIT_ALLOW_PROTOCOL overrides every setting.
+        assert!(allowed(Some("ssh:file:https"), Some("never"), None));
+        assert!(!allowed(Some("ssh:https"), Some("always"), Some("always")));
+        assert!(!allowed(Some(""), Some("always"), None));
+        let why = |env, file, all| FileProtocol::decide(env, file, all).why;
+        assert_eq!(why(None, Some("never"), Some("always")), "protocol.file.allow is never");
+        assert_eq!(why(None, None, Some("user")), "protocol.allow is user, which git refuses for submodules");
+        assert!(why(None, None, None).starts_with("protocol.file.allow is unset"));
+        assert_eq!(why(Some("ssh"), None, None), "GIT_ALLOW_PROTOCOL=\"ssh\" does not list file");
     }
 }

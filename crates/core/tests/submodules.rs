@@ -151,6 +151,8 @@ impl World {
         let s5_tree = git(&bare, &["rev-parse", "s5^{tree}"]);
         let s9 = git(&bare, &["commit-tree", &s5_tree, "-p", "s8", "-m", "s9"]);
         git(&bare, &["branch", "s9", &s9]);
+        // Submodule URLs naming local repositories are read (as git clones them) only with this.
+        git(&bare, &["config", "protocol.file.allow", "always"]);
         World { dir }
     }
 

@@ -64,6 +64,8 @@ impl World {
         git(&sup, &["submodule", "add", "-q", "../lib.git", "lib"]);
         git(&sup, &["commit", "-qm", "super"]);
         git(&sup, &["push", "-q", "origin", "main"]);
+        // Submodule URLs naming local repositories are read (as git clones them) only with this.
+        git(&srv.join("super.git"), &["config", "protocol.file.allow", "always"]);
         World { dir }
     }
 
