@@ -312,6 +312,19 @@ pub(crate) struct LimitArgs {
     /// 1024; KB, MB, GB, TB are powers of 1000) [default: 1TiB].
     #[arg(long, value_name = "SIZE", value_parser = config::parse_size, help_heading = "Limits")]
     pub(crate) max_bytes: Option<u64>,
+    /// Stop a filter driver (filter.NAME.smudge) still running after DURATION on one file (its
+    /// process group is killed) and fail the sync naming the filter and the file (e.g. 30s,
+    /// 1h) [default: 10m].
+    #[arg(long, value_name = "DURATION", value_parser = positive_duration, help_heading = "Limits")]
+    pub(crate) filter_timeout: Option<std::time::Duration>,
+}
+
+/// A duration longer than 0 (`--filter-timeout`).
+fn positive_duration(s: &str) -> Result<std::time::Duration, String> {
+    match treesync_core::duration::parse(s)? {
+        d if d.is_zero() => Err("it must be longer than 0".into()),
+        d => Ok(d),
+    }
 }
 
 impl LimitArgs {
@@ -320,6 +333,7 @@ impl LimitArgs {
         treesync_core::plan::Limits {
             max_entries: self.max_entries.unwrap_or(default.max_entries),
             max_bytes: self.max_bytes.unwrap_or(default.max_bytes),
+            filter_timeout: self.filter_timeout.unwrap_or(default.filter_timeout),
         }
     }
 
@@ -327,6 +341,7 @@ impl LimitArgs {
     pub(crate) fn fill(&mut self, m: &config::Mirror) {
         self.max_entries = self.max_entries.or(m.max_entries);
         self.max_bytes = self.max_bytes.or(m.max_bytes);
+        self.filter_timeout = self.filter_timeout.or(m.filter_timeout);
     }
 }
 

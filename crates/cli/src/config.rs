@@ -85,6 +85,9 @@ pub struct Mirror {
     pub max_entries: Option<u64>,
     /// The most bytes of content one plan may write (`--max-bytes`; the core's default unless set).
     pub max_bytes: Option<u64>,
+    /// How long a filter driver may take on one file (`--filter-timeout`; the core's default
+    /// unless set).
+    pub filter_timeout: Option<Duration>,
     /// Fill gitlinks with their submodules' trees (`--recurse-submodules`).
     pub recurse_submodules: bool,
     /// Write only paths these patterns select (`--include`).
@@ -323,6 +326,7 @@ tables! {
     poll: Flag,
     max_entries: Count,
     max_bytes: Size,
+    filter_timeout: FilterTimeout,
     recurse_submodules: Flag,
     include: Patterns,
     exclude: Patterns,
@@ -631,6 +635,12 @@ from_got!(Size, |got| {
     }
 });
 
+/// `filter_timeout`: a duration longer than 0.
+#[derive(Clone, Copy, Debug)]
+struct FilterTimeout(Duration);
+from_got!(FilterTimeout, |got| positive_duration(got, "a filter driver gets this long per file; e.g. filter_timeout = \"30m\"")
+    .map(FilterTimeout));
+
 /// `grace`: a duration, 0 allowed.
 #[derive(Clone, Copy, Debug)]
 struct Grace(Duration);
@@ -842,6 +852,7 @@ pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
             poll: settings.poll.as_ref().is_some_and(|f| f.value.0),
             max_entries: settings.max_entries.as_ref().map(|c| c.value.0),
             max_bytes: settings.max_bytes.as_ref().map(|s| s.value.0),
+            filter_timeout: settings.filter_timeout.as_ref().map(|t| t.value.0),
             recurse_submodules: settings.recurse_submodules.as_ref().is_some_and(|f| f.value.0),
             include: settings.include.as_ref().map(|p| p.value.0.clone()).unwrap_or_default(),
             exclude: settings.exclude.as_ref().map(|p| p.value.0.clone()).unwrap_or_default(),
@@ -1399,7 +1410,7 @@ repair = true
             (7, 1),
             "unknown key \"tagret\" in [mirror.site] (expected one of: repo, ref, target, path, backend, interval, \
              verify_every, verify_slices, jobs, lookup_jobs, write_jobs, fsync, endpoint, region, allow_http, repair, poll, max_entries, max_bytes, \
-             recurse_submodules, include, exclude, export, lfs, atomic, keep, grace, switch, cache_dir, exec_after, webhook)",
+             filter_timeout, recurse_submodules, include, exclude, export, lfs, atomic, keep, grace, switch, cache_dir, exec_after, webhook)",
             &["\n  hint: did you mean \"target\"?"],
         );
         assert_err(

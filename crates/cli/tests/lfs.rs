@@ -418,3 +418,97 @@ fn a_large_object_is_streamed_with_bounded_memory() {
     assert!(same.status.success(), "the object's content");
     assert!(rss < 100, "peak RSS {rss} MiB for a {mib} MiB LFS object (bound: 100 MiB)");
 }
+
+/// A bare repository whose commit holds `pointers`: (path, content) files stored as LFS
+/// pointers (`filter=lfs`), each object put in the repository's LFS store; made by hand, as
+/// git-lfs would (`pointer(…)` gives the size the pointer says, which may lie).
+fn handmade(dir: &Path, files: &[(&str, &[u8], u64)]) -> PathBuf {
+    let w = dir.join("hand");
+    std::fs::create_dir_all(&w).expect("mkdir");
+    git(&w, &["init", "-q"]);
+    std::fs::write(w.join(".gitattributes"), "*.bin filter=lfs diff=lfs merge=lfs -text\n").expect("attrs");
+    let bare = dir.join("hand.git");
+    let mut objects = Vec::new();
+    for (path, content, size) in files {
+        let oid = sha256(content);
+        let pointer = format!("version https://git-lfs.github.com/spec/v1\noid sha256:{oid}\nsize {size}\n");
+        std::fs::write(w.join(path), pointer).expect("pointer");
+        objects.push((oid, content.to_vec()));
+    }
+    // git add without git-lfs's clean filter: the pointer files are committed as they are.
+    git(&w, &["-c", "filter.lfs.clean=cat", "-c", "filter.lfs.required=false", "add", "-A"]);
+    git(&w, &["commit", "-q", "-m", "pointers"]);
+    git(dir, &["clone", "-q", "--bare", w.to_str().expect("utf8"), bare.to_str().expect("utf8")]);
+    for (oid, content) in objects {
+        let at = bare.join("lfs/objects").join(&oid[..2]).join(&oid[2..4]);
+        std::fs::create_dir_all(&at).expect("mkdir");
+        std::fs::write(at.join(&oid), content).expect("object");
+    }
+    bare
+}
+
+fn sha256(data: &[u8]) -> String {
+    let mut child = Command::new("sha256sum")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("sha256sum");
+    let mut stdin = child.stdin.take().expect("stdin");
+    let data = data.to_vec();
+    let w = std::thread::spawn(move || std::io::Write::write_all(&mut stdin, &data));
+    let out = child.wait_with_output().expect("sha256sum ends");
+    w.join().expect("joined").expect("written");
+    String::from_utf8_lossy(&out.stdout).split_whitespace().next().expect("a sum").to_string()
+}
+
+/// Issue 29: `--max-bytes` did not count LFS content (30 pointers to one 10 MB object wrote
+/// 287 MB under `--max-bytes 50MiB`; plan and summary said 3.9 KiB). Pointers now count by
+/// their objects' sizes: refused before any write, and plan and summary say the real size.
+#[test]
+fn lfs_objects_count_toward_max_bytes_by_their_real_size() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let object = noise(9, 1 << 20);
+    let files: Vec<(String, u64)> = (0..30).map(|i| (format!("p{i:02}.bin"), 1 << 20)).collect();
+    let refs: Vec<(&str, &[u8], u64)> = files.iter().map(|(p, n)| (p.as_str(), object.as_slice(), *n)).collect();
+    let bare = handmade(dir.path(), &refs);
+    let target = dir.path().join("target");
+    let args = |extra: &[&'static str]| {
+        let mut a = vec!["sync", "--repo", s(&bare), "--ref", "HEAD", "--target", s(&target)];
+        a.extend_from_slice(extra);
+        a.into_iter().map(str::to_string).collect::<Vec<_>>()
+    };
+    let run = |a: Vec<String>| Command::new(env!("CARGO_BIN_EXE_treesync")).args(&a).output().expect("runs");
+    let o = run(args(&["--max-bytes", "10MiB"]));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(4), "{err}");
+    assert!(err.contains("--max-bytes") || err.contains("max_bytes"), "{err}");
+    assert!(!target.exists(), "nothing was written");
+    let plan = ok(&["plan", "--repo", s(&bare), "--ref", "HEAD", "--target", s(&target), "--json"]);
+    let plan: Value = serde_json::from_str(&plan).expect("json");
+    let bytes = plan["plan"]["counts"]["bytes"].as_u64().expect("bytes");
+    assert!(bytes >= 30 << 20, "the plan counts the objects: {bytes}");
+    let o = run(args(&["--max-bytes", "64MiB", "--json"]));
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: Value = serde_json::from_slice(&o.stdout).expect("json");
+    assert!(v["planned"]["bytes"].as_u64().expect("planned") >= 30 << 20, "{v}");
+    assert!(v["applied"]["bytes"].as_u64().expect("applied") >= 30 << 20, "{v}");
+    assert_eq!(std::fs::read(target.join("p17.bin")).expect("content"), object);
+}
+
+/// Issue 29: two pointers to one oid with different sizes passed the check before any write,
+/// then failed after writing some files. Each (oid, size) is checked now.
+#[test]
+fn two_pointers_to_one_oid_with_different_sizes_are_refused_before_any_write() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let object = noise(3, 4096);
+    let bare = handmade(
+        dir.path(),
+        &[("a.bin", object.as_slice(), 4096), ("b.bin", object.as_slice(), 4096), ("c.bin", object.as_slice(), 5000)],
+    );
+    let target = dir.path().join("target");
+    let o = treesync(&["sync", "--repo", s(&bare), "--ref", "HEAD", "--target", s(&target)]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "{err}");
+    assert!(err.contains("c.bin"), "{err}");
+    assert!(!target.exists(), "nothing was written: {:?}", std::fs::read_dir(&target).map(|d| d.count()));
+}

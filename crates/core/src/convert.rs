@@ -660,16 +660,32 @@ impl Converter {
         conversion: &Conversion,
         sink: &mut dyn FnMut(&[u8]) -> std::io::Result<()>,
     ) -> Result<(), ConvertError> {
+        self.convert_within(data, path, blob, conversion, crate::smudge::DEFAULT_TIMEOUT, sink)
+    }
+
+    /// [`Converter::convert`], a single-file filter driver given `filter_timeout` per file
+    /// ([`crate::smudge`]).
+    pub fn convert_within(
+        &self,
+        data: &[u8],
+        path: &BStr,
+        blob: &ObjectId,
+        conversion: &Conversion,
+        filter_timeout: std::time::Duration,
+        sink: &mut dyn FnMut(&[u8]) -> std::io::Result<()>,
+    ) -> Result<(), ConvertError> {
         match (&self.commit, conversion.export_subst) {
             (Some(commit), true) => {
                 let mut out = Vec::with_capacity(data.len());
-                self.convert_for_worktree(data, path, blob, conversion, &mut |chunk| {
+                // Expanded whole, as `git archive` does; what goes in still passes the sink's
+                // bounds first (a filter's output is not held past them).
+                self.convert_for_worktree(data, path, blob, conversion, filter_timeout, &mut |chunk| {
                     out.extend_from_slice(chunk);
                     Ok(())
                 })?;
                 sink(&crate::export::expand(&out, commit)).map_err(ConvertError::Sink)
             }
-            _ => self.convert_for_worktree(data, path, blob, conversion, sink),
+            _ => self.convert_for_worktree(data, path, blob, conversion, filter_timeout, sink),
         }
     }
 
@@ -679,6 +695,7 @@ impl Converter {
         path: &BStr,
         blob: &ObjectId,
         conversion: &Conversion,
+        filter_timeout: std::time::Duration,
         sink: &mut dyn FnMut(&[u8]) -> std::io::Result<()>,
     ) -> Result<(), ConvertError> {
         let failed = |message: String| {
@@ -716,8 +733,19 @@ impl Converter {
                 Some(label) => encode(lines, label),
                 None => None,
             };
-            if conversion.driver.is_none() {
+            let Some(name) = conversion.driver.as_deref() else {
                 return sink(encoded.as_deref().unwrap_or(lines)).map_err(ConvertError::Sink);
+            };
+            // A single-file smudge command: run by treesync, streamed and bounded in time.
+            if let Some(d) = self.settings.drivers.get(name).filter(|d| d.process.is_none()) {
+                let input = encoded.as_deref().unwrap_or(lines);
+                let Some(command) = &d.smudge else { return sink(input).map_err(ConvertError::Sink) };
+                return crate::smudge::run(command, &self.context, &path[..], input, filter_timeout, sink).map_err(
+                    |f| match f {
+                        crate::smudge::Failure::Sink(e) => ConvertError::Sink(e),
+                        f => failed(format!("the filter driver {name} (`{command}`): {f}")),
+                    },
+                );
             }
             let staged = encoded.unwrap_or_else(|| lines.to_vec());
             drop(eol);

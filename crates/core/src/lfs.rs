@@ -440,20 +440,23 @@ fn missing_message(store: &Path, missing: &[Missing], repo: &Path) -> String {
 /// are reported together in one [`Error::Missing`], each once with all its paths.
 pub fn check(store: &Store, wanted: impl IntoIterator<Item = (Pointer, String)>) -> Result<(), Error> {
     let mut missing: Vec<Missing> = Vec::new();
-    let mut index: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
-    let mut present: std::collections::HashSet<String> = std::collections::HashSet::new();
+    // By oid and size: two pointers to one oid with different sizes cannot both be right, and
+    // the object is looked at for each (it is present only with the pointer's size).
+    let mut index: std::collections::HashMap<(String, u64), usize> = std::collections::HashMap::new();
+    let mut present: std::collections::HashSet<(String, u64)> = std::collections::HashSet::new();
     for (pointer, path) in wanted {
-        if let Some(&i) = index.get(&pointer.oid) {
+        let key = (pointer.oid.clone(), pointer.size);
+        if let Some(&i) = index.get(&key) {
             missing[i].paths.push(path);
             continue;
         }
-        if present.contains(&pointer.oid) {
+        if present.contains(&key) {
             continue;
         }
         if store.contains(&pointer) {
-            present.insert(pointer.oid);
+            present.insert(key);
         } else {
-            index.insert(pointer.oid.clone(), missing.len());
+            index.insert(key, missing.len());
             missing.push(Missing { oid: pointer.oid, size: pointer.size, paths: vec![path] });
         }
     }

@@ -100,6 +100,7 @@ pub mod plan;
 pub mod policy;
 pub mod select;
 pub mod slice;
+pub mod smudge;
 pub mod source;
 pub mod state;
 pub mod submodule;

@@ -300,6 +300,9 @@ pub struct Prepared {
     main_stream: Option<Streamed>,
     /// The same for `resume`.
     resume_stream: Option<Streamed>,
+    /// What the LFS objects of the plans' pointer files add to the pointers' own bytes (the
+    /// plans count blobs; a pointer is written as its object, [`check_lfs`]).
+    lfs_bytes: u64,
 }
 
 /// An initial checkout applied as it is planned, in chunks ([`plan::stream_checkout`]), after
@@ -665,7 +668,10 @@ async fn prepare_at(
         let select_now = (!select.is_all()).then(|| select.clone());
         let (main, replaced, repos) =
             repair_plan_to(repo, backend, to, (&path, recurse, &select_now), true, limits, &converter).await?;
-        check_lfs(&repos, &main, &converter)?;
+        let mut main = main;
+        let lfs_bytes = check_lfs(&repos, &main, &converter)?;
+        check_bytes(limits, main.counts.bytes, lfs_bytes)?;
+        main.counts.bytes += lfs_bytes;
         return Ok(Prepared {
             state,
             target,
@@ -688,6 +694,7 @@ async fn prepare_at(
             export_subst: substituted.clone(),
             main_stream: None,
             resume_stream: None,
+            lfs_bytes,
         });
     }
     let mut resume = None;
@@ -702,7 +709,17 @@ async fn prepare_at(
         Some(SyncState { in_progress: Some(p), .. }) => {
             // Finished with the settings it started with (a journal of a version before
             // conversions: as blobs are).
-            let journal_converter = converter_of(&p.to_conversions, Some(p.to_commit))?;
+            // A filter driver's command is how to run it, not what the tree holds: the one
+            // configured now (a filter that failed the sync can be fixed, then the sync rerun).
+            let journaled = p.to_conversions.clone().map(|mut s| {
+                for (name, d) in &mut s.drivers {
+                    if let Some(now) = converter.settings().drivers.get(name) {
+                        d.clone_from(now);
+                    }
+                }
+                s
+            });
+            let journal_converter = converter_of(&journaled, Some(p.to_commit))?;
             let journal_select = p.to_select.clone().unwrap_or_default();
             let plan = if p.repair {
                 let to = Resolved { commit: p.to_commit, tree: p.to_tree };
@@ -839,11 +856,22 @@ async fn prepare_at(
         Some(c) => Some(with_submodule_stores(repo, c, &repos)?),
         None => None,
     };
-    // Every LFS object the plans write, before the lock, the journal or any write.
-    check_lfs(&repos, &main, &converter)?;
-    if let Some((_, plan)) = &resume {
-        check_lfs(&repos, plan, resume_converter.as_deref().unwrap_or(&converter))?;
+    // Every LFS object the plans write, before the lock, the journal or any write; by their
+    // real sizes against --max-bytes.
+    let mut main = main;
+    let mut lfs_bytes = check_lfs(&repos, &main, &converter)?;
+    let mut bytes = main.counts.bytes;
+    if lfs_bytes > 0 {
+        // The plan says what it writes: pointers by their objects' sizes.
+        Arc::make_mut(&mut main).counts.bytes += lfs_bytes;
     }
+    if let Some((_, plan)) = &mut resume {
+        let more = check_lfs(&repos, plan, resume_converter.as_deref().unwrap_or(&converter))?;
+        bytes += plan.counts.bytes;
+        plan.counts.bytes += more;
+        lfs_bytes += more;
+    }
+    check_bytes(limits, bytes, lfs_bytes)?;
     Ok(Prepared {
         state,
         target,
@@ -865,7 +893,23 @@ async fn prepare_at(
         export_subst,
         main_stream,
         resume_stream,
+        lfs_bytes,
     })
+}
+
+/// Refuse plans of `planned` bytes whose LFS objects add `lfs` bytes when together they pass
+/// `limits.max_bytes` (an LFS pointer of 130 bytes may stand for gigabytes).
+#[allow(clippy::result_large_err)] // the crate's one error type; not a hot path
+fn check_bytes(limits: plan::Limits, planned: u64, lfs: u64) -> Result<(), Error> {
+    let bytes = planned.saturating_add(lfs);
+    if lfs > 0 && bytes > limits.max_bytes {
+        return Err(Error::Plan(plan::Error::TooLarge {
+            limit: plan::Limit::Bytes,
+            max: limits.max_bytes,
+            planned: bytes,
+        }));
+    }
+    Ok(())
 }
 
 /// Refuse a plan that uses a required filter driver without a command, before any write.
@@ -900,10 +944,11 @@ fn with_submodule_stores(repo: &Repo, converter: Arc<Converter>, repos: &[Repo])
 /// `filter=lfs` is read from `repos` (the repository, then submodules'). Nothing to check when
 /// pointer files are written ([`crate::lfs::LfsMode::Pointers`]).
 #[allow(clippy::result_large_err)] // the crate's one error type; not a hot path
-fn check_lfs(repos: &[Repo], plan: &Plan, converter: &Converter) -> Result<(), Error> {
+fn check_lfs(repos: &[Repo], plan: &Plan, converter: &Converter) -> Result<u64, Error> {
     if converter.lfs_store().is_none() {
-        return Ok(());
+        return Ok(0);
     }
+    let mut extra = 0u64;
     let blobs = submodule::Blobs::source(repos.to_vec());
     let mut wanted = Vec::new();
     for op in plan.ops() {
@@ -925,12 +970,13 @@ fn check_lfs(repos: &[Repo], plan: &Plan, converter: &Converter) -> Result<(), E
                 source::BlobError::Sink(e) => Error::Lfs(crate::lfs::Error::Sink(e)),
             })?;
         if let Some(pointer) = converter.lfs_pointer(&data, conversion) {
+            extra = extra.saturating_add(pointer.size.saturating_sub(content.size));
             wanted.push((pointer, content.path.display()));
         }
     }
     let store = converter.lfs_store().expect("checked above");
     crate::lfs::check(store, wanted)?;
-    Ok(())
+    Ok(extra)
 }
 
 /// The ops that bring the target to `to`'s tree (directory `path` of its commit, gitlinks
@@ -1293,6 +1339,7 @@ async fn run_locked(
         export_subst,
         main_stream,
         resume_stream,
+        lfs_bytes,
         ..
     } = prepared;
     let main_empty = main.is_empty() && main_stream.is_none();
@@ -1301,10 +1348,15 @@ async fn run_locked(
     }
     // Submodules' blobs are in their own repositories.
     let raw: Arc<dyn BlobSource> = submodule::Blobs::source(repos);
-    let blobs: Arc<dyn BlobSource> = Arc::new(source::Converting::new(raw.clone(), converter.clone()));
-    let resume_blobs: Arc<dyn BlobSource> = match &resume_converter {
-        Some(c) => Arc::new(source::Converting::new(raw.clone(), c.clone())),
-        None => raw.clone(),
+    // One budget of bytes for everything this sync writes (--max-bytes), conversions included.
+    let written = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let converting = |c: &Arc<Converter>| -> Arc<dyn BlobSource> {
+        Arc::new(source::Converting::new(raw.clone(), c.clone()).within(options.limits, written.clone()))
+    };
+    let blobs = converting(&converter);
+    let resume_blobs = match &resume_converter {
+        Some(c) => converting(c),
+        None => converting(&converter),
     };
     let settings = Some(converter.settings().clone());
     let mut current = state.unwrap_or(SyncState {
@@ -1456,6 +1508,8 @@ async fn run_locked(
         outcome.state_writes += 1;
     }
     record_written(backend, written).await;
+    // Every planned write was applied, pointers as their LFS objects.
+    outcome.applied.bytes += lfs_bytes;
     outcome.elapsed = start.elapsed();
     tracing::info!(
         target: "treesync::sync",

@@ -479,7 +479,11 @@ impl Walk<'_> {
         };
         // A tree bomb is refused after reading its few trees, before it is expanded below.
         let room = limits.max_entries.saturating_sub(self.out.len() as u64);
-        crate::plan::check_tree_size(odb, tree, crate::plan::Limits { max_bytes: u64::MAX, max_entries: room })?;
+        crate::plan::check_tree_size(
+            odb,
+            tree,
+            crate::plan::Limits { max_bytes: u64::MAX, max_entries: room, ..Default::default() },
+        )?;
         let in_repo =
             |p: &[u8]| -> Vec<u8> { if prefix.is_empty() { p.to_vec() } else { p[prefix.len() + 1..].to_vec() } };
         let out = &mut *self.out;

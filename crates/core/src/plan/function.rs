@@ -59,13 +59,21 @@ pub const DEFAULT_MAX_BYTES: u64 = 1 << 40;
 pub struct Limits {
     /// Ops (directories, files and symlinks to create, change or remove) in one plan.
     pub max_entries: u64,
-    /// Bytes of file content and link targets one plan writes.
+    /// Bytes of file content and link targets one plan writes: counted when planned (an LFS
+    /// pointer by its object's size) and again as they are written (what a filter driver, line
+    /// ends or an encoding make of a blob; [`crate::source::Converting`]).
     pub max_bytes: u64,
+    /// How long a filter driver may take on one file ([`crate::smudge`]).
+    pub filter_timeout: std::time::Duration,
 }
 
 impl Default for Limits {
     fn default() -> Self {
-        Limits { max_entries: DEFAULT_MAX_ENTRIES, max_bytes: DEFAULT_MAX_BYTES }
+        Limits {
+            max_entries: DEFAULT_MAX_ENTRIES,
+            max_bytes: DEFAULT_MAX_BYTES,
+            filter_timeout: crate::smudge::DEFAULT_TIMEOUT,
+        }
     }
 }
 
@@ -270,7 +278,8 @@ pub fn stream_checkout(
 ) -> Result<(), Error> {
     let chunk = chunk.max(1);
     // Measured by `measure_checkout` already: no blob header is read twice for the limits.
-    let options = Options { limits: Limits { max_entries: u64::MAX, max_bytes: u64::MAX }, ..options };
+    let options =
+        Options { limits: Limits { max_entries: u64::MAX, max_bytes: u64::MAX, ..options.limits }, ..options };
     let mut p = Planner::new(odb, options);
     p.emit = Some(Emit {
         chunk: Vec::with_capacity(chunk),
@@ -1653,7 +1662,7 @@ mod tests {
     }
 
     fn limits(max_entries: u64, max_bytes: u64) -> Options {
-        Options { limits: Limits { max_entries, max_bytes }, ..Options::default() }
+        Options { limits: Limits { max_entries, max_bytes, ..Limits::default() }, ..Options::default() }
     }
 
     fn too_large(r: Result<Plan, Error>) -> (super::super::Limit, u64, u64) {
