@@ -11,12 +11,13 @@ Exit codes:
   0  success
   2  error (bad repository or revision, I/O error, usage error); the message says what to do
   3  another treesync holds the target's lock; try again later
-  4  refused: the target holds files treesync did not write (see --force), it is a place
-     no sync may write or take over (the root, a home, a repository, a generations home),
-     the tree
-     contains an entry that must never be written (e.g. `..` or `.git`), it is deeper
-     than 4096 levels or larger than --max-entries / --max-bytes (a tree bomb), or
-     something other than treesync's own folder is at TARGET/.treesync (e.g. a symlink)
+  4  refused before anything is written: the target holds files treesync did not write
+     (see --force), it is a place no sync may write or take over (the root, a home, a
+     repository, a generations home), the tree contains an entry that must never be
+     written (e.g. `..` or `.git`), it is deeper than 4096 levels or larger than
+     --max-entries / --max-bytes (a tree bomb), a submodule URL names a local repository
+     git would not read (protocol.file.allow), or something other than treesync's own
+     folder is at TARGET/.treesync (e.g. a symlink); with or without --atomic
   5  (sync) synced, but a hook (--exec-after, --webhook) failed every try; the target holds
      the commit, and a sync that changes nothing runs no hook";
 
@@ -236,13 +237,13 @@ pub(crate) struct TargetArgs {
     /// so `--jobs N` is also the write budget: alone it fixes N writes in flight, with
     /// `--write-jobs auto` it is the ceiling the adaptive budget grows to, and a fixed
     /// `--write-jobs` other than N is refused.
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", value_parser = at_least_one)]
     pub(crate) jobs: Option<usize>,
     /// nfs: directory lookups in flight, each directory looked up once. Default on mounts:
     /// adaptive for a sync's directory probes, starting at 8 within 1..16, and 32 threads for verify's read-only scan (every stat is a
     /// round trip; only many in flight hide it, as git's preloaded index does); nfs:// URLs: 32
     /// for both. Given, N bounds both (1: one directory at a time).
-    #[arg(long, value_name = "N", help_heading = "Network filesystems (--backend nfs)")]
+    #[arg(long, value_name = "N", value_parser = at_least_one, help_heading = "Network filesystems (--backend nfs)")]
     pub(crate) lookup_jobs: Option<usize>,
     /// nfs: writes (creates, renames, removals) in flight: a number, or `auto` (the default) to
     /// adapt to the latency the server shows (grows while throughput rises, backs off when
@@ -252,7 +253,7 @@ pub(crate) struct TargetArgs {
     #[arg(long, value_name = "N|auto", value_parser = <treesync::WriteJobs as std::str::FromStr>::from_str, help_heading = "Network filesystems (--backend nfs)")]
     pub(crate) write_jobs: Option<treesync::WriteJobs>,
     /// Operations per batch (default: the backend's policy, 64 for local).
-    #[arg(long, value_name = "N", hide_short_help = true)]
+    #[arg(long, value_name = "N", value_parser = at_least_one, hide_short_help = true)]
     pub(crate) batch: Option<usize>,
     /// fsync every file before it is renamed into place (slower; survives power loss).
     #[arg(long)]
@@ -300,17 +301,47 @@ impl From<BackendKind> for treesync::BackendKind {
     }
 }
 
+/// `--max-entries`' help, with the default of [`treesync_core::plan::Limits`].
+fn max_entries_help() -> String {
+    format!(
+        "Refuse a tree that needs more than N ops (directories, files and symlinks to create, change or remove): a tree bomb expands a few KB of shared subtrees into millions of paths. Checked while planning, before anything is written [default: {}]",
+        treesync_core::plan::DEFAULT_MAX_ENTRIES
+    )
+}
+
+/// `--max-bytes`' help, with the default of [`treesync_core::plan::Limits`].
+fn max_bytes_help() -> String {
+    format!(
+        "Refuse a plan that writes more than SIZE of file content, e.g. 500GiB, 2TiB (powers of 1024; KB, MB, GB, TB are powers of 1000) [default: {}]",
+        size_text(treesync_core::plan::DEFAULT_MAX_BYTES)
+    )
+}
+
+/// A size as `--max-bytes` takes it: the largest binary unit that divides it (`1TiB`).
+fn size_text(n: u64) -> String {
+    let units = [(1u64 << 40, "TiB"), (1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")];
+    match units.iter().find(|(unit, _)| n >= *unit && n % unit == 0) {
+        Some((unit, name)) => format!("{}{name}", n / unit),
+        None => format!("{n}B"),
+    }
+}
+
+/// A count of operations (`--jobs`, `--batch`, `--lookup-jobs`): a whole number of at least 1.
+fn at_least_one(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(0) => Err("must be at least 1 (0 would run nothing)".into()),
+        Ok(n) => Ok(n),
+        Err(e) => Err(format!("{e}: give a whole number of at least 1, e.g. 8")),
+    }
+}
+
 /// How large a plan may get before it is refused (see `treesync_core::plan::Limits`).
 #[derive(Args, Clone, Default)]
 pub(crate) struct LimitArgs {
-    /// Refuse a tree that needs more than N ops (directories, files and symlinks to create,
-    /// change or remove): a tree bomb expands a few KB of shared subtrees into millions of
-    /// paths. Checked while planning, before anything is written [default: 20000000].
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..), help_heading = "Limits")]
+    // The help states the defaults the core enforces (`treesync_core::plan::DEFAULT_MAX_*`).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..), help_heading = "Limits", help = max_entries_help())]
     pub(crate) max_entries: Option<u64>,
-    /// Refuse a plan that writes more than SIZE of file content, e.g. 500GiB, 2TiB (powers of
-    /// 1024; KB, MB, GB, TB are powers of 1000) [default: 1TiB].
-    #[arg(long, value_name = "SIZE", value_parser = config::parse_size, help_heading = "Limits")]
+    #[arg(long, value_name = "SIZE", value_parser = config::parse_size, help_heading = "Limits", help = max_bytes_help())]
     pub(crate) max_bytes: Option<u64>,
     /// Stop a filter driver (filter.NAME.smudge) still running after DURATION on one file (its
     /// process group is killed) and fail the sync naming the filter and the file (e.g. 30s,

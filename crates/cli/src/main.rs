@@ -104,7 +104,12 @@ fn exit_code(e: &anyhow::Error) -> u8 {
         if cause.is::<cmd::hooks::HookFailed>() {
             return 5;
         }
-        let target = if let Some(e) = cause.downcast_ref::<sync::Error>() {
+        // A sync of a generation (`--atomic`) is refused as a plain one is.
+        let synced = cause.downcast_ref::<sync::Error>().or_else(|| match cause.downcast_ref() {
+            Some(treesync_core::generation::Error::Sync(e)) => Some(e),
+            _ => None,
+        });
+        let target = if let Some(e) = synced {
             match e {
                 sync::Error::Unmanaged { .. }
                 | sync::Error::Precious { .. }
@@ -149,5 +154,11 @@ fn exit_code(e: &anyhow::Error) -> u8 {
 /// that collide on the target, a tree too deep or too large.
 fn refused(e: &treesync_core::plan::Error) -> bool {
     use treesync_core::plan::Error;
-    matches!(e, Error::Unsafe(_) | Error::CaseCollision { .. } | Error::TooLarge { .. })
+    use treesync_core::submodule::Error as Sub;
+    match e {
+        Error::Unsafe(_) | Error::CaseCollision { .. } | Error::TooLarge { .. } => true,
+        // A submodule URL git would not read, submodules nested past any real project's.
+        Error::Submodule(s) => matches!(**s, Sub::LocalUrl(_) | Sub::TooDeep { .. }),
+        _ => false,
+    }
 }

@@ -123,11 +123,15 @@ fn a_tree_bomb_is_refused_while_planning_with_bounded_memory() {
     let dir = tempfile::tempdir().expect("tempdir");
     let target = dir.path().join("t");
     let needle = "the tree needs 50331646 ops (directories, files and symlinks to create, change or remove), more than the limit of 10000000 (max_entries)";
-    for cmd in ["plan", "sync"] {
-        let r = run(&[cmd, "--repo", s(&bare.path), "--ref", &commit, "--target", s(&target)]);
-        assert_refused(cmd, &r, needle);
+    // With --atomic too (issue 29: it exited 2 where a plain sync exits 4), writing no home.
+    for cmd in [&["plan"][..], &["sync"], &["sync", "--atomic"]] {
+        let mut args = cmd.to_vec();
+        args.extend(["--repo", s(&bare.path), "--ref", &commit, "--target", s(&target)]);
+        let r = run(&args);
+        assert_refused(&cmd.join(" "), &r, needle);
         assert!(r.stderr.contains("--max-entries N"), "the hint names the flag: {}", r.stderr);
         assert_nothing_written(&target);
+        assert!(!dir.path().join(".t.treesync").exists(), "{cmd:?} made no home");
     }
     // The limits are flags, and keys of the config file.
     let r = run(&["plan", "--repo", s(&bare.path), "--ref", &commit, "--target", s(&target), "--max-entries", "1000"]);

@@ -254,7 +254,7 @@ fn a_submodule_url_naming_a_local_repository_is_read_only_when_protocol_file_all
         (o.status.code(), String::from_utf8_lossy(&o.stderr).into_owned(), secret)
     };
     let refused = |(code, stderr, secret): (Option<i32>, String, Option<String>), url: &str, why: &str| {
-        assert_eq!(code, Some(2), "{stderr}");
+        assert_eq!(code, Some(4), "{stderr}");
         assert_eq!(secret, None, "nothing of it written: {stderr}");
         let head = format!(
             "refusing to read submodule \"private\" at private from {}: its URL {url} names a local repository, and {why}",
