@@ -204,6 +204,23 @@ pub(crate) fn open_repo(repo: &Path, cache_dir: Option<&Path>, revs: &[String]) 
     Ok(Repo::open(remote.path())?)
 }
 
+/// Refuse a selection (`--include`/`--exclude`) that selects no path of the tree `rev` names
+/// before anything is written: syncing it would empty the target
+/// ([`treesync_core::select::Select::check_selects_some`]). A revision that does not resolve is
+/// left to the sync, which says why.
+pub(crate) fn check_selection(
+    repo: &Repo,
+    rev: &str,
+    select: &treesync_core::select::Select,
+    recurse_submodules: bool,
+) -> anyhow::Result<()> {
+    if select.is_all() {
+        return Ok(());
+    }
+    let Ok(resolved) = repo.resolve(rev) else { return Ok(()) };
+    Ok(select.check_selects_some(repo, rev, resolved, recurse_submodules)?)
+}
+
 /// The async runtime of one command.
 pub(crate) fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
     // Blocking filesystem work runs on tokio's blocking pool; the async side is light, so one

@@ -46,7 +46,9 @@ pub(crate) struct PlanOutput<'a> {
 
 pub(crate) fn run(args: PlanArgs) -> anyhow::Result<()> {
     let rev = args.source.rev()?;
+    let select = args.source.select()?;
     let repo = open_repo(args.source.repo(), args.source.cache_dir.as_deref(), std::slice::from_ref(&rev))?;
+    super::check_selection(&repo, &rev, &select, args.source.recurse_submodules)?;
     let opened = make_backend(&args.target)?;
     let mut backend = opened.backend.clone();
     let rt = runtime()?;
@@ -76,7 +78,7 @@ pub(crate) fn run(args: PlanArgs) -> anyhow::Result<()> {
         create: false,
         limits: args.limits.limits(),
         recurse_submodules: args.source.recurse_submodules,
-        select: args.source.select()?,
+        select,
         export: args.source.export,
         lfs: args.source.lfs.unwrap_or_default(),
     };

@@ -61,7 +61,9 @@ fn decide(
 
 pub(crate) fn run(args: SyncArgs) -> anyhow::Result<()> {
     let rev = args.source.rev()?;
+    let select = args.source.select()?;
     let repo = open_repo(args.source.repo(), args.source.cache_dir.as_deref(), std::slice::from_ref(&rev))?;
+    super::check_selection(&repo, &rev, &select, args.source.recurse_submodules)?;
     let chosen = make_backend(&args.target)?;
     let target = treesync::Target::parse(args.target.target())?;
     treesync::check_place(&target, &repo, args.force)?;
@@ -77,7 +79,7 @@ pub(crate) fn run(args: SyncArgs) -> anyhow::Result<()> {
         git_worktree: args.git_worktree.then(|| PathBuf::from(args.target.target())),
         limits: args.limits.limits(),
         recurse_submodules: args.source.recurse_submodules,
-        select: args.source.select()?,
+        select,
         export: args.source.export,
         lfs: args.source.lfs.unwrap_or_default(),
         // One target per process: nothing to share a plan with.

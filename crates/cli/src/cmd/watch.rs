@@ -128,12 +128,15 @@ async fn prepare(
 ) -> anyhow::Result<Prepared> {
     let tag = name.as_ref().map(|n| format!("[{n}] ")).unwrap_or_default();
     let rev = args.source.rev().with_context(|| format!("{tag}choosing the revision"))?;
+    let select = args.source.select()?;
     // A URL: the origin is the remote (each look asks the server, fetches what moved), the
     // repository the cache's.
     let remote = remote(args.source.repo(), args.source.cache_dir.as_deref())
         .with_context(|| format!("{tag}opening the repository's cache"))?;
     let repo = Repo::open(remote.as_ref().map_or(args.source.repo(), |r| r.path()))
         .with_context(|| format!("{tag}opening the repository"))?;
+    // A selection that selects nothing of the commit there now: refused before the first sync.
+    super::check_selection(&repo, &rev, &select, args.source.recurse_submodules)?;
     let chosen = make_backend(&args.target).with_context(|| format!("{tag}opening the target"))?;
     let remote = remote.map(|r| Arc::new(r) as Arc<dyn watch::Origin>);
     let options = watch::Options {
@@ -146,7 +149,7 @@ async fn prepare(
             backend_name: chosen.label(),
             limits: args.limits.limits(),
             recurse_submodules: args.source.recurse_submodules,
-            select: args.source.select()?,
+            select,
             export: args.source.export,
             lfs: args.source.lfs.unwrap_or_default(),
             plans: Some(plans.clone()),

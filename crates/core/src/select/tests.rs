@@ -91,12 +91,113 @@ fn walks_are_pruned_only_where_nothing_below_can_be_included() {
 fn patterns_that_match_nothing_are_refused_with_a_hint() {
     for bad in ["", "   ", "# comment", "!", "a\nb"] {
         let err = Select::new(&strings(&[bad]), &[]).expect_err(bad);
-        let Error::Pattern { option, .. } = &err;
+        let Error::Pattern { option, .. } = &err else { panic!("{bad:?}: {err}") };
         assert_eq!(*option, "--include");
         assert!(err.to_string().contains("hint:"), "{err}");
     }
     let err = Select::new(&[], &strings(&["ok", ""])).expect_err("empty exclude");
     assert!(err.to_string().starts_with("cannot use --exclude \"\""), "{err}");
+}
+
+#[test]
+fn patterns_git_can_never_match_are_refused_saying_why() {
+    let cases = [
+        ("/", "`/` alone"),
+        ("//", "`/` alone"),
+        ("!/", "`/` alone"),
+        ("../", "`..`"),
+        ("..", "`..`"),
+        ("./docs", "`..`"),
+        ("docs/../src", "`..`"),
+        ("[", "not closed"),
+        ("*.[ch", "not closed"),
+        ("[[:alpha:]", "not closed"),
+        ("docs\\", "lone `\\`"),
+    ];
+    for (bad, why) in cases {
+        for (include, exclude, option) in [(vec![bad], vec![], "--include"), (vec![], vec![bad], "--exclude")] {
+            let err = Select::new(&strings(&include), &strings(&exclude)).expect_err(bad);
+            let text = err.to_string();
+            assert!(text.starts_with(&format!("cannot use {option} {bad:?}: ")), "{text}");
+            assert!(text.contains(why) && text.contains("hint:"), "{bad:?}: {text}");
+        }
+    }
+    // Brackets git closes, escapes and spaces are patterns like any other.
+    for good in ["[ab]*", "[]]x", "[!]]x", "[^a]", "[[:alpha:]]x", "\\[x", "a\\ ", "a\\\\", "a ", ".*", "..x", "/docs/"]
+    {
+        Select::new(&strings(&[good]), &[]).unwrap_or_else(|e| panic!("{good:?}: {e}"));
+    }
+    // A state recorded before these checks stays readable.
+    let recorded: Select = serde_json::from_str(r#"{"include":["["]}"#).expect("a recorded selection loads");
+    assert_eq!(recorded.patterns().include, ["["]);
+}
+
+/// A repository whose commit holds `docs/a.md`, `docs/img/logo.png`, `b.txt`, a symlink
+/// `link` and a gitlink `sub`; the repository and the commit's id.
+fn small_repo() -> (tempfile::TempDir, String) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path();
+    git(d, &["init", "-q", "-b", "main"], None);
+    let blob = git(d, &["hash-object", "-w", "--stdin"], Some("x\n"));
+    let blob = blob.trim();
+    let info = format!(
+        "100644 {blob} 0\tdocs/a.md\n100644 {blob} 0\tdocs/img/logo.png\n100644 {blob} 0\tb.txt\n120000 {blob} 0\tlink\n160000 {} 0\tsub\n",
+        "1".repeat(40)
+    );
+    git(d, &["update-index", "--index-info"], Some(&info));
+    let tree = git(d, &["write-tree"], None);
+    let commit = git(d, &["-c", "user.name=a", "-c", "user.email=a@b", "commit-tree", "-m", "one", tree.trim()], None);
+    git(d, &["update-ref", "refs/heads/main", commit.trim()], None);
+    (dir, commit.trim().to_string())
+}
+
+#[test]
+fn a_selection_that_selects_no_path_of_the_commit_is_refused_naming_it() {
+    let (dir, commit) = small_repo();
+    let repo = crate::Repo::open(dir.path()).expect("open");
+    let check = |rev: &str, include: &[&str], exclude: &[&str], recurse: bool| {
+        let resolved = repo.resolve(rev).expect("resolve");
+        select(include, exclude).check_selects_some(&repo, rev, resolved, recurse)
+    };
+    let selects: &[(&str, &[&str], &[&str], bool)] = &[
+        ("main", &[], &[], false),
+        ("main", &["docs/"], &[], false),
+        ("main", &["*.png"], &[], false),
+        ("main", &["/link"], &[], false),
+        ("main", &["sub"], &[], false),
+        // A path inside a submodule may be selected (its tree is not read here).
+        ("main", &["/sub/x.c"], &[], true),
+        ("main", &["*.c"], &[], true),
+        ("main", &[], &["docs/"], false),
+        ("main:docs", &["a.md"], &[], false),
+    ];
+    for (rev, include, exclude, recurse) in selects {
+        check(rev, include, exclude, *recurse).unwrap_or_else(|e| panic!("{rev} {include:?} {exclude:?}: {e}"));
+    }
+    let nothing: &[(&str, &[&str], &[&str], bool)] = &[
+        ("main", &["doc/"], &[], false),
+        ("main", &["/a.md"], &[], false),
+        ("main", &["*.MD"], &[], false),
+        ("main", &["/sub/x.c"], &[], false),
+        ("main", &["/docs/x/"], &[], true),
+        ("main", &[], &["*"], true),
+        ("main", &["docs/"], &["*.md", "*.png"], false),
+        ("main:docs", &["b.txt"], &[], false),
+    ];
+    for (rev, include, exclude, recurse) in nothing {
+        let err = check(rev, include, exclude, *recurse)
+            .map(|()| format!("{rev} {include:?} {exclude:?} selects something"))
+            .expect_err("selects nothing");
+        assert!(matches!(err, Error::SelectsNothing { .. }), "{err}");
+        let text = err.to_string();
+        let first = text.lines().next().expect("a line");
+        assert!(first.contains(&commit) && first.starts_with("refusing to sync: "), "{text}");
+        for p in include.iter().chain(exclude.iter()) {
+            assert!(first.contains(&format!("{p:?}")), "{text}");
+        }
+        assert!(text.contains("hint:") && text.contains("docs/select.md") && text.contains("ls-tree"), "{text}");
+        assert_eq!(first.contains("(in its directory docs)"), rev.ends_with(":docs"), "{text}");
+    }
 }
 
 #[test]
