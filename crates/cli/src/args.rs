@@ -320,7 +320,7 @@ fn max_bytes_help() -> String {
 /// A size as `--max-bytes` takes it: the largest binary unit that divides it (`1TiB`).
 fn size_text(n: u64) -> String {
     let units = [(1u64 << 40, "TiB"), (1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")];
-    match units.iter().find(|(unit, _)| n >= *unit && n % unit == 0) {
+    match units.iter().find(|(unit, _)| n >= *unit && n.is_multiple_of(*unit)) {
         Some((unit, name)) => format!("{}{name}", n / unit),
         None => format!("{n}B"),
     }
@@ -718,7 +718,8 @@ pub(crate) struct WatchArgs {
     /// Serve Prometheus metrics at http://HOST:PORT/metrics (per mirror: syncs, failures, ops,
     /// bytes, sync durations, lag behind the ref, the synced commit's time) and a health check at
     /// /healthz (200 when every mirror's last step succeeded, else 503 naming the others). One
-    /// listener serves every mirror of `watch --all`; config: metrics_addr in [defaults]. See
+    /// listener serves every mirror of `watch --all`; config: metrics_addr in [defaults]. A port
+    /// alone (9273) is 127.0.0.1:9273, this host only; 0.0.0.0:9273 serves every interface. See
     /// docs/metrics.md.
     ///
     /// Example: treesync watch --all --metrics-addr 127.0.0.1:9273 && curl -s 127.0.0.1:9273/metrics

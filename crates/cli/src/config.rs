@@ -236,17 +236,74 @@ fn default_path_from(xdg_config_home: Option<OsString>, home: Option<OsString>) 
     Some(dir.join("treesync").join(FILE_NAME))
 }
 
-/// Read and validate the file at `path`.
+/// The largest config file read: a few hundred mirrors take some 100 KiB.
+pub const MAX_FILE_SIZE: u64 = 1 << 20;
+
+/// Read and validate the file at `path`: a regular file of at most [`MAX_FILE_SIZE`] bytes.
 pub fn load(path: &Path) -> Result<Config, ConfigError> {
-    let text = std::fs::read_to_string(path).map_err(|e| {
+    let text = read_bounded(path)?;
+    parse(&text, path)
+}
+
+/// The text of the config file at `path`, refused unless it is a regular file (a device such
+/// as /dev/zero never ends, a pipe may never open) of at most [`MAX_FILE_SIZE`] bytes.
+fn read_bounded(path: &Path) -> Result<String, ConfigError> {
+    use std::io::Read;
+    use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+    let cannot = |e: std::io::Error| {
         let hint = match e.kind() {
             std::io::ErrorKind::NotFound => Some("create it or pass --config PATH".to_string()),
             std::io::ErrorKind::PermissionDenied => Some("check the file's permissions".to_string()),
             _ => None,
         };
         ConfigError::new(None, format!("cannot read {}: {}", path.display(), io_message(&e))).maybe_hint(hint)
-    })?;
-    parse(&text, path)
+    };
+    // Without blocking: opening a FIFO for reading waits for a writer.
+    let file = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK).open(path).map_err(cannot)?;
+    let meta = file.metadata().map_err(cannot)?;
+    let kind = meta.file_type();
+    if !kind.is_file() {
+        let what = if kind.is_dir() {
+            "a directory"
+        } else if kind.is_char_device() || kind.is_block_device() {
+            "a device"
+        } else if kind.is_fifo() {
+            "a pipe (FIFO)"
+        } else if kind.is_socket() {
+            "a socket"
+        } else {
+            "not a file"
+        };
+        return Err(ConfigError::new(
+            None,
+            format!("cannot read {}: it is {what}, not a regular file", path.display()),
+        )
+        .hint("--config names a TOML file (see docs/config.md)"));
+    }
+    let too_large = || {
+        ConfigError::new(
+            None,
+            format!(
+                "cannot read {}: it is larger than 1 MiB ({MAX_FILE_SIZE} bytes), too large for a config file",
+                path.display()
+            ),
+        )
+        .hint("--config names a TOML file of mirrors (see docs/config.md); is it the right file?")
+    };
+    if meta.len() > MAX_FILE_SIZE {
+        return Err(too_large());
+    }
+    let mut bytes = Vec::with_capacity(usize::try_from(meta.len()).unwrap_or_default());
+    // One byte more than allowed tells a file that grew since it was looked at.
+    file.take(MAX_FILE_SIZE + 1).read_to_end(&mut bytes).map_err(cannot)?;
+    if bytes.len() as u64 > MAX_FILE_SIZE {
+        return Err(too_large());
+    }
+    String::from_utf8(bytes).map_err(|e| {
+        let at = e.utf8_error().valid_up_to();
+        ConfigError::new(None, format!("cannot read {}: it is not UTF-8 text (at byte {at})", path.display()))
+            .hint("a config file is TOML, which is UTF-8 text")
+    })
 }
 
 /// `No such file or directory`, without the ` (os error 2)` that std appends.
@@ -395,6 +452,8 @@ const HINT: &str = "\u{0}hint\u{0}";
 enum Got {
     Str(String),
     Int(i64),
+    /// An integer beyond `i64`, as written.
+    Big(String),
     Float(f64),
     Bool(bool),
     Date(String),
@@ -408,6 +467,7 @@ impl Got {
         match self {
             Got::Str(s) => format!("a string ({s:?})"),
             Got::Int(i) => format!("an integer ({i})"),
+            Got::Big(i) => format!("an integer ({i})"),
             Got::Float(f) => format!("a float ({f})"),
             Got::Bool(b) => format!("a boolean ({b})"),
             Got::Date(d) => format!("a date ({d})"),
@@ -448,7 +508,13 @@ impl<'de> Deserialize<'de> for Got {
                 Ok(Got::Int(v))
             }
             fn visit_u64<E: de::Error>(self, v: u64) -> Result<Got, E> {
-                Ok(i64::try_from(v).map_or(Got::Float(v as f64), Got::Int))
+                Ok(i64::try_from(v).map_or_else(|_| Got::Big(v.to_string()), Got::Int))
+            }
+            fn visit_i128<E: de::Error>(self, v: i128) -> Result<Got, E> {
+                Ok(i64::try_from(v).map_or_else(|_| Got::Big(v.to_string()), Got::Int))
+            }
+            fn visit_u128<E: de::Error>(self, v: u128) -> Result<Got, E> {
+                Ok(i64::try_from(v).map_or_else(|_| Got::Big(v.to_string()), Got::Int))
             }
             fn visit_f64<E: de::Error>(self, v: f64) -> Result<Got, E> {
                 Ok(Got::Float(v))
@@ -513,9 +579,10 @@ struct Text(String);
 from_got!(Text, |got| match got {
     Got::Str(s) if s.trim().is_empty() => Err(format!("{KEY} in {SECTION} must not be empty")),
     Got::Str(s) => Ok(Text(s)),
-    got @ (Got::Int(_) | Got::Float(_) | Got::Bool(_) | Got::Date(_)) => {
+    got @ (Got::Int(_) | Got::Big(_) | Got::Float(_) | Got::Bool(_) | Got::Date(_)) => {
         let written = match &got {
             Got::Int(i) => i.to_string(),
+            Got::Big(i) => i.clone(),
             Got::Float(f) => f.to_string(),
             Got::Bool(b) => b.to_string(),
             Got::Date(d) => d.clone(),
@@ -544,11 +611,13 @@ struct Count(u64);
 from_got!(Count, count);
 
 fn count(got: Got) -> Result<Count, String> {
+    let too_large =
+        |n: &dyn fmt::Display| format!("{KEY} in {SECTION} must be a number from 1 to {}, not {n}", usize::MAX);
     match got {
         Got::Int(n) if n < 1 => Err(format!("{KEY} in {SECTION} must be at least 1, not {n}")),
-        Got::Int(n) => {
-            usize::try_from(n).map(|_| Count(n as u64)).map_err(|_| format!("{KEY} in {SECTION} is too large: {n}"))
-        }
+        Got::Int(n) => usize::try_from(n).map(|_| Count(n as u64)).map_err(|_| too_large(&n)),
+        Got::Big(n) if n.starts_with('-') => Err(format!("{KEY} in {SECTION} must be at least 1, not {n}")),
+        Got::Big(n) => Err(too_large(&n)),
         Got::Str(s) if s.trim().parse::<usize>().is_ok() => {
             let n = s.trim().to_string();
             Err(quoted(s, "a number", &n))
@@ -608,6 +677,9 @@ from_got!(MetricsAddr, |got| match got {
     Got::Str(s) => crate::monitor::http::parse_addr(&s)
         .map(MetricsAddr)
         .map_err(|why| format!("bad address for {KEY} in {SECTION}: {why}")),
+    Got::Int(port) if (1..=i64::from(u16::MAX)).contains(&port) => crate::monitor::http::parse_addr(&port.to_string())
+        .map(MetricsAddr)
+        .map_err(|why| format!("bad address for {KEY} in {SECTION}: {why}")),
     got => Err(with_hint(got.wrong("a string"), "write e.g. metrics_addr = \"127.0.0.1:9273\"")),
 });
 
@@ -631,6 +703,8 @@ from_got!(Size, |got| {
             .map_err(|why| with_hint(format!("bad size {s:?} for {KEY} in {SECTION}: {why}"), hint)),
         Got::Int(n) if n >= 1 => Ok(Size(n as u64)),
         Got::Int(n) => Err(format!("{KEY} in {SECTION} must be at least 1 byte, not {n}")),
+        Got::Big(n) if n.starts_with('-') => Err(format!("{KEY} in {SECTION} must be at least 1 byte, not {n}")),
+        Got::Big(n) => Err(with_hint(format!("{KEY} in {SECTION} is too large: {n} bytes"), hint)),
         got => Err(with_hint(got.wrong("a size (\"2TiB\") or a number of bytes"), hint)),
     }
 });
@@ -638,8 +712,11 @@ from_got!(Size, |got| {
 /// `filter_timeout`: a duration longer than 0.
 #[derive(Clone, Copy, Debug)]
 struct FilterTimeout(Duration);
-from_got!(FilterTimeout, |got| positive_duration(got, "a filter driver gets this long per file; e.g. filter_timeout = \"30m\"")
-    .map(FilterTimeout));
+from_got!(FilterTimeout, |got| positive_duration(
+    got,
+    "a filter driver gets this long per file; e.g. filter_timeout = \"30m\""
+)
+.map(FilterTimeout));
 
 /// `grace`: a duration, 0 allowed.
 #[derive(Clone, Copy, Debug)]
@@ -1451,16 +1528,27 @@ repair = true
             "unknown key \"metrics_addr\" in [mirror.a]",
             &["hint: one `watch --all` process serves every mirror: set metrics_addr once, in [defaults]"],
         );
+        // A port alone is this host's, written as a string or a number.
+        for port in ["\"9273\"", "9273"] {
+            let c = ok(&format!("[defaults]\nmetrics_addr = {port}\n{m}"));
+            assert_eq!(c.mirrors[0].metrics_addr, Some("127.0.0.1:9273".parse().expect("addr")));
+        }
         assert_err(
-            &format!("[defaults]\nmetrics_addr = \"9273\"\n{m}"),
+            &format!("[defaults]\nmetrics_addr = \":9273\"\n{m}"),
             (2, 16),
-            "bad address for metrics_addr in [defaults]: \"9273\" has no port: expected HOST:PORT",
+            "bad address for metrics_addr in [defaults]: \":9273\" names a port but no host: write 127.0.0.1:9273 (this host only; 9273 alone means the same) or 0.0.0.0:9273 (every interface)",
             &[],
         );
         assert_err(
-            &format!("[defaults]\nmetrics_addr = 9273\n{m}"),
+            &format!("[defaults]\nmetrics_addr = \"localhost\"\n{m}"),
             (2, 16),
-            "metrics_addr in [defaults] must be a string, not an integer (9273)",
+            "bad address for metrics_addr in [defaults]: \"localhost\" names no port: write HOST:PORT",
+            &[],
+        );
+        assert_err(
+            &format!("[defaults]\nmetrics_addr = 99999\n{m}"),
+            (2, 16),
+            "metrics_addr in [defaults] must be a string, not an integer (99999)",
             &["hint: write e.g. metrics_addr = \"127.0.0.1:9273\""],
         );
     }

@@ -19,6 +19,9 @@ pub(crate) struct StatusOutput {
     /// The target, as the backend names it (`local:/srv/site`), for the text form.
     #[serde(skip)]
     pub(crate) name: String,
+    /// A directory target that does not exist (yet), for the text form: `target` says `empty`.
+    #[serde(skip)]
+    pub(crate) missing: bool,
     /// For a target kept in generations (`sync --atomic`): how it is switched and every
     /// generation (the state above is the current generation's).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -62,7 +65,21 @@ fn read(args: &StatusArgs, rt: &tokio::runtime::Runtime, say_what: bool) -> anyh
         Some(h) => rt.block_on(treesync_core::generation::status(&**h))?,
         None => None,
     };
-    Ok(StatusOutput { status, backend: BackendInfo::of(&chosen), name: chosen.backend.to_string(), generations })
+    let missing = status.target == "empty" && is_missing(&args.target);
+    Ok(StatusOutput {
+        status,
+        backend: BackendInfo::of(&chosen),
+        name: chosen.backend.to_string(),
+        missing,
+        generations,
+    })
+}
+
+/// Whether the target is a directory (or `file://` URL) that does not exist: `status` says
+/// `missing`, where the library says `empty` (a first sync creates it either way).
+fn is_missing(target: &crate::args::TargetArgs) -> bool {
+    let dir = treesync::Target::parse(target.target()).ok().and_then(|t| t.local_dir());
+    dir.is_some_and(|d| std::fs::symlink_metadata(d).is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound))
 }
 
 pub(crate) fn run(args: StatusArgs) -> anyhow::Result<()> {
@@ -72,7 +89,11 @@ pub(crate) fn run(args: StatusArgs) -> anyhow::Result<()> {
         return print_json(&out);
     }
     let status = &out.status;
-    println!("target:  {} ({})", out.name, status.target);
+    if out.missing {
+        println!("target:  {} (missing: no such directory; the first sync creates it)", out.name);
+    } else {
+        println!("target:  {} ({})", out.name, status.target);
+    }
     println!("backend: {} now, because {}", out.backend.backend, out.backend.backend_reason);
     match &status.state {
         None => println!("synced:  nothing yet"),
@@ -190,7 +211,7 @@ pub(crate) fn run_all(runs: Vec<(Option<String>, StatusArgs)>) -> anyhow::Result
             StatusRow::Failed { mirror, target_url, error } => {
                 (mirror, target_url, "", "-".to_string(), "-".to_string(), format!("ERROR: {error}"))
             }
-            StatusRow::Read { mirror, target_url, status: StatusOutput { status, backend, .. } } => {
+            StatusRow::Read { mirror, target_url, status: StatusOutput { status, backend, missing, .. } } => {
                 let synced = status.state.as_ref().and_then(|s| s.synced);
                 let state = if status.running.is_some() {
                     "running".to_string()
@@ -198,6 +219,8 @@ pub(crate) fn run_all(runs: Vec<(Option<String>, StatusArgs)>) -> anyhow::Result
                     "INTERRUPTED".to_string()
                 } else if synced.is_some() {
                     "ok".to_string()
+                } else if *missing {
+                    "missing".to_string()
                 } else {
                     status.target.to_string()
                 };

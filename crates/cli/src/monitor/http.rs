@@ -243,15 +243,28 @@ fn route(head: &[u8], monitor: &Monitor) -> (u16, &'static str, String, bool) {
     }
 }
 
-/// `--metrics-addr` and `metrics_addr`: `IP:PORT` (`127.0.0.1:9273`, `[::]:9273`, `0.0.0.0:9273`)
-/// or `HOST:PORT` with a name that resolves (`localhost:9273`; its first address).
+/// `--metrics-addr` and `metrics_addr`: `IP:PORT` (`127.0.0.1:9273`, `[::]:9273`, `0.0.0.0:9273`),
+/// `HOST:PORT` with a name that resolves (`localhost:9273`; its first address), or a port alone
+/// (`9273`: this host only, `127.0.0.1:9273`). `:9273` is refused: some tools read it as every
+/// interface, others as this host, so the message asks for one of the two.
 pub(crate) fn parse_addr(s: &str) -> Result<SocketAddr, String> {
     if let Ok(addr) = s.parse() {
         return Ok(addr);
     }
-    let expected = "expected HOST:PORT, e.g. 127.0.0.1:9273 (this host only) or 0.0.0.0:9273 (every interface)";
+    let digits = |p: &str| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit());
+    let port = |p: &str| p.parse::<u16>().map_err(|_| format!("{s:?}: {p} is no port (a port is 1 to 65535)"));
+    if digits(s) {
+        return Ok(SocketAddr::from(([127, 0, 0, 1], port(s)?)));
+    }
+    if let Some(p) = s.strip_prefix(':').filter(|p| digits(p)) {
+        port(p)?;
+        return Err(format!(
+            "{s:?} names a port but no host: write 127.0.0.1:{p} (this host only; {p} alone means the same) or 0.0.0.0:{p} (every interface)"
+        ));
+    }
+    let expected = "write HOST:PORT, e.g. 127.0.0.1:9273 (this host only) or 0.0.0.0:9273 (every interface), or a port alone (9273) for this host only";
     if !s.contains(':') {
-        return Err(format!("{s:?} has no port: {expected}"));
+        return Err(format!("{s:?} names no port: {expected}"));
     }
     use std::net::ToSocketAddrs;
     match s.to_socket_addrs() {
