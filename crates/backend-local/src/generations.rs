@@ -326,16 +326,10 @@ impl Inner {
             TakeError::Lock(e) => Error::io("lock", path(), io(e)),
             TakeError::Write(e) => Error::io("write lock file", path(), io(e)),
         })?;
-        // What killed runs left in tmp (links, record temporaries, a tree displaced by a switch
-        // cut short) is ours alone now that we hold the lock.
-        let tmp = self.tmp(home.as_fd())?;
-        for name in list(tmp.as_fd()).map_err(|e| Error::io("list", self.shown(TMP), io(e)))? {
-            remove_tree(tmp.as_fd(), &name).map_err(|e| Error::io("remove", self.shown(TMP), io(e)))?;
-        }
-        // A symlink in the home is never a generation: the target's old link that an exchange
-        // moved to HOME/SLOT (a run killed before it removed it), or one planted there. It
-        // would block the slot's name and the home's removal for good; unlinked (never
-        // followed).
+        // A symlink in the home is never a generation nor its tmp: the target's old link that
+        // an exchange moved to HOME/SLOT (a run killed before it removed it), or one planted
+        // there. It would block the slot's name, tmp and the home's removal for good; unlinked
+        // (never followed), first.
         for (name, t) in list_typed(home.as_fd()).map_err(|e| Error::io("list", self.home_path().display(), io(e)))? {
             let t = match t {
                 FileType::Unknown => rustix::fs::statat(&home, &name, AtFlags::SYMLINK_NOFOLLOW)
@@ -346,6 +340,12 @@ impl Inner {
                 rustix::fs::unlinkat(&home, &name, AtFlags::empty())
                     .map_err(|e| Error::io("remove link", self.home_path().join(&name).display(), io(e)))?;
             }
+        }
+        // What killed runs left in tmp (links, record temporaries, a tree displaced by a switch
+        // cut short) is ours alone now that we hold the lock.
+        let tmp = self.tmp(home.as_fd())?;
+        for name in list(tmp.as_fd()).map_err(|e| Error::io("list", self.shown(TMP), io(e)))? {
+            remove_tree(tmp.as_fd(), &name).map_err(|e| Error::io("remove", self.shown(TMP), io(e)))?;
         }
         Ok(held.into_guard())
     }

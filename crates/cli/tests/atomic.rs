@@ -185,11 +185,11 @@ fn what_cannot_be_kept_in_generations_is_refused_before_anything_is_written() {
     let repo = s(&h.bare.path);
     let e = cli().fails(&["sync", "--repo", repo, "--ref", "main", "--target", "memory://", "--atomic"], 2);
     assert!(e.contains("no atomic switch of many keys") && e.contains("hint: "), "{e}");
-    // A directory treesync did not write: --force, as without --atomic.
+    // A directory treesync did not write: --force, as without --atomic (exit 4, as without it).
     let target = dir.path().join("mine");
     std::fs::create_dir(&target).expect("dir");
     std::fs::write(target.join("precious"), "x").expect("file");
-    let e = cli().fails(&["sync", "--repo", repo, "--ref", "main", "--target", s(&target), "--atomic"], 2);
+    let e = cli().fails(&["sync", "--repo", repo, "--ref", "main", "--target", s(&target), "--atomic"], 4);
     assert!(e.contains("--force"), "{e}");
     assert!(!home(&target).exists(), "nothing written");
     assert!(target.join("precious").exists());
@@ -197,14 +197,14 @@ fn what_cannot_be_kept_in_generations_is_refused_before_anything_is_written() {
     // leaves an atomic target on its generation.
     let fresh = dir.path().join("fresh");
     let e = cli()
-        .fails(&["sync", "--repo", repo, "--ref", "main", "--target", s(&fresh), "--atomic", "--max-entries", "3"], 2);
+        .fails(&["sync", "--repo", repo, "--ref", "main", "--target", s(&fresh), "--atomic", "--max-entries", "3"], 4);
     assert!(e.contains("max-entries") || e.contains("max_entries"), "{e}");
     assert!(!home(&fresh).exists() && !fresh.exists(), "nothing written");
     let kept = dir.path().join("kept");
     sync(&h, 0, &kept, &["--atomic"]);
     let slots = || std::fs::read_dir(home(&kept)).expect("home").count();
     let before = slots();
-    cli().fails(&["sync", "--repo", repo, "--ref", &h.commits[1], "--target", s(&kept), "--max-entries", "3"], 2);
+    cli().fails(&["sync", "--repo", repo, "--ref", &h.commits[1], "--target", s(&kept), "--max-entries", "3"], 4);
     assert_eq!(slots(), before, "no generation started");
     assert_eq!(tree::read_dir(&kept), h.expected(0));
     // A symlink treesync did not make.

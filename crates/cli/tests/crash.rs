@@ -36,3 +36,75 @@ fn atomic_syncs_killed_at_random_moments_leave_a_whole_generation() {
     }
     assert!(total >= 200);
 }
+
+/// Issue 29: the planting campaign on a local disk, both switch modes: symlinks, hard links,
+/// stray files and renames planted in the generations home at random moments of atomic syncs,
+/// leaving and plain syncs. Nothing outside is written, the target never resolves outside its
+/// parent, and after the planted entries are removed a rerun and a repair always finish.
+#[test]
+fn plants_in_the_home_at_random_moments_never_write_outside_nor_redirect_the_target() {
+    let bin = std::path::Path::new(env!("CARGO_BIN_EXE_treesync"));
+    for (switch, trials, seed) in [("exchange", 120, 2029), ("symlink", 60, 2030)] {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let parent = dir.path().join("srv");
+        std::fs::create_dir(&parent).expect("parent");
+        let site = treesync_testkit::plant::Site {
+            target: parent.join("site").to_string_lossy().into_owned(),
+            parent,
+            name: "site".into(),
+            switch,
+        };
+        let stats = treesync_testkit::plant::run(bin, &site, &dir.path().join("outside"), trials, seed, 40);
+        eprintln!("local, --switch {switch}: {stats:?}");
+        assert!(
+            stats.failures.is_empty(),
+            "{switch}: {} failures:\n{}",
+            stats.failures.len(),
+            stats.failures.join("\n\n")
+        );
+        assert_eq!((stats.writes_outside, stats.targets_outside, stats.stuck), (0, 0, 0));
+        assert!(stats.plants.values().sum::<u64>() >= trials / 2, "{switch}: too few plants landed: {stats:?}");
+        assert!(stats.refused >= 1 && stats.succeeded >= 1, "{switch}: {stats:?}");
+    }
+}
+
+/// The planting campaign on the NAS testbed (a FUSE mount; symlink mode, as on every network
+/// filesystem) and over `nfs://` (nfs-ganesha; the plants are made in the exported directory,
+/// as another client or a user on the server would).
+#[test]
+fn plants_in_the_home_on_a_nas_and_over_nfs_never_write_outside_nor_redirect_the_target() {
+    use treesync_testkit::{ganesha::Ganesha, plant, slowfs};
+    let bin = std::path::Path::new(env!("CARGO_BIN_EXE_treesync"));
+    let fs = slowfs::SlowFs::temp(slowfs::Config {
+        meta_latency: std::time::Duration::from_micros(20),
+        ..Default::default()
+    })
+    .expect("mount the slow filesystem");
+    let outside = tempfile::tempdir().expect("tempdir");
+    let nas = plant::Site {
+        target: fs.path().join("site").to_string_lossy().into_owned(),
+        parent: fs.backing().to_path_buf(),
+        name: "site".into(),
+        switch: "symlink",
+    };
+    let server = Ganesha::shared();
+    std::fs::create_dir_all(server.dir().join("plant")).expect("export dir");
+    let nfs = plant::Site {
+        target: server.url("plant/site"),
+        parent: server.dir().join("plant"),
+        name: "site".into(),
+        switch: "symlink",
+    };
+    for (what, site, seed) in [("NAS", &nas, 2031), ("nfs://", &nfs, 2032)] {
+        let stats = plant::run(bin, site, &outside.path().join(what.replace(':', "").replace('/', "")), 40, seed, 20);
+        eprintln!("{what}: {stats:?}");
+        assert!(
+            stats.failures.is_empty(),
+            "{what}: {} failures:\n{}",
+            stats.failures.len(),
+            stats.failures.join("\n\n")
+        );
+        assert_eq!((stats.writes_outside, stats.targets_outside, stats.stuck), (0, 0, 0));
+        assert!(stats.plants.values().sum::<u64>() >= 15, "{what}: too few plants landed: {stats:?}");
+    }
+}

@@ -14,6 +14,7 @@ pub mod gitdaemon;
 pub mod history;
 pub mod missing;
 pub mod pack;
+pub mod plant;
 pub mod race;
 pub mod readers;
 pub mod s3;

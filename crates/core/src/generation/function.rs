@@ -541,7 +541,7 @@ pub async fn sync(
     // now, before anything is written: a refused command writes nothing, not even a home.
     let check = sync::Options { dry_run: true, ..options.sync.clone() };
     let shown = current.clone().unwrap_or(At::Target);
-    let checked = sync::sync(repo, rev, &*host.open(&shown), &check, progress, interrupt).await?;
+    let checked = dry_run_in(repo, rev, host, &shown, &check, progress, interrupt).await?;
     host.create_home().await?;
     let guard = lock(host, options.sync.lock_wait).await?;
     let r = locked(repo, rev, host, options, progress, interrupt, start, (current, checked)).await;
@@ -549,6 +549,28 @@ pub async fn sync(
     let outcome = r?;
     unlocked?;
     Ok(outcome)
+}
+
+/// A dry run of `options` (a dry run) in the generation at `at`. A slot holding what treesync
+/// did not write, or whose state is gone (the home is treesync's: nothing in a slot is kept), is
+/// planned as taken over, as [`sync()`] will take it over.
+async fn dry_run_in(
+    repo: &Repo,
+    rev: &str,
+    host: &dyn Host,
+    at: &At,
+    options: &sync::Options,
+    progress: &(dyn Fn(&Progress<'_>) + Send + Sync),
+    interrupt: &AtomicBool,
+) -> Result<sync::Outcome, Error> {
+    let backend = host.open(at);
+    match sync::sync(repo, rev, &*backend, options, progress, interrupt).await {
+        Err(sync::Error::Unmanaged { .. }) if matches!(at, At::Slot(_)) => {
+            let forced = sync::Options { force: true, ..options.clone() };
+            Ok(sync::sync(repo, rev, &*backend, &forced, progress, interrupt).await?)
+        }
+        r => Ok(r?),
+    }
 }
 
 fn preview_at(rec: &Record, current: Option<&At>, options: &Options, held: &BTreeMap<String, Vec<u32>>) -> Option<At> {
@@ -619,7 +641,7 @@ async fn locked(
             (Some(before), planned) if before == *cur && same(&planned) && planned.commit == now => planned,
             _ => {
                 let dry = sync::Options { dry_run: true, ..options.sync.clone() };
-                sync::sync(repo, rev, &*cur_backend, &dry, progress, interrupt).await?
+                dry_run_in(repo, rev, host, cur, &dry, progress, interrupt).await?
             }
         };
         if planned.planned.total() == 0 && planned.resumed.is_none() && !planned.takeover {
@@ -663,8 +685,13 @@ async fn locked(
     }
     host.claim_slot(&slot).await?;
     let backend = RewriteModes::new(host.open(&At::Slot(slot.clone())));
-    // A slot holding what treesync did not write (what a takeover displaced) is taken over.
-    let unmanaged_slot = backend.prepare_target(false).await? == crate::backend::TargetState::Unmanaged;
+    // A slot holding what treesync did not write (what a takeover displaced), or whose state
+    // is gone, is taken over: the home is treesync's, and nothing in a slot is kept.
+    let unmanaged_slot = match backend.prepare_target(false).await? {
+        crate::backend::TargetState::Unmanaged => true,
+        crate::backend::TargetState::Managed => backend.load_state().await?.is_none(),
+        crate::backend::TargetState::Empty => false,
+    };
     let slot_options = sync::Options { force: options.sync.force || unmanaged_slot, ..options.sync.clone() };
     let synced = sync::sync(repo, rev, &backend, &slot_options, progress, interrupt).await?;
 
