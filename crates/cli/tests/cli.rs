@@ -506,3 +506,27 @@ fn write_jobs_uses_the_librarys_parser_and_the_help_states_the_rule() {
     assert!(help.contains("a fixed `--write-jobs` other than N is refused"), "{help}");
     assert!(help.contains("up to `--jobs N` when given. A number must equal `--jobs` when both are given"), "{help}");
 }
+
+/// Issue 29: revision errors leaked the parser's internals (`delegate.traverse(NthAncestor(999))
+/// failed, input="~999"`, "couldn't parse revision" for an id that is not there). They say what
+/// is wrong in words now.
+#[test]
+fn revision_errors_say_what_is_wrong_without_the_parsers_internals() {
+    let (bare, commits) = small_repo();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let t = dir.path().join("t");
+    let missing = "0123456789abcdef0123456789abcdef01234567";
+    for (rev, says) in [
+        (format!("{}~999", commits[0]), "ancestor number 999 is out of range"),
+        (missing.to_string(), "no object whose id starts with 0123456789abcdef"),
+        ("main^{tree}~1".to_string(), "it leads to a tree"),
+    ] {
+        let o = sync(&bare.path, &rev, &t);
+        assert_clear_error(&o, 2, says);
+        let err = stderr(&o);
+        for internal in ["delegate", "NthAncestor", "input=", "couldn't parse revision"] {
+            assert!(!err.contains(internal), "{rev}: {err}");
+        }
+    }
+    assert!(!t.exists(), "nothing was written");
+}

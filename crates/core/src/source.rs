@@ -301,7 +301,7 @@ impl Repo {
                     self.path.display()
                 )));
             }
-            err(Cause::gix(e))
+            err(Cause::found(plainly(&e)))
         })?;
         let objects = |e: &(dyn std::error::Error + 'static)| {
             let source = out_of_descriptors(e, repo.git_dir())?;
@@ -328,6 +328,31 @@ impl Repo {
         self.pool.lock().expect("pool lock is never poisoned").push(repo);
         out
     }
+}
+
+/// What is wrong with a revision, for people: the innermost cause of the parser's error (the
+/// outer ones name its internals: `delegate.traverse(NthAncestor(999)) failed, input="~999"`).
+fn plainly(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut last = e.to_string();
+    let mut cur = e.source();
+    while let Some(s) = cur {
+        last = s.to_string();
+        cur = s.source();
+    }
+    if let Some(prefix) = last.strip_prefix("An object prefixed ").and_then(|r| r.strip_suffix(" could not be found")) {
+        return format!("no object whose id starts with {prefix} is in the repository (not fetched yet, or gone)");
+    }
+    if last.contains("input=") || last.contains("delegate.") {
+        return "git's revision syntax does not read it that way".into();
+    }
+    if let Some((id, kind)) = last
+        .strip_prefix("Last encountered object ")
+        .and_then(|r| r.split_once(" was "))
+        .and_then(|(id, r)| Some((id, r.split_once(" while trying to peel to ")?.0)))
+    {
+        return format!("it leads to a {kind} ({id}), not a commit");
+    }
+    last.replace("Commit ", "commit ")
 }
 
 /// Split `REV:PATH` into REV and PATH: at the first `:` outside `{…}` (`main^{/fix: typo}`
