@@ -246,3 +246,27 @@ fn watch_atomic_follows_the_ref_into_generations() {
     let status = cli().json(&["status", "--target", s(&target)], STATUS);
     assert_eq!(status["generations"]["generations"].as_array().map(Vec::len), Some(2), "{status:#}");
 }
+
+/// Issue 29: a deleted home silently turned an exchange-mode target into plain in-place syncs
+/// (readers lost the one-commit view without a word). The target remembers it is a generation:
+/// a sync without --atomic/--no-atomic refuses with both ways out, and each works.
+#[test]
+fn a_generation_whose_home_was_deleted_is_refused_until_told_which_way() {
+    let h = history();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let repo = s(&h.bare.path);
+    for way in ["--atomic", "--no-atomic"] {
+        let target = dir.path().join(way.trim_start_matches('-'));
+        sync(&h, 0, &target, &["--atomic", "--switch", "exchange"]);
+        sync(&h, 1, &target, &[]);
+        std::fs::remove_dir_all(home(&target)).expect("the home removed by hand");
+        let e = cli().fails(&["sync", "--repo", repo, "--ref", &h.commits[0], "--target", s(&target)], 2);
+        assert!(e.contains("is kept in generations (exchange mode), but its home") && e.contains("--no-atomic"), "{e}");
+        assert_eq!(tree::read_dir(&target), h.expected(1), "nothing was written");
+        // The hint's two ways out; after each, plain syncs go on as that way says.
+        sync(&h, 0, &target, &[way]);
+        sync(&h, 1, &target, &[]);
+        assert_eq!(tree::read_dir(&target), h.expected(1));
+        assert_eq!(home(&target).exists(), way == "--atomic", "{way}");
+    }
+}

@@ -51,7 +51,11 @@ fn decide(
         (_, Err(_)) => Ok((false, None)),
         (wanted, Ok(h)) => {
             if !rt.block_on(generation::has_home(&*h))? {
-                return Ok((false, None));
+                if wanted.is_none() {
+                    rt.block_on(generation::orphaned(&*h))?;
+                }
+                // --no-atomic on a generation whose home is gone: leaving makes it plain.
+                return Ok((false, (wanted == Some(false)).then_some(h)));
             }
             let kept = rt.block_on(generation::kept(&*h))?;
             Ok((wanted.unwrap_or(kept), Some(h)))

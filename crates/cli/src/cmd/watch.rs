@@ -171,7 +171,10 @@ async fn prepare(
     let atomic = match (&host, args.atomic.wanted()) {
         (Ok(_), Some(w)) => w,
         (Err(e), Some(true)) => anyhow::bail!("{tag}{e}"),
-        (Ok(h), None) => generation::kept(&**h).await?,
+        (Ok(h), None) => {
+            generation::orphaned(&**h).await?;
+            generation::kept(&**h).await?
+        }
         (Err(_), _) => false,
     };
     let generations = match host {

@@ -82,6 +82,47 @@ pub enum Error {
         /// The target.
         target: String,
     },
+    /// The target is a generation (exchange mode: the target directory is the current one)
+    /// whose home is gone: syncing it in place would silently stop keeping it in generations.
+    #[error(
+        "{target} is kept in generations ({switch} mode), but its home {home} is gone (removed by hand?)\n  hint: sync with --atomic to keep it in generations (a new home is made; the target stays the current generation), or with --no-atomic to sync it in place from now on"
+    )]
+    HomeGone {
+        /// The target.
+        target: String,
+        /// The home that is missing.
+        home: String,
+        /// The mode the target was kept in.
+        switch: String,
+    },
+}
+
+/// The name, in a generation's `.treesync` folder ([`Backend::store_aux`]), of the file saying
+/// that it is a generation and in which switch mode; emptied when the target leaves
+/// generations. A target directory holding it without a home lost its home ([`orphaned`]).
+const GENERATION_MARK: &str = "generation";
+
+/// Refuse a target that was kept in generations but whose home is gone
+/// ([`Error::HomeGone`]): a sync without `--atomic` or `--no-atomic` must not turn it into
+/// plain in-place syncs silently. Fine when the home exists or the target never was a
+/// generation.
+pub async fn orphaned(host: &dyn Host) -> Result<(), Error> {
+    if host.home_exists().await? || !matches!(host.at_target().await?, AtTarget::Dir { managed: true, .. }) {
+        return Ok(());
+    }
+    match host.open(&At::Target).load_aux(GENERATION_MARK).await? {
+        Some(mode) if !mode.is_empty() => Err(Error::HomeGone {
+            target: host.to_string(),
+            home: host.home_name(),
+            switch: String::from_utf8_lossy(&mode).into_owned(),
+        }),
+        _ => Ok(()),
+    }
+}
+
+/// Mark `backend` (a generation about to be switched to) as a generation of `switch` mode.
+async fn mark(backend: &dyn Backend, switch: Switch) -> Result<(), Error> {
+    Ok(backend.store_aux(GENERATION_MARK, switch.to_string().as_bytes()).await?)
 }
 
 /// One generation, as [`status()`] and [`Outcome::generations`] show it.
@@ -694,6 +735,7 @@ async fn locked(
     };
     let slot_options = sync::Options { force: options.sync.force || unmanaged_slot, ..options.sync.clone() };
     let synced = sync::sync(repo, rev, &backend, &slot_options, progress, interrupt).await?;
+    mark(&backend, switch).await?;
 
     let (now_current, previous) = switch_to(host, &mut rec, &slot, switch).await?;
     current = Some(now_current);
@@ -798,6 +840,7 @@ pub async fn repair(
         host.claim_slot(&slot).await?;
         let backend = RewriteModes::new(host.open(&At::Slot(slot.clone())));
         let out = sync::repair(repo, &backend, repair, progress, interrupt).await?;
+        mark(&backend, switch).await?;
         let (current, _) = switch_to(host, &mut rec, &slot, switch).await?;
         let held = held(host).await?;
         let mut more = Vec::new();
@@ -819,6 +862,13 @@ pub async fn repair(
 /// then syncs the target in place as any other.
 pub async fn leave(host: &dyn Host, options: &Options) -> Result<LeaveOutcome, Error> {
     if !host.home_exists().await? {
+        // A generation whose home is gone ([`orphaned`]) is a plain target from now on.
+        if matches!(host.at_target().await?, AtTarget::Dir { managed: true, .. }) {
+            let target = host.open(&At::Target);
+            if target.load_aux(GENERATION_MARK).await?.is_some_and(|m| !m.is_empty()) {
+                target.store_aux(GENERATION_MARK, b"").await?;
+            }
+        }
         return Ok(LeaveOutcome::default());
     }
     let guard = lock(host, options.sync.lock_wait).await?;
@@ -838,6 +888,8 @@ pub async fn leave(host: &dyn Host, options: &Options) -> Result<LeaveOutcome, E
         }
         rec.switch = None;
         store(host, &mut rec).await?;
+        // The target is no generation from now on.
+        host.open(&At::Target).store_aux(GENERATION_MARK, b"").await?;
         let held = held(host).await?;
         let mut notes = Vec::new();
         out.removed.extend(cleanup(host, &mut rec, Some(&At::Target), 1, options.grace, &held, &mut notes).await?);

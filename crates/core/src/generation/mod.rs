@@ -34,7 +34,7 @@ mod record;
 
 pub use function::{
     Error, Generation, LeaveOutcome, Options, Outcome, RepairOutcome, Status, current, current_backend, has_home, kept,
-    leave, preview, repair, status, sync,
+    leave, orphaned, preview, repair, status, sync,
 };
 pub use host::{At, AtTarget, CloneHow, Cloned, Host, Switch, Switched};
 pub use memory::MemoryHost;
