@@ -422,3 +422,120 @@ fn watch_runs_hooks_after_each_sync_a_newer_sync_supersedes_a_retry_and_failures
     assert_eq!(synced, 3);
     assert_eq!(posts.lock().expect("lock").len(), 2 + 2, "the webhook ran once for each later sync");
 }
+
+/// A listener on 127.0.0.1 that answers every request with `302 Found` and a `Location` of its
+/// own URL (a redirect loop); the URL and how many requests came.
+fn redirect_loop() -> (String, Arc<Mutex<usize>>) {
+    let l = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let url = format!("http://{}/hooks/site", l.local_addr().expect("addr"));
+    let count = Arc::new(Mutex::new(0));
+    let (seen, location) = (count.clone(), url.clone());
+    std::thread::spawn(move || {
+        for conn in l.incoming() {
+            let Ok(mut conn) = conn else { return };
+            let mut reader = BufReader::new(conn.try_clone().expect("clone"));
+            let mut length = 0;
+            loop {
+                let mut h = String::new();
+                if reader.read_line(&mut h).unwrap_or(0) == 0 {
+                    break;
+                }
+                let h = h.trim_end();
+                if h.is_empty() {
+                    break;
+                }
+                if let Some((name, value)) = h.split_once(':')
+                    && name.eq_ignore_ascii_case("content-length")
+                {
+                    length = value.trim().parse().expect("length");
+                }
+            }
+            let mut body = vec![0; length];
+            let _ = reader.read_exact(&mut body);
+            *seen.lock().expect("lock") += 1;
+            let _ = write!(
+                conn,
+                "HTTP/1.1 302 Found\r\nLocation: {location}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+            );
+        }
+    });
+    (url, count)
+}
+
+#[test]
+fn a_webhook_that_redirects_is_not_followed_and_the_try_fails_naming_the_location() {
+    let (bare, commits) = repo();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let target = dir.path().join("site");
+    let (url, posts) = redirect_loop();
+    let stderr = cli().fails(
+        &[
+            "sync",
+            "--repo",
+            s(&bare.path),
+            "--ref",
+            &commits[0],
+            "--target",
+            s(&target),
+            "--webhook",
+            &url,
+            "--hook-retries",
+            "1",
+        ],
+        5,
+    );
+    assert_eq!(*posts.lock().expect("lock"), 2, "one POST per try, no redirect followed: {stderr}");
+    assert!(stderr.contains(&format!("HTTP 302 Found, redirected to {url} (not followed")), "{stderr}");
+    assert_eq!(std::fs::read_to_string(target.join("index.html")).expect("synced"), "one\n");
+}
+
+/// The pid written to `path` by a hook, once it is there.
+fn pid_in(path: &Path) -> String {
+    wait_for("the hook to start", || std::fs::read_to_string(path).is_ok_and(|p| p.ends_with('\n')));
+    std::fs::read_to_string(path).expect("pid").trim().to_string()
+}
+
+/// Whether process `pid` is gone (or a zombie nobody reaped).
+fn gone(pid: &str) -> bool {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    matches!(stat.rsplit_once(") ").map(|(_, rest)| &rest[..1]), None | Some("Z"))
+}
+
+#[test]
+fn sigterm_ends_a_hanging_hook_and_treesync_at_once() {
+    let (bare, commits) = repo();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let target = dir.path().join("site");
+    for command in ["sync", "watch"] {
+        let pid = dir.path().join(format!("{command}.pid"));
+        let _ = std::fs::remove_file(&pid);
+        // A child in the background and a wait: the kill must reach the whole process group.
+        let hook = format!("sleep 600 & echo $! > {}; wait", pid.display());
+        let mut child = Command::new(env!("CARGO_BIN_EXE_treesync"))
+            .args([command, "--repo", s(&bare.path), "--ref", &commits[0], "--target", s(&target)])
+            .args(["--exec-after", &hook, "--hook-timeout", "10m"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("treesync starts");
+        let sleeper = pid_in(&pid);
+        let asked = Instant::now();
+        assert!(Command::new("kill").args(["-TERM", &child.id().to_string()]).status().expect("kill").success());
+        while child.try_wait().expect("wait").is_none() {
+            assert!(asked.elapsed() < Duration::from_secs(20), "{command} still runs 20 s after SIGTERM");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let out = child.wait_with_output().expect("exits");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(asked.elapsed() < Duration::from_secs(5), "{command} took {:?} to stop: {stderr}", asked.elapsed());
+        assert!(gone(&sleeper), "{command}: the hook's child {sleeper} was killed too");
+        match command {
+            "sync" => {
+                assert_eq!(out.status.code(), Some(5), "{stderr}");
+                assert!(stderr.contains("stopped by a signal"), "{stderr}");
+            }
+            _ => assert!(out.status.success(), "{stderr}"),
+        }
+        assert_eq!(std::fs::read_to_string(target.join("index.html")).expect("synced"), "one\n");
+    }
+}

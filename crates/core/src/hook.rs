@@ -26,6 +26,7 @@
 use std::fmt;
 use std::process::{Child, ExitStatus, Stdio};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use gix_hash::ObjectId;
@@ -41,7 +42,9 @@ pub struct Options {
     /// stdout stays clean). Success is exit status 0.
     pub exec: Option<String>,
     /// An `http://` or `https://` URL that each sync's JSON document ([`Job::body`]) is POSTed
-    /// to, with `Content-Type: application/json`. Success is any 2xx status.
+    /// to, with `Content-Type: application/json`. Success is any 2xx status. A redirect (3xx)
+    /// is not followed (that would POST the body again, to wherever it points): the try fails,
+    /// naming the `Location`.
     pub webhook: Option<String>,
     /// How long one try may take: a command still running is killed (its whole process group,
     /// with SIGKILL); a request still unanswered is dropped.
@@ -205,8 +208,14 @@ enum Failure {
     Signal(i32),
     #[error("still running after {0:?} (the hook timeout, --hook-timeout): killed")]
     Timeout(Duration),
+    #[error("still running when treesync was stopped: killed")]
+    Stopped,
     #[error("HTTP {0}")]
     Http(reqwest::StatusCode),
+    #[error(
+        "HTTP {status}, redirected to {location} (not followed: a webhook POSTs to its own URL only; give the URL it redirects to)"
+    )]
+    Redirect { status: reqwest::StatusCode, location: String },
     #[error("POST failed")]
     Request(#[source] reqwest::Error),
 }
@@ -215,7 +224,7 @@ impl Failure {
     fn status(&self) -> Option<u16> {
         match self {
             Failure::Exit(code) => u16::try_from(*code).ok(),
-            Failure::Http(s) => Some(s.as_u16()),
+            Failure::Http(s) | Failure::Redirect { status: s, .. } => Some(s.as_u16()),
             _ => None,
         }
     }
@@ -223,10 +232,13 @@ impl Failure {
 
 /// The hooks of one target, running beside the syncs: [`submit`](Runner::submit) a job after
 /// each sync; each hook runs in its own task, one job at a time, the newest job first.
-/// Dropping the runner drops pending retries (a command already running is left to finish,
-/// up to its timeout); [`finish`](Runner::finish) waits for them instead.
+/// Dropping the runner drops pending retries and requests, and kills a command still running
+/// (its process group, with SIGKILL, within 0.1 s) — what a stopping process wants (SIGTERM);
+/// [`finish`](Runner::finish) waits for them instead.
 pub struct Runner {
     lanes: Vec<Lane>,
+    /// Set when the runner is dropped: a command still running is killed.
+    stop: Arc<AtomicBool>,
 }
 
 struct Lane {
@@ -242,9 +254,10 @@ impl Runner {
     /// `on_report`. Must be called within a tokio runtime.
     pub fn start(options: Options, on_report: OnReport) -> Result<Runner, Error> {
         let options = Arc::new(options);
+        let stop = Arc::new(AtomicBool::new(false));
         let mut lanes = Vec::new();
         if options.exec.is_some() {
-            lanes.push(Lane::start(Kind::Exec, options.clone(), None, on_report.clone()));
+            lanes.push(Lane::start(Kind::Exec, options.clone(), None, on_report.clone(), stop.clone()));
         }
         if let Some(url) = &options.webhook {
             let parsed = reqwest::Url::parse(url).map_err(|_| Error::Url { url: url.clone() })?;
@@ -256,11 +269,12 @@ impl Runner {
             let _ = rustls::crypto::ring::default_provider().install_default();
             let client = reqwest::Client::builder()
                 .user_agent(concat!("treesync/", env!("CARGO_PKG_VERSION")))
+                .redirect(reqwest::redirect::Policy::none())
                 .build()
                 .map_err(Error::Client)?;
-            lanes.push(Lane::start(Kind::Webhook, options.clone(), Some((client, parsed)), on_report));
+            lanes.push(Lane::start(Kind::Webhook, options.clone(), Some((client, parsed)), on_report, stop.clone()));
         }
-        Ok(Runner { lanes })
+        Ok(Runner { lanes, stop })
     }
 
     /// Whether there are hooks to run.
@@ -291,6 +305,7 @@ impl Runner {
 
 impl Drop for Runner {
     fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
         for lane in &self.lanes {
             lane.task.abort();
         }
@@ -298,7 +313,13 @@ impl Drop for Runner {
 }
 
 impl Lane {
-    fn start(kind: Kind, options: Arc<Options>, http: Option<(reqwest::Client, reqwest::Url)>, on: OnReport) -> Lane {
+    fn start(
+        kind: Kind,
+        options: Arc<Options>,
+        http: Option<(reqwest::Client, reqwest::Url)>,
+        on: OnReport,
+        stop: Arc<AtomicBool>,
+    ) -> Lane {
         let (tx, mut rx) = watch::channel::<Option<Arc<Job>>>(None);
         let task = tokio::spawn(async move {
             let mut gave_up = Vec::new();
@@ -320,7 +341,7 @@ impl Lane {
                 let mut wait = options.backoff;
                 for attempt in 1..=tries {
                     let result = match (&options.exec, &http) {
-                        (Some(command), None) => exec(command, &job, options.timeout).await,
+                        (Some(command), None) => exec(command, &job, options.timeout, &stop).await,
                         (_, Some((client, url))) => post(client, url, &job.body, options.timeout).await,
                         (None, None) => unreachable!("a lane has its hook"),
                     };
@@ -394,7 +415,7 @@ async fn backoff(rx: &mut watch::Receiver<Option<Arc<Job>>>, wait: Duration) -> 
 }
 
 /// One try of the exec hook: the exit status 0 and a message, or why it failed.
-async fn exec(command: &str, job: &Job, timeout: Duration) -> Result<(u16, String), Failure> {
+async fn exec(command: &str, job: &Job, timeout: Duration, stop: &Arc<AtomicBool>) -> Result<(u16, String), Failure> {
     use std::os::fd::AsFd;
     use std::os::unix::process::CommandExt;
     let stdout = std::io::stderr().as_fd().try_clone_to_owned().map_err(Failure::Spawn)?;
@@ -409,7 +430,8 @@ async fn exec(command: &str, job: &Job, timeout: Duration) -> Result<(u16, Strin
         .process_group(0)
         .spawn()
         .map_err(Failure::Spawn)?;
-    let status = tokio::task::spawn_blocking(move || wait(child, timeout))
+    let stop = stop.clone();
+    let status = tokio::task::spawn_blocking(move || wait(child, timeout, &stop))
         .await
         .map_err(|e| Failure::Wait(std::io::Error::other(e)))??;
     use std::os::unix::process::ExitStatusExt;
@@ -421,8 +443,10 @@ async fn exec(command: &str, job: &Job, timeout: Duration) -> Result<(u16, Strin
     }
 }
 
-/// Wait for `child` up to `timeout`; past it, kill its process group.
-fn wait(mut child: Child, timeout: Duration) -> Result<ExitStatus, Failure> {
+/// Wait for `child` up to `timeout`, or until `stop` is set (the runner was dropped: the
+/// process stops); then kill its process group. The group is killed before the child is
+/// reaped, so its id cannot have been reused.
+fn wait(mut child: Child, timeout: Duration, stop: &AtomicBool) -> Result<ExitStatus, Failure> {
     let deadline = Instant::now() + timeout;
     let mut pause = Duration::from_millis(2);
     loop {
@@ -430,12 +454,13 @@ fn wait(mut child: Child, timeout: Duration) -> Result<ExitStatus, Failure> {
             return Ok(status);
         }
         let now = Instant::now();
-        if now >= deadline {
+        let stopped = stop.load(Ordering::SeqCst);
+        if now >= deadline || stopped {
             let group = rustix::process::Pid::from_child(&child);
             let _ = rustix::process::kill_process_group(group, rustix::process::Signal::KILL);
             let _ = child.kill();
             child.wait().map_err(Failure::Wait)?;
-            return Err(Failure::Timeout(timeout));
+            return Err(if stopped { Failure::Stopped } else { Failure::Timeout(timeout) });
         }
         std::thread::sleep(pause.min(deadline - now));
         pause = (pause * 2).min(Duration::from_millis(100));
@@ -458,5 +483,14 @@ async fn post(
         .await
         .map_err(Failure::Request)?;
     let status = response.status();
+    if status.is_redirection() {
+        let location = response.headers().get(reqwest::header::LOCATION);
+        let location = match location.map(|l| l.to_str()) {
+            Some(Ok(l)) => l.to_string(),
+            Some(Err(_)) => format!("{:?}", location.expect("some").as_bytes()),
+            None => "nowhere (no Location header)".to_string(),
+        };
+        return Err(Failure::Redirect { status, location });
+    }
     if status.is_success() { Ok((status.as_u16(), format!("HTTP {status}"))) } else { Err(Failure::Http(status)) }
 }

@@ -71,9 +71,43 @@ pub(crate) fn text(r: &Report) -> String {
     }
 }
 
-/// Wait for the hooks of `sync`; [`HookFailed`] when one gave up.
-pub(crate) fn finish(rt: &tokio::runtime::Runtime, runner: Runner) -> anyhow::Result<()> {
-    let gave_up = rt.block_on(runner.finish());
+/// Wait for the hooks of `sync`; [`HookFailed`] when one gave up. SIGTERM or SIGINT meanwhile
+/// stops them at once — a command still running is killed, its whole process group — and is a
+/// [`HookFailed`] too (without it, SIGTERM left the command running and SIGINT waited for it).
+pub(crate) fn finish(
+    rt: &tokio::runtime::Runtime,
+    runner: Runner,
+    commit: &treesync_core::ObjectId,
+) -> anyhow::Result<()> {
+    if runner.is_empty() {
+        return Ok(());
+    }
+    let gave_up = rt.block_on(async {
+        use tokio::signal::unix::{SignalKind, signal};
+        // Before the hooks run (they run only while this waits): a signal now cannot kill
+        // treesync and leave them behind.
+        let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
+            return Ok(runner.finish().await);
+        };
+        tokio::select! {
+            gave_up = runner.finish() => Ok(gave_up),
+            // Dropping the runner (with `finish`) kills what still runs.
+            _ = term.recv() => Err("SIGTERM"),
+            _ = int.recv() => Err("SIGINT"),
+        }
+    });
+    let gave_up = match gave_up {
+        Ok(gave_up) => gave_up,
+        Err(signal) => {
+            return Err(HookFailed {
+                commit: short(commit),
+                what: format!(
+                    "the hooks were stopped by a signal ({signal}): a command still running was killed (its process group), a request dropped"
+                ),
+            }
+            .into());
+        }
+    };
     let Some(first) = gave_up.first() else { return Ok(()) };
     let what: Vec<String> = gave_up
         .iter()

@@ -195,7 +195,7 @@ pub(crate) fn run(args: SyncArgs) -> anyhow::Result<()> {
     if let Some(job) = job {
         hooks.submit(job);
     }
-    super::hooks::finish(&rt, hooks)
+    super::hooks::finish(&rt, hooks, &outcome.commit)
 }
 
 /// The summary of a sync for people.
