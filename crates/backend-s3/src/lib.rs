@@ -152,11 +152,18 @@ fn one_line(e: &dyn std::error::Error) -> String {
         }
         // No credentials in the environment or a profile: the client then asks the EC2
         // instance metadata service, which answers nothing useful off EC2.
-        _ if s.contains("169.254.169.254") => format!(
-            "{s} (no S3 credentials were found: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE with ~/.aws/credentials)"
-        ),
+        _ if s.contains("169.254.169.254") => no_credentials(&s),
         _ => s,
     }
+}
+
+/// The error of a client that found no credentials and asked the EC2 instance metadata
+/// service (`detail`, which names its URL): what happened first, then where credentials go.
+fn no_credentials(detail: &str) -> String {
+    format!(
+        "no S3 credentials were found: none in the environment (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY) nor in the profile {} of ~/.aws/credentials, and the EC2 instance metadata service, asked next, gave none ({detail})\n  hint: export AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (and AWS_SESSION_TOKEN for temporary credentials), or write them as aws_access_key_id and aws_secret_access_key under [default] in ~/.aws/credentials (AWS_PROFILE picks another profile, AWS_SHARED_CREDENTIALS_FILE another file); treesync.toml has no credentials key",
+        std::env::var("AWS_PROFILE").map_or_else(|_| "[default]".to_string(), |p| format!("[{p}]")),
+    )
 }
 
 impl ObjectStoreBackend {
@@ -649,5 +656,24 @@ impl ObjectStoreBackend {
         cache.read = Some(bytes.clone());
         cache.version = version;
         Ok(bytes)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn no_credentials_says_where_they_go_before_the_metadata_url() {
+        let source = std::io::Error::other(
+            "Error performing PUT http://169.254.169.254/latest/api/token in 1.9ms - Server returned non-2xx status code: 403 Forbidden",
+        );
+        let e = object_store::Error::Generic { store: "S3", source: Box::new(source) };
+        let text = super::one_line(&e);
+        let (message, hint) = text.split_once("\n  hint: ").expect("a hint on its own line");
+        assert!(message.starts_with("no S3 credentials were found: "), "{text}");
+        assert!(message.contains("169.254.169.254"), "the detail stays: {text}");
+        for needle in ["AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "~/.aws/credentials", "AWS_PROFILE"] {
+            assert!(hint.contains(needle), "{needle}: {text}");
+        }
+        assert!(!hint.contains('\n'), "{text}");
     }
 }
