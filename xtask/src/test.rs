@@ -8,7 +8,8 @@
 use std::collections::BTreeSet;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
 
 use xtask::util::{project_root, run_status};
 
@@ -338,7 +339,11 @@ fn apt_install(packages: &BTreeSet<&'static str>) -> Result<(), String> {
             .map_err(|e| format!("{}: {e}", guard.display()))?;
         true
     };
-    let apt = |args: &[&str]| run_status(Command::new("apt-get").env("DEBIAN_FRONTEND", "noninteractive").args(args));
+    println!(
+        "xtask test: apt-get waits up to {} s for another apt-get or dpkg (e.g. an unattended upgrade) to release its lock, and says so",
+        APT_LOCK_WAIT.as_secs()
+    );
+    let apt = |args: &[&str]| apt_get(Path::new("apt-get"), args, APT_LOCK_WAIT, Duration::from_secs(5));
     let result = apt(&["update", "-qq"]).and_then(|()| {
         let mut args = vec!["install", "-y", "-qq"];
         args.extend(packages.iter().copied());
@@ -362,6 +367,62 @@ fn apt_install(packages: &BTreeSet<&'static str>) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// How long apt-get waits for the locks of another apt-get or dpkg: a fresh machine often runs
+/// an unattended upgrade for a few minutes after boot.
+const APT_LOCK_WAIT: Duration = Duration::from_secs(300);
+
+/// Run `program` (apt-get) with `args`, waiting up to `wait` for the locks another apt-get or
+/// dpkg holds: `-o DPkg::Lock::Timeout` makes apt-get wait for dpkg's lock itself (silently),
+/// and a lock it does not wait for (`update`'s lists lock) is tried again every `poll`; either
+/// way the wait is said on stdout, once.
+fn apt_get(program: &Path, args: &[&str], wait: Duration, poll: Duration) -> Result<(), String> {
+    let deadline = Instant::now() + wait;
+    let mut said = false;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now()).as_secs().max(1);
+        let mut cmd = Command::new(program);
+        cmd.env("DEBIAN_FRONTEND", "noninteractive")
+            .args(["-o", &format!("DPkg::Lock::Timeout={left}")])
+            .args(args)
+            .stdout(Stdio::inherit())
+            .stderr(Stdio::piped());
+        let shown = format!("{} {}", program.display(), args.join(" "));
+        let out = cmd.output().map_err(|e| format!("cannot run {shown}: {e}"))?;
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        if out.status.success() {
+            eprint!("{stderr}");
+            return Ok(());
+        }
+        let held = stderr
+            .lines()
+            .find(|l| l.contains("Could not get lock") || l.contains("Unable to acquire the dpkg frontend lock"));
+        match held {
+            Some(line) if Instant::now() < deadline => {
+                if !said {
+                    println!(
+                        "xtask test: waiting for another apt-get or dpkg to release its lock (up to {} s in all): {}",
+                        wait.as_secs(),
+                        line.trim_start_matches("E: ")
+                    );
+                    said = true;
+                }
+                std::thread::sleep(poll.min(deadline.saturating_duration_since(Instant::now())));
+            }
+            Some(line) => {
+                return Err(format!(
+                    "{shown}: another apt-get or dpkg still holds its lock after {} s ({}); wait for it to finish (ps -C apt-get,apt,dpkg) and run again",
+                    wait.as_secs(),
+                    line.trim_start_matches("E: ")
+                ));
+            }
+            None => {
+                eprint!("{stderr}");
+                return Err(format!("{shown} failed with {}", out.status));
+            }
+        }
+    }
 }
 
 /// Whether a `/proc/net/{tcp,udp}[6]` table has a socket bound to `port` that listens (TCP
@@ -406,6 +467,46 @@ mod tests {
     fn put(path: &Path) {
         std::fs::create_dir_all(path.parent().expect("a parent")).expect("mkdir");
         std::fs::write(path, "").expect("write");
+    }
+
+    /// A fake apt-get in `dir` that logs its arguments and fails `locked` times saying another
+    /// process holds the lists lock, then exits with `last`.
+    fn fake_apt(dir: &Path, locked: u32, last: i32) -> PathBuf {
+        let program = dir.join("apt-get");
+        let script = format!(
+            "#!/bin/sh\necho \"$*\" >> {log}\nn=$(wc -l < {log})\nif [ \"$n\" -le {locked} ]; then\n  echo 'E: Could not get lock /var/lib/apt/lists/lock. It is held by process 42 (apt-get)' >&2\n  exit 100\nfi\n[ {last} = 0 ] || echo 'E: Unable to locate package nope' >&2\nexit {last}\n",
+            log = dir.join("calls").display()
+        );
+        std::fs::write(&program, script).expect("write");
+        std::fs::set_permissions(&program, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        program
+    }
+
+    fn calls(dir: &Path) -> Vec<String> {
+        std::fs::read_to_string(dir.join("calls")).unwrap_or_default().lines().map(str::to_string).collect()
+    }
+
+    #[test]
+    fn apt_get_waits_for_a_lock_another_apt_get_holds() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let apt = fake_apt(dir.path(), 2, 0);
+        apt_get(&apt, &["update", "-qq"], Duration::from_secs(30), Duration::from_millis(10)).expect("waited");
+        let made = calls(dir.path());
+        assert_eq!(made.len(), 3, "{made:?}");
+        for c in &made {
+            assert!(c.starts_with("-o DPkg::Lock::Timeout=") && c.ends_with(" update -qq"), "{c}");
+        }
+        // Another failure is not waited for; a lock held past the wait is said so.
+        let dir = tempfile::tempdir().expect("tempdir");
+        let apt = fake_apt(dir.path(), 0, 100);
+        let err =
+            apt_get(&apt, &["install", "nope"], Duration::from_secs(30), Duration::from_millis(10)).expect_err("fails");
+        assert!(err.contains("failed with exit status: 100"), "{err}");
+        assert_eq!(calls(dir.path()).len(), 1);
+        let dir = tempfile::tempdir().expect("tempdir");
+        let apt = fake_apt(dir.path(), 1000, 0);
+        let err = apt_get(&apt, &["update"], Duration::from_millis(200), Duration::from_millis(10)).expect_err("held");
+        assert!(err.contains("still holds its lock after") && err.contains("ps -C apt-get"), "{err}");
     }
 
     #[test]
