@@ -170,3 +170,60 @@ fn a_tree_bomb_is_refused_while_planning_with_bounded_memory() {
     let r = run(&["verify", "--repo", s(&bare.path), "--target", s(&target)]);
     assert_refused("verify", &r, "more than the limit of 10000000 (max_entries)");
 }
+
+/// A commit whose tree holds `k` gitlinks to `child` (with a `.gitmodules` naming this very
+/// repository, `../NAME`), in `repo`.
+fn gitlinks_to(repo: &Path, child: &str, k: usize) -> String {
+    let name = repo.file_name().expect("a name").to_str().expect("utf8");
+    let modules: String = (0..k).map(|i| format!("[submodule \"s{i}\"]\n\tpath = s{i}\n\turl = ../{name}\n")).collect();
+    let blob = treesync_testkit::git_stdin(repo, &["hash-object", "-w", "--stdin"], modules.as_bytes());
+    let names: Vec<String> = (0..k).map(|i| format!("s{i}")).collect();
+    let mut entries: Vec<(&str, &[u8], &str)> = vec![("100644", b".gitmodules", &blob)];
+    entries.extend(names.iter().map(|n| ("160000", n.as_bytes(), child)));
+    let tree = treesync_testkit::raw_tree(repo, &entries);
+    git(repo, &["-c", "user.name=t", "-c", "user.email=t@t", "commit-tree", &tree, "-m", "gitlinks"])
+}
+
+/// Issue 29: a repository whose commits hold gitlinks to earlier commits of itself (a
+/// submodule bomb: 8 gitlinks a level, 8 levels, 16.8 million files) was planned superlinearly
+/// and never refused quickly (`--max-entries 10^6` took over 300 s). Each distinct commit is
+/// measured once now, before it is planned: refused like a plain tree bomb, in bounded memory.
+#[test]
+fn a_submodule_bomb_is_refused_before_it_is_planned() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let repo = dir.path().join("bomb.git");
+    git(dir.path(), &["init", "-q", "--bare", repo.to_str().expect("utf8")]);
+    // The URLs name the repository itself, a local path: allowed as git would need it.
+    git(&repo, &["config", "protocol.file.allow", "always"]);
+    let blob = treesync_testkit::git_stdin(&repo, &["hash-object", "-w", "--stdin"], b"x\n");
+    let tree = treesync_testkit::raw_tree(&repo, &[("100644", b"f", &blob)]);
+    let mut commit = git(&repo, &["-c", "user.name=t", "-c", "user.email=t@t", "commit-tree", &tree, "-m", "leaf"]);
+    for _ in 0..8 {
+        commit = gitlinks_to(&repo, &commit, 8);
+    }
+    let target = dir.path().join("t");
+    for limit in [None, Some("1000000")] {
+        let mut args =
+            vec!["sync", "--repo", s(&repo), "--ref", &commit, "--target", s(&target), "--recurse-submodules"];
+        if let Some(l) = limit {
+            args.extend(["--max-entries", l]);
+        }
+        let r = run(&args);
+        assert_refused(&format!("a submodule bomb, --max-entries {limit:?}"), &r, "(max_entries)");
+        assert_nothing_written(&target);
+    }
+    // A small one is filled as git would: 2 gitlinks a level, 3 levels, 8 files.
+    let small = dir.path().join("small.git");
+    git(dir.path(), &["init", "-q", "--bare", small.to_str().expect("utf8")]);
+    git(&small, &["config", "protocol.file.allow", "always"]);
+    let blob = treesync_testkit::git_stdin(&small, &["hash-object", "-w", "--stdin"], b"x\n");
+    let tree = treesync_testkit::raw_tree(&small, &[("100644", b"f", &blob)]);
+    let mut commit = git(&small, &["-c", "user.name=t", "-c", "user.email=t@t", "commit-tree", &tree, "-m", "leaf"]);
+    for _ in 0..3 {
+        commit = gitlinks_to(&small, &commit, 2);
+    }
+    let t2 = dir.path().join("t2");
+    let r = run(&["sync", "--repo", s(&small), "--ref", &commit, "--target", s(&t2), "--recurse-submodules"]);
+    assert_eq!(r.code, Some(0), "{}", r.stderr);
+    assert_eq!(std::fs::read_to_string(t2.join("s1/s0/s1/f")).expect("filled"), "x\n");
+}

@@ -392,6 +392,9 @@ struct Planner<'a> {
     kept: std::cell::RefCell<KeptTrees>,
     /// What a tree expands to when written ([`Self::subtree_size`]).
     sizes: HashMap<ObjectId, Size>,
+    /// What submodule commits expand to with their gitlinks filled, shared with the planners
+    /// of submodules ([`super::expand`]).
+    expansions: super::expand::Expansions,
     /// What the ops so far add up to, checked against [`Options::limits`] at every op.
     planned: Size,
     ops: Phases,
@@ -481,6 +484,7 @@ impl<'a> Planner<'a> {
             has_content: HashMap::new(),
             kept: Default::default(),
             sizes: HashMap::new(),
+            expansions: Default::default(),
             planned: Size::default(),
             ops: Phases::default(),
             attrs: AttrsSeen::default(),
@@ -834,6 +838,16 @@ impl<'a> Planner<'a> {
         }
     }
 
+    /// What tree `id` at `path` expands to when written ([`Self::subtree_size`]); when gitlinks
+    /// are filled, with what its submodules expand to, each distinct commit measured once
+    /// ([`super::expand`]): a submodule bomb is refused here, before it is planned.
+    fn measured(&mut self, id: ObjectId, path: &RelPath) -> Result<Size, Error> {
+        let size = self.subtree_size(id, path)?;
+        let Some(recurse) = self.recurse.filter(|r| r.new) else { return Ok(size) };
+        let entries = self.expansions.tree(self.odb, recurse.gitlinks, path, id, path.depth())?;
+        Ok(Size { entries: entries.max(size.entries), bytes: size.bytes })
+    }
+
     /// Diff the contents of two trees at `dir` (which exists, or is planned to).
     fn diff_tree_contents(&mut self, dir: &RelPath, old: Option<ObjectId>, new: Option<ObjectId>) -> Result<(), Error> {
         if old == new && !self.attrs.renormalizing && !self.recurse_changes() {
@@ -848,7 +862,7 @@ impl<'a> Planner<'a> {
             Some(id) => {
                 if old.is_empty() {
                     // An initial checkout: measure the whole tree before planning any of it.
-                    let size = self.subtree_size(id, dir)?;
+                    let size = self.measured(id, dir)?;
                     self.check_room(size)?;
                 }
                 self.entries(id, dir, &mut new_buf)?
@@ -961,7 +975,7 @@ impl<'a> Planner<'a> {
                         self.rmdir(path)
                     }
                     (false, true) => {
-                        let size = self.subtree_size(b, path)?;
+                        let size = self.measured(b, path)?;
                         self.check_room(size)?;
                         self.mkdir(path)?;
                         self.diff_entries(path, &[], &new)
@@ -1027,14 +1041,22 @@ impl<'a> Planner<'a> {
     /// from submodule commit `old`'s tree to `new`'s, in the submodule's object database.
     fn diff_gitlink(&mut self, path: &RelPath, old: Option<ObjectId>, new: Option<ObjectId>) -> Result<(), Error> {
         let gitlinks = self.recurse.expect("only called when recursing").gitlinks;
+        // A submodule filled anew is measured first, its own submodules filled, each distinct
+        // commit once: a submodule bomb is refused before it is planned.
+        if let (None, Some(commit)) = (old, new) {
+            let entries = self.expansions.commit(gitlinks, path, commit)?;
+            self.check_room(Size { entries, bytes: 0 })?;
+        }
         let options = self.options;
         let conversions = self.conversions;
         let select = self.select;
         let settings_changed = self.attrs.settings_changed;
+        let expansions = self.expansions.clone();
         gitlinks.enter(path, old, new, &mut |odb, old_tree, new_tree, nested| {
             // The submodule's plan goes on from this one, against the same limits; its files
             // are converted by the submodule's own `.gitattributes`.
             let mut sub = Planner::new(odb, options);
+            sub.expansions = expansions.clone();
             sub.recurse = Some(Recurse { old: true, new: true, gitlinks: nested });
             sub.conversions = conversions;
             sub.select = select;
@@ -1104,7 +1126,7 @@ impl<'a> Planner<'a> {
     /// Plan the creation of tree `id` at `path` (and its directory, if a checkout would make one).
     fn add_tree(&mut self, path: &RelPath, id: ObjectId) -> Result<(), Error> {
         // Measured before anything of it is planned (each distinct tree once per plan).
-        let size = self.subtree_size(id, path)?;
+        let size = self.measured(id, path)?;
         if size.entries == 0 {
             return Ok(());
         }

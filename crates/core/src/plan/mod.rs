@@ -5,6 +5,7 @@
 //! paths (times their depth), not with the size of the tree.
 
 mod cache;
+mod expand;
 mod function;
 mod gitlinks;
 pub(crate) use function::too_deep;
