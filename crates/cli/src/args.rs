@@ -15,8 +15,9 @@ Exit codes:
      (see --force), it is a place no sync may write or take over (the root, a home, a
      repository, a generations home), the tree contains an entry that must never be
      written (e.g. `..` or `.git`), it is deeper than 4096 levels or larger than
-     --max-entries / --max-bytes (a tree bomb), a submodule URL names a local repository
-     git would not read (protocol.file.allow), or something other than treesync's own
+     --max-entries / --max-bytes (a tree bomb), the selection (--include, --exclude)
+     selects no path of the commit, a submodule URL names a local repository git would
+     not read (protocol.file.allow), or something other than treesync's own
      folder is at TARGET/.treesync (e.g. a symlink); with or without --atomic
   5  (sync) synced, but a hook (--exec-after, --webhook) failed every try; the target holds
      the commit, and a sync that changes nothing runs no hook";

@@ -104,6 +104,10 @@ fn exit_code(e: &anyhow::Error) -> u8 {
         if cause.is::<cmd::hooks::HookFailed>() {
             return 5;
         }
+        // A selection that selects no path of the commit: refused before anything is removed.
+        if matches!(cause.downcast_ref(), Some(treesync_core::select::Error::SelectsNothing { .. })) {
+            return 4;
+        }
         // A sync of a generation (`--atomic`) is refused as a plain one is.
         let synced = cause.downcast_ref::<sync::Error>().or_else(|| match cause.downcast_ref() {
             Some(treesync_core::generation::Error::Sync(e)) => Some(e),

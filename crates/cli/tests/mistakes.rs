@@ -117,7 +117,6 @@ fn an_include_that_selects_nothing_is_refused_before_anything_is_removed() {
 }
 
 #[test]
-#[ignore = "needs crates/cli/src/main.rs's exit_code to map select::Error::SelectsNothing to 4 (issue 29)"]
 fn a_selection_that_selects_nothing_exits_4() {
     let (bare, _) = repo();
     let dir = tempfile::tempdir().expect("tempdir");
