@@ -44,7 +44,9 @@ fn atomic_syncs_killed_at_random_moments_leave_a_whole_generation() {
 #[test]
 fn plants_in_the_home_at_random_moments_never_write_outside_nor_redirect_the_target() {
     let bin = std::path::Path::new(env!("CARGO_BIN_EXE_treesync"));
-    for (switch, trials, seed) in [("exchange", 120, 2029), ("symlink", 60, 2030)] {
+    // TREESYNC_PLANT_TRIALS=N runs N trials per mode (a longer campaign by hand).
+    let more: Option<u64> = std::env::var("TREESYNC_PLANT_TRIALS").ok().and_then(|v| v.parse().ok());
+    for (switch, trials, seed) in [("exchange", more.unwrap_or(120), 2029), ("symlink", more.unwrap_or(60), 2030)] {
         let dir = tempfile::tempdir().expect("tempdir");
         let parent = dir.path().join("srv");
         std::fs::create_dir(&parent).expect("parent");
@@ -95,8 +97,10 @@ fn plants_in_the_home_on_a_nas_and_over_nfs_never_write_outside_nor_redirect_the
         name: "site".into(),
         switch: "symlink",
     };
+    let trials: u64 = std::env::var("TREESYNC_PLANT_TRIALS").ok().and_then(|v| v.parse().ok()).unwrap_or(40);
     for (what, site, seed) in [("NAS", &nas, 2031), ("nfs://", &nfs, 2032)] {
-        let stats = plant::run(bin, site, &outside.path().join(what.replace(':', "").replace('/', "")), 40, seed, 20);
+        let stats =
+            plant::run(bin, site, &outside.path().join(what.replace(':', "").replace('/', "")), trials, seed, 20);
         eprintln!("{what}: {stats:?}");
         assert!(
             stats.failures.is_empty(),
