@@ -576,11 +576,11 @@ impl Inner {
                         match self.exchange(&tmp, link.as_str(), parent, &self.name) {
                             Ok(()) => {
                                 // The directory is now at tmp/link.
-                                rustix::fs::renameat(&tmp, link.as_str(), &home, displaced)
+                                rustix::fs::renameat(&tmp, link.as_str(), home, displaced)
                                     .map_err(|e| Error::io("move aside", self.shown(displaced), io(e)))?;
                             }
                             Err(e) if unsupported(e) => {
-                                rustix::fs::renameat(parent, &self.name, &home, displaced)
+                                rustix::fs::renameat(parent, &self.name, home, displaced)
                                     .map_err(|e| Error::io("move aside", self.shown(displaced), io(e)))?;
                                 rustix::fs::renameat(&tmp, link.as_str(), parent, &self.name)
                                     .map_err(|e| fail("switch", e))?;

@@ -99,8 +99,7 @@ fn plants_in_the_home_on_a_nas_and_over_nfs_never_write_outside_nor_redirect_the
     };
     let trials: u64 = std::env::var("TREESYNC_PLANT_TRIALS").ok().and_then(|v| v.parse().ok()).unwrap_or(40);
     for (what, site, seed) in [("NAS", &nas, 2031), ("nfs://", &nfs, 2032)] {
-        let stats =
-            plant::run(bin, site, &outside.path().join(what.replace(':', "").replace('/', "")), trials, seed, 20);
+        let stats = plant::run(bin, site, &outside.path().join(what.replace([':', '/'], "")), trials, seed, 20);
         eprintln!("{what}: {stats:?}");
         assert!(
             stats.failures.is_empty(),

@@ -339,3 +339,27 @@ fn a_required_filter_that_does_not_read_all_its_input_writes_what_git_writes() {
     assert!(diffs.is_empty(), "{}", diffs.join("\n"));
     assert_eq!(std::fs::read_to_string(target.join("a.f")).expect("a.f"), "replaced\n");
 }
+
+/// A `process` driver (git's long-running filter protocol) that hangs gets the same timeout:
+/// killed with what it started, the sync fails naming it and the file.
+#[test]
+fn a_process_filter_that_hangs_is_killed_at_the_timeout() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (bare, _) = repo(dir.path(), &[(".gitattributes", "*.p filter=hangs\n"), ("a.p", "x\n")]);
+    git(&bare, &["config", "filter.hangs.process", "sh -c 'sleep 3600.75'"]);
+    git(&bare, &["config", "filter.hangs.required", "true"]);
+    let target = dir.path().join("target");
+    let args = ["sync", "--repo", s(&bare), "--ref", "main", "--target", s(&target), "--filter-timeout", "1s"];
+    let o = treesync(&args);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("a.p") && err.contains("hangs") && err.contains("--filter-timeout"), "{err}");
+    let left: Vec<String> = std::fs::read_dir("/proc")
+        .expect("proc")
+        .flatten()
+        .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
+        .map(|c| String::from_utf8_lossy(&c).replace('\0', " "))
+        .filter(|c| c.contains("3600.75"))
+        .collect();
+    assert!(left.is_empty(), "the filter's processes are gone: {left:?}");
+}

@@ -184,6 +184,22 @@ fn gitlinks_to(repo: &Path, child: &str, k: usize) -> String {
     git(repo, &["-c", "user.name=t", "-c", "user.email=t@t", "commit-tree", &tree, "-m", "gitlinks"])
 }
 
+/// A bare repository `name` whose commits each hold `k` gitlinks to the one before, `levels`
+/// deep above a one-file commit; the top commit.
+fn nesting_itself(dir: &Path, name: &str, k: usize, levels: usize) -> (std::path::PathBuf, String) {
+    let repo = dir.join(name);
+    git(dir, &["init", "-q", "--bare", repo.to_str().expect("utf8")]);
+    // The URLs name the repository itself, a local path: allowed as git would need it.
+    git(&repo, &["config", "protocol.file.allow", "always"]);
+    let blob = treesync_testkit::git_stdin(&repo, &["hash-object", "-w", "--stdin"], b"x\n");
+    let tree = treesync_testkit::raw_tree(&repo, &[("100644", b"f", &blob)]);
+    let mut commit = git(&repo, &["-c", "user.name=t", "-c", "user.email=t@t", "commit-tree", &tree, "-m", "leaf"]);
+    for _ in 0..levels {
+        commit = gitlinks_to(&repo, &commit, k);
+    }
+    (repo, commit)
+}
+
 /// Issue 29: a repository whose commits hold gitlinks to earlier commits of itself (a
 /// submodule bomb: 8 gitlinks a level, 8 levels, 16.8 million files) was planned superlinearly
 /// and never refused quickly (`--max-entries 10^6` took over 300 s). Each distinct commit is
@@ -191,16 +207,7 @@ fn gitlinks_to(repo: &Path, child: &str, k: usize) -> String {
 #[test]
 fn a_submodule_bomb_is_refused_before_it_is_planned() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let repo = dir.path().join("bomb.git");
-    git(dir.path(), &["init", "-q", "--bare", repo.to_str().expect("utf8")]);
-    // The URLs name the repository itself, a local path: allowed as git would need it.
-    git(&repo, &["config", "protocol.file.allow", "always"]);
-    let blob = treesync_testkit::git_stdin(&repo, &["hash-object", "-w", "--stdin"], b"x\n");
-    let tree = treesync_testkit::raw_tree(&repo, &[("100644", b"f", &blob)]);
-    let mut commit = git(&repo, &["-c", "user.name=t", "-c", "user.email=t@t", "commit-tree", &tree, "-m", "leaf"]);
-    for _ in 0..8 {
-        commit = gitlinks_to(&repo, &commit, 8);
-    }
+    let (repo, commit) = nesting_itself(dir.path(), "bomb.git", 8, 8);
     let target = dir.path().join("t");
     for limit in [None, Some("1000000")] {
         let mut args =
@@ -213,15 +220,7 @@ fn a_submodule_bomb_is_refused_before_it_is_planned() {
         assert_nothing_written(&target);
     }
     // A small one is filled as git would: 2 gitlinks a level, 3 levels, 8 files.
-    let small = dir.path().join("small.git");
-    git(dir.path(), &["init", "-q", "--bare", small.to_str().expect("utf8")]);
-    git(&small, &["config", "protocol.file.allow", "always"]);
-    let blob = treesync_testkit::git_stdin(&small, &["hash-object", "-w", "--stdin"], b"x\n");
-    let tree = treesync_testkit::raw_tree(&small, &[("100644", b"f", &blob)]);
-    let mut commit = git(&small, &["-c", "user.name=t", "-c", "user.email=t@t", "commit-tree", &tree, "-m", "leaf"]);
-    for _ in 0..3 {
-        commit = gitlinks_to(&small, &commit, 2);
-    }
+    let (small, commit) = nesting_itself(dir.path(), "small.git", 2, 3);
     let t2 = dir.path().join("t2");
     let r = run(&["sync", "--repo", s(&small), "--ref", &commit, "--target", s(&t2), "--recurse-submodules"]);
     assert_eq!(r.code, Some(0), "{}", r.stderr);

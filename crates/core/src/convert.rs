@@ -660,11 +660,13 @@ impl Converter {
         conversion: &Conversion,
         sink: &mut dyn FnMut(&[u8]) -> std::io::Result<()>,
     ) -> Result<(), ConvertError> {
-        self.convert_within(data, path, blob, conversion, crate::smudge::DEFAULT_TIMEOUT, sink)
+        self.convert_within(data, path, blob, conversion, crate::smudge::DEFAULT_TIMEOUT, u64::MAX, sink)
     }
 
     /// [`Converter::convert`], a single-file filter driver given `filter_timeout` per file
-    /// ([`crate::smudge`]).
+    /// ([`crate::smudge`]); what is held to expand `export-subst` placeholders (the only
+    /// conversion that needs the whole output) is refused past `max_held` bytes.
+    #[allow(clippy::too_many_arguments)] // the inputs of one conversion and its two bounds
     pub fn convert_within(
         &self,
         data: &[u8],
@@ -672,14 +674,24 @@ impl Converter {
         blob: &ObjectId,
         conversion: &Conversion,
         filter_timeout: std::time::Duration,
+        max_held: u64,
         sink: &mut dyn FnMut(&[u8]) -> std::io::Result<()>,
     ) -> Result<(), ConvertError> {
         match (&self.commit, conversion.export_subst) {
             (Some(commit), true) => {
                 let mut out = Vec::with_capacity(data.len());
-                // Expanded whole, as `git archive` does; what goes in still passes the sink's
-                // bounds first (a filter's output is not held past them).
+                // Expanded whole, as `git archive` does; held only up to the bound.
                 self.convert_for_worktree(data, path, blob, conversion, filter_timeout, &mut |chunk| {
+                    if (out.len() + chunk.len()) as u64 > max_held {
+                        return Err(std::io::Error::new(
+                            std::io::ErrorKind::FileTooLarge,
+                            format!(
+                                "converting {} for export-subst took more than --max-bytes ({max_held} bytes left)\n  hint: raise --max-bytes if this much is expected, else look at the filter or attributes of {}",
+                                path.to_str_lossy(),
+                                path.to_str_lossy()
+                            ),
+                        ));
+                    }
                     out.extend_from_slice(chunk);
                     Ok(())
                 })?;
@@ -740,7 +752,7 @@ impl Converter {
             if let Some(d) = self.settings.drivers.get(name).filter(|d| d.process.is_none()) {
                 let input = encoded.as_deref().unwrap_or(lines);
                 let Some(command) = &d.smudge else { return sink(input).map_err(ConvertError::Sink) };
-                return crate::smudge::run(command, &self.context, &path[..], input, filter_timeout, sink).map_err(
+                return crate::smudge::run(command, &self.context, path, input, filter_timeout, sink).map_err(
                     |f| match f {
                         crate::smudge::Failure::Sink(e) => ConvertError::Sink(e),
                         f => failed(format!("the filter driver {name} (`{command}`): {f}")),
@@ -749,30 +761,47 @@ impl Converter {
             }
             let staged = encoded.unwrap_or_else(|| lines.to_vec());
             drop(eol);
-            let out = pipeline
-                .convert_to_worktree(
-                    &staged,
-                    path,
-                    &mut |p, out| conversion.fill(Stage::Driver, p, out),
-                    Default::default(),
-                )
-                .map_err(|e| failed(e.to_string()))?;
-            match out {
-                ToWorktreeOutcome::Unchanged(b) | ToWorktreeOutcome::Buffer(b) => sink(b).map_err(ConvertError::Sink),
-                ToWorktreeOutcome::Process(filter::driver::apply::MaybeDelayed::Immediate(mut read)) => {
+            // A `process` driver runs in gitoxide's pipeline: a watchdog stops it (and so this
+            // file) past the timeout.
+            let process = self.settings.drivers.get(name).and_then(|d| d.process.clone());
+            let watchdog = process.as_deref().map(|cmd| crate::smudge::Watchdog::start(cmd, filter_timeout));
+            let out = pipeline.convert_to_worktree(
+                &staged,
+                path,
+                &mut |p, out| conversion.fill(Stage::Driver, p, out),
+                Default::default(),
+            );
+            let streamed = match out {
+                Err(e) => Err(failed(e.to_string())),
+                Ok(ToWorktreeOutcome::Unchanged(b) | ToWorktreeOutcome::Buffer(b)) => {
+                    sink(b).map_err(ConvertError::Sink)
+                }
+                Ok(ToWorktreeOutcome::Process(filter::driver::apply::MaybeDelayed::Immediate(mut read))) => {
                     let mut buf = vec![0u8; 1 << 16];
                     loop {
-                        let n = read.read(&mut buf).map_err(|e| failed(format!("the filter's output: {e}")))?;
-                        if n == 0 {
-                            return Ok(());
+                        match read.read(&mut buf) {
+                            Err(e) => break Err(failed(format!("the filter's output: {e}"))),
+                            Ok(0) => break Ok(()),
+                            Ok(n) => {
+                                if let Err(e) = sink(&buf[..n]) {
+                                    break Err(ConvertError::Sink(e));
+                                }
+                            }
                         }
-                        sink(&buf[..n]).map_err(ConvertError::Sink)?;
                     }
                 }
-                ToWorktreeOutcome::Process(filter::driver::apply::MaybeDelayed::Delayed(_)) => {
+                Ok(ToWorktreeOutcome::Process(filter::driver::apply::MaybeDelayed::Delayed(_))) => {
                     Err(failed("the filter delayed the file, which treesync does not ask for".into()))
                 }
+            };
+            if watchdog.is_some_and(crate::smudge::Watchdog::stop) {
+                return Err(failed(format!(
+                    "the filter driver {name} (`{}`): {}",
+                    process.as_deref().unwrap_or_default(),
+                    crate::smudge::Failure::Timeout(filter_timeout)
+                )));
             }
+            streamed
         })();
         if result.is_ok() {
             self.pool.lock().expect("never poisoned").push(pipeline);

@@ -12,6 +12,10 @@
 //!   input, its standard error shown; a filter that exits 0 without reading all its input is
 //!   fine (git ignores the broken pipe too).
 //!
+//! A `process` driver (git's long-running filter protocol) runs in gitoxide's pipeline; a
+//! [`Watchdog`] gives it the same timeout per file, killing the driver's process (and what it
+//! started) when it runs past it.
+//!
 //! A filter that fails (exit status, signal, timeout) fails the sync whether or not it is
 //! `required`: git then writes the blob as it is with an error on its standard error and exit
 //! status 0, which leaves a file that is not what the filter would make; treesync never writes
@@ -165,6 +169,73 @@ pub fn run(
             _ => Ok(()),
         }
     })
+}
+
+/// Stops a `process` driver that runs past its time on one file: started before the file is
+/// handed to it, [`Watchdog::stop`]ped after. Past the timeout it kills every child of this
+/// process running `command` (the driver gitoxide started, with what it started), which ends
+/// the pipeline's read or write with an error.
+pub struct Watchdog {
+    done: Option<std::sync::mpsc::Sender<()>>,
+    fired: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Watchdog {
+    /// Watch the driver `command` for `timeout`.
+    pub fn start(command: &str, timeout: Duration) -> Watchdog {
+        let (done, wait) = std::sync::mpsc::channel::<()>();
+        let fired = Arc::new(AtomicBool::new(false));
+        let flag = fired.clone();
+        let command = command.to_string();
+        let thread = std::thread::spawn(move || {
+            if let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = wait.recv_timeout(timeout) {
+                flag.store(true, Ordering::SeqCst);
+                kill_children_running(&command);
+            }
+        });
+        Watchdog { done: Some(done), fired, thread: Some(thread) }
+    }
+
+    /// Stop watching; whether the timeout struck (the driver was killed).
+    pub fn stop(mut self) -> bool {
+        drop(self.done.take());
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        self.fired.load(Ordering::SeqCst)
+    }
+}
+
+/// Kill this process's children whose command line holds `command`, and their children.
+fn kill_children_running(command: &str) {
+    let me = std::process::id();
+    let procs: Vec<(u32, u32, String)> = std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            let pid: u32 = e.file_name().to_str()?.parse().ok()?;
+            let stat = std::fs::read_to_string(e.path().join("stat")).ok()?;
+            // `pid (comm) state ppid …`: comm may hold spaces and parentheses.
+            let ppid: u32 = stat.rsplit_once(')')?.1.split_whitespace().nth(1)?.parse().ok()?;
+            let cmdline = std::fs::read(e.path().join("cmdline")).ok()?;
+            Some((pid, ppid, String::from_utf8_lossy(&cmdline).replace('\0', " ")))
+        })
+        .collect();
+    let mut doomed: Vec<u32> =
+        procs.iter().filter(|(_, ppid, cmd)| *ppid == me && cmd.contains(command.trim())).map(|p| p.0).collect();
+    let mut i = 0;
+    while i < doomed.len() {
+        let parent = doomed[i];
+        doomed.extend(procs.iter().filter(|(_, ppid, _)| *ppid == parent).map(|p| p.0));
+        i += 1;
+    }
+    for pid in doomed {
+        if let Some(pid) = rustix::process::Pid::from_raw(pid as i32) {
+            let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
+        }
+    }
 }
 
 #[cfg(test)]

@@ -584,7 +584,9 @@ impl BlobSource for Converting {
             Ok(())
         })?;
         let timeout = self.limits.filter_timeout;
-        self.converter.convert_within(&data, content.path.as_bstr(), content.blob, conversion, timeout, &mut sink)?;
+        let left = self.limits.max_bytes.saturating_sub(self.written.load(std::sync::atomic::Ordering::Relaxed));
+        let path = content.path.as_bstr();
+        self.converter.convert_within(&data, path, content.blob, conversion, timeout, left, &mut sink)?;
         Ok(())
     }
 }

@@ -215,6 +215,9 @@ type ModulesKey = (PathBuf, ObjectId);
 
 /// What is shared by every level of nesting: opened repositories, parsed `.gitmodules`, what
 /// was used, and what the superproject says about local-path URLs.
+/// The entries of a `.gitmodules` by their path (slashes at the ends trimmed).
+type ByPath = HashMap<Vec<u8>, Vec<Module>>;
+
 struct Shared {
     /// The superproject's [`FileProtocol`].
     file: FileProtocol,
@@ -223,7 +226,7 @@ struct Shared {
     /// Repositories opened so far, by the path they were opened from (`None`: not there).
     opened: Mutex<HashMap<PathBuf, Option<Repo>>>,
     /// `.gitmodules` of a tree, by repository git dir and tree: its entries by path.
-    modules: Mutex<HashMap<ModulesKey, Arc<HashMap<Vec<u8>, Vec<Module>>>>>,
+    modules: Mutex<HashMap<ModulesKey, Arc<ByPath>>>,
     used: Mutex<Vec<Used>>,
 }
 
@@ -356,7 +359,7 @@ impl Level<'_> {
     }
 
     /// The `.gitmodules` entries of tree `tree` (none without the file).
-    fn modules_of(&self, tree: ObjectId) -> Result<Arc<HashMap<Vec<u8>, Vec<Module>>>, Error> {
+    fn modules_of(&self, tree: ObjectId) -> Result<Arc<ByPath>, Error> {
         let key = (self.repo.git_dir(), tree);
         if let Some(m) = self.shared.modules.lock().expect("never poisoned").get(&key) {
             return Ok(m.clone());
@@ -380,7 +383,7 @@ impl Level<'_> {
         })?;
         // By path (as `modules_at` looks them up): one lookup per gitlink, not a scan of them
         // all (11,110 gitlinks made planning quadratic).
-        let mut modules: HashMap<Vec<u8>, Vec<Module>> = HashMap::new();
+        let mut modules = ByPath::new();
         if let Some(bytes) = bytes {
             let bad = |message: String| Error::Gitmodules { tree, repo: self.repo.path().to_path_buf(), message };
             let file = gix::submodule::File::from_bytes(&bytes, None, &gix::config::File::default())

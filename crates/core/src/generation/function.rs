@@ -120,6 +120,20 @@ pub async fn orphaned(host: &dyn Host) -> Result<(), Error> {
     }
 }
 
+/// The target directory, when it is one treesync manages and is marked as a generation, is
+/// not one any more (a target left, or whose home is gone). Nothing when there is no such
+/// target (a first atomic sync cut short before its switch).
+async fn unmark(host: &dyn Host) -> Result<(), Error> {
+    if !matches!(host.at_target().await?, AtTarget::Dir { managed: true, .. }) {
+        return Ok(());
+    }
+    let target = host.open(&At::Target);
+    if target.load_aux(GENERATION_MARK).await?.is_some_and(|m| !m.is_empty()) {
+        target.store_aux(GENERATION_MARK, b"").await?;
+    }
+    Ok(())
+}
+
 /// Mark `backend` (a generation about to be switched to) as a generation of `switch` mode.
 async fn mark(backend: &dyn Backend, switch: Switch) -> Result<(), Error> {
     Ok(backend.store_aux(GENERATION_MARK, switch.to_string().as_bytes()).await?)
@@ -727,15 +741,21 @@ async fn locked(
     host.claim_slot(&slot).await?;
     let backend = RewriteModes::new(host.open(&At::Slot(slot.clone())));
     // A slot holding what treesync did not write (what a takeover displaced), or whose state
-    // is gone, is taken over: the home is treesync's, and nothing in a slot is kept.
-    let unmanaged_slot = match backend.prepare_target(false).await? {
-        crate::backend::TargetState::Unmanaged => true,
-        crate::backend::TargetState::Managed => backend.load_state().await?.is_none(),
-        crate::backend::TargetState::Empty => false,
-    };
+    // is gone (refused by the sync before it writes), is taken over: the home is treesync's,
+    // and nothing in a slot is kept.
+    let unmanaged_slot = backend.prepare_target(false).await? == crate::backend::TargetState::Unmanaged;
     let slot_options = sync::Options { force: options.sync.force || unmanaged_slot, ..options.sync.clone() };
-    let synced = sync::sync(repo, rev, &backend, &slot_options, progress, interrupt).await?;
-    mark(&backend, switch).await?;
+    let synced = match sync::sync(repo, rev, &backend, &slot_options, progress, interrupt).await {
+        Err(sync::Error::Unmanaged { .. }) => {
+            let forced = sync::Options { force: true, ..slot_options };
+            sync::sync(repo, rev, &backend, &forced, progress, interrupt).await?
+        }
+        r => r?,
+    };
+    // A reused generation was marked when it was made.
+    if !reused {
+        mark(&backend, switch).await?;
+    }
 
     let (now_current, previous) = switch_to(host, &mut rec, &slot, switch).await?;
     current = Some(now_current);
@@ -863,12 +883,7 @@ pub async fn repair(
 pub async fn leave(host: &dyn Host, options: &Options) -> Result<LeaveOutcome, Error> {
     if !host.home_exists().await? {
         // A generation whose home is gone ([`orphaned`]) is a plain target from now on.
-        if matches!(host.at_target().await?, AtTarget::Dir { managed: true, .. }) {
-            let target = host.open(&At::Target);
-            if target.load_aux(GENERATION_MARK).await?.is_some_and(|m| !m.is_empty()) {
-                target.store_aux(GENERATION_MARK, b"").await?;
-            }
-        }
+        unmark(host).await?;
         return Ok(LeaveOutcome::default());
     }
     let guard = lock(host, options.sync.lock_wait).await?;
@@ -889,7 +904,7 @@ pub async fn leave(host: &dyn Host, options: &Options) -> Result<LeaveOutcome, E
         rec.switch = None;
         store(host, &mut rec).await?;
         // The target is no generation from now on.
-        host.open(&At::Target).store_aux(GENERATION_MARK, b"").await?;
+        unmark(host).await?;
         let held = held(host).await?;
         let mut notes = Vec::new();
         out.removed.extend(cleanup(host, &mut rec, Some(&At::Target), 1, options.grace, &held, &mut notes).await?);
