@@ -82,6 +82,7 @@ fn options(switch: Switch, keep: usize, grace: Duration) -> generation::Options 
         keep,
         grace,
         switch: Some(switch),
+        max_generations: None,
     }
 }
 

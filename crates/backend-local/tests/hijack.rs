@@ -108,6 +108,7 @@ fn options(switch: Switch) -> generation::Options {
         keep: 2,
         grace: Duration::ZERO,
         switch: Some(switch),
+        max_generations: None,
     }
 }
 
@@ -244,29 +245,51 @@ async fn leaving_generations_finishes_after_a_kill_and_a_stray_entry_is_reported
 }
 
 /// Issue 29: generations grew without bound inside the grace period (12 syncs in 5 minutes,
-/// 12 generations). At most `--keep` + GRACE_CAP are kept; at the cap the oldest is reused
-/// within its grace period, with a note.
+/// 12 generations). At the cap (`--keep` + GRACE_CAP by default) with none past its grace
+/// period, a sync is refused saying when to retry, rather than reuse a generation a reader may
+/// be in; the target keeps its commit, and with a shorter grace the same sync goes through.
 #[tokio::test]
 async fn generations_within_the_grace_period_stop_at_the_cap() {
     let h = trees();
     for switch in [Switch::Exchange, Switch::Symlink] {
         let site = Site::new();
         let o = generation::Options { grace: Duration::from_secs(3600), ..options(switch) };
-        let mut notes = Vec::new();
-        for n in 0..(o.keep + generation::GRACE_CAP + 6) {
-            let out = generation::sync(&h.repo, &h.commits[n % 2], &site.host, &o, &|_| {}, &AtomicBool::new(false))
-                .await
-                .expect("sync");
-            assert_holds(&h, n % 2, &site.target(), &format!("{switch}: sync {n}"));
-            notes.extend(out.notes);
+        let cap = o.keep + generation::GRACE_CAP;
+        assert_eq!(o.cap(), cap);
+        let generations = || {
             let slots = std::fs::read_dir(site.home())
                 .expect("home")
-                .filter(|e| e.as_ref().expect("entry").file_name().to_string_lossy().starts_with('g'))
-                .filter(|e| e.as_ref().expect("entry").file_type().expect("type").is_dir())
+                .map(|e| e.expect("entry"))
+                .filter(|e| e.file_name().to_string_lossy().starts_with('g') && e.file_type().expect("type").is_dir())
                 .count();
-            let total = slots + usize::from(switch == Switch::Exchange);
-            assert!(total <= o.keep + generation::GRACE_CAP, "{switch}: {total} generations after sync {n}");
+            slots + usize::from(switch == Switch::Exchange)
+        };
+        let mut refused = 0;
+        for n in 0..(cap + 4) {
+            match generation::sync(&h.repo, &h.commits[n % 2], &site.host, &o, &|_| {}, &AtomicBool::new(false)).await {
+                Ok(_) => assert_holds(&h, n % 2, &site.target(), &format!("{switch}: sync {n}")),
+                Err(e) => {
+                    refused += 1;
+                    assert!(matches!(e, generation::Error::AtCap { .. }), "{switch}: sync {n}: {e:?}");
+                    let text = e.to_string();
+                    assert!(
+                        text.contains("--max-generations") && text.contains("hint: run the sync again in"),
+                        "{text}"
+                    );
+                    // The target still shows the commit it was last switched to.
+                    assert_holds(&h, (n + 1) % 2, &site.target(), &format!("{switch}: refused sync {n}"));
+                }
+            }
+            assert!(generations() <= cap, "{switch}: {} generations after sync {n}", generations());
         }
-        assert!(notes.iter().any(|n| n.contains("is the cap")), "{switch}: {notes:?}");
+        // Past the cap every sync that needs a new generation is refused (those to the commit
+        // the target holds already need none).
+        assert_eq!(refused, 2, "{switch}: the syncs past the cap are refused");
+        // The cap is a setting; a shorter grace frees the oldest at once.
+        let shorter = generation::Options { grace: Duration::ZERO, ..o };
+        generation::sync(&h.repo, &h.commits[0], &site.host, &shorter, &|_| {}, &AtomicBool::new(false))
+            .await
+            .expect("past the grace period");
+        assert_holds(&h, 0, &site.target(), "after the cap");
     }
 }

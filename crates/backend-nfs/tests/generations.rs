@@ -71,6 +71,7 @@ fn options(keep: usize) -> generation::Options {
         keep,
         grace: Duration::ZERO,
         switch: None,
+        max_generations: None,
     }
 }
 

@@ -10,7 +10,8 @@ pub(crate) const EXIT_CODES: &str = "\
 Exit codes:
   0  success
   2  error (bad repository or revision, I/O error, usage error); the message says what to do
-  3  another treesync holds the target's lock; try again later
+  3  another treesync holds the target's lock, or the target has as many generations as
+     --max-generations allows and none past --grace; try again later
   4  refused before anything is written: the target holds files treesync did not write
      (see --force), it is a place no sync may write or take over (the root, a home, a
      repository, a generations home), the tree contains an entry that must never be
@@ -400,6 +401,11 @@ pub(crate) struct AtomicArgs {
     /// local disks a generation some process still holds open is skipped too.
     #[arg(long, value_name = "DURATION", value_parser = treesync_core::duration::parse, help_heading = "Generations (--atomic)")]
     pub(crate) grace: Option<std::time::Duration>,
+    /// The most generations the target may have, the current one included, however fast syncs
+    /// come: at the cap, with none past --grace, a sync is refused (exit 3, saying when to
+    /// retry) rather than reuse a generation a reader may be in [default: --keep + 8].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..), help_heading = "Generations (--atomic)")]
+    pub(crate) max_generations: Option<u64>,
     /// How the target is switched: exchange (the target stays a real directory, swapped with
     /// renameat2 RENAME_EXCHANGE; local disks), symlink (the target is a symlink replaced by a
     /// rename; any filesystem, nfs://), or auto: exchange where the filesystem can, else
@@ -438,6 +444,7 @@ impl AtomicArgs {
             sync,
             keep: self.keep.map_or(generation::DEFAULT_KEEP, |k| usize::try_from(k).unwrap_or(usize::MAX)),
             grace: self.grace.unwrap_or(generation::DEFAULT_GRACE),
+            max_generations: self.max_generations.map(|m| usize::try_from(m).unwrap_or(usize::MAX)),
             switch: match self.switch {
                 None | Some(SwitchArg::Auto) => None,
                 Some(SwitchArg::Symlink) => Some(Switch::Symlink),
@@ -457,6 +464,7 @@ impl AtomicArgs {
         }
         self.keep = self.keep.or(m.keep);
         self.grace = self.grace.or(m.grace);
+        self.max_generations = self.max_generations.or(m.max_generations);
         self.switch = self.switch.or(m.switch.map(|s| match s {
             treesync_core::generation::Switch::Symlink => SwitchArg::Symlink,
             treesync_core::generation::Switch::Exchange => SwitchArg::Exchange,

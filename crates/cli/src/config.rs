@@ -105,6 +105,8 @@ pub struct Mirror {
     pub keep: Option<u64>,
     /// The grace period of retired generations (`--grace`).
     pub grace: Option<Duration>,
+    /// The most generations a target may have (`--max-generations`).
+    pub max_generations: Option<u64>,
     /// How the target is switched (`--switch`; `auto` is unset).
     pub switch: Option<treesync_core::generation::Switch>,
     /// Where `watch` serves metrics and /healthz (`metrics_addr` of `[defaults]`, the same for
@@ -392,6 +394,7 @@ tables! {
     atomic: Flag,
     keep: Count,
     grace: Grace,
+    max_generations: Count,
     switch: SwitchValue,
     cache_dir: Text,
     exec_after: Text,
@@ -938,6 +941,7 @@ pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
             atomic: settings.atomic.as_ref().map(|f| f.value.0),
             keep: settings.keep.as_ref().map(|c| c.value.0),
             grace: settings.grace.as_ref().map(|g| g.value.0),
+            max_generations: settings.max_generations.as_ref().map(|c| c.value.0),
             switch: settings.switch.as_ref().and_then(|s| s.value.0),
             metrics_addr: defaults.metrics_addr.as_ref().map(|a| a.get_ref().0),
             cache_dir: match &settings.cache_dir {
@@ -1487,7 +1491,7 @@ repair = true
             (7, 1),
             "unknown key \"tagret\" in [mirror.site] (expected one of: repo, ref, target, path, backend, interval, \
              verify_every, verify_slices, jobs, lookup_jobs, write_jobs, fsync, endpoint, region, allow_http, repair, poll, max_entries, max_bytes, \
-             filter_timeout, recurse_submodules, include, exclude, export, lfs, atomic, keep, grace, switch, cache_dir, exec_after, webhook)",
+             filter_timeout, recurse_submodules, include, exclude, export, lfs, atomic, keep, grace, max_generations, switch, cache_dir, exec_after, webhook)",
             &["\n  hint: did you mean \"target\"?"],
         );
         assert_err(

@@ -108,6 +108,10 @@ fn exit_code(e: &anyhow::Error) -> u8 {
         if matches!(cause.downcast_ref(), Some(treesync_core::select::Error::SelectsNothing { .. })) {
             return 4;
         }
+        // A target at its cap of generations: try again later, as for a held lock.
+        if matches!(cause.downcast_ref(), Some(treesync_core::generation::Error::AtCap { .. })) {
+            return 3;
+        }
         // A sync of a generation (`--atomic`) is refused as a plain one is.
         let synced = cause.downcast_ref::<sync::Error>().or_else(|| match cause.downcast_ref() {
             Some(treesync_core::generation::Error::Sync(e)) => Some(e),

@@ -91,7 +91,9 @@ fn nas_race(switch: &str, grace: &str) -> bool {
     let (h, expected) = setup();
     let target = fs.path().join("site");
     let repo = h.bare.path.clone();
-    let extra = ["--backend", "nfs", "--atomic", "--grace", grace, "--switch", switch];
+    // 60 switches within the grace period: as many generations (the default cap, --keep + 8,
+    // would refuse the 11th sync until the first is past its grace period).
+    let extra = ["--backend", "nfs", "--atomic", "--grace", grace, "--switch", switch, "--max-generations", "100"];
     sync(&target, &repo, &h.commits[0], &extra);
     let race = snapshots::race(&target, &expected, SWITCHES, |i| sync(&target, &repo, &h.commits[i], &extra));
     eprintln!("nas, {switch}, grace {grace}: {race:?}");
@@ -122,7 +124,7 @@ fn atomic_over_nfs_url_readers_never_see_a_mixed_tree_over_60_switches() {
     let url = server.url(&sub);
     let target = server.dir().join(&sub);
     let repo = h.bare.path.clone();
-    let extra = ["--atomic", "--grace", "2s", "--switch", "symlink"];
+    let extra = ["--atomic", "--grace", "2s", "--switch", "symlink", "--max-generations", "100"];
     let sync_url = |commit: &str| {
         let o = Command::new(env!("CARGO_BIN_EXE_treesync"))
             .args(["sync", "-q", "--repo"])

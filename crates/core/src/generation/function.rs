@@ -5,7 +5,6 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use super::GRACE_CAP;
 use super::host::{At, AtTarget, Cloned, Host, Switch};
 use super::record::{Record, SlotRecord};
 use crate::apply::Progress;
@@ -28,11 +27,29 @@ pub struct Options {
     /// How to switch; `None`: what the record says, else the best the filesystem offers
     /// ([`Switch::Exchange`] where it can, else [`Switch::Symlink`]).
     pub switch: Option<Switch>,
+    /// The most generations the target may have, the current one included, however fast syncs
+    /// come; `None`: [`Options::keep`] + [`super::GRACE_CAP`]. At the cap, with none past its
+    /// grace period, a sync is refused ([`Error::AtCap`]) rather than reuse a generation a
+    /// reader may still be in.
+    pub max_generations: Option<usize>,
 }
 
 impl Default for Options {
     fn default() -> Self {
-        Options { sync: sync::Options::default(), keep: super::DEFAULT_KEEP, grace: super::DEFAULT_GRACE, switch: None }
+        Options {
+            sync: sync::Options::default(),
+            keep: super::DEFAULT_KEEP,
+            grace: super::DEFAULT_GRACE,
+            switch: None,
+            max_generations: None,
+        }
+    }
+}
+
+impl Options {
+    /// The cap in force ([`Options::max_generations`]), never below [`Options::keep`].
+    pub fn cap(&self) -> usize {
+        self.max_generations.unwrap_or(self.keep.saturating_add(super::GRACE_CAP)).max(self.keep).max(1)
     }
 }
 
@@ -81,6 +98,26 @@ pub enum Error {
     NotAtomic {
         /// The target.
         target: String,
+    },
+    /// The target has as many generations as it may ([`Options::cap`]), none of them past its
+    /// grace period and free: a new one would pass the cap, and reusing one could change a tree
+    /// a reader is still in.
+    #[error(
+        "{target} has {generations} generations, the most it may (--max-generations {cap}), and none is past its grace period ({grace}s){}: a new one would pass the cap, and reusing one now could change a tree a reader is still in\n  hint: run the sync again {}; or raise --max-generations (config max_generations) or shorten --grace",
+        retry_after.map(|s| format!("; the first will be in {s}s")).unwrap_or_default(),
+        retry_after.map(|s| format!("in {s}s")).unwrap_or_else(|| "once the processes holding them open let go".into()),
+    )]
+    AtCap {
+        /// The target.
+        target: String,
+        /// How many generations it has.
+        generations: usize,
+        /// The cap.
+        cap: usize,
+        /// The grace period, in seconds.
+        grace: u64,
+        /// Seconds until the first generation not held open is past its grace period.
+        retry_after: Option<u64>,
     },
     /// The target is a generation (exchange mode: the target directory is the current one)
     /// whose home is gone: syncing it in place would silently stop keeping it in generations.
@@ -459,11 +496,8 @@ async fn cleanup(
     retired.sort_by_key(|(n, t)| (std::cmp::Reverse(*t), n.clone()));
     let keep_retired = keep.saturating_sub(usize::from(current.is_some()));
     let mut removed = Vec::new();
-    let mut in_grace = 0;
     for (name, at) in retired.into_iter().skip(keep_retired) {
-        // At most GRACE_CAP past --keep within the grace period (the newest of them).
-        if at + grace.as_secs() > now && in_grace < GRACE_CAP {
-            in_grace += 1;
+        if at + grace.as_secs() > now {
             notes.push(format!(
                 "kept {name} past --keep {keep}: it stopped being current {}s ago, within the grace period of {}s",
                 now.saturating_sub(at),
@@ -491,10 +525,11 @@ async fn cleanup(
 fn choose(
     rec: &Record,
     current: Option<&At>,
-    keep: usize,
-    grace: Duration,
+    options: &Options,
     held: &BTreeMap<String, Vec<u32>>,
-) -> (Option<String>, Option<String>) {
+    target: &dyn std::fmt::Display,
+) -> Result<(Option<String>, Option<String>), Error> {
+    let (keep, grace) = (options.keep, options.grace);
     let now = now_unix();
     let cur = match current {
         Some(At::Slot(s)) => Some(s.as_str()),
@@ -505,9 +540,9 @@ fn choose(
     if current.is_none() || total < keep {
         // The first generations: start one (from the current one, when there is one).
         if let Some((n, _)) = others.iter().find(|(_, r)| r.preparing && r.retired == Some(0)) {
-            return (Some((*n).clone()), None);
+            return Ok((Some((*n).clone()), None));
         }
-        return (None, None);
+        return Ok((None, None));
     }
     let mut eligible: Vec<_> = others
         .iter()
@@ -515,23 +550,22 @@ fn choose(
         .collect();
     eligible.sort_by_key(|(n, r)| (r.retired.unwrap_or(now), (*n).clone()));
     if let Some((n, _)) = eligible.first() {
-        return (Some((*n).clone()), None);
+        return Ok((Some((*n).clone()), None));
     }
-    // At the cap, the grace period gives way: the generation retired longest ago that no
-    // process holds open is reused.
-    if total >= keep.max(1) + GRACE_CAP {
-        let mut free: Vec<_> = others.iter().filter(|(n, _)| !held.contains_key(*n)).collect();
-        free.sort_by_key(|(n, r)| (r.retired.unwrap_or(now), (*n).clone()));
-        if let Some((n, r)) = free.first() {
-            return (
-                Some((*n).clone()),
-                Some(format!(
-                    "reused {n} within its grace period (it stopped being current {}s ago, grace {}s): {total} generations is the cap (--keep {keep} + {GRACE_CAP} within the grace period)",
-                    now.saturating_sub(r.retired.unwrap_or(now)),
-                    grace.as_secs()
-                )),
-            );
-        }
+    let cap = options.cap();
+    if total >= cap {
+        let retry_after = others
+            .iter()
+            .filter(|(n, _)| !held.contains_key(*n))
+            .map(|(_, r)| (r.retired.unwrap_or(now) + grace.as_secs()).saturating_sub(now).max(1))
+            .min();
+        return Err(Error::AtCap {
+            target: target.to_string(),
+            generations: total,
+            cap,
+            grace: grace.as_secs(),
+            retry_after,
+        });
     }
     let why: Vec<String> = others
         .iter()
@@ -544,7 +578,7 @@ fn choose(
             ),
         })
         .collect();
-    (None, Some(format!("no generation can be reused yet ({}): starting a new one", why.join(", "))))
+    Ok((None, Some(format!("no generation can be reused yet ({}): starting a new one", why.join(", ")))))
 }
 
 async fn held(host: &dyn Host) -> Result<BTreeMap<String, Vec<u32>>, Error> {
@@ -629,9 +663,10 @@ async fn dry_run_in(
 }
 
 fn preview_at(rec: &Record, current: Option<&At>, options: &Options, held: &BTreeMap<String, Vec<u32>>) -> Option<At> {
-    match choose(rec, current, options.keep, options.grace, held) {
-        (Some(slot), _) => Some(At::Slot(slot)),
-        (None, _) => current.cloned(),
+    match choose(rec, current, options, held, &"") {
+        Ok((Some(slot), _)) => Some(At::Slot(slot)),
+        // A new generation starts as a copy of the current one; at the cap the sync is refused.
+        Ok((None, _)) | Err(_) => current.cloned(),
     }
 }
 
@@ -721,7 +756,7 @@ async fn locked(
     }
 
     // The generation to prepare.
-    let (chosen, note) = choose(&rec, current.as_ref(), options.keep, options.grace, &held);
+    let (chosen, note) = choose(&rec, current.as_ref(), options, &held, host)?;
     notes.extend(note);
     let reused =
         chosen.as_ref().is_some_and(|s| rec.slots.get(s).is_some_and(|r| r.retired != Some(0) || !r.preparing));

@@ -47,8 +47,8 @@ pub const DEFAULT_KEEP: usize = 2;
 /// being current.
 pub const DEFAULT_GRACE: std::time::Duration = std::time::Duration::from_secs(300);
 
-/// How many generations past [`Options::keep`] the grace period keeps at most. Syncs faster
-/// than the grace period would otherwise add a generation each; at the cap the generation
-/// retired longest ago that no process holds open is reused (or removed) within its grace
-/// period, with a note. Generations held open by a process are never reused.
+/// How many generations past [`Options::keep`] a target may have by default
+/// ([`Options::max_generations`]). Syncs faster than the grace period would otherwise add a
+/// generation each, without bound; at the cap a sync is refused until the first generation is
+/// past its grace period ([`Error::AtCap`]): a generation a reader may be in is never reused.
 pub const GRACE_CAP: usize = 8;
