@@ -35,6 +35,7 @@ fn options(switch: Switch, grace: Duration) -> Options {
         keep: 2,
         grace,
         switch: Some(switch),
+        max_generations: None,
     }
 }
 
