@@ -71,15 +71,20 @@ fn io(e: Errno) -> std::io::Error {
     std::io::Error::from_raw_os_error(e.raw_os_error())
 }
 
-/// The process umask, read without changing it where the kernel tells it.
+/// The process umask, read without changing it where the kernel tells it; once per process
+/// (a sync opens more than one target: the generations of one, the target to look at its
+/// marks).
 fn read_umask() -> u32 {
-    if let Ok(status) = std::fs::read_to_string("/proc/self/status")
-        && let Some(line) = status.lines().find(|l| l.starts_with("Umask:"))
-        && let Ok(m) = u32::from_str_radix(line["Umask:".len()..].trim(), 8)
-    {
-        return m;
-    }
-    0o022
+    static UMASK: OnceLock<u32> = OnceLock::new();
+    *UMASK.get_or_init(|| {
+        if let Ok(status) = std::fs::read_to_string("/proc/self/status")
+            && let Some(line) = status.lines().find(|l| l.starts_with("Umask:"))
+            && let Ok(m) = u32::from_str_radix(line["Umask:".len()..].trim(), 8)
+        {
+            return m;
+        }
+        0o022
+    })
 }
 
 /// The stat data verify compares, from an lstat.

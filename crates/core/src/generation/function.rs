@@ -144,7 +144,8 @@ const GENERATION_MARK: &str = "generation";
 /// plain in-place syncs silently. Fine when the home exists or the target never was a
 /// generation.
 pub async fn orphaned(host: &dyn Host) -> Result<(), Error> {
-    if host.home_exists().await? || !matches!(host.at_target().await?, AtTarget::Dir { managed: true, .. }) {
+    // No target directory (nor, say, its parent) is no generation: the sync says what it finds.
+    if host.home_exists().await? || !matches!(host.at_target().await, Ok(AtTarget::Dir { managed: true, .. })) {
         return Ok(());
     }
     match host.open(&At::Target).load_aux(GENERATION_MARK).await? {
@@ -161,7 +162,7 @@ pub async fn orphaned(host: &dyn Host) -> Result<(), Error> {
 /// not one any more (a target left, or whose home is gone). Nothing when there is no such
 /// target (a first atomic sync cut short before its switch).
 async fn unmark(host: &dyn Host) -> Result<(), Error> {
-    if !matches!(host.at_target().await?, AtTarget::Dir { managed: true, .. }) {
+    if !matches!(host.at_target().await, Ok(AtTarget::Dir { managed: true, .. })) {
         return Ok(());
     }
     let target = host.open(&At::Target);
