@@ -1,7 +1,9 @@
 //! The CLI on a NAS stand-in (the slow FUSE filesystem, latency on every op, kernel caches
 //! off): `--backend auto` picks nfs and says why, and an incremental sync of K changed files in
-//! a 20,000-file tree costs at most 11·K+27 filesystem requests: 10·K+20 for the change itself,
-//! one more (the lookup of `.t.treesync`, whether the target is kept in generations), and, for
+//! a 20,000-file tree costs at most 11·K+30 filesystem requests: 10·K+20 for the change itself,
+//! one more (the lookup of `.t.treesync`, whether the target is kept in generations), three for
+//! the generation mark (`t`, `t/.treesync`, `t/.treesync/generation`: is this a generation whose
+//! home is gone? issue 29; to be folded into the state read the sync makes anyway), and, for
 //! the next verify (issue 18), one GETATTR per written file (its stat data once in place) and
 //! six per run for `.treesync/index-delta` (the clock: one GETATTR of the open state file; one
 //! append through the held `.treesync` handle), none on an unchanged path. (Issue 18, target 4
@@ -63,7 +65,7 @@ fn counted_incremental_sync(modified: usize, added: usize, deleted: usize) {
             eprintln!("  {op:?} {p}");
         }
     }
-    assert!(stats.total() <= 11 * k + 27, "{} filesystem ops for K={k}:\n{stats}", stats.total());
+    assert!(stats.total() <= 11 * k + 30, "{} filesystem ops for K={k}:\n{stats}", stats.total());
 
     // Allowed: the changed files (and their temporaries), the directories on their way, the
     // target root, the state folder, the case probe (one lookup of `.TREESYNC` per run) and the
@@ -91,13 +93,13 @@ fn counted_incremental_sync(modified: usize, added: usize, deleted: usize) {
 /// The issue's case: K=10 modified files, each in its own directory (the worst case: every
 /// directory is looked up once).
 #[test]
-fn ten_modified_files_cost_at_most_137_filesystem_ops() {
+fn ten_modified_files_cost_at_most_140_filesystem_ops() {
     counted_incremental_sync(10, 0, 0);
 }
 
 /// The benchmark's change: 10 modified, 2 added, 2 deleted.
 #[test]
-fn the_benchmark_change_costs_at_most_11k_plus_27_filesystem_ops() {
+fn the_benchmark_change_costs_at_most_11k_plus_30_filesystem_ops() {
     counted_incremental_sync(10, 2, 2);
 }
 

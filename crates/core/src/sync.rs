@@ -178,7 +178,7 @@ pub enum Error {
     },
     /// A takeover (`--force`) of a target that holds something treesync must never remove:
     /// a git repository, a home directory, another target's state or generations
-    /// ([`scan`] finds them, whatever backend serves the target).
+    /// (the takeover's scan finds them, whatever backend serves the target).
     #[error(
         "refusing to take over {target} with --force: it holds {what} ({found}), and --force would remove it with everything else the tree does not have\n  hint: sync into a new or empty directory instead"
     )]

@@ -52,7 +52,7 @@ fn decide(
         (wanted, Ok(h)) => {
             if !rt.block_on(generation::has_home(&*h))? {
                 if wanted.is_none() {
-                    rt.block_on(generation::orphaned(&*h))?;
+                    rt.block_on(generation::orphaned(&*h, &*opened.backend))?;
                 }
                 // --no-atomic on a generation whose home is gone: leaving makes it plain.
                 return Ok((false, (wanted == Some(false)).then_some(h)));

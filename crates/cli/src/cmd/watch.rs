@@ -172,7 +172,9 @@ async fn prepare(
         (Ok(_), Some(w)) => w,
         (Err(e), Some(true)) => anyhow::bail!("{tag}{e}"),
         (Ok(h), None) => {
-            generation::orphaned(&**h).await?;
+            if !generation::has_home(&**h).await? {
+                generation::orphaned(&**h, &*chosen.backend).await?;
+            }
             generation::kept(&**h).await?
         }
         (Err(_), _) => false,

@@ -141,14 +141,13 @@ const GENERATION_MARK: &str = "generation";
 
 /// Refuse a target that was kept in generations but whose home is gone
 /// ([`Error::HomeGone`]): a sync without `--atomic` or `--no-atomic` must not turn it into
-/// plain in-place syncs silently. Fine when the home exists or the target never was a
-/// generation.
-pub async fn orphaned(host: &dyn Host) -> Result<(), Error> {
-    // No target directory (nor, say, its parent) is no generation: the sync says what it finds.
-    if host.home_exists().await? || !matches!(host.at_target().await, Ok(AtTarget::Dir { managed: true, .. })) {
-        return Ok(());
-    }
-    match host.open(&At::Target).load_aux(GENERATION_MARK).await? {
+/// plain in-place syncs silently. For a target whose home the caller found missing
+/// ([`has_home`]), read through `target`, the backend the plain sync uses (its lookups are
+/// the sync's own: one more on a NAS, for the mark). Fine when the target never was a
+/// generation, or is not there.
+pub async fn orphaned(host: &dyn Host, target: &dyn Backend) -> Result<(), Error> {
+    // No target (nor, say, its parent) is no generation: the sync says what it finds.
+    match target.load_aux(GENERATION_MARK).await.ok().flatten() {
         Some(mode) if !mode.is_empty() => Err(Error::HomeGone {
             target: host.to_string(),
             home: host.home_name(),
