@@ -1159,7 +1159,12 @@ impl Host for FsHost {
                 let (from, to) = (h.slot_name(&from)?, h.slot_name(&to)?);
                 let home = h.home()?;
                 h.claims.lock().expect("never poisoned").remove(from);
-                rustix::fs::renameat(&home, from, &home, to).map_err(|e| Error::io("rename", h.shown(from), io(e)))
+                match rustix::fs::renameat(&home, from, &home, to) {
+                    // Gone already (removed by hand, or by someone who can write in the home):
+                    // what the rename was for, removing it, is done.
+                    Ok(()) | Err(Errno::NOENT) => Ok(()),
+                    Err(e) => Err(Error::io("rename", h.shown(from), io(e))),
+                }
             })
             .await
     }

@@ -179,7 +179,8 @@ pub trait Host: Send + Sync + fmt::Display {
     /// possible, else the link is removed and the slot renamed (a moment without a target).
     async fn unlink_target(&self, slot: &str) -> Result<(), Error>;
 
-    /// Rename `HOME/from` to `HOME/to` (to move a slot aside before removing it).
+    /// Rename `HOME/from` to `HOME/to` (to move a slot aside before removing it); fine if
+    /// `from` is gone.
     async fn rename_slot(&self, from: &str, to: &str) -> Result<(), Error>;
 
     /// Remove `HOME/slot` and everything in it, never following a symlink; fine if it is gone.
