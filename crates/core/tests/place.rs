@@ -30,7 +30,7 @@ fn force_refuses_the_root_the_home_and_the_repository() {
         ("/", "the filesystem root"),
         ("/home/me", "your home directory"),
         ("/home/me/site", "the repository's working tree"),
-        ("/home", "the repository's working tree (or a directory holding it)"),
+        ("/home", "a directory holding your home directory"),
     ] {
         assert!(check(target, false).is_ok(), "{target} without --force: a sync there adds, never removes");
         let e = check(target, true).expect_err(target);
