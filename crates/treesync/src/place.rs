@@ -19,9 +19,11 @@ use treesync_core::{Repo, sync};
 
 use crate::Target;
 
-/// Refuse a target where a sync would wreck something (see the [module docs](self)); targets
+/// Refuse a target where a sync would wreck something, whatever its spelling (a directory, a
+/// NAS mount, `file:///DIR`): by path ([`sync::check_place`], with the parent's symlinks
+/// resolved) and, with `force`, a directory holding a `.git` treesync did not write. Targets
 /// that are not local paths (`nfs://`, `s3://`, `memory://`) pass here and are checked by
-/// content when taken over.
+/// content when taken over ([`sync::Error::Precious`]).
 #[allow(clippy::result_large_err)] // the core's error type, as `sync` returns it
 pub fn check_place(target: &Target, repo: &Repo, force: bool) -> Result<(), sync::Error> {
     let Some(dir) = target.local_dir() else { return Ok(()) };
