@@ -522,6 +522,7 @@ async fn cleanup(
 /// Which slot a run prepares: a retired one past the grace period and not held (the one retired
 /// longest ago), or a new one (`None`), with a note when one had to be started because none
 /// could be reused.
+#[allow(clippy::result_large_err)] // the module's one error type; once per sync
 fn choose(
     rec: &Record,
     current: Option<&At>,
