@@ -285,13 +285,7 @@ fn a_filter_that_hangs_is_killed_at_the_timeout_naming_the_filter_and_the_file()
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(2), "{err}");
     assert!(err.contains("slow.s") && err.contains("stuck") && err.contains("--filter-timeout"), "{err}");
-    let left: Vec<String> = std::fs::read_dir("/proc")
-        .expect("proc")
-        .flatten()
-        .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
-        .map(|c| String::from_utf8_lossy(&c).replace('\0', " "))
-        .filter(|c| c.contains("3600.25"))
-        .collect();
+    let left = running("3600.25");
     assert!(left.is_empty(), "the filter's processes are gone: {left:?}");
     // A fixed filter finishes the sync.
     git(&bare, &["config", "filter.stuck.smudge", "cat"]);
@@ -354,12 +348,17 @@ fn a_process_filter_that_hangs_is_killed_at_the_timeout() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(2), "{err}");
     assert!(err.contains("a.p") && err.contains("hangs") && err.contains("--filter-timeout"), "{err}");
-    let left: Vec<String> = std::fs::read_dir("/proc")
+    let left = running("3600.75");
+    assert!(left.is_empty(), "the filter's processes are gone: {left:?}");
+}
+
+/// The command lines of the processes on this machine whose command line holds `marker`.
+fn running(marker: &str) -> Vec<String> {
+    std::fs::read_dir("/proc")
         .expect("proc")
         .flatten()
         .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
         .map(|c| String::from_utf8_lossy(&c).replace('\0', " "))
-        .filter(|c| c.contains("3600.75"))
-        .collect();
-    assert!(left.is_empty(), "the filter's processes are gone: {left:?}");
+        .filter(|c| c.contains(marker))
+        .collect()
 }
