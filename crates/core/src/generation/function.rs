@@ -654,10 +654,27 @@ async fn dry_run_in(
     interrupt: &AtomicBool,
 ) -> Result<sync::Outcome, Error> {
     let backend = host.open(at);
-    match sync::sync(repo, rev, &*backend, options, progress, interrupt).await {
-        Err(sync::Error::Unmanaged { .. }) if matches!(at, At::Slot(_)) => {
+    match at {
+        At::Slot(_) => slot_sync(repo, rev, &*backend, options, progress, interrupt).await,
+        At::Target => Ok(sync::sync(repo, rev, &*backend, options, progress, interrupt).await?),
+    }
+}
+
+/// [`sync::sync`] of a slot: a slot the sync refuses as not written by treesync (what a
+/// takeover displaced, or a slot whose state is gone; refused before anything is written) is
+/// taken over, as the home is treesync's and nothing in a slot is kept.
+async fn slot_sync(
+    repo: &Repo,
+    rev: &str,
+    backend: &dyn Backend,
+    options: &sync::Options,
+    progress: &(dyn Fn(&Progress<'_>) + Send + Sync),
+    interrupt: &AtomicBool,
+) -> Result<sync::Outcome, Error> {
+    match sync::sync(repo, rev, backend, options, progress, interrupt).await {
+        Err(sync::Error::Unmanaged { .. }) => {
             let forced = sync::Options { force: true, ..options.clone() };
-            Ok(sync::sync(repo, rev, &*backend, &forced, progress, interrupt).await?)
+            Ok(sync::sync(repo, rev, backend, &forced, progress, interrupt).await?)
         }
         r => Ok(r?),
     }
@@ -776,18 +793,7 @@ async fn locked(
     }
     host.claim_slot(&slot).await?;
     let backend = RewriteModes::new(host.open(&At::Slot(slot.clone())));
-    // A slot holding what treesync did not write (what a takeover displaced), or whose state
-    // is gone (refused by the sync before it writes), is taken over: the home is treesync's,
-    // and nothing in a slot is kept.
-    let unmanaged_slot = backend.prepare_target(false).await? == crate::backend::TargetState::Unmanaged;
-    let slot_options = sync::Options { force: options.sync.force || unmanaged_slot, ..options.sync.clone() };
-    let synced = match sync::sync(repo, rev, &backend, &slot_options, progress, interrupt).await {
-        Err(sync::Error::Unmanaged { .. }) => {
-            let forced = sync::Options { force: true, ..slot_options };
-            sync::sync(repo, rev, &backend, &forced, progress, interrupt).await?
-        }
-        r => r?,
-    };
+    let synced = slot_sync(repo, rev, &backend, &options.sync, progress, interrupt).await?;
     // A reused generation was marked when it was made.
     if !reused {
         mark(&backend, switch).await?;
