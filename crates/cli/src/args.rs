@@ -622,6 +622,16 @@ pub(crate) enum LevelArg {
     Full,
 }
 
+/// Who decides what each file must hold (`verify --oracle`).
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum OracleArg {
+    /// treesync's own conversions (what a sync writes).
+    Treesync,
+    /// The git program: what `git checkout` writes for the synced tree (`git archive` for an
+    /// --export target), made in a temporary directory.
+    Git,
+}
+
 #[derive(Args, Clone)]
 pub(crate) struct VerifyArgs {
     #[command(flatten)]
@@ -640,6 +650,16 @@ pub(crate) struct VerifyArgs {
     /// How thoroughly to compare.
     #[arg(long, value_enum, default_value_t = LevelArg::Stat)]
     pub(crate) level: LevelArg,
+    /// Who judges each file's bytes. `git`: the git program writes the synced tree into a
+    /// temporary directory (`git checkout-index`; `git archive` for an --export target, with
+    /// the conversion settings the target's state records) and every file of the target is
+    /// compared with what git wrote — a check that does not share treesync's conversion code,
+    /// so it catches a file treesync converted differently from git. Implies --level full;
+    /// needs git (and git-lfs for LFS content) and room for a copy of the tree in $TMPDIR.
+    ///
+    /// Example: treesync verify --repo /srv/git/site.git --target /srv/site --oracle git
+    #[arg(long, value_enum, default_value_t = OracleArg::Treesync, conflicts_with_all = ["repair", "slice"])]
+    pub(crate) oracle: OracleArg,
     /// Rewrite drifted files, restore missing ones, fix modes (through the same executor).
     #[arg(long)]
     pub(crate) repair: bool,

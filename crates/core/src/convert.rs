@@ -32,6 +32,16 @@ use serde::{Deserialize, Serialize};
 
 use crate::lfs::{self, LfsMode, Pointer};
 
+mod encoding;
+mod ident;
+
+pub use encoding::Refusal;
+
+/// The version of the conversion rules: recorded in the state with the settings, so that files
+/// an older treesync wrote with rules since corrected (0: before attribute macros, iconv
+/// encodings and git's two `ident` rule sets) are written again once.
+pub const RULES: u32 = 1;
+
 /// The attributes that decide how a file is written, in the order git's pipeline reads them.
 const FILTER_ATTRIBUTES: [&str; 6] = ["crlf", "ident", "filter", "eol", "text", "working-tree-encoding"];
 
@@ -79,6 +89,16 @@ pub enum Error {
         /// How many paths use it.
         count: usize,
     },
+    /// `working-tree-encoding` is set or unset without naming an encoding (git dies on it).
+    #[error(
+        "{path} has the attribute {attribute}, which names no encoding (git stops with \"true/false are no valid working-tree-encodings\")\n  hint: give it a value (`working-tree-encoding=UTF-16`) or remove it from the .gitattributes line that matches {path} (`git check-attr working-tree-encoding -- {path}` shows where it comes from); nothing was written"
+    )]
+    EncodingNotNamed {
+        /// The file.
+        path: String,
+        /// How the attribute is written (`working-tree-encoding` or `-working-tree-encoding`).
+        attribute: String,
+    },
     /// A conversion failed while writing a file.
     #[error(
         "cannot convert {path} for the working tree ({attributes}): {message}\n  hint: a filter driver named by the attributes must succeed on this file: run its command on the file by hand to see why it fails (`git config --get-regexp '^filter[.]'` in the repository lists the drivers)"
@@ -105,6 +125,10 @@ pub struct DriverConfig {
     /// `filter.NAME.process`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub process: Option<String>,
+    /// Whether `filter.NAME.clean` is set (git then converts the file in memory, which
+    /// changes its `ident` rules).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub clean: bool,
     /// `filter.NAME.required`.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub required: bool,
@@ -140,6 +164,10 @@ pub struct Settings {
     /// pointer files (`pointers`). Not read from the repository: the sync's `--lfs` sets it.
     #[serde(default, skip_serializing_if = "is_content")]
     pub lfs: LfsMode,
+    /// The conversion rules the files were written with ([`RULES`]; 0 in a state an older
+    /// treesync wrote).
+    #[serde(default)]
+    pub rules: u32,
 }
 
 /// Whether `mode` is the default, [`LfsMode::Content`] (not recorded).
@@ -162,7 +190,12 @@ impl Settings {
                 let s = |v: &Option<BString>| v.as_ref().map(|v| v.to_str_lossy().into_owned());
                 (
                     d.name.to_str_lossy().into_owned(),
-                    DriverConfig { smudge: s(&d.smudge), process: s(&d.process), required: d.required },
+                    DriverConfig {
+                        smudge: s(&d.smudge),
+                        process: s(&d.process),
+                        clean: d.clean.is_some(),
+                        required: d.required,
+                    },
                 )
             })
             .collect();
@@ -191,6 +224,7 @@ impl Settings {
             drivers,
             export: false,
             lfs: LfsMode::Content,
+            rules: RULES,
         })
     }
 
@@ -313,7 +347,10 @@ impl Conversion {
     fn new(attributes: String, filter: Option<String>, export_subst: bool) -> Conversion {
         let parts = || attributes.split(' ').filter(|a| !a.is_empty());
         let ident = parts().any(|a| a == "ident");
-        let encoding = parts().find_map(|a| a.strip_prefix("working-tree-encoding=")).map(str::to_string);
+        let encoding = parts()
+            .find_map(|a| a.strip_prefix("working-tree-encoding="))
+            .filter(|label| encoding::converts(label))
+            .map(str::to_string);
         let eol: Vec<&str> = parts()
             .filter(|a| {
                 let name = a.trim_start_matches('-').split('=').next().unwrap_or_default();
@@ -389,10 +426,43 @@ fn canonical() -> &'static MetadataCollection {
 /// → blob. Every directory a diff enters is listed, so every written path's directories are.
 pub type AttributeFiles = Vec<(BString, ObjectId)>;
 
+/// `info/attributes`, matched on its own and laid over the stack's result (it takes precedence
+/// over every `.gitattributes`).
+struct Info {
+    /// The file.
+    text: String,
+    /// The top-level `.gitattributes` blob, whose macros the file may use.
+    root: Option<ObjectId>,
+    search: gix::attrs::Search,
+    collection: MetadataCollection,
+    out: Outcome,
+    /// Whether `search` holds the top-level macros and the file yet ([`Resolver::info_search`]).
+    ready: bool,
+}
+
+/// A fault for the tests of `verify --oracle git`, in debug builds only: with
+/// `TREESYNC_FAULT_FORGET_BUILTIN_MACROS=1`, `binary` is not a macro (the bug issue 30 found),
+/// in syncs and in treesync's own verify alike — which then cannot see it; git can.
+fn forget_builtin_macros() -> bool {
+    cfg!(debug_assertions) && std::env::var_os("TREESYNC_FAULT_FORGET_BUILTIN_MACROS").is_some_and(|v| v == "1")
+}
+
+/// The `[attr]NAME …` lines of an attributes file (macro definitions), with line ends.
+fn macro_lines(text: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for line in text.lines() {
+        if line.trim_start().starts_with(b"[attr]") {
+            out.extend_from_slice(line);
+            out.push(b'\n');
+        }
+    }
+    out
+}
+
 /// Looks up the [`Conversion`] of paths of one tree, at plan time.
 pub struct Resolver {
     stack: gix::worktree::Stack,
-    info: Option<(gix::attrs::Search, MetadataCollection)>,
+    info: Option<Info>,
     every_file: bool,
     export: bool,
     /// No `.gitattributes` file, global attributes file or `info/attributes`: no path has an
@@ -400,7 +470,6 @@ pub struct Resolver {
     /// of a warm verify's user CPU).
     no_patterns: bool,
     out: Outcome,
-    info_out: Outcome,
     interned: HashMap<(String, Option<String>, bool), Arc<Conversion>>,
 }
 
@@ -411,19 +480,42 @@ impl Resolver {
         let export = settings.export;
         let attributes_err = |what: &str, source| Error::Attributes { what: what.into(), source };
         let mut collection = MetadataCollection::default();
-        let mut globals = gix::attrs::Search::default();
+        // git's built-in macro first (`[attr]binary -diff -merge -text`), then the global file.
+        let mut globals = if forget_builtin_macros() {
+            gix::attrs::Search::default()
+        } else {
+            gix::attrs::Search::new_globals(None::<PathBuf>, &mut Vec::new(), &mut collection)
+                .map_err(|e| attributes_err("the built-in macros", e))?
+        };
         if let Some(text) = &settings.attributes_file {
             globals
                 .add_patterns_buffer(text.as_bytes(), "core.attributesFile".into(), None, &mut collection, true)
                 .map_err(|e| attributes_err("core.attributesFile", e))?;
         }
+        // Macros `info/attributes` defines apply in every `.gitattributes` too: the stack
+        // learns their definitions (with the lowest precedence: only their `[attr]` lines).
+        if let Some(text) = &settings.info_attributes {
+            let macros = macro_lines(text.as_bytes());
+            if !macros.is_empty() {
+                globals
+                    .add_patterns_buffer(&macros, "info/attributes".into(), None, &mut collection, true)
+                    .map_err(|e| attributes_err("info/attributes", e))?;
+            }
+        }
         let info = match &settings.info_attributes {
             Some(text) => {
+                // The built-in macros, those the global file and the top-level `.gitattributes`
+                // define (added on first use: [`Resolver::info_search`]), then the file.
                 let mut c = MetadataCollection::default();
-                let mut s = gix::attrs::Search::default();
-                s.add_patterns_buffer(text.as_bytes(), "info/attributes".into(), None, &mut c, true)
-                    .map_err(|e| attributes_err("info/attributes", e))?;
-                Some((s, c))
+                let mut s = gix::attrs::Search::new_globals(None::<PathBuf>, &mut Vec::new(), &mut c)
+                    .map_err(|e| attributes_err("the built-in macros", e))?;
+                if let Some(global) = &settings.attributes_file {
+                    let macros = macro_lines(global.as_bytes());
+                    s.add_patterns_buffer(&macros, "core.attributesFile".into(), None, &mut c, true)
+                        .map_err(|e| attributes_err("core.attributesFile", e))?;
+                }
+                let root = files.iter().find(|(p, _)| p == ".gitattributes").map(|(_, id)| *id);
+                Some(Info { text: text.clone(), root, search: s, collection: c, out: Outcome::default(), ready: false })
             }
             None => None,
         };
@@ -440,10 +532,6 @@ impl Resolver {
         let stack = gix::worktree::Stack::new("", state, Case::Sensitive, Vec::new(), files);
         let mut out = Outcome::default();
         out.initialize_with_selection(&MetadataCollection::default(), LOOKED_UP);
-        let mut info_out = Outcome::default();
-        if let Some((_, c)) = &info {
-            info_out.initialize_with_selection(c, LOOKED_UP);
-        }
         Ok(Resolver {
             stack,
             info,
@@ -451,7 +539,6 @@ impl Resolver {
             export,
             no_patterns,
             out,
-            info_out,
             interned: HashMap::new(),
         })
     }
@@ -478,14 +565,17 @@ impl Resolver {
         for (i, m) in self.out.iter_selected().enumerate() {
             found[i] = show(LOOKED_UP[i], m.assignment.state);
         }
-        if let Some((search, collection)) = &self.info {
-            self.info_out.initialize(collection);
-            search.pattern_matching_relative_path(path, Case::Sensitive, Some(false), &mut self.info_out);
-            for (i, m) in self.info_out.iter_selected().enumerate() {
+        if let Some(Info { search, collection, out, .. }) = self.info_search(odb)? {
+            out.initialize(collection);
+            search.pattern_matching_relative_path(path, Case::Sensitive, Some(false), out);
+            for (i, m) in out.iter_selected().enumerate() {
                 if let Some(a) = show(LOOKED_UP[i], m.assignment.state) {
                     found[i] = Some(a);
                 }
             }
+        }
+        if let Some(a @ ("working-tree-encoding" | "-working-tree-encoding")) = found[5].as_deref() {
+            return Err(Error::EncodingNotNamed { path: path.to_str_lossy().into_owned(), attribute: a.to_string() });
         }
         let export_ignore = self.export && matches!(found[6].as_deref(), Some("export-ignore"));
         let export_subst = self.export && matches!(found[7].as_deref(), Some("export-subst"));
@@ -495,6 +585,30 @@ impl Resolver {
             return Ok((None, export_ignore));
         }
         Ok((Some(self.conversion(attributes, filter, export_subst)), export_ignore))
+    }
+
+    /// The `info/attributes` search, complete: on first use, the macros of the top-level
+    /// `.gitattributes` (read from `odb`) are added below the file's own lines.
+    fn info_search(&mut self, odb: &dyn gix_object::Find) -> Result<Option<&mut Info>, Error> {
+        let Some(info) = &mut self.info else { return Ok(None) };
+        if !info.ready {
+            let attributes_err = |what: &str, source| Error::Attributes { what: what.into(), source };
+            if let Some(id) = info.root {
+                let mut buf = Vec::new();
+                let blob = gix_object::FindExt::find_blob(odb, &id, &mut buf)
+                    .map_err(|e| attributes_err(".gitattributes", std::io::Error::other(e)))?;
+                let macros = macro_lines(blob.data);
+                info.search
+                    .add_patterns_buffer(&macros, ".gitattributes".into(), None, &mut info.collection, true)
+                    .map_err(|e| attributes_err(".gitattributes", e))?;
+            }
+            info.search
+                .add_patterns_buffer(info.text.as_bytes(), "info/attributes".into(), None, &mut info.collection, true)
+                .map_err(|e| attributes_err("info/attributes", e))?;
+            info.out.initialize_with_selection(&info.collection, LOOKED_UP);
+            info.ready = true;
+        }
+        Ok(self.info.as_mut())
     }
 
     /// The one [`Conversion`] of these attributes (interned: paths alike share it).
@@ -523,10 +637,10 @@ impl Resolver {
         platform.matching_attributes(&mut self.out);
         let mut ignored =
             self.out.iter_selected().nth(6).map(|m| matches!(m.assignment.state, StateRef::Set)).unwrap_or(false);
-        if let Some((search, collection)) = &self.info {
-            self.info_out.initialize(collection);
-            search.pattern_matching_relative_path(path, Case::Sensitive, Some(true), &mut self.info_out);
-            if let Some(m) = self.info_out.iter_selected().nth(6)
+        if let Some(Info { search, collection, out, .. }) = self.info_search(odb)? {
+            out.initialize(collection);
+            search.pattern_matching_relative_path(path, Case::Sensitive, Some(true), out);
+            if let Some(m) = out.iter_selected().nth(6)
                 && !matches!(m.assignment.state, StateRef::Unspecified)
             {
                 ignored = matches!(m.assignment.state, StateRef::Set);
@@ -580,6 +694,26 @@ pub struct Converter {
     pool: Mutex<Vec<filter::Pipeline>>,
     /// The commit `export-subst` placeholders are expanded with.
     commit: Option<crate::export::CommitInfo>,
+    /// The files written unconverted because git refuses their `working-tree-encoding`.
+    unconverted: Mutex<BTreeMap<String, Unconverted>>,
+}
+
+/// A file git writes unconverted, after an error, and so does treesync: its
+/// `working-tree-encoding` cannot be converted to (git's "failed to encode").
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
+pub struct Unconverted {
+    /// The file.
+    pub path: String,
+    /// The encoding its attributes name.
+    pub encoding: String,
+    /// Why it cannot be converted.
+    pub why: Refusal,
+}
+
+impl std::fmt::Display for Unconverted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: working-tree-encoding={}: {}", self.path, self.encoding, self.why)
+    }
 }
 
 impl std::fmt::Debug for Converter {
@@ -608,6 +742,7 @@ impl Converter {
             object_hash: r.object_hash(),
             pool: Mutex::new(Vec::new()),
             commit: None,
+            unconverted: Mutex::new(BTreeMap::new()),
         })
     }
 
@@ -615,6 +750,66 @@ impl Converter {
     pub fn with_commit(mut self, commit: crate::export::CommitInfo) -> Converter {
         self.commit = Some(commit);
         self
+    }
+
+    /// Record (and log) that `path` is written unconverted, as git writes it.
+    fn refused(&self, path: &BStr, encoding: &str, why: Refusal) {
+        let path = path.to_str_lossy().into_owned();
+        let mut all = self.unconverted.lock().expect("never poisoned");
+        if !all.contains_key(&path) {
+            let u = Unconverted { path: path.clone(), encoding: encoding.to_string(), why };
+            tracing::debug!(target: "treesync::convert", "written unconverted, as git writes it: {u}");
+            all.insert(path, u);
+        }
+    }
+
+    /// The files written unconverted so far (git refuses their `working-tree-encoding` too).
+    pub fn unconverted(&self) -> Vec<Unconverted> {
+        self.unconverted.lock().expect("never poisoned").values().cloned().collect()
+    }
+
+    /// Whether `git checkout` streams a file converted by `conversion` (`get_stream_filter`):
+    /// no filter driver with a command, no `working-tree-encoding`, no line-end detection
+    /// (`text=auto` unless `eol=lf`, legacy `crlf=auto`, `core.autocrlf=true` without a text
+    /// attribute). `git archive` never streams. It decides which `ident` rules apply.
+    fn streams(&self, conversion: &Conversion) -> bool {
+        if self.settings.export || conversion.encoding.is_some() {
+            return false;
+        }
+        if let Some(d) = conversion.filter.as_deref().and_then(|f| self.settings.drivers.get(f))
+            && (d.process.is_some() || d.smudge.is_some() || d.clean)
+        {
+            return false;
+        }
+        let value = |name: &str| {
+            conversion.attributes.split(' ').find_map(|a| {
+                if a == name {
+                    Some("true")
+                } else if a.strip_prefix('-') == Some(name) {
+                    Some("false")
+                } else {
+                    a.strip_prefix(name).and_then(|v| v.strip_prefix('='))
+                }
+            })
+        };
+        // git's `git_path_check_crlf` on `text`, then on the legacy `crlf`.
+        let action = |v: Option<&str>| match v {
+            Some("true") => Some("text"),
+            Some("false") => Some("binary"),
+            Some("input") => Some("input"),
+            Some("auto") => Some("auto"),
+            _ => None,
+        };
+        let crlf = action(value("text")).or_else(|| action(value("crlf")));
+        let eol_lf = value("eol") == Some("lf");
+        match crlf {
+            Some("auto") => eol_lf,
+            Some(_) => true,
+            None => {
+                value("eol").is_some_and(|e| e == "lf" || e == "crlf")
+                    || self.settings.eol_config().auto_crlf != filter::eol::AutoCrlf::Enabled
+            }
+        }
     }
 
     /// The settings it converts with.
@@ -726,7 +921,8 @@ impl Converter {
         }
         let expanded;
         let data = if conversion.ident {
-            expanded = ident(data, *blob);
+            expanded =
+                if self.streams(conversion) { ident::streamed(data, *blob) } else { ident::in_core(data, *blob) };
             expanded.as_deref().unwrap_or(data)
         } else {
             data
@@ -742,7 +938,14 @@ impl Converter {
                 .map_err(|e| failed(e.to_string()))?;
             let Some(lines) = eol.as_bytes() else { unreachable!("the line-end pass runs no driver") };
             let encoded = match &conversion.encoding {
-                Some(label) => encode(lines, label),
+                Some(label) => match encoding::encode(lines, label) {
+                    encoding::Encoded::Same => None,
+                    encoding::Encoded::Converted(bytes) => Some(bytes),
+                    encoding::Encoded::Refused(why) => {
+                        self.refused(path, label, why);
+                        None
+                    }
+                },
                 None => None,
             };
             let Some(name) = conversion.driver.as_deref() else {
@@ -828,106 +1031,6 @@ impl Converter {
 
 use std::io::Read as _;
 
-/// UTF-8 `data` re-encoded for `working-tree-encoding=label` as git does on checkout (through
-/// iconv): `UTF-16`/`UTF-32` big-endian with a byte-order mark, `UTF-16LE-BOM`/`UTF-16BE-BOM`
-/// with one, `UTF-16LE`/`BE` and `UTF-32LE`/`BE` without; other labels through `encoding_rs`.
-/// `None` (written as it is, as git does after printing an error): empty data, data that is
-/// not UTF-8, a label that is UTF-8 or unknown, a character the encoding cannot hold.
-pub fn encode(data: &[u8], label: &str) -> Option<Vec<u8>> {
-    if data.is_empty() {
-        return None;
-    }
-    let text = std::str::from_utf8(data).ok()?;
-    let mut norm = label.trim().to_ascii_uppercase();
-    if norm.starts_with("UTF-") {
-        norm.remove(3);
-    }
-    let units16 = |be: bool, bom: bool| {
-        let mut out = Vec::with_capacity(data.len() * 2 + 2);
-        let mut put = |u: u16| out.extend_from_slice(&if be { u.to_be_bytes() } else { u.to_le_bytes() });
-        if bom {
-            put(0xFEFF);
-        }
-        text.encode_utf16().for_each(&mut put);
-        out
-    };
-    let units32 = |be: bool, bom: bool| {
-        let mut out = Vec::with_capacity(data.len() * 4 + 4);
-        let mut put = |u: u32| out.extend_from_slice(&if be { u.to_be_bytes() } else { u.to_le_bytes() });
-        if bom {
-            put(0xFEFF);
-        }
-        text.chars().for_each(|c| put(u32::from(c)));
-        out
-    };
-    match norm.as_str() {
-        "UTF8" => None,
-        "UTF16" | "UTF16BE-BOM" => Some(units16(true, true)),
-        "UTF16LE-BOM" => Some(units16(false, true)),
-        "UTF16LE" => Some(units16(false, false)),
-        "UTF16BE" => Some(units16(true, false)),
-        "UTF32" => Some(units32(true, true)),
-        "UTF32LE" => Some(units32(false, false)),
-        "UTF32BE" => Some(units32(true, false)),
-        _ => {
-            let encoding = encoding_rs::Encoding::for_label(label.trim().as_bytes())?;
-            if encoding == encoding_rs::UTF_8 || encoding.output_encoding() != encoding {
-                return None;
-            }
-            let (out, _, unmappable) = encoding.encode(text);
-            (!unmappable).then(|| out.into_owned())
-        }
-    }
-}
-
-/// `$Id$` expanded as git's `ident` attribute does on checkout: every `$Id$`, and every
-/// `$Id:…$` that holds no line break and no space other than right after the colon or right
-/// before the closing dollar (an expansion that crept into the repository), becomes
-/// `$Id: <blob id> $`. `None`: nothing to expand.
-pub fn ident(data: &[u8], blob: ObjectId) -> Option<Vec<u8>> {
-    let hex = blob.to_hex().to_string();
-    let mut out: Option<Vec<u8>> = None;
-    let mut rest = data;
-    let mut copied_upto = 0usize;
-    let mut pos = 0usize;
-    while let Some(d) = rest.iter().position(|b| *b == b'$') {
-        let after = pos + d + 1; // just past the '$'
-        rest = &data[after..];
-        pos = after;
-        if rest.len() < 3 || &rest[..2] != b"Id" {
-            continue;
-        }
-        let end = match rest[2] {
-            b'$' => after + 3,
-            b':' => {
-                let body = &rest[3..];
-                let Some(close) = body.iter().position(|b| *b == b'$') else { break };
-                let inner = &body[..close];
-                if inner.contains(&b'\n') {
-                    continue;
-                }
-                // A space anywhere but first or last: another system's keyword, kept.
-                if inner.len() > 2 && inner[1..inner.len() - 1].contains(&b' ') {
-                    continue;
-                }
-                after + 3 + close + 1
-            }
-            _ => continue,
-        };
-        let buf = out.get_or_insert_with(|| Vec::with_capacity(data.len() + 48));
-        buf.extend_from_slice(&data[copied_upto..after]);
-        buf.extend_from_slice(b"Id: ");
-        buf.extend_from_slice(hex.as_bytes());
-        buf.extend_from_slice(b" $");
-        copied_upto = end;
-        pos = end;
-        rest = &data[end..];
-    }
-    let mut buf = out?;
-    buf.extend_from_slice(&data[copied_upto..]);
-    Some(buf)
-}
-
 /// Converting a blob for the working tree failed.
 #[derive(Debug, thiserror::Error)]
 pub enum ConvertError {
@@ -937,4 +1040,18 @@ pub enum ConvertError {
     /// The sink (the backend writing the file).
     #[error("{0}")]
     Sink(#[source] std::io::Error),
+}
+
+#[cfg(test)]
+mod macro_tests {
+    use super::*;
+
+    #[test]
+    fn binary_in_info_attributes_is_the_builtin_macro() {
+        let settings = Settings { info_attributes: Some("*.png binary\n".into()), ..Default::default() };
+        let mut r = Resolver::new(&settings, Vec::new()).expect("parses");
+        let odb = gix_object::find::Never;
+        let (c, _) = r.at("x.png".into(), &odb).expect("resolves");
+        assert_eq!(c.expect("a conversion").attributes, "-text", "binary is -diff -merge -text");
+    }
 }

@@ -95,6 +95,7 @@ pub mod json;
 pub mod lfs;
 pub mod memory;
 pub mod op;
+pub mod oracle;
 pub mod path;
 pub mod plan;
 pub mod policy;

@@ -363,6 +363,10 @@ pub struct Outcome {
     pub conversions: crate::convert::Settings,
     /// Nothing was changed (`--dry-run`).
     pub dry_run: bool,
+    /// Files written as UTF-8, unconverted, because their `working-tree-encoding` cannot be
+    /// converted to — as `git checkout` writes them, after its "failed to encode" error.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unconverted: Vec<crate::convert::Unconverted>,
     /// Ops planned (resume and main plan together).
     pub planned: OpCounts,
     /// Ops done.
@@ -1301,6 +1305,7 @@ fn outcome_of(prepared: &Prepared, options: &Options) -> Outcome {
         select: prepared.select.clone(),
         conversions: prepared.conversions().clone(),
         dry_run: options.dry_run,
+        unconverted: Vec::new(),
         planned,
         applied: OpCounts::default(),
         healed: 0,
@@ -1508,6 +1513,10 @@ async fn run_locked(
         outcome.state_writes += 1;
     }
     record_written(backend, written).await;
+    outcome.unconverted = converter.unconverted();
+    if let Some(c) = &resume_converter {
+        outcome.unconverted.extend(c.unconverted());
+    }
     // Every planned write was applied, pointers as their LFS objects.
     outcome.applied.bytes += lfs_bytes;
     outcome.elapsed = start.elapsed();

@@ -162,6 +162,10 @@ pub struct Report {
     pub proven_by_stat: u64,
     /// The differences, by path.
     pub drift: Vec<Drift>,
+    /// Who judged the files' bytes when that was git (`--oracle git`, see [`verify_by_git`]);
+    /// absent: treesync's own conversions.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub oracle: Option<OracleReport>,
     /// A verify of one slice of the tree ([`verify_slice`]): which, and what it covered
     /// (`expected` and `scanned` are then the slice's); null: the whole tree.
     pub slice: Option<SliceReport>,
@@ -242,6 +246,9 @@ pub enum Error {
     /// The commit `export-subst` placeholders are expanded with could not be read.
     #[error(transparent)]
     Export(#[from] crate::export::Error),
+    /// git, asked what the files must hold (`--oracle git`), could not answer.
+    #[error(transparent)]
+    Oracle(#[from] crate::oracle::Error),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -261,6 +268,18 @@ enum Want {
     Link {
         id: ObjectId,
     },
+}
+
+/// How git judged a target ([`verify_by_git`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
+pub struct OracleReport {
+    /// `git --version` of the git that judged.
+    pub git: String,
+    /// Files whose bytes were compared with what git writes.
+    pub judged: u64,
+    /// Files git did not write (a submodule's, or one `git archive` leaves out) and that were
+    /// compared with treesync's own conversion instead.
+    pub not_judged: u64,
 }
 
 /// What a target is compared with: a tree, and how a sync writes it.
@@ -802,6 +821,18 @@ pub async fn verify_with(
     Ok(report)
 }
 
+/// [`verify_with`] at [`Level::Full`], with git as the judge of every file's bytes: what the
+/// `git` program writes for the recorded tree on checkout (or in `git archive`, for an
+/// `--export` target), made independently of treesync's conversions ([`crate::oracle`]). A
+/// file treesync converted differently from git is [`Drift::ContentChanged`]. Records no stat
+/// index.
+pub async fn verify_by_git(repo: &Repo, backend: &dyn Backend, limits: crate::plan::Limits) -> Result<Report, Error> {
+    let (against, interrupted) = recorded(backend).await?;
+    let mut report = verify_inner(repo, backend, Level::Full, &against, false, limits, None, true).await?;
+    report.interrupted = interrupted;
+    Ok(report)
+}
+
 /// [`verify_with`] of one slice of the tree ([`crate::slice`]): the listings of the slice's
 /// directories and the paths directly in them; `None`: the whole tree. Nothing else of the
 /// target is listed or stat'ed. The stat index keeps what other slices proved.
@@ -840,6 +871,20 @@ pub async fn verify_against_in(
     record: bool,
     limits: crate::plan::Limits,
     slice: Option<Slice>,
+) -> Result<Report, Error> {
+    verify_inner(repo, backend, level, against, record, limits, slice, false).await
+}
+
+#[allow(clippy::too_many_arguments)] // the public entry points' inputs, and who judges
+async fn verify_inner(
+    repo: &Repo,
+    backend: &dyn Backend,
+    level: Level,
+    against: &Against,
+    record: bool,
+    limits: crate::plan::Limits,
+    slice: Option<Slice>,
+    by_git: bool,
 ) -> Result<Report, Error> {
     let converter = match &against.conversions {
         Some(settings) => {
@@ -884,6 +929,32 @@ pub async fn verify_against_in(
             (want, repos, scanned, recorded, dirs.len() as u64)
         }
     };
+    // git's bytes for every file, made before the comparison (`--oracle git`).
+    let judged = if by_git {
+        let files: Vec<Vec<u8>> =
+            want.iter().filter(|(_, w)| matches!(w, Want::File { .. })).map(|(p, _)| p.clone()).collect();
+        let lfs_content = against.conversions.as_ref().is_some_and(|s| s.lfs == crate::lfs::LfsMode::Content)
+            && want.iter().any(|(_, w)| matches!(w, Want::File { conversion: Some(c), .. } if c.is_lfs()));
+        let (git_dir, commit, tree, path, settings) =
+            (repo.git_dir(), against.commit, against.tree, against.path.clone(), against.conversions.clone());
+        let written = tokio::task::spawn_blocking(move || {
+            let refs: Vec<&[u8]> = files.iter().map(Vec::as_slice).collect();
+            let tree = crate::oracle::Tree {
+                git_dir: &git_dir,
+                commit,
+                tree,
+                path: path.as_deref(),
+                settings: settings.as_ref(),
+                lfs_content,
+            };
+            crate::oracle::written(&tree, &refs)
+        })
+        .await
+        .map_err(|source| Error::Backend(backend::Error::Worker { source }))??;
+        Some(written)
+    } else {
+        None
+    };
     let in_slice = |p: &[u8]| slice.is_none_or(|s| s.has_path(p));
     let mut found: Vec<(Vec<u8>, FoundKind)> = scanned?.into_iter().map(|f| (f.path, f.kind)).collect();
     let (index, delta) = recorded?;
@@ -904,6 +975,7 @@ pub async fn verify_against_in(
         proven_by_stat: 0,
         drift: Vec::new(),
         slice: slice.map(|s| SliceReport { k: s.k, n: s.n, dirs: slice_dirs, next: None, last_full_cycle_unix: None }),
+        oracle: judged.as_ref().map(|j| OracleReport { git: j.git.clone(), judged: 0, not_judged: 0 }),
         tree: against.tree,
         wanted: Vec::new(),
         found_below: Vec::new(),
@@ -970,6 +1042,22 @@ pub async fn verify_against_in(
                 }
                 let mode =
                     if *executable { gix_index::entry::Mode::FILE_EXECUTABLE } else { gix_index::entry::Mode::FILE };
+                // Judged by git: its bytes, nothing of treesync's conversions.
+                if let (Some(judged), Some(o)) = (&judged, report.oracle.as_mut()) {
+                    match judged.files.get(path.as_slice()) {
+                        Some(&(want_size, content)) => {
+                            o.judged += 1;
+                            if want_size != *size {
+                                report.drift.push(Drift::ContentChanged { path: show(path) });
+                            } else {
+                                let rel = RelPath::parse_bytes(path).map_err(crate::plan::Error::from)?;
+                                to_hash.push(ToHash { wi, rel, content, id: *id, mode, stat: None, size: *size });
+                            }
+                            continue;
+                        }
+                        None => o.not_judged += 1,
+                    }
+                }
                 // The common case first: the index proves the file (its stat includes the size).
                 if let (Level::Stat, Some(st)) = (level, stat) {
                     let st = index_stat(st, *size);

@@ -209,6 +209,7 @@ fn print_text(
     if let Some(l) = left {
         print_left(l);
     }
+    print_unconverted(&outcome.unconverted);
     if let Some(g) = generated {
         print_generations(g, outcome);
         return;
@@ -232,6 +233,28 @@ fn print_text(
     if let Some(r) = &outcome.replaced {
         print_replaced(r, outcome.dry_run);
     }
+}
+
+/// The files written unconverted because git cannot convert them either (on stderr, as git
+/// prints its "failed to encode" errors).
+pub(crate) fn print_unconverted(unconverted: &[treesync_core::convert::Unconverted]) {
+    const SHOWN: usize = 10;
+    if unconverted.is_empty() {
+        return;
+    }
+    eprintln!(
+        "warning: {} file(s) written as UTF-8, unconverted, as `git checkout` writes them (it reports \"failed to encode\" for each):",
+        unconverted.len()
+    );
+    for u in unconverted.iter().take(SHOWN) {
+        eprintln!("  {u}");
+    }
+    if unconverted.len() > SHOWN {
+        eprintln!("  … and {} more (`--json` lists them all, under \"unconverted\")", unconverted.len() - SHOWN);
+    }
+    eprintln!(
+        "  hint: fix the content or the file's working-tree-encoding attribute; `iconv -f UTF-8 -t ENCODING FILE` shows where a file fails"
+    );
 }
 
 /// What leaving the generations did (`--no-atomic`).

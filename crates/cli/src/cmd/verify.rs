@@ -11,7 +11,7 @@ use treesync_core::verify::{self, Drift, Level, Report};
 use treesync_core::{OpCounts, sync};
 
 use super::{make_backend, open_repo, reading, runtime};
-use crate::args::{LevelArg, VerifyArgs};
+use crate::args::{LevelArg, OracleArg, VerifyArgs};
 use crate::render::{human_age, human_bytes, print_json, print_plan, short};
 
 /// `verify --json`: the report, what a repair did, and the verdict.
@@ -106,7 +106,11 @@ pub(crate) fn run(args: VerifyArgs) -> anyhow::Result<ExitCode> {
         (Some(out), None)
     } else {
         let limits = args.limits.limits();
-        (None, Some(rt.block_on(verify::verify_slice(&repo, &*backend, level, limits, slice)).with_context(ctx)))
+        let report = match args.oracle {
+            OracleArg::Git => rt.block_on(verify::verify_by_git(&repo, &*backend, limits)),
+            OracleArg::Treesync => rt.block_on(verify::verify_slice(&repo, &*backend, level, limits, slice)),
+        };
+        (None, Some(report.with_context(ctx)))
     };
     if let Some(bar) = &spinner {
         bar.finish_and_clear();
@@ -212,6 +216,21 @@ pub(crate) fn run(args: VerifyArgs) -> anyhow::Result<ExitCode> {
             format!("{} differences", report.drift.len())
         },
     );
+    if let Some(o) = &report.oracle {
+        println!(
+            "judged by {}: {} files compared with the bytes git writes for them{}",
+            o.git,
+            o.judged,
+            if o.not_judged > 0 {
+                format!(
+                    "; {} git does not write (submodules' files), compared with treesync's conversions",
+                    o.not_judged
+                )
+            } else {
+                String::new()
+            }
+        );
+    }
     if let Some(c) = repaired {
         println!(
             "repaired: {c}; verify afterwards: {}",

@@ -1460,7 +1460,9 @@ impl<'a> Planner<'a> {
         conversions: Conversions<'_>,
     ) -> Result<bool, Error> {
         let opaque = |c: Option<&crate::convert::Conversion>| c.is_some_and(|c| c.filter.is_some() || c.export_subst);
-        if opaque(before) || opaque(now) {
+        // Written by older conversion rules: their bytes cannot be told here, so written again.
+        let rules_changed = conversions.old.is_some_and(|c| c.settings().rules != conversions.new.settings().rules);
+        if rules_changed || opaque(before) || opaque(now) {
             return Ok(true);
         }
         let data = self
