@@ -890,7 +890,15 @@ impl Converter {
                     out.extend_from_slice(chunk);
                     Ok(())
                 })?;
-                sink(&crate::export::expand(&out, commit)).map_err(ConvertError::Sink)
+                // (export-subst) A placeholder git expands and treesync cannot: refused, by name.
+                let expanded = crate::export::expand(&out, path, commit).map_err(|e| {
+                    ConvertError::Convert(Error::Convert {
+                        path: path.to_str_lossy().into_owned(),
+                        attributes: conversion.to_string(),
+                        message: e.to_string(),
+                    })
+                })?;
+                sink(&expanded).map_err(ConvertError::Sink)
             }
             _ => self.convert_for_worktree(data, path, blob, conversion, filter_timeout, sink),
         }

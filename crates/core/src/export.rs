@@ -7,12 +7,16 @@
 //! placeholders, and where treesync departs from git, are listed in `docs/export.md`.
 
 use std::borrow::Cow;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
 
-use gix::bstr::{BString, ByteSlice};
+use gix::bstr::{BStr, BString, ByteSlice};
 use gix::prelude::ObjectIdExt;
 use gix_hash::ObjectId;
 
 use crate::source::Cause;
+
+mod describe;
 
 /// Reading what the placeholders of a commit need failed.
 #[derive(Debug, thiserror::Error)]
@@ -31,11 +35,24 @@ pub enum Error {
         #[source]
         source: Cause,
     },
+    /// A file holds a placeholder `git archive` expands and treesync cannot expand as git does:
+    /// the file is not written rather than written differently.
+    #[error(
+        "cannot expand `{placeholder}` in {path} (export-subst) as `git archive` does: {why}\n  hint: remove the placeholder from the file, or take `export-subst` off it in .gitattributes; `git archive` is the way to get this expansion"
+    )]
+    Unsupported {
+        /// The file.
+        path: String,
+        /// The placeholder, as it is in the file (`%w(72)`).
+        placeholder: String,
+        /// What it needs that treesync does not do.
+        why: &'static str,
+    },
 }
 
 /// What the `$Format:…$` placeholders of one commit expand to: its ids, the raw identity lines
 /// and message (parsed as git parses them), its ref names and description.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Clone)]
 pub struct CommitInfo {
     /// The commit (`%H`).
     pub id: ObjectId,
@@ -57,20 +74,97 @@ pub struct CommitInfo {
     pub encoding: Option<BString>,
     /// The raw message: everything after the blank line ending the header (`%B`).
     pub message: BString,
+    /// The commit carries a signature (`gpgsig`), which `%G…` would have git check.
+    pub signed: bool,
     /// Ref names pointing at the commit as `git log --decorate` shows them, in git's order
     /// (`HEAD -> main`, `tag: v1.0`, `origin/main`): `%D` joins them, `%d` too within ` (…)`.
     pub refs: Vec<String>,
-    /// What `git describe` says of the commit (`v1.2-3-gabcdef0`), empty when no annotated tag
-    /// reaches it (`%(describe)`).
-    pub describe: String,
+    /// How `%(describe…)` is expanded: by `git describe` as gitoxide computes it, in every
+    /// placeholder (as `git log --format` does) or, for an archive, in one ([`CommitInfo::archive`]).
+    describe: Describer,
     /// The time relative dates (`%ar`, `%cr`) are counted to, in seconds since the epoch.
     pub now: i64,
 }
 
+impl std::fmt::Debug for CommitInfo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CommitInfo")
+            .field("id", &self.id)
+            .field("refs", &self.refs)
+            .field("archive", &self.describe.archive.as_ref().map(|a| a.tree))
+            .finish_non_exhaustive()
+    }
+}
+
+/// What `%(describe…)` needs: the repository, and for an archive which file expands one.
+#[derive(Clone)]
+struct Describer {
+    repo: crate::Repo,
+    archive: Option<Arc<Archive>>,
+    /// Descriptions made so far, by their options.
+    made: Arc<Mutex<HashMap<describe::Args, String>>>,
+}
+
+/// The archive `%(describe…)` is expanded in once (git's `max_invocations = 1`).
+struct Archive {
+    tree: ObjectId,
+    settings: crate::convert::Settings,
+    select: crate::select::Select,
+    /// The file whose first `%(describe…)` reached is the archive's one, with its options
+    /// (`None`: malformed, left as it is), found on first need; an error as its message.
+    holder: OnceLock<Result<Option<describe::Holder>, String>>,
+}
+
 impl CommitInfo {
+    /// Expand `%(describe…)` as `git archive` of tree `tree` does, written with `settings`
+    /// (with `--export`) and the paths `select` selects: only the first placeholder reached,
+    /// in the archive's order (depth first, entries in tree order; within a file, in order),
+    /// expands; every later one stays as it is. Without this, every placeholder expands, as
+    /// `git log --format` does.
+    pub fn archive(
+        mut self,
+        tree: ObjectId,
+        settings: &crate::convert::Settings,
+        select: &crate::select::Select,
+    ) -> Self {
+        self.describe.archive = Some(Arc::new(Archive {
+            tree,
+            settings: settings.clone(),
+            select: select.clone(),
+            holder: OnceLock::new(),
+        }));
+        self
+    }
+
+    /// What `git describe` with `args` says of the commit, empty where it fails.
+    fn described(&self, args: &describe::Args) -> Result<String, Error> {
+        let d = &self.describe;
+        if let Some(made) = d.made.lock().expect("never poisoned").get(args) {
+            return Ok(made.clone());
+        }
+        let made = describe::describe(&d.repo.gix(), self.id, args)?;
+        d.made.lock().expect("never poisoned").insert(args.clone(), made.clone());
+        Ok(made)
+    }
+
+    /// For an archive: the file holding its `%(describe…)` and that placeholder's options.
+    fn holder<'a>(&self, archive: &'a Archive) -> Result<Option<&'a describe::Holder>, Error> {
+        archive
+            .holder
+            .get_or_init(|| describe::find_holder(&self.describe.repo, self, archive).map_err(|e| e.to_string()))
+            .as_ref()
+            .map(Option::as_ref)
+            .map_err(|message| Error::Read {
+                what: "tree (for its first %(describe))",
+                id: archive.tree,
+                source: Cause::found(message.clone()),
+            })
+    }
+
     /// Read commit `id` of `repo`: the commit object, the refs pointing at it, its description,
     /// with relative dates counted to the current time (as `git archive` does).
     pub fn from_commit(repo: &crate::Repo, id: ObjectId) -> Result<CommitInfo, Error> {
+        let describe = Describer { repo: repo.clone(), archive: None, made: Default::default() };
         let repo = repo.gix();
         let err = |what, source| Error::Read { what, id, source };
         let object = repo.find_object(id).map_err(|e| err("commit object", Cause::gix(e)))?;
@@ -85,9 +179,6 @@ impl CommitInfo {
         // git reads the commit object as a C string: it ends at a NUL.
         let data = commit.data.split(|b| *b == 0).next().unwrap_or_default();
         let header = parse_header(data);
-        // When `git describe` fails (no tag reaches the commit, a shallow history), `git archive`
-        // expands `%(describe)` to nothing; so does treesync.
-        let describe = commit.describe().try_format().ok().flatten().map(|f| f.to_string()).unwrap_or_default();
         Ok(CommitInfo {
             id,
             short_id: short(id),
@@ -99,6 +190,7 @@ impl CommitInfo {
             committer: header.committer.into(),
             encoding: header.encoding.map(Into::into),
             message: header.message.into(),
+            signed: header.signed,
             refs: decorations(&repo, id).map_err(|e| err("refs", e))?,
             describe,
             now: std::time::SystemTime::now()
@@ -114,12 +206,13 @@ struct Header<'a> {
     committer: &'a [u8],
     encoding: Option<&'a [u8]>,
     message: &'a [u8],
+    signed: bool,
 }
 
 /// Parse the header as git's `parse_commit_header` does: the last `author`/`committer` line
 /// counts, the message starts after the first empty line.
 fn parse_header(data: &[u8]) -> Header<'_> {
-    let mut header = Header { author: b"", committer: b"", encoding: None, message: b"" };
+    let mut header = Header { author: b"", committer: b"", encoding: None, message: b"", signed: false };
     let mut rest = data;
     while !rest.is_empty() {
         let (line, next) = match rest.find_byte(b'\n') {
@@ -136,6 +229,8 @@ fn parse_header(data: &[u8]) -> Header<'_> {
             header.committer = v;
         } else if let Some(v) = line.strip_prefix(b"encoding ") {
             header.encoding.get_or_insert(v);
+        } else if line.starts_with(b"gpgsig ") || line.starts_with(b"gpgsig-sha256 ") {
+            header.signed = true;
         }
         rest = next;
     }
@@ -233,164 +328,362 @@ fn decorations(repo: &gix::Repository, id: ObjectId) -> Result<Vec<String>, Caus
     Ok(out)
 }
 
-/// Replace every `$Format:PLACEHOLDERS$` in `data` as `git archive` does for a file with the
-/// `export-subst` attribute. Data without `$Format:` is returned as it is.
-pub fn expand<'a>(data: &'a [u8], commit: &CommitInfo) -> Cow<'a, [u8]> {
-    let mut out = Vec::new();
-    let mut rest = data;
-    while let Some(start) = rest.find(b"$Format:") {
-        let Some(len) = rest[start + 8..].find_byte(b'$') else { break };
-        let format = &rest[start + 8..start + 8 + len];
-        out.extend_from_slice(&rest[..start]);
-        // git hands the format on as a C string: it ends at a NUL.
-        let format = format.split(|b| *b == 0).next().unwrap_or_default();
-        format_commit(&mut out, format, commit);
-        rest = &rest[start + 8 + len + 1..];
+/// Replace every `$Format:PLACEHOLDERS$` in `data`, the content of the file at `path`, as
+/// `git archive` does for a file with the `export-subst` attribute. Data without `$Format:` is
+/// returned as it is. A placeholder git expands and treesync cannot is refused
+/// ([`Error::Unsupported`]); one git leaves as it is stays as it is.
+pub fn expand<'a>(data: &'a [u8], path: &BStr, commit: &CommitInfo) -> Result<Cow<'a, [u8]>, Error> {
+    let mut f = Formatter { c: commit, path, probe: false, reached: false, probed: None, error: None };
+    let out = f.run(data);
+    match f.error {
+        Some(e) => Err(e),
+        None => Ok(out),
     }
-    if rest.len() == data.len() {
-        return Cow::Borrowed(data);
-    }
-    out.extend_from_slice(rest);
-    Cow::Owned(out)
 }
 
-/// git's `repo_format_commit_message`: text is copied, `%%` is `%`, a placeholder expands, and
-/// a `%` starting no placeholder this knows stays as it is.
-fn format_commit(out: &mut Vec<u8>, mut format: &[u8], c: &CommitInfo) {
-    while let Some(percent) = format.find_byte(b'%') {
-        out.extend_from_slice(&format[..percent]);
-        format = &format[percent + 1..];
-        if let Some(rest) = format.strip_prefix(b"%") {
-            out.push(b'%');
-            format = rest;
-            continue;
-        }
-        match item(out, format, c) {
-            0 => out.push(b'%'),
-            consumed => format = &format[consumed..],
-        }
-    }
-    out.extend_from_slice(format);
+/// The options of the first `%(describe…)` placeholder git would reach in `data` (`Some(None)`:
+/// one it leaves as it is, which still uses up the archive's one), `None` without any.
+fn first_describe(data: &[u8], commit: &CommitInfo) -> Option<Option<describe::Args>> {
+    let mut f = Formatter { c: commit, path: b"".as_bstr(), probe: true, reached: false, probed: None, error: None };
+    f.run(data);
+    f.probed
 }
 
-/// One placeholder with git's optional `-` (drop line feeds before it when it is empty), `+`
-/// (a line feed before it when not empty) or ` ` (a space before it when not empty). Returns
-/// how many bytes of `p` it took (0: not a placeholder).
-fn item(out: &mut Vec<u8>, p: &[u8], c: &CommitInfo) -> usize {
-    let magic = match p.first() {
-        Some(m @ (b'-' | b'+' | b' ')) => *m,
-        _ => return one(out, p, c),
-    };
-    let p = &p[1..];
-    if p.first() == Some(&b'w') {
-        return 0;
-    }
-    let before = out.len();
-    let consumed = one(out, p, c);
-    if out.len() == before {
-        if magic == b'-' {
-            while out.last() == Some(&b'\n') {
-                out.pop();
+/// git's `format_subst` and `repo_format_commit_message` over one file.
+struct Formatter<'c> {
+    c: &'c CommitInfo,
+    path: &'c BStr,
+    /// Only looking for the first `%(describe…)` ([`first_describe`]).
+    probe: bool,
+    /// A `%(describe…)` was reached in this file already.
+    reached: bool,
+    /// What [`first_describe`] looks for.
+    probed: Option<Option<describe::Args>>,
+    /// The first placeholder refused.
+    error: Option<Error>,
+}
+
+impl Formatter<'_> {
+    fn run<'a>(&mut self, data: &'a [u8]) -> Cow<'a, [u8]> {
+        let mut out = Vec::new();
+        let mut rest = data;
+        while let Some(start) = rest.find(b"$Format:") {
+            let Some(len) = rest[start + 8..].find_byte(b'$') else { break };
+            let format = &rest[start + 8..start + 8 + len];
+            out.extend_from_slice(&rest[..start]);
+            // git hands the format on as a C string: it ends at a NUL.
+            let format = format.split(|b| *b == 0).next().unwrap_or_default();
+            self.format_commit(&mut out, format);
+            rest = &rest[start + 8 + len + 1..];
+            if self.probe && self.probed.is_some() {
+                break;
             }
         }
-    } else if magic == b'+' {
-        out.insert(before, b'\n');
-    } else if magic == b' ' {
-        out.insert(before, b' ');
-    }
-    // As git does: the modifier is taken even when what follows is no placeholder.
-    consumed + 1
-}
-
-/// One placeholder (git's `format_commit_one`), 0 when it is none this knows.
-fn one(out: &mut Vec<u8>, p: &[u8], c: &CommitInfo) -> usize {
-    let Some(&first) = p.first() else { return 0 };
-    if first == b'C' {
-        return color(p);
-    }
-    if p.starts_with(b"(describe)") {
-        out.extend_from_slice(c.describe.as_bytes());
-        return "(describe)".len();
-    }
-    if p.starts_with(b"(decorate)") {
-        decorate(out, c, " (", ")");
-        return "(decorate)".len();
-    }
-    let abbrev_list = |out: &mut Vec<u8>, items: &[String]| {
-        out.extend_from_slice(items.join(" ").as_bytes());
-    };
-    match first {
-        b'n' => out.push(b'\n'),
-        b'x' => {
-            let hex = |i: usize| p.get(i).and_then(|b| (*b as char).to_digit(16));
-            let (Some(hi), Some(lo)) = (hex(1), hex(2)) else { return 0 };
-            out.push((hi * 16 + lo) as u8);
-            return 3;
+        if rest.len() == data.len() {
+            return Cow::Borrowed(data);
         }
-        b'H' => out.extend_from_slice(c.id.to_hex().to_string().as_bytes()),
-        b'h' => out.extend_from_slice(c.short_id.as_bytes()),
-        b'T' => out.extend_from_slice(c.tree.to_hex().to_string().as_bytes()),
-        b't' => out.extend_from_slice(c.short_tree.as_bytes()),
-        b'P' => abbrev_list(out, &c.parents.iter().map(|p| p.to_hex().to_string()).collect::<Vec<_>>()),
-        b'p' => abbrev_list(out, &c.short_parents),
-        // git marks a commit shown without a revision walk as a right-hand one.
-        b'm' => out.push(b'>'),
-        b'd' => decorate(out, c, " (", ")"),
-        b'D' => decorate(out, c, "", ""),
-        // Reflog placeholders: an archive has no reflog walk, they expand to nothing.
-        b'g' => {
-            return match p.get(1) {
-                Some(b'd' | b'D' | b's' | b'n' | b'N' | b'e' | b'E') => 2,
+        out.extend_from_slice(rest);
+        Cow::Owned(out)
+    }
+
+    /// git's `repo_format_commit_message`: text is copied, `%%` is `%`, a placeholder expands,
+    /// and a `%` starting no placeholder stays as it is.
+    fn format_commit(&mut self, out: &mut Vec<u8>, mut format: &[u8]) {
+        while let Some(percent) = format.find_byte(b'%') {
+            out.extend_from_slice(&format[..percent]);
+            format = &format[percent + 1..];
+            if let Some(rest) = format.strip_prefix(b"%") {
+                out.push(b'%');
+                format = rest;
+                continue;
+            }
+            match self.item(out, format) {
+                0 => out.push(b'%'),
+                consumed => format = &format[consumed..],
+            }
+        }
+        out.extend_from_slice(format);
+    }
+
+    /// One placeholder with git's optional `-` (drop line feeds before it when it is empty),
+    /// `+` (a line feed before it when not empty) or ` ` (a space before it when not empty).
+    /// Returns how many bytes of `p` it took (0: not a placeholder).
+    fn item(&mut self, out: &mut Vec<u8>, p: &[u8]) -> usize {
+        let magic = match p.first() {
+            Some(m @ (b'-' | b'+' | b' ')) => *m,
+            _ => return self.one(out, p),
+        };
+        let p = &p[1..];
+        if p.first() == Some(&b'w') {
+            return 0;
+        }
+        let before = out.len();
+        let consumed = self.one(out, p);
+        if out.len() == before {
+            if magic == b'-' {
+                while out.last() == Some(&b'\n') {
+                    out.pop();
+                }
+            }
+        } else if magic == b'+' {
+            out.insert(before, b'\n');
+        } else if magic == b' ' {
+            out.insert(before, b' ');
+        }
+        // As git does: the modifier is taken even when what follows is no placeholder.
+        consumed + 1
+    }
+
+    /// Refuse the placeholder `%` + `p[..len]` (the first refusal is kept); returns `len`, so
+    /// that what follows is read as git reads it.
+    fn refuse(&mut self, p: &[u8], len: usize, why: &'static str) -> usize {
+        if self.error.is_none() && !self.probe {
+            self.error = Some(Error::Unsupported {
+                path: self.path.to_str_lossy().into_owned(),
+                placeholder: format!("%{}", p[..len].as_bstr()),
+                why,
+            });
+        }
+        len
+    }
+
+    /// One placeholder (git's `format_commit_one`), 0 when it is none git knows.
+    fn one(&mut self, out: &mut Vec<u8>, p: &[u8]) -> usize {
+        let c = self.c;
+        let Some(&first) = p.first() else { return 0 };
+        match first {
+            b'C' => return self.color(p),
+            b'w' => {
+                return match wrap_len(p) {
+                    Some(len) => self.refuse(p, len, "treesync does not rewrap text (`%w(…)`)"),
+                    None => 0,
+                };
+            }
+            b'<' | b'>' => {
+                return match padding_len(p) {
+                    Some(len) => self.refuse(p, len, "treesync does not pad or truncate (`%<(…)`, `%>(…)`)"),
+                    None => 0,
+                };
+            }
+            _ => {}
+        }
+        if let Some(rest) = p.strip_prefix(b"(describe") {
+            return self.describe(out, rest);
+        }
+        if let Some(rest) = p.strip_prefix(b"(decorate") {
+            if rest.first() == Some(&b')') {
+                decorate(out, c, " (", ")");
+                return "(decorate)".len();
+            }
+            let Some(options) = rest.strip_prefix(b":") else { return 0 };
+            let mut at = 0;
+            while let Some((_, next)) = ["prefix", "suffix", "separator", "pointer", "tag"]
+                .iter()
+                .find_map(|name| describe::option_value(&options[at..], name))
+            {
+                at += next;
+            }
+            return match options.get(at) {
+                Some(b')') => {
+                    let len = "(decorate:".len() + at + 1;
+                    self.refuse(p, len, "treesync expands `%(decorate)` without options only")
+                }
                 _ => 0,
             };
         }
-        b'a' => return person(out, p.get(1).copied(), &c.author, c.now),
-        b'c' => return person(out, p.get(1).copied(), &c.committer, c.now),
-        b'e' => {
-            if let Some(encoding) = &c.encoding {
-                out.extend_from_slice(encoding);
-            }
+        if let Some(rest) = p.strip_prefix(b"(trailers") {
+            let len = match rest.first() {
+                Some(b')') => Some(1),
+                Some(b':') => rest.find_byte(b')').map(|end| end + 1),
+                _ => None,
+            };
+            return match len {
+                Some(len) => self.refuse(p, "(trailers".len() + len, "treesync does not parse trailers"),
+                None => 0,
+            };
         }
-        b'B' => out.extend_from_slice(&c.message),
-        b's' => {
-            let (subject, _) = subject(&c.message);
-            let mut lines = subject.lines_with_terminator().map(trim_end).peekable();
-            while let Some(line) = lines.next() {
-                out.extend_from_slice(line);
-                if lines.peek().is_some() {
-                    out.push(b' ');
+        let abbrev_list = |out: &mut Vec<u8>, items: &[String]| {
+            out.extend_from_slice(items.join(" ").as_bytes());
+        };
+        match first {
+            b'n' => out.push(b'\n'),
+            b'x' => {
+                let hex = |i: usize| p.get(i).and_then(|b| (*b as char).to_digit(16));
+                let (Some(hi), Some(lo)) = (hex(1), hex(2)) else { return 0 };
+                out.push((hi * 16 + lo) as u8);
+                return 3;
+            }
+            b'H' => out.extend_from_slice(c.id.to_hex().to_string().as_bytes()),
+            b'h' => out.extend_from_slice(c.short_id.as_bytes()),
+            b'T' => out.extend_from_slice(c.tree.to_hex().to_string().as_bytes()),
+            b't' => out.extend_from_slice(c.short_tree.as_bytes()),
+            b'P' => abbrev_list(out, &c.parents.iter().map(|p| p.to_hex().to_string()).collect::<Vec<_>>()),
+            b'p' => abbrev_list(out, &c.short_parents),
+            // git marks a commit shown without a revision walk as a right-hand one.
+            b'm' => out.push(b'>'),
+            b'd' => decorate(out, c, " (", ")"),
+            b'D' => decorate(out, c, "", ""),
+            // Reflog placeholders: an archive has no reflog walk, they expand to nothing.
+            b'g' => {
+                return match p.get(1) {
+                    Some(b'd' | b'D' | b's' | b'n' | b'N' | b'e' | b'E') => 2,
+                    _ => 0,
+                };
+            }
+            // Signatures: git checks them (running gpg); a commit without one is `N` and the
+            // rest expand to nothing.
+            b'G' => {
+                return match p.get(1) {
+                    Some(b'?' | b'G' | b'S' | b'K' | b'F' | b'P' | b'T') if c.signed => {
+                        self.refuse(p, 2, "git checks the commit's signature with gpg, treesync does not")
+                    }
+                    Some(b'T') => self.refuse(p, 2, "git names the trust level of a signature check"),
+                    Some(b'?') => {
+                        out.push(b'N');
+                        2
+                    }
+                    Some(b'G' | b'S' | b'K' | b'F' | b'P') => 2,
+                    _ => 0,
+                };
+            }
+            b'a' | b'c' => {
+                let line = if first == b'a' { &c.author } else { &c.committer };
+                if p.get(1) == Some(&b'h') && split_ident(line).is_some_and(|i| i.date.is_some()) {
+                    return self.refuse(p, 2, "a human date depends on the time zone of the machine running git");
+                }
+                return person(out, p.get(1).copied(), line, c.now);
+            }
+            b'e' => {
+                if let Some(encoding) = &c.encoding {
+                    out.extend_from_slice(encoding);
+                }
+            }
+            b'B' => out.extend_from_slice(&c.message),
+            b's' => {
+                let (subject, _) = subject(&c.message);
+                let mut lines = subject.lines_with_terminator().map(trim_end).peekable();
+                while let Some(line) = lines.next() {
+                    out.extend_from_slice(line);
+                    if lines.peek().is_some() {
+                        out.push(b' ');
+                    }
+                }
+            }
+            b'f' => {
+                let (subject, _) = subject(&c.message);
+                sanitized_subject(out, subject.lines().next().unwrap_or_default());
+            }
+            b'b' => out.extend_from_slice(subject(&c.message).1),
+            _ => return 0,
+        }
+        1
+    }
+
+    /// `%(describe…)`, `rest` what follows `(describe`. Every one expands, as `git log` has it;
+    /// for an archive, only the first reached in the archive (it is used up even where git then
+    /// leaves it as it is: malformed options).
+    fn describe(&mut self, out: &mut Vec<u8>, rest: &[u8]) -> usize {
+        let parsed = describe::parse(rest);
+        if self.probe {
+            self.probed.get_or_insert(parsed.map(|(args, _)| args));
+            return 0;
+        }
+        if let Some(archive) = &self.c.describe.archive {
+            if std::mem::replace(&mut self.reached, true) {
+                return 0;
+            }
+            match self.c.holder(archive) {
+                Ok(Some((path, _))) if path.as_bstr() == self.path => {}
+                Ok(_) => return 0,
+                Err(e) => {
+                    self.error.get_or_insert(e);
+                    return 0;
                 }
             }
         }
-        b'f' => {
-            let (subject, _) = subject(&c.message);
-            sanitized_subject(out, subject.lines().next().unwrap_or_default());
+        let Some((args, len)) = parsed else { return 0 };
+        match self.c.described(&args) {
+            Ok(text) => out.extend_from_slice(text.as_bytes()),
+            Err(e) => {
+                self.error.get_or_insert(e);
+            }
         }
-        b'b' => out.extend_from_slice(subject(&c.message).1),
-        _ => return 0,
+        "(describe".len() + len
     }
-    1
+
+    /// `%C…`: colors, which `git archive` never writes (it formats without color): the
+    /// placeholder is taken and expands to nothing, except `%C(always,…)`, which git writes.
+    fn color(&mut self, p: &[u8]) -> usize {
+        let spec = &p[1..];
+        if spec.starts_with(b"(auto)") {
+            return 7;
+        }
+        if let Some(inner) = spec.strip_prefix(b"(") {
+            return match inner.find_byte(b')') {
+                Some(end) if inner.starts_with(b"always,") => {
+                    self.refuse(p, 1 + 1 + end + 1, "git writes the color's escape sequence")
+                }
+                Some(end) => 1 + 1 + end + 1,
+                None => 0,
+            };
+        }
+        ["red", "green", "blue", "reset"]
+            .iter()
+            .find(|name| spec.starts_with(name.as_bytes()))
+            .map_or(0, |name| 1 + name.len())
+    }
 }
 
-/// `%C…`: colors, which `git archive` never uses (it formats without color): the placeholder
-/// is taken and expands to nothing. `%C(always,…)`, which git would honour, is not one this
-/// knows.
-fn color(p: &[u8]) -> usize {
-    let spec = &p[1..];
-    if spec.starts_with(b"(auto)") {
-        return 7;
+/// The length of a `%w(…)` git reads (`w(WIDTH[,INDENT1[,INDENT2]])`, all optional numbers),
+/// `None` where it leaves the text as it is.
+fn wrap_len(p: &[u8]) -> Option<usize> {
+    let inner = p.strip_prefix(b"w(")?;
+    let end = inner.find_byte(b')')?;
+    let mut args = &inner[..end];
+    if !args.is_empty() {
+        for i in 0..3 {
+            let (_, used) = describe::strtol(args);
+            args = &args[used..];
+            match args.first() {
+                None => break,
+                Some(b',') if i < 2 => args = &args[1..],
+                _ => return None,
+            }
+        }
     }
-    if let Some(inner) = spec.strip_prefix(b"(") {
-        return match inner.find_byte(b')') {
-            Some(_) if inner.starts_with(b"always,") => 0,
-            Some(end) => 1 + 1 + end + 1,
-            None => 0,
-        };
+    Some(2 + end + 1)
+}
+
+/// The length of a padding placeholder git reads (`<(N)`, `<|(N)`, `>(N)`, `>>(N)`, `><(N)`,
+/// `>|(N)`, with `,trunc`, `,ltrunc` or `,mtrunc`), `None` where it leaves the text as it is.
+fn padding_len(p: &[u8]) -> Option<usize> {
+    let mut at = 1;
+    if p[0] == b'>' && matches!(p.get(1), Some(b'<' | b'>')) {
+        at += 1;
     }
-    ["red", "green", "blue", "reset"]
-        .iter()
-        .find(|name| spec.starts_with(name.as_bytes()))
-        .map_or(0, |name| 1 + name.len())
+    let to_column = p.get(at) == Some(&b'|');
+    if to_column {
+        at += 1;
+    }
+    if p.get(at) != Some(&b'(') {
+        return None;
+    }
+    let start = at + 1;
+    let end = start + p[start..].iter().position(|b| matches!(b, b',' | b')'))?;
+    if end == start {
+        return None;
+    }
+    let (width, used) = describe::strtol(&p[start..end]);
+    // A negative width counts from the terminal's right edge (`|`), else it is none.
+    if used == 0 || width == 0 || width.abs() > 16_384 || (width < 0 && !to_column) {
+        return None;
+    }
+    if p[end] == b')' {
+        return Some(end + 1);
+    }
+    let close = end + 1 + p[end + 1..].find_byte(b')')?;
+    let mode = &p[end + 1..close];
+    matches!(mode, b"trunc" | b"ltrunc" | b"mtrunc").then_some(close + 1)
 }
 
 /// `%d` and `%D`: the ref names joined by `, ` within `prefix` and `suffix`, nothing without refs.

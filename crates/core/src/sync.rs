@@ -616,19 +616,26 @@ async fn prepare_at(
     });
     let mut converter = Converter::new(repo, settings)?;
     if export {
-        converter = converter.with_commit(crate::export::CommitInfo::from_commit(repo, to.commit)?);
+        // `%(describe)` expands once in the archive of this tree, as these paths are selected.
+        let commit =
+            crate::export::CommitInfo::from_commit(repo, to.commit)?.archive(to.tree, converter.settings(), &select);
+        converter = converter.with_commit(commit);
     }
     let converter = Arc::new(converter);
+    // A converter for files written with `settings` from the commit, tree and selection `side`.
     #[allow(clippy::result_large_err)] // the crate's one error type; not a hot path
     let converter_of = |settings: &Option<crate::convert::Settings>,
-                        commit: Option<ObjectId>|
+                        side: Option<(ObjectId, ObjectId, &Select)>|
      -> Result<Option<Arc<Converter>>, Error> {
         Ok(match settings {
-            Some(s) if s == converter.settings() && (!s.export || commit == Some(to.commit)) => Some(converter.clone()),
+            Some(s) if s == converter.settings() && (!s.export || side == Some((to.commit, to.tree, &select))) => {
+                Some(converter.clone())
+            }
             Some(s) => {
                 let mut c = Converter::new(repo, s.clone())?;
-                if let (true, Some(commit)) = (s.export, commit) {
-                    c = c.with_commit(crate::export::CommitInfo::from_commit(repo, commit)?);
+                if let (true, Some((commit, tree, select))) = (s.export, side) {
+                    let commit = crate::export::CommitInfo::from_commit(repo, commit)?;
+                    c = c.with_commit(commit.archive(tree, s, select));
                 }
                 Some(Arc::new(c))
             }
@@ -636,11 +643,11 @@ async fn prepare_at(
         })
     };
     // How the target's files were written: per its state (none: as blobs are).
+    let synced_select = state.as_ref().and_then(|s| s.select.clone()).unwrap_or_default();
     let synced_converter = converter_of(
         &state.as_ref().and_then(|s| s.conversions.clone()),
-        state.as_ref().and_then(|s| s.synced).map(|s| s.commit),
+        state.as_ref().and_then(|s| s.synced).map(|s| (s.commit, s.tree, &synced_select)),
     )?;
-    let synced_select = state.as_ref().and_then(|s| s.select.clone()).unwrap_or_default();
     let synced_commit = state.as_ref().and_then(|s| s.synced).map(|s| s.commit);
     let substituted: Vec<String> = state.as_ref().map(|s| s.export_subst.clone()).unwrap_or_default();
     let held_select = held_select.unwrap_or_default();
@@ -723,8 +730,8 @@ async fn prepare_at(
                 }
                 s
             });
-            let journal_converter = converter_of(&journaled, Some(p.to_commit))?;
             let journal_select = p.to_select.clone().unwrap_or_default();
+            let journal_converter = converter_of(&journaled, Some((p.to_commit, p.to_tree, &journal_select)))?;
             let plan = if p.repair {
                 let to = Resolved { commit: p.to_commit, tree: p.to_tree };
                 let with = journal_converter.clone().unwrap_or_else(|| converter.clone());
@@ -1604,7 +1611,9 @@ pub async fn repair(
         let settings = against.conversions.clone().unwrap_or_default();
         let mut converter = Converter::new(repo, settings.clone())?;
         if settings.export {
-            converter = converter.with_commit(crate::export::CommitInfo::from_commit(repo, against.commit)?);
+            let commit = crate::export::CommitInfo::from_commit(repo, against.commit)?;
+            let select = against.select.clone().unwrap_or_default();
+            converter = converter.with_commit(commit.archive(against.tree, &settings, &select));
         }
         let converter = Arc::new(converter);
         let (level, limits, slice) = (options.level, options.sync.limits, options.slice);

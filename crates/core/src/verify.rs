@@ -890,7 +890,9 @@ async fn verify_inner(
         Some(settings) => {
             let mut c = Converter::new(repo, settings.clone())?;
             if settings.export {
-                c = c.with_commit(crate::export::CommitInfo::from_commit(repo, against.commit)?);
+                let commit = crate::export::CommitInfo::from_commit(repo, against.commit)?;
+                let select = against.select.clone().unwrap_or_default();
+                c = c.with_commit(commit.archive(against.tree, settings, &select));
             }
             Some(std::sync::Arc::new(c))
         }

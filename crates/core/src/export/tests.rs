@@ -4,6 +4,14 @@ use gix::bstr::ByteSlice;
 use std::path::Path;
 use std::process::{Command, Stdio};
 
+/// The path the template is expanded at.
+static SUBST: std::sync::LazyLock<&gix::bstr::BStr> = std::sync::LazyLock::new(|| b"subst.txt".as_bstr());
+
+/// `%(describe)` without options.
+fn described_by_default(info: &CommitInfo) -> String {
+    info.described(&Default::default()).expect("describes")
+}
+
 /// The time relative dates are counted to, for git (`GIT_TEST_DATE_NOW`) and for treesync.
 const NOW: i64 = 1_750_000_000;
 
@@ -150,8 +158,8 @@ fn expansion_agrees_with_git_archive_byte_for_byte() {
         }
         let mut info = CommitInfo::from_commit(&repo, id.parse().expect("hex id")).expect("commit info");
         info.now = NOW;
-        described += usize::from(!info.describe.is_empty());
-        let ours = expand(TEMPLATE.as_bytes(), &info);
+        described += usize::from(!described_by_default(&info).is_empty());
+        let ours = expand(TEMPLATE.as_bytes(), &SUBST, &info).expect("expands");
         let theirs = archived(dir.path(), id);
         if std::env::var_os("SHOW_ARCHIVE").is_some() {
             eprintln!("{}", theirs.as_bstr());
@@ -172,10 +180,10 @@ fn the_ref_names_and_description_are_git_logs() {
     let info = CommitInfo::from_commit(&repo, commits[0].parse().expect("hex id")).expect("commit info");
     assert_eq!(info.refs, ["HEAD -> main", "tag: v2.0", "tag: light", "feature"]);
     assert_eq!(git(dir.path(), &["log", "-1", "--format=%D", &commits[0]]), info.refs.join(", "));
-    assert_eq!(info.describe, "v2.0");
+    assert_eq!(described_by_default(&info), "v2.0");
     let info = CommitInfo::from_commit(&repo, commits[1].parse().expect("hex id")).expect("commit info");
     assert_eq!(info.refs, ["origin/main", "origin/HEAD"], "later names first");
-    assert_eq!(info.describe, format!("v1.0-1-g{}", &commits[1][..7]));
+    assert_eq!(described_by_default(&info), format!("v1.0-1-g{}", &commits[1][..7]));
     assert_eq!(info.parents.len(), 1);
 }
 
@@ -185,10 +193,11 @@ fn data_without_a_complete_format_is_left_as_it_is() {
     let repo = Repo::open(dir.path()).expect("open");
     let info = CommitInfo::from_commit(&repo, commits[0].parse().expect("hex id")).expect("commit info");
     for data in [&b"plain text"[..], b"$Format:%H", b"$Format %H$", b""] {
-        assert!(matches!(expand(data, &info), std::borrow::Cow::Borrowed(_)), "{}", data.as_bstr());
+        let out = expand(data, &SUBST, &info).expect("expands");
+        assert!(matches!(out, std::borrow::Cow::Borrowed(_)), "{}", data.as_bstr());
     }
-    assert_eq!(expand(b"$Format:%H$", &info).as_ref(), commits[0].as_bytes());
-    assert_eq!(expand(b"[$Format:$]", &info).as_ref(), b"[]");
+    assert_eq!(expand(b"$Format:%H$", &SUBST, &info).expect("expands").as_ref(), commits[0].as_bytes());
+    assert_eq!(expand(b"[$Format:$]", &SUBST, &info).expect("expands").as_ref(), b"[]");
 }
 
 #[test]
@@ -228,7 +237,7 @@ fn relative_dates_count_to_now_as_gits_do() {
         info.now = at + delta;
         let now = info.now.to_string();
         let git = run(dir.path(), &["log", "-1", "--format=%ar", root], &[("GIT_TEST_DATE_NOW", &now)], b"");
-        let ours = expand(b"$Format:%ar$\n", &info);
+        let ours = expand(b"$Format:%ar$\n", &SUBST, &info).expect("expands");
         assert_eq!(ours.as_bstr(), git.as_bstr(), "{delta} s after the author date");
         seen.insert(git);
     }
@@ -249,6 +258,161 @@ fn a_commit_no_tag_reaches_describes_as_nothing_as_in_git_archive() {
     let repo = Repo::open(d).expect("open");
     let mut info = CommitInfo::from_commit(&repo, only.parse().expect("hex id")).expect("commit info");
     info.now = NOW;
-    assert_eq!((info.describe.as_str(), info.refs.as_slice()), ("", &["HEAD -> trunk".to_owned()][..]));
-    assert_eq!(expand(TEMPLATE.as_bytes(), &info).as_bstr(), archived(d, &only).as_bstr());
+    assert_eq!((described_by_default(&info).as_str(), info.refs.as_slice()), ("", &["HEAD -> trunk".to_owned()][..]));
+    assert_eq!(expand(TEMPLATE.as_bytes(), &SUBST, &info).expect("expands").as_bstr(), archived(d, &only).as_bstr());
+}
+
+/// Every `%(describe…)` shape, valid or not: git's `parse_describe_args` grammar and what
+/// `git describe` then prints.
+const DESCRIBES: &[&str] = &[
+    "%(describe)",
+    "%(describe:)",
+    "%(describe:tags)",
+    "%(describe:tags=true)",
+    "%(describe:tags=No)",
+    "%(describe:tags=0x1)",
+    "%(describe:tags=2k)",
+    "%(describe:tags=)",
+    "%(describe:tags=maybe)",
+    "%(describe:tags=maybe,match=v2*)",
+    "%(describe:match=v2*,tags=maybe)",
+    "%(describe:tags,tags=off)",
+    "%(describe:abbrev=0)",
+    "%(describe:abbrev=4)",
+    "%(describe:abbrev=2)",
+    "%(describe:abbrev=-3)",
+    "%(describe:abbrev= 5)",
+    "%(describe:abbrev=+9)",
+    "%(describe:abbrev=40)",
+    "%(describe:abbrev=99)",
+    "%(describe:abbrev=x)",
+    "%(describe:abbrev=5x)",
+    "%(describe:abbrev=)",
+    "%(describe:abbrev)",
+    "%(describe:match=v1*)",
+    "%(describe:tags=true,match=*[0-9]*)",
+    "%(describe:match=v*,match=rel/*,tags)",
+    "%(describe:tags,match=rel*)",
+    "%(describe:exclude=*rc*)",
+    "%(describe:match=v*,exclude=v2*)",
+    "%(describe:tags,exclude=v*,exclude=*same)",
+    "%(describe:match=nothing*)",
+    "%(describe:match=)",
+    "%(describe:match)",
+    "%(describe:foo)",
+    "%(describe:tags,foo)",
+    "%(describe:tags",
+    "%(describe",
+    "%(describex)",
+    "%+(describe:abbrev=0)",
+    "%-(describe:match=nothing*)",
+];
+
+/// A history with tags of every kind: annotated and lightweight, several on one commit (dates
+/// apart and equal), one whose object names another tag, names with digits and without, and
+/// a side branch merged back.
+fn tagged_repo() -> (tempfile::TempDir, Vec<String>) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path();
+    git(d, &["init", "-q", "-b", "main"]);
+    std::fs::write(d.join("f"), "x\n").expect("write");
+    git(d, &["add", "."]);
+    let tree = git(d, &["write-tree"]);
+    let mut at = 1_700_000_000;
+    let mut next = |parents: &[&str], message: &str| {
+        at += 1000;
+        let date = format!("{at} +0000");
+        commit(d, &tree, parents, message, &date, &date)
+    };
+    let c1 = next(&[], "one\n");
+    let c2 = next(&[&c1], "two\n");
+    let side = next(&[&c2], "side\n");
+    let c3 = next(&[&c2], "three\n");
+    let merge = next(&[&c3, &side], "merge\n");
+    let c5 = next(&[&merge], "five\n");
+    let c6 = next(&[&c5], "six\n");
+    let c7 = next(&[&c6], "seven\n");
+    git(d, &["update-ref", "refs/heads/main", &c7]);
+    let tag = |args: &[&str], date: &str| {
+        let env = [("GIT_COMMITTER_NAME", "T"), ("GIT_COMMITTER_EMAIL", "t@t"), ("GIT_COMMITTER_DATE", date)];
+        run(d, args, &env, b"");
+    };
+    tag(&["tag", "-a", "-m", "1", "v1.0", &c1], "1700000000 +0000");
+    git(d, &["tag", "rel/1.5", &c2]);
+    git(d, &["tag", "light", &side]);
+    tag(&["tag", "-a", "-m", "rc", "v2.0-rc1", &c3], "1700000100 +0000");
+    tag(&["tag", "-a", "-m", "2", "v2.0", &c3], "1700000200 +0000");
+    tag(&["tag", "-a", "-m", "b", "b-same", &merge], "1700000300 +0000");
+    tag(&["tag", "-a", "-m", "a", "a-same", &merge], "1700000300 +0000");
+    git(d, &["tag", "zz-light", &merge]);
+    // A tag object named `inner`, its ref `refs/tags/v3.0` ("externally known as").
+    tag(&["tag", "-a", "-m", "3", "inner", &c6], "1700000400 +0000");
+    let inner = git(d, &["rev-parse", "refs/tags/inner"]);
+    git(d, &["update-ref", "refs/tags/v3.0", &inner]);
+    git(d, &["update-ref", "-d", "refs/tags/inner"]);
+    (dir, vec![c1, c2, side, c3, merge, c5, c6, c7])
+}
+
+#[test]
+fn every_describe_placeholder_equals_git_logs() {
+    let (dir, commits) = tagged_repo();
+    let repo = Repo::open(dir.path()).expect("open");
+    let mut compared = 0;
+    for id in &commits {
+        let info = CommitInfo::from_commit(&repo, id.parse().expect("hex id")).expect("commit info");
+        for placeholder in DESCRIBES {
+            let format = format!("<{placeholder}>");
+            let theirs = run(dir.path(), &["log", "-1", &format!("--format={format}"), id], &[], b"");
+            let data = format!("$Format:{format}$\n");
+            let ours = expand(data.as_bytes(), &SUBST, &info).expect("expands");
+            assert_eq!(ours.as_bstr(), theirs.as_bstr(), "{placeholder} of {id}");
+            compared += 1;
+        }
+    }
+    assert_eq!(compared, DESCRIBES.len() * 8);
+}
+
+#[test]
+fn placeholders_git_expands_and_treesync_cannot_are_refused_by_name() {
+    let (dir, commits) = repo_with_history();
+    let repo = Repo::open(dir.path()).expect("open");
+    let info = CommitInfo::from_commit(&repo, commits[0].parse().expect("hex id")).expect("commit info");
+    for placeholder in [
+        "%w(72)",
+        "%w(72,2,4)",
+        "%w()",
+        "%<(10)",
+        "%<|(10)",
+        "%>>(5,trunc)",
+        "%><(5,mtrunc)",
+        "%(trailers)",
+        "%(trailers:key=Signed-off-by)",
+        "%(decorate:prefix=[)",
+        "%C(always,red)",
+        "%ah",
+        "%ch",
+        "%GT",
+    ] {
+        let data = format!("a $Format:x{placeholder}y$ b\n");
+        let e = expand(data.as_bytes(), &SUBST, &info).expect_err(placeholder).to_string();
+        assert!(e.contains(&format!("`{placeholder}`")) && e.contains("subst.txt"), "{placeholder}: {e}");
+    }
+    // What git leaves as it is stays so, and unsigned commits check as `N`.
+    for (placeholder, git_writes) in [
+        ("%w(x)", "%w(x)"),
+        ("%w(72", "%w(72"),
+        ("%<(0)", "%<(0)"),
+        ("%<(-3)", "%<(-3)"),
+        ("%>(5,cut)", "%>(5,cut)"),
+        ("%(trailers", "%(trailers"),
+        ("%(decorate:nope)", "%(decorate:nope)"),
+        ("%G?%GG%GS%GK%GF%GP", "N"),
+        ("%Gx", "%Gx"),
+    ] {
+        let theirs = run(dir.path(), &["log", "-1", &format!("--format={placeholder}"), &commits[0]], &[], b"");
+        assert_eq!(theirs.trim_end().as_bstr(), git_writes.as_bytes().as_bstr(), "git on {placeholder}");
+        let data = format!("$Format:{placeholder}$");
+        let ours = expand(data.as_bytes(), &SUBST, &info).expect(placeholder);
+        assert_eq!(ours.as_bstr(), git_writes.as_bytes().as_bstr(), "{placeholder}");
+    }
 }
