@@ -133,11 +133,13 @@ pub fn written(tree: &Tree<'_>, paths: &[&[u8]]) -> Result<Written, Error> {
     let work = scratch.0.join("tree");
     std::fs::create_dir(&work).map_err(scratch_err)?;
     let config = config_args(tree, &scratch.0).map_err(scratch_err)?;
+    // git runs in the scratch tree: the repository by an absolute path.
+    let git_dir = std::path::absolute(tree.git_dir).map_err(scratch_err)?;
     let git_cmd = |args: &[&str]| {
         let mut c = Command::new("git");
         c.args(&config)
             .args(args)
-            .env("GIT_DIR", tree.git_dir)
+            .env("GIT_DIR", &git_dir)
             .env("GIT_WORK_TREE", &work)
             .env("GIT_INDEX_FILE", scratch.0.join("index"))
             .current_dir(&work)
