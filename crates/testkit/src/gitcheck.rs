@@ -8,6 +8,8 @@
 //!   line-ending shape and `.gitattributes` files at several levels, including commits that
 //!   change nothing but attributes (after which a fresh clone converts untouched files).
 //! - [`REPO_CONFIGS`]: the repository settings to run every history with.
+//! - [`expected_reporting`], [`archive_expected`], [`refused_paths`]: the same, with what git
+//!   printed (its `failed to encode` errors), and `git archive` as the reference for `--export`.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -25,6 +27,12 @@ pub type Snapshot = BTreeMap<String, Node>;
 /// Run git with no system or global configuration (a developer's `core.autocrlf` must not leak
 /// into what we call "what git writes"); panics with git's stderr on failure.
 fn git_in(dir: &Path, args: &[&str]) -> String {
+    git_reporting(dir, args).0
+}
+
+/// [`git_in`], returning its stdout (trimmed) and its stderr (what git printed on the way, such
+/// as `error: failed to encode 'PATH' from UTF-8 to ENC` for a file it wrote unconverted).
+fn git_reporting(dir: &Path, args: &[&str]) -> (String, String) {
     let out = Command::new("git")
         .current_dir(dir)
         .args(args)
@@ -36,7 +44,7 @@ fn git_in(dir: &Path, args: &[&str]) -> String {
         .output()
         .expect("git runs");
     assert!(out.status.success(), "git {args:?} in {} failed: {}", dir.display(), String::from_utf8_lossy(&out.stderr));
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
+    (String::from_utf8_lossy(&out.stdout).trim().to_string(), String::from_utf8_lossy(&out.stderr).into_owned())
 }
 
 /// A template directory for `git clone --template`: git's usual empty `.git` plus the source
@@ -68,6 +76,13 @@ fn config_args(config: &[(&str, &str)]) -> Vec<String> {
 /// incremental (it leaves files whose blob did not change unconverted:
 /// see [`git_checkout`]). `--shared` borrows objects and changes no checkout behaviour.
 pub fn expected(repo: &Path, rev: &str, config: &[(&str, &str)]) -> Snapshot {
+    expected_reporting(repo, rev, config).0
+}
+
+/// [`expected`], and what git printed to stderr while checking out: an
+/// `error: failed to encode 'PATH' from UTF-8 to ENC` line for each file it could not
+/// re-encode and wrote as the blob is ([`refused_paths`] lists them).
+pub fn expected_reporting(repo: &Path, rev: &str, config: &[(&str, &str)]) -> (Snapshot, String) {
     let dir = tempfile::tempdir().expect("tempdir");
     let template = template_from(repo, dir.path());
     let clone = dir.path().join("clone");
@@ -77,8 +92,53 @@ pub fn expected(repo: &Path, rev: &str, config: &[(&str, &str)]) -> Snapshot {
     args.push(repo.display().to_string());
     args.push(clone.display().to_string());
     git_in(dir.path(), &args.iter().map(String::as_str).collect::<Vec<_>>());
-    git_in(&clone, &["checkout", "-q", "--detach", rev]);
-    without_git_dir(tree::read_dir(&clone))
+    let (_, messages) = git_reporting(&clone, &["checkout", "-q", "--detach", rev]);
+    (without_git_dir(tree::read_dir(&clone)), messages)
+}
+
+/// What `git archive REV | tar -x` extracts for `repo`, run in `repo` itself (its
+/// `info/attributes` and config apply) with `config` added (`git -c k=v archive`): the
+/// reference for `treesync sync --export`. Also what git printed to stderr (its
+/// `failed to encode` errors: archive converts files as checkout does).
+pub fn archive_expected(repo: &Path, rev: &str, config: &[(&str, &str)]) -> (Snapshot, String) {
+    let mut args = config_args(config);
+    args.extend(["archive".into(), "--format=tar".into(), rev.into()]);
+    let out = Command::new("git")
+        .current_dir(repo)
+        .args(&args)
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .env_remove("GIT_DIR")
+        .output()
+        .expect("git archive runs");
+    assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut tar = Command::new("tar")
+        .current_dir(dir.path())
+        .args(["-xf", "-"])
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .expect("tar runs");
+    {
+        use std::io::Write;
+        tar.stdin.take().expect("piped").write_all(&out.stdout).expect("tar input");
+    }
+    assert!(tar.wait().expect("tar finishes").success(), "tar -x of git archive {rev} failed");
+    (tree::read_dir(dir.path()), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+/// The paths git names in `messages` (stderr of [`expected_reporting`] or
+/// [`archive_expected`]) as files it could not re-encode for `working-tree-encoding`
+/// (`error: failed to encode 'PATH' from UTF-8 to ENC`): git wrote them unconverted.
+pub fn refused_paths(messages: &str) -> std::collections::BTreeSet<String> {
+    const HEAD: &str = "failed to encode '";
+    messages
+        .lines()
+        .filter_map(|l| {
+            let rest = &l[l.find(HEAD)? + HEAD.len()..];
+            Some(rest[..rest.rfind("' from ")?].to_string())
+        })
+        .collect()
 }
 
 /// What a plain `git clone --branch BRANCH` (a full, non-shared clone over git's pack
