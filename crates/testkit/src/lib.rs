@@ -13,6 +13,7 @@ pub mod gitcheck;
 pub mod gitdaemon;
 pub mod history;
 pub mod missing;
+pub mod oracle;
 pub mod pack;
 pub mod plant;
 pub mod race;
