@@ -107,6 +107,19 @@ impl History {
         History { bare, repo, commits, expected: Default::default() }
     }
 
+    /// [`History::from_trees`] in a repository with `config` set (`git config`) before it is
+    /// opened.
+    pub fn from_trees_with_config(trees: &[Model], config: &[(&str, &str)]) -> History {
+        let bare = BareRepo::new();
+        let commits = history::import(&bare.path, "main", trees);
+        assert_eq!(commits.len(), trees.len(), "fast-import made one commit per tree");
+        for (k, v) in config {
+            crate::git(&bare.path, &["config", k, v]);
+        }
+        let repo = Repo::open(&bare.path).expect("open generated repo");
+        History { bare, repo, commits, expected: Default::default() }
+    }
+
     /// A random history of `n` commits.
     pub fn random(seed: u64, n: usize) -> History {
         Self::from_trees(&history::random_history(seed, n))
@@ -882,9 +895,20 @@ fn text(content: &str) -> Entry {
 /// ([`crate::gitcheck::expected`], `.gitattributes` conversions applied), reduced to what the
 /// backend can hold.
 fn assert_matches_checkout(h: &History, f: &dyn Fixture, rev: &str, context: &str) {
-    let expected = reduce(&crate::gitcheck::expected(&h.bare.path, rev, &[]), f.capabilities());
+    assert_matches_checkout_with(h, f, rev, &[], context);
+}
+
+/// [`assert_matches_checkout`] with `config` given to the clone (`git clone -c`): what the
+/// repository's own config sets (clones do not copy it).
+fn assert_matches_checkout_with(h: &History, f: &dyn Fixture, rev: &str, config: &[(&str, &str)], context: &str) {
+    let expected = reduce(&crate::gitcheck::expected(&h.bare.path, rev, config), f.capabilities());
     let differences = crate::gitcheck::diff_snapshots(&expected, &f.read());
-    assert!(differences.is_empty(), "{context}: target differs from `git checkout {rev}`:\n{}", differences.join("\n"));
+    assert!(
+        differences.is_empty(),
+        "{context}: target differs from `git checkout {rev}` in {} path(s):\n{}",
+        differences.len(),
+        differences.join("\n")
+    );
 }
 
 /// The paths a counted run touched, as text.
@@ -895,8 +919,11 @@ fn touched(r: &treesync_core::policy::Record) -> Vec<String> {
 /// Files are written as `git checkout` writes them (issue 15): `.gitattributes` with
 /// `text eol=crlf`, `ident`, `text` and `working-tree-encoding`, at the top and in a
 /// subdirectory, through a history that adds, changes and removes converted files and the
-/// attributes themselves, synced forward and back. After every sync the target equals a fresh
-/// git checkout of the commit, and planning again is empty.
+/// attributes themselves, synced forward and back. Its last commit is the small attribute
+/// matrix of issue 30 ([`crate::oracle::Size::Small`]: every attribute and macro of
+/// gitattributes(5) in the root and nested `.gitattributes`, the encodings issue 30 names, a
+/// filter driver configured in the repository). After every sync the target equals a fresh git
+/// checkout of the commit, and planning again is empty.
 pub async fn conversions_match_git_checkout(f: &dyn Fixture) {
     let root_attributes = "*.bat text eol=crlf\n*.c ident\n*.txt text\n*.u16 text working-tree-encoding=UTF-16LE-BOM\n";
     let mut a = Model::default();
@@ -921,12 +948,15 @@ pub async fn conversions_match_git_checkout(f: &dyn Fixture) {
     c.insert("notes.txt", text("back\nagain\n"));
     c.insert("docs/guide.md", text("# Guide\n\nchanged line\n"));
     c.0.remove("greeting.u16");
-    let h = History::from_trees(&[a, b, c]);
+    let (matrix, _) = crate::oracle::model(crate::oracle::Size::Small);
+    let config = [crate::oracle::DRIVER];
+    let h = History::from_trees_with_config(&[a, b, c, matrix], &config);
     let backend = f.backend();
-    for (step, i) in [0usize, 1, 2, 0, 2, 1].into_iter().enumerate() {
+    for (step, i) in [0usize, 1, 2, 0, 2, 3, 1, 3].into_iter().enumerate() {
         let rev = &h.commits[i];
         sync_to(&h.repo, rev, &*backend).await.unwrap_or_else(|e| panic!("step {step}: sync to commit {i}: {e}"));
-        assert_matches_checkout(&h, f, rev, &format!("conversions, step {step} (commit {i})"));
+        let what = if i == 3 { " (the attribute matrix)" } else { "" };
+        assert_matches_checkout_with(&h, f, rev, &config, &format!("conversions, step {step} (commit {i}{what})"));
         let again = sync::prepare(&h.repo, rev, &*backend, &Default::default()).await.expect("prepare");
         assert!(again.main.is_empty(), "step {step}: planning again is not empty: {:?}", again.main.counts);
     }
