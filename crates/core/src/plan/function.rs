@@ -1170,9 +1170,15 @@ impl<'a> Planner<'a> {
             conversions.new.settings().lfs,
         );
         let lfs_changed = conversions.old.map(|c| c.settings().lfs) != Some(conversions.new.settings().lfs);
+        let rules_changed = conversions.old.is_some_and(|c| c.settings().rules != conversions.new.settings().rules);
         let reason_of = |before: &Option<std::sync::Arc<crate::convert::Conversion>>,
                          now: &Option<std::sync::Arc<crate::convert::Conversion>>| {
-            if before != now {
+            if rules_changed {
+                format!(
+                    "treesync's conversion rules changed since the target was written (an upgrade): written again once ({})",
+                    now.as_deref().map_or_else(|| "none".to_string(), |c| c.to_string())
+                )
+            } else if before != now {
                 changed_reason(before.as_deref(), now.as_deref())
             } else if lfs_changed && now.as_deref().is_some_and(|c| c.is_lfs()) {
                 format!("LFS mode changed: {} (was: {})", lfs_modes.1, lfs_modes.0)
