@@ -88,8 +88,9 @@ fn a_wrong_conversion_treesyncs_own_verify_cannot_see_is_drift_for_git() {
     let text = treesync(&["verify", "--repo", repo, "--target", t, "--oracle", "git"], &faulty);
     let out = String::from_utf8_lossy(&text.stdout);
     assert!(out.contains("logo.png") && out.contains("judged by git version"), "{out}");
-    // Fixed (no fault): a repair writes git's bytes, and git finds the target clean.
-    let o = treesync(&["verify", "--repo", repo, "--target", t, "--repair"], &[]);
+    // Fixed (no fault): a full repair writes git's bytes (at the stat level, the stat data the
+    // faulty full verify recorded would still vouch for the file), and git finds it clean.
+    let o = treesync(&["verify", "--repo", repo, "--target", t, "--level", "full", "--repair"], &[]);
     assert!(o.status.success(), "repair: {}", String::from_utf8_lossy(&o.stderr));
     assert_eq!(gitcheck::diff(&git, &target), Vec::<String>::new());
     let o = treesync(&["verify", "--repo", repo, "--target", t, "--oracle", "git", "--json"], &[]);
@@ -137,8 +138,12 @@ fn encodings_git_refuses_are_written_unconverted_as_git_does_and_reported() {
     let refused: Vec<String> = gitcheck::refused_paths(&messages).into_iter().collect();
     assert_eq!(refused, ["accent.as", "any.no", "euro.l1"], "what git refuses: {messages}");
     let outcome = json(&o, "sync");
-    let reported: Vec<&str> =
-        outcome["unconverted"].as_array().expect("unconverted").iter().map(|u| u["path"].as_str().expect("path")).collect();
+    let reported: Vec<&str> = outcome["unconverted"]
+        .as_array()
+        .expect("unconverted")
+        .iter()
+        .map(|u| u["path"].as_str().expect("path"))
+        .collect();
     assert_eq!(reported, refused, "treesync reports what git refuses: {outcome:#}");
     assert_eq!(outcome["unconverted"][1]["why"], "unknown-encoding");
     assert_eq!(outcome["unconverted"][0]["why"], "unconvertible");
@@ -149,7 +154,12 @@ fn encodings_git_refuses_are_written_unconverted_as_git_does_and_reported() {
     let again = dir.path().join("t2");
     let o = treesync(&["sync", "--repo", s(&bare.path), "--ref", &commit, "--target", s(&again)], &[]);
     let err = String::from_utf8_lossy(&o.stderr);
-    assert!(o.status.success() && err.contains("3 file(s) written as UTF-8, unconverted") && err.contains("euro.l1: working-tree-encoding=ISO-8859-1"), "{err}");
+    assert!(
+        o.status.success()
+            && err.contains("3 file(s) written as UTF-8, unconverted")
+            && err.contains("euro.l1: working-tree-encoding=ISO-8859-1"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -162,11 +172,18 @@ fn a_target_written_by_older_conversion_rules_is_rewritten_once() {
     assert!(o.status.success());
     // What an older treesync leaves: its wrong bytes, and a state without the rules version.
     let state_path = target.join(".treesync/state");
-    let mut state: serde_json::Value = serde_json::from_slice(&std::fs::read(&state_path).expect("state")).expect("json");
+    let mut state: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&state_path).expect("state")).expect("json");
     state["conversions"].as_object_mut().expect("settings").remove("rules");
     std::fs::write(&state_path, serde_json::to_vec_pretty(&state).expect("json")).expect("write state");
     let git = gitcheck::expected(&bare.path, &commit, &[]);
     assert_eq!(gitcheck::diff(&git, &target).len(), 1);
+    // Before that sync, verify does not take the stat data recorded under the older rules as
+    // proof: it hashes, and finds the file.
+    let o = treesync(&["verify", "--repo", repo, "--target", t, "--json"], &[(FAULT, "1")]);
+    assert_eq!(json(&o, "verify")["report"]["proven_by_stat"], 0, "faulty verify records its stat data, unused");
+    let o = treesync(&["verify", "--repo", repo, "--target", t, "--json"], &[]);
+    assert_eq!(drift(&json(&o, "verify")), ["logo.png"]);
     let o = treesync(&["sync", "--json", "--repo", repo, "--ref", &commit, "--target", t], &[]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let outcome = json(&o, "sync");

@@ -89,6 +89,10 @@ pub enum Error {
         /// How many paths use it.
         count: usize,
     },
+    /// An `export-subst` placeholder git expands and treesync cannot (`--export`): the error
+    /// names the file and the placeholder, with its own hint.
+    #[error(transparent)]
+    Placeholder(crate::export::Error),
     /// `working-tree-encoding` is set or unset without naming an encoding (git dies on it).
     #[error(
         "{path} has the attribute {attribute}, which names no encoding (git stops with \"true/false are no valid working-tree-encodings\")\n  hint: give it a value (`working-tree-encoding=UTF-16`) or remove it from the .gitattributes line that matches {path} (`git check-attr working-tree-encoding -- {path}` shows where it comes from); nothing was written"
@@ -756,10 +760,10 @@ impl Converter {
     fn refused(&self, path: &BStr, encoding: &str, why: Refusal) {
         let path = path.to_str_lossy().into_owned();
         let mut all = self.unconverted.lock().expect("never poisoned");
-        if !all.contains_key(&path) {
-            let u = Unconverted { path: path.clone(), encoding: encoding.to_string(), why };
+        if let std::collections::btree_map::Entry::Vacant(slot) = all.entry(path.clone()) {
+            let u = Unconverted { path, encoding: encoding.to_string(), why };
             tracing::debug!(target: "treesync::convert", "written unconverted, as git writes it: {u}");
-            all.insert(path, u);
+            slot.insert(u);
         }
     }
 
@@ -891,13 +895,8 @@ impl Converter {
                     Ok(())
                 })?;
                 // (export-subst) A placeholder git expands and treesync cannot: refused, by name.
-                let expanded = crate::export::expand(&out, path, commit).map_err(|e| {
-                    ConvertError::Convert(Error::Convert {
-                        path: path.to_str_lossy().into_owned(),
-                        attributes: conversion.to_string(),
-                        message: e.to_string(),
-                    })
-                })?;
+                let expanded = crate::export::expand(&out, path, commit)
+                    .map_err(|e| ConvertError::Convert(Error::Placeholder(e)))?;
                 sink(&expanded).map_err(ConvertError::Sink)
             }
             _ => self.convert_for_worktree(data, path, blob, conversion, filter_timeout, sink),

@@ -908,8 +908,11 @@ async fn verify_inner(
     // The stat index and what syncs recorded since (merged over it, see `crate::index_delta`)
     // are read while the target is listed. Only backends with an auxiliary store keep them; on
     // the others, files are proven by their ETag or by hashing them.
+    // Stat data recorded under older conversion rules vouches for bytes those rules made: not
+    // trusted until a sync has rewritten the converted files (and recorded the rules of now).
+    let older_rules = against.conversions.as_ref().is_some_and(|s| s.rules != crate::convert::RULES);
     let recorded = async {
-        if !(level == Level::Stat && caps.aux_store) {
+        if !(level == Level::Stat && caps.aux_store) || older_rules {
             return Ok::<_, Error>((None, Default::default()));
         }
         let index = backend.load_aux("index").await?.and_then(|b| read_index(&b));
