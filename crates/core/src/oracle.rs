@@ -146,6 +146,15 @@ pub fn written(tree: &Tree<'_>, paths: &[&[u8]]) -> Result<Written, Error> {
             .stdin(Stdio::null());
         c
     };
+    // git's messages go to a file: a pipe nobody reads while git works fills up (a tree of
+    // thousands of files git cannot re-encode prints an error for each) and stops git.
+    let messages = scratch.0.join("stderr");
+    let stderr_file = || std::fs::File::create(&messages).map(Stdio::from).map_err(scratch_err);
+    let read_messages = || {
+        let all = std::fs::read(&messages).unwrap_or_default();
+        // The end says why it failed; the list of refusals before it is not needed.
+        all[all.len().saturating_sub(4096)..].to_vec()
+    };
     let fail = |what: &str, stderr: &[u8]| Error::Git {
         what: what.to_string(),
         repo: tree.git_dir.to_path_buf(),
@@ -154,7 +163,7 @@ pub fn written(tree: &Tree<'_>, paths: &[&[u8]]) -> Result<Written, Error> {
     if export {
         // `git archive` (its attributes from the commit), unpacked by tar.
         let mut archive = git_cmd(&["archive", "--format=tar", &tree.commit.to_string()]);
-        let mut child = archive.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().map_err(Error::NoGit)?;
+        let mut child = archive.stdout(Stdio::piped()).stderr(stderr_file()?).spawn().map_err(Error::NoGit)?;
         let out = child.stdout.take().expect("piped");
         let untar = Command::new("tar")
             .args(["-x", "-f", "-", "-C"])
@@ -162,9 +171,9 @@ pub fn written(tree: &Tree<'_>, paths: &[&[u8]]) -> Result<Written, Error> {
             .stdin(out)
             .output()
             .map_err(|e| fail("archive | tar -x", e.to_string().as_bytes()))?;
-        let archived = child.wait_with_output().map_err(Error::NoGit)?;
-        if !archived.status.success() {
-            return Err(fail("archive", &archived.stderr));
+        let archived = child.wait().map_err(Error::NoGit)?;
+        if !archived.success() {
+            return Err(fail("archive", &read_messages()));
         }
         if !untar.status.success() {
             return Err(fail("archive | tar -x", &untar.stderr));
@@ -178,18 +187,22 @@ pub fn written(tree: &Tree<'_>, paths: &[&[u8]]) -> Result<Written, Error> {
         let mut child = checkout
             .stdin(Stdio::piped())
             .stdout(Stdio::null())
-            .stderr(Stdio::piped())
+            .stderr(stderr_file()?)
             .spawn()
             .map_err(Error::NoGit)?;
-        let mut stdin = child.stdin.take().expect("piped");
-        let feed = paths.iter().try_for_each(|p| stdin.write_all(p).and_then(|()| stdin.write_all(b"\0")));
+        let mut stdin = std::io::BufWriter::new(child.stdin.take().expect("piped"));
+        let feed = paths
+            .iter()
+            .try_for_each(|p| stdin.write_all(p).and_then(|()| stdin.write_all(b"\0")))
+            .and_then(|()| stdin.flush());
         drop(stdin);
-        let done = child.wait_with_output().map_err(Error::NoGit)?;
+        let done = child.wait().map_err(Error::NoGit)?;
         if let Err(e) = feed {
-            return Err(fail("checkout-index", format!("{e}: {}", String::from_utf8_lossy(&done.stderr)).as_bytes()));
+            let said = String::from_utf8_lossy(&read_messages()).into_owned();
+            return Err(fail("checkout-index", format!("{e}: {said}").as_bytes()));
         }
-        if !done.status.success() {
-            return Err(fail("checkout-index", &done.stderr));
+        if !done.success() {
+            return Err(fail("checkout-index", &read_messages()));
         }
     }
     let mut files = HashMap::with_capacity(paths.len());
