@@ -150,7 +150,18 @@ impl RemoteBackend {
                 Err(e) if is(&e, nfsstat3::NFS3ERR_EXIST) => {
                     let (fh, attr) = match nfs.lookup(&meta, self.lock_name(), shown.as_bytes()).await {
                         Ok(r) => r,
-                        Err(e) if is(&e, nfsstat3::NFS3ERR_NOENT) && tries < 4 => continue,
+                        // Released between our CREATE and LOOKUP: CREATE again. Past a few
+                        // tries the lock is contended, which is what `Locked` says (exit 3).
+                        Err(e) if is(&e, nfsstat3::NFS3ERR_NOENT) => {
+                            if tries < 4 {
+                                continue;
+                            }
+                            return Err(Error::Locked {
+                                holder: format!(
+                                    "other syncs, which took and released lock file {shown} on the server {tries} times while this one tried to take it"
+                                ),
+                            });
+                        }
                         Err(e) => return Err(nfs_io("lock", &shown, e)),
                     };
                     let attr = match attr {
