@@ -318,7 +318,9 @@ fn encoding_dir(name: &str, taken: &mut HashSet<String>) -> String {
         name.chars().map(|c| if c.is_ascii_alphanumeric() || "._-".contains(c) { c } else { '_' }).collect();
     let mut dir = base.clone();
     let mut n = 1;
-    while !taken.insert(dir.clone()) {
+    // Unique in any case: the matrix also runs on targets that do not tell case apart (the
+    // conformance suite's case-insensitive fixtures), where `UTF-16` and `utf-16` would collide.
+    while !taken.insert(dir.to_ascii_lowercase()) {
         n += 1;
         dir = format!("{base}~{n}");
     }
