@@ -247,7 +247,7 @@ pub enum Size {
     /// settings that change nothing for a file whose only attribute is `working-tree-encoding`
     /// (`core.eol`, `core.autocrlf` other than `true`, which convert `text` files only).
     Cells,
-    /// Every spec × four shapes ([`SMALL_SHAPES`]) in each of two placements, the
+    /// Every spec × four shapes (`SMALL_SHAPES`) in each of two placements, the
     /// [`NAMED_ENCODINGS`] × three samples (about 550 files): for the conformance suite, which
     /// runs on slow backends.
     Small,
@@ -261,7 +261,7 @@ pub struct Cell {
 }
 
 /// The encoding names of `iconv -l` that convert an ASCII sample from UTF-8 (so git, which
-/// hands them to the same iconv, accepts them), plus [`GIT_ENCODINGS`] and the
+/// hands them to the same iconv, accepts them), plus `GIT_ENCODINGS` and the
 /// [`NAMED_ENCODINGS`]; asked once per process (about 1,100 `iconv` runs).
 pub fn encodings() -> &'static [String] {
     static NAMES: OnceLock<Vec<String>> = OnceLock::new();
