@@ -95,7 +95,7 @@ pub enum Error {
     Placeholder(crate::export::Error),
     /// `working-tree-encoding` is set or unset without naming an encoding (git dies on it).
     #[error(
-        "{path} has the attribute {attribute}, which names no encoding (git stops with \"true/false are no valid working-tree-encodings\")\n  hint: give it a value (`working-tree-encoding=UTF-16`) or remove it from the .gitattributes line that matches {path} (`git check-attr working-tree-encoding -- {path}` shows where it comes from); nothing was written"
+        "{path} has the attribute {attribute}, which names no encoding (git stops with \"true/false are no valid working-tree-encodings\")\n  hint: give it a value (`working-tree-encoding=UTF-16`) or remove it from the .gitattributes line that matches {path} (`git check-attr --source=REV working-tree-encoding -- {path}` in the repository shows what git sees); nothing was written"
     )]
     EncodingNotNamed {
         /// The file.
@@ -796,21 +796,14 @@ impl Converter {
                 }
             })
         };
-        // git's `git_path_check_crlf` on `text`, then on the legacy `crlf`.
-        let action = |v: Option<&str>| match v {
-            Some("true") => Some("text"),
-            Some("false") => Some("binary"),
-            Some("input") => Some("input"),
-            Some("auto") => Some("auto"),
-            _ => None,
-        };
-        let crlf = action(value("text")).or_else(|| action(value("crlf")));
-        let eol_lf = value("eol") == Some("lf");
-        match crlf {
-            Some("auto") => eol_lf,
+        // git's `git_path_check_crlf` on `text`, then on the legacy `crlf` (a value it does not
+        // know counts as unset). Only its "auto" actions convert in memory.
+        let known = |v: &&str| matches!(*v, "true" | "false" | "input" | "auto");
+        match value("text").filter(known).or_else(|| value("crlf").filter(known)) {
+            Some("auto") => value("eol") == Some("lf"),
             Some(_) => true,
             None => {
-                value("eol").is_some_and(|e| e == "lf" || e == "crlf")
+                matches!(value("eol"), Some("lf" | "crlf"))
                     || self.settings.eol_config().auto_crlf != filter::eol::AutoCrlf::Enabled
             }
         }

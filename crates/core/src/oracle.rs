@@ -150,11 +150,8 @@ pub fn written(tree: &Tree<'_>, paths: &[&[u8]]) -> Result<Written, Error> {
     // thousands of files git cannot re-encode prints an error for each) and stops git.
     let messages = scratch.0.join("stderr");
     let stderr_file = || std::fs::File::create(&messages).map(Stdio::from).map_err(scratch_err);
-    let read_messages = || {
-        let all = std::fs::read(&messages).unwrap_or_default();
-        // The end says why it failed; the list of refusals before it is not needed.
-        all[all.len().saturating_sub(4096)..].to_vec()
-    };
+    // The end says why it failed; the list of refusals before it is not read.
+    let read_messages = || tail(&messages, 4096).unwrap_or_default();
     let fail = |what: &str, stderr: &[u8]| Error::Git {
         what: what.to_string(),
         repo: tree.git_dir.to_path_buf(),
@@ -210,16 +207,47 @@ pub fn written(tree: &Tree<'_>, paths: &[&[u8]]) -> Result<Written, Error> {
         let file = work.join(<std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(p));
         match std::fs::symlink_metadata(&file) {
             Ok(m) if m.is_file() => {
-                let data = std::fs::read(&file).map_err(scratch_err)?;
-                let id = gix_object::compute_hash(gix_hash::Kind::Sha1, gix_object::Kind::Blob, &data)
-                    .expect("sha1 of memory");
-                files.insert(p.to_vec(), (data.len() as u64, id));
+                files.insert(p.to_vec(), (m.len(), blob_id_of(&file, m.len()).map_err(scratch_err)?));
             }
             // Not written by git (left out of an archive): nothing to judge it by.
             _ => {}
         }
     }
     Ok(Written { files, git })
+}
+
+/// The blob id of the `len` bytes of `file`, read in pieces (an LFS object may not fit in
+/// memory).
+fn blob_id_of(file: &Path, len: u64) -> std::io::Result<ObjectId> {
+    use std::io::Read as _;
+    let mut hasher = gix_hash::hasher(gix_hash::Kind::Sha1);
+    hasher.update(&gix_object::encode::loose_header(gix_object::Kind::Blob, len));
+    let mut f = std::fs::File::open(file)?;
+    let mut buf = vec![0u8; 1 << 16];
+    let mut read = 0u64;
+    loop {
+        let n = f.read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        read += n as u64;
+        hasher.update(&buf[..n]);
+    }
+    if read != len {
+        return Err(std::io::Error::other(format!("{} changed size while it was read", file.display())));
+    }
+    hasher.try_finalize().map_err(std::io::Error::other)
+}
+
+/// The last `max` bytes of `file`.
+fn tail(file: &Path, max: u64) -> std::io::Result<Vec<u8>> {
+    use std::io::{Read as _, Seek as _};
+    let mut f = std::fs::File::open(file)?;
+    let len = f.metadata()?.len();
+    f.seek(std::io::SeekFrom::Start(len.saturating_sub(max)))?;
+    let mut out = Vec::new();
+    f.read_to_end(&mut out)?;
+    Ok(out)
 }
 
 /// `-c key=value` arguments that make git convert with the state's settings.

@@ -65,7 +65,7 @@ fn same_utf(a: &str, b: &str) -> bool {
 /// Whether the `working-tree-encoding` value `label` converts anything (git's
 /// `git_path_check_encoding`: an empty value or one naming UTF-8 does not).
 pub fn converts(label: &str) -> bool {
-    !(label.is_empty() || same_utf(label, "UTF-8") || label.eq_ignore_ascii_case("UTF-8"))
+    !(label.is_empty() || same_utf(label, "UTF-8"))
 }
 
 /// git's `fallback_encoding`: the official spelling of a name the platform may not know.
