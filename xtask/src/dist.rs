@@ -81,8 +81,15 @@ pub fn run(args: &[String]) -> Result<(), String> {
 
     let checked = if test {
         eprintln!("dist: checking the tarball");
-        check(&root, &dist, &tarball, &name, &version, &licenses)
-            .map_err(|e| format!("the tarball {} failed its check: {e}", shown(&root, &tarball)))?;
+        check(Shipped {
+            root: &root,
+            dist: &dist,
+            tarball: &tarball,
+            name: &name,
+            version: &version,
+            licenses: &licenses,
+        })
+        .map_err(|e| format!("the tarball {} failed its check: {e}", shown(&root, &tarball)))?;
         "--version, SHA256SUMS, man pages, completions, sync of HEAD == git archive HEAD"
     } else {
         "nothing (--no-test)"
@@ -97,34 +104,32 @@ pub fn run(args: &[String]) -> Result<(), String> {
     Ok(())
 }
 
+/// What `dist` made, to be checked: the checkout, the output directory, the tarball, the
+/// package name (the tarball's top directory), the version and the license files.
+#[derive(Clone, Copy)]
+struct Shipped<'a> {
+    root: &'a Path,
+    dist: &'a Path,
+    tarball: &'a Path,
+    name: &'a str,
+    version: &'a str,
+    licenses: &'a [String],
+}
+
 /// Unpack the tarball into a fresh directory and use what it holds the way a user would.
-fn check(
-    root: &Path,
-    dist: &Path,
-    tarball: &Path,
-    name: &str,
-    version: &str,
-    licenses: &[String],
-) -> Result<(), String> {
+fn check(shipped: Shipped<'_>) -> Result<(), String> {
     let tmp = std::env::temp_dir().join(format!("treesync-dist-check-{}", std::process::id()));
     if tmp.exists() {
         std::fs::remove_dir_all(&tmp).map_err(|e| format!("cannot remove {}: {e}", tmp.display()))?;
     }
     mkdir(&tmp)?;
-    check_in(root, dist, tarball, name, version, licenses, &tmp)
+    check_in(shipped, &tmp)
         .map_err(|e| format!("{e}\n(the unpacked tarball is kept in {} for a look)", tmp.display()))?;
     std::fs::remove_dir_all(&tmp).map_err(|e| format!("cannot remove {}: {e}", tmp.display()))
 }
 
-fn check_in(
-    root: &Path,
-    dist: &Path,
-    tarball: &Path,
-    name: &str,
-    version: &str,
-    licenses: &[String],
-    tmp: &Path,
-) -> Result<(), String> {
+fn check_in(shipped: Shipped<'_>, tmp: &Path) -> Result<(), String> {
+    let Shipped { root, dist, tarball, name, version, licenses } = shipped;
     run_status(Command::new("tar").arg("-xzf").arg(tarball).arg("-C").arg(tmp))?;
     let pkg = tmp.join(name);
     let mut expected = vec![

@@ -21,6 +21,21 @@ pub fn generate(args: &[String]) -> Result<(), String> {
     Ok(())
 }
 
+/// The two ways git is measured checking out: its defaults, and without parallel checkout
+/// workers (a label, and `checkout.workers`).
+pub const GIT_CHECKOUTS: [(&str, Option<&str>); 2] =
+    [("git checkout -f", None), ("git -c checkout.workers=0 checkout -f", Some("0"))];
+
+/// `git checkout -q -f --detach REV` into `work`, with `checkout.workers=W` when given.
+pub fn git_checkout(repo: &Path, work: &Path, index: &Path, workers: Option<&str>, rev: &str) -> Command {
+    let mut g = git(repo, work, index);
+    if let Some(w) = workers {
+        g.args(["-c", &format!("checkout.workers={w}")]);
+    }
+    g.args(["checkout", "-q", "-f", "--detach", rev]);
+    g
+}
+
 /// git on `repo` with the work tree `work` and the index file `index`, no user or system config.
 pub fn git(repo: &Path, work: &Path, index: &Path) -> Command {
     let mut c = Command::new("git");

@@ -20,7 +20,7 @@ use std::time::Duration;
 use treesync_testkit::history::{self, Entry, Model};
 use xtask::util::run_quiet;
 
-use super::{STAT_REGEX, strace, timed};
+use super::{stat_count, strace, timed};
 use crate::measure::fmt_time;
 use crate::repo::{git, settle};
 
@@ -99,13 +99,7 @@ fn calls(
     tree: &Path,
 ) -> Result<Calls, String> {
     reset()?;
-    let stats = strace(&cmd(), &["-f", "-c", "-e", STAT_REGEX])?;
-    let stats = stats
-        .lines()
-        .find(|l| l.trim_end().ends_with("total"))
-        .and_then(|l| l.split_whitespace().nth(3))
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(0);
+    let stats = stat_count(&cmd())?;
     reset()?;
     let all = joined(&strace(&cmd(), &["-f", "-y"])?);
     let tree = tree.to_string_lossy().into_owned();

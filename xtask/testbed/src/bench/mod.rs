@@ -17,7 +17,7 @@ mod s3;
 mod watch;
 
 use crate::measure::{fmt_time, measure, median};
-use crate::repo::{git, make_repo, settle};
+use crate::repo::{GIT_CHECKOUTS, git, git_checkout, make_repo, settle};
 use xtask::util::{project_root, run_quiet, run_status};
 
 struct Config {
@@ -99,42 +99,13 @@ fn parse(args: &[String]) -> Result<Config, String> {
         fanout_pushes: 10,
     };
     let mut args = args;
-    match args.first().map(String::as_str) {
-        Some("local") => {
-            (c.s3, c.nfs, c.nfs_client, c.attributes, c.atomic) = (false, false, false, false, false);
-            c.watch = false;
-            args = &args[1..];
-        }
-        Some("s3") => {
-            (c.local, c.nfs, c.nfs_client, c.attributes, c.atomic) = (false, false, false, false, false);
-            c.watch = false;
-            args = &args[1..];
-        }
-        Some("nfs") => {
-            (c.local, c.s3, c.nfs_client, c.attributes, c.atomic) = (false, false, false, false, false);
-            c.watch = false;
-            args = &args[1..];
-        }
-        Some("nfs-client") => {
-            (c.local, c.s3, c.nfs, c.attributes, c.atomic) = (false, false, false, false, false);
-            c.watch = false;
-            args = &args[1..];
-        }
-        Some("attributes") => {
-            (c.local, c.s3, c.nfs, c.nfs_client, c.atomic) = (false, false, false, false, false);
-            c.watch = false;
-            args = &args[1..];
-        }
-        Some("atomic") => {
-            (c.local, c.s3, c.nfs, c.nfs_client, c.attributes) = (false, false, false, false, false);
-            c.watch = false;
-            args = &args[1..];
-        }
-        Some("watch") => {
-            (c.local, c.s3, c.nfs, c.nfs_client, c.attributes, c.atomic) = (false, false, false, false, false, false);
-            args = &args[1..];
-        }
-        _ => {}
+    // `cargo xtask bench PART …`: that part alone.
+    const PARTS: [&str; 7] = ["local", "s3", "nfs", "nfs-client", "attributes", "atomic", "watch"];
+    if let Some(part) = args.first().filter(|a| PARTS.contains(&a.as_str())) {
+        let on = |name: &str| part == name;
+        (c.local, c.s3, c.nfs, c.nfs_client) = (on("local"), on("s3"), on("nfs"), on("nfs-client"));
+        (c.attributes, c.atomic, c.watch) = (on("attributes"), on("atomic"), on("watch"));
+        args = &args[1..];
     }
     let mut it = args.iter();
     while let Some(a) = it.next() {
@@ -230,16 +201,21 @@ struct Row {
 
 const STAT_REGEX: &str = "trace=/^(stat|lstat|fstat|newfstatat|statx|fstatat64|stat64|lstat64|fstat64)$";
 
-/// Stat-family syscalls of the whole process, and syscalls of any kind that name a path or
-/// descriptor inside `target` (from `strace -y`, which prints the path behind each descriptor).
-fn stat_calls(cmd: &Command, target: &Path) -> Result<(u64, u64), String> {
-    let stats = strace(cmd, &["-f", "-c", "-e", STAT_REGEX])?;
-    let stats = stats
+/// Stat-family syscalls of `cmd` and its children (`strace -c`'s total).
+fn stat_count(cmd: &Command) -> Result<u64, String> {
+    let summary = strace(cmd, &["-f", "-c", "-e", STAT_REGEX])?;
+    Ok(summary
         .lines()
         .find(|l| l.trim_end().ends_with("total"))
         .and_then(|l| l.split_whitespace().nth(3))
         .and_then(|n| n.parse().ok())
-        .unwrap_or(0);
+        .unwrap_or(0))
+}
+
+/// Stat-family syscalls of the whole process, and syscalls of any kind that name a path or
+/// descriptor inside `target` (from `strace -y`, which prints the path behind each descriptor).
+fn stat_calls(cmd: &Command, target: &Path) -> Result<(u64, u64), String> {
+    let stats = stat_count(cmd)?;
     let all = strace(cmd, &["-f", "-y"])?;
     let needle = target.to_string_lossy().into_owned();
     let on_target = all.lines().filter(|l| l.contains(needle.as_str())).count() as u64;
@@ -301,7 +277,7 @@ pub fn run(args: &[String]) -> Result<(), String> {
                     "Reproduce: `cargo xtask bench local --files {} --runs {}` (root, for the tmpfs mount).\n\n{table}",
                     c.files, c.runs
                 );
-                write_section(&root.join("BENCHMARKS.md"), "local", "Local disk: treesync vs git", &block)?;
+                bench_md(&root, "local", "Local disk: treesync vs git", &block)?;
             }
         }
         if c.attributes {
@@ -309,16 +285,13 @@ pub fn run(args: &[String]) -> Result<(), String> {
             let table = attributes::run(&ac, &c.dir, &treesync, has_strace)?;
             println!("{table}");
             if c.write {
-                let build = match &c.treesync {
-                    Some(path) => format!(" --treesync {}", path.strip_prefix(&root).unwrap_or(path).display()),
-                    None => String::new(),
-                };
+                let build = treesync_flag(&c.treesync, &root);
                 let block = format!(
                     "Reproduce: `cargo xtask bench attributes --attr-files {} --runs {}{build}` (root, for the tmpfs mount).\n\n{table}",
                     c.attr_files, c.runs
                 );
-                write_section(
-                    &root.join("BENCHMARKS.md"),
+                bench_md(
+                    &root,
                     "attributes",
                     "Conversions (.gitattributes): incremental syncs with and without attributes, vs git checkout",
                     &block,
@@ -340,10 +313,7 @@ pub fn run(args: &[String]) -> Result<(), String> {
             let table = atomic::run(&ac, &c.dir, &treesync)?;
             println!("{table}");
             if c.write {
-                let build = match &c.treesync {
-                    Some(path) => format!(" --treesync {}", path.strip_prefix(&root).unwrap_or(path).display()),
-                    None => String::new(),
-                };
+                let build = treesync_flag(&c.treesync, &root);
                 let on = match c.atomic_where {
                     (true, false) => " --atomic-on local",
                     (false, true) => " --atomic-on nas",
@@ -359,8 +329,8 @@ pub fn run(args: &[String]) -> Result<(), String> {
                     c.switches.join(","),
                     c.nas_switches.join(",")
                 );
-                write_section(
-                    &root.join("BENCHMARKS.md"),
+                bench_md(
+                    &root,
                     "atomic",
                     "Whole-tree switches (`sync --atomic`): treesync vs the git-sync way",
                     &block,
@@ -389,10 +359,7 @@ pub fn run(args: &[String]) -> Result<(), String> {
             let table = watch::run(&wc, &c.dir, &treesync)?;
             println!("{table}");
             if c.write {
-                let build = match &c.treesync {
-                    Some(path) => format!(" --treesync {}", path.strip_prefix(&root).unwrap_or(path).display()),
-                    None => String::new(),
-                };
+                let build = treesync_flag(&c.treesync, &root);
                 let block = format!(
                     "Reproduce: `cargo xtask bench watch --files {} --pushes {} --poll-pushes {} --latency {}ms --mirrors {} --fanout-files {} --fanout-pushes {} --watch-parts {}{build}` (root: FUSE and the tmpfs mount).\n\n{table}",
                     c.files,
@@ -404,12 +371,7 @@ pub fn run(args: &[String]) -> Result<(), String> {
                     c.fanout_pushes,
                     c.watch_parts.join(",")
                 );
-                write_section(
-                    &root.join("BENCHMARKS.md"),
-                    "watch",
-                    "Following a ref: push to synced, fan-out, remote requests",
-                    &block,
-                )?;
+                bench_md(&root, "watch", "Following a ref: push to synced, fan-out, remote requests", &block)?;
             }
         }
         if c.nfs {
@@ -438,12 +400,7 @@ pub fn run(args: &[String]) -> Result<(), String> {
                         c.nfs_git_runs,
                         if c.nfs_slow_git { "" } else { " --nfs-no-slow-git" }
                     );
-                    write_section(
-                        &root.join("BENCHMARKS.md"),
-                        "nfs",
-                        "NAS (slow FUSE filesystem): treesync vs git",
-                        &block,
-                    )?;
+                    bench_md(&root, "nfs", "NAS (slow FUSE filesystem): treesync vs git", &block)?;
                 }
                 if let Some(table) = &tables.verify {
                     let block = format!(
@@ -452,12 +409,7 @@ pub fn run(args: &[String]) -> Result<(), String> {
                         c.nfs_latency.as_secs_f64() * 1000.0,
                         treesync_flag(&c.treesync, &root),
                     );
-                    write_section(
-                        &root.join("BENCHMARKS.md"),
-                        "nfs-verify",
-                        "NAS (slow FUSE filesystem): treesync verify vs git status",
-                        &block,
-                    )?;
+                    bench_md(&root, "nfs-verify", "NAS (slow FUSE filesystem): treesync verify vs git status", &block)?;
                 }
             }
         }
@@ -482,8 +434,8 @@ pub fn run(args: &[String]) -> Result<(), String> {
                         c.client_delay.as_secs_f64() * 1000.0,
                         c.client_runs
                     );
-                    write_section(
-                        &root.join("BENCHMARKS.md"),
+                    bench_md(
+                        &root,
                         "nfs-client",
                         "NFS without a mount: the built-in client, pipelined vs one call in flight",
                         &block,
@@ -497,8 +449,8 @@ pub fn run(args: &[String]) -> Result<(), String> {
                         c.client_runs,
                         treesync_flag(&c.treesync, &root),
                     );
-                    write_section(
-                        &root.join("BENCHMARKS.md"),
+                    bench_md(
+                        &root,
                         "nfs-client-verify",
                         "NFS without a mount: verify, pipelined READDIRPLUS vs one call in flight",
                         &block,
@@ -514,21 +466,13 @@ pub fn run(args: &[String]) -> Result<(), String> {
                 tables.push(table);
             }
             if c.write {
-                let build = match &c.treesync {
-                    Some(path) => format!(" --treesync {}", path.strip_prefix(&root).unwrap_or(path).display()),
-                    None => String::new(),
-                };
+                let build = treesync_flag(&c.treesync, &root);
                 let sizes = c.s3_files.iter().map(usize::to_string).collect::<Vec<_>>().join(",");
                 let block = format!(
                     "Reproduce: `cargo xtask bench s3 --s3-files {sizes}{build}` (needs moto, which `cargo xtask test` installs, and rclone and awscli from the Debian packages).\n\n{}",
                     tables.join("\n")
                 );
-                write_section(
-                    &root.join("BENCHMARKS.md"),
-                    "s3",
-                    "Object storage: treesync vs rclone and aws s3 sync",
-                    &block,
-                )?;
+                bench_md(&root, "s3", "Object storage: treesync vs rclone and aws s3 sync", &block)?;
             }
         }
         Ok(())
@@ -586,7 +530,7 @@ fn bench(c: &Config, treesync: &Path, has_strace: bool, on_tmpfs: bool) -> Resul
         rss_kib: r,
         stats: None,
     });
-    for (label, workers) in [("git checkout -f", None), ("git -c checkout.workers=0 checkout -f", Some("0"))] {
+    for (label, workers) in GIT_CHECKOUTS {
         let (t, r) = timed(
             c.runs,
             || {
@@ -594,14 +538,7 @@ fn bench(c: &Config, treesync: &Path, has_strace: bool, on_tmpfs: bool) -> Resul
                 rm(&git_index);
                 std::fs::create_dir(&git_work).map_err(|e| e.to_string())
             },
-            || {
-                let mut g = git(&repo, &git_work, &git_index);
-                if let Some(w) = workers {
-                    g.args(["-c", &format!("checkout.workers={w}")]);
-                }
-                g.args(["checkout", "-q", "-f", "--detach", "A"]);
-                g
-            },
+            || git_checkout(&repo, &git_work, &git_index, workers, "A"),
         )?;
         rows.push(Row { what: "initial checkout of A".into(), tool: label.into(), time: t, rss_kib: r, stats: None });
     }
@@ -791,6 +728,11 @@ pub fn write_section(path: &Path, name: &str, title: &str, block: &str) -> Resul
         _ => format!("{existing}\n## {title}\n\n{block}\n"),
     };
     std::fs::write(path, new).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// Write `block` as section `name` of the checkout's BENCHMARKS.md ([`write_section`]).
+fn bench_md(root: &Path, name: &str, title: &str, block: &str) -> Result<(), String> {
+    write_section(&root.join("BENCHMARKS.md"), name, title, block)
 }
 
 /// ` --treesync PATH` (relative to the checkout) for a Reproduce line, or nothing.

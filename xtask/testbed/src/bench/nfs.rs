@@ -12,7 +12,7 @@ use std::time::Duration;
 use treesync_testkit::slowfs::{self, SlowFs};
 
 use crate::measure::{fmt_time, measure, median};
-use crate::repo::{git, make_repo, settle};
+use crate::repo::{GIT_CHECKOUTS, git, git_checkout, make_repo, settle};
 use xtask::util::run_quiet;
 
 pub struct Config {
@@ -258,7 +258,7 @@ fn initial(c: &Config, dir: &Path, fs: &SlowFs, treesync: &Path, rows: &mut Vec<
     let back_gi = fs.backing().join("gi");
     let mnt_gi = fs.path().join("gi");
     let index = dir.join("nfs-git-init.index");
-    for (label, workers) in [("git checkout -f", None), ("git -c checkout.workers=0 checkout -f", Some("0"))] {
+    for (label, workers) in GIT_CHECKOUTS {
         eprintln!("{case}: {label}…");
         let (t, ops) = timed(
             fs,
@@ -268,14 +268,7 @@ fn initial(c: &Config, dir: &Path, fs: &SlowFs, treesync: &Path, rows: &mut Vec<
                 rm(&index);
                 std::fs::create_dir(&back_gi).map_err(|e| e.to_string())
             },
-            || {
-                let mut g = git(&repo, &mnt_gi, &index);
-                if let Some(w) = workers {
-                    g.args(["-c", &format!("checkout.workers={w}")]);
-                }
-                g.args(["checkout", "-q", "-f", "--detach", "A"]);
-                g
-            },
+            || git_checkout(&repo, &mnt_gi, &index, workers, "A"),
         )?;
         rows.push(Row { case: case.clone(), tool: label.into(), time: t, ops, files: n, note: String::new() });
     }

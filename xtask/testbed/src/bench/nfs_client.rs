@@ -4,7 +4,7 @@
 //! synchronous round trip per operation). Calls are counted by the client (`sync --json`).
 
 use std::fmt::Write as _;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -132,17 +132,18 @@ pub fn run(c: &Config, dir: &Path, treesync: &Path) -> Result<Tables, String> {
         fmt_time(rtt)
     );
     let (np, mp) = (nfs.addr().port(), mnt.addr().port());
+    let bed = Bed { c, dir, treesync, server: &server, ports: (np, mp) };
     let mut rows = Vec::new();
 
     if c.initial_files > 0 {
-        initial(c, dir, treesync, &server, (np, mp), &mut rows)?;
+        initial(&bed, &mut rows)?;
     }
     if c.update_files > 0 {
-        update(c, dir, treesync, &server, (np, mp), &mut rows)?;
+        update(&bed, &mut rows)?;
     }
     let mut verify_rows = Vec::new();
     if c.verify_files > 0 {
-        verify_case(c, dir, treesync, &server, (np, mp), &mut verify_rows)?;
+        verify_case(&bed, &mut verify_rows)?;
     }
     drop((nfs, mnt));
     server.stop();
@@ -152,20 +153,49 @@ pub fn run(c: &Config, dir: &Path, treesync: &Path) -> Result<Tables, String> {
     })
 }
 
+/// What every case runs against: the configuration, the scratch directory, the binary, the
+/// server and its NFS and MOUNT ports (behind the delay line).
+#[derive(Clone, Copy)]
+struct Bed<'a> {
+    c: &'a Config,
+    dir: &'a Path,
+    treesync: &'a Path,
+    server: &'a Ganesha,
+    ports: (u16, u16),
+}
+
+/// A new bare repository at `path` (whatever was there removed).
+fn bare_repo(path: &Path) -> Result<PathBuf, String> {
+    let _ = std::fs::remove_dir_all(path);
+    std::fs::create_dir_all(path).map_err(|e| e.to_string())?;
+    treesync_testkit::git(path, &["init", "-q", "--bare"]);
+    Ok(path.to_path_buf())
+}
+
+/// `runs` runs of `run` (wall time, NFS calls, calls by procedure) as a row: the median time,
+/// the last run's calls.
+fn median_row(
+    case: &str,
+    label: &str,
+    runs: usize,
+    mut run: impl FnMut(usize) -> Result<(Duration, u64, String), String>,
+) -> Result<Row, String> {
+    eprintln!("{case}: {label}…");
+    let mut times = Vec::new();
+    let (mut calls, mut by) = (0, String::new());
+    for r in 0..runs {
+        let (t, n, b) = run(r)?;
+        times.push(t);
+        (calls, by) = (n, b);
+    }
+    Ok(Row { case: case.into(), tool: label.into(), time: median(times), calls, by_proc: by })
+}
+
 /// Initial checkout of N files.
-fn initial(
-    c: &Config,
-    dir: &Path,
-    treesync: &Path,
-    server: &Ganesha,
-    (np, mp): (u16, u16),
-    rows: &mut Vec<Row>,
-) -> Result<(), String> {
+fn initial(bed: &Bed, rows: &mut Vec<Row>) -> Result<(), String> {
+    let Bed { c, dir, treesync, server, ports: (np, mp) } = *bed;
     let n = c.initial_files;
-    let repo = dir.join(format!("nfs-client-{n}.git"));
-    let _ = std::fs::remove_dir_all(&repo);
-    std::fs::create_dir_all(&repo).map_err(|e| e.to_string())?;
-    treesync_testkit::git(&repo, &["init", "-q", "--bare"]);
+    let repo = bare_repo(&dir.join(format!("nfs-client-{n}.git")))?;
     let commits = history::import(&repo, "main", &[history::wide_tree(n, 1)]);
     let a = commits.first().ok_or("import made no commit")?.clone();
     let case = format!("initial checkout, N={n}");
@@ -173,38 +203,25 @@ fn initial(
         ("treesync nfs://, pipelined (defaults)", "", vec![], c.runs),
         ("treesync nfs://, one call in flight", ONE, vec!["--write-jobs", "1", "--lookup-jobs", "1"], 1),
     ] {
-        eprintln!("{case}: {label}…");
-        let mut times = Vec::new();
-        let (mut calls, mut by) = (0, String::new());
-        for r in 0..runs {
-            let sub = format!("init-{}", r + rows.len() * 10);
+        let first = rows.len() * 10;
+        rows.push(median_row(&case, label, runs, |r| {
+            let sub = format!("init-{}", r + first);
             let _ = std::fs::remove_dir_all(server.dir().join(&sub));
-            let (t, n_calls, b) = sync(treesync, &repo, &a, &url(np, mp, &sub, extra_url), &flags)?;
+            let run = sync(treesync, &repo, &a, &url(np, mp, &sub, extra_url), &flags)?;
             matches_git_archive(&repo, &a, &server.dir().join(&sub), &dir.join("want"))?;
             let _ = std::fs::remove_dir_all(server.dir().join(&sub));
-            times.push(t);
-            (calls, by) = (n_calls, b);
-        }
-        rows.push(Row { case: case.clone(), tool: label.into(), time: median(times), calls, by_proc: by });
+            Ok(run)
+        })?);
     }
     let _ = std::fs::remove_dir_all(&repo);
     Ok(())
 }
 
 /// Update with K = 10 in an N-file tree.
-fn update(
-    c: &Config,
-    dir: &Path,
-    treesync: &Path,
-    server: &Ganesha,
-    (np, mp): (u16, u16),
-    rows: &mut Vec<Row>,
-) -> Result<(), String> {
+fn update(bed: &Bed, rows: &mut Vec<Row>) -> Result<(), String> {
+    let Bed { c, dir, treesync, server, ports: (np, mp) } = *bed;
     let n = c.update_files;
-    let repo = dir.join(format!("nfs-client-{n}.git"));
-    let _ = std::fs::remove_dir_all(&repo);
-    std::fs::create_dir_all(&repo).map_err(|e| e.to_string())?;
-    treesync_testkit::git(&repo, &["init", "-q", "--bare"]);
+    let repo = bare_repo(&dir.join(format!("nfs-client-{n}.git")))?;
     let base = history::wide_tree(n, 2);
     let (next, changed) = history::change_some(&base, 6, 2, 2, 3);
     let k = changed.len();
@@ -222,17 +239,12 @@ fn update(
         ("treesync nfs://, pipelined (defaults)", "", vec![], c.runs),
         ("treesync nfs://, one call in flight", ONE, vec!["--write-jobs", "1", "--lookup-jobs", "1"], c.runs),
     ] {
-        eprintln!("{case}: {label}…");
-        let mut times = Vec::new();
-        let (mut calls, mut by) = (0, String::new());
-        for _ in 0..runs {
+        let row = median_row(&case, label, runs, |_| {
             sync(treesync, &repo, &a, &url(np, mp, sub, ""), &[])?;
-            let (t, n_calls, bp) = sync(treesync, &repo, &b, &url(np, mp, sub, extra_url), &flags)?;
-            times.push(t);
-            (calls, by) = (n_calls, bp);
-        }
+            sync(treesync, &repo, &b, &url(np, mp, sub, extra_url), &flags)
+        })?;
         matches_git_archive(&repo, &b, &server.dir().join(sub), &dir.join("want"))?;
-        rows.push(Row { case: case.clone(), tool: label.into(), time: median(times), calls, by_proc: by });
+        rows.push(row);
     }
     let _ = std::fs::remove_dir_all(&repo);
     Ok(())
@@ -242,19 +254,10 @@ fn update(
 /// defaults) vs one call in flight. The first verify after the sync proves the files by the
 /// stat data the sync recorded (`.treesync/index-delta`, see docs/state.md) and writes the
 /// index: it is a row of its own (one run); the compared rows are the verifies after it.
-fn verify_case(
-    c: &Config,
-    dir: &Path,
-    treesync: &Path,
-    server: &Ganesha,
-    (np, mp): (u16, u16),
-    rows: &mut Vec<Row>,
-) -> Result<(), String> {
+fn verify_case(bed: &Bed, rows: &mut Vec<Row>) -> Result<(), String> {
+    let Bed { c, dir, treesync, server, ports: (np, mp) } = *bed;
     let n = c.verify_files;
-    let repo = dir.join(format!("nfs-client-verify-{n}.git"));
-    let _ = std::fs::remove_dir_all(&repo);
-    std::fs::create_dir_all(&repo).map_err(|e| e.to_string())?;
-    treesync_testkit::git(&repo, &["init", "-q", "--bare"]);
+    let repo = bare_repo(&dir.join(format!("nfs-client-verify-{n}.git")))?;
     let commits = history::import(&repo, "main", &[history::wide_tree(n, 4)]);
     let a = commits.first().ok_or("import made no commit")?.clone();
     let sub = "verify";
@@ -276,15 +279,10 @@ fn verify_case(
         ("treesync nfs://, pipelined (defaults)", "", vec![]),
         ("treesync nfs://, one call in flight", ONE, vec!["--lookup-jobs", "1"]),
     ] {
-        eprintln!("{case}: {label}…");
-        let mut times = Vec::new();
-        let (mut calls, mut by) = (0, String::new());
-        for _ in 0..c.runs {
-            let (t, n_calls, b, note) = verify(treesync, &repo, &url(np, mp, sub, extra_url), &flags)?;
-            times.push(t);
-            (calls, by) = (n_calls, format!("{b} ({note})"));
-        }
-        rows.push(Row { case: case.clone(), tool: label.into(), time: median(times), calls, by_proc: by });
+        rows.push(median_row(&case, label, c.runs, |_| {
+            let (t, calls, by, note) = verify(treesync, &repo, &url(np, mp, sub, extra_url), &flags)?;
+            Ok((t, calls, format!("{by} ({note})")))
+        })?);
     }
     // Reading files back: `--level full` reads and hashes every file (what a verify pays for
     // the files no stat data proves), one run each.
