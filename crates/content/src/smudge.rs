@@ -27,7 +27,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-/// The default of [`crate::plan::Limits::filter_timeout`]: how long one filter may take on
+/// The default of [`crate::limits::Limits::filter_timeout`]: how long one filter may take on
 /// one file.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(600);
 

@@ -10,8 +10,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use treesync_core::backend::{Backend, Error, TargetState};
-use treesync_core::watch::{self, Event, Group, Mirror, Origin, OriginError, Place};
 use treesync_core::{MemoryBackend, Repo, sync};
+use treesync_watch::watch::{self, Event, Group, Mirror, Origin, OriginError, Place};
 
 fn git(dir: &Path, args: &[&str]) -> String {
     let out = Command::new("git")

@@ -6,81 +6,9 @@ use std::sync::{Arc, Mutex};
 use gix_hash::ObjectId;
 use gix_object::{FindExt, FindObjectOrHeader};
 
-/// Errors while opening the repository or reading objects from it.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum Error {
-    /// The repository could not be opened.
-    #[error(
-        "cannot open git repository at {path}: {source}\n  hint: --repo takes a bare repository or a working tree that has a .git"
-    )]
-    Open {
-        /// What was given.
-        path: PathBuf,
-        /// Why: gitoxide's error, or what treesync found.
-        #[source]
-        source: Cause,
-    },
-    /// The revision does not name a commit.
-    #[error(
-        "cannot resolve revision {rev:?} in {repo}: {source}\n  hint: use a branch, tag, commit id or an expression like main~3 (git rev-parse {rev} should work)"
-    )]
-    Revision {
-        /// The revision.
-        rev: String,
-        /// The repository.
-        repo: PathBuf,
-        /// Why: gitoxide's error, or what treesync found.
-        #[source]
-        source: Cause,
-    },
-    /// A subtree revision (`REV:PATH`) whose PATH is not a directory of REV's tree.
-    #[error(
-        "cannot sync {path:?} of {rev:?} in {repo}: {found}\n  hint: PATH in REV:PATH (or --path) is a directory of the commit's tree, relative to its root; `git -C {} ls-tree -d --name-only {rev}:{}` lists the directories there",
-        repo.display(), path.rsplit_once('/').map_or("", |(parent, _)| parent)
-    )]
-    Subtree {
-        /// The revision the path was looked up in (`main`).
-        rev: String,
-        /// The path (`docs`).
-        path: String,
-        /// The repository.
-        repo: PathBuf,
-        /// What is there instead (nothing, a file, a symlink, a submodule).
-        found: String,
-    },
-    /// The process ran out of file descriptors (`EMFILE`, `ENFILE`) while opening the
-    /// repository or reading its refs: nothing is wrong with the repository or the revision.
-    #[error("out of file descriptors while {doing} {}: {source}\n  hint: {OUT_OF_DESCRIPTORS_HINT}", repo.display())]
-    Descriptors {
-        /// `opening`, `reading the refs of`.
-        doing: &'static str,
-        /// The repository.
-        repo: PathBuf,
-        /// `EMFILE` or `ENFILE`.
-        #[source]
-        source: std::io::Error,
-    },
-    /// An object needed for the sync is missing, corrupt or of the wrong kind.
-    #[error(
-        "cannot read {what} {id}{at}: {source}\n  hint: the repository may be corrupt or incomplete; `git fsck` tells more"
-    )]
-    Object {
-        /// `tree`, `blob`, …
-        what: &'static str,
-        /// The object.
-        id: ObjectId,
-        /// ` (at path)` or empty.
-        at: String,
-        /// Why: gitoxide's error, or what treesync found.
-        #[source]
-        source: Cause,
-    },
-}
-
-/// What to do when the process runs out of file descriptors, wherever that happens.
-pub const OUT_OF_DESCRIPTORS_HINT: &str =
-    "raise the descriptor limit: LimitNOFILE= in the unit (systemd's default soft limit is 1024), ulimit -n in a shell";
+pub use treesync_backend::source::{
+    BlobError, BlobSource, Cause, Content, Error, NotConverting, OUT_OF_DESCRIPTORS_HINT, OwnedContent,
+};
 
 /// `EMFILE` or `ENFILE` (the process's or the system's descriptors are all in use): what `e`
 /// or one of its causes says, or else what opening `probe` says now (gitoxide does not always
@@ -97,48 +25,6 @@ fn out_of_descriptors(e: &(dyn std::error::Error + 'static), probe: &Path) -> Op
         cause = c.source();
     }
     std::fs::File::open(probe).err().as_ref().and_then(exhausted)
-}
-
-/// Why a repository operation failed: gitoxide's error, kept whole as the source (with its own
-/// causes), or what treesync found out itself.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum Cause {
-    /// gitoxide's error (finding, decoding, inflating, resolving, opening), possibly after
-    /// what it means here (see [`Cause::gix_in`]).
-    #[error(transparent)]
-    Gix(Box<dyn std::error::Error + Send + Sync + 'static>),
-    /// What treesync found out (an object that is not there or of the wrong kind, a truncated
-    /// stream, a repository that is gone).
-    #[error("{0}")]
-    Found(String),
-}
-
-impl Cause {
-    /// gitoxide's error `e`.
-    pub fn gix(e: impl std::error::Error + Send + Sync + 'static) -> Cause {
-        Cause::Gix(Box::new(e))
-    }
-
-    /// gitoxide's error `e`, after `context` (`it does not point to a commit: …`); `e` stays
-    /// the source.
-    pub fn gix_in(context: &'static str, e: impl std::error::Error + Send + Sync + 'static) -> Cause {
-        Cause::Gix(Box::new(InContext { context, source: Box::new(e) }))
-    }
-
-    /// What treesync found out.
-    pub fn found(what: impl Into<String>) -> Cause {
-        Cause::Found(what.into())
-    }
-}
-
-/// gitoxide's error after what it means here.
-#[derive(Debug, thiserror::Error)]
-#[error("{context}: {source}")]
-struct InContext {
-    context: &'static str,
-    #[source]
-    source: Box<dyn std::error::Error + Send + Sync + 'static>,
 }
 
 /// What a revision resolved to.
@@ -195,7 +81,7 @@ impl Repo {
 
     /// A gitoxide handle on this repository for the calling thread (for reading what the object
     /// database alone does not hold: refs, configuration).
-    pub(crate) fn gix(&self) -> gix::Repository {
+    pub fn gix(&self) -> gix::Repository {
         self.shared.to_thread_local()
     }
 
@@ -378,123 +264,10 @@ pub fn subtree_path(rev: &str) -> Option<String> {
     (!components.is_empty()).then(|| components.join("/"))
 }
 
-/// Where the executor gets file contents from. The callback receives the content in one or
-/// more chunks, in order.
-pub trait BlobSource: Send + Sync {
-    /// Feed the bytes of blob `id` to `sink`. `size` is the blob's size as the plan recorded it
-    /// (every op that writes content carries it), so large blobs can be streamed without
-    /// asking the object database for the size again.
-    fn read_blob(
-        &self,
-        id: &ObjectId,
-        size: u64,
-        sink: &mut dyn FnMut(&[u8]) -> std::io::Result<()>,
-    ) -> Result<(), BlobError>;
-
-    /// Feed what a write op writes to `sink`: the blob, converted when
-    /// [`Content::conversion`] says so. Sources that do not convert (this default) refuse
-    /// converted content; a sync reads through [`Converting`].
-    fn read_content(
-        &self,
-        content: &Content<'_>,
-        sink: &mut dyn FnMut(&[u8]) -> std::io::Result<()>,
-    ) -> Result<(), BlobError> {
-        match content.conversion {
-            None => self.read_blob(content.blob, content.size, sink),
-            Some(c) => Err(BlobError::Convert(crate::convert::Error::Convert {
-                path: content.path.display(),
-                attributes: c.to_string(),
-                message: "this blob source does not convert (read through source::Converting)".into(),
-            })),
-        }
-    }
-}
-
-/// What an op that writes a file asks a [`BlobSource`] for: a blob, converted for the working
-/// tree when the op says so.
-#[derive(Debug, Clone, Copy)]
-pub struct Content<'a> {
-    /// The blob.
-    pub blob: &'a ObjectId,
-    /// Its size, as the plan recorded it (the file's size when there is no conversion).
-    pub size: u64,
-    /// Where it is written (filter drivers are told the path).
-    pub path: &'a crate::path::RelPath,
-    /// How it is converted (`None`: written as it is).
-    pub conversion: Option<&'a crate::convert::Conversion>,
-}
-
-/// [`Content`] that owns its parts, for work that outlives the op (a blocking task reading a
-/// large file while its chunks go out).
-#[derive(Debug, Clone)]
-pub struct OwnedContent {
-    /// The blob.
-    pub blob: ObjectId,
-    /// Its size, as the plan recorded it.
-    pub size: u64,
-    /// Where it is written.
-    pub path: crate::path::RelPath,
-    /// How it is converted.
-    pub conversion: Option<std::sync::Arc<crate::convert::Conversion>>,
-}
-
-impl OwnedContent {
-    /// Borrowed, for [`BlobSource::read_content`].
-    pub fn as_content(&self) -> Content<'_> {
-        Content { blob: &self.blob, size: self.size, path: &self.path, conversion: self.conversion.as_deref() }
-    }
-
-    /// Whether the file may hold bytes: a non-empty blob, or a conversion (which may make bytes
-    /// of none, e.g. a filter driver).
-    pub fn may_have_bytes(&self) -> bool {
-        self.size > 0 || self.conversion.is_some()
-    }
-}
-
-impl crate::op::Op {
-    /// [`Op::content`](crate::op::Op::content), owned.
-    pub fn owned_content(&self) -> Option<OwnedContent> {
-        use crate::op::Op;
-        match self {
-            Op::Write { path, blob, size, conversion, .. } | Op::Chmod { path, blob, size, conversion, .. } => {
-                Some(OwnedContent { blob: *blob, size: *size, path: path.clone(), conversion: conversion.clone() })
-            }
-            _ => None,
-        }
-    }
-
-    /// What this op writes, for [`Op::Write`](crate::op::Op::Write) and
-    /// [`Op::Chmod`](crate::op::Op::Chmod) (which backends that cannot change modes turn into a
-    /// write).
-    pub fn content(&self) -> Option<Content<'_>> {
-        use crate::op::Op;
-        match self {
-            Op::Write { path, blob, size, conversion, .. } | Op::Chmod { path, blob, size, conversion, .. } => {
-                Some(Content { blob, size: *size, path, conversion: conversion.as_deref() })
-            }
-            _ => None,
-        }
-    }
-}
-
-/// Reading a blob for the executor failed.
-#[derive(Debug, thiserror::Error)]
-pub enum BlobError {
-    /// The object database could not give the blob.
-    #[error(transparent)]
-    Source(#[from] Error),
-    /// The sink (the backend writing the file) failed.
-    #[error("{0}")]
-    Sink(#[source] std::io::Error),
-    /// The blob could not be converted for the working tree.
-    #[error(transparent)]
-    Convert(#[from] crate::convert::Error),
-}
-
 impl From<crate::convert::ConvertError> for BlobError {
     fn from(e: crate::convert::ConvertError) -> Self {
         match e {
-            crate::convert::ConvertError::Convert(e) => BlobError::Convert(e),
+            crate::convert::ConvertError::Convert(e) => BlobError::Convert(Box::new(e)),
             crate::convert::ConvertError::Sink(e) => BlobError::Sink(e),
         }
     }
@@ -511,20 +284,20 @@ pub struct Converting {
     converter: std::sync::Arc<crate::convert::Converter>,
     /// Bytes handed out so far (shared by the sources of one sync).
     written: std::sync::Arc<std::sync::atomic::AtomicU64>,
-    limits: crate::plan::Limits,
+    limits: crate::limits::Limits,
 }
 
 impl Converting {
     /// Blobs from `raw`, converted by `converter`, within the default limits.
     pub fn new(raw: std::sync::Arc<dyn BlobSource>, converter: std::sync::Arc<crate::convert::Converter>) -> Self {
-        Converting { raw, converter, written: Default::default(), limits: crate::plan::Limits::default() }
+        Converting { raw, converter, written: Default::default(), limits: crate::limits::Limits::default() }
     }
 
     /// Within `limits` (bytes and filter time), counting in `written` (one counter for all
     /// the sources of a sync).
     pub fn within(
         mut self,
-        limits: crate::plan::Limits,
+        limits: crate::limits::Limits,
         written: std::sync::Arc<std::sync::atomic::AtomicU64>,
     ) -> Self {
         self.limits = limits;
@@ -535,7 +308,7 @@ impl Converting {
     /// `sink`, counting what goes through it against `--max-bytes`.
     fn counted<'s>(
         &'s self,
-        path: &'s crate::path::RelPath,
+        path: &'s treesync_backend::path::RelPath,
         sink: &'s mut dyn FnMut(&[u8]) -> std::io::Result<()>,
     ) -> impl FnMut(&[u8]) -> std::io::Result<()> + 's {
         move |chunk: &[u8]| {
@@ -727,7 +500,7 @@ impl BlobSource for Repo {
 ///
 /// Call it only from a thread that holds an object database handle of the repository (see the
 /// SAFETY note inside).
-pub(crate) fn release_mapped_packs() -> usize {
+pub fn release_mapped_packs() -> usize {
     let Ok(maps) = std::fs::read_to_string("/proc/self/maps") else { return 0 };
     let mut released = 0;
     for line in maps.lines() {

@@ -32,7 +32,7 @@ pub enum Op {
         /// How the blob is converted on its way to the file (`.gitattributes`), `None`: written
         /// as it is. `size` is then the blob's size, not the file's.
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        conversion: Option<Arc<crate::convert::Conversion>>,
+        conversion: Option<Arc<crate::conversion::Conversion>>,
         /// Why a file whose blob did not change is written again (its conversion changed).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         reason: Option<String>,
@@ -60,7 +60,7 @@ pub enum Op {
         size: u64,
         /// Its conversion, for backends that rewrite ([`Op::Write::conversion`]).
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        conversion: Option<Arc<crate::convert::Conversion>>,
+        conversion: Option<Arc<crate::conversion::Conversion>>,
     },
     /// Remove a file or symlink (fine if it is gone).
     Unlink {
@@ -241,7 +241,7 @@ pub struct Phase {
 /// Ops sorted into the phases of a [`Plan`] as they come (the planner fills one directly, so a
 /// plan's ops are never held twice).
 #[derive(Debug, Default)]
-pub(crate) struct Phases {
+pub struct Phases {
     unlinks: Vec<Op>,
     rmdirs: std::collections::BTreeMap<usize, Vec<Op>>,
     mkdirs: std::collections::BTreeMap<usize, Vec<Op>>,
@@ -251,7 +251,7 @@ pub(crate) struct Phases {
 
 impl Phases {
     /// Add an op to its phase.
-    pub(crate) fn push(&mut self, op: Op) {
+    pub fn push(&mut self, op: Op) {
         match &op {
             Op::Unlink { .. } => self.unlinks.push(op),
             Op::Rmdir { path } => self.rmdirs.entry(path.depth()).or_default().push(op),
@@ -262,7 +262,7 @@ impl Phases {
     }
 
     /// All ops, in no particular order.
-    pub(crate) fn into_vec(self) -> Vec<Op> {
+    pub fn into_vec(self) -> Vec<Op> {
         let mut all = self.unlinks;
         all.extend(self.rmdirs.into_values().flatten());
         all.extend(self.mkdirs.into_values().flatten());
@@ -272,12 +272,12 @@ impl Phases {
     }
 
     /// Take the file writes and mode changes out (to be pushed back, changed).
-    pub(crate) fn take_writes(&mut self) -> Vec<Op> {
+    pub fn take_writes(&mut self) -> Vec<Op> {
         std::mem::take(&mut self.writes)
     }
 
     /// The ops so far, in no particular order.
-    pub(crate) fn iter(&self) -> impl Iterator<Item = &Op> {
+    pub fn iter(&self) -> impl Iterator<Item = &Op> {
         self.unlinks
             .iter()
             .chain(self.rmdirs.values().flatten())
@@ -288,7 +288,7 @@ impl Phases {
 
     /// The plan: each phase sorted by path, without duplicates, counted. One phase at a time
     /// is copied into its shared slice, so the peak is the ops plus the largest phase.
-    pub(crate) fn into_plan(self, from: Option<ObjectId>, to: ObjectId) -> Plan {
+    pub fn into_plan(self, from: Option<ObjectId>, to: ObjectId) -> Plan {
         let mut phases = Vec::new();
         let mut counts = OpCounts::default();
         let mut push = |name: String, mut ops: Vec<Op>| {

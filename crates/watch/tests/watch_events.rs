@@ -9,9 +9,9 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError, channel};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use treesync_core::watch::{self, Event, Events, NoEvents, Origin};
 use treesync_core::{MemoryBackend, Repo, sync};
 use treesync_testkit::{BareRepo, git, history};
+use treesync_watch::watch::{self, Event, Events, NoEvents, Origin};
 
 const HOUR: Duration = Duration::from_secs(3600);
 /// The failure deadline of each step (never reached when events work).

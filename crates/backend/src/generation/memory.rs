@@ -10,10 +10,10 @@ use async_trait::async_trait;
 
 use super::host::{At, AtTarget, CloneHow, Cloned, Host, Switch, Switched};
 use crate::backend::{Backend, Batch, Error, LockGuard};
+use crate::lock::Holder;
 use crate::memory::{MemNode, MemoryBackend};
 use crate::op::Op;
 use crate::source::BlobSource;
-use crate::state::Holder;
 
 /// What a name of the memory host holds.
 #[derive(Clone)]

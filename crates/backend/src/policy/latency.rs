@@ -6,10 +6,10 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use crate::backend::{Backend, Batch, DirEntry, Error, Found, LockGuard, TargetState};
+use crate::lock::Holder;
 use crate::op::Op;
 use crate::path::RelPath;
 use crate::source::BlobSource;
-use crate::state::Holder;
 
 /// Slow storage: every call on the inner backend waits first, between `min` and `max` (the
 /// spread is a fixed function of the call's path, so a run is repeatable). Ops finish out of

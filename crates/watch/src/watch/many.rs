@@ -13,11 +13,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
-use super::{Error, Event, Options, Origin, Outcome, one_line};
-use crate::backend::Backend;
-use crate::generation::{self, Host};
-use crate::source::{self, Repo, Resolved};
-use crate::{sync, verify};
+use super::{Error, Event, Options, Origin, Outcome};
+use crate::line::one_line;
+use treesync_core::backend::Backend;
+use treesync_core::generation::{self, Host};
+use treesync_core::source::{self, Repo, Resolved};
+use treesync_core::{sync, verify};
 
 /// How long "until the origin wakes us" is, when nothing else is scheduled (a year).
 const FOREVER: Duration = Duration::from_secs(365 * 24 * 3600);
@@ -124,7 +125,7 @@ struct State<'m, 'a> {
     target: Target<'a>,
     outcome: Outcome,
     /// The commit synced last.
-    last: Option<gix_hash::ObjectId>,
+    last: Option<treesync_core::ObjectId>,
     /// The wait after the next failure.
     backoff: Duration,
     /// After a failure: when to try again.
@@ -322,12 +323,12 @@ async fn position_backend<'a>(s: &State<'_, 'a>) -> Result<Option<Held<'a>>, Err
 
 /// A backend borrowed from the mirror, or opened for the current generation.
 enum Held<'a> {
-    Borrowed(&'a dyn crate::Backend),
-    Owned(Arc<dyn crate::Backend>),
+    Borrowed(&'a dyn treesync_core::Backend),
+    Owned(Arc<dyn treesync_core::Backend>),
 }
 
 impl Held<'_> {
-    fn get(&self) -> &dyn crate::Backend {
+    fn get(&self) -> &dyn treesync_core::Backend {
         match self {
             Held::Borrowed(b) => *b,
             Held::Owned(b) => &**b,
@@ -336,19 +337,22 @@ impl Held<'_> {
 }
 
 /// The slice of `n` the next verify of `s` checks.
-async fn pick_slice(s: &State<'_, '_>, n: u32) -> Result<crate::slice::Slice, Error> {
+async fn pick_slice(s: &State<'_, '_>, n: u32) -> Result<treesync_core::slice::Slice, Error> {
     match position_backend(s).await? {
-        Some(b) => Ok(crate::slice::start(b.get(), crate::slice::Pick::Next { n }).await?),
-        None => Ok(crate::slice::Slice::new(s.next_slice.clamp(1, n), n)?),
+        Some(b) => Ok(treesync_core::slice::start(b.get(), treesync_core::slice::Pick::Next { n }).await?),
+        None => Ok(treesync_core::slice::Slice::new(s.next_slice.clamp(1, n), n)?),
     }
 }
 
 /// Record that `slice` was checked; the position after it.
-async fn finish_slice(s: &mut State<'_, '_>, slice: crate::slice::Slice) -> Result<crate::slice::Rolling, Error> {
-    let now = crate::state::now_unix();
+async fn finish_slice(
+    s: &mut State<'_, '_>,
+    slice: treesync_core::slice::Slice,
+) -> Result<treesync_core::slice::Rolling, Error> {
+    let now = treesync_core::state::now_unix();
     let rolling = match position_backend(s).await? {
-        Some(b) => crate::slice::finish(b.get(), slice, now).await?,
-        None => crate::slice::Rolling { n: slice.n, next: slice.k % slice.n + 1, ..Default::default() },
+        Some(b) => treesync_core::slice::finish(b.get(), slice, now).await?,
+        None => treesync_core::slice::Rolling { n: slice.n, next: slice.k % slice.n + 1, ..Default::default() },
     };
     s.next_slice = rolling.next;
     Ok(rolling)
@@ -363,7 +367,7 @@ async fn step(
     interrupt: &AtomicBool,
 ) -> Result<(), Error> {
     let (rev, options) = (&s.mirror.rev, &s.mirror.options);
-    let progress = &|p: &crate::apply::Progress<'_>| {
+    let progress = &|p: &treesync_core::apply::Progress<'_>| {
         if let Some(on) = &options.on_progress {
             (on.0)(p)
         }

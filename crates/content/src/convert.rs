@@ -120,6 +120,25 @@ pub enum Error {
     Lfs(#[from] lfs::Error),
 }
 
+/// The conversion error a [`BlobSource`](crate::source::BlobSource) carried
+/// ([`BlobError::Convert`](crate::source::BlobError::Convert)), as this module's error again.
+impl From<Box<dyn std::error::Error + Send + Sync + 'static>> for Error {
+    fn from(e: Box<dyn std::error::Error + Send + Sync + 'static>) -> Error {
+        let e = match e.downcast::<Error>() {
+            Ok(e) => return *e,
+            Err(e) => e,
+        };
+        match e.downcast::<crate::source::NotConverting>() {
+            Ok(n) => Error::Convert {
+                path: n.path,
+                attributes: n.attributes,
+                message: "this blob source does not convert (read through source::Converting)".into(),
+            },
+            Err(e) => Error::Convert { path: String::new(), attributes: String::new(), message: e.to_string() },
+        }
+    }
+}
+
 /// A filter driver as the repository's config defines it (`filter.NAME.*`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct DriverConfig {
@@ -275,80 +294,37 @@ impl Settings {
     }
 }
 
-/// How one file is written: the conversion attributes that apply to it, as one
-/// `.gitattributes` line would assign them (`text eol=crlf`, `filter=lfs -text`), and whether
-/// `git archive` placeholders are expanded in it (`export-subst`, with `--export` only).
-#[derive(Clone, Serialize, schemars::JsonSchema)]
-pub struct Conversion {
-    /// The attributes, in git's order (`crlf ident filter eol text working-tree-encoding`);
-    /// empty when only the repository's settings convert it (`core.autocrlf=true`).
-    pub attributes: String,
-    /// `filter=NAME`, when set.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub filter: Option<String>,
-    /// `export-subst`: `$Format:…$` placeholders are expanded (`--export`).
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
-    pub export_subst: bool,
+pub use treesync_backend::conversion::Conversion;
+
+/// What the pipeline makes of a [`Conversion`]'s attributes, compiled once per conversion
+/// (kept in [`Conversion::compiled`], shared by every path that has it).
+struct Compiled {
     /// `ident`: `$Id$` is expanded, as git does (treesync's own [`ident`], before the
     /// pipeline: gitoxide's writes `$Id: …$` where git writes `$Id: … $`).
-    #[serde(skip)]
     ident: bool,
     /// `working-tree-encoding=…`: re-encoded from UTF-8 after the line ends, as git does
-    /// (treesync's own [`encode`]: gitoxide's goes through `encoding_rs`, which cannot write
-    /// UTF-16).
-    #[serde(skip)]
+    /// (treesync's own [`encode`](encoding::encode): gitoxide's goes through `encoding_rs`,
+    /// which cannot write UTF-16).
     encoding: Option<String>,
     /// What gitoxide's pipeline is given for line ends: `text`, `eol` and `crlf`.
-    #[serde(skip)]
     eol_attributes: String,
     /// The filter driver gitoxide's pipeline runs (never `lfs`: treesync reads LFS objects
     /// itself).
-    #[serde(skip)]
     driver: Option<String>,
     /// The assignments as a search gitoxide's pipeline can read, built on first use.
-    #[serde(skip)]
-    #[schemars(skip)]
-    search: Arc<OnceLock<(gix::attrs::Search, MetadataCollection)>>,
+    search: OnceLock<(gix::attrs::Search, MetadataCollection)>,
     /// The same for the filter driver alone (`-text filter=NAME`).
-    #[serde(skip)]
-    #[schemars(skip)]
-    driver_search: Arc<OnceLock<(gix::attrs::Search, MetadataCollection)>>,
+    driver_search: OnceLock<(gix::attrs::Search, MetadataCollection)>,
 }
 
-impl std::fmt::Debug for Conversion {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Conversion({:?}{})", self.attributes, if self.export_subst { " export-subst" } else { "" })
-    }
+/// What the pipeline makes of `conversion` (compiled on first use).
+fn compiled(conversion: &Conversion) -> &Compiled {
+    conversion.compiled(Compiled::new)
 }
 
-impl PartialEq for Conversion {
-    fn eq(&self, other: &Self) -> bool {
-        self.attributes == other.attributes && self.export_subst == other.export_subst
-    }
-}
-
-impl Eq for Conversion {}
-
-impl std::hash::Hash for Conversion {
-    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
-        self.attributes.hash(state);
-        self.export_subst.hash(state);
-    }
-}
-
-impl std::fmt::Display for Conversion {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match (self.attributes.is_empty(), self.export_subst) {
-            (true, false) => f.write_str("core.autocrlf"),
-            (true, true) => f.write_str("export-subst"),
-            (false, false) => f.write_str(&self.attributes),
-            (false, true) => write!(f, "{} export-subst", self.attributes),
-        }
-    }
-}
-
-impl Conversion {
-    fn new(attributes: String, filter: Option<String>, export_subst: bool) -> Conversion {
+impl Compiled {
+    fn new(conversion: &Conversion) -> Compiled {
+        let attributes = &conversion.attributes;
         let parts = || attributes.split(' ').filter(|a| !a.is_empty());
         let ident = parts().any(|a| a == "ident");
         let encoding = parts()
@@ -361,23 +337,15 @@ impl Conversion {
                 matches!(name, "text" | "eol" | "crlf")
             })
             .collect();
-        let driver = filter.clone().filter(|f| f != "lfs");
-        Conversion {
+        let driver = conversion.filter.clone().filter(|f| f != "lfs");
+        Compiled {
             eol_attributes: eol.join(" "),
             driver,
             encoding,
-            attributes,
-            filter,
-            export_subst,
             ident,
             search: Default::default(),
             driver_search: Default::default(),
         }
-    }
-
-    /// Whether this is Git LFS's filter (`filter=lfs`).
-    pub fn is_lfs(&self) -> bool {
-        self.filter.as_deref() == Some("lfs")
     }
 
     /// Fill `out` with this conversion's attributes (the callback of gitoxide's pipeline).
@@ -777,7 +745,7 @@ impl Converter {
     /// (`text=auto` unless `eol=lf`, legacy `crlf=auto`, `core.autocrlf=true` without a text
     /// attribute). `git archive` never streams. It decides which `ident` rules apply.
     fn streams(&self, conversion: &Conversion) -> bool {
-        if self.settings.export || conversion.encoding.is_some() {
+        if self.settings.export || compiled(conversion).encoding.is_some() {
             return false;
         }
         if let Some(d) = conversion.filter.as_deref().and_then(|f| self.settings.drivers.get(f))
@@ -920,7 +888,7 @@ impl Converter {
             });
         }
         let expanded;
-        let data = if conversion.ident {
+        let data = if compiled(conversion).ident {
             expanded =
                 if self.streams(conversion) { ident::streamed(data, *blob) } else { ident::in_core(data, *blob) };
             expanded.as_deref().unwrap_or(data)
@@ -934,10 +902,15 @@ impl Converter {
         let result = (|| {
             use filter::pipeline::convert::ToWorktreeOutcome;
             let eol = pipeline
-                .convert_to_worktree(data, path, &mut |p, out| conversion.fill(Stage::Eol, p, out), Default::default())
+                .convert_to_worktree(
+                    data,
+                    path,
+                    &mut |p, out| compiled(conversion).fill(Stage::Eol, p, out),
+                    Default::default(),
+                )
                 .map_err(|e| failed(e.to_string()))?;
             let Some(lines) = eol.as_bytes() else { unreachable!("the line-end pass runs no driver") };
-            let encoded = match &conversion.encoding {
+            let encoded = match &compiled(conversion).encoding {
                 Some(label) => match encoding::encode(lines, label) {
                     encoding::Encoded::Same => None,
                     encoding::Encoded::Converted(bytes) => Some(bytes),
@@ -948,7 +921,7 @@ impl Converter {
                 },
                 None => None,
             };
-            let Some(name) = conversion.driver.as_deref() else {
+            let Some(name) = compiled(conversion).driver.as_deref() else {
                 return sink(encoded.as_deref().unwrap_or(lines)).map_err(ConvertError::Sink);
             };
             // A single-file smudge command: run by treesync, streamed and bounded in time.
@@ -971,7 +944,7 @@ impl Converter {
             let out = pipeline.convert_to_worktree(
                 &staged,
                 path,
-                &mut |p, out| conversion.fill(Stage::Driver, p, out),
+                &mut |p, out| compiled(conversion).fill(Stage::Driver, p, out),
                 Default::default(),
             );
             let streamed = match out {

@@ -4,10 +4,10 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 
 use crate::backend::{Backend, Batch, DirEntry, Error, Found, LockGuard, TargetState};
+use crate::lock::Holder;
 use crate::op::{Op, OpCounts};
 use crate::path::RelPath;
 use crate::source::BlobSource;
-use crate::state::Holder;
 
 /// Everything a [`Count`] wrapper saw.
 #[derive(Debug, Default, Clone)]

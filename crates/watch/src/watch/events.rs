@@ -331,7 +331,7 @@ pub fn origin(git_dir: &Path, revs: &[String], poll: bool) -> Arc<dyn Origin> {
     }
     match Events::open(git_dir, revs) {
         Ok(events) => Arc::new(events),
-        Err(why) => Arc::new(Fallback { reason: super::one_line(&why) }),
+        Err(why) => Arc::new(Fallback { reason: crate::line::one_line(&why) }),
     }
 }
 

@@ -3,16 +3,16 @@ use std::sync::atomic::AtomicBool;
 
 use super::many::{Group, Mirror, Place, watch_many};
 use super::{Event, Options, Outcome};
-use crate::backend::Backend;
-use crate::generation::{self, Host};
-use crate::source::Repo;
+use treesync_core::backend::Backend;
+use treesync_core::generation::{self, Host};
+use treesync_core::source::Repo;
 
 /// Keep `backend` following `rev` of `repo` until `interrupt` is set. See the
 /// [module docs](super).
 ///
 /// Every `options.interval` the ref is resolved; when it names another commit than the one
-/// synced last, the target is synced to it ([`crate::sync::sync()`]). Every `options.verify_every`
-/// the target is verified, and with `options.repair` repaired ([`crate::sync::repair()`]). A failed
+/// synced last, the target is synced to it ([`treesync_core::sync::sync()`]). Every `options.verify_every`
+/// the target is verified, and with `options.repair` repaired ([`treesync_core::sync::repair()`]). A failed
 /// step is reported as [`Event::Error`] and tried again after a wait that starts at the interval
 /// and doubles with every failure in a row, up to `options.max_backoff`; a success resets it.
 /// An interrupt during a step lets the batches in flight finish (the journal records where it

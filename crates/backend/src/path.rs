@@ -7,7 +7,7 @@
 
 use std::fmt;
 
-use gix::bstr::{BStr, BString, ByteSlice};
+use bstr::{BStr, BString, ByteSlice};
 
 /// Name of the folder at the target root where treesync keeps its state. Reserved: a tree
 /// that has an entry of this name at its root is refused.

@@ -9,7 +9,7 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
 use crate::backend::{Backend, Error, LockGuard};
-use crate::state::Holder;
+use crate::lock::Holder;
 
 /// How the target path is switched to the next generation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]

@@ -9,10 +9,10 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 
 use crate::backend::{Backend, Capabilities, DirEntry, Error, Found, FoundKind, LockGuard, Policy, TargetState};
+use crate::lock::Holder;
 use crate::op::Op;
 use crate::path::{RelPath, fold_case};
 use crate::source::BlobSource;
-use crate::state::Holder;
 
 /// An entry of a [`MemoryBackend`].
 #[derive(Debug, Clone, PartialEq, Eq)]

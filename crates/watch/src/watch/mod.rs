@@ -11,7 +11,7 @@
 //! ```
 //! use std::sync::atomic::{AtomicBool, Ordering};
 //! use std::time::Duration;
-//! use treesync_core::watch::{self, Event};
+//! use treesync_watch::watch::{self, Event};
 //! use treesync_core::{MemoryBackend, Repo, sync};
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! # let dir = tempfile::tempdir()?;
@@ -48,8 +48,8 @@ use std::time::{Duration, SystemTime};
 
 use serde::Serialize;
 
-use crate::op::OpCounts;
-use crate::{sync, verify};
+use treesync_core::op::OpCounts;
+use treesync_core::{sync, verify};
 
 pub mod events;
 mod function;
@@ -60,6 +60,8 @@ pub use function::{watch, watch_generations};
 pub use many::{Group, Mirror, MirrorOutcome, Place, watch_many};
 pub use origin::{Origin, OriginError, Poll};
 
+pub use crate::line::one_line;
+
 /// How to watch.
 #[derive(Debug, Clone)]
 pub struct Options {
@@ -69,7 +71,7 @@ pub struct Options {
     /// Verify the target (stat level) this often; `None`: never.
     pub verify_every: Option<Duration>,
     /// With `verify_every`: spread each verify over this many slices of the tree
-    /// ([`crate::slice`]), one slice every `verify_every / n`, so a full cycle still takes
+    /// ([`treesync_core::slice`]), one slice every `verify_every / n`, so a full cycle still takes
     /// `verify_every` without a burst of lookups; the position is kept in the target's
     /// `.treesync/verify-slice` (in memory on targets without auxiliary files). `None` or
     /// `Some(1)`: the whole tree each time.
@@ -92,7 +94,7 @@ pub struct Options {
 
 /// [`Options::on_progress`]: a function told of a step's progress.
 #[derive(Clone)]
-pub struct OnProgress(pub Arc<dyn Fn(&crate::apply::Progress<'_>) + Send + Sync>);
+pub struct OnProgress(pub Arc<dyn Fn(&treesync_core::apply::Progress<'_>) + Send + Sync>);
 
 impl std::fmt::Debug for OnProgress {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -145,10 +147,10 @@ pub enum Error {
     Verify(#[from] verify::Error),
     /// Keeping the rolling verify's position ([`Options::verify_slices`]).
     #[error(transparent)]
-    Slice(#[from] crate::slice::Error),
+    Slice(#[from] treesync_core::slice::Error),
     /// Preparing, switching or repairing a generation (`--atomic`).
     #[error(transparent)]
-    Generation(#[from] crate::generation::Error),
+    Generation(#[from] treesync_core::generation::Error),
     /// Bringing the repository up to date with its origin ([`Origin::refresh`]).
     #[error("updating the repository from its origin")]
     Origin(#[source] OriginError),
@@ -170,8 +172,8 @@ pub enum Event {
         /// The target, as the backend names it.
         target: String,
         /// Time between looks at the ref when polling, and the first wait before a retry.
-        #[serde(rename = "interval_secs", serialize_with = "crate::json::secs")]
-        #[schemars(with = "crate::json::schema::Seconds")]
+        #[serde(rename = "interval_secs", serialize_with = "treesync_core::json::secs")]
+        #[schemars(with = "treesync_core::json::schema::Seconds")]
         interval: Duration,
         /// How the watch learns that the ref moved ([`Origin::describe`]): `woken by changes to
         /// the refs (inotify)`, `polling every 5s`, or polling with the reason events are not
@@ -202,8 +204,8 @@ pub enum Event {
         /// The error on one line, with its causes.
         message: String,
         /// Time until the next try.
-        #[serde(rename = "retry_in_secs", serialize_with = "crate::json::secs")]
-        #[schemars(with = "crate::json::schema::Seconds")]
+        #[serde(rename = "retry_in_secs", serialize_with = "treesync_core::json::secs")]
+        #[schemars(with = "treesync_core::json::schema::Seconds")]
         retry_in: Duration,
         /// When the watch first saw the ref at a commit the target does not hold, if it does not
         /// hold the ref's commit now (the failed step was that sync); `None` when the target is
@@ -249,20 +251,4 @@ impl Event {
             Event::Hook { .. } => "hook",
         }
     }
-}
-
-/// `e` and its causes on one line, each cause once (a cause whose text is already part of the
-/// line is left out), for logs and [`Event::Error::message`].
-pub fn one_line(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut msg = String::new();
-    let mut next = Some(e);
-    while let Some(cause) = next {
-        let text = cause.to_string();
-        if !msg.contains(&text) {
-            msg.push_str(if msg.is_empty() { "" } else { ": " });
-            msg.push_str(&text);
-        }
-        next = cause.source();
-    }
-    msg.replace('\n', " ")
 }

@@ -10,7 +10,7 @@ use crate::source::BlobSource;
 /// Change modes by rewriting: each [`Op::Chmod`] becomes an [`Op::Write`] of the same blob
 /// (a temporary renamed over the file), so an inode the file shares with another tree is never
 /// changed in place. Generations started as a hardlink farm of another generation
-/// ([`crate::generation`]) share the inodes of every file neither has rewritten since; a
+/// (core's `generation`) share the inodes of every file neither has rewritten since; a
 /// `fchmod` would change the file in both.
 pub struct RewriteModes<B> {
     inner: B,

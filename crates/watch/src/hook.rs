@@ -13,7 +13,7 @@
 //!
 //! ```no_run
 //! use std::sync::Arc;
-//! use treesync_core::hook::{self, Job, Runner};
+//! use treesync_watch::hook::{self, Job, Runner};
 //! # async fn example(commit: treesync_core::ObjectId) -> Result<(), hook::Error> {
 //! let options = hook::Options { exec: Some("systemctl reload nginx".into()), ..Default::default() };
 //! let runner = Runner::start(options, Arc::new(|r: &hook::Report| eprintln!("{}: {}", r.hook, r.message)))?;
@@ -29,10 +29,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use gix_hash::ObjectId;
 use serde::Serialize;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
+use treesync_core::ObjectId;
 
 /// Which hooks to run, and how.
 #[derive(Debug, Clone)]
@@ -85,7 +85,7 @@ pub struct Job {
     /// The target, as the user named it: a directory or a URL (`TREESYNC_TARGET`).
     pub target: String,
     /// How many paths the sync created, changed or removed: files, symlinks and directories
-    /// written or removed, and mode changes ([`crate::OpCounts::total`] of what was applied)
+    /// written or removed, and mode changes ([`treesync_core::OpCounts::total`] of what was applied)
     /// (`TREESYNC_CHANGED`).
     pub changed: u64,
     /// The mirror's name, when the sync is one of the config file's (`TREESYNC_MIRROR`).
@@ -157,8 +157,8 @@ pub struct Report {
     /// Which hook.
     pub hook: Kind,
     /// The commit of the sync it ran after.
-    #[serde(serialize_with = "crate::json::id")]
-    #[schemars(with = "crate::json::schema::ObjectId")]
+    #[serde(serialize_with = "treesync_core::json::id")]
+    #[schemars(with = "treesync_core::json::schema::ObjectId")]
     pub commit: ObjectId,
     /// Which try this was, from 1.
     pub attempt: u32,
@@ -173,8 +173,8 @@ pub struct Report {
     /// `still running after 60s (the hook timeout): killed`, …
     pub message: String,
     /// With `retrying`: the wait until the next try.
-    #[serde(rename = "retry_in_secs", serialize_with = "crate::json::opt_secs")]
-    #[schemars(with = "Option<crate::json::schema::Seconds>")]
+    #[serde(rename = "retry_in_secs", serialize_with = "treesync_core::json::opt_secs")]
+    #[schemars(with = "Option<treesync_core::json::schema::Seconds>")]
     pub retry_in: Option<Duration>,
 }
 
@@ -364,7 +364,7 @@ impl Lane {
                         }
                         Err(f) => {
                             report.status = f.status();
-                            report.message = crate::watch::one_line(&f);
+                            report.message = crate::line::one_line(&f);
                             if attempt == tries {
                                 report.result = Verdict::GaveUp;
                                 on(&report);

@@ -269,7 +269,7 @@ pub enum Error {
         path: String,
         /// Why.
         #[source]
-        source: crate::convert::Error,
+        source: Box<dyn std::error::Error + Send + Sync + 'static>,
     },
     /// A fault injected by [`crate::policy::Fail`].
     #[error("injected fault after {after} ops (at {op} {path})")]
@@ -413,7 +413,7 @@ impl Error {
     /// The op met a target that differs from what the plan expects on the path it touches: a
     /// parent missing or not a directory (a symlink, a file), a directory where a file should
     /// be replaced, something else where a directory should be made. The executor heals such
-    /// ops (see [`crate::apply`]); backends report these cases with these errors and kinds.
+    /// ops (see core's `apply`); backends report these cases with these errors and kinds.
     pub fn is_drift(&self) -> bool {
         use std::io::ErrorKind::*;
         match self {
@@ -483,7 +483,7 @@ pub trait Backend: Send + Sync + fmt::Display {
     /// Take the target's lock, or fail fast with [`Error::Locked`]. `holder` describes this
     /// process. Only backends with [`Capabilities::exclusive_lock`] have one; the others answer
     /// [`Error::Unsupported`].
-    async fn lock(&self, _holder: &crate::state::Holder) -> Result<LockGuard, Error> {
+    async fn lock(&self, _holder: &crate::lock::Holder) -> Result<LockGuard, Error> {
         Err(Error::Unsupported { ability: "lock", backend: self.to_string() })
     }
 
@@ -502,7 +502,7 @@ pub trait Backend: Send + Sync + fmt::Display {
 
     /// What [`Backend::scan`] finds directly in each of `dirs` (one level, no recursion;
     /// `.treesync` at the root left out), for a verify of one slice of the tree
-    /// ([`crate::slice`]): only `dirs` are listed, reaching them costs lookups of their
+    /// (core's `slice`): only `dirs` are listed, reaching them costs lookups of their
     /// ancestors, nothing else of the target is touched. A directory of `dirs` that is missing
     /// or is not a directory is skipped (the listing of its parent tells what is there).
     ///
@@ -574,7 +574,7 @@ pub trait Backend: Send + Sync + fmt::Display {
 
     /// Whether to note the files written from now on for [`Backend::take_written`] (on until
     /// told otherwise). A sync turns it off for a plan larger than it records
-    /// ([`crate::index_delta::RECORD_AT_MOST`]), so that no stat data is taken in vain (a
+    /// (core's `index_delta::RECORD_AT_MOST`), so that no stat data is taken in vain (a
     /// GETATTR per file over `nfs://`), and on again for the next plan.
     fn record_written(&self, _on: bool) {}
 }
@@ -767,7 +767,7 @@ macro_rules! delegate_backend {
     (@emit $to:tt lock) => {
         fn lock<'life0, 'life1, 'async_trait>(
             &'life0 self,
-            holder: &'life1 $crate::state::Holder,
+            holder: &'life1 $crate::lock::Holder,
         ) -> $crate::delegate_backend!(@fut 'async_trait, $crate::backend::LockGuard)
         where 'life0: 'async_trait, 'life1: 'async_trait, Self: 'async_trait
         {

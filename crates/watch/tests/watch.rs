@@ -6,8 +6,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use treesync_core::watch::{self, Event};
 use treesync_core::{MemoryBackend, Repo, sync};
+use treesync_watch::watch::{self, Event};
 
 fn git(dir: &Path, args: &[&str]) -> String {
     let out = Command::new("git")
