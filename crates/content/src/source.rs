@@ -10,6 +10,9 @@ pub use treesync_backend::source::{
     BlobError, BlobSource, Cause, Content, Error, NotConverting, OUT_OF_DESCRIPTORS_HINT, OwnedContent,
 };
 
+/// The converting source, under the name it has always had here; it lives with the conversions.
+pub use crate::convert::Converting;
+
 /// `EMFILE` or `ENFILE` (the process's or the system's descriptors are all in use): what `e`
 /// or one of its causes says, or else what opening `probe` says now (gitoxide does not always
 /// keep the I/O error as a cause: a ref file it could not open reads as a missing ref).
@@ -262,106 +265,6 @@ pub fn subtree_path(rev: &str) -> Option<String> {
     let (_, path) = split_subtree(rev)?;
     let components: Vec<&str> = path.split('/').filter(|c| !c.is_empty() && *c != ".").collect();
     (!components.is_empty()).then(|| components.join("/"))
-}
-
-impl From<crate::convert::ConvertError> for BlobError {
-    fn from(e: crate::convert::ConvertError) -> Self {
-        match e {
-            crate::convert::ConvertError::Convert(e) => BlobError::Convert(Box::new(e)),
-            crate::convert::ConvertError::Sink(e) => BlobError::Sink(e),
-        }
-    }
-}
-
-/// A [`BlobSource`] that converts what ops ask to be converted ([`Content::conversion`]) with
-/// a [`Converter`](crate::convert::Converter): what a sync reads file contents from.
-///
-/// Every byte it hands out counts toward one budget ([`Converting::within`]): what the plan
-/// could not know (a filter driver's output, line ends, encodings, LFS objects) is cut at
-/// `--max-bytes` while it is written, not after.
-pub struct Converting {
-    raw: std::sync::Arc<dyn BlobSource>,
-    converter: std::sync::Arc<crate::convert::Converter>,
-    /// Bytes handed out so far (shared by the sources of one sync).
-    written: std::sync::Arc<std::sync::atomic::AtomicU64>,
-    limits: crate::limits::Limits,
-}
-
-impl Converting {
-    /// Blobs from `raw`, converted by `converter`, within the default limits.
-    pub fn new(raw: std::sync::Arc<dyn BlobSource>, converter: std::sync::Arc<crate::convert::Converter>) -> Self {
-        Converting { raw, converter, written: Default::default(), limits: crate::limits::Limits::default() }
-    }
-
-    /// Within `limits` (bytes and filter time), counting in `written` (one counter for all
-    /// the sources of a sync).
-    pub fn within(
-        mut self,
-        limits: crate::limits::Limits,
-        written: std::sync::Arc<std::sync::atomic::AtomicU64>,
-    ) -> Self {
-        self.limits = limits;
-        self.written = written;
-        self
-    }
-
-    /// `sink`, counting what goes through it against `--max-bytes`.
-    fn counted<'s>(
-        &'s self,
-        path: &'s treesync_backend::path::RelPath,
-        sink: &'s mut dyn FnMut(&[u8]) -> std::io::Result<()>,
-    ) -> impl FnMut(&[u8]) -> std::io::Result<()> + 's {
-        move |chunk: &[u8]| {
-            let n = chunk.len() as u64;
-            let total = self.written.fetch_add(n, std::sync::atomic::Ordering::Relaxed).saturating_add(n);
-            let max = self.limits.max_bytes;
-            if total > max {
-                return Err(std::io::Error::new(
-                    std::io::ErrorKind::FileTooLarge,
-                    format!(
-                        "writing {} took this sync past --max-bytes ({} bytes, more than the limit of {max}): conversions (a filter driver, an LFS object, line ends or an encoding) made more than the plan counted\n  hint: raise --max-bytes if this much is expected, else look at the filter or attributes of {}",
-                        path.display(),
-                        total,
-                        path.display(),
-                    ),
-                ));
-            }
-            sink(chunk)
-        }
-    }
-}
-
-impl BlobSource for Converting {
-    fn read_blob(
-        &self,
-        id: &ObjectId,
-        size: u64,
-        sink: &mut dyn FnMut(&[u8]) -> std::io::Result<()>,
-    ) -> Result<(), BlobError> {
-        self.raw.read_blob(id, size, sink)
-    }
-
-    fn read_content(
-        &self,
-        content: &Content<'_>,
-        sink: &mut dyn FnMut(&[u8]) -> std::io::Result<()>,
-    ) -> Result<(), BlobError> {
-        let mut sink = self.counted(content.path, sink);
-        let Some(conversion) = content.conversion else {
-            return self.raw.read_blob(content.blob, content.size, &mut sink);
-        };
-        // Conversions work on the whole blob (as git's do).
-        let mut data = Vec::with_capacity(usize::try_from(content.size).unwrap_or(0));
-        self.raw.read_blob(content.blob, content.size, &mut |chunk| {
-            data.extend_from_slice(chunk);
-            Ok(())
-        })?;
-        let timeout = self.limits.filter_timeout;
-        let left = self.limits.max_bytes.saturating_sub(self.written.load(std::sync::atomic::Ordering::Relaxed));
-        let path = content.path.as_bstr();
-        self.converter.convert_within(&data, path, content.blob, conversion, timeout, left, &mut sink)?;
-        Ok(())
-    }
 }
 
 /// Blobs from this size on are streamed from the object database in chunks instead of being

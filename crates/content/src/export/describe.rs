@@ -9,6 +9,8 @@ use gix::prelude::ObjectIdExt;
 use gix_hash::ObjectId;
 
 use super::Error;
+
+use super::person::split_ident;
 use crate::source::Cause;
 
 /// The options of one `%(describe:…)`, as the `git describe` arguments git's
@@ -274,7 +276,7 @@ fn tag_of(repo: &gix::Repository, id: ObjectId) -> Option<(BString, i64)> {
     // git's `parse_tag_buffer`: the number after the tagger's `>`, 0 without one.
     let date = decoded
         .tagger
-        .and_then(|t| super::split_ident(t).and_then(|i| i.date))
+        .and_then(|t| split_ident(t).and_then(|i| i.date))
         .and_then(|(digits, _)| digits.to_str().ok()?.parse().ok())
         .unwrap_or(0);
     Some((decoded.name.to_owned(), date))
@@ -283,123 +285,3 @@ fn tag_of(repo: &gix::Repository, id: ObjectId) -> Option<(BString, i64)> {
 /// The file holding an archive's `%(describe…)`, with that placeholder's options (`None`:
 /// malformed, left as it is).
 pub(super) type Holder = (BString, Option<Args>);
-
-/// One entry of the archived tree, in the order `git archive` writes them.
-enum Entry {
-    Dir(BString),
-    File(BString, ObjectId),
-}
-
-/// The file of `archive` whose first `%(describe…)` reached is the archive's one (git's
-/// `max_invocations = 1`), with that placeholder's options (`None`: malformed). `git archive`
-/// walks the tree depth first, entries in tree order, leaving out `export-ignore` paths, and
-/// expands the `export-subst` regular files after their conversions; the files are read here as
-/// their blobs re-encoded by `working-tree-encoding` (a filter driver's output is not run for
-/// this). Without `export-subst` in any attributes, no walk of the files is needed.
-pub(super) fn find_holder(
-    repo: &crate::Repo,
-    commit: &super::CommitInfo,
-    archive: &super::Archive,
-) -> Result<Option<Holder>, Error> {
-    let gix = repo.gix();
-    let err = |source| Error::Read { what: "tree (for its first %(describe))", id: archive.tree, source };
-    let mut entries = Vec::new();
-    let mut attributes: crate::convert::AttributeFiles = Vec::new();
-    // Depth first in tree order: a directory's entries are read when it is reached.
-    let read = |id: ObjectId, dir: &BStr| -> Result<Vec<(gix::objs::tree::EntryMode, BString, ObjectId)>, Error> {
-        let tree = gix.find_tree(id).map_err(|e| err(Cause::gix(e)))?;
-        let decoded = tree.decode().map_err(|e| err(Cause::gix(e)))?;
-        Ok(decoded
-            .entries
-            .iter()
-            .map(|e| {
-                let path: BString = if dir.is_empty() {
-                    e.filename.to_owned()
-                } else {
-                    let mut p = dir.to_owned();
-                    p.push(b'/');
-                    p.extend_from_slice(e.filename);
-                    p
-                };
-                (e.mode, path, e.oid.to_owned())
-            })
-            .collect())
-    };
-    let mut pending = vec![read(archive.tree, b"".as_bstr())?.into_iter()];
-    while let Some(level) = pending.last_mut() {
-        let Some((mode, path, id)) = level.next() else {
-            pending.pop();
-            continue;
-        };
-        if mode.is_tree() {
-            entries.push(Entry::Dir(path.clone()));
-            pending.push(read(id, path.as_bstr())?.into_iter());
-        } else if mode.is_blob() {
-            if path.rsplit_str("/").next() == Some(b".gitattributes".as_slice()) {
-                attributes.push((path.clone(), id));
-            }
-            entries.push(Entry::File(path, id));
-        }
-    }
-    // No attributes name `export-subst` (macros too are defined in these): no file has it.
-    let settings = &archive.settings;
-    let mut named = [&settings.attributes_file, &settings.info_attributes]
-        .into_iter()
-        .any(|t| t.as_deref().is_some_and(|t| t.contains("export-subst")));
-    for (_, id) in &attributes {
-        if named {
-            break;
-        }
-        let blob = gix.find_blob(*id).map_err(|e| err(Cause::gix(e)))?;
-        named = blob.data.find(b"export-subst").is_some();
-    }
-    if !named {
-        return Ok(None);
-    }
-    let mut resolver =
-        crate::convert::Resolver::new(settings, attributes).map_err(|e| err(Cause::found(e.to_string())))?;
-    let find = &gix.objects;
-    let mut ignored: Option<BString> = None;
-    for entry in entries {
-        let (path, is_dir) = match &entry {
-            Entry::Dir(p) => (p, true),
-            Entry::File(p, _) => (p, false),
-        };
-        if let Some(dir) = &ignored {
-            if path.starts_with(dir) && path.get(dir.len()) == Some(&b'/') {
-                continue;
-            }
-            ignored = None;
-        }
-        let Entry::File(path, id) = &entry else {
-            if resolver.export_ignored(path.as_bstr(), true, find).map_err(|e| err(Cause::found(e.to_string())))? {
-                ignored = Some(path.clone());
-            }
-            continue;
-        };
-        debug_assert!(!is_dir);
-        if !archive.select.includes(path.as_bstr(), false) {
-            continue;
-        }
-        let (conversion, export_ignored) =
-            resolver.at(path.as_bstr(), find).map_err(|e| err(Cause::found(e.to_string())))?;
-        let Some(conversion) = conversion.filter(|c| c.export_subst && !export_ignored) else { continue };
-        let blob = gix.find_blob(*id).map_err(|e| err(Cause::gix(e)))?;
-        // Re-encoded as UTF-16 or UTF-32 (what git can encode: text that is UTF-8), no
-        // `$Format:` is left in the file's bytes for git to find. Other encodings keep ASCII.
-        let label = conversion.attributes.split(' ').find_map(|a| a.strip_prefix("working-tree-encoding="));
-        if label.is_some_and(is_wide) && !blob.data.is_empty() && std::str::from_utf8(&blob.data).is_ok() {
-            continue;
-        }
-        if let Some(args) = super::first_describe(&blob.data, commit) {
-            return Ok(Some((path.clone(), args)));
-        }
-    }
-    Ok(None)
-}
-
-/// Whether `working-tree-encoding=label` writes two or four bytes per ASCII character.
-fn is_wide(label: &str) -> bool {
-    let l: String = label.trim().chars().filter(|c| !matches!(c, '-' | '_')).collect::<String>().to_ascii_uppercase();
-    ["UTF16", "UTF32", "UCS2", "UCS4"].iter().any(|w| l.starts_with(w))
-}
