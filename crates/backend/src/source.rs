@@ -127,27 +127,22 @@ struct InContext {
     source: Box<dyn std::error::Error + Send + Sync + 'static>,
 }
 
+/// Where a [`BlobSource`] puts what it reads: one chunk after the other, in order; an error
+/// stops the read ([`BlobError::Sink`]).
+pub type Sink<'a> = &'a mut dyn FnMut(&[u8]) -> std::io::Result<()>;
+
 /// Where the executor gets file contents from. The callback receives the content in one or
 /// more chunks, in order.
 pub trait BlobSource: Send + Sync {
     /// Feed the bytes of blob `id` to `sink`. `size` is the blob's size as the plan recorded it
     /// (every op that writes content carries it), so large blobs can be streamed without
     /// asking the object database for the size again.
-    fn read_blob(
-        &self,
-        id: &ObjectId,
-        size: u64,
-        sink: &mut dyn FnMut(&[u8]) -> std::io::Result<()>,
-    ) -> Result<(), BlobError>;
+    fn read_blob(&self, id: &ObjectId, size: u64, sink: Sink<'_>) -> Result<(), BlobError>;
 
     /// Feed what a write op writes to `sink`: the blob, converted when
     /// [`Content::conversion`] says so. Sources that do not convert (this default) refuse
     /// converted content; a sync reads through `treesync_content::source::Converting`.
-    fn read_content(
-        &self,
-        content: &Content<'_>,
-        sink: &mut dyn FnMut(&[u8]) -> std::io::Result<()>,
-    ) -> Result<(), BlobError> {
+    fn read_content(&self, content: &Content<'_>, sink: Sink<'_>) -> Result<(), BlobError> {
         match content.conversion {
             None => self.read_blob(content.blob, content.size, sink),
             Some(c) => Err(BlobError::Convert(Box::new(NotConverting {

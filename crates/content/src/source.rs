@@ -7,7 +7,7 @@ use gix_hash::ObjectId;
 use gix_object::{FindExt, FindObjectOrHeader};
 
 pub use treesync_backend::source::{
-    BlobError, BlobSource, Cause, Content, Error, NotConverting, OUT_OF_DESCRIPTORS_HINT, OwnedContent,
+    BlobError, BlobSource, Cause, Content, Error, NotConverting, OUT_OF_DESCRIPTORS_HINT, OwnedContent, Sink,
 };
 
 /// The converting source, under the name it has always had here; it lives with the conversions.
@@ -281,12 +281,7 @@ impl Repo {
 
     /// Stream a large blob in chunks of 1 MiB. `None` when it cannot be streamed (a delta, an
     /// alternate object store): the caller reads it whole.
-    fn stream_blob(
-        &self,
-        id: &ObjectId,
-        size: u64,
-        sink: &mut dyn FnMut(&[u8]) -> std::io::Result<()>,
-    ) -> Option<Result<(), BlobError>> {
+    fn stream_blob(&self, id: &ObjectId, size: u64, sink: Sink<'_>) -> Option<Result<(), BlobError>> {
         use std::io::{BufReader, Seek, SeekFrom};
         let objects = self.objects_dir();
         let hex = id.to_hex().to_string();
@@ -325,7 +320,7 @@ fn inflate_to(
     id: &ObjectId,
     size: u64,
     loose: bool,
-    sink: &mut dyn FnMut(&[u8]) -> std::io::Result<()>,
+    sink: Sink<'_>,
 ) -> Result<(), BlobError> {
     let failed = |source: Cause| BlobError::Source(Error::Object { what: "blob", id: *id, at: String::new(), source });
     let mut state = gix_zlib::Decompress::new();
@@ -358,12 +353,7 @@ fn inflate_to(
 }
 
 impl BlobSource for Repo {
-    fn read_blob(
-        &self,
-        id: &ObjectId,
-        size: u64,
-        sink: &mut dyn FnMut(&[u8]) -> std::io::Result<()>,
-    ) -> Result<(), BlobError> {
+    fn read_blob(&self, id: &ObjectId, size: u64, sink: Sink<'_>) -> Result<(), BlobError> {
         if size >= STREAM_FROM
             && let Some(done) = self.stream_blob(id, size, sink)
         {

@@ -224,6 +224,9 @@ impl Converter {
         }
     }
 
+    /// git's checkout pipeline for one blob, in git's order: LFS, `ident`, line ends,
+    /// `working-tree-encoding`, then the filter driver. 120 lines, kept whole so that the order
+    /// is read in one place.
     fn convert_for_worktree(
         &self,
         data: &[u8],

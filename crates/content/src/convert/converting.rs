@@ -4,7 +4,7 @@
 use gix_hash::ObjectId;
 
 use crate::limits::Limits;
-use crate::source::{BlobError, BlobSource, Content};
+use crate::source::{BlobError, BlobSource, Content, Sink};
 
 /// A [`BlobSource`] that converts what ops ask to be converted ([`Content::conversion`]) with
 /// a [`Converter`](crate::convert::Converter): what a sync reads file contents from.
@@ -61,20 +61,11 @@ impl Converting {
 }
 
 impl BlobSource for Converting {
-    fn read_blob(
-        &self,
-        id: &ObjectId,
-        size: u64,
-        sink: &mut dyn FnMut(&[u8]) -> std::io::Result<()>,
-    ) -> Result<(), BlobError> {
+    fn read_blob(&self, id: &ObjectId, size: u64, sink: Sink<'_>) -> Result<(), BlobError> {
         self.raw.read_blob(id, size, sink)
     }
 
-    fn read_content(
-        &self,
-        content: &Content<'_>,
-        sink: &mut dyn FnMut(&[u8]) -> std::io::Result<()>,
-    ) -> Result<(), BlobError> {
+    fn read_content(&self, content: &Content<'_>, sink: Sink<'_>) -> Result<(), BlobError> {
         let mut sink = self.counted(content.path, sink);
         let Some(conversion) = content.conversion else {
             return self.raw.read_blob(content.blob, content.size, &mut sink);

@@ -148,6 +148,9 @@ impl Formatter<'_> {
     }
 
     /// One placeholder (git's `format_commit_one`), 0 when it is none git knows.
+    ///
+    /// Long (130 lines) on purpose: one `match` arm per placeholder letter, in git's order, so it
+    /// reads side by side with `format_commit_one` in git's `pretty.c`.
     fn one(&mut self, out: &mut Vec<u8>, p: &[u8]) -> usize {
         let c = self.c;
         let Some(&first) = p.first() else { return 0 };

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use gix_hash::ObjectId;
 
-use crate::source::{BlobError, BlobSource, Repo};
+use crate::source::{BlobError, BlobSource, Repo, Sink};
 
 /// A [`BlobSource`] over several repositories (a superproject and its submodules): each blob
 /// is read from the first repository that has it.
@@ -31,12 +31,7 @@ impl Blobs {
 }
 
 impl BlobSource for Blobs {
-    fn read_blob(
-        &self,
-        id: &ObjectId,
-        size: u64,
-        sink: &mut dyn FnMut(&[u8]) -> std::io::Result<()>,
-    ) -> Result<(), BlobError> {
+    fn read_blob(&self, id: &ObjectId, size: u64, sink: Sink<'_>) -> Result<(), BlobError> {
         let holder = self
             .repos
             .iter()
