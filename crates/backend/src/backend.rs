@@ -129,6 +129,17 @@ pub struct FileStat {
     pub gid: u32,
 }
 
+/// The auxiliary file of the state folder that holds the index delta (core's `index_delta`).
+pub const INDEX_DELTA: &str = "index-delta";
+
+/// The largest plan applied in one piece (in ops) whose files a sync records. Recording costs
+/// memory per file until the sync's end, and a backend's stat per file: a sync rewriting most
+/// of a large tree records nothing, and its first verify reads every file, as before the delta
+/// existed. An initial checkout is applied in chunks and records each (core's `index_delta::Chunked`), whatever
+/// its size. Safe either way: a file a sync rewrote has other stat data (a new
+/// inode, a new ctime) than any older entry of the index or the delta records.
+pub const RECORD_AT_MOST: usize = 32_768;
+
 /// A file a backend wrote from a blob ([`Backend::take_written`]), with the stat data a later
 /// lstat of the untouched file returns: taken after the file was complete and in place (after
 /// its close and the rename over its name), so a verify can prove it without reading it.
@@ -574,7 +585,7 @@ pub trait Backend: Send + Sync + fmt::Display {
 
     /// Whether to note the files written from now on for [`Backend::take_written`] (on until
     /// told otherwise). A sync turns it off for a plan larger than it records
-    /// (core's `index_delta::RECORD_AT_MOST`), so that no stat data is taken in vain (a
+    /// ([`RECORD_AT_MOST`]), so that no stat data is taken in vain (a
     /// GETATTR per file over `nfs://`), and on again for the next plan.
     fn record_written(&self, _on: bool) {}
 }
@@ -592,8 +603,8 @@ pub trait Backend: Send + Sync + fmt::Display {
 /// ```
 /// use std::fmt;
 /// use std::sync::Arc;
-/// use treesync_core::backend::{Backend, Error};
-/// use treesync_core::{Op, source::BlobSource};
+/// use treesync_backend::backend::{Backend, Error};
+/// use treesync_backend::{Op, source::BlobSource};
 ///
 /// /// Logs each op, forwards everything.
 /// struct Log<B>(B);
@@ -606,7 +617,7 @@ pub trait Backend: Send + Sync + fmt::Display {
 ///
 /// #[async_trait::async_trait]
 /// impl<B: Backend> Backend for Log<B> {
-///     treesync_core::delegate_backend!(0, except execute);
+///     treesync_backend::delegate_backend!(0, except execute);
 ///
 ///     async fn execute(&self, op: &Op, blobs: &Arc<dyn BlobSource>) -> Result<(), Error> {
 ///         eprintln!("{op:?}");

@@ -9,7 +9,7 @@
 //! each object in chunks, checking its size and sha256 on the way.
 //!
 //! ```
-//! use treesync_core::lfs::Pointer;
+//! use treesync_content::lfs::Pointer;
 //! let blob = b"version https://git-lfs.github.com/spec/v1\n\
 //!     oid sha256:4d7a214614ab2935c943f9e0ff69d22eadbb8f32b1258daaa5e2ca24d17e2393\n\
 //!     size 12345\n";

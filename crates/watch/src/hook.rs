@@ -85,8 +85,8 @@ pub struct Job {
     /// The target, as the user named it: a directory or a URL (`TREESYNC_TARGET`).
     pub target: String,
     /// How many paths the sync created, changed or removed: files, symlinks and directories
-    /// written or removed, and mode changes ([`treesync_core::OpCounts::total`] of what was applied)
-    /// (`TREESYNC_CHANGED`).
+    /// written or removed, and mode changes ([`treesync_core::OpCounts::total`] of what was
+    /// applied) (`TREESYNC_CHANGED`).
     pub changed: u64,
     /// The mirror's name, when the sync is one of the config file's (`TREESYNC_MIRROR`).
     pub mirror: Option<String>,

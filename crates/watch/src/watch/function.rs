@@ -11,9 +11,9 @@ use treesync_core::source::Repo;
 /// [module docs](super).
 ///
 /// Every `options.interval` the ref is resolved; when it names another commit than the one
-/// synced last, the target is synced to it ([`treesync_core::sync::sync()`]). Every `options.verify_every`
-/// the target is verified, and with `options.repair` repaired ([`treesync_core::sync::repair()`]). A failed
-/// step is reported as [`Event::Error`] and tried again after a wait that starts at the interval
+/// synced last, the target is synced to it ([`treesync_core::sync::sync()`]). Every
+/// `options.verify_every` the target is verified, and with `options.repair` repaired
+/// ([`treesync_core::sync::repair()`]). A failed step is reported as [`Event::Error`] and tried again after a wait that starts at the interval
 /// and doubles with every failure in a row, up to `options.max_backoff`; a success resets it.
 /// An interrupt during a step lets the batches in flight finish (the journal records where it
 /// stopped), is reported as [`Event::Stopping`], and ends the watch; the last event is always
