@@ -455,8 +455,6 @@ fn sanitized_subject(out: &mut Vec<u8>, line: &[u8]) {
     }
 }
 
-/// An identity line split as git's `split_ident_line` splits it.
-
 /// One entry of the archived tree, in the order `git archive` writes them.
 enum Entry {
     Dir(BString),

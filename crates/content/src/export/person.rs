@@ -2,6 +2,7 @@
 
 use gix::bstr::ByteSlice;
 
+/// An identity line split as git's `split_ident_line` splits it.
 pub(super) struct Ident<'a> {
     pub(super) name: &'a [u8],
     pub(super) mail: &'a [u8],
