@@ -45,6 +45,7 @@
 
 pub mod backend;
 pub mod conversion;
+mod delegate;
 pub mod duration;
 pub mod generation;
 pub mod json;
