@@ -506,8 +506,8 @@ pub(crate) struct HookArgs {
 
 impl HookArgs {
     /// The hooks' options.
-    pub(crate) fn options(&self) -> treesync_core::hook::Options {
-        use treesync_core::hook;
+    pub(crate) fn options(&self) -> treesync_watch::hook::Options {
+        use treesync_watch::hook;
         hook::Options {
             exec: self.exec_after.clone(),
             webhook: self.webhook.clone(),

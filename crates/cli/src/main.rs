@@ -19,7 +19,8 @@ use std::io::IsTerminal;
 use std::process::ExitCode;
 
 use clap::Parser;
-use treesync_core::{adopt, backend, sync, verify, watch};
+use treesync_core::{adopt, backend, sync, verify};
+use treesync_watch::watch;
 
 use crate::render::error_text;
 

@@ -40,8 +40,7 @@ use gix_hash::ObjectId;
 use crate::backend::{self, Backend, FileStat, Written};
 use crate::op::{Op, Plan};
 
-/// The auxiliary file of the state folder.
-pub const NAME: &str = "index-delta";
+pub use treesync_backend::backend::{INDEX_DELTA as NAME, RECORD_AT_MOST};
 
 /// The state file, whose mtime is the first clock reading (see [`record`]).
 const STATE: &str = "state";
@@ -78,14 +77,6 @@ pub struct Delta {
     /// verify hashes what it rewrote, whose stat data no older entry matches).
     pub overflowed: bool,
 }
-
-/// The largest plan applied in one piece (in ops) whose files a sync records. Recording costs
-/// memory per file until the sync's end, and a backend's stat per file: a sync rewriting most
-/// of a large tree records nothing, and its first verify reads every file, as before the delta
-/// existed. An initial checkout is applied in chunks and records each ([`Chunked`]), whatever
-/// its size. Safe either way: a file a sync rewrote has other stat data (a new
-/// inode, a new ctime) than any older entry of the index or the delta records.
-pub const RECORD_AT_MOST: usize = 32_768;
 
 impl Delta {
     /// Nothing recorded?

@@ -10,7 +10,8 @@
 //! * [`apply::apply`] runs a plan on a backend within its [`backend::Policy`].
 //! * [`sync::sync`] does the whole job with a lock and a journal in `.treesync/state`;
 //!   [`sync::repair`] brings a drifted target back the same way.
-//! * [`watch::watch`] keeps a target following a ref, telling what happens as typed events.
+//! * `treesync_watch::watch::watch` keeps a target following a ref, telling what happens as
+//!   typed events (its own crate: it alone needs HTTP and inotify).
 //! * [`adopt::adopt`] takes over a git clone as it is, recording its commit as synced.
 //! * [`MemoryBackend`] is the reference backend; [`policy`] has wrappers (count, fail, limit).
 //!
@@ -83,31 +84,21 @@
 
 pub mod adopt;
 pub mod apply;
-pub mod backend;
-pub mod convert;
-pub mod duration;
-pub mod export;
 pub mod generation;
 pub mod gitworktree;
-pub mod hook;
 pub mod index_delta;
-pub mod json;
-pub mod lfs;
-pub mod memory;
-pub mod op;
 pub mod oracle;
-pub mod path;
 pub mod plan;
-pub mod policy;
-pub mod select;
 pub mod slice;
-pub mod smudge;
-pub mod source;
 pub mod state;
 pub mod submodule;
 pub mod sync;
 pub mod verify;
-pub mod watch;
+
+// The backend vocabulary (`treesync-backend`) and the content layer (`treesync-content`),
+// under the names they had when they were modules of this crate.
+pub use treesync_backend::{backend, conversion, delegate_backend, duration, json, lock, memory, op, path, policy};
+pub use treesync_content::{convert, export, lfs, limits, select, smudge, source};
 
 pub use backend::Backend;
 pub use gix_hash::ObjectId;

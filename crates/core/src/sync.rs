@@ -977,7 +977,7 @@ fn check_lfs(repos: &[Repo], plan: &Plan, converter: &Converter) -> Result<u64, 
             })
             .map_err(|e| match e {
                 source::BlobError::Source(e) => Error::Source(e),
-                source::BlobError::Convert(e) => Error::Convert(e),
+                source::BlobError::Convert(e) => Error::Convert(e.into()),
                 source::BlobError::Sink(e) => Error::Lfs(crate::lfs::Error::Sink(e)),
             })?;
         if let Some(pointer) = converter.lfs_pointer(&data, conversion) {

@@ -3,7 +3,7 @@
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
-use treesync_core::watch::{Origin, OriginError, origin::sleep};
+use treesync_watch::watch::{Origin, OriginError, origin::sleep};
 
 use crate::Remote;
 

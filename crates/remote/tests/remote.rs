@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use treesync_core::watch::{self, Event, Origin, OriginError};
+use treesync_watch::watch::{self, Event, Origin, OriginError};
 use treesync_core::{MemoryBackend, Repo, sync};
 use treesync_remote::{Error, OpenOptions, Remote};
 use treesync_testkit::git;

@@ -23,7 +23,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use treesync::core::watch::{self, Event};
+use treesync::watch::{self, Event};
 use treesync::{Repo, Target, TargetOptions, sync};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {

@@ -59,3 +59,4 @@ pub use target::{Target, TargetError};
 pub use treesync_core::{
     self as core, Backend, MemoryBackend, Op, Phase, Plan, RelPath, Repo, apply, generation, plan, sync, verify,
 };
+pub use treesync_watch::{hook, watch};

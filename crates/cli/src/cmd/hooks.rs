@@ -1,10 +1,10 @@
 //! `--exec-after` and `--webhook` of `sync` and `watch`: the hooks of one target
-//! ([`treesync_core::hook`]), the job a sync gives them, and `sync`'s exit code 5 when a hook
+//! ([`treesync_watch::hook`]), the job a sync gives them, and `sync`'s exit code 5 when a hook
 //! gave up. See docs/hooks.md.
 
 use std::collections::BTreeMap;
 
-use treesync_core::hook::{Job, OnReport, Report, Runner, Verdict};
+use treesync_watch::hook::{Job, OnReport, Report, Runner, Verdict};
 use treesync_core::sync;
 
 use super::sync::SyncOutput;

@@ -119,7 +119,7 @@ pub(crate) fn run(args: SyncArgs) -> anyhow::Result<()> {
         let _in_runtime = rt.enter();
         super::hooks::start(
             &args.hooks,
-            Arc::new(move |r: &treesync_core::hook::Report| {
+            Arc::new(move |r: &treesync_watch::hook::Report| {
                 if !quiet || super::hooks::failed(r) {
                     eprintln!("treesync: {}", super::hooks::text(r));
                 }

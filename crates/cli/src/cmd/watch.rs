@@ -1,4 +1,4 @@
-//! `treesync watch`: keep targets following their refs ([`treesync_core::watch`]), printing its
+//! `treesync watch`: keep targets following their refs ([`treesync_watch::watch`]), printing its
 //! events as log lines or JSON lines.
 
 use std::path::PathBuf;
@@ -12,7 +12,7 @@ use serde::Serialize;
 use treesync_core::duration::rfc3339;
 use treesync_core::generation::{self, Host};
 use treesync_core::path::quote;
-use treesync_core::watch::{self, Event};
+use treesync_watch::watch::{self, Event};
 use treesync_core::{Repo, apply, sync};
 
 use super::{generations, make_backend, remote, runtime};
@@ -114,7 +114,7 @@ struct Prepared {
     /// Its metrics and health.
     mirror: monitor::Mirror,
     /// `--exec-after`, `--webhook`.
-    hooks: treesync_core::hook::Runner,
+    hooks: treesync_watch::hook::Runner,
     hook_args: crate::args::HookArgs,
     target: crate::args::TargetArgs,
     chosen: treesync::Opened,
@@ -161,7 +161,7 @@ async fn prepare(
     };
     let hooks = {
         let (mirror, line_tag, json) = (name.clone(), tag.clone(), args.json);
-        let on_report = move |r: &treesync_core::hook::Report| {
+        let on_report = move |r: &treesync_watch::hook::Report| {
             render(&Event::Hook { report: r.clone() }, mirror.as_deref(), &line_tag, json);
         };
         super::hooks::start(&args.hooks, Arc::new(on_report)).with_context(|| format!("{tag}starting the hooks"))?

@@ -19,7 +19,7 @@ use std::time::{Instant, SystemTime};
 
 use treesync_core::Repo;
 use treesync_core::op::OpCounts;
-use treesync_core::watch::{Event, OnProgress};
+use treesync_watch::watch::{Event, OnProgress};
 
 /// Upper bounds (seconds) of the buckets of `treesync_sync_duration_seconds`.
 const DURATION_BUCKETS: [f64; 12] = [0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 120.0, 600.0];
@@ -243,7 +243,7 @@ impl Mirror {
         self.with(|_| {})
     }
 
-    /// For [`treesync_core::watch::Options::on_progress`]: every batch of a step is a sign of
+    /// For [`treesync_watch::watch::Options::on_progress`]: every batch of a step is a sign of
     /// life.
     pub(crate) fn on_progress(&self) -> OnProgress {
         let me = self.clone();

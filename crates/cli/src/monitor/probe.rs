@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
-use treesync_core::watch::{Origin, OriginError};
+use treesync_watch::watch::{Origin, OriginError};
 
 use super::Mirror;
 

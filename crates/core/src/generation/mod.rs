@@ -28,9 +28,7 @@
 //! own journal when it is next used).
 
 mod function;
-mod host;
-mod memory;
-mod record;
+use treesync_backend::generation::{host, memory, record};
 
 pub use function::{
     Error, Generation, LeaveOutcome, Options, Outcome, RepairOutcome, Status, current, current_backend, has_home, kept,
