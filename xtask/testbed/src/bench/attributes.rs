@@ -20,7 +20,7 @@ use std::time::Duration;
 use treesync_testkit::history::{self, Entry, Model};
 use xtask::util::run_quiet;
 
-use super::{stat_count, strace, timed};
+use super::trace::{stat_count, strace, timed};
 use crate::measure::fmt_time;
 use crate::repo::{git, settle};
 

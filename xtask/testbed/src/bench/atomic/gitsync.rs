@@ -12,7 +12,7 @@ use std::process::Command;
 
 use treesync_testkit::slowfs::Stats;
 
-use super::{Bed, Case, DiskRow, Figures, Row, Sample, du, kinds, rm};
+use super::model::{Bed, Case, DiskRow, Figures, Row, Sample, du, kinds, rm};
 use xtask::util::run_quiet;
 
 /// A shell running `script` with git's user and system configuration left out.

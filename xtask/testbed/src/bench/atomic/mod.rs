@@ -16,7 +16,6 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::{Duration, Instant};
 
 use treesync_testkit::slowfs::{self, SlowFs, Stats};
 
@@ -24,120 +23,11 @@ use crate::repo::{make_repo, matches_git_archive};
 
 mod chain;
 mod gitsync;
+mod model;
 mod render;
 
-/// What to run.
-pub struct Config {
-    /// Files in the generated tree (N).
-    pub files: usize,
-    /// Paths changed by each commit of the chain (K).
-    pub changed: usize,
-    /// Steady-state updates per tool (the median is reported).
-    pub runs: usize,
-    /// Steady-state updates of the git-sync way on the NAS testbed (each a full checkout).
-    pub nas_git_runs: usize,
-    /// Latency of each metadata request on the NAS testbed.
-    pub latency: Duration,
-    /// The `--switch` modes measured on the local tmpfs (`auto`, `symlink`, `exchange`); an
-    /// explicit mode equal to what `auto` picked there is measured once.
-    pub switches: Vec<String>,
-    /// The same on the NAS testbed (where the second sync of each mode clones the whole tree
-    /// through the latency: minutes at N = 100,000).
-    pub nas_switches: Vec<String>,
-    /// Run on the local tmpfs.
-    pub local: bool,
-    /// Run on the NAS testbed.
-    pub nas: bool,
-}
-
-/// Where the commands of one testbed run.
-struct Bed<'a> {
-    /// As the tables name it.
-    name: String,
-    /// The directory the measured commands work in.
-    work: PathBuf,
-    /// The same directory without the latency (the FUSE backing directory on the NAS bed):
-    /// preparation and `du` go here.
-    backing: PathBuf,
-    /// The slow filesystem, whose counters give the requests of each run.
-    fs: Option<&'a SlowFs>,
-    /// Steady-state updates of the git-sync way.
-    git_runs: usize,
-    /// The `--switch` modes measured here.
-    switches: Vec<String>,
-}
-
-/// One measured run: wall time, the filesystem requests it made, its standard output.
-struct Sample {
-    time: Duration,
-    stats: Option<Stats>,
-    stdout: String,
-}
-
-impl Bed<'_> {
-    /// Run `cmd` once, timed, counting its filesystem requests; fail with its stderr.
-    fn run(&self, cmd: &mut Command) -> Result<Sample, String> {
-        if let Some(fs) = self.fs {
-            let _ = fs.settled_stats();
-            fs.reset();
-        }
-        let start = Instant::now();
-        let out = cmd.output().map_err(|e| format!("cannot run {cmd:?}: {e}"))?;
-        let time = start.elapsed();
-        if !out.status.success() {
-            return Err(format!("{cmd:?} failed: {}", String::from_utf8_lossy(&out.stderr)));
-        }
-        let stats = self.fs.map(SlowFs::settled_stats);
-        Ok(Sample { time, stats, stdout: String::from_utf8_lossy(&out.stdout).into_owned() })
-    }
-}
-
-/// Which measurement a row gives.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Case {
-    /// Sync of C0 into nothing.
-    First,
-    /// Sync C0 → C1.
-    Second,
-    /// The median of the steady-state updates.
-    Update,
-}
-
-/// A row of the time table.
-struct Row {
-    bed: String,
-    case: Case,
-    tool: String,
-    /// The row the ratio is taken against (the non-atomic treesync row of the same case).
-    anchor: bool,
-    time: Duration,
-    /// FUSE requests (median run).
-    requests: Option<u64>,
-    /// The most frequent request kinds of the median run.
-    kinds: String,
-    /// Ops treesync applied (`applied` of `--json`, median run).
-    applied: Option<u64>,
-    note: String,
-}
-
-/// A row of the disk table.
-struct DiskRow {
-    bed: String,
-    what: String,
-    /// `du -sk` (hard links counted once).
-    kib: u64,
-    /// `du -sk --count-links`.
-    kib_all_links: u64,
-    /// The two-full-checkouts row the ratio is taken against.
-    reference: bool,
-}
-
-/// The figures of one tool on one testbed.
-#[derive(Default)]
-struct Figures {
-    rows: Vec<Row>,
-    disk: Vec<DiskRow>,
-}
+pub use model::Config;
+use model::{Bed, Case, DiskRow, Figures, Row, Sample, du, kinds, rm};
 
 /// Run the benchmark in `dir` (a tmpfs) with the `treesync` binary; the Markdown tables.
 pub fn run(c: &Config, dir: &Path, treesync: &Path) -> Result<String, String> {
@@ -372,32 +262,6 @@ fn row(bed: &Bed, case: Case, tool: &Tool, samples: &[Sample], reports: &[Report
         applied: applied.get(applied.len() / 2).copied(),
         note: note.join("; "),
     }
-}
-
-/// The request kinds of `s`, most frequent first (at most 8).
-fn kinds(s: &Stats) -> String {
-    let mut v: Vec<(u64, String)> = s.ops.iter().map(|(op, st)| (st.count, op.name().to_string())).collect();
-    v.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
-    v.iter().take(8).map(|(n, k)| format!("{n} {k}")).collect::<Vec<_>>().join(", ")
-}
-
-/// `du -sck` and `du -sck --count-links` of `paths` together (a hard link shared between two
-/// of them is counted once by the first): the totals in KiB.
-fn du(paths: &[&Path]) -> Result<(u64, u64), String> {
-    let total = |extra: &[&str]| -> Result<u64, String> {
-        let out = xtask::util::run_quiet(Command::new("du").args(["-sck"]).args(extra).args(paths))?;
-        out.lines()
-            .last()
-            .and_then(|l| l.split_whitespace().next())
-            .and_then(|n| n.parse().ok())
-            .ok_or_else(|| format!("du printed {out:?}"))
-    };
-    Ok((total(&[])?, total(&["--count-links"])?))
-}
-
-fn rm(p: &Path) {
-    let _ = std::fs::remove_dir_all(p);
-    let _ = std::fs::remove_file(p);
 }
 
 #[cfg(test)]

@@ -3,7 +3,8 @@
 
 use std::fmt::Write as _;
 
-use super::{Case, Config, Figures, chain};
+use super::chain;
+use super::model::{Case, Config, Figures};
 use crate::measure::fmt_time;
 
 /// The header, the time table and the disk table.
