@@ -48,6 +48,7 @@
 
 mod open;
 mod place;
+pub mod settings;
 mod target;
 
 pub use open::{
@@ -55,6 +56,7 @@ pub use open::{
     generations_of, open,
 };
 pub use place::{check_place, unmanaged_hint};
+pub use settings::Settings;
 pub use target::{Target, TargetError};
 pub use treesync_core::{
     self as core, Backend, MemoryBackend, Op, Phase, Plan, RelPath, Repo, apply, generation, plan, sync, verify,

@@ -9,26 +9,33 @@ use treesync_core::policy::{Adaptive, Gate};
 
 use crate::target::{Target, TargetError};
 
-/// Which backend serves a target.
+/// Which backend serves a target (`--backend`, the `backend` key).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 #[non_exhaustive]
 pub enum BackendKind {
-    /// Choose from the target: the built-in NFS client for `nfs://` URLs, the in-memory
-    /// backend for `memory://`, object storage for other URLs, the NFS backend for directories
-    /// on network mounts, else local.
+    /// Choose from the target: s3 for URLs, nfs for directories on network mounts, else local.
+    // (The built-in NFS client for `nfs://` URLs, the in-memory backend for `memory://`.)
     #[default]
     Auto,
-    /// Local disks: wide parallelism, atomic rename into place.
+    /// Local disks (ext4, xfs, tmpfs, …): wide parallelism, atomic rename into place.
     Local,
-    /// Network filesystems mounted here, or the built-in NFSv3 client for `nfs://` URLs.
+    /// Network filesystems mounted here (NFS, SMB, sshfs, …): serialized lookups, each
+    /// directory looked up once per run, adaptive write concurrency. With an nfs:// URL: the
+    /// built-in NFSv3 client, many calls in flight on one connection, no mount needed.
     Nfs,
-    /// Object storage (`s3://`, `file://`, and `memory://` through object_store's in-memory store).
+    /// Object storage through object_store (s3://, file://, memory:// URLs): concurrent PUTs,
+    /// bulk deletes, conditional state writes.
     S3,
     /// The core's in-memory reference backend (`memory://`), for tests and examples.
+    #[cfg_attr(feature = "clap", value(hide = true))]
     Memory,
 }
 
 impl BackendKind {
+    /// The kinds the docs and messages list (`memory` is for tests and examples).
+    pub const LISTED: [BackendKind; 4] = [BackendKind::Auto, BackendKind::Local, BackendKind::Nfs, BackendKind::S3];
+
     /// The name people write (`auto`, `local`, `nfs`, `s3`, `memory`).
     pub fn name(self) -> &'static str {
         match self {

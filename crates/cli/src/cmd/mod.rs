@@ -17,22 +17,25 @@ use clap::CommandFactory;
 
 use treesync_core::Repo;
 
-use crate::args::{BackendKind, Cli, Command, Pick, Source, TargetArgs};
+use crate::args::{Cli, Command, Pick, Source, TargetArgs};
 use crate::exit_code;
 use crate::render::error_text;
 use crate::{config, generate};
 
 pub(crate) fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     let cfg = cli.config;
+    // A mirror's settings go under the command line's, group by group (`Settings::or`: flag >
+    // mirror > defaults; the config file merged the mirror's over its defaults).
     match cli.command {
         Command::Sync(args) => {
             let pick = args.pick.clone();
             each(
                 expand(&cfg, &pick, args, |a, m| {
                     fill(&mut a.source, &mut a.target, m);
-                    a.limits.fill(m);
-                    a.atomic.fill(m);
-                    a.hooks.fill(m);
+                    a.limits = a.limits.clone().or(m.settings.limits.clone());
+                    a.atomic = a.atomic.clone().or(m.settings.generations.clone());
+                    a.hooks.settings = a.hooks.settings.clone().or(m.settings.hooks.clone());
+                    a.hooks.mirror = Some(m.name.clone());
                 })?,
                 sync::run,
             )
@@ -42,8 +45,8 @@ pub(crate) fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             each(
                 expand(&cfg, &pick, args, |a, m| {
                     fill(&mut a.source, &mut a.target, m);
-                    a.limits.fill(m);
-                    a.atomic.fill(m);
+                    a.limits = a.limits.clone().or(m.settings.limits.clone());
+                    a.atomic = a.atomic.clone().or(m.settings.generations.clone());
                 })?,
                 plan::run,
             )
@@ -60,9 +63,9 @@ pub(crate) fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let pick = args.pick.clone();
             let runs = expand(&cfg, &pick, args, |a, m| {
                 a.repo = Some(m.repo.clone());
-                a.cache_dir = a.cache_dir.take().or_else(|| m.cache_dir.clone());
+                a.cache = a.cache.clone().or(m.settings.cache.clone());
                 fill_target(&mut a.target, m);
-                a.limits.fill(m);
+                a.limits = a.limits.clone().or(m.settings.limits.clone());
             })?;
             each_code(runs, verify::run)
         }
@@ -70,15 +73,12 @@ pub(crate) fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let pick = args.pick.clone();
             watch::run(expand(&cfg, &pick, args, |a, m| {
                 fill(&mut a.source, &mut a.target, m);
-                a.limits.fill(m);
-                a.atomic.fill(m);
-                a.hooks.fill(m);
-                a.interval = a.interval.or(Some(m.interval));
-                a.verify_every = a.verify_every.or(m.verify_every);
-                a.verify_slices = a.verify_slices.or(m.verify_slices);
-                a.repair |= m.repair;
+                a.limits = a.limits.clone().or(m.settings.limits.clone());
+                a.atomic = a.atomic.clone().or(m.settings.generations.clone());
+                a.hooks.settings = a.hooks.settings.clone().or(m.settings.hooks.clone());
+                a.hooks.mirror = Some(m.name.clone());
+                a.watch = a.watch.clone().or(m.settings.watch.clone());
                 a.metrics_addr = a.metrics_addr.or(m.metrics_addr);
-                a.poll |= m.poll;
             })?)
         }
         Command::Adopt(args) => adopt::run(args),
@@ -91,7 +91,7 @@ fn expand<A: Clone>(
     config_path: &Option<PathBuf>,
     pick: &Pick,
     args: A,
-    fill: impl Fn(&mut A, &config::Mirror),
+    fill: impl Fn(&mut A, &config::MirrorSpec),
 ) -> anyhow::Result<Vec<(Option<String>, A)>> {
     if pick.mirror.is_none() && !pick.all {
         return Ok(vec![(None, args)]);
@@ -100,7 +100,7 @@ fn expand<A: Clone>(
         "no config file to read mirrors from: pass --config PATH (the default needs $XDG_CONFIG_HOME or $HOME)",
     )?;
     let cfg = config::load(&path)?;
-    let mirrors: Vec<&config::Mirror> = match &pick.mirror {
+    let mirrors: Vec<&config::MirrorSpec> = match &pick.mirror {
         Some(name) => vec![cfg.get(name)?],
         None => cfg.mirrors.iter().collect(),
     };
@@ -114,42 +114,20 @@ fn expand<A: Clone>(
         .collect())
 }
 
-/// A mirror's settings, where the command line did not set them.
-fn fill(source: &mut Source, target: &mut TargetArgs, m: &config::Mirror) {
+/// A mirror's repository, revision and target, and its settings under the command line's.
+fn fill(source: &mut Source, target: &mut TargetArgs, m: &config::MirrorSpec) {
     source.repo = Some(m.repo.clone());
-    source.cache_dir = source.cache_dir.take().or_else(|| m.cache_dir.clone());
     source.rev = Some(m.rev.clone());
     source.path = source.path.take().or_else(|| m.path.clone());
-    source.recurse_submodules |= m.recurse_submodules;
-    if source.include.is_empty() {
-        source.include = m.include.clone();
-    }
-    if source.exclude.is_empty() {
-        source.exclude = m.exclude.clone();
-    }
-    source.export |= m.export;
-    source.lfs = source.lfs.or(m.lfs);
+    source.cache = source.cache.clone().or(m.settings.cache.clone());
+    source.content = source.content.clone().or(m.settings.content.clone());
     fill_target(target, m);
 }
 
-/// A mirror's target and its options, where the command line did not set them.
-fn fill_target(target: &mut TargetArgs, m: &config::Mirror) {
+/// A mirror's target, and its settings under the command line's.
+fn fill_target(target: &mut TargetArgs, m: &config::MirrorSpec) {
     target.target_arg = Some(m.target.clone());
-    if target.backend == BackendKind::Auto {
-        target.backend = match m.backend {
-            config::BackendName::Auto => BackendKind::Auto,
-            config::BackendName::Local => BackendKind::Local,
-            config::BackendName::Nfs => BackendKind::Nfs,
-            config::BackendName::S3 => BackendKind::S3,
-        };
-    }
-    target.jobs = target.jobs.or(m.jobs);
-    target.lookup_jobs = target.lookup_jobs.or(m.lookup_jobs);
-    target.write_jobs = target.write_jobs.or(m.write_jobs);
-    target.fsync |= m.fsync;
-    target.endpoint = target.endpoint.clone().or_else(|| m.endpoint.clone());
-    target.region = target.region.clone().or_else(|| m.region.clone());
-    target.allow_http |= m.allow_http;
+    target.settings = target.settings.clone().or(m.settings.target.clone());
 }
 
 /// Run `f` for each invocation. One invocation: its error is the command's. Several (mirrors):
@@ -294,18 +272,5 @@ pub(crate) fn reading(
 
 /// The library's target options, from the flags.
 pub(crate) fn target_options(args: &TargetArgs) -> treesync::TargetOptions {
-    treesync::TargetOptions {
-        backend: args.backend.into(),
-        jobs: args.jobs,
-        batch: args.batch,
-        write_jobs: args.write_jobs,
-        lookup_jobs: args.lookup_jobs,
-        fsync: args.fsync,
-        s3: treesync_backend_s3::Config {
-            endpoint: args.endpoint.clone(),
-            region: args.region.clone(),
-            allow_http: args.allow_http,
-            ..Default::default()
-        },
-    }
+    args.settings.options()
 }

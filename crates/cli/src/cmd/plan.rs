@@ -47,8 +47,8 @@ pub(crate) struct PlanOutput<'a> {
 pub(crate) fn run(args: PlanArgs) -> anyhow::Result<()> {
     let rev = args.source.rev()?;
     let select = args.source.select()?;
-    let repo = open_repo(args.source.repo(), args.source.cache_dir.as_deref(), std::slice::from_ref(&rev))?;
-    super::check_selection(&repo, &rev, &select, args.source.recurse_submodules)?;
+    let repo = open_repo(args.source.repo(), args.source.cache.cache_dir.as_deref(), std::slice::from_ref(&rev))?;
+    super::check_selection(&repo, &rev, &select, args.source.content.recurse_submodules.unwrap_or_default())?;
     let opened = make_backend(&args.target)?;
     let mut backend = opened.backend.clone();
     let rt = runtime()?;
@@ -70,17 +70,17 @@ pub(crate) fn run(args: PlanArgs) -> anyhow::Result<()> {
                 None => note = Some(format!("--atomic: the first generation of {host} is a full checkout")),
             }
         }
-    } else if args.atomic.atomic {
+    } else if args.atomic.atomic == Some(true) {
         generations(&args.target, &opened)?.map(|_| ())?;
     }
     let options = sync::PrepareOptions {
         force: args.force,
         create: false,
         limits: args.limits.limits(),
-        recurse_submodules: args.source.recurse_submodules,
+        recurse_submodules: args.source.content.recurse_submodules.unwrap_or_default(),
         select,
-        export: args.source.export,
-        lfs: args.source.lfs.unwrap_or_default(),
+        export: args.source.content.export.unwrap_or_default(),
+        lfs: args.source.content.lfs.unwrap_or_default(),
     };
     let target = treesync::Target::parse(args.target.target())?;
     treesync::check_place(&target, &repo, args.force)?;

@@ -66,8 +66,8 @@ fn decide(
 pub(crate) fn run(args: SyncArgs) -> anyhow::Result<()> {
     let rev = args.source.rev()?;
     let select = args.source.select()?;
-    let repo = open_repo(args.source.repo(), args.source.cache_dir.as_deref(), std::slice::from_ref(&rev))?;
-    super::check_selection(&repo, &rev, &select, args.source.recurse_submodules)?;
+    let repo = open_repo(args.source.repo(), args.source.cache.cache_dir.as_deref(), std::slice::from_ref(&rev))?;
+    super::check_selection(&repo, &rev, &select, args.source.content.recurse_submodules.unwrap_or_default())?;
     let chosen = make_backend(&args.target)?;
     let target = treesync::Target::parse(args.target.target())?;
     treesync::check_place(&target, &repo, args.force)?;
@@ -75,20 +75,12 @@ pub(crate) fn run(args: SyncArgs) -> anyhow::Result<()> {
     let options = sync::Options {
         force: args.force,
         dry_run: args.dry_run,
-        apply: apply::Options { jobs: args.target.jobs, batch: args.target.batch },
-        backend_name: chosen.label(),
-        lease: None,
         break_lock: args.break_lock,
         lock_wait: args.wait,
         git_worktree: args.git_worktree.then(|| PathBuf::from(args.target.target())),
-        limits: args.limits.limits(),
-        recurse_submodules: args.source.recurse_submodules,
-        select,
-        export: args.source.export,
-        lfs: args.source.lfs.unwrap_or_default(),
         // One target per process: nothing to share a plan with.
         plans: None,
-        stream_chunk: None,
+        ..args.settings().sync_options(&chosen)?
     };
     anyhow::ensure!(
         !args.git_worktree || !matches!(chosen.kind, treesync::BackendKind::S3 | treesync::BackendKind::Memory),

@@ -38,8 +38,11 @@ pub(crate) struct VerifyOutput<'a> {
 }
 
 pub(crate) fn run(args: VerifyArgs) -> anyhow::Result<ExitCode> {
-    let repo =
-        open_repo(args.repo.as_deref().expect("clap or the config file sets --repo"), args.cache_dir.as_deref(), &[])?;
+    let repo = open_repo(
+        args.repo.as_deref().expect("clap or the config file sets --repo"),
+        args.cache.cache_dir.as_deref(),
+        &[],
+    )?;
     let chosen = make_backend(&args.target)?;
     let level = match args.level {
         LevelArg::Quick => Level::Quick,

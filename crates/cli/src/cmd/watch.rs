@@ -13,7 +13,7 @@ use treesync_core::duration::rfc3339;
 use treesync_core::generation::{self, Host};
 use treesync_core::path::quote;
 use treesync_core::watch::{self, Event};
-use treesync_core::{Repo, apply, sync};
+use treesync_core::{Repo, sync};
 
 use super::{generations, make_backend, remote, runtime};
 use crate::args::WatchArgs;
@@ -131,30 +131,21 @@ async fn prepare(
     let select = args.source.select()?;
     // A URL: the origin is the remote (each look asks the server, fetches what moved), the
     // repository the cache's.
-    let remote = remote(args.source.repo(), args.source.cache_dir.as_deref())
+    let remote = remote(args.source.repo(), args.source.cache.cache_dir.as_deref())
         .with_context(|| format!("{tag}opening the repository's cache"))?;
     let repo = Repo::open(remote.as_ref().map_or(args.source.repo(), |r| r.path()))
         .with_context(|| format!("{tag}opening the repository"))?;
     // A selection that selects nothing of the commit there now: refused before the first sync.
-    super::check_selection(&repo, &rev, &select, args.source.recurse_submodules)?;
+    super::check_selection(&repo, &rev, &select, args.source.content.recurse_submodules.unwrap_or_default())?;
     let chosen = make_backend(&args.target).with_context(|| format!("{tag}opening the target"))?;
     let remote = remote.map(|r| Arc::new(r) as Arc<dyn watch::Origin>);
+    let settings = args.settings();
     let options = watch::Options {
-        interval: args.interval.unwrap_or(watch::DEFAULT_INTERVAL),
-        verify_every: args.verify_every,
-        verify_slices: args.verify_slices,
-        repair: args.repair,
-        sync: sync::Options {
-            apply: apply::Options { jobs: args.target.jobs, batch: args.target.batch },
-            backend_name: chosen.label(),
-            limits: args.limits.limits(),
-            recurse_submodules: args.source.recurse_submodules,
-            select,
-            export: args.source.export,
-            lfs: args.source.lfs.unwrap_or_default(),
-            plans: Some(plans.clone()),
-            ..Default::default()
-        },
+        interval: settings.watch.interval.unwrap_or(watch::DEFAULT_INTERVAL),
+        verify_every: settings.watch.verify_every(),
+        verify_slices: settings.watch.verify_slices,
+        repair: settings.watch.repair.unwrap_or_default(),
+        sync: sync::Options { plans: Some(plans.clone()), ..settings.sync_options(&chosen)? },
         // The monitor (--metrics-addr, systemd) hears each batch of a sync.
         on_progress: Some(mirror.on_progress()),
         ..Default::default()
@@ -205,7 +196,7 @@ async fn prepare(
         generations,
         options,
         remote,
-        poll: args.poll,
+        poll: args.watch.poll.unwrap_or_default(),
         mirror,
         hooks,
         hook_args: args.hooks,
