@@ -46,11 +46,13 @@
 //! (see [`core::backend`]); the policy wrappers in [`core::policy`] (limits, latency, counting,
 //! fault injection) wrap any backend.
 
+mod decide;
 mod open;
 mod place;
 pub mod settings;
 mod target;
 
+pub use decide::{Intent, Place, PlaceError, PlaceKind, Repaired, Synced};
 pub use open::{
     BackendKind, Budgets, BudgetsReport, OpenError, Opened, TargetOptions, WriteJobs, check, generations,
     generations_of, open,

@@ -231,43 +231,32 @@ pub(crate) fn place_hint<T>(
     })
 }
 
-/// The generations of a directory or nfs:// target opened as `opened` ([`make_backend`],
-/// [`treesync::generations_of`]: the backend it chose stands, the mount table is not read
-/// again): the host, or why this kind of target cannot be kept in generations (an error only
-/// `--atomic` reports).
-pub(crate) fn generations(
+/// What kind of place the target opened as `opened` is for `intent` ([`treesync::Place::of`]:
+/// the one decision about generations; the backend [`make_backend`] chose stands, the mount
+/// table is not read again).
+pub(crate) fn place(
     args: &TargetArgs,
-    opened: &treesync::Opened,
-) -> anyhow::Result<Result<std::sync::Arc<dyn treesync_core::generation::Host>, treesync::OpenError>> {
-    Ok(treesync::generations_of(&treesync::Target::parse(args.target())?, opened, &target_options(args)))
-}
-
-/// Where a command that reads the target looks: the target, or, for a target kept in
-/// generations, its current generation (with the host, for `status`).
-pub(crate) struct Reading {
-    /// The backend to read.
-    pub(crate) backend: std::sync::Arc<dyn treesync_core::Backend>,
-    /// The target's generations, when it is kept in them.
-    pub(crate) host: Option<std::sync::Arc<dyn treesync_core::generation::Host>>,
-}
-
-/// The backend a reading command (status, verify) uses: the current generation of a target
-/// kept in generations, else the target's own.
-pub(crate) fn reading(
-    args: &TargetArgs,
-    opened: &treesync::Opened,
+    opened: treesync::Opened,
+    intent: treesync::Intent,
     rt: &tokio::runtime::Runtime,
-) -> anyhow::Result<Reading> {
-    use treesync_core::generation;
-    if let Ok(host) = generations(args, opened)?
-        && rt.block_on(generation::has_home(&*host))?
-    {
-        if let Some(current) = rt.block_on(generation::current_backend(&*host))? {
-            return Ok(Reading { backend: current, host: Some(host) });
-        }
-        return Ok(Reading { backend: opened.backend.clone(), host: Some(host) });
+) -> anyhow::Result<treesync::Place> {
+    let target = treesync::Target::parse(args.target())?;
+    rt.block_on(treesync::Place::of(&target, opened, &target_options(args), intent)).map_err(|e| match e {
+        treesync::PlaceError::Open(e) => e.into(),
+        treesync::PlaceError::Generations(e) => unwrapped(e),
+        e => e.into(),
+    })
+}
+
+/// A failure of an operation on a [`treesync::Place`] as the error the core gave it, so that
+/// exit codes and hints see the sync's or the verify's own error.
+pub(crate) fn unwrapped(e: treesync_core::generation::Error) -> anyhow::Error {
+    use treesync_core::{generation, sync};
+    match e {
+        generation::Error::Sync(sync::Error::Verify(e)) => e.into(),
+        generation::Error::Sync(e) => e.into(),
+        e => e.into(),
     }
-    Ok(Reading { backend: opened.backend.clone(), host: None })
 }
 
 /// The library's target options, from the flags.

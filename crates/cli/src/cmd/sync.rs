@@ -8,10 +8,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use anyhow::Context;
 use serde::Serialize;
-use treesync_core::generation::{self, Host};
+use treesync_core::generation;
 use treesync_core::{apply, sync};
 
-use super::{generations, make_backend, open_repo, runtime};
+use super::{make_backend, open_repo, runtime};
 use crate::args::SyncArgs;
 use crate::render::{BackendInfo, human_bytes, print_json, print_replaced, short};
 
@@ -35,32 +35,6 @@ pub(crate) struct SyncOutput<'a> {
     /// With `--no-atomic` on a target kept in generations: what leaving them did.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) left_generations: Option<&'a generation::LeaveOutcome>,
-}
-
-/// Whether this sync keeps the target in generations: `--atomic`/`--no-atomic`, else what the
-/// target is. The host, when the target is or becomes atomic, or has generations to leave.
-fn decide(
-    args: &SyncArgs,
-    opened: &treesync::Opened,
-    rt: &tokio::runtime::Runtime,
-) -> anyhow::Result<(bool, Option<std::sync::Arc<dyn Host>>)> {
-    let host = generations(&args.target, opened)?;
-    match (args.atomic.wanted(), host) {
-        (Some(true), Ok(h)) => Ok((true, Some(h))),
-        (Some(true), Err(e)) => Err(e.into()),
-        (_, Err(_)) => Ok((false, None)),
-        (wanted, Ok(h)) => {
-            if !rt.block_on(generation::has_home(&*h))? {
-                if wanted.is_none() {
-                    rt.block_on(generation::orphaned(&*h, &*opened.backend))?;
-                }
-                // --no-atomic on a generation whose home is gone: leaving makes it plain.
-                return Ok((false, (wanted == Some(false)).then_some(h)));
-            }
-            let kept = rt.block_on(generation::kept(&*h))?;
-            Ok((wanted.unwrap_or(kept), Some(h)))
-        }
-    }
 }
 
 pub(crate) fn run(args: SyncArgs) -> anyhow::Result<()> {
@@ -118,24 +92,19 @@ pub(crate) fn run(args: SyncArgs) -> anyhow::Result<()> {
             }),
         )?
     };
-    let (atomic, host) = decide(&args, &chosen, &rt)?;
+    let mut place = super::place(&args.target, chosen.clone(), treesync::Intent::Write(args.atomic.wanted()), &rt)?;
     anyhow::ensure!(
-        !(atomic && args.git_worktree),
+        !(place.is_atomic() && args.git_worktree),
         "--git-worktree cannot keep a git clone in generations: the clone's .git is in one directory, and --atomic switches the target between several\n  hint: sync the clone without --atomic, or keep a separate target with --atomic"
     );
     let generation_options = args.atomic.options(options.clone());
     let mut left = None;
-    if let (false, Some(h)) = (atomic, &host)
-        && !args.dry_run
-    {
-        left = Some(
-            rt.block_on(generation::leave(&**h, &generation_options))
-                .with_context(|| format!("leaving the generations of {h} (--no-atomic)"))?,
-        );
+    if let (Some(h), false) = (place.host().cloned().filter(|_| !place.is_atomic()), args.dry_run) {
+        left = rt
+            .block_on(place.leave(&generation_options))
+            .with_context(|| format!("leaving the generations of {h} (--no-atomic)"))?;
     }
-    let atomic_host = host.filter(|_| atomic);
-    let mut generated = None;
-    let outcome = rt.block_on(async {
+    let synced = rt.block_on(async {
         let flag = interrupt.clone();
         tokio::spawn(async move {
             if tokio::signal::ctrl_c().await.is_ok() {
@@ -146,28 +115,17 @@ pub(crate) fn run(args: SyncArgs) -> anyhow::Result<()> {
                 }
             }
         });
-        match &atomic_host {
-            Some(h) => generation::sync(&repo, &rev, &**h, &generation_options, &progress, &interrupt)
-                .await
-                .map(|g| {
-                    let s = g.sync.clone();
-                    generated = Some(g);
-                    s
-                })
-                .map_err(anyhow::Error::from),
-            None => {
-                sync::sync(&repo, &rev, &*backend, &options, &progress, &interrupt).await.map_err(anyhow::Error::from)
-            }
-        }
+        place.sync(&repo, &rev, &generation_options, &progress, &interrupt).await
     });
     if let Some(bar) = &bar {
         bar.finish_and_clear();
     }
-    let outcome = super::place_hint(outcome, &target, &repo);
-    let outcome = match &atomic_host {
-        Some(h) => outcome.with_context(|| format!("syncing {rev} to {h} (--atomic)"))?,
-        None => outcome.with_context(|| format!("syncing {rev} to {backend}"))?,
+    let synced = super::place_hint(synced.map_err(super::unwrapped), &target, &repo);
+    let synced = match place.host().filter(|_| place.is_atomic()) {
+        Some(h) => synced.with_context(|| format!("syncing {rev} to {h} (--atomic)"))?,
+        None => synced.with_context(|| format!("syncing {rev} to {backend}"))?,
     };
+    let (outcome, generated) = (synced.outcome, synced.generation);
     let cost = backend.cost();
     let output = SyncOutput {
         outcome: &outcome,

@@ -10,12 +10,12 @@ use std::time::SystemTime;
 use anyhow::Context;
 use serde::Serialize;
 use treesync_core::duration::rfc3339;
-use treesync_core::generation::{self, Host};
+use treesync_core::generation;
 use treesync_core::path::quote;
 use treesync_core::watch::{self, Event};
 use treesync_core::{Repo, sync};
 
-use super::{generations, make_backend, remote, runtime};
+use super::{make_backend, remote, runtime};
 use crate::args::WatchArgs;
 use crate::exit_code;
 use crate::monitor::{self, Monitor, notify::Notifier, probe::Probe};
@@ -101,9 +101,10 @@ struct Prepared {
     repo: Repo,
     /// The repository's git directory, canonical: mirrors with the same one form a group.
     git_dir: PathBuf,
-    backend: Arc<dyn treesync_core::Backend>,
-    /// Set when the target is kept in generations (`--atomic`).
-    generations: Option<(Arc<dyn Host>, generation::Options)>,
+    /// The target, plain or kept in generations (`--atomic`).
+    place: treesync::Place,
+    /// The options of its generations, when it is kept in them.
+    generations: generation::Options,
     options: watch::Options,
     /// Where its group learns that the refs moved, for a URL: the remote. For a local
     /// repository the group's origin is made once for all its mirrors' refs
@@ -158,33 +159,18 @@ async fn prepare(
         super::hooks::start(&args.hooks, Arc::new(on_report)).with_context(|| format!("{tag}starting the hooks"))?
     };
     // --atomic, or a target kept in generations: every sync prepares a generation and switches.
-    let host = generations(&args.target, &chosen)?;
-    let atomic = match (&host, args.atomic.wanted()) {
-        (Ok(_), Some(w)) => w,
-        (Err(e), Some(true)) => anyhow::bail!("{tag}{e}"),
-        (Ok(h), None) => {
-            if !generation::has_home(&**h).await? {
-                generation::orphaned(&**h, &*chosen.backend).await?;
-            }
-            generation::kept(&**h).await?
-        }
-        (Err(_), _) => false,
-    };
-    let generations = match host {
-        Ok(h) if atomic => {
-            let g = args.atomic.options(options.sync.clone());
-            Some((h, g))
-        }
-        Ok(h) if generation::has_home(&*h).await? => {
-            let g = args.atomic.options(options.sync.clone());
-            let left = generation::leave(&*h, &g).await?;
-            if left.restored {
-                eprintln!("{tag}the target is a plain directory again (--no-atomic)");
-            }
-            None
-        }
-        _ => None,
-    };
+    let target = treesync::Target::parse(args.target.target())?;
+    let intent = treesync::Intent::Write(args.atomic.wanted());
+    let mut place = treesync::Place::of(&target, chosen.clone(), &args.target.settings.options(), intent)
+        .await
+        .map_err(|e| match e {
+            treesync::PlaceError::Generations(e) => super::unwrapped(e),
+            e => anyhow::anyhow!("{tag}{e}"),
+        })?;
+    let generations = args.atomic.options(options.sync.clone());
+    if place.leave(&generations).await?.is_some_and(|left| left.restored) {
+        eprintln!("{tag}the target is a plain directory again (--no-atomic)");
+    }
     let git_dir = std::fs::canonicalize(repo.git_dir()).unwrap_or_else(|_| repo.git_dir());
     Ok(Prepared {
         name,
@@ -192,7 +178,7 @@ async fn prepare(
         rev,
         repo,
         git_dir,
-        backend: chosen.backend.clone(),
+        place,
         generations,
         options,
         remote,
@@ -210,10 +196,7 @@ async fn watch_prepared(ready: &[Prepared], interrupt: &AtomicBool) {
     let mut groups: Vec<watch::Group<'_>> = Vec::new();
     let mut group_dirs: Vec<&PathBuf> = Vec::new();
     for (i, p) in ready.iter().enumerate() {
-        let place = match &p.generations {
-            Some((host, g)) => watch::Place::Generations(&**host, g),
-            None => watch::Place::Plain(&*p.backend),
-        };
+        let place = p.place.watched(&p.generations);
         // The engine names mirrors by a string: the index keeps the command line's unnamed one
         // apart from the config's names.
         let mirror = watch::Mirror { name: i.to_string(), rev: p.rev.clone(), place, options: p.options.clone() };

@@ -293,7 +293,7 @@ fn fields_of<'de, T: Deserialize<'de>>() -> &'static [&'static str] {
     /// A deserializer that only listens for the fields of a struct.
     struct Fields(&'static [&'static str]);
     #[derive(Debug)]
-    struct Heard(&'static [&'static str]);
+    struct Heard;
     impl fmt::Display for Heard {
         fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
             f.write_str("fields heard")
@@ -302,13 +302,13 @@ fn fields_of<'de, T: Deserialize<'de>>() -> &'static [&'static str] {
     impl std::error::Error for Heard {}
     impl serde::de::Error for Heard {
         fn custom<M: fmt::Display>(_: M) -> Self {
-            Heard(&[])
+            Heard
         }
     }
     impl<'de> serde::Deserializer<'de> for &mut Fields {
         type Error = Heard;
         fn deserialize_any<V: serde::de::Visitor<'de>>(self, _: V) -> Result<V::Value, Heard> {
-            Err(Heard(&[]))
+            Err(Heard)
         }
         fn deserialize_struct<V: serde::de::Visitor<'de>>(
             self,
@@ -317,7 +317,7 @@ fn fields_of<'de, T: Deserialize<'de>>() -> &'static [&'static str] {
             _: V,
         ) -> Result<V::Value, Heard> {
             self.0 = fields;
-            Err(Heard(fields))
+            Err(Heard)
         }
         serde::forward_to_deserialize_any! {
             bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string bytes byte_buf option unit
