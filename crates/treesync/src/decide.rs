@@ -239,7 +239,30 @@ impl Place {
         }
     }
 
-    /// The place a watch syncs, with `options` for a target kept in generations.
+    /// Follow `rev` into the target until `interrupt` ([`treesync_core::watch`]): every new
+    /// commit synced as [`Place::sync`] syncs (`generations` for a target kept in them,
+    /// `options.sync` for every sync), each thing that happens told to `on_event`. Leave the
+    /// generations of a [`PlaceKind::Leaving`] target first ([`Place::leave`]).
+    pub async fn watch(
+        &self,
+        repo: &Repo,
+        rev: &str,
+        generations: &generation::Options,
+        options: &treesync_core::watch::Options,
+        on_event: &mut (dyn FnMut(&treesync_core::watch::Event) + Send),
+        interrupt: &AtomicBool,
+    ) -> treesync_core::watch::Outcome {
+        use treesync_core::watch;
+        match &self.kind {
+            PlaceKind::Generations(h) => {
+                watch::watch_generations(repo, rev, &**h, generations, options, on_event, interrupt).await
+            }
+            _ => watch::watch(repo, rev, &*self.opened.backend, options, on_event, interrupt).await,
+        }
+    }
+
+    /// The place a watch of many mirrors syncs ([`treesync_core::watch::watch_many`]), with
+    /// `options` for a target kept in generations.
     pub fn watched<'a>(&'a self, options: &'a generation::Options) -> treesync_core::watch::Place<'a> {
         match &self.kind {
             PlaceKind::Generations(h) => treesync_core::watch::Place::Generations(&**h, options),
