@@ -219,8 +219,10 @@ pub(crate) struct HookArgs {
     pub(crate) mirror: Option<String>,
 }
 
+/// What `sync`, `plan` and `watch` sync where, and how: the mirror picked, or the flags naming
+/// the repository and the target, and the settings they share.
 #[derive(Args, Clone)]
-pub(crate) struct SyncArgs {
+pub(crate) struct SyncSpec {
     #[command(flatten)]
     pub(crate) pick: Pick,
     #[command(flatten)]
@@ -231,6 +233,26 @@ pub(crate) struct SyncArgs {
     pub(crate) limits: treesync::settings::LimitSettings,
     #[command(flatten)]
     pub(crate) atomic: treesync::settings::GenerationSettings,
+}
+
+impl SyncSpec {
+    /// The settings these flags set (hooks and watch's own are the commands').
+    pub(crate) fn settings(&self) -> treesync::Settings {
+        treesync::Settings {
+            cache: self.source.cache.clone(),
+            content: self.source.content.clone(),
+            target: self.target.settings.clone(),
+            limits: self.limits.clone(),
+            generations: self.atomic.clone(),
+            ..Default::default()
+        }
+    }
+}
+
+#[derive(Args, Clone)]
+pub(crate) struct SyncArgs {
+    #[command(flatten)]
+    pub(crate) spec: SyncSpec,
     #[command(flatten)]
     pub(crate) hooks: HookArgs,
     /// Take the target over: make it exactly the tree and remove everything the tree does not
@@ -265,33 +287,10 @@ pub(crate) struct SyncArgs {
     pub(crate) wait: Option<std::time::Duration>,
 }
 
-impl SyncArgs {
-    /// The settings of this sync.
-    pub(crate) fn settings(&self) -> treesync::Settings {
-        treesync::Settings {
-            cache: self.source.cache.clone(),
-            content: self.source.content.clone(),
-            target: self.target.settings.clone(),
-            limits: self.limits.clone(),
-            generations: self.atomic.clone(),
-            hooks: self.hooks.settings.clone(),
-            watch: Default::default(),
-        }
-    }
-}
-
 #[derive(Args, Clone)]
 pub(crate) struct PlanArgs {
     #[command(flatten)]
-    pub(crate) pick: Pick,
-    #[command(flatten)]
-    pub(crate) source: Source,
-    #[command(flatten)]
-    pub(crate) target: TargetArgs,
-    #[command(flatten)]
-    pub(crate) limits: treesync::settings::LimitSettings,
-    #[command(flatten)]
-    pub(crate) atomic: treesync::settings::GenerationSettings,
+    pub(crate) spec: SyncSpec,
     /// Plan a takeover (see `sync --force`): of a target treesync did not write, or of a
     /// managed one by comparing it with the commit once; lists what it removes and writes over.
     #[arg(long)]
@@ -412,15 +411,7 @@ pub(crate) struct AdoptArgs {
 #[derive(Args, Clone)]
 pub(crate) struct WatchArgs {
     #[command(flatten)]
-    pub(crate) pick: Pick,
-    #[command(flatten)]
-    pub(crate) source: Source,
-    #[command(flatten)]
-    pub(crate) target: TargetArgs,
-    #[command(flatten)]
-    pub(crate) limits: treesync::settings::LimitSettings,
-    #[command(flatten)]
-    pub(crate) atomic: treesync::settings::GenerationSettings,
+    pub(crate) spec: SyncSpec,
     #[command(flatten)]
     pub(crate) hooks: HookArgs,
     #[command(flatten)]
@@ -439,19 +430,4 @@ pub(crate) struct WatchArgs {
     /// Example: treesync watch --all --metrics-addr 127.0.0.1:9273 && curl -s 127.0.0.1:9273/metrics
     #[arg(long, value_name = "HOST:PORT", value_parser = crate::monitor::http::parse_addr)]
     pub(crate) metrics_addr: Option<std::net::SocketAddr>,
-}
-
-impl WatchArgs {
-    /// The settings of this watch.
-    pub(crate) fn settings(&self) -> treesync::Settings {
-        treesync::Settings {
-            cache: self.source.cache.clone(),
-            content: self.source.content.clone(),
-            target: self.target.settings.clone(),
-            limits: self.limits.clone(),
-            generations: self.atomic.clone(),
-            hooks: self.hooks.settings.clone(),
-            watch: self.watch.clone(),
-        }
-    }
 }

@@ -17,7 +17,7 @@ use clap::CommandFactory;
 
 use treesync_core::Repo;
 
-use crate::args::{Cli, Command, Pick, Source, TargetArgs};
+use crate::args::{Cli, Command, Pick, SyncSpec, TargetArgs};
 use crate::exit_code;
 use crate::render::error_text;
 use crate::{config, generate};
@@ -28,12 +28,10 @@ pub(crate) fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     // mirror > defaults; the config file merged the mirror's over its defaults).
     match cli.command {
         Command::Sync(args) => {
-            let pick = args.pick.clone();
+            let pick = args.spec.pick.clone();
             each(
                 expand(&cfg, &pick, args, |a, m| {
-                    fill(&mut a.source, &mut a.target, m);
-                    a.limits = a.limits.clone().or(m.settings.limits.clone());
-                    a.atomic = a.atomic.clone().or(m.settings.generations.clone());
+                    fill_spec(&mut a.spec, m);
                     a.hooks.settings = a.hooks.settings.clone().or(m.settings.hooks.clone());
                     a.hooks.mirror = Some(m.name.clone());
                 })?,
@@ -41,15 +39,8 @@ pub(crate) fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             )
         }
         Command::Plan(args) => {
-            let pick = args.pick.clone();
-            each(
-                expand(&cfg, &pick, args, |a, m| {
-                    fill(&mut a.source, &mut a.target, m);
-                    a.limits = a.limits.clone().or(m.settings.limits.clone());
-                    a.atomic = a.atomic.clone().or(m.settings.generations.clone());
-                })?,
-                plan::run,
-            )
+            let pick = args.spec.pick.clone();
+            each(expand(&cfg, &pick, args, |a, m| fill_spec(&mut a.spec, m))?, plan::run)
         }
         Command::Status(args) => {
             let pick = args.pick.clone();
@@ -70,11 +61,9 @@ pub(crate) fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             each_code(runs, verify::run)
         }
         Command::Watch(args) => {
-            let pick = args.pick.clone();
+            let pick = args.spec.pick.clone();
             watch::run(expand(&cfg, &pick, args, |a, m| {
-                fill(&mut a.source, &mut a.target, m);
-                a.limits = a.limits.clone().or(m.settings.limits.clone());
-                a.atomic = a.atomic.clone().or(m.settings.generations.clone());
+                fill_spec(&mut a.spec, m);
                 a.hooks.settings = a.hooks.settings.clone().or(m.settings.hooks.clone());
                 a.hooks.mirror = Some(m.name.clone());
                 a.watch = a.watch.clone().or(m.settings.watch.clone());
@@ -115,13 +104,16 @@ fn expand<A: Clone>(
 }
 
 /// A mirror's repository, revision and target, and its settings under the command line's.
-fn fill(source: &mut Source, target: &mut TargetArgs, m: &config::MirrorSpec) {
+fn fill_spec(spec: &mut SyncSpec, m: &config::MirrorSpec) {
+    let source = &mut spec.source;
     source.repo = Some(m.repo.clone());
     source.rev = Some(m.rev.clone());
     source.path = source.path.take().or_else(|| m.path.clone());
     source.cache = source.cache.clone().or(m.settings.cache.clone());
     source.content = source.content.clone().or(m.settings.content.clone());
-    fill_target(target, m);
+    fill_target(&mut spec.target, m);
+    spec.limits = spec.limits.clone().or(m.settings.limits.clone());
+    spec.atomic = spec.atomic.clone().or(m.settings.generations.clone());
 }
 
 /// A mirror's target, and its settings under the command line's.
@@ -197,6 +189,27 @@ pub(crate) fn check_selection(
     }
     let Ok(resolved) = repo.resolve(rev) else { return Ok(()) };
     Ok(select.check_selects_some(repo, rev, resolved, recurse_submodules)?)
+}
+
+/// What `sync` and `plan` work with: the revision, the paths selected, the repository (a URL's
+/// cache brought up to date) and the target opened.
+pub(crate) struct Opened {
+    pub(crate) rev: String,
+    pub(crate) select: treesync_core::select::Select,
+    pub(crate) repo: Repo,
+    pub(crate) target: treesync::Opened,
+}
+
+/// Open what `spec` names; a selection that selects nothing is refused before the target is
+/// opened.
+pub(crate) fn open(spec: &SyncSpec) -> anyhow::Result<Opened> {
+    let source = &spec.source;
+    let rev = source.rev()?;
+    let select = source.select()?;
+    let repo = open_repo(source.repo(), source.cache.cache_dir.as_deref(), std::slice::from_ref(&rev))?;
+    check_selection(&repo, &rev, &select, source.content.recurse_submodules.unwrap_or_default())?;
+    let target = make_backend(&spec.target)?;
+    Ok(Opened { rev, select, repo, target })
 }
 
 /// The async runtime of one command.

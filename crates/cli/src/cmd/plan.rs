@@ -4,7 +4,7 @@ use anyhow::Context;
 use serde::Serialize;
 use treesync_core::{ObjectId, Plan, sync};
 
-use super::{make_backend, open_repo, runtime};
+use super::runtime;
 use crate::args::PlanArgs;
 use crate::render::{print_json, print_plan, print_replaced, short};
 
@@ -45,19 +45,15 @@ pub(crate) struct PlanOutput<'a> {
 }
 
 pub(crate) fn run(args: PlanArgs) -> anyhow::Result<()> {
-    let rev = args.source.rev()?;
-    let select = args.source.select()?;
-    let repo = open_repo(args.source.repo(), args.source.cache.cache_dir.as_deref(), std::slice::from_ref(&rev))?;
-    super::check_selection(&repo, &rev, &select, args.source.content.recurse_submodules.unwrap_or_default())?;
-    let opened = make_backend(&args.target)?;
+    let super::Opened { rev, select, repo, target: opened } = super::open(&args.spec)?;
     let rt = runtime()?;
     // A target kept in generations (or becoming so with --atomic): plan from the generation
     // the next sync would bring up to date.
-    let place = super::place(&args.target, opened, treesync::Intent::Write(args.atomic.wanted()), &rt)?;
+    let place = super::place(&args.spec.target, opened, treesync::Intent::Write(args.spec.atomic.wanted()), &rt)?;
     let mut backend = place.opened.backend.clone();
     let mut note = None;
     if let (true, Some(host)) = (place.is_atomic(), place.host()) {
-        let options = args.atomic.options(sync::Options::default());
+        let options = args.spec.atomic.options(sync::Options::default());
         match rt.block_on(place.planned_from(&options)).map_err(super::unwrapped)? {
             Some(from) => {
                 backend = from;
@@ -71,13 +67,13 @@ pub(crate) fn run(args: PlanArgs) -> anyhow::Result<()> {
     let options = sync::PrepareOptions {
         force: args.force,
         create: false,
-        limits: args.limits.limits(),
-        recurse_submodules: args.source.content.recurse_submodules.unwrap_or_default(),
+        limits: args.spec.limits.limits(),
+        recurse_submodules: args.spec.source.content.recurse_submodules.unwrap_or_default(),
         select,
-        export: args.source.content.export.unwrap_or_default(),
-        lfs: args.source.content.lfs.unwrap_or_default(),
+        export: args.spec.source.content.export.unwrap_or_default(),
+        lfs: args.spec.source.content.lfs.unwrap_or_default(),
     };
-    let target = treesync::Target::parse(args.target.target())?;
+    let target = treesync::Target::parse(args.spec.target.target())?;
     treesync::check_place(&target, &repo, args.force)?;
     let prepared = super::place_hint(
         rt.block_on(sync::prepare(&repo, &rev, &*backend, &options)).map_err(Into::into),

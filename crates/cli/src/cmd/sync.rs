@@ -11,7 +11,7 @@ use serde::Serialize;
 use treesync_core::generation;
 use treesync_core::{apply, sync};
 
-use super::{make_backend, open_repo, runtime};
+use super::runtime;
 use crate::args::SyncArgs;
 use crate::render::{BackendInfo, human_bytes, print_json, print_replaced, short};
 
@@ -38,12 +38,8 @@ pub(crate) struct SyncOutput<'a> {
 }
 
 pub(crate) fn run(args: SyncArgs) -> anyhow::Result<()> {
-    let rev = args.source.rev()?;
-    let select = args.source.select()?;
-    let repo = open_repo(args.source.repo(), args.source.cache.cache_dir.as_deref(), std::slice::from_ref(&rev))?;
-    super::check_selection(&repo, &rev, &select, args.source.content.recurse_submodules.unwrap_or_default())?;
-    let chosen = make_backend(&args.target)?;
-    let target = treesync::Target::parse(args.target.target())?;
+    let super::Opened { rev, repo, target: chosen, .. } = super::open(&args.spec)?;
+    let target = treesync::Target::parse(args.spec.target.target())?;
     treesync::check_place(&target, &repo, args.force)?;
     let backend = chosen.backend.clone();
     let options = sync::Options {
@@ -51,10 +47,10 @@ pub(crate) fn run(args: SyncArgs) -> anyhow::Result<()> {
         dry_run: args.dry_run,
         break_lock: args.break_lock,
         lock_wait: args.wait,
-        git_worktree: args.git_worktree.then(|| PathBuf::from(args.target.target())),
+        git_worktree: args.git_worktree.then(|| PathBuf::from(args.spec.target.target())),
         // One target per process: nothing to share a plan with.
         plans: None,
-        ..args.settings().sync_options(&chosen)?
+        ..treesync::Settings { hooks: args.hooks.settings.clone(), ..args.spec.settings() }.sync_options(&chosen)?
     };
     anyhow::ensure!(
         !args.git_worktree || !matches!(chosen.kind, treesync::BackendKind::S3 | treesync::BackendKind::Memory),
@@ -92,12 +88,13 @@ pub(crate) fn run(args: SyncArgs) -> anyhow::Result<()> {
             }),
         )?
     };
-    let mut place = super::place(&args.target, chosen.clone(), treesync::Intent::Write(args.atomic.wanted()), &rt)?;
+    let mut place =
+        super::place(&args.spec.target, chosen.clone(), treesync::Intent::Write(args.spec.atomic.wanted()), &rt)?;
     anyhow::ensure!(
         !(place.is_atomic() && args.git_worktree),
         "--git-worktree cannot keep a git clone in generations: the clone's .git is in one directory, and --atomic switches the target between several\n  hint: sync the clone without --atomic, or keep a separate target with --atomic"
     );
-    let generation_options = args.atomic.options(options.clone());
+    let generation_options = args.spec.atomic.options(options.clone());
     let mut left = None;
     if let (Some(h), false) = (place.host().cloned().filter(|_| !place.is_atomic()), args.dry_run) {
         left = rt
@@ -136,7 +133,7 @@ pub(crate) fn run(args: SyncArgs) -> anyhow::Result<()> {
         left_generations: left.as_ref(),
     };
     let job = (!hooks.is_empty() && super::hooks::wanted(&outcome))
-        .then(|| super::hooks::job(&outcome, &args.target, &args.hooks, &output));
+        .then(|| super::hooks::job(&outcome, &args.spec.target, &args.hooks, &output));
     if args.json {
         print_json(&output)?;
     } else if !args.quiet {

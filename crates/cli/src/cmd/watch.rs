@@ -41,7 +41,7 @@ pub(crate) fn run(runs: Vec<(Option<String>, WatchArgs)>) -> anyhow::Result<Exit
     let monitor = Monitor::new();
     let mirrors: Vec<_> = runs
         .iter()
-        .map(|(name, args)| monitor.mirror(name.as_deref().or(args.source.rev.as_deref()).unwrap_or_default()))
+        .map(|(name, args)| monitor.mirror(name.as_deref().or(args.spec.source.rev.as_deref()).unwrap_or_default()))
         .collect();
     let metrics_addr = runs.iter().find_map(|(_, a)| a.metrics_addr);
     let notifier = Notifier::from_env()?.map(Arc::new);
@@ -128,19 +128,19 @@ async fn prepare(
     plans: &Arc<treesync_core::plan::Cache>,
 ) -> anyhow::Result<Prepared> {
     let tag = name.as_ref().map(|n| format!("[{n}] ")).unwrap_or_default();
-    let rev = args.source.rev().with_context(|| format!("{tag}choosing the revision"))?;
-    let select = args.source.select()?;
+    let rev = args.spec.source.rev().with_context(|| format!("{tag}choosing the revision"))?;
+    let select = args.spec.source.select()?;
     // A URL: the origin is the remote (each look asks the server, fetches what moved), the
     // repository the cache's.
-    let remote = remote(args.source.repo(), args.source.cache.cache_dir.as_deref())
+    let remote = remote(args.spec.source.repo(), args.spec.source.cache.cache_dir.as_deref())
         .with_context(|| format!("{tag}opening the repository's cache"))?;
-    let repo = Repo::open(remote.as_ref().map_or(args.source.repo(), |r| r.path()))
+    let repo = Repo::open(remote.as_ref().map_or(args.spec.source.repo(), |r| r.path()))
         .with_context(|| format!("{tag}opening the repository"))?;
     // A selection that selects nothing of the commit there now: refused before the first sync.
-    super::check_selection(&repo, &rev, &select, args.source.content.recurse_submodules.unwrap_or_default())?;
-    let chosen = make_backend(&args.target).with_context(|| format!("{tag}opening the target"))?;
+    super::check_selection(&repo, &rev, &select, args.spec.source.content.recurse_submodules.unwrap_or_default())?;
+    let chosen = make_backend(&args.spec.target).with_context(|| format!("{tag}opening the target"))?;
     let remote = remote.map(|r| Arc::new(r) as Arc<dyn watch::Origin>);
-    let settings = args.settings();
+    let settings = treesync::Settings { watch: args.watch.clone(), ..args.spec.settings() };
     let options = watch::Options {
         interval: settings.watch.interval.unwrap_or(watch::DEFAULT_INTERVAL),
         verify_every: settings.watch.verify_every(),
@@ -159,15 +159,15 @@ async fn prepare(
         super::hooks::start(&args.hooks, Arc::new(on_report)).with_context(|| format!("{tag}starting the hooks"))?
     };
     // --atomic, or a target kept in generations: every sync prepares a generation and switches.
-    let target = treesync::Target::parse(args.target.target())?;
-    let intent = treesync::Intent::Write(args.atomic.wanted());
-    let mut place = treesync::Place::of(&target, chosen.clone(), &args.target.settings.options(), intent)
+    let target = treesync::Target::parse(args.spec.target.target())?;
+    let intent = treesync::Intent::Write(args.spec.atomic.wanted());
+    let mut place = treesync::Place::of(&target, chosen.clone(), &args.spec.target.settings.options(), intent)
         .await
         .map_err(|e| match e {
             treesync::PlaceError::Generations(e) => super::unwrapped(e),
             e => anyhow::anyhow!("{tag}{e}"),
         })?;
-    let generations = args.atomic.options(options.sync.clone());
+    let generations = args.spec.atomic.options(options.sync.clone());
     if place.leave(&generations).await?.is_some_and(|left| left.restored) {
         eprintln!("{tag}the target is a plain directory again (--no-atomic)");
     }
@@ -186,7 +186,7 @@ async fn prepare(
         mirror,
         hooks,
         hook_args: args.hooks,
-        target: args.target,
+        target: args.spec.target,
         chosen,
     })
 }

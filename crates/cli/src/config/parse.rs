@@ -29,11 +29,11 @@ pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
     let mut defaults = None;
     let mut mirror_tables = None;
     for (key, value) in doc.get_ref().iter() {
-        let (name, got) = (key.get_ref().as_ref(), describe(value.get_ref()));
+        let (name, got) = (key.get_ref().as_ref(), || describe(value));
         match (name, value.get_ref()) {
             ("defaults", DeValue::Table(t)) => defaults = Some(Spanned::new(value.span(), t.clone())),
             ("defaults", _) => {
-                return Err(cx.err(key.span(), format!("defaults must be a table ([defaults]), not {got}")));
+                return Err(cx.err(key.span(), format!("defaults must be a table ([defaults]), not {}", got())));
             }
             ("mirror", DeValue::Table(t)) => mirror_tables = Some(Spanned::new(value.span(), t.clone())),
             ("mirror", DeValue::Array(_)) => {
@@ -42,7 +42,9 @@ pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
                     .hint("write [mirror.NAME], e.g. [mirror.site]"));
             }
             ("mirror", _) => {
-                return Err(cx.err(key.span(), format!("mirror must be a table of mirrors ([mirror.NAME]), not {got}")));
+                return Err(
+                    cx.err(key.span(), format!("mirror must be a table of mirrors ([mirror.NAME]), not {}", got()))
+                );
             }
             (other, _) => {
                 let e = cx.err(key.span(), format!("unknown key {other:?} at the top level{}", expected(TOP_KEYS)));
@@ -162,10 +164,7 @@ impl Mirror {
         let DeValue::Table(t) = value.get_ref() else {
             return Err(cx.err(
                 key.span(),
-                format!(
-                    "{section} must be a table ([mirror.NAME] with repo, ref and target), not {}",
-                    describe(value.get_ref())
-                ),
+                format!("{section} must be a table ([mirror.NAME] with repo, ref and target), not {}", describe(value)),
             ));
         };
         let table = Spanned::new(value.span(), t.clone());
@@ -354,12 +353,7 @@ impl Cx<'_> {
         section: &str,
         f: impl FnOnce(Got) -> Result<T, String>,
     ) -> Result<T, ConfigError> {
-        let mut table = DeTable::new();
-        table.insert(Spanned::new(v.span(), key.to_string().into()), v.clone());
-        let table = Spanned::new(v.span(), table);
-        let got: BTreeMap<String, Got> = serde::Deserialize::deserialize(toml::de::Deserializer::from(table.clone()))
-            .map_err(|e| self.value_error(&e, &table, section))?;
-        let got = got.into_values().next().expect("one entry");
+        let got = given(v).map_err(|e| self.message(v.span(), e.message(), key, section))?;
         f(got).map_err(|m| self.message(v.span(), &m, key, section))
     }
 
@@ -465,17 +459,18 @@ fn check_name(cx: &Cx<'_>, name: &str, span: Range<usize>) -> Result<(), ConfigE
     Ok(())
 }
 
+/// What `v` is, as the library's messages describe values.
+fn given(v: &Spanned<DeValue<'_>>) -> Result<Got, toml::de::Error> {
+    let mut table = DeTable::new();
+    table.insert(Spanned::new(v.span(), "value".into()), v.clone());
+    let got: BTreeMap<String, Got> =
+        serde::Deserialize::deserialize(toml::de::Deserializer::from(Spanned::new(v.span(), table)))?;
+    Ok(got.into_values().next().expect("one entry"))
+}
+
 /// `a string ("8")`, `an integer (8)`, `a table`, … for what was written where a table belongs.
-fn describe(v: &DeValue<'_>) -> String {
-    match v {
-        DeValue::String(s) => format!("a string ({s:?})"),
-        DeValue::Integer(i) => format!("an integer ({i})"),
-        DeValue::Float(f) => format!("a float ({f})"),
-        DeValue::Boolean(b) => format!("a boolean ({b})"),
-        DeValue::Datetime(d) => format!("a date ({d})"),
-        DeValue::Array(_) => "an array".into(),
-        DeValue::Table(_) => "a table".into(),
-    }
+fn describe(v: &Spanned<DeValue<'_>>) -> String {
+    given(v).map(|g| g.describe()).unwrap_or_default()
 }
 
 /// A target as compared for duplicates: paths without `.` components and trailing slashes, URLs

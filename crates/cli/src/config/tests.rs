@@ -698,7 +698,11 @@ fn every_key_and_its_flag_parse_into_the_same_settings() {
         let crate::args::Command::Watch(args) = crate::args::Cli::try_parse_from(&argv).unwrap().command else {
             unreachable!("a watch")
         };
-        let by_flag = normal(args.settings());
+        let by_flag = normal(treesync::Settings {
+            hooks: args.hooks.settings.clone(),
+            watch: args.watch.clone(),
+            ..args.spec.settings()
+        });
         let by_key = ok(&format!("{mirror}{key}\n")).mirrors[0].settings.clone();
         assert_ne!(by_key, treesync::Settings::default(), "{key} sets something");
         assert_eq!(by_flag, by_key, "{flags:?} and {key}");
