@@ -14,7 +14,7 @@
 //! 2. describe what you want with [`Settings`] — every setting of the binary, as a field: its
 //!    flag and its `treesync.toml` key are that field ([`settings`]);
 //! 3. [`Place::open`] it: the backend [`open()`] chose ([`BackendKind`]) and why, the
-//!    [`Budgets`] it decided — the one place where `jobs` and the NFS write budget meet — and
+//!    [`Concurrency`] it decided — the one place where `jobs` and the NFS write budget meet — and
 //!    what kind of place the target is ([`PlaceKind`]: plain, or kept in generations);
 //! 4. [`Place::sync`] a revision of a [`Repo`] to it, [`Place::verify`] or [`Place::repair`]
 //!    what is there, [`Place::watch`] a ref; [`plan::plan`] plans without applying.
@@ -52,7 +52,7 @@ mod target;
 
 pub use decide::{Intent, Place, PlaceError, PlaceKind, Repaired, Synced};
 pub use open::{
-    BackendKind, Budgets, BudgetsReport, OpenError, Opened, TargetOptions, WriteJobs, check, generations,
+    BackendKind, BudgetsReport, Concurrency, OpenError, Opened, TargetOptions, WriteJobs, check, generations,
     generations_of, open,
 };
 pub use place::{check_place, unmanaged_hint};
