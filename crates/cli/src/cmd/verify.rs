@@ -157,6 +157,19 @@ pub(crate) fn run(args: VerifyArgs) -> anyhow::Result<ExitCode> {
         })?;
         return Ok(if clean { ExitCode::SUCCESS } else { ExitCode::from(1) });
     }
+    print_text(report, &*backend, finished, repaired, clean);
+    Ok(if clean { ExitCode::SUCCESS } else { ExitCode::from(1) })
+}
+
+/// The verdict for people: what a repair finished first, each drift, the slice, the summary
+/// line, the oracle and what a repair did.
+fn print_text(
+    report: &Report,
+    backend: &dyn treesync_core::Backend,
+    finished: Option<&sync::Outcome>,
+    repaired: Option<OpCounts>,
+    clean: bool,
+) {
     if let Some(f) = finished {
         println!(
             "finished the interrupted sync to {} first: {}, {}",
@@ -232,5 +245,4 @@ pub(crate) fn run(args: VerifyArgs) -> anyhow::Result<ExitCode> {
             if clean { "clean" } else { "STILL DRIFTING (extra entries need --delete-extra)" }
         );
     }
-    Ok(if clean { ExitCode::SUCCESS } else { ExitCode::from(1) })
 }

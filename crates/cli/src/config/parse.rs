@@ -148,10 +148,9 @@ struct Mirror {
 }
 
 impl Mirror {
-    // The rules of one mirror in the order a reader meets them: its name, its keys, their
-    // values, what is missing, then how the values fit together (ref and path, target and
-    // backend, jobs and write_jobs, endpoint and allow_http), each with the line it is about.
-    #[allow(clippy::too_many_lines)]
+    /// One mirror, its rules in the order a reader meets them: its name, its keys, their
+    /// values, what is missing, then how they fit together (ref and path; the target and its
+    /// settings: [`check_target`]), each error with the line it is about.
     fn read(
         cx: &Cx<'_>,
         key: &Spanned<toml::de::DeString<'_>>,
@@ -225,66 +224,7 @@ impl Mirror {
                 )
                 .hint(format!("ref = \"{base}\" with path = {written:?}, or ref = \"{base}:{written}\" alone")));
         }
-        // A target is what `--target` takes: the library parses it and checks it against the backend.
-        let target = if target.contains("://") {
-            target
-        } else {
-            let resolved = cx.resolve(&target, target_span.clone(), &section, "target")?;
-            resolved.into_os_string().into_string().map_err(|p| {
-                cx.err(target_span.clone(), format!("target {} is not valid UTF-8", PathBuf::from(p).display()))
-            })?
-        };
-        let backend = settings.target.backend.unwrap_or_default();
-        let parsed = treesync::Target::parse(&target).map_err(treesync::OpenError::from);
-        // Only a directory with backend auto would look at the mount table: nothing to check.
-        let checked = parsed.and_then(|t| match (&t, backend) {
-            (treesync::Target::Dir(_), treesync::BackendKind::Auto) => Ok(t),
-            _ => treesync::check(&t, backend).map(|_| t),
-        });
-        let parsed = checked.map_err(|e| {
-            cx.library_error(target_span.clone(), &e, |message| match at("backend") {
-                Some((_, from)) if !from.is_empty() && message.starts_with("backend ") => {
-                    format!(" (backend = \"{backend}\"{from})")
-                }
-                _ => String::new(),
-            })
-        })?;
-
-        // On nfs, jobs is the write budget: a different fixed write_jobs is refused as the
-        // library refuses it, but here with the line.
-        let on_nfs = matches!(parsed, treesync::Target::Nfs { .. }) || backend == treesync::BackendKind::Nfs;
-        if on_nfs
-            && let (Some(jobs), Some(treesync::WriteJobs::Fixed(n))) =
-                (settings.target.jobs, settings.target.write_jobs)
-            && n != jobs
-            && let (Some((_, jobs_from)), Some((span, write_jobs_from))) = (at("jobs"), at("write_jobs"))
-        {
-            let e = treesync::OpenError::Budgets { jobs, write_jobs: n };
-            let notes: Vec<String> = [("jobs", jobs_from), ("write_jobs", write_jobs_from)]
-                .into_iter()
-                .filter(|(_, from)| !from.is_empty())
-                .map(|(k, from)| format!("{k}{from}"))
-                .collect();
-            let note = if notes.is_empty() { String::new() } else { format!(" ({})", notes.join(", ")) };
-            return Err(cx.library_error(span, &e, |_| note));
-        }
-
-        let allow_http = settings.target.allow_http.unwrap_or_default();
-        if let Some(endpoint) = &settings.target.endpoint
-            && parsed.is_url()
-            && endpoint.starts_with("http://")
-            && !allow_http
-            && let Some((span, _)) = at("endpoint")
-        {
-            return Err(cx
-                .err(
-                    span,
-                    format!(
-                        "endpoint {endpoint:?} of {section} is plain HTTP, which is refused unless allow_http = true"
-                    ),
-                )
-                .hint(format!("add allow_http = true to {section} (meant for local test servers), or use https://")));
-        }
+        let target = check_target(cx, &section, target, target_span.clone(), &settings, &at)?;
         if let (Some(dir), Some((span, _))) = (&settings.cache.cache_dir, at("cache_dir")) {
             let written = dir.to_string_lossy().into_owned();
             settings.cache.cache_dir = Some(cx.resolve(&written, span, &section, "cache_dir")?);
@@ -300,6 +240,77 @@ impl Mirror {
         };
         Ok(Mirror { spec, section, target_span })
     }
+}
+
+/// A mirror's target, as `--target` takes it (a relative directory resolved against the file's
+/// directory), checked with the settings it is opened with: the backend, `jobs` and
+/// `write_jobs` on nfs, a plain-HTTP `endpoint`. `at` says where a setting was written.
+fn check_target(
+    cx: &Cx<'_>,
+    section: &str,
+    target: String,
+    target_span: Range<usize>,
+    settings: &Settings,
+    at: &dyn Fn(&str) -> Option<(Range<usize>, String)>,
+) -> Result<String, ConfigError> {
+    // A target is what `--target` takes: the library parses it and checks it against the backend.
+    let target = if target.contains("://") {
+        target
+    } else {
+        let resolved = cx.resolve(&target, target_span.clone(), section, "target")?;
+        resolved.into_os_string().into_string().map_err(|p| {
+            cx.err(target_span.clone(), format!("target {} is not valid UTF-8", PathBuf::from(p).display()))
+        })?
+    };
+    let backend = settings.target.backend.unwrap_or_default();
+    let parsed = treesync::Target::parse(&target).map_err(treesync::OpenError::from);
+    // Only a directory with backend auto would look at the mount table: nothing to check.
+    let checked = parsed.and_then(|t| match (&t, backend) {
+        (treesync::Target::Dir(_), treesync::BackendKind::Auto) => Ok(t),
+        _ => treesync::check(&t, backend).map(|_| t),
+    });
+    let parsed = checked.map_err(|e| {
+        cx.library_error(target_span.clone(), &e, |message| match at("backend") {
+            Some((_, from)) if !from.is_empty() && message.starts_with("backend ") => {
+                format!(" (backend = \"{backend}\"{from})")
+            }
+            _ => String::new(),
+        })
+    })?;
+
+    // On nfs, jobs is the write budget: a different fixed write_jobs is refused as the
+    // library refuses it, but here with the line.
+    let on_nfs = matches!(parsed, treesync::Target::Nfs { .. }) || backend == treesync::BackendKind::Nfs;
+    if on_nfs
+        && let (Some(jobs), Some(treesync::WriteJobs::Fixed(n))) = (settings.target.jobs, settings.target.write_jobs)
+        && n != jobs
+        && let (Some((_, jobs_from)), Some((span, write_jobs_from))) = (at("jobs"), at("write_jobs"))
+    {
+        let e = treesync::OpenError::Budgets { jobs, write_jobs: n };
+        let notes: Vec<String> = [("jobs", jobs_from), ("write_jobs", write_jobs_from)]
+            .into_iter()
+            .filter(|(_, from)| !from.is_empty())
+            .map(|(k, from)| format!("{k}{from}"))
+            .collect();
+        let note = if notes.is_empty() { String::new() } else { format!(" ({})", notes.join(", ")) };
+        return Err(cx.library_error(span, &e, |_| note));
+    }
+
+    let allow_http = settings.target.allow_http.unwrap_or_default();
+    if let Some(endpoint) = &settings.target.endpoint
+        && parsed.is_url()
+        && endpoint.starts_with("http://")
+        && !allow_http
+        && let Some((span, _)) = at("endpoint")
+    {
+        return Err(cx
+            .err(
+                span,
+                format!("endpoint {endpoint:?} of {section} is plain HTTP, which is refused unless allow_http = true"),
+            )
+            .hint(format!("add allow_http = true to {section} (meant for local test servers), or use https://")));
+    }
+    Ok(target)
 }
 
 /// The entry `key` of `table`.
