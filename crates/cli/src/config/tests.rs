@@ -649,42 +649,47 @@ fn config_error_location() {
 #[test]
 fn every_key_and_its_flag_parse_into_the_same_settings() {
     use clap::{CommandFactory, Parser};
-    // (flag and value, key = value); every setting once.
-    let cases: &[(&[&str], &str)] = &[
-        (&["--cache-dir", "/var/cache/t"], "cache_dir = \"/var/cache/t\""),
-        (&["--recurse-submodules"], "recurse_submodules = true"),
-        (&["--include", "docs/", "--include", "*.md"], "include = [\"docs/\", \"*.md\"]"),
-        (&["--exclude", "*.map"], "exclude = \"*.map\""),
-        (&["--export"], "export = true"),
-        (&["--lfs", "pointers"], "lfs = \"pointers\""),
-        (&["--backend", "nfs"], "backend = \"nfs\""),
-        (&["--jobs", "4"], "jobs = 4"),
-        (&["--lookup-jobs", "3"], "lookup_jobs = 3"),
-        (&["--write-jobs", "auto"], "write_jobs = \"auto\""),
-        (&["--batch", "16"], "batch = 16"),
-        (&["--fsync"], "fsync = true"),
-        (&["--endpoint", "https://s3.example"], "endpoint = \"https://s3.example\""),
-        (&["--region", "eu-west-1"], "region = \"eu-west-1\""),
-        (&["--allow-http"], "allow_http = true"),
-        (&["--max-entries", "1000"], "max_entries = 1000"),
-        (&["--max-bytes", "2TiB"], "max_bytes = \"2TiB\""),
-        (&["--filter-timeout", "30m"], "filter_timeout = \"30m\""),
-        (&["--atomic"], "atomic = true"),
-        (&["--no-atomic"], "atomic = false"),
-        (&["--keep", "3"], "keep = 3"),
-        (&["--grace", "10m"], "grace = \"10m\""),
-        (&["--max-generations", "9"], "max_generations = 9"),
-        (&["--switch", "symlink"], "switch = \"symlink\""),
-        (&["--exec-after", "true"], "exec_after = \"true\""),
-        (&["--webhook", "https://hooks.example/site"], "webhook = \"https://hooks.example/site\""),
-        (&["--hook-timeout", "30s"], "hook_timeout = \"30s\""),
-        (&["--hook-retries", "5"], "hook_retries = 5"),
-        (&["--interval", "2s"], "interval = \"2s\""),
-        (&["--poll"], "poll = true"),
-        (&["--verify-every", "24h"], "verify_every = \"24h\""),
-        (&["--verify-slices", "24"], "verify_slices = 24"),
-        (&["--repair"], "repair = true"),
-    ];
+    // `FLAGS => KEY = VALUE`, every setting once.
+    const CASES: &str = r#"
+--cache-dir /var/cache/t => cache_dir = "/var/cache/t"
+--recurse-submodules => recurse_submodules = true
+--include docs/ --include *.md => include = ["docs/", "*.md"]
+--exclude *.map => exclude = "*.map"
+--export => export = true
+--lfs pointers => lfs = "pointers"
+--backend nfs => backend = "nfs"
+--jobs 4 => jobs = 4
+--lookup-jobs 3 => lookup_jobs = 3
+--write-jobs auto => write_jobs = "auto"
+--batch 16 => batch = 16
+--fsync => fsync = true
+--endpoint https://s3.example => endpoint = "https://s3.example"
+--region eu-west-1 => region = "eu-west-1"
+--allow-http => allow_http = true
+--max-entries 1000 => max_entries = 1000
+--max-bytes 2TiB => max_bytes = "2TiB"
+--filter-timeout 30m => filter_timeout = "30m"
+--atomic => atomic = true
+--no-atomic => atomic = false
+--keep 3 => keep = 3
+--grace 10m => grace = "10m"
+--max-generations 9 => max_generations = 9
+--switch symlink => switch = "symlink"
+--exec-after true => exec_after = "true"
+--webhook https://hooks.example/site => webhook = "https://hooks.example/site"
+--hook-timeout 30s => hook_timeout = "30s"
+--hook-retries 5 => hook_retries = 5
+--interval 2s => interval = "2s"
+--poll => poll = true
+--verify-every 24h => verify_every = "24h"
+--verify-slices 24 => verify_slices = 24
+--repair => repair = true
+"#;
+    let cases: Vec<(Vec<&str>, &str)> = CASES
+        .lines()
+        .filter(|l| !l.is_empty())
+        .map(|l| l.split_once(" => ").map(|(f, k)| (f.split(' ').collect(), k)).unwrap())
+        .collect();
     // `--no-atomic` is how a flag says `atomic = false`.
     let normal = |mut s: treesync::Settings| {
         if s.generations.wanted() == Some(false) {
@@ -693,19 +698,20 @@ fn every_key_and_its_flag_parse_into_the_same_settings() {
         s
     };
     let mirror = "[mirror.a]\nrepo = \"/r\"\nref = \"main\"\ntarget = \"/t\"\n";
-    for (flags, key) in cases {
-        let argv = [&["treesync", "watch", "--repo", "/r", "--ref", "main", "--target", "/t"][..], flags].concat();
-        let crate::args::Command::Watch(args) = crate::args::Cli::try_parse_from(&argv).unwrap().command else {
-            unreachable!("a watch")
+    use crate::args::{Cli, Command};
+    for (flags, key) in &cases {
+        // `sync` takes every setting but watch's own.
+        let name = key.split(" = ").next().unwrap();
+        let command = if treesync::settings::WatchSettings::keys().contains(&name) { "watch" } else { "sync" };
+        let argv = [&["treesync", command, "--repo", "/r", "--ref", "main", "--target", "/t"][..], &flags[..]].concat();
+        let by_flag = match Cli::try_parse_from(&argv).unwrap().command {
+            Command::Sync(a) => treesync::Settings { hooks: a.hooks.settings, ..a.spec.settings() },
+            Command::Watch(a) => treesync::Settings { watch: a.watch, ..a.spec.settings() },
+            _ => unreachable!("sync or watch"),
         };
-        let by_flag = normal(treesync::Settings {
-            hooks: args.hooks.settings.clone(),
-            watch: args.watch.clone(),
-            ..args.spec.settings()
-        });
         let by_key = ok(&format!("{mirror}{key}\n")).mirrors[0].settings.clone();
         assert_ne!(by_key, treesync::Settings::default(), "{key} sets something");
-        assert_eq!(by_flag, by_key, "{flags:?} and {key}");
+        assert_eq!(normal(by_flag), by_key, "{flags:?} and {key}");
     }
     // Every key is listed above, and every flag of `sync` and `watch` that is a setting is a key.
     let keys = treesync::Settings::keys();
@@ -713,7 +719,7 @@ fn every_key_and_its_flag_parse_into_the_same_settings() {
     for k in &keys {
         assert!(listed.contains(k), "{k} is not tested");
     }
-    let command = crate::args::Cli::command();
+    let command = Cli::command();
     for name in ["sync", "watch"] {
         let sub = command.find_subcommand(name).unwrap();
         let own = [
