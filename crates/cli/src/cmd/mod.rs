@@ -191,11 +191,10 @@ pub(crate) fn check_selection(
     Ok(select.check_selects_some(repo, rev, resolved, recurse_submodules)?)
 }
 
-/// What `sync` and `plan` work with: the revision, the paths selected, the repository (a URL's
-/// cache brought up to date) and the target opened.
+/// What `sync` and `plan` work with: the revision, the repository (a URL's cache brought up to
+/// date) and the target opened.
 pub(crate) struct Opened {
     pub(crate) rev: String,
-    pub(crate) select: treesync_core::select::Select,
     pub(crate) repo: Repo,
     pub(crate) target: treesync::Opened,
 }
@@ -209,7 +208,7 @@ pub(crate) fn open(spec: &SyncSpec) -> anyhow::Result<Opened> {
     let repo = open_repo(source.repo(), source.cache.cache_dir.as_deref(), std::slice::from_ref(&rev))?;
     check_selection(&repo, &rev, &select, source.content.recurse_submodules.unwrap_or_default())?;
     let target = make_backend(&spec.target)?;
-    Ok(Opened { rev, select, repo, target })
+    Ok(Opened { rev, repo, target })
 }
 
 /// The async runtime of one command.

@@ -45,7 +45,7 @@ pub(crate) struct PlanOutput<'a> {
 }
 
 pub(crate) fn run(args: PlanArgs) -> anyhow::Result<()> {
-    let super::Opened { rev, select, repo, target: opened } = super::open(&args.spec)?;
+    let super::Opened { rev, repo, target: opened } = super::open(&args.spec)?;
     let rt = runtime()?;
     // A target kept in generations (or becoming so with --atomic): plan from the generation
     // the next sync would bring up to date.
@@ -64,15 +64,7 @@ pub(crate) fn run(args: PlanArgs) -> anyhow::Result<()> {
             None => note = Some(format!("--atomic: the first generation of {host} is a full checkout")),
         }
     }
-    let options = sync::PrepareOptions {
-        force: args.force,
-        create: false,
-        limits: args.spec.limits.limits(),
-        recurse_submodules: args.spec.source.content.recurse_submodules.unwrap_or_default(),
-        select,
-        export: args.spec.source.content.export.unwrap_or_default(),
-        lfs: args.spec.source.content.lfs.unwrap_or_default(),
-    };
+    let options = sync::PrepareOptions { force: args.force, ..args.spec.settings().prepare_options()? };
     let target = treesync::Target::parse(args.spec.target.target())?;
     treesync::check_place(&target, &repo, args.force)?;
     let prepared = super::place_hint(

@@ -38,7 +38,7 @@ pub(crate) struct SyncOutput<'a> {
 }
 
 pub(crate) fn run(args: SyncArgs) -> anyhow::Result<()> {
-    let super::Opened { rev, repo, target: chosen, .. } = super::open(&args.spec)?;
+    let super::Opened { rev, repo, target: chosen } = super::open(&args.spec)?;
     let target = treesync::Target::parse(args.spec.target.target())?;
     treesync::check_place(&target, &repo, args.force)?;
     let backend = chosen.backend.clone();

@@ -22,6 +22,10 @@ const DEFAULTS_ONLY_KEYS: &[&str] = &["metrics_addr"];
 /// A table of the file: its entries and its span.
 type Table<'i> = Spanned<DeTable<'i>>;
 
+/// Where a mirror's setting was written, and ` from [defaults], line N` when it was not the
+/// mirror's own.
+type Written = (Range<usize>, String);
+
 /// Validate `text`, the contents of the file at `path` (used for messages and to resolve relative paths).
 pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
     let cx = Cx { text, path, base: base_dir(path) };
@@ -195,7 +199,7 @@ impl Mirror {
         };
         let mut settings = own.or(defaults.map(|d| d.settings.clone()).unwrap_or_default());
         // Where a setting was written: the mirror's own line, or `[defaults]`' (and which line).
-        let at = |k: &str| -> Option<(Range<usize>, String)> {
+        let at = |k: &str| -> Option<Written> {
             match (entry(&table, k), defaults.and_then(|d| entry(d.table, k))) {
                 (Some(v), _) => Some((v.span(), String::new())),
                 (None, Some(v)) => {
@@ -251,7 +255,7 @@ fn check_target(
     target: String,
     target_span: Range<usize>,
     settings: &Settings,
-    at: &dyn Fn(&str) -> Option<(Range<usize>, String)>,
+    at: &dyn Fn(&str) -> Option<Written>,
 ) -> Result<String, ConfigError> {
     // A target is what `--target` takes: the library parses it and checks it against the backend.
     let target = if target.contains("://") {

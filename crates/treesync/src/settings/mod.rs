@@ -7,6 +7,9 @@
 //! options are made from the merged settings in one place each ([`TargetSettings::options`],
 //! [`Settings::sync_options`], [`GenerationSettings::options`], [`HookSettings::options`]).
 
+// The fields' doc comments are the flags' help, printed as written: URLs stay bare.
+#![allow(rustdoc::bare_urls)]
+
 pub mod value;
 
 use std::fmt;
@@ -426,16 +429,31 @@ impl Settings {
     /// budgets, limits, selection and conversions. The command's own choices (`force`,
     /// `dry_run`, locks) are left at their defaults.
     pub fn sync_options(&self, opened: &Opened) -> Result<treesync_core::sync::Options, treesync_core::select::Error> {
-        let c = &self.content;
+        let p = self.prepare_options()?;
         Ok(treesync_core::sync::Options {
             apply: opened.apply_options(),
             backend_name: opened.label(),
+            limits: p.limits,
+            recurse_submodules: p.recurse_submodules,
+            select: p.select,
+            export: p.export,
+            lfs: p.lfs,
+            ..Default::default()
+        })
+    }
+
+    /// What a plan of the next sync ([`treesync_core::sync::prepare`]) takes of these
+    /// settings: limits, selection and conversions (not a takeover; `force` is the command's).
+    pub fn prepare_options(&self) -> Result<treesync_core::sync::PrepareOptions, treesync_core::select::Error> {
+        let c = &self.content;
+        Ok(treesync_core::sync::PrepareOptions {
+            force: false,
+            create: false,
             limits: self.limits.limits(),
             recurse_submodules: c.recurse_submodules.unwrap_or_default(),
             select: self.select()?,
             export: c.export.unwrap_or_default(),
             lfs: c.lfs.unwrap_or_default(),
-            ..Default::default()
         })
     }
 
