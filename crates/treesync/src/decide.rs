@@ -34,7 +34,8 @@ pub enum PlaceKind {
     Generations(Arc<dyn Host>),
     /// A plain target from now on that still has generations: to leave (a sync first makes the
     /// target a plain directory and removes retired generations past their grace), or to read
-    /// in (its current generation).
+    /// in (its current generation). With `--no-atomic` (`Intent::Write(Some(false))`) also a
+    /// target without a home: leaving unmarks a generation whose home is gone.
     Leaving(Arc<dyn Host>),
 }
 
@@ -278,4 +279,38 @@ pub struct Repaired {
     pub outcome: sync::RepairOutcome,
     /// For a target kept in generations: the generation prepared and switched to.
     pub generation: Option<generation::RepairOutcome>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn place(target: &str, intent: Intent) -> Result<Place, PlaceError> {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+        rt.block_on(Place::open(&Target::parse(target).expect("target"), &TargetOptions::default(), intent))
+    }
+
+    #[test]
+    fn a_new_directory_is_plain_unless_atomic_is_asked_for() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let site = dir.path().join("site");
+        let site = site.to_str().expect("utf8");
+        for intent in [Intent::Read, Intent::Write(None)] {
+            let p = place(site, intent).expect("a directory");
+            assert!(matches!(p.kind, PlaceKind::Plain) && p.host().is_none(), "{intent:?}: {:?}", p.kind);
+        }
+        // --no-atomic leaves what generations there are (none here: leaving only unmarks).
+        let p = place(site, Intent::Write(Some(false))).expect("a directory");
+        assert!(matches!(p.kind, PlaceKind::Leaving(_)) && !p.is_atomic(), "{:?}", p.kind);
+        let p = place(site, Intent::Write(Some(true))).expect("a directory can be kept in generations");
+        assert!(p.is_atomic(), "{:?}", p.kind);
+        assert_eq!(p.host().expect("its generations").home_name(), ".site.treesync");
+    }
+
+    #[test]
+    fn a_bucket_is_plain_and_refuses_atomic_with_a_hint() {
+        assert!(matches!(place("memory://", Intent::Write(None)).expect("plain").kind, PlaceKind::Plain));
+        let e = place("memory://", Intent::Write(Some(true))).expect_err("refused").to_string();
+        assert!(e.contains("a bucket has no atomic switch of many keys") && e.contains("hint: "), "{e}");
+    }
 }
