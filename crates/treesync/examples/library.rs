@@ -10,13 +10,15 @@
 //! ```
 //!
 //! [`treesync::Target::parse`] takes the target as a person writes it (a directory, an NFS
-//! mount, `nfs://`, `s3://`, `file://`, `memory://`); [`treesync::open`] chooses the backend and
-//! decides its budgets the way the binary does, and says why. The backend is an ordinary value:
-//! hand it to `sync::sync` (plan, journal, apply) and `verify::verify`.
+//! mount, `nfs://`, `s3://`, `file://`, `memory://`); the options are [`treesync::Settings`],
+//! the binary's flags as fields. [`treesync::Place::open`] chooses the backend and decides its
+//! budgets the way the binary does, and says why, and what kind of place the target is (plain,
+//! or kept in generations); [`treesync::Place::sync`] then syncs it (plan, journal, apply) and
+//! [`treesync::Place::verify`] compares it with the tree.
 
 use std::sync::atomic::AtomicBool;
 
-use treesync::{Repo, Target, TargetOptions, sync, verify};
+use treesync::{Intent, Place, Repo, Settings, Target, verify};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
@@ -26,35 +28,39 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         );
         std::process::exit(2);
     };
-    let mut options = TargetOptions::default();
+    let mut settings = Settings::default();
+    let s = &mut settings.target;
     while let Some(flag) = args.next() {
         let mut value = || args.next().ok_or_else(|| format!("{flag} needs a value"));
         match flag.as_str() {
-            "--backend" => options.backend = value()?.parse()?,
-            "--jobs" => options.jobs = Some(value()?.parse()?),
-            "--write-jobs" => options.write_jobs = Some(value()?.parse()?),
-            "--endpoint" => options.s3.endpoint = Some(value()?),
-            "--allow-http" => options.s3.allow_http = true,
+            "--backend" => s.backend = Some(value()?.parse()?),
+            "--jobs" => s.jobs = Some(value()?.parse()?),
+            "--write-jobs" => s.write_jobs = Some(value()?.parse()?),
+            "--endpoint" => s.endpoint = Some(value()?),
+            "--allow-http" => s.allow_http = Some(true),
             other => return Err(format!("unknown option {other:?}").into()),
         }
     }
 
-    // 1. Open the target: the backend the binary would choose, with its policy and budgets.
-    let opened = treesync::open(&Target::parse(&target)?, &options)?;
-    println!("backend: {}", opened.label());
-    println!("budgets: {}", opened.budgets);
-
-    // 2. Sync: lock, journal, apply the plan phase by phase, record the new state.
-    let repo = Repo::open(&repo)?;
+    // 1. Open the target: the backend the binary would choose, with its policy and budgets,
+    //    and whether it is kept in generations (what it is already: Intent::Write(None)).
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-    let sync_options =
-        sync::Options { backend_name: opened.label(), apply: opened.apply_options(), ..Default::default() };
-    let outcome =
-        runtime.block_on(sync::sync(&repo, &rev, &*opened.backend, &sync_options, &|_| {}, &AtomicBool::new(false)))?;
-    println!("synced {} to {}: {}", outcome.commit, opened.backend, outcome.applied);
+    let target = Target::parse(&target)?;
+    let place = runtime.block_on(Place::open(&target, &settings.target.options(), Intent::Write(None)))?;
+    println!("backend: {}", place.opened.label());
+    println!("budgets: {}", place.opened.budgets);
+
+    // 2. Sync: lock, journal, apply the plan phase by phase, record the new state. The
+    //    options come from the settings and what `open` decided (budgets, backend name).
+    let repo = Repo::open(&repo)?;
+    let options = settings.generations.options(settings.sync_options(&place.opened)?);
+    let synced = runtime.block_on(place.sync(&repo, &rev, &options, &|_| {}, &AtomicBool::new(false)))?;
+    let outcome = synced.outcome;
+    println!("synced {} to {}: {}", outcome.commit, place.opened.backend, outcome.applied);
 
     // 3. Verify: compare what the target holds with the tree.
-    let report = runtime.block_on(verify::verify(&repo, &*opened.backend, verify::Level::Full))?;
+    let limits = settings.limits.limits();
+    let report = runtime.block_on(place.verify(&repo, verify::Level::Full, limits, None))?;
     if !report.is_clean() {
         return Err(format!("the target differs from {}: {report:?}", outcome.commit).into());
     }

@@ -21,7 +21,7 @@ use async_trait::async_trait;
 use treesync::core::backend::{Batch, Error, LockGuard};
 use treesync::core::source::BlobSource;
 use treesync::core::state::Holder;
-use treesync::{Backend, Op, Repo, Target, TargetOptions, sync};
+use treesync::{Backend, Op, Repo, Target, sync};
 
 /// Logs every call to the backend inside, and counts the ops.
 struct Logged<B> {
@@ -76,15 +76,15 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         eprintln!("usage: logging REPO REV TARGET");
         std::process::exit(2);
     };
-    let options = TargetOptions::default();
-    let opened = treesync::open(&Target::parse(target)?, &options)?;
+    // The settings (here the defaults) open the target and make the sync's options.
+    let settings = treesync::Settings::default();
+    let opened = treesync::open(&Target::parse(target)?, &settings.target.options())?;
     let logged = Logged { inner: opened.backend.clone(), ops: AtomicU64::new(0) };
     let repo = Repo::open(repo)?;
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     let sync_options = sync::Options {
         backend_name: format!("logging example: {}", opened.label()),
-        apply: opened.apply_options(),
-        ..Default::default()
+        ..settings.sync_options(&opened)?
     };
     let outcome = runtime.block_on(sync::sync(&repo, rev, &logged, &sync_options, &|_| {}, &AtomicBool::new(false)))?;
     println!(

@@ -6,8 +6,10 @@
 //! cargo run -p treesync --example watch            # a demo on a repository it makes itself
 //! ```
 //!
-//! [`treesync::open`] opens the target the way the binary does; [`watch::watch`] then follows
-//! the ref, syncing every new commit, and tells each thing that happens as a typed
+//! [`treesync::Place::open`] opens the target the way the binary does and decides what kind of
+//! place it is (plain, or kept in generations); [`treesync::Place::watch`] then follows the
+//! ref, syncing every new commit as the binary's `watch` does (with the options the settings
+//! and the opened target give, budgets included), and tells each thing that happens as a typed
 //! [`watch::Event`]. This handler prints the events its own way (one short line each; the
 //! events are also `Serialize`, tagged by `event`, for a consumer that wants JSON) and stops
 //! the watch after `MAX_EVENTS` events or on Ctrl-C, by setting the interrupt flag the watch
@@ -24,7 +26,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use treesync::watch::{self, Event};
-use treesync::{Repo, Target, TargetOptions, sync};
+use treesync::{Intent, Place, Repo, Settings, Target};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -52,17 +54,19 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
     };
 
-    // The binary's policy for this target (mount detection, NFS budgets, S3 settings).
-    let opened = treesync::open(&Target::parse(&target)?, &TargetOptions::default())?;
+    // The binary's policy for this target (mount detection, NFS budgets, S3 settings), and
+    // whether it is kept in generations, from the settings (here: the defaults).
+    let settings = Settings::default();
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let intent = Intent::Write(settings.generations.wanted());
+    let mut place = runtime.block_on(Place::open(&Target::parse(&target)?, &settings.target.options(), intent))?;
     let repo = Repo::open(&repo)?;
-    let options = watch::Options {
-        interval: Duration::from_millis(200),
-        sync: sync::Options { backend_name: opened.label(), ..Default::default() },
-        ..Default::default()
-    };
+    let sync = settings.sync_options(&place.opened)?;
+    let generations = settings.generations.options(sync.clone());
+    runtime.block_on(place.leave(&generations))?;
+    let options = watch::Options { interval: Duration::from_millis(200), sync, ..Default::default() };
 
     let interrupt = Arc::new(AtomicBool::new(false));
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     let outcome = runtime.block_on(async {
         // Ctrl-C sets the flag: the sync in flight finishes its batches, then the watch ends.
         let flag = interrupt.clone();
@@ -87,7 +91,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 interrupt.store(true, Ordering::SeqCst);
             }
         };
-        watch::watch(&repo, &rev, &*opened.backend, &options, &mut handler, &interrupt).await
+        place.watch(&repo, &rev, &generations, &options, &mut handler, &interrupt).await
     });
     println!(
         "stopped: {} syncs, {} verifies, {} repairs, {} failed tries",

@@ -9,26 +9,33 @@ use treesync_core::policy::{Adaptive, Gate};
 
 use crate::target::{Target, TargetError};
 
-/// Which backend serves a target.
+/// Which backend serves a target (`--backend`, the `backend` key).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 #[non_exhaustive]
 pub enum BackendKind {
-    /// Choose from the target: the built-in NFS client for `nfs://` URLs, the in-memory
-    /// backend for `memory://`, object storage for other URLs, the NFS backend for directories
-    /// on network mounts, else local.
+    /// Choose from the target: s3 for URLs, nfs for directories on network mounts, else local.
+    // (The built-in NFS client for `nfs://` URLs, the in-memory backend for `memory://`.)
     #[default]
     Auto,
-    /// Local disks: wide parallelism, atomic rename into place.
+    /// Local disks (ext4, xfs, tmpfs, …): wide parallelism, atomic rename into place.
     Local,
-    /// Network filesystems mounted here, or the built-in NFSv3 client for `nfs://` URLs.
+    /// Network filesystems mounted here (NFS, SMB, sshfs, …): serialized lookups, each
+    /// directory looked up once per run, adaptive write concurrency. With an nfs:// URL: the
+    /// built-in NFSv3 client, many calls in flight on one connection, no mount needed.
     Nfs,
-    /// Object storage (`s3://`, `file://`, and `memory://` through object_store's in-memory store).
+    /// Object storage through object_store (s3://, file://, memory:// URLs): concurrent PUTs,
+    /// bulk deletes, conditional state writes.
     S3,
     /// The core's in-memory reference backend (`memory://`), for tests and examples.
+    #[cfg_attr(feature = "clap", value(hide = true))]
     Memory,
 }
 
 impl BackendKind {
+    /// The kinds the docs and messages list (`memory` is for tests and examples).
+    pub const LISTED: [BackendKind; 4] = [BackendKind::Auto, BackendKind::Local, BackendKind::Nfs, BackendKind::S3];
+
     /// The name people write (`auto`, `local`, `nfs`, `s3`, `memory`).
     pub fn name(self) -> &'static str {
         match self {
@@ -123,11 +130,11 @@ pub struct TargetOptions {
 
 /// What was decided about concurrency when a target was opened: the one place where `jobs`
 /// and the NFS budgets meet. [`open()`] gives the backend a policy whose `jobs` is
-/// [`Budgets::jobs`], so an executor that takes the backend's policy (or is given the same
+/// [`Concurrency::jobs`], so an executor that takes the backend's policy (or is given the same
 /// `jobs`) keeps exactly that many operations in flight, and the write gate never has more
 /// room than that.
 #[derive(Debug, Clone)]
-pub struct Budgets {
+pub struct Concurrency {
     /// Operations (batches) the executor keeps in flight.
     pub jobs: usize,
     /// Ops per batch, when [`TargetOptions::batch`] overrides the backend's policy.
@@ -141,7 +148,7 @@ pub struct Budgets {
     pub decided: String,
 }
 
-impl Budgets {
+impl Concurrency {
     /// The figures `treesync sync --json` reports as `budgets` (NFS backends; `None` for the
     /// others): the decision, and what the run used of it.
     pub fn report(&self) -> Option<BudgetsReport> {
@@ -160,7 +167,7 @@ impl Budgets {
     }
 }
 
-impl fmt::Display for Budgets {
+impl fmt::Display for Concurrency {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{} ops in flight", self.jobs)?;
         if let (Some(l), Some(w)) = (&self.lookups, &self.writes) {
@@ -206,7 +213,7 @@ pub struct Opened {
     /// network filesystem`.
     pub reason: String,
     /// What was decided about concurrency.
-    pub budgets: Budgets,
+    pub budgets: Concurrency,
 }
 
 impl Opened {
@@ -216,8 +223,8 @@ impl Opened {
         format!("{} ({})", self.kind, self.reason)
     }
 
-    /// The executor's options that keep [`Budgets::jobs`] operations in flight, in batches of
-    /// [`Budgets::batch`]: pass them to [`sync::Options::apply`](crate::sync::Options).
+    /// The executor's options that keep [`Concurrency::jobs`] operations in flight, in batches of
+    /// [`Concurrency::batch`]: pass them to [`sync::Options::apply`](crate::sync::Options).
     pub fn apply_options(&self) -> treesync_core::apply::Options {
         treesync_core::apply::Options { jobs: Some(self.budgets.jobs), batch: self.budgets.batch }
     }
@@ -383,14 +390,19 @@ pub fn open(target: &Target, options: &TargetOptions) -> Result<Opened, OpenErro
     } else {
         String::new()
     };
-    fn gated<B: Backend>(b: &treesync_core::policy::Budgets<B>, jobs: usize, decided: String) -> Budgets {
-        Budgets { jobs, batch: None, lookups: Some(b.lookups().clone()), writes: Some(b.writes().clone()), decided }
+    fn gated<B: Backend>(
+        b: &treesync_core::policy::Budgets<B>,
+        jobs: usize,
+        batch: Option<usize>,
+        decided: String,
+    ) -> Concurrency {
+        Concurrency { jobs, batch, lookups: Some(b.lookups().clone()), writes: Some(b.writes().clone()), decided }
     }
     let opened = match (kind, target) {
         (BackendKind::Nfs, Target::Nfs { text, .. }) => {
             let (o, jobs, decided) = remote_options(options)?;
             let b = treesync_backend_nfs::remote::open(text, o).map_err(OpenError::Nfs)?;
-            let budgets = gated(&b, jobs, decided);
+            let budgets = gated(&b, jobs, options.batch, decided);
             Opened { backend: Arc::new(b), kind, reason, budgets }
         }
         (BackendKind::Nfs, _) => {
@@ -414,7 +426,7 @@ pub fn open(target: &Target, options: &TargetOptions) -> Result<Opened, OpenErro
                 fsync: options.fsync,
             };
             let b = treesync_backend_nfs::open(dir_of(target), o);
-            let budgets = gated(&b, jobs, decided);
+            let budgets = gated(&b, jobs, options.batch, decided);
             Opened { backend: Arc::new(b), kind, reason, budgets }
         }
         (BackendKind::S3, _) => {
@@ -432,7 +444,7 @@ pub fn open(target: &Target, options: &TargetOptions) -> Result<Opened, OpenErro
                 backend: Arc::new(b),
                 kind,
                 reason,
-                budgets: Budgets { jobs, batch: options.batch, lookups: None, writes: None, decided },
+                budgets: Concurrency { jobs, batch: options.batch, lookups: None, writes: None, decided },
             }
         }
         (BackendKind::Memory, _) => {
@@ -443,7 +455,7 @@ pub fn open(target: &Target, options: &TargetOptions) -> Result<Opened, OpenErro
                 backend: Arc::new(b),
                 kind,
                 reason,
-                budgets: Budgets { jobs, batch: options.batch, lookups: None, writes: None, decided },
+                budgets: Concurrency { jobs, batch: options.batch, lookups: None, writes: None, decided },
             }
         }
         _ => {
@@ -462,7 +474,7 @@ pub fn open(target: &Target, options: &TargetOptions) -> Result<Opened, OpenErro
                 backend: Arc::new(b),
                 kind,
                 reason,
-                budgets: Budgets { jobs, batch, lookups: None, writes: None, decided },
+                budgets: Concurrency { jobs, batch, lookups: None, writes: None, decided },
             }
         }
     };
@@ -642,7 +654,7 @@ mod tests {
     }
 
     /// The budgets of an NFS directory target opened with `jobs` and `write_jobs`.
-    fn nfs_budgets(jobs: Option<usize>, write_jobs: Option<WriteJobs>) -> Result<Budgets, OpenError> {
+    fn nfs_budgets(jobs: Option<usize>, write_jobs: Option<WriteJobs>) -> Result<Concurrency, OpenError> {
         let dir = tempfile::tempdir().expect("tempdir");
         let t = target(dir.path().to_str().expect("utf8"));
         let o = TargetOptions { backend: BackendKind::Nfs, jobs, write_jobs, ..Default::default() };

@@ -24,7 +24,7 @@ pub(crate) struct HookFailed {
 /// Start the hooks of `args` (a runner that does nothing without any), telling each try to
 /// `on_report`.
 pub(crate) fn start(args: &HookArgs, on_report: OnReport) -> anyhow::Result<Runner> {
-    Ok(Runner::start(args.options(), on_report)?)
+    Ok(Runner::start(args.settings.options(), on_report)?)
 }
 
 /// Whether `sync` runs the hooks after `outcome`: it changed something, finished an

@@ -17,36 +17,30 @@ use clap::CommandFactory;
 
 use treesync_core::Repo;
 
-use crate::args::{BackendKind, Cli, Command, Pick, Source, TargetArgs};
+use crate::args::{Cli, Command, Pick, SyncSpec, TargetArgs};
 use crate::exit_code;
 use crate::render::error_text;
 use crate::{config, generate};
 
 pub(crate) fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     let cfg = cli.config;
+    // A mirror's settings go under the command line's, group by group (`Settings::or`: flag >
+    // mirror > defaults; the config file merged the mirror's over its defaults).
     match cli.command {
         Command::Sync(args) => {
-            let pick = args.pick.clone();
+            let pick = args.spec.pick.clone();
             each(
                 expand(&cfg, &pick, args, |a, m| {
-                    fill(&mut a.source, &mut a.target, m);
-                    a.limits.fill(m);
-                    a.atomic.fill(m);
-                    a.hooks.fill(m);
+                    fill_spec(&mut a.spec, m);
+                    a.hooks.settings = a.hooks.settings.clone().or(m.settings.hooks.clone());
+                    a.hooks.mirror = Some(m.name.clone());
                 })?,
                 sync::run,
             )
         }
         Command::Plan(args) => {
-            let pick = args.pick.clone();
-            each(
-                expand(&cfg, &pick, args, |a, m| {
-                    fill(&mut a.source, &mut a.target, m);
-                    a.limits.fill(m);
-                    a.atomic.fill(m);
-                })?,
-                plan::run,
-            )
+            let pick = args.spec.pick.clone();
+            each(expand(&cfg, &pick, args, |a, m| fill_spec(&mut a.spec, m))?, plan::run)
         }
         Command::Status(args) => {
             let pick = args.pick.clone();
@@ -60,25 +54,20 @@ pub(crate) fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let pick = args.pick.clone();
             let runs = expand(&cfg, &pick, args, |a, m| {
                 a.repo = Some(m.repo.clone());
-                a.cache_dir = a.cache_dir.take().or_else(|| m.cache_dir.clone());
+                a.cache = a.cache.clone().or(m.settings.cache.clone());
                 fill_target(&mut a.target, m);
-                a.limits.fill(m);
+                a.limits = a.limits.clone().or(m.settings.limits.clone());
             })?;
             each_code(runs, verify::run)
         }
         Command::Watch(args) => {
-            let pick = args.pick.clone();
+            let pick = args.spec.pick.clone();
             watch::run(expand(&cfg, &pick, args, |a, m| {
-                fill(&mut a.source, &mut a.target, m);
-                a.limits.fill(m);
-                a.atomic.fill(m);
-                a.hooks.fill(m);
-                a.interval = a.interval.or(Some(m.interval));
-                a.verify_every = a.verify_every.or(m.verify_every);
-                a.verify_slices = a.verify_slices.or(m.verify_slices);
-                a.repair |= m.repair;
+                fill_spec(&mut a.spec, m);
+                a.hooks.settings = a.hooks.settings.clone().or(m.settings.hooks.clone());
+                a.hooks.mirror = Some(m.name.clone());
+                a.watch = a.watch.clone().or(m.settings.watch.clone());
                 a.metrics_addr = a.metrics_addr.or(m.metrics_addr);
-                a.poll |= m.poll;
             })?)
         }
         Command::Adopt(args) => adopt::run(args),
@@ -91,7 +80,7 @@ fn expand<A: Clone>(
     config_path: &Option<PathBuf>,
     pick: &Pick,
     args: A,
-    fill: impl Fn(&mut A, &config::Mirror),
+    fill: impl Fn(&mut A, &config::MirrorSpec),
 ) -> anyhow::Result<Vec<(Option<String>, A)>> {
     if pick.mirror.is_none() && !pick.all {
         return Ok(vec![(None, args)]);
@@ -100,7 +89,7 @@ fn expand<A: Clone>(
         "no config file to read mirrors from: pass --config PATH (the default needs $XDG_CONFIG_HOME or $HOME)",
     )?;
     let cfg = config::load(&path)?;
-    let mirrors: Vec<&config::Mirror> = match &pick.mirror {
+    let mirrors: Vec<&config::MirrorSpec> = match &pick.mirror {
         Some(name) => vec![cfg.get(name)?],
         None => cfg.mirrors.iter().collect(),
     };
@@ -114,42 +103,23 @@ fn expand<A: Clone>(
         .collect())
 }
 
-/// A mirror's settings, where the command line did not set them.
-fn fill(source: &mut Source, target: &mut TargetArgs, m: &config::Mirror) {
+/// A mirror's repository, revision and target, and its settings under the command line's.
+fn fill_spec(spec: &mut SyncSpec, m: &config::MirrorSpec) {
+    let source = &mut spec.source;
     source.repo = Some(m.repo.clone());
-    source.cache_dir = source.cache_dir.take().or_else(|| m.cache_dir.clone());
     source.rev = Some(m.rev.clone());
     source.path = source.path.take().or_else(|| m.path.clone());
-    source.recurse_submodules |= m.recurse_submodules;
-    if source.include.is_empty() {
-        source.include = m.include.clone();
-    }
-    if source.exclude.is_empty() {
-        source.exclude = m.exclude.clone();
-    }
-    source.export |= m.export;
-    source.lfs = source.lfs.or(m.lfs);
-    fill_target(target, m);
+    source.cache = source.cache.clone().or(m.settings.cache.clone());
+    source.content = source.content.clone().or(m.settings.content.clone());
+    fill_target(&mut spec.target, m);
+    spec.limits = spec.limits.clone().or(m.settings.limits.clone());
+    spec.atomic = spec.atomic.clone().or(m.settings.generations.clone());
 }
 
-/// A mirror's target and its options, where the command line did not set them.
-fn fill_target(target: &mut TargetArgs, m: &config::Mirror) {
+/// A mirror's target, and its settings under the command line's.
+fn fill_target(target: &mut TargetArgs, m: &config::MirrorSpec) {
     target.target_arg = Some(m.target.clone());
-    if target.backend == BackendKind::Auto {
-        target.backend = match m.backend {
-            config::BackendName::Auto => BackendKind::Auto,
-            config::BackendName::Local => BackendKind::Local,
-            config::BackendName::Nfs => BackendKind::Nfs,
-            config::BackendName::S3 => BackendKind::S3,
-        };
-    }
-    target.jobs = target.jobs.or(m.jobs);
-    target.lookup_jobs = target.lookup_jobs.or(m.lookup_jobs);
-    target.write_jobs = target.write_jobs.or(m.write_jobs);
-    target.fsync |= m.fsync;
-    target.endpoint = target.endpoint.clone().or_else(|| m.endpoint.clone());
-    target.region = target.region.clone().or_else(|| m.region.clone());
-    target.allow_http |= m.allow_http;
+    target.settings = target.settings.clone().or(m.settings.target.clone());
 }
 
 /// Run `f` for each invocation. One invocation: its error is the command's. Several (mirrors):
@@ -221,6 +191,26 @@ pub(crate) fn check_selection(
     Ok(select.check_selects_some(repo, rev, resolved, recurse_submodules)?)
 }
 
+/// What `sync` and `plan` work with: the revision, the repository (a URL's cache brought up to
+/// date) and the target opened.
+pub(crate) struct Opened {
+    pub(crate) rev: String,
+    pub(crate) repo: Repo,
+    pub(crate) target: treesync::Opened,
+}
+
+/// Open what `spec` names; a selection that selects nothing is refused before the target is
+/// opened.
+pub(crate) fn open(spec: &SyncSpec) -> anyhow::Result<Opened> {
+    let source = &spec.source;
+    let rev = source.rev()?;
+    let select = source.select()?;
+    let repo = open_repo(source.repo(), source.cache.cache_dir.as_deref(), std::slice::from_ref(&rev))?;
+    check_selection(&repo, &rev, &select, source.content.recurse_submodules.unwrap_or_default())?;
+    let target = make_backend(&spec.target)?;
+    Ok(Opened { rev, repo, target })
+}
+
 /// The async runtime of one command.
 pub(crate) fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
     // Blocking filesystem work runs on tokio's blocking pool; the async side is light, so one
@@ -253,59 +243,35 @@ pub(crate) fn place_hint<T>(
     })
 }
 
-/// The generations of a directory or nfs:// target opened as `opened` ([`make_backend`],
-/// [`treesync::generations_of`]: the backend it chose stands, the mount table is not read
-/// again): the host, or why this kind of target cannot be kept in generations (an error only
-/// `--atomic` reports).
-pub(crate) fn generations(
+/// What kind of place the target opened as `opened` is for `intent` ([`treesync::Place::of`]:
+/// the one decision about generations; the backend [`make_backend`] chose stands, the mount
+/// table is not read again).
+pub(crate) fn place(
     args: &TargetArgs,
-    opened: &treesync::Opened,
-) -> anyhow::Result<Result<std::sync::Arc<dyn treesync_core::generation::Host>, treesync::OpenError>> {
-    Ok(treesync::generations_of(&treesync::Target::parse(args.target())?, opened, &target_options(args)))
-}
-
-/// Where a command that reads the target looks: the target, or, for a target kept in
-/// generations, its current generation (with the host, for `status`).
-pub(crate) struct Reading {
-    /// The backend to read.
-    pub(crate) backend: std::sync::Arc<dyn treesync_core::Backend>,
-    /// The target's generations, when it is kept in them.
-    pub(crate) host: Option<std::sync::Arc<dyn treesync_core::generation::Host>>,
-}
-
-/// The backend a reading command (status, verify) uses: the current generation of a target
-/// kept in generations, else the target's own.
-pub(crate) fn reading(
-    args: &TargetArgs,
-    opened: &treesync::Opened,
+    opened: treesync::Opened,
+    intent: treesync::Intent,
     rt: &tokio::runtime::Runtime,
-) -> anyhow::Result<Reading> {
-    use treesync_core::generation;
-    if let Ok(host) = generations(args, opened)?
-        && rt.block_on(generation::has_home(&*host))?
-    {
-        if let Some(current) = rt.block_on(generation::current_backend(&*host))? {
-            return Ok(Reading { backend: current, host: Some(host) });
-        }
-        return Ok(Reading { backend: opened.backend.clone(), host: Some(host) });
+) -> anyhow::Result<treesync::Place> {
+    let target = treesync::Target::parse(args.target())?;
+    rt.block_on(treesync::Place::of(&target, opened, &target_options(args), intent)).map_err(|e| match e {
+        treesync::PlaceError::Open(e) => e.into(),
+        treesync::PlaceError::Generations(e) => unwrapped(e),
+        e => e.into(),
+    })
+}
+
+/// A failure of an operation on a [`treesync::Place`] as the error the core gave it, so that
+/// exit codes and hints see the sync's or the verify's own error.
+pub(crate) fn unwrapped(e: treesync_core::generation::Error) -> anyhow::Error {
+    use treesync_core::{generation, sync};
+    match e {
+        generation::Error::Sync(sync::Error::Verify(e)) => e.into(),
+        generation::Error::Sync(e) => e.into(),
+        e => e.into(),
     }
-    Ok(Reading { backend: opened.backend.clone(), host: None })
 }
 
 /// The library's target options, from the flags.
 pub(crate) fn target_options(args: &TargetArgs) -> treesync::TargetOptions {
-    treesync::TargetOptions {
-        backend: args.backend.into(),
-        jobs: args.jobs,
-        batch: args.batch,
-        write_jobs: args.write_jobs,
-        lookup_jobs: args.lookup_jobs,
-        fsync: args.fsync,
-        s3: treesync_backend_s3::Config {
-            endpoint: args.endpoint.clone(),
-            region: args.region.clone(),
-            allow_http: args.allow_http,
-            ..Default::default()
-        },
-    }
+    args.settings.options()
 }

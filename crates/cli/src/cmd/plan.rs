@@ -4,7 +4,7 @@ use anyhow::Context;
 use serde::Serialize;
 use treesync_core::{ObjectId, Plan, sync};
 
-use super::{generations, make_backend, open_repo, runtime};
+use super::runtime;
 use crate::args::PlanArgs;
 use crate::render::{print_json, print_plan, print_replaced, short};
 
@@ -45,44 +45,27 @@ pub(crate) struct PlanOutput<'a> {
 }
 
 pub(crate) fn run(args: PlanArgs) -> anyhow::Result<()> {
-    let rev = args.source.rev()?;
-    let select = args.source.select()?;
-    let repo = open_repo(args.source.repo(), args.source.cache_dir.as_deref(), std::slice::from_ref(&rev))?;
-    super::check_selection(&repo, &rev, &select, args.source.recurse_submodules)?;
-    let opened = make_backend(&args.target)?;
-    let mut backend = opened.backend.clone();
+    let super::Opened { rev, repo, target: opened } = super::open(&args.spec)?;
     let rt = runtime()?;
     // A target kept in generations (or becoming so with --atomic): plan from the generation
     // the next sync would bring up to date.
+    let place = super::place(&args.spec.target, opened, treesync::Intent::Write(args.spec.atomic.wanted()), &rt)?;
+    let mut backend = place.opened.backend.clone();
     let mut note = None;
-    if let Ok(host) = generations(&args.target, &opened)? {
-        use treesync_core::generation;
-        let kept = rt.block_on(generation::kept(&*host))?;
-        if args.atomic.wanted().unwrap_or(kept) {
-            let options = args.atomic.options(sync::Options::default());
-            match rt.block_on(generation::preview(&*host, &options))? {
-                Some(at) => {
-                    backend = host.open(&at);
-                    note = Some(format!(
-                        "planned from the generation at {backend} (--atomic: the sync prepares it, then switches the target)"
-                    ));
-                }
-                None => note = Some(format!("--atomic: the first generation of {host} is a full checkout")),
+    if let (true, Some(host)) = (place.is_atomic(), place.host()) {
+        let options = args.spec.atomic.options(sync::Options::default());
+        match rt.block_on(place.planned_from(&options)).map_err(super::unwrapped)? {
+            Some(from) => {
+                backend = from;
+                note = Some(format!(
+                    "planned from the generation at {backend} (--atomic: the sync prepares it, then switches the target)"
+                ));
             }
+            None => note = Some(format!("--atomic: the first generation of {host} is a full checkout")),
         }
-    } else if args.atomic.atomic {
-        generations(&args.target, &opened)?.map(|_| ())?;
     }
-    let options = sync::PrepareOptions {
-        force: args.force,
-        create: false,
-        limits: args.limits.limits(),
-        recurse_submodules: args.source.recurse_submodules,
-        select,
-        export: args.source.export,
-        lfs: args.source.lfs.unwrap_or_default(),
-    };
-    let target = treesync::Target::parse(args.target.target())?;
+    let options = sync::PrepareOptions { force: args.force, ..args.spec.settings().prepare_options()? };
+    let target = treesync::Target::parse(args.spec.target.target())?;
     treesync::check_place(&target, &repo, args.force)?;
     let prepared = super::place_hint(
         rt.block_on(sync::prepare(&repo, &rev, &*backend, &options)).map_err(Into::into),

@@ -4,7 +4,7 @@ use anyhow::Context;
 use serde::Serialize;
 use treesync_core::sync;
 
-use super::{make_backend, reading, runtime};
+use super::{make_backend, place, runtime};
 use crate::args::StatusArgs;
 use crate::exit_code;
 use crate::render::{BackendInfo, human_age, one_line, print_json, short};
@@ -57,11 +57,12 @@ pub(crate) enum StatusRow {
 /// failure of the read (`status --all` names the mirror instead).
 fn read(args: &StatusArgs, rt: &tokio::runtime::Runtime, say_what: bool) -> anyhow::Result<StatusOutput> {
     let chosen = make_backend(&args.target)?;
-    let read = reading(&args.target, &chosen, rt)?;
-    let status = rt.block_on(sync::status(&*read.backend));
+    let place = place(&args.target, chosen.clone(), treesync::Intent::Read, rt)?;
+    let reader = rt.block_on(place.reader())?;
+    let status = rt.block_on(sync::status(&*reader));
     let status =
         if say_what { status.with_context(|| format!("reading the status of {}", chosen.backend))? } else { status? };
-    let generations = match &read.host {
+    let generations = match place.host() {
         Some(h) => rt.block_on(treesync_core::generation::status(&**h))?,
         None => None,
     };

@@ -8,10 +8,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use anyhow::Context;
 use serde::Serialize;
-use treesync_core::generation::{self, Host};
+use treesync_core::generation;
 use treesync_core::{apply, sync};
 
-use super::{generations, make_backend, open_repo, runtime};
+use super::runtime;
 use crate::args::SyncArgs;
 use crate::render::{BackendInfo, human_bytes, print_json, print_replaced, short};
 
@@ -37,58 +37,20 @@ pub(crate) struct SyncOutput<'a> {
     pub(crate) left_generations: Option<&'a generation::LeaveOutcome>,
 }
 
-/// Whether this sync keeps the target in generations: `--atomic`/`--no-atomic`, else what the
-/// target is. The host, when the target is or becomes atomic, or has generations to leave.
-fn decide(
-    args: &SyncArgs,
-    opened: &treesync::Opened,
-    rt: &tokio::runtime::Runtime,
-) -> anyhow::Result<(bool, Option<std::sync::Arc<dyn Host>>)> {
-    let host = generations(&args.target, opened)?;
-    match (args.atomic.wanted(), host) {
-        (Some(true), Ok(h)) => Ok((true, Some(h))),
-        (Some(true), Err(e)) => Err(e.into()),
-        (_, Err(_)) => Ok((false, None)),
-        (wanted, Ok(h)) => {
-            if !rt.block_on(generation::has_home(&*h))? {
-                if wanted.is_none() {
-                    rt.block_on(generation::orphaned(&*h, &*opened.backend))?;
-                }
-                // --no-atomic on a generation whose home is gone: leaving makes it plain.
-                return Ok((false, (wanted == Some(false)).then_some(h)));
-            }
-            let kept = rt.block_on(generation::kept(&*h))?;
-            Ok((wanted.unwrap_or(kept), Some(h)))
-        }
-    }
-}
-
 pub(crate) fn run(args: SyncArgs) -> anyhow::Result<()> {
-    let rev = args.source.rev()?;
-    let select = args.source.select()?;
-    let repo = open_repo(args.source.repo(), args.source.cache_dir.as_deref(), std::slice::from_ref(&rev))?;
-    super::check_selection(&repo, &rev, &select, args.source.recurse_submodules)?;
-    let chosen = make_backend(&args.target)?;
-    let target = treesync::Target::parse(args.target.target())?;
+    let super::Opened { rev, repo, target: chosen } = super::open(&args.spec)?;
+    let target = treesync::Target::parse(args.spec.target.target())?;
     treesync::check_place(&target, &repo, args.force)?;
     let backend = chosen.backend.clone();
     let options = sync::Options {
         force: args.force,
         dry_run: args.dry_run,
-        apply: apply::Options { jobs: args.target.jobs, batch: args.target.batch },
-        backend_name: chosen.label(),
-        lease: None,
         break_lock: args.break_lock,
         lock_wait: args.wait,
-        git_worktree: args.git_worktree.then(|| PathBuf::from(args.target.target())),
-        limits: args.limits.limits(),
-        recurse_submodules: args.source.recurse_submodules,
-        select,
-        export: args.source.export,
-        lfs: args.source.lfs.unwrap_or_default(),
+        git_worktree: args.git_worktree.then(|| PathBuf::from(args.spec.target.target())),
         // One target per process: nothing to share a plan with.
         plans: None,
-        stream_chunk: None,
+        ..treesync::Settings { hooks: args.hooks.settings.clone(), ..args.spec.settings() }.sync_options(&chosen)?
     };
     anyhow::ensure!(
         !args.git_worktree || !matches!(chosen.kind, treesync::BackendKind::S3 | treesync::BackendKind::Memory),
@@ -126,24 +88,20 @@ pub(crate) fn run(args: SyncArgs) -> anyhow::Result<()> {
             }),
         )?
     };
-    let (atomic, host) = decide(&args, &chosen, &rt)?;
+    let mut place =
+        super::place(&args.spec.target, chosen.clone(), treesync::Intent::Write(args.spec.atomic.wanted()), &rt)?;
     anyhow::ensure!(
-        !(atomic && args.git_worktree),
+        !(place.is_atomic() && args.git_worktree),
         "--git-worktree cannot keep a git clone in generations: the clone's .git is in one directory, and --atomic switches the target between several\n  hint: sync the clone without --atomic, or keep a separate target with --atomic"
     );
-    let generation_options = args.atomic.options(options.clone());
+    let generation_options = args.spec.atomic.options(options.clone());
     let mut left = None;
-    if let (false, Some(h)) = (atomic, &host)
-        && !args.dry_run
-    {
-        left = Some(
-            rt.block_on(generation::leave(&**h, &generation_options))
-                .with_context(|| format!("leaving the generations of {h} (--no-atomic)"))?,
-        );
+    if let (Some(h), false) = (place.host().cloned().filter(|_| !place.is_atomic()), args.dry_run) {
+        left = rt
+            .block_on(place.leave(&generation_options))
+            .with_context(|| format!("leaving the generations of {h} (--no-atomic)"))?;
     }
-    let atomic_host = host.filter(|_| atomic);
-    let mut generated = None;
-    let outcome = rt.block_on(async {
+    let synced = rt.block_on(async {
         let flag = interrupt.clone();
         tokio::spawn(async move {
             if tokio::signal::ctrl_c().await.is_ok() {
@@ -154,28 +112,17 @@ pub(crate) fn run(args: SyncArgs) -> anyhow::Result<()> {
                 }
             }
         });
-        match &atomic_host {
-            Some(h) => generation::sync(&repo, &rev, &**h, &generation_options, &progress, &interrupt)
-                .await
-                .map(|g| {
-                    let s = g.sync.clone();
-                    generated = Some(g);
-                    s
-                })
-                .map_err(anyhow::Error::from),
-            None => {
-                sync::sync(&repo, &rev, &*backend, &options, &progress, &interrupt).await.map_err(anyhow::Error::from)
-            }
-        }
+        place.sync(&repo, &rev, &generation_options, &progress, &interrupt).await
     });
     if let Some(bar) = &bar {
         bar.finish_and_clear();
     }
-    let outcome = super::place_hint(outcome, &target, &repo);
-    let outcome = match &atomic_host {
-        Some(h) => outcome.with_context(|| format!("syncing {rev} to {h} (--atomic)"))?,
-        None => outcome.with_context(|| format!("syncing {rev} to {backend}"))?,
+    let synced = super::place_hint(synced.map_err(super::unwrapped), &target, &repo);
+    let synced = match place.host().filter(|_| place.is_atomic()) {
+        Some(h) => synced.with_context(|| format!("syncing {rev} to {h} (--atomic)"))?,
+        None => synced.with_context(|| format!("syncing {rev} to {backend}"))?,
     };
+    let (outcome, generated) = (synced.outcome, synced.generation);
     let cost = backend.cost();
     let output = SyncOutput {
         outcome: &outcome,
@@ -186,7 +133,7 @@ pub(crate) fn run(args: SyncArgs) -> anyhow::Result<()> {
         left_generations: left.as_ref(),
     };
     let job = (!hooks.is_empty() && super::hooks::wanted(&outcome))
-        .then(|| super::hooks::job(&outcome, &args.target, &args.hooks, &output));
+        .then(|| super::hooks::job(&outcome, &args.spec.target, &args.hooks, &output));
     if args.json {
         print_json(&output)?;
     } else if !args.quiet {

@@ -10,7 +10,7 @@ use treesync_core::slice;
 use treesync_core::verify::{self, Drift, Level, Report};
 use treesync_core::{OpCounts, sync};
 
-use super::{make_backend, open_repo, reading, runtime};
+use super::{make_backend, open_repo, place, runtime, unwrapped};
 use crate::args::{LevelArg, OracleArg, VerifyArgs};
 use crate::render::{human_age, human_bytes, print_json, print_plan, short};
 
@@ -38,8 +38,11 @@ pub(crate) struct VerifyOutput<'a> {
 }
 
 pub(crate) fn run(args: VerifyArgs) -> anyhow::Result<ExitCode> {
-    let repo =
-        open_repo(args.repo.as_deref().expect("clap or the config file sets --repo"), args.cache_dir.as_deref(), &[])?;
+    let repo = open_repo(
+        args.repo.as_deref().expect("clap or the config file sets --repo"),
+        args.cache.cache_dir.as_deref(),
+        &[],
+    )?;
     let chosen = make_backend(&args.target)?;
     let level = match args.level {
         LevelArg::Quick => Level::Quick,
@@ -49,9 +52,8 @@ pub(crate) fn run(args: VerifyArgs) -> anyhow::Result<ExitCode> {
     let rt = runtime()?;
     // A target kept in generations: its current generation is verified, and a repair prepares
     // the next one and switches (never writing into the current one).
-    let read = reading(&args.target, &chosen, &rt)?;
-    let backend = read.backend.clone();
-    let host = read.host.clone();
+    let place = place(&args.target, chosen.clone(), treesync::Intent::Read, &rt)?;
+    let backend = rt.block_on(place.reader()).map_err(unwrapped)?;
     let ctx = || format!("verifying {backend}");
     // One slice of the tree: the one named, or the next of the rolling position.
     let slice = match args.slice {
@@ -77,38 +79,30 @@ pub(crate) fn run(args: VerifyArgs) -> anyhow::Result<ExitCode> {
             slice,
             sync: sync::Options { backend_name: chosen.label(), limits: args.limits.limits(), ..Default::default() },
         };
-        let out = match &host {
-            Some(h) if rt.block_on(treesync_core::generation::kept(&**h))? => {
-                let g = treesync_core::generation::Options { sync: options.sync.clone(), ..Default::default() };
-                rt.block_on(treesync_core::generation::repair(
-                    &repo,
-                    &**h,
-                    &g,
-                    &options,
-                    &|_| {},
-                    &AtomicBool::new(false),
-                ))
-                .map(|o| {
-                    for n in &o.notes {
-                        eprintln!("note: {n}");
-                    }
-                    if let Some(s) = &o.prepared {
-                        eprintln!("repaired into generation {s} and switched the target to it ({})", o.switch);
-                    }
-                    o.repair
-                })
-                .with_context(|| format!("repairing {h} (a new generation, then a switch)"))
-            }
-            _ => rt
-                .block_on(sync::repair(&repo, &*backend, &options, &|_| {}, &AtomicBool::new(false)))
-                .with_context(|| format!("repairing {backend}")),
+        let repaired = rt.block_on(place.repair(&repo, &options, &|_| {}, &AtomicBool::new(false)));
+        let out = repaired
+            .map(|r| {
+                for n in r.generation.iter().flat_map(|g| &g.notes) {
+                    eprintln!("note: {n}");
+                }
+                if let Some(g) = &r.generation
+                    && let Some(s) = &g.prepared
+                {
+                    eprintln!("repaired into generation {s} and switched the target to it ({})", g.switch);
+                }
+                r.outcome
+            })
+            .map_err(unwrapped);
+        let out = match place.host().filter(|_| place.is_atomic()) {
+            Some(h) => out.with_context(|| format!("repairing {h} (a new generation, then a switch)")),
+            None => out.with_context(|| format!("repairing {backend}")),
         };
         (Some(out), None)
     } else {
         let limits = args.limits.limits();
         let report = match args.oracle {
-            OracleArg::Git => rt.block_on(verify::verify_by_git(&repo, &*backend, limits)),
-            OracleArg::Treesync => rt.block_on(verify::verify_slice(&repo, &*backend, level, limits, slice)),
+            OracleArg::Git => rt.block_on(verify::verify_by_git(&repo, &*backend, limits)).map_err(anyhow::Error::from),
+            OracleArg::Treesync => rt.block_on(place.verify(&repo, level, limits, slice)).map_err(unwrapped),
         };
         (None, Some(report.with_context(ctx)))
     };
@@ -126,7 +120,8 @@ pub(crate) fn run(args: VerifyArgs) -> anyhow::Result<ExitCode> {
     // the last full cycle completed.
     if let (Some(s), Some(r)) = (slice, report_mut.slice.as_mut()) {
         let now = treesync_core::state::now_unix();
-        let current = if host.is_some() { reading(&args.target, &chosen, &rt)?.backend } else { backend.clone() };
+        let current =
+            if place.host().is_some() { rt.block_on(place.reader()).map_err(unwrapped)? } else { backend.clone() };
         if rolling && !args.dry_run {
             let after = rt.block_on(slice::finish(&*current, s, now)).with_context(ctx)?;
             (r.next, r.last_full_cycle_unix) = (Some(after.next), after.last_full_cycle_unix);
@@ -162,6 +157,19 @@ pub(crate) fn run(args: VerifyArgs) -> anyhow::Result<ExitCode> {
         })?;
         return Ok(if clean { ExitCode::SUCCESS } else { ExitCode::from(1) });
     }
+    print_text(report, &*backend, finished, repaired, clean);
+    Ok(if clean { ExitCode::SUCCESS } else { ExitCode::from(1) })
+}
+
+/// The verdict for people: what a repair finished first, each drift, the slice, the summary
+/// line, the oracle and what a repair did.
+fn print_text(
+    report: &Report,
+    backend: &dyn treesync_core::Backend,
+    finished: Option<&sync::Outcome>,
+    repaired: Option<OpCounts>,
+    clean: bool,
+) {
     if let Some(f) = finished {
         println!(
             "finished the interrupted sync to {} first: {}, {}",
@@ -237,5 +245,4 @@ pub(crate) fn run(args: VerifyArgs) -> anyhow::Result<ExitCode> {
             if clean { "clean" } else { "STILL DRIFTING (extra entries need --delete-extra)" }
         );
     }
-    Ok(if clean { ExitCode::SUCCESS } else { ExitCode::from(1) })
 }

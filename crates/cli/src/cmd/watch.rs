@@ -10,12 +10,12 @@ use std::time::SystemTime;
 use anyhow::Context;
 use serde::Serialize;
 use treesync_core::duration::rfc3339;
-use treesync_core::generation::{self, Host};
+use treesync_core::generation;
 use treesync_core::path::quote;
+use treesync_core::{Repo, sync};
 use treesync_watch::watch::{self, Event};
-use treesync_core::{Repo, apply, sync};
 
-use super::{generations, make_backend, remote, runtime};
+use super::{make_backend, remote, runtime};
 use crate::args::WatchArgs;
 use crate::exit_code;
 use crate::monitor::{self, Monitor, notify::Notifier, probe::Probe};
@@ -41,7 +41,7 @@ pub(crate) fn run(runs: Vec<(Option<String>, WatchArgs)>) -> anyhow::Result<Exit
     let monitor = Monitor::new();
     let mirrors: Vec<_> = runs
         .iter()
-        .map(|(name, args)| monitor.mirror(name.as_deref().or(args.source.rev.as_deref()).unwrap_or_default()))
+        .map(|(name, args)| monitor.mirror(name.as_deref().or(args.spec.source.rev.as_deref()).unwrap_or_default()))
         .collect();
     let metrics_addr = runs.iter().find_map(|(_, a)| a.metrics_addr);
     let notifier = Notifier::from_env()?.map(Arc::new);
@@ -101,9 +101,10 @@ struct Prepared {
     repo: Repo,
     /// The repository's git directory, canonical: mirrors with the same one form a group.
     git_dir: PathBuf,
-    backend: Arc<dyn treesync_core::Backend>,
-    /// Set when the target is kept in generations (`--atomic`).
-    generations: Option<(Arc<dyn Host>, generation::Options)>,
+    /// The target, plain or kept in generations (`--atomic`).
+    place: treesync::Place,
+    /// The options of its generations, when it is kept in them.
+    generations: generation::Options,
     options: watch::Options,
     /// Where its group learns that the refs moved, for a URL: the remote. For a local
     /// repository the group's origin is made once for all its mirrors' refs
@@ -127,34 +128,25 @@ async fn prepare(
     plans: &Arc<treesync_core::plan::Cache>,
 ) -> anyhow::Result<Prepared> {
     let tag = name.as_ref().map(|n| format!("[{n}] ")).unwrap_or_default();
-    let rev = args.source.rev().with_context(|| format!("{tag}choosing the revision"))?;
-    let select = args.source.select()?;
+    let rev = args.spec.source.rev().with_context(|| format!("{tag}choosing the revision"))?;
+    let select = args.spec.source.select()?;
     // A URL: the origin is the remote (each look asks the server, fetches what moved), the
     // repository the cache's.
-    let remote = remote(args.source.repo(), args.source.cache_dir.as_deref())
+    let remote = remote(args.spec.source.repo(), args.spec.source.cache.cache_dir.as_deref())
         .with_context(|| format!("{tag}opening the repository's cache"))?;
-    let repo = Repo::open(remote.as_ref().map_or(args.source.repo(), |r| r.path()))
+    let repo = Repo::open(remote.as_ref().map_or(args.spec.source.repo(), |r| r.path()))
         .with_context(|| format!("{tag}opening the repository"))?;
     // A selection that selects nothing of the commit there now: refused before the first sync.
-    super::check_selection(&repo, &rev, &select, args.source.recurse_submodules)?;
-    let chosen = make_backend(&args.target).with_context(|| format!("{tag}opening the target"))?;
+    super::check_selection(&repo, &rev, &select, args.spec.source.content.recurse_submodules.unwrap_or_default())?;
+    let chosen = make_backend(&args.spec.target).with_context(|| format!("{tag}opening the target"))?;
     let remote = remote.map(|r| Arc::new(r) as Arc<dyn watch::Origin>);
+    let settings = treesync::Settings { watch: args.watch.clone(), ..args.spec.settings() };
     let options = watch::Options {
-        interval: args.interval.unwrap_or(watch::DEFAULT_INTERVAL),
-        verify_every: args.verify_every,
-        verify_slices: args.verify_slices,
-        repair: args.repair,
-        sync: sync::Options {
-            apply: apply::Options { jobs: args.target.jobs, batch: args.target.batch },
-            backend_name: chosen.label(),
-            limits: args.limits.limits(),
-            recurse_submodules: args.source.recurse_submodules,
-            select,
-            export: args.source.export,
-            lfs: args.source.lfs.unwrap_or_default(),
-            plans: Some(plans.clone()),
-            ..Default::default()
-        },
+        interval: settings.watch.interval.unwrap_or(watch::DEFAULT_INTERVAL),
+        verify_every: settings.watch.verify_every(),
+        verify_slices: settings.watch.verify_slices,
+        repair: settings.watch.repair.unwrap_or_default(),
+        sync: sync::Options { plans: Some(plans.clone()), ..settings.sync_options(&chosen)? },
         // The monitor (--metrics-addr, systemd) hears each batch of a sync.
         on_progress: Some(mirror.on_progress()),
         ..Default::default()
@@ -167,33 +159,18 @@ async fn prepare(
         super::hooks::start(&args.hooks, Arc::new(on_report)).with_context(|| format!("{tag}starting the hooks"))?
     };
     // --atomic, or a target kept in generations: every sync prepares a generation and switches.
-    let host = generations(&args.target, &chosen)?;
-    let atomic = match (&host, args.atomic.wanted()) {
-        (Ok(_), Some(w)) => w,
-        (Err(e), Some(true)) => anyhow::bail!("{tag}{e}"),
-        (Ok(h), None) => {
-            if !generation::has_home(&**h).await? {
-                generation::orphaned(&**h, &*chosen.backend).await?;
-            }
-            generation::kept(&**h).await?
-        }
-        (Err(_), _) => false,
-    };
-    let generations = match host {
-        Ok(h) if atomic => {
-            let g = args.atomic.options(options.sync.clone());
-            Some((h, g))
-        }
-        Ok(h) if generation::has_home(&*h).await? => {
-            let g = args.atomic.options(options.sync.clone());
-            let left = generation::leave(&*h, &g).await?;
-            if left.restored {
-                eprintln!("{tag}the target is a plain directory again (--no-atomic)");
-            }
-            None
-        }
-        _ => None,
-    };
+    let target = treesync::Target::parse(args.spec.target.target())?;
+    let intent = treesync::Intent::Write(args.spec.atomic.wanted());
+    let mut place = treesync::Place::of(&target, chosen.clone(), &args.spec.target.settings.options(), intent)
+        .await
+        .map_err(|e| match e {
+            treesync::PlaceError::Generations(e) => super::unwrapped(e),
+            e => anyhow::anyhow!("{tag}{e}"),
+        })?;
+    let generations = args.spec.atomic.options(options.sync.clone());
+    if place.leave(&generations).await?.is_some_and(|left| left.restored) {
+        eprintln!("{tag}the target is a plain directory again (--no-atomic)");
+    }
     let git_dir = std::fs::canonicalize(repo.git_dir()).unwrap_or_else(|_| repo.git_dir());
     Ok(Prepared {
         name,
@@ -201,15 +178,15 @@ async fn prepare(
         rev,
         repo,
         git_dir,
-        backend: chosen.backend.clone(),
+        place,
         generations,
         options,
         remote,
-        poll: args.poll,
+        poll: args.watch.poll.unwrap_or_default(),
         mirror,
         hooks,
         hook_args: args.hooks,
-        target: args.target,
+        target: args.spec.target,
         chosen,
     })
 }
@@ -219,10 +196,7 @@ async fn watch_prepared(ready: &[Prepared], interrupt: &AtomicBool) {
     let mut groups: Vec<watch::Group<'_>> = Vec::new();
     let mut group_dirs: Vec<&PathBuf> = Vec::new();
     for (i, p) in ready.iter().enumerate() {
-        let place = match &p.generations {
-            Some((host, g)) => watch::Place::Generations(&**host, g),
-            None => watch::Place::Plain(&*p.backend),
-        };
+        let place = p.place.watched(&p.generations);
         // The engine names mirrors by a string: the index keeps the command line's unnamed one
         // apart from the config's names.
         let mirror = watch::Mirror { name: i.to_string(), rev: p.rev.clone(), place, options: p.options.clone() };
