@@ -15,7 +15,7 @@ use schemars::generate::SchemaSettings;
 use schemars::{JsonSchema, Schema};
 use serde_json::{Map, Value};
 
-use crate::cmd::{adopt::AdoptOutput, plan::PlanOutput, status::StatusOutput, sync::SyncOutput};
+use crate::cmd::{adopt::AdoptOutput, document::SyncOutput, plan::PlanOutput, status::StatusOutput};
 use crate::cmd::{verify::VerifyOutput, watch::WatchLine};
 
 /// One document: its file name, its title and description, and its schema.

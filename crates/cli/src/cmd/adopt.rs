@@ -5,7 +5,7 @@ use std::process::ExitCode;
 use serde::Serialize;
 use treesync_core::adopt;
 
-use super::runtime;
+use super::common::runtime;
 use crate::args::AdoptArgs;
 use crate::render::{print_json, short};
 

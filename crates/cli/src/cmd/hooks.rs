@@ -4,10 +4,10 @@
 
 use std::collections::BTreeMap;
 
-use treesync_watch::hook::{Job, OnReport, Report, Runner, Verdict};
 use treesync_core::sync;
+use treesync_watch::hook::{Job, OnReport, Report, Runner, Verdict};
 
-use super::sync::SyncOutput;
+use super::document::SyncOutput;
 use crate::args::{HookArgs, TargetArgs};
 use crate::render::{BackendInfo, short};
 

@@ -4,7 +4,7 @@ use anyhow::Context;
 use serde::Serialize;
 use treesync_core::{ObjectId, Plan, sync};
 
-use super::runtime;
+use super::common::runtime;
 use crate::args::PlanArgs;
 use crate::render::{print_json, print_plan, print_replaced, short};
 
@@ -45,16 +45,17 @@ pub(crate) struct PlanOutput<'a> {
 }
 
 pub(crate) fn run(args: PlanArgs) -> anyhow::Result<()> {
-    let super::Opened { rev, repo, target: opened } = super::open(&args.spec)?;
+    let super::common::Opened { rev, repo, target: opened } = super::common::open(&args.spec)?;
     let rt = runtime()?;
     // A target kept in generations (or becoming so with --atomic): plan from the generation
     // the next sync would bring up to date.
-    let place = super::place(&args.spec.target, opened, treesync::Intent::Write(args.spec.atomic.wanted()), &rt)?;
+    let place =
+        super::common::place(&args.spec.target, opened, treesync::Intent::Write(args.spec.atomic.wanted()), &rt)?;
     let mut backend = place.opened.backend.clone();
     let mut note = None;
     if let (true, Some(host)) = (place.is_atomic(), place.host()) {
         let options = args.spec.atomic.options(sync::Options::default());
-        match rt.block_on(place.planned_from(&options)).map_err(super::unwrapped)? {
+        match rt.block_on(place.planned_from(&options)).map_err(super::common::unwrapped)? {
             Some(from) => {
                 backend = from;
                 note = Some(format!(
@@ -67,7 +68,7 @@ pub(crate) fn run(args: PlanArgs) -> anyhow::Result<()> {
     let options = sync::PrepareOptions { force: args.force, ..args.spec.settings().prepare_options()? };
     let target = treesync::Target::parse(args.spec.target.target())?;
     treesync::check_place(&target, &repo, args.force)?;
-    let prepared = super::place_hint(
+    let prepared = super::common::place_hint(
         rt.block_on(sync::prepare(&repo, &rev, &*backend, &options)).map_err(Into::into),
         &target,
         &repo,

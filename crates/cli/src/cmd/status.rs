@@ -4,9 +4,9 @@ use anyhow::Context;
 use serde::Serialize;
 use treesync_core::sync;
 
-use super::{make_backend, place, runtime};
+use super::common::{make_backend, place, runtime};
 use crate::args::StatusArgs;
-use crate::exit_code;
+use crate::exit::exit_code;
 use crate::render::{BackendInfo, human_age, one_line, print_json, short};
 
 /// `status --json`: the target's status and the backend that serves it now.

@@ -1,44 +1,21 @@
 //! `treesync sync`: bring the target to a commit.
 
-use std::collections::BTreeMap;
 use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use anyhow::Context;
-use serde::Serialize;
 use treesync_core::generation;
 use treesync_core::{apply, sync};
 
-use super::runtime;
+use super::common::runtime;
+use super::document::SyncOutput;
 use crate::args::SyncArgs;
 use crate::render::{BackendInfo, human_bytes, print_json, print_replaced, short};
 
-/// `sync --json`: the sync's outcome, the backend that ran it and what it cost.
-#[derive(Serialize, schemars::JsonSchema)]
-pub(crate) struct SyncOutput<'a> {
-    #[serde(flatten)]
-    pub(crate) outcome: &'a sync::Outcome,
-    #[serde(flatten)]
-    pub(crate) backend: BackendInfo,
-    /// The backend's cost in the storage's own terms (requests by method, lookups).
-    pub(crate) cost: BTreeMap<&'static str, u64>,
-    /// The NFS budgets; absent for other backends.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) budgets: Option<treesync::BudgetsReport>,
-    /// For a target kept in generations (`--atomic`): which generation was prepared and
-    /// switched to, how, and the generations kept. The fields above describe the sync of that
-    /// generation.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) atomic: Option<&'a generation::Outcome>,
-    /// With `--no-atomic` on a target kept in generations: what leaving them did.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) left_generations: Option<&'a generation::LeaveOutcome>,
-}
-
 pub(crate) fn run(args: SyncArgs) -> anyhow::Result<()> {
-    let super::Opened { rev, repo, target: chosen } = super::open(&args.spec)?;
+    let super::common::Opened { rev, repo, target: chosen } = super::common::open(&args.spec)?;
     let target = treesync::Target::parse(args.spec.target.target())?;
     treesync::check_place(&target, &repo, args.force)?;
     let backend = chosen.backend.clone();
@@ -88,8 +65,12 @@ pub(crate) fn run(args: SyncArgs) -> anyhow::Result<()> {
             }),
         )?
     };
-    let mut place =
-        super::place(&args.spec.target, chosen.clone(), treesync::Intent::Write(args.spec.atomic.wanted()), &rt)?;
+    let mut place = super::common::place(
+        &args.spec.target,
+        chosen.clone(),
+        treesync::Intent::Write(args.spec.atomic.wanted()),
+        &rt,
+    )?;
     anyhow::ensure!(
         !(place.is_atomic() && args.git_worktree),
         "--git-worktree cannot keep a git clone in generations: the clone's .git is in one directory, and --atomic switches the target between several\n  hint: sync the clone without --atomic, or keep a separate target with --atomic"
@@ -117,7 +98,7 @@ pub(crate) fn run(args: SyncArgs) -> anyhow::Result<()> {
     if let Some(bar) = &bar {
         bar.finish_and_clear();
     }
-    let synced = super::place_hint(synced.map_err(super::unwrapped), &target, &repo);
+    let synced = super::common::place_hint(synced.map_err(super::common::unwrapped), &target, &repo);
     let synced = match place.host().filter(|_| place.is_atomic()) {
         Some(h) => synced.with_context(|| format!("syncing {rev} to {h} (--atomic)"))?,
         None => synced.with_context(|| format!("syncing {rev} to {backend}"))?,

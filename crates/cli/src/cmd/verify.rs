@@ -10,7 +10,7 @@ use treesync_core::slice;
 use treesync_core::verify::{self, Drift, Level, Report};
 use treesync_core::{OpCounts, sync};
 
-use super::{make_backend, open_repo, place, runtime, unwrapped};
+use super::common::{make_backend, open_repo, place, runtime, unwrapped};
 use crate::args::{LevelArg, OracleArg, VerifyArgs};
 use crate::render::{human_age, human_bytes, print_json, print_plan, short};
 

@@ -15,9 +15,9 @@ use treesync_core::path::quote;
 use treesync_core::{Repo, sync};
 use treesync_watch::watch::{self, Event};
 
-use super::{make_backend, remote, runtime};
+use super::common::{make_backend, remote, runtime};
 use crate::args::WatchArgs;
-use crate::exit_code;
+use crate::exit::exit_code;
 use crate::monitor::{self, Monitor, notify::Notifier, probe::Probe};
 use crate::render::{error_text, human_bytes, short};
 
@@ -137,7 +137,12 @@ async fn prepare(
     let repo = Repo::open(remote.as_ref().map_or(args.spec.source.repo(), |r| r.path()))
         .with_context(|| format!("{tag}opening the repository"))?;
     // A selection that selects nothing of the commit there now: refused before the first sync.
-    super::check_selection(&repo, &rev, &select, args.spec.source.content.recurse_submodules.unwrap_or_default())?;
+    super::common::check_selection(
+        &repo,
+        &rev,
+        &select,
+        args.spec.source.content.recurse_submodules.unwrap_or_default(),
+    )?;
     let chosen = make_backend(&args.spec.target).with_context(|| format!("{tag}opening the target"))?;
     let remote = remote.map(|r| Arc::new(r) as Arc<dyn watch::Origin>);
     let settings = treesync::Settings { watch: args.watch.clone(), ..args.spec.settings() };
@@ -164,7 +169,7 @@ async fn prepare(
     let mut place = treesync::Place::of(&target, chosen.clone(), &args.spec.target.settings.options(), intent)
         .await
         .map_err(|e| match e {
-            treesync::PlaceError::Generations(e) => super::unwrapped(e),
+            treesync::PlaceError::Generations(e) => super::common::unwrapped(e),
             e => anyhow::anyhow!("{tag}{e}"),
         })?;
     let generations = args.spec.atomic.options(options.sync.clone());

@@ -7,7 +7,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use treesync_core::op::OpKind;
 
-use super::{DURATION_BUCKETS, State, Step};
+use super::state::{DURATION_BUCKETS, State, Step};
 
 /// The `Content-Type` of [`render`]'s text.
 pub(crate) const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";

@@ -12,6 +12,7 @@ pub(crate) mod http;
 mod metrics;
 pub(crate) mod notify;
 pub(crate) mod probe;
+mod state;
 
 use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -21,8 +22,7 @@ use treesync_core::Repo;
 use treesync_core::op::OpCounts;
 use treesync_watch::watch::{Event, OnProgress};
 
-/// Upper bounds (seconds) of the buckets of `treesync_sync_duration_seconds`.
-const DURATION_BUCKETS: [f64; 12] = [0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 120.0, 600.0];
+use state::{DURATION_BUCKETS, State, Step};
 
 /// Every mirror of one `watch` process.
 #[derive(Default)]
@@ -35,43 +35,6 @@ pub(crate) struct Monitor {
 pub(crate) struct Mirror {
     monitor: Arc<Monitor>,
     index: usize,
-}
-
-/// How the last step of a mirror's loop ended.
-#[derive(Debug, Clone, PartialEq)]
-enum Step {
-    /// No step has finished yet.
-    Starting,
-    /// It succeeded (and a verify, if one ran, found no drift or it was repaired).
-    Ok,
-    /// It failed (the message), or its verify found drift that was not repaired.
-    Failed(String),
-}
-
-/// What is known of one mirror.
-struct State {
-    mirror: String,
-    target: String,
-    syncs: u64,
-    failures: u64,
-    verifies: u64,
-    ops: OpCounts,
-    /// Counts of `treesync_sync_duration_seconds` per bucket (not cumulative), then the sum.
-    durations: [u64; DURATION_BUCKETS.len()],
-    durations_over: u64,
-    durations_sum: f64,
-    drift: Option<u64>,
-    last_sync: Option<SystemTime>,
-    commit_time: Option<i64>,
-    behind_since: Option<SystemTime>,
-    step: Step,
-    /// An `error` event came since the step started (the probe's refresh).
-    step_failed: bool,
-    /// The last sign of life of the loop: a step started or ended, progress, an event, a
-    /// slice of its wait.
-    beat: Instant,
-    /// The watch ended (stopped, or could not start): no longer waited for.
-    ended: bool,
 }
 
 impl Monitor {
