@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
-use treesync_backend_nfs::remote::{RemoteHost, RemoteOptions};
+use treesync_backend_nfs::client::{ClientHost, ClientOptions};
 use treesync_core::generation::{self, CloneHow, Host, Switch};
 use treesync_core::sync;
 use treesync_testkit::conformance::History;
@@ -38,8 +38,8 @@ impl Place {
         self.server.url(&format!("{}/site", self.parent))
     }
 
-    fn host(&self) -> RemoteHost {
-        RemoteHost::open(&self.url(), RemoteOptions::default()).expect("valid URL")
+    fn host(&self) -> ClientHost {
+        ClientHost::open(&self.url(), ClientOptions::default()).expect("valid URL")
     }
 
     /// `PARENT` in the exported directory.
@@ -79,7 +79,7 @@ fn atomic(
     rt: &tokio::runtime::Runtime,
     h: &History,
     i: usize,
-    host: &RemoteHost,
+    host: &ClientHost,
     o: &generation::Options,
 ) -> generation::Outcome {
     rt.block_on(generation::sync(&h.repo, &h.commits[i], host, o, &|_| {}, &AtomicBool::new(false)))
@@ -92,7 +92,7 @@ fn assert_tree(h: &History, i: usize, got: &BTreeMap<String, Node>, context: &st
     }
 }
 
-fn calls(host: &RemoteHost) -> BTreeMap<&'static str, u64> {
+fn calls(host: &ClientHost) -> BTreeMap<&'static str, u64> {
     host.calls().into_iter().collect()
 }
 
@@ -191,7 +191,7 @@ fn a_directory_target_becomes_atomic_and_back() {
     let place = Place::new();
     let h = History::random(21, 3);
     let host = place.host();
-    let target = treesync_backend_nfs::remote::open(&place.url(), RemoteOptions::default()).expect("valid URL");
+    let target = treesync_backend_nfs::client::open(&place.url(), ClientOptions::default()).expect("valid URL");
     rt.block_on(treesync_testkit::conformance::sync_to(&h.repo, &h.commits[0], &target)).expect("ordinary sync");
     assert!(std::fs::symlink_metadata(place.dir().join("site")).expect("site").is_dir());
 
@@ -222,7 +222,7 @@ fn a_directory_target_becomes_atomic_and_back() {
 fn a_target_at_the_export_root_is_refused_with_a_hint() {
     let rt = rt();
     let server = Ganesha::shared();
-    let host = RemoteHost::open(&server.url(""), RemoteOptions::default()).expect("valid URL");
+    let host = ClientHost::open(&server.url(""), ClientOptions::default()).expect("valid URL");
     let e = rt.block_on(host.at_target()).expect_err("the export root").to_string();
     assert!(e.contains("root of its export") && e.contains("hint: "), "{e}");
 }

@@ -5,7 +5,7 @@
 //! handle (the target's parent, the home, a directory being copied or removed), never by
 //! resolving a path that could lead through a symlink. The one client of the target's backend
 //! is shared by the host and the backends of its generations: one connection, one count of
-//! calls ([`RemoteHost::calls`]).
+//! calls ([`ClientHost::calls`]).
 //!
 //! | step | calls |
 //! |---|---|
@@ -43,14 +43,14 @@ const LOCK: &[u8] = b"lock";
 const JOBS: usize = 32;
 
 /// The generations of an `nfs://` target: its home `PATH/.NAME.treesync` on the server and
-/// the switch of `NAME` (see the [module docs](self)). Open it with [`RemoteHost::open`].
-pub struct RemoteHost {
+/// the switch of `NAME` (see the [module docs](self)). Open it with [`ClientHost::open`].
+pub struct ClientHost {
     /// The target.
     url: NfsUrl,
     /// The options of every backend it opens.
-    options: RemoteOptions,
+    options: ClientOptions,
     /// The target's own backend; its client is the one every other backend here shares.
-    target: RemoteBackend,
+    target: ClientBackend,
     /// `NAME`.
     name: String,
     /// `.NAME.treesync`.
@@ -61,9 +61,9 @@ pub struct RemoteHost {
 
 struct Places {
     /// Rooted at `PATH`.
-    parent: RemoteBackend,
+    parent: ClientBackend,
     /// Rooted at `PATH/.NAME.treesync`, its lock the file `lock` there.
-    home: RemoteBackend,
+    home: ClientBackend,
 }
 
 /// Whether a REMOVE, RMDIR or RENAME met nothing to do (a call sent again found it done).
@@ -84,11 +84,11 @@ fn valid_slot(name: &[u8]) -> bool {
     !name.is_empty() && name != b"." && name != b".." && !name.contains(&b'/')
 }
 
-impl RemoteBackend {
+impl ClientBackend {
     /// A backend for the directory `path` (absolute on the server) of the same export, with
     /// the same options, sharing this backend's client (connection and counts) and what it
     /// knows of the export when it has connected already (else it connects on its own).
-    fn derive(&self, path: &str, lock_in_root: Option<&'static [u8]>) -> RemoteBackend {
+    fn derive(&self, path: &str, lock_in_root: Option<&'static [u8]>) -> ClientBackend {
         let from = &self.inner;
         let mut url = from.url.clone();
         url.path = path.to_string();
@@ -102,7 +102,7 @@ impl RemoteBackend {
                 let _ = export.set((fh.clone(), rest));
             }
         }
-        RemoteBackend {
+        ClientBackend {
             inner: Arc::new(Inner {
                 url,
                 host: from.host.clone(),
@@ -135,21 +135,21 @@ impl RemoteBackend {
     }
 }
 
-impl RemoteHost {
+impl ClientHost {
     /// The host of the target `url` (`nfs://HOST/EXPORT/PATH/NAME`), whose backends all get
     /// `options`. Nothing is contacted until the first call; a target at the root of its
     /// export is refused then (its home would have to be outside the export).
-    pub fn open(url: &str, options: RemoteOptions) -> Result<RemoteHost, Error> {
+    pub fn open(url: &str, options: ClientOptions) -> Result<ClientHost, Error> {
         let url = NfsUrl::parse(url).map_err(|detail| Error::BadUrl { detail })?;
         let name = url.components().last().map(|c| c.to_string()).expect("an NFS URL has an export path");
-        let mut target = RemoteBackend::new(url.clone(), options.record)?;
+        let mut target = ClientBackend::new(url.clone(), options.record)?;
         Arc::get_mut(&mut target.inner).expect("not shared yet").lease = options.lease;
-        Ok(RemoteHost { home_name: format!(".{name}.treesync"), name, url, options, target, places: OnceCell::new() })
+        Ok(ClientHost { home_name: format!(".{name}.treesync"), name, url, options, target, places: OnceCell::new() })
     }
 
     /// The target's own backend (what [`Host::open`] gives for [`At::Target`], without the
     /// budgets).
-    pub fn target(&self) -> &RemoteBackend {
+    pub fn target(&self) -> &ClientBackend {
         &self.target
     }
 
@@ -371,14 +371,14 @@ struct Item {
     shown: String,
 }
 
-impl fmt::Display for RemoteHost {
+impl fmt::Display for ClientHost {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}", self.url)
     }
 }
 
 #[async_trait]
-impl Host for RemoteHost {
+impl Host for ClientHost {
     fn home_name(&self) -> String {
         self.home_name.clone()
     }
@@ -803,7 +803,7 @@ mod tests {
 
     #[test]
     fn the_home_is_next_to_the_target() {
-        let h = RemoteHost::open("nfs://nas:2049/export/www/site?mountport=20048", RemoteOptions::default())
+        let h = ClientHost::open("nfs://nas:2049/export/www/site?mountport=20048", ClientOptions::default())
             .expect("valid URL");
         assert_eq!(h.home_name(), ".site.treesync");
         assert_eq!(h.parent_path(), "/export/www");
