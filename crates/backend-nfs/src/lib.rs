@@ -243,15 +243,7 @@ impl fmt::Display for NfsBackend {
 #[async_trait]
 impl Backend for NfsBackend {
     fn capabilities(&self) -> Capabilities {
-        let case_sensitive = self.target.case_sensitive();
-        Capabilities {
-            symlinks: true,
-            exec_bit: true,
-            empty_dirs: true,
-            case_sensitive,
-            exclusive_lock: true,
-            aux_store: true,
-        }
+        Capabilities::filesystem(self.target.case_sensitive())
     }
 
     fn cost(&self) -> Vec<(&'static str, u64)> {

@@ -151,18 +151,9 @@ impl Inner {
 
     pub(super) fn lock_blocking(&self, holder: &Holder) -> Result<LockGuard, Error> {
         let home = self.home()?;
-        let path = || self.shown(lockfile::NAME);
-        let held = lockfile::take(home.as_fd(), holder).map_err(|e| match e {
-            TakeError::Open(e) => self.not_a_dir(home.as_fd(), OsStr::new(lockfile::NAME), path(), e),
-            TakeError::Locked(holder) => Error::Locked {
-                holder: holder.map_or_else(
-                    || format!("holder unknown: no holder line treesync wrote in {}", path()),
-                    |h| h.to_string(),
-                ),
-            },
-            TakeError::NotOwnFile => Error::not_own_file(path()),
-            TakeError::Lock(e) => Error::io("lock", path(), io(e)),
-            TakeError::Write(e) => Error::io("write lock file", path(), io(e)),
+        let held = lockfile::take(home.as_fd(), holder).map_err(|e| {
+            let path = self.shown(lockfile::NAME);
+            e.into_error(&path, |e| self.not_a_dir(home.as_fd(), OsStr::new(lockfile::NAME), path.clone(), e))
         })?;
         // A symlink in the home is never a generation nor its tmp: the target's old link that
         // an exchange moved to HOME/SLOT (a run killed before it removed it), or one planted

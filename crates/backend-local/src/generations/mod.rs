@@ -41,7 +41,7 @@ use treesync_core::generation::{At, AtTarget, CloneHow, Cloned, Host, Switch, Sw
 use treesync_core::path::{STATE_DIR, TMP_PREFIX};
 use treesync_core::state::Holder;
 
-use crate::lockfile::{self, TakeError};
+use crate::lockfile;
 use home::{list_typed, remove_tree};
 
 /// Makes the backend of a generation directory (a [`LocalBackend`](crate::LocalBackend), or

@@ -766,9 +766,9 @@ impl Host for ClientHost {
                 };
                 let holder = lock::lock_holder(nfs, &fh, &attr, p.as_bytes()).await;
                 if !self.places().await?.home.stale(holder.as_ref(), Some(&attr)) {
-                    return Err(Error::Locked {
-                        holder: holder.map_or_else(|| format!("lock file {p}"), |h| h.to_string()),
-                    });
+                    return Err(treesync_backend_local::lockfile::locked_by(holder.as_ref(), || {
+                        format!("lock file {p}")
+                    }));
                 }
                 gone_ok(nfs.remove(&home, LOCK, p.as_bytes()).await).map_err(|er| nfs_io("remove", &p, er))?;
             } else {

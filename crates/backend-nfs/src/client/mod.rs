@@ -317,15 +317,7 @@ impl fmt::Display for ClientBackend {
 #[async_trait]
 impl Backend for ClientBackend {
     fn capabilities(&self) -> Capabilities {
-        let case_sensitive = *self.inner.case_sensitive.get().unwrap_or(&true);
-        Capabilities {
-            symlinks: true,
-            exec_bit: true,
-            empty_dirs: true,
-            case_sensitive,
-            exclusive_lock: true,
-            aux_store: true,
-        }
+        Capabilities::filesystem(*self.inner.case_sensitive.get().unwrap_or(&true))
     }
 
     fn policy(&self) -> Policy {
