@@ -364,69 +364,60 @@ mod tests {
         (std::fs::read_link(&t).ok(), std::fs::read_to_string(t.join("marker")).ok(), slots)
     }
 
+    /// Every switch on a filesystem without `RENAME_EXCHANGE`: the renames that stand in for
+    /// it. (With it, the host suite checks them: `tests/generations.rs`.)
     #[test]
-    fn every_switch_works_with_and_without_rename_exchange() {
-        for no_exchange in [false, true] {
-            let dir = tempfile::tempdir().expect("tempdir");
-            let mut h = host(dir.path());
-            h.no_exchange = no_exchange;
-            h.create_home_blocking().expect("home");
-            assert_eq!(h.probe_exchange().expect("probe"), !no_exchange);
-            let slot = |name: &str| {
-                let p = dir.path().join(".site.treesync").join(name);
-                std::fs::create_dir(&p).expect("slot");
-                std::fs::write(p.join("marker"), name).expect("marker");
-            };
-            let plain = dir.path().join("site");
-            std::fs::create_dir(&plain).expect("plain target");
-            std::fs::write(plain.join("marker"), "plain").expect("marker");
+    fn every_switch_works_without_rename_exchange() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut h = host(dir.path());
+        h.no_exchange = true;
+        h.create_home_blocking().expect("home");
+        assert!(!h.probe_exchange().expect("probe"));
+        let slot = |name: &str| {
+            let p = dir.path().join(".site.treesync").join(name);
+            std::fs::create_dir(&p).expect("slot");
+            std::fs::write(p.join("marker"), name).expect("marker");
+        };
+        let plain = dir.path().join("site");
+        std::fs::create_dir(&plain).expect("plain target");
+        std::fs::write(plain.join("marker"), "plain").expect("marker");
 
-            // A real directory becomes a link; it is displaced into the home.
-            slot("g1");
-            let s = h.switch_blocking("g1", Switch::Symlink, "g2").expect("switch");
-            assert_eq!(s.previous.as_deref(), Some("g2"));
-            let l = layout(dir.path());
-            assert_eq!(l, (Some(".site.treesync/g1".into()), Some("g1".into()), vec!["g1".into(), "g2".into()]));
-            assert_eq!(
-                std::fs::read_to_string(dir.path().join(".site.treesync/g2/marker")).expect("displaced"),
-                "plain"
-            );
-            assert!(matches!(h.at_target_blocking().expect("at"), AtTarget::Link { slot: Some(s), .. } if s == "g1"));
+        // A real directory becomes a link; it is displaced into the home.
+        slot("g1");
+        let s = h.switch_blocking("g1", Switch::Symlink, "g2").expect("switch");
+        assert_eq!(s.previous.as_deref(), Some("g2"));
+        let l = layout(dir.path());
+        assert_eq!(l, (Some(".site.treesync/g1".into()), Some("g1".into()), vec!["g1".into(), "g2".into()]));
+        assert_eq!(std::fs::read_to_string(dir.path().join(".site.treesync/g2/marker")).expect("displaced"), "plain");
+        assert!(matches!(h.at_target_blocking().expect("at"), AtTarget::Link { slot: Some(s), .. } if s == "g1"));
 
-            // Link to link.
-            slot("g3");
-            let s = h.switch_blocking("g3", Switch::Symlink, "unused").expect("switch");
-            assert_eq!(s.previous.as_deref(), Some("g1"));
-            assert_eq!(layout(dir.path()).0, Some(".site.treesync/g3".into()));
+        // Link to link.
+        slot("g3");
+        let s = h.switch_blocking("g3", Switch::Symlink, "unused").expect("switch");
+        assert_eq!(s.previous.as_deref(), Some("g1"));
+        assert_eq!(layout(dir.path()).0, Some(".site.treesync/g3".into()));
 
-            // A link becomes the real directory of a slot (exchange mode); the link is gone.
-            slot("g4");
-            let s = h.switch_blocking("g4", Switch::Exchange, "unused").expect("switch");
-            assert_eq!(s.previous.as_deref(), Some("g3"));
-            assert_eq!(layout(dir.path()), (None, Some("g4".into()), vec!["g1".into(), "g2".into(), "g3".into()]));
+        // A link becomes the real directory of a slot (exchange mode); the link is gone.
+        slot("g4");
+        let s = h.switch_blocking("g4", Switch::Exchange, "unused").expect("switch");
+        assert_eq!(s.previous.as_deref(), Some("g3"));
+        assert_eq!(layout(dir.path()), (None, Some("g4".into()), vec!["g1".into(), "g2".into(), "g3".into()]));
 
-            // Directory to directory needs the exchange.
-            slot("g5");
-            let r = h.switch_blocking("g5", Switch::Exchange, "unused");
-            if no_exchange {
-                assert!(r.is_err(), "exchange mode is never chosen without RENAME_EXCHANGE");
-                std::fs::remove_dir_all(dir.path().join(".site.treesync/g5")).expect("rm");
-            } else {
-                assert_eq!(r.expect("exchange").previous.as_deref(), Some("g5"));
-                assert_eq!(layout(dir.path()).1, Some("g5".into()));
-                assert_eq!(std::fs::read_to_string(dir.path().join(".site.treesync/g5/marker")).expect("old"), "g4");
-            }
+        // Directory to directory needs the exchange.
+        slot("g5");
+        let r = h.switch_blocking("g5", Switch::Exchange, "unused");
+        assert!(r.is_err(), "exchange mode is never chosen without RENAME_EXCHANGE");
+        std::fs::remove_dir_all(dir.path().join(".site.treesync/g5")).expect("rm");
 
-            // Back to a link, then leave: the slot becomes the target directory again.
-            h.switch_blocking("g1", Switch::Symlink, "g6").expect("to a link");
-            h.unlink_target_blocking("g1").expect("unlink target");
-            let (link, marker, slots) = layout(dir.path());
-            assert_eq!((link, marker), (None, Some("g1".into())), "no_exchange {no_exchange}");
-            assert!(!slots.contains(&"g1".to_string()) && slots.contains(&"g6".to_string()), "{slots:?}");
-            assert!(
-                std::fs::read_dir(dir.path().join(".site.treesync/tmp")).expect("tmp").next().is_none(),
-                "no link left"
-            );
-        }
+        // Back to a link, then leave: the slot becomes the target directory again.
+        h.switch_blocking("g1", Switch::Symlink, "g6").expect("to a link");
+        h.unlink_target_blocking("g1").expect("unlink target");
+        let (link, marker, slots) = layout(dir.path());
+        assert_eq!((link, marker), (None, Some("g1".into())));
+        assert!(!slots.contains(&"g1".to_string()) && slots.contains(&"g6".to_string()), "{slots:?}");
+        assert!(
+            std::fs::read_dir(dir.path().join(".site.treesync/tmp")).expect("tmp").next().is_none(),
+            "no link left"
+        );
     }
 }

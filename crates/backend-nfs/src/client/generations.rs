@@ -729,10 +729,9 @@ impl Host for ClientHost {
         let nfs = self.nfs().await?;
         let home = self.home_fh_or_missing().await?;
         let shown = self.shown(from);
-        match nfs.rename(&home, from.as_bytes(), &home, to.as_bytes(), shown.as_bytes()).await {
-            Ok(()) | Err(NfsError::DoneBefore(_)) => Ok(()),
-            Err(e) => Err(nfs_io("rename", &shown, e)),
-        }
+        // Gone already (removed by hand): what the rename was for, removing it, is done.
+        gone_ok(nfs.rename(&home, from.as_bytes(), &home, to.as_bytes(), shown.as_bytes()).await)
+            .map_err(|e| nfs_io("rename", &shown, e))
     }
 
     async fn remove_slot(&self, slot: &str) -> Result<u64, Error> {

@@ -6,9 +6,11 @@
 //!
 //! The cases are cut by what they check: `syncing` (syncs, faults, the lock, subtrees, planted
 //! symlinks, drift), `verifying` (verify and repair) and `converting` (`.gitattributes`
-//! conversions).
+//! conversions). The suite of the generations host ([`host`]) stands apart: it checks a
+//! [`treesync_core::generation::Host`], not a backend.
 
 mod converting;
+pub mod host;
 mod syncing;
 mod verifying;
 
@@ -262,11 +264,13 @@ macro_rules! conformance_suite {
 /// says so, with the reason, on stderr.
 pub fn skipped(skip: &dyn Fn(&str) -> Option<&'static str>, case: &str) -> bool {
     assert!(CASES.contains(&case), "{case} is not a conformance case");
-    match skip(case) {
-        Some(why) => {
-            eprintln!("skipped {case}: {why}");
-            true
-        }
-        None => false,
+    skip_with(skip(case), case)
+}
+
+/// Whether a case is skipped for `reason`; says so on stderr.
+fn skip_with(reason: Option<&'static str>, case: &str) -> bool {
+    if let Some(why) = reason {
+        eprintln!("skipped {case}: {why}");
     }
+    reason.is_some()
 }
