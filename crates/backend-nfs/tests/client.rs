@@ -751,14 +751,9 @@ fn racing_syncs_take_over_a_stale_lock_one_at_a_time() {
 /// the lock (exit 3) or runs after it.
 #[test]
 fn concurrent_first_syncs_into_a_missing_target() {
-    let base = history::wide_tree(200, 41);
-    let (one, _) = history::change_some(&base, 60, 20, 20, 42);
-    let h = History::from_trees(&[base, one]);
-    for round in 0..15 {
-        let e = Export::new(ClientOptions::default());
-        let results = treesync_testkit::race::two_syncs(&h, [&h.commits[0], &h.commits[1]], &|| e.backend());
-        treesync_testkit::race::check(&h, &e, [0, 1], results, round);
-    }
+    treesync_testkit::conformance::concurrent_first_syncs_into_a_missing_target(15, 41, || {
+        Export::new(ClientOptions::default())
+    });
 }
 
 /// A hard link planted (on the server) at a temporary's name, to a file outside the synced

@@ -110,6 +110,16 @@ async fn linked_slot(host: &dyn Host) -> Result<String, AtTarget> {
     }
 }
 
+/// A home whose slot `g1` holds commit 0 of [`history`], the target a link to it.
+async fn linked_to_g1(f: &dyn HostFixture) -> (History, Arc<dyn Host>) {
+    let h = history();
+    let host = f.host();
+    host.create_home().await.expect("create home");
+    fill(&*host, "g1", &h, 0).await;
+    host.switch("g1", Switch::Symlink, "unused").await.expect("switch");
+    (h, host)
+}
+
 /// The home is made (twice is fine), holds no slot at first (its `tmp`, lock and record are
 /// not slots), says whether it can exchange as the filesystem can, and is removed again.
 pub async fn the_home_is_made_and_removed(f: &dyn HostFixture) {
@@ -321,11 +331,7 @@ pub async fn slots_are_renamed_and_removed(f: &dyn HostFixture) {
 
 /// A switch to a slot that does not exist fails and leaves the target as it was.
 pub async fn a_switch_to_a_missing_slot_is_refused(f: &dyn HostFixture) {
-    let h = history();
-    let host = f.host();
-    host.create_home().await.expect("create home");
-    fill(&*host, "g1", &h, 0).await;
-    host.switch("g1", Switch::Symlink, "unused").await.expect("switch");
+    let (h, host) = linked_to_g1(f).await;
     for how in [Switch::Symlink, Switch::Exchange] {
         assert!(host.switch("g9", how, "g8").await.is_err(), "{host}: a {how} switch to a missing slot");
         assert_eq!(linked_slot(&*host).await, Ok("g1".into()), "{host}: the target is unchanged");
@@ -336,11 +342,7 @@ pub async fn a_switch_to_a_missing_slot_is_refused(f: &dyn HostFixture) {
 /// A clone of a slot that does not exist fails and makes nothing; leaving generations to one
 /// fails.
 pub async fn a_missing_slot_is_neither_cloned_nor_restored(f: &dyn HostFixture) {
-    let h = history();
-    let host = f.host();
-    host.create_home().await.expect("create home");
-    fill(&*host, "g1", &h, 0).await;
-    host.switch("g1", Switch::Symlink, "unused").await.expect("switch");
+    let (_, host) = linked_to_g1(f).await;
     assert!(host.clone_tree(&At::Slot("g9".into()), "g8").await.is_err(), "{host}: a clone of a missing slot");
     assert_eq!(host.slots().await.expect("slots"), ["g1"], "{host}: nothing made");
     assert!(host.unlink_target("g9").await.is_err(), "{host}: leaving to a missing slot");
@@ -349,11 +351,7 @@ pub async fn a_missing_slot_is_neither_cloned_nor_restored(f: &dyn HostFixture) 
 /// A slot some process holds open is named with the process; once it lets go it is not.
 /// Hosts that cannot know (a remote server) say so with `None`.
 pub async fn a_slot_held_open_is_named_with_its_process(f: &dyn HostFixture) {
-    let h = history();
-    let host = f.host();
-    host.create_home().await.expect("create home");
-    fill(&*host, "g1", &h, 0).await;
-    host.switch("g1", Switch::Symlink, "unused").await.expect("switch");
+    let (h, host) = linked_to_g1(f).await;
     fill(&*host, "g2", &h, 1).await;
     let Some(reader) = f.hold("g2") else {
         assert_eq!(host.held().await.expect("held"), None, "{host}: cannot know, and says so");
