@@ -248,6 +248,33 @@ fn join(dir: &[u8], name: &[u8]) -> Vec<u8> {
     p
 }
 
+impl Inner {
+    /// The state of a backend for `url` that knows nothing of the server yet.
+    fn fresh(url: NfsUrl, rpc: RpcOptions, record: bool) -> Inner {
+        Inner {
+            host: url.host.clone(),
+            url,
+            rpc,
+            lease: LEASE,
+            nfs_addr: OnceCell::new(),
+            nfs: OnceCell::new(),
+            record,
+            mount_calls: AtomicU64::new(0),
+            export: OnceCell::new(),
+            root: tokio::sync::Mutex::new(None),
+            dirs: DashMap::new(),
+            meta: tokio::sync::Mutex::new(None),
+            run: Mutex::new(None),
+            written: Mutex::new(Vec::new()),
+            recording: AtomicBool::new(true),
+            scanned: Mutex::new(std::collections::HashMap::new()),
+            wtmax: OnceCell::new(),
+            case_sensitive: OnceCell::new(),
+            lock_in_root: None,
+        }
+    }
+}
+
 impl ClientBackend {
     /// A backend for `url` (nothing is contacted until the first call).
     pub fn new(url: NfsUrl, record: bool) -> Result<Self, Error> {
@@ -258,29 +285,7 @@ impl ClientBackend {
         if let Some(t) = url.timeout {
             rpc.timeout = t;
         }
-        Ok(ClientBackend {
-            inner: Arc::new(Inner {
-                host: url.host.clone(),
-                url,
-                rpc,
-                lease: LEASE,
-                nfs_addr: OnceCell::new(),
-                nfs: OnceCell::new(),
-                record,
-                mount_calls: AtomicU64::new(0),
-                export: OnceCell::new(),
-                root: tokio::sync::Mutex::new(None),
-                dirs: DashMap::new(),
-                meta: tokio::sync::Mutex::new(None),
-                run: Mutex::new(None),
-                written: Mutex::new(Vec::new()),
-                recording: AtomicBool::new(true),
-                scanned: Mutex::new(std::collections::HashMap::new()),
-                wtmax: OnceCell::new(),
-                case_sensitive: OnceCell::new(),
-                lock_in_root: None,
-            }),
-        })
+        Ok(ClientBackend { inner: Arc::new(Inner::fresh(url, rpc, record)) })
     }
 
     /// NFS calls made so far, by procedure.

@@ -103,25 +103,14 @@ impl ClientBackend {
         }
         ClientBackend {
             inner: Arc::new(Inner {
-                url,
-                host: from.host.clone(),
-                rpc: from.rpc.clone(),
                 lease: from.lease,
                 nfs_addr: copied(&from.nfs_addr),
                 nfs: copied(&from.nfs),
-                record: from.record,
-                mount_calls: AtomicU64::new(0),
                 export,
-                root: tokio::sync::Mutex::new(None),
-                dirs: DashMap::new(),
-                meta: tokio::sync::Mutex::new(None),
-                run: Mutex::new(None),
-                written: Mutex::new(Vec::new()),
-                recording: AtomicBool::new(true),
-                scanned: Mutex::new(std::collections::HashMap::new()),
                 wtmax: copied(&from.wtmax),
                 case_sensitive: copied(&from.case_sensitive),
                 lock_in_root,
+                ..Inner::fresh(url, from.rpc.clone(), from.record)
             }),
         }
     }
