@@ -17,7 +17,7 @@ use treesync_core::source::{BlobSource, Content};
 use treesync_core::state::Holder;
 use treesync_core::{Op, RelPath};
 
-use crate::lockfile::{self, TakeError};
+use crate::lockfile;
 
 const TMP_DIR: &str = ".treesync/tmp";
 const LOCK_FILE: &str = ".treesync/lock";
@@ -867,19 +867,12 @@ impl Target {
     /// of runs that were killed.
     pub fn lock(&self, holder: &Holder) -> Result<LockGuard, Error> {
         let dir = self.state_fd(true)?.expect("created");
-        let lock_path = || self.root.join(LOCK_FILE).display().to_string();
-        let held = lockfile::take(dir, holder).map_err(|e| match e {
-            TakeError::Open(e @ Errno::LOOP) => self.state_path_error(LOCK_FILE, e),
-            TakeError::Open(e) => Error::io("open lock file", lock_path(), io(e)),
-            TakeError::Locked(holder) => Error::Locked {
-                holder: holder.map_or_else(
-                    || format!("holder unknown: no holder line treesync wrote in {}", lock_path()),
-                    |h| h.to_string(),
-                ),
-            },
-            TakeError::NotOwnFile => Error::not_own_file(lock_path()),
-            TakeError::Lock(e) => Error::io("lock", lock_path(), io(e)),
-            TakeError::Write(e) => Error::io("write lock file", lock_path(), io(e)),
+        let held = lockfile::take(dir, holder).map_err(|e| {
+            let lock_path = self.root.join(LOCK_FILE).display().to_string();
+            e.into_error(&lock_path, |e| match e {
+                Errno::LOOP => self.state_path_error(LOCK_FILE, e),
+                e => Error::io("open lock file", &lock_path, io(e)),
+            })
         })?;
         // Temporaries of runs that were killed: they are ours alone now that we hold the lock.
         // (The folder is made by the first state write, not here: `status` probes the lock.)

@@ -105,15 +105,7 @@ impl fmt::Display for LocalBackend {
 #[async_trait]
 impl Backend for LocalBackend {
     fn capabilities(&self) -> Capabilities {
-        let case_sensitive = self.inner.case_sensitive();
-        Capabilities {
-            symlinks: true,
-            exec_bit: true,
-            empty_dirs: true,
-            case_sensitive,
-            exclusive_lock: true,
-            aux_store: true,
-        }
+        Capabilities::filesystem(self.inner.case_sensitive())
     }
 
     fn policy(&self) -> Policy {

@@ -19,7 +19,7 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
 use rustix::fs::{AtFlags, FileType, FlockOperation, Mode, OFlags};
 use rustix::io::Errno;
-use treesync_core::backend::LockGuard;
+use treesync_core::backend::{Error, LockGuard};
 use treesync_core::state::Holder;
 
 /// The name of the lock file in the state folder.
@@ -43,6 +43,29 @@ pub enum TakeError {
     Lock(Errno),
     /// The holder line could not be written.
     Write(Errno),
+}
+
+impl TakeError {
+    /// The `backend::Error` of the lock file shown as `path` not taken; `open` makes the error
+    /// of a failed open (which the caller knows best: a symlink planted there, a folder that is
+    /// not one).
+    pub fn into_error(self, path: &str, open: impl FnOnce(Errno) -> Error) -> Error {
+        let io = |e: Errno| std::io::Error::from_raw_os_error(e.raw_os_error());
+        match self {
+            TakeError::Open(e) => open(e),
+            TakeError::Locked(holder) => {
+                locked_by(holder.as_ref(), || format!("holder unknown: no holder line treesync wrote in {path}"))
+            }
+            TakeError::NotOwnFile => Error::not_own_file(path),
+            TakeError::Lock(e) => Error::io("lock", path, io(e)),
+            TakeError::Write(e) => Error::io("write lock file", path, io(e)),
+        }
+    }
+}
+
+/// [`Error::Locked`] naming `holder`, or saying what is known without one (`unknown`).
+pub fn locked_by(holder: Option<&Holder>, unknown: impl FnOnce() -> String) -> Error {
+    Error::Locked { holder: holder.map_or_else(unknown, |h| h.to_string()) }
 }
 
 /// Take the lock in the state folder `dir` for `holder`: open (creating) `lock` beneath it,

@@ -51,6 +51,31 @@ fn delta_of(root: &Path) -> Delta {
     Delta::parse(&bytes).expect("a delta this version reads")
 }
 
+/// After an initial sync of the 300 files of commit 0: the delta holds one entry per file
+/// written, but for the files of the sync's last clock tick (at most `YOUNG_LEFT_OUT`), left out
+/// by git's racy rule rather than waited for — every entry is older than the delta file,
+/// stamped by the same clock; a stat-level verify is clean and proves the recorded files by
+/// their stat data.
+fn assert_first_verify_proves_what_the_sync_recorded(
+    rt: &tokio::runtime::Runtime,
+    h: &History,
+    root: &Path,
+    backend: &LocalBackend,
+) -> Report {
+    let delta = delta_of(root);
+    let kept = delta.recorded();
+    assert!(kept <= 300 && kept + index_delta::YOUNG_LEFT_OUT >= 300, "entries: {kept} of 300");
+    let md = std::fs::metadata(root.join(".treesync/index-delta")).expect("delta");
+    let clock = (std::os::unix::fs::MetadataExt::mtime(&md), std::os::unix::fs::MetadataExt::mtime_nsec(&md) as u32);
+    for e in delta.paths.values().flatten() {
+        assert!((e.stat.mtime_secs, e.stat.mtime_nsecs) < clock, "a racy entry was kept: {e:?}");
+    }
+    let r = rt.block_on(verify::verify(&h.repo, backend, Level::Stat)).expect("verify");
+    assert!(r.is_clean(), "{:?}", r.drift);
+    assert_eq!((r.hashed, r.proven_by_stat), (300 - kept as u64, kept as u64), "proven by what the sync recorded");
+    r
+}
+
 #[test]
 fn verify_after_an_initial_and_an_incremental_sync_hashes_nothing() {
     let rt = runtime();
@@ -73,20 +98,7 @@ fn verify_after_an_initial_and_an_incremental_sync_hashes_nothing() {
     let backend = LocalBackend::new(&root, Options::default());
 
     rt.block_on(sync_to(&h.repo, &h.commits[0], &backend)).expect("initial sync");
-    let delta = delta_of(&root);
-    // One entry per file written, but for the files of the sync's last clock tick (at most
-    // YOUNG_LEFT_OUT), left out by the racy rule rather than waited for.
-    let kept = delta.recorded();
-    assert!(kept <= 300 && kept + index_delta::YOUNG_LEFT_OUT >= 300, "entries: {kept} of 300");
-    // Git's racy rule: every entry is older than the delta file, stamped by the same clock.
-    let md = std::fs::metadata(root.join(".treesync/index-delta")).expect("delta");
-    let clock = (std::os::unix::fs::MetadataExt::mtime(&md), std::os::unix::fs::MetadataExt::mtime_nsec(&md) as u32);
-    for e in delta.paths.values().flatten() {
-        assert!((e.stat.mtime_secs, e.stat.mtime_nsecs) < clock, "a racy entry was kept: {e:?}");
-    }
-    let r = rt.block_on(verify::verify(&h.repo, &backend, Level::Stat)).expect("verify");
-    assert!(r.is_clean(), "{:?}", r.drift);
-    assert_eq!((r.hashed, r.proven_by_stat), (300 - kept as u64, kept as u64), "proven by what the sync recorded");
+    assert_first_verify_proves_what_the_sync_recorded(&rt, &h, &root, &backend);
     assert!(delta_of(&root).is_empty(), "the verify folded the delta into its index");
     let r = rt.block_on(verify::verify(&h.repo, &backend, Level::Stat)).expect("verify");
     assert_eq!((r.hashed, r.proven_by_stat), (0, 300), "and by the index afterwards");
@@ -235,17 +247,7 @@ fn an_initial_checkout_in_chunks_records_every_chunk_and_its_first_verify_reads_
     let appends = record.lock().expect("record").aux_writes;
     assert!(appends >= 8, "the delta is appended to chunk by chunk: {appends} appends");
     let backend = LocalBackend::new(&root, Options::default());
-    let delta = delta_of(&root);
-    let kept = delta.recorded();
-    assert!(kept <= 300 && kept + index_delta::YOUNG_LEFT_OUT >= 300, "entries: {kept} of 300");
-    let md = std::fs::metadata(root.join(".treesync/index-delta")).expect("delta");
-    let clock = (std::os::unix::fs::MetadataExt::mtime(&md), std::os::unix::fs::MetadataExt::mtime_nsec(&md) as u32);
-    for e in delta.paths.values().flatten() {
-        assert!((e.stat.mtime_secs, e.stat.mtime_nsecs) < clock, "a racy entry was kept: {e:?}");
-    }
-    let r = rt.block_on(verify::verify(&h.repo, &backend, Level::Stat)).expect("verify");
-    assert!(r.is_clean(), "{:?}", r.drift);
-    assert_eq!((r.hashed, r.proven_by_stat), (300 - kept as u64, kept as u64), "proven by what the sync recorded");
+    let r = assert_first_verify_proves_what_the_sync_recorded(&rt, &h, &root, &backend);
     assert!(r.hashed <= index_delta::YOUNG_LEFT_OUT as u64);
 }
 

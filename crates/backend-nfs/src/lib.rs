@@ -21,6 +21,10 @@
 //!   unlink before replace, no utime, chmod only for mode-only changes, symlinks last): the same
 //!   atomic-replace code as the local backend ([`treesync_backend_local::fs`]).
 //!
+//! [`client`] is the other way to an NFS server: the built-in NFSv3 client of `nfs://` targets,
+//! which needs no mount (not to be confused with `treesync-remote`, which fetches git
+//! repositories).
+//!
 //! Use [`open`] for the composed backend, [`detect::choose`] to tell whether a directory is on
 //! a network filesystem:
 //!
@@ -44,11 +48,11 @@
 //! # Ok(()) }
 //! ```
 
+pub mod client;
 pub mod detect;
 mod dirs;
 mod meta;
 pub mod mountinfo;
-pub mod remote;
 
 use std::fmt;
 use std::os::fd::AsFd;
@@ -239,15 +243,7 @@ impl fmt::Display for NfsBackend {
 #[async_trait]
 impl Backend for NfsBackend {
     fn capabilities(&self) -> Capabilities {
-        let case_sensitive = self.target.case_sensitive();
-        Capabilities {
-            symlinks: true,
-            exec_bit: true,
-            empty_dirs: true,
-            case_sensitive,
-            exclusive_lock: true,
-            aux_store: true,
-        }
+        Capabilities::filesystem(self.target.case_sensitive())
     }
 
     fn cost(&self) -> Vec<(&'static str, u64)> {

@@ -21,7 +21,7 @@ use std::sync::{Arc, Mutex};
 use rustix::fs::{AtFlags, Mode, OFlags};
 use rustix::io::Errno;
 use treesync_backend_local::fs::Target;
-use treesync_backend_local::lockfile::{self, Flock, TakeError, own_file, write_all_at};
+use treesync_backend_local::lockfile::{self, Flock, own_file, write_all_at};
 use treesync_core::backend::{Error, LockGuard, TargetState};
 use treesync_core::path::STATE_DIR;
 
@@ -220,18 +220,9 @@ impl Meta {
     /// the run's state file next to it.
     pub(crate) fn lock(&self, holder: &treesync_core::state::Holder) -> Result<LockGuard, Error> {
         let dir = self.dir(true)?.expect("created");
-        let lock_path = || self.shown(&format!("{STATE_DIR}/{}", lockfile::NAME));
-        let lock = lockfile::take(dir.as_fd(), holder).map_err(|e| match e {
-            TakeError::Open(e) => Error::io("open lock file", lock_path(), io(e)),
-            TakeError::Locked(holder) => Error::Locked {
-                holder: holder.map_or_else(
-                    || format!("holder unknown: no holder line treesync wrote in {}", lock_path()),
-                    |h| h.to_string(),
-                ),
-            },
-            TakeError::NotOwnFile => Error::not_own_file(lock_path()),
-            TakeError::Lock(e) => Error::io("lock", lock_path(), io(e)),
-            TakeError::Write(e) => Error::io("write lock file", lock_path(), io(e)),
+        let lock = lockfile::take(dir.as_fd(), holder).map_err(|e| {
+            let lock_path = self.shown(&format!("{STATE_DIR}/{}", lockfile::NAME));
+            e.into_error(&lock_path, |e| Error::io("open lock file", &lock_path, io(e)))
         })?;
         // The index delta is opened while the state file is: two round trips at once. Any
         // trouble with it (absent, a planted link) is left to the append, which reports it.

@@ -67,10 +67,10 @@ fn unescape(s: &str) -> Vec<u8> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    const INFO: &str = "\
+    pub(crate) const INFO: &str = "\
 22 1 8:1 / / rw,relatime shared:1 - ext4 /dev/sda1 rw
 30 22 0:40 / /mnt/nas rw,relatime shared:2 - nfs4 nas:/export rw,vers=4.1
 31 30 0:41 / /mnt/nas/scratch rw - tmpfs tmpfs rw

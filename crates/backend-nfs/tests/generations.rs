@@ -3,19 +3,26 @@
 //! SYMLINK + RENAME on the server, new generations are hard-link farms, a reused generation
 //! costs the diff. Targets are read back from the exported directory on this machine,
 //! following the link like any reader.
+//!
+//! The host suite runs here on both NFS hosts: [`ClientHost`] on the server, and the
+//! [`FsHost`] of a NAS mount (the slow FUSE filesystem, as the mounted backend's tests use).
 
 use std::collections::BTreeMap;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
-use treesync_backend_nfs::remote::{RemoteHost, RemoteOptions};
+use treesync_backend_local::generations::FsHost;
+use treesync_backend_nfs::client::{ClientHost, ClientOptions};
 use treesync_core::generation::{self, CloneHow, Host, Switch};
 use treesync_core::sync;
 use treesync_testkit::conformance::History;
+use treesync_testkit::conformance::host::HostFixture;
 use treesync_testkit::ganesha::Ganesha;
 use treesync_testkit::history;
+use treesync_testkit::slowfs::{self, SlowFs};
 use treesync_testkit::tree::{self, Node};
 
 static NEXT: AtomicU64 = AtomicU64::new(0);
@@ -38,8 +45,8 @@ impl Place {
         self.server.url(&format!("{}/site", self.parent))
     }
 
-    fn host(&self) -> RemoteHost {
-        RemoteHost::open(&self.url(), RemoteOptions::default()).expect("valid URL")
+    fn host(&self) -> ClientHost {
+        ClientHost::open(&self.url(), ClientOptions::default()).expect("valid URL")
     }
 
     /// `PARENT` in the exported directory.
@@ -61,6 +68,67 @@ impl Place {
     }
 }
 
+impl HostFixture for Place {
+    fn host(&self) -> Arc<dyn Host> {
+        Arc::new(Place::host(self))
+    }
+    fn read_target(&self) -> BTreeMap<String, Node> {
+        self.read()
+    }
+    fn exchange(&self) -> bool {
+        false
+    }
+}
+
+/// `nfs://`: the host on the server, through the built-in client.
+mod host_client {
+    use super::*;
+    treesync_testkit::host_suite!(
+        Place::new(),
+        skip = |case: &str| {
+            (case == "a_switch_to_a_missing_slot_is_refused").then_some(
+            "the client makes the link without looking the slot up (a LOOKUP per switch saved): generation::sync switches only to a slot it has just prepared"
+        )
+        }
+    );
+}
+
+/// A target `site` on a NAS mount (the slow FUSE filesystem, no latency): the directory
+/// host with the mounted backend, switched by links (as `open` makes it for a mount).
+struct Mounted {
+    fs: SlowFs,
+}
+
+impl Mounted {
+    fn new() -> Mounted {
+        slowfs::require();
+        Mounted { fs: SlowFs::temp(slowfs::Config::default()).expect("mount slowfs") }
+    }
+}
+
+impl HostFixture for Mounted {
+    fn host(&self) -> Arc<dyn Host> {
+        let opener: treesync_backend_local::generations::Opener =
+            Arc::new(|path| Arc::new(treesync_backend_nfs::open(path, treesync_backend_nfs::Options::default())));
+        Arc::new(FsHost::new(self.fs.path().join("site"), opener).without_exchange())
+    }
+    fn read_target(&self) -> BTreeMap<String, Node> {
+        tree::read_dir(&self.fs.path().join("site"))
+    }
+    fn exchange(&self) -> bool {
+        false
+    }
+    fn hold(&self, slot: &str) -> Option<Box<dyn Send>> {
+        let path = self.fs.path().join(".site.treesync").join(slot);
+        Some(Box::new(std::fs::File::open(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))))
+    }
+}
+
+mod host_mounted {
+    use super::*;
+    treesync_testkit::host_suite!(Mounted::new());
+}
+
 fn rt() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime")
 }
@@ -79,7 +147,7 @@ fn atomic(
     rt: &tokio::runtime::Runtime,
     h: &History,
     i: usize,
-    host: &RemoteHost,
+    host: &ClientHost,
     o: &generation::Options,
 ) -> generation::Outcome {
     rt.block_on(generation::sync(&h.repo, &h.commits[i], host, o, &|_| {}, &AtomicBool::new(false)))
@@ -92,7 +160,7 @@ fn assert_tree(h: &History, i: usize, got: &BTreeMap<String, Node>, context: &st
     }
 }
 
-fn calls(host: &RemoteHost) -> BTreeMap<&'static str, u64> {
+fn calls(host: &ClientHost) -> BTreeMap<&'static str, u64> {
     host.calls().into_iter().collect()
 }
 
@@ -191,7 +259,7 @@ fn a_directory_target_becomes_atomic_and_back() {
     let place = Place::new();
     let h = History::random(21, 3);
     let host = place.host();
-    let target = treesync_backend_nfs::remote::open(&place.url(), RemoteOptions::default()).expect("valid URL");
+    let target = treesync_backend_nfs::client::open(&place.url(), ClientOptions::default()).expect("valid URL");
     rt.block_on(treesync_testkit::conformance::sync_to(&h.repo, &h.commits[0], &target)).expect("ordinary sync");
     assert!(std::fs::symlink_metadata(place.dir().join("site")).expect("site").is_dir());
 
@@ -222,7 +290,7 @@ fn a_directory_target_becomes_atomic_and_back() {
 fn a_target_at_the_export_root_is_refused_with_a_hint() {
     let rt = rt();
     let server = Ganesha::shared();
-    let host = RemoteHost::open(&server.url(""), RemoteOptions::default()).expect("valid URL");
+    let host = ClientHost::open(&server.url(""), ClientOptions::default()).expect("valid URL");
     let e = rt.block_on(host.at_target()).expect_err("the export root").to_string();
     assert!(e.contains("root of its export") && e.contains("hint: "), "{e}");
 }
@@ -248,31 +316,6 @@ fn removing_a_generation_never_follows_a_symlink() {
     assert!(!place.slot("g1").exists(), "g1 is gone");
     assert_eq!(std::fs::read(outside.join("precious")).expect("still there"), b"keep me");
     assert_tree(&h, 1, &place.read(), "after cleanup");
-}
-
-/// The home's lock (`HOME/lock`, the lease lock of the `nfs://` backend) keeps a second
-/// writer out until the first releases it.
-#[test]
-fn the_home_lock_keeps_a_second_writer_out() {
-    let rt = rt();
-    let place = Place::new();
-    let (a, b) = (place.host(), place.host());
-    let me = treesync_core::state::Holder::this_process();
-    rt.block_on(async {
-        a.create_home().await.expect("home");
-        let guard = a.lock(&me).await.expect("first lock");
-        assert!(place.dir().join(".site.treesync/lock").is_file(), "the lock file is HOME/lock");
-        match b.lock(&me).await {
-            Err(treesync_core::backend::Error::Locked { holder }) => {
-                assert!(holder.contains(".site.treesync/lock"), "{holder}")
-            }
-            Err(e) => panic!("expected Locked, got {e}"),
-            Ok(_) => panic!("a second writer got the lock"),
-        }
-        a.unlock(guard).await.expect("unlock");
-        let again = b.lock(&me).await.expect("free again");
-        b.unlock(again).await.expect("unlock");
-    });
 }
 
 /// What a killed run leaves in the home — a generation cut short while being copied, a

@@ -354,14 +354,9 @@ fn a_target_that_is_a_symlink_is_refused_like_on_a_local_disk() {
 /// exists"); one syncs, the other finds the lock (exit 3) or runs after it.
 #[test]
 fn concurrent_first_syncs_into_a_missing_target_on_a_mount() {
-    let base = history::wide_tree(200, 51);
-    let (one, _) = history::change_some(&base, 60, 20, 20, 52);
-    let h = History::from_trees(&[base, one]);
-    for round in 0..12 {
-        let f = Slow::new(Options::default());
-        let results = treesync_testkit::race::two_syncs(&h, [&h.commits[0], &h.commits[1]], &|| f.backend());
-        treesync_testkit::race::check(&h, &f, [0, 1], results, round);
-    }
+    treesync_testkit::conformance::concurrent_first_syncs_into_a_missing_target(12, 51, || {
+        Slow::new(Options::default())
+    });
 }
 
 fn inode(p: &Path) -> u64 {

@@ -35,6 +35,22 @@ pub struct Capabilities {
     pub aux_store: bool,
 }
 
+impl Capabilities {
+    /// What a filesystem target holds (a local disk, a mount, `nfs://`): symlinks, exec bits
+    /// and empty directories, with an exclusive lock and auxiliary files in its state folder;
+    /// `case_sensitive` as its probe found.
+    pub const fn filesystem(case_sensitive: bool) -> Self {
+        Capabilities {
+            symlinks: true,
+            exec_bit: true,
+            empty_dirs: true,
+            case_sensitive,
+            exclusive_lock: true,
+            aux_store: true,
+        }
+    }
+}
+
 /// How a backend wants to be driven by the executor.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Policy {

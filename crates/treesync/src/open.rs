@@ -364,16 +364,16 @@ fn dir_of(target: &Target) -> std::path::PathBuf {
 
 /// The options of the built-in NFS client (`nfs://` targets) for `options`: the budgets, the
 /// executor's `jobs` and how they were decided.
-fn remote_options(
+fn client_options(
     options: &TargetOptions,
-) -> Result<(treesync_backend_nfs::remote::RemoteOptions, usize, String), OpenError> {
-    let defaults = treesync_backend_nfs::remote::RemoteOptions::default();
+) -> Result<(treesync_backend_nfs::client::ClientOptions, usize, String), OpenError> {
+    let defaults = treesync_backend_nfs::client::ClientOptions::default();
     let default_range = match defaults.write_jobs {
         treesync_backend_nfs::WriteJobs::Adaptive(a) => a,
         treesync_backend_nfs::WriteJobs::Fixed(n) => Adaptive { initial: n, min: 1, max: n, ..Adaptive::default() },
     };
     let (write_jobs, jobs, decided) = nfs_writes(options, default_range)?;
-    let o = treesync_backend_nfs::remote::RemoteOptions {
+    let o = treesync_backend_nfs::client::ClientOptions {
         write_jobs,
         lookup_jobs: options.lookup_jobs.unwrap_or(defaults.lookup_jobs).max(1),
         ..defaults
@@ -400,8 +400,8 @@ pub fn open(target: &Target, options: &TargetOptions) -> Result<Opened, OpenErro
     }
     let opened = match (kind, target) {
         (BackendKind::Nfs, Target::Nfs { text, .. }) => {
-            let (o, jobs, decided) = remote_options(options)?;
-            let b = treesync_backend_nfs::remote::open(text, o).map_err(OpenError::Nfs)?;
+            let (o, jobs, decided) = client_options(options)?;
+            let b = treesync_backend_nfs::client::open(text, o).map_err(OpenError::Nfs)?;
             let budgets = gated(&b, jobs, options.batch, decided);
             Opened { backend: Arc::new(b), kind, reason, budgets }
         }
@@ -486,7 +486,7 @@ pub fn open(target: &Target, options: &TargetOptions) -> Result<Opened, OpenErro
 /// a directory served by the local or the mounted-NFS backend, a
 /// [`FsHost`](treesync_backend_local::generations::FsHost) whose generations are opened as
 /// [`open()`] opens the target, with the same backend and budgets; for an `nfs://` URL, a
-/// [`RemoteHost`](treesync_backend_nfs::remote::RemoteHost) on the server, through the built-in
+/// [`ClientHost`](treesync_backend_nfs::client::ClientHost) on the server, through the built-in
 /// client with the budgets [`open()`] would give it. Other targets (buckets) are refused with
 /// [`OpenError::Atomic`].
 pub fn generations(
@@ -539,8 +539,8 @@ fn host(
         }
         (Target::Nfs { text, .. }, _) => {
             // The generations get the client and budgets the target itself would.
-            let (o, _, _) = remote_options(options)?;
-            Ok(Arc::new(treesync_backend_nfs::remote::RemoteHost::open(text, o).map_err(OpenError::Nfs)?))
+            let (o, _, _) = client_options(options)?;
+            Ok(Arc::new(treesync_backend_nfs::client::ClientHost::open(text, o).map_err(OpenError::Nfs)?))
         }
         _ => Err(refuse(
             "a bucket has no atomic switch of many keys; --atomic is for directories and nfs:// targets",

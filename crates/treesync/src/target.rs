@@ -3,7 +3,7 @@
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-use treesync_backend_nfs::remote::NfsUrl;
+use treesync_backend_nfs::client::NfsUrl;
 
 /// A target as a person writes it, parsed ([`Target::parse`]). It names a place; which backend
 /// serves it, with what budgets, is decided by [`open()`](crate::open()) (or

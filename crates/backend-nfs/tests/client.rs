@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use treesync_backend_nfs::WriteJobs;
-use treesync_backend_nfs::remote::{self, RemoteBackend, RemoteOptions};
+use treesync_backend_nfs::client::{self, ClientBackend, ClientOptions};
 use treesync_core::policy::Budgets;
 use treesync_core::state::Holder;
 use treesync_core::{Backend, Op, RelPath, backend};
@@ -30,19 +30,19 @@ struct Export {
     server: &'static Ganesha,
     sub: String,
     url: String,
-    options: RemoteOptions,
+    options: ClientOptions,
     _proxy: Option<Arc<DelayProxy>>,
 }
 
 impl Export {
-    fn new(options: RemoteOptions) -> Self {
+    fn new(options: ClientOptions) -> Self {
         let server = server();
         let sub = format!("t{}-{}", std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed));
         Export { server, url: server.url(&sub), sub, options, _proxy: None }
     }
 
     /// The same, with NFS calls going through a delay line of `one_way` each way.
-    fn delayed(options: RemoteOptions, one_way: Duration) -> Self {
+    fn delayed(options: ClientOptions, one_way: Duration) -> Self {
         let mut e = Export::new(options);
         let proxy = Arc::new(DelayProxy::start(e.server.nfs_addr(), one_way));
         e.url = format!(
@@ -60,8 +60,8 @@ impl Export {
         self.server.dir().join(&self.sub)
     }
 
-    fn open(&self) -> Budgets<RemoteBackend> {
-        remote::open(&self.url, self.options.clone()).expect("valid URL")
+    fn open(&self) -> Budgets<ClientBackend> {
+        client::open(&self.url, self.options.clone()).expect("valid URL")
     }
 }
 
@@ -107,7 +107,7 @@ macro_rules! suite_on {
 /// The defaults: pipelined, adaptive.
 mod direct {
     use super::*;
-    suite_on!(Export::new(RemoteOptions::default()));
+    suite_on!(Export::new(ClientOptions::default()));
 }
 
 /// One op at a time and one call in flight: what a mount does.
@@ -115,7 +115,7 @@ mod one_in_flight {
     use super::*;
     suite_on!({
         let mut e =
-            Export::new(RemoteOptions { lookup_jobs: 1, write_jobs: WriteJobs::Fixed(1), ..Default::default() });
+            Export::new(ClientOptions { lookup_jobs: 1, write_jobs: WriteJobs::Fixed(1), ..Default::default() });
         e.url.push_str("&inflight=1");
         e
     });
@@ -124,14 +124,14 @@ mod one_in_flight {
 /// Through a delay line of 2 ms each way: replies come late and out of order.
 mod delayed {
     use super::*;
-    suite_on!(Export::delayed(RemoteOptions::default(), Duration::from_millis(2)));
+    suite_on!(Export::delayed(ClientOptions::default(), Duration::from_millis(2)));
 }
 
 fn rt() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime")
 }
 
-fn calls(b: &RemoteBackend) -> BTreeMap<&'static str, u64> {
+fn calls(b: &ClientBackend) -> BTreeMap<&'static str, u64> {
     b.calls().into_iter().collect()
 }
 
@@ -142,7 +142,7 @@ fn incremental_sync_costs_o_k_calls() {
     let rt = rt();
     let mut per_size = Vec::new();
     for n in [400, 2000] {
-        let e = Export::new(RemoteOptions { record: true, ..Default::default() });
+        let e = Export::new(ClientOptions { record: true, ..Default::default() });
         let base = history::wide_tree(n, 7);
         let (next, changed) = history::change_some(&base, 6, 2, 2, 8);
         let k = changed.len();
@@ -203,7 +203,7 @@ fn incremental_sync_costs_o_k_calls() {
 fn calls_are_pipelined_on_one_connection() {
     let rt = rt();
     let h = History::from_trees(&[history::wide_tree(600, 3)]);
-    let e = Export::delayed(RemoteOptions::default(), Duration::from_millis(1));
+    let e = Export::delayed(ClientOptions::default(), Duration::from_millis(1));
     let b = e.open();
     rt.block_on(sync_to(&h.repo, &h.commits[0], &b)).expect("initial");
     h.assert_matches(&e, 0, "pipelined");
@@ -211,7 +211,7 @@ fn calls_are_pipelined_on_one_connection() {
     assert_eq!(rpc.connections(), 1, "one connection");
     assert!(rpc.max_in_flight() >= 8, "pipelined: at most {} in flight", rpc.max_in_flight());
 
-    let mut one = Export::new(RemoteOptions { lookup_jobs: 1, write_jobs: WriteJobs::Fixed(1), ..Default::default() });
+    let mut one = Export::new(ClientOptions { lookup_jobs: 1, write_jobs: WriteJobs::Fixed(1), ..Default::default() });
     one.url.push_str("&inflight=1");
     let b = one.open();
     rt.block_on(sync_to(&h.repo, &h.commits[0], &b)).expect("initial, one in flight");
@@ -225,7 +225,7 @@ fn calls_are_pipelined_on_one_connection() {
 fn dropped_connections_are_survived() {
     let rt = rt();
     let h = History::random(11, 3);
-    let e = Export::delayed(RemoteOptions::default(), Duration::from_millis(1));
+    let e = Export::delayed(ClientOptions::default(), Duration::from_millis(1));
     let b = e.open();
     rt.block_on(sync_to(&h.repo, &h.commits[0], &b)).expect("initial");
     let rpc = b.inner().rpc().expect("connected");
@@ -254,7 +254,7 @@ fn bad_targets_get_clear_errors() {
     let s = server();
     let h = History::random(5, 1);
     let status = |url: &str| {
-        let b = remote::open(url, RemoteOptions::default()).expect("valid URL");
+        let b = client::open(url, ClientOptions::default()).expect("valid URL");
         rt.block_on(treesync_core::sync::status(&b)).map(|_| ()).map_err(|e| e.to_string())
     };
     // An export the server does not have.
@@ -268,12 +268,12 @@ fn bad_targets_get_clear_errors() {
     assert!(e.contains("cannot mount") && e.contains("Connection refused") && e.contains("hint"), "{e}");
     // A parent that does not exist.
     let url = s.url("missing-parent/site");
-    let b = remote::open(&url, RemoteOptions::default()).expect("valid URL");
+    let b = client::open(&url, ClientOptions::default()).expect("valid URL");
     let e = rt.block_on(sync_to(&h.repo, &h.commits[0], &b)).expect_err("parent missing").to_string();
     assert!(e.contains("missing-parent") && e.contains("NFS3ERR_NOENT"), "{e}");
     // A target that is a file.
     std::fs::write(s.dir().join("a-file"), b"x").expect("write");
-    let b = remote::open(&s.url("a-file"), RemoteOptions::default()).expect("valid URL");
+    let b = client::open(&s.url("a-file"), ClientOptions::default()).expect("valid URL");
     let e = rt.block_on(sync_to(&h.repo, &h.commits[0], &b)).expect_err("not a dir").to_string();
     assert!(e.contains("not a directory"), "{e}");
 }
@@ -284,7 +284,7 @@ fn bad_targets_get_clear_errors() {
 fn stale_locks_are_taken_over() {
     let rt = rt();
     let h = History::random(9, 2);
-    let e = Export::new(RemoteOptions::default());
+    let e = Export::new(ClientOptions::default());
     rt.block_on(sync_to(&h.repo, &h.commits[0], &e.open())).expect("initial");
     let lock = e.root().join(".treesync/lock.nfs");
     let host = treesync_core::sync::hostname();
@@ -308,7 +308,7 @@ fn a_lease_that_cannot_be_renewed_stops_the_run() {
     let rt = rt();
     let h = History::random(23, 2);
     // Renewed every 100 ms.
-    let e = Export::new(RemoteOptions { lease: Duration::from_millis(400), ..Default::default() });
+    let e = Export::new(ClientOptions { lease: Duration::from_millis(400), ..Default::default() });
     rt.block_on(sync_to(&h.repo, &h.commits[0], &e.open())).expect("initial");
     let state = std::fs::read(e.root().join(".treesync/state")).expect("state");
     let b = e.open();
@@ -348,7 +348,7 @@ fn a_lease_that_cannot_be_renewed_stops_the_run() {
 #[test]
 fn a_sync_whose_lock_is_taken_over_stops_and_the_next_run_finishes() {
     struct TakeoverAfter {
-        inner: Budgets<RemoteBackend>,
+        inner: Budgets<ClientBackend>,
         ops: AtomicU64,
         after: u64,
         lock: PathBuf,
@@ -398,7 +398,7 @@ fn a_sync_whose_lock_is_taken_over_stops_and_the_next_run_finishes() {
     let rt = rt();
     let h = History::random(29, 2);
     let options =
-        RemoteOptions { lease: Duration::from_millis(400), write_jobs: WriteJobs::Fixed(1), ..Default::default() };
+        ClientOptions { lease: Duration::from_millis(400), write_jobs: WriteJobs::Fixed(1), ..Default::default() };
     let e = Export::new(options);
     rt.block_on(sync_to(&h.repo, &h.commits[0], &e.open())).expect("initial");
     let lock = e.root().join(".treesync/lock.nfs");
@@ -431,7 +431,7 @@ fn a_sync_whose_lock_is_taken_over_stops_and_the_next_run_finishes() {
 #[test]
 fn large_files_are_written_in_chunks() {
     let rt = rt();
-    let e = Export::new(RemoteOptions::default());
+    let e = Export::new(ClientOptions::default());
     let mut m = Model::default();
     let big: Vec<u8> = (0..5_300_000u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
     m.insert("big.bin", history::Entry::File { content: big, executable: true });
@@ -453,7 +453,7 @@ fn verify_over_nfs() {
     use treesync_core::verify::{Level, verify};
     let rt = rt();
     let h = History::random(21, 2);
-    let e = Export::new(RemoteOptions::default());
+    let e = Export::new(ClientOptions::default());
     let b = e.open();
     rt.block_on(sync_to(&h.repo, &h.commits[1], &b)).expect("sync");
     for level in [Level::Quick, Level::Stat, Level::Full] {
@@ -478,7 +478,7 @@ fn a_full_verify_over_nfs_reads_files_by_the_handles_its_scan_listed() {
     let rt = rt();
     let n = 300;
     let h = History::from_trees(&[history::wide_tree(n, 5)]);
-    let e = Export::new(RemoteOptions::default());
+    let e = Export::new(ClientOptions::default());
     rt.block_on(sync_to(&h.repo, &h.commits[0], &e.open())).expect("sync");
     let b = e.open();
     let before = calls(b.inner());
@@ -509,7 +509,7 @@ fn the_first_verify_after_a_sync_over_nfs_reads_no_file_the_sync_recorded() {
     use treesync_core::index_delta;
     use treesync_core::verify::{Level, verify};
     let rt = rt();
-    let e = Export::new(RemoteOptions::default());
+    let e = Export::new(ClientOptions::default());
     let base = history::wide_tree(300, 5);
     let (next, changed) = history::change_some(&base, 20, 5, 5, 6);
     let h = History::from_trees(&[base, next]);
@@ -545,7 +545,7 @@ fn the_first_verify_after_a_sync_over_nfs_reads_no_file_the_sync_recorded() {
 fn files_written_while_not_recording_cost_no_getattr() {
     let rt = rt();
     let h = History::from_trees(&[history::wide_tree(20, 2)]);
-    let e = Export::new(RemoteOptions::default());
+    let e = Export::new(ClientOptions::default());
     rt.block_on(sync_to(&h.repo, &h.commits[0], &e.open())).expect("initial");
     let (path, bytes) = h
         .expected(0)
@@ -567,7 +567,7 @@ fn files_written_while_not_recording_cost_no_getattr() {
         conversion: None,
         reason: None,
     };
-    let getattrs = |b: &Budgets<RemoteBackend>| calls(b.inner()).get("GETATTR").copied().unwrap_or(0);
+    let getattrs = |b: &Budgets<ClientBackend>| calls(b.inner()).get("GETATTR").copied().unwrap_or(0);
     rt.block_on(async {
         b.execute(&Op::Mkdir { path: RelPath::parse("extra").expect("path") }, &blobs).await.expect("mkdir");
         b.record_written(false);
@@ -597,7 +597,7 @@ fn a_full_server_is_reported_and_recovered() {
     let server = Ganesha::start_sized(8 << 20);
     let server: &'static Ganesha = Box::leak(Box::new(server));
     let e =
-        Export { server, sub: "full".into(), url: server.url("full"), options: RemoteOptions::default(), _proxy: None };
+        Export { server, sub: "full".into(), url: server.url("full"), options: ClientOptions::default(), _proxy: None };
     let mut small = Model::default();
     small.insert("a.txt", history::Entry::File { content: b"a\n".to_vec(), executable: false });
     let mut big = small.clone();
@@ -642,10 +642,10 @@ fn walk(dir: &std::path::Path) -> Vec<PathBuf> {
 fn permission_denied_is_clear() {
     let rt = rt();
     let h = History::random(13, 2);
-    let e = Export::new(RemoteOptions::default());
+    let e = Export::new(ClientOptions::default());
     rt.block_on(sync_to(&h.repo, &h.commits[0], &e.open())).expect("initial as root");
     let url = format!("{}&uid=4321&gid=4321", e.url);
-    let b = remote::open(&url, RemoteOptions::default()).expect("url");
+    let b = client::open(&url, ClientOptions::default()).expect("url");
     let err = rt.block_on(sync_to(&h.repo, &h.commits[1], &b)).expect_err("no permission").to_string();
     assert!(err.contains("NFS3ERR_ACCES") && err.contains("check the target's permissions"), "{err}");
     h.assert_matches(&e, 0, "nothing changed");
@@ -658,7 +658,7 @@ fn permission_denied_is_clear() {
 fn a_server_that_does_not_answer_times_out_clearly() {
     let rt = rt();
     let h = History::random(15, 2);
-    let e = Export::new(RemoteOptions::default());
+    let e = Export::new(ClientOptions::default());
     rt.block_on(sync_to(&h.repo, &h.commits[0], &e.open())).expect("initial");
     let slow = DelayProxy::start(e.server.nfs_addr(), Duration::from_millis(1500));
     let url = format!(
@@ -668,7 +668,7 @@ fn a_server_that_does_not_answer_times_out_clearly() {
         e.sub,
         e.server.mount_port()
     );
-    let b = remote::open(&url, RemoteOptions::default()).expect("url");
+    let b = client::open(&url, ClientOptions::default()).expect("url");
     let err = rt.block_on(sync_to(&h.repo, &h.commits[1], &b)).expect_err("no answer in time").to_string();
     assert!(
         err.contains("no reply from") && err.contains("after 4 tries") && err.contains("no reply within 1s"),
@@ -685,7 +685,7 @@ fn a_server_that_does_not_answer_times_out_clearly() {
 /// between two commits (files are written under a temporary name and RENAMEd into place).
 #[test]
 fn readers_on_the_server_never_see_a_partial_file() {
-    let e = Export::new(RemoteOptions::default());
+    let e = Export::new(ClientOptions::default());
     let make = || e.backend();
     let r = treesync_testkit::readers::race(&make, &e.root(), Duration::from_secs(3));
     assert!(r.syncs >= 4 && r.reads >= 1000, "the test must actually race: {r:?}");
@@ -721,7 +721,7 @@ fn racing_syncs_take_over_a_stale_lock_one_at_a_time() {
     let (one, _) = history::change_some(&base, 150, 75, 75, 32);
     let (two, _) = history::change_some(&base, 150, 75, 75, 33);
     let h = History::from_trees(&[base, one, two]);
-    let e = Export::new(RemoteOptions::default());
+    let e = Export::new(ClientOptions::default());
     let lock = e.root().join(".treesync/lock.nfs");
     let stale = format!("pid {} on {}, started at unix time 1\n", dead_pid(), treesync_core::sync::hostname());
     // More by hand: TREESYNC_RACE_ROUNDS=300.
@@ -751,14 +751,9 @@ fn racing_syncs_take_over_a_stale_lock_one_at_a_time() {
 /// the lock (exit 3) or runs after it.
 #[test]
 fn concurrent_first_syncs_into_a_missing_target() {
-    let base = history::wide_tree(200, 41);
-    let (one, _) = history::change_some(&base, 60, 20, 20, 42);
-    let h = History::from_trees(&[base, one]);
-    for round in 0..15 {
-        let e = Export::new(RemoteOptions::default());
-        let results = treesync_testkit::race::two_syncs(&h, [&h.commits[0], &h.commits[1]], &|| e.backend());
-        treesync_testkit::race::check(&h, &e, [0, 1], results, round);
-    }
+    treesync_testkit::conformance::concurrent_first_syncs_into_a_missing_target(15, 41, || {
+        Export::new(ClientOptions::default())
+    });
 }
 
 /// A hard link planted (on the server) at a temporary's name, to a file outside the synced
@@ -775,7 +770,7 @@ fn a_hard_link_at_a_temporary_name_is_not_written_through() {
     m1.insert("a.txt", history::Entry::File { content: b"new a, from the repository\n".to_vec(), executable: false });
     m1.insert("d/b.txt", history::Entry::File { content: b"new b, from the repository\n".to_vec(), executable: true });
     let h = History::from_trees(&[m0, m1]);
-    let e = Export::new(RemoteOptions::default());
+    let e = Export::new(ClientOptions::default());
     rt.block_on(sync_to(&h.repo, &h.commits[0], &e.open())).expect("initial");
     let outside = e.server.dir().join(format!("{}-outside", e.sub));
     std::fs::create_dir(&outside).expect("mkdir outside");
@@ -809,7 +804,7 @@ fn a_hard_link_at_a_temporary_name_is_not_written_through() {
 fn a_lock_file_that_is_a_hard_link_is_neither_written_nor_shown() {
     let rt = rt();
     let h = History::random(17, 2);
-    let e = Export::new(RemoteOptions::default());
+    let e = Export::new(ClientOptions::default());
     rt.block_on(sync_to(&h.repo, &h.commits[0], &e.open())).expect("initial");
     let outside = e.server.dir().join(format!("{}-outside", e.sub));
     std::fs::create_dir(&outside).expect("mkdir outside");
@@ -839,7 +834,7 @@ fn a_lock_file_that_is_a_hard_link_is_neither_written_nor_shown() {
 fn a_state_file_that_is_a_hard_link_is_replaced_not_written_through() {
     let rt = rt();
     let h = History::random(18, 2);
-    let e = Export::new(RemoteOptions::default());
+    let e = Export::new(ClientOptions::default());
     rt.block_on(sync_to(&h.repo, &h.commits[0], &e.open())).expect("initial");
     let outside = e.server.dir().join(format!("{}-outside", e.sub));
     std::fs::create_dir(&outside).expect("mkdir outside");
@@ -866,7 +861,7 @@ fn a_delta_that_is_a_hard_link_is_not_appended_to_and_its_hint_names_the_file_on
     use treesync_core::index_delta;
     let rt = rt();
     let h = History::random(19, 3);
-    let e = Export::new(RemoteOptions::default());
+    let e = Export::new(ClientOptions::default());
     let b = e.open();
     rt.block_on(sync_to(&h.repo, &h.commits[0], &b)).expect("initial");
     let outside = e.server.dir().join(format!("{}-outside", e.sub));
@@ -907,7 +902,7 @@ fn a_chmod_does_not_reach_through_a_hard_link() {
     m1.insert("run.sh", history::Entry::File { content: b"#!/bin/sh\necho hi\n".to_vec(), executable: true });
     m1.insert("plain", history::Entry::File { content: b"plain\n".to_vec(), executable: true });
     let h = History::from_trees(&[m0, m1]);
-    let e = Export::new(RemoteOptions::default());
+    let e = Export::new(ClientOptions::default());
     rt.block_on(sync_to(&h.repo, &h.commits[0], &e.open())).expect("initial");
     let outside = e.server.dir().join(format!("{}-outside", e.sub));
     std::fs::hard_link(e.root().join("run.sh"), &outside).expect("hard link from outside");
@@ -931,7 +926,7 @@ fn a_chmod_of_a_file_replaced_by_a_symlink_writes_the_file() {
     let mut m1 = m0.clone();
     m1.insert("m", history::Entry::File { content: b"mode only\n".to_vec(), executable: true });
     let h = History::from_trees(&[m0, m1]);
-    let e = Export::new(RemoteOptions::default());
+    let e = Export::new(ClientOptions::default());
     rt.block_on(sync_to(&h.repo, &h.commits[0], &e.open())).expect("initial");
     let outside = e.server.dir().join(format!("{}-outside", e.sub));
     std::fs::write(&outside, "outside\n").expect("outside file");
@@ -950,7 +945,7 @@ fn a_chmod_of_a_file_replaced_by_a_symlink_writes_the_file() {
 fn a_state_folder_that_is_a_symlink_is_refused_naming_it() {
     let rt = rt();
     let h = History::random(19, 2);
-    let e = Export::new(RemoteOptions::default());
+    let e = Export::new(ClientOptions::default());
     rt.block_on(sync_to(&h.repo, &h.commits[0], &e.open())).expect("initial");
     let outside = e.server.dir().join(format!("{}-outside-state", e.sub));
     std::fs::create_dir(&outside).expect("mkdir outside");

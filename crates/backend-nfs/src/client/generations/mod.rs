@@ -5,7 +5,7 @@
 //! handle (the target's parent, the home, a directory being copied or removed), never by
 //! resolving a path that could lead through a symlink. The one client of the target's backend
 //! is shared by the host and the backends of its generations: one connection, one count of
-//! calls ([`RemoteHost::calls`]).
+//! calls ([`ClientHost::calls`]).
 //!
 //! | step | calls |
 //! |---|---|
@@ -20,11 +20,10 @@
 //!
 //! The target's backend works on the hard-link farm safely because it never writes a file in
 //! place: a write is CREATE of a temporary + RENAME, a mode change of a file with other links
-//! is a rewrite, and the state file is a file of its own in every generation.
+//! is a rewrite, and the state file is a file of its own in every generation.//!
+//! The cloning and the removal of a generation's tree are in `tree`.
 
-use std::collections::VecDeque;
-
-use futures::stream::{self, TryStreamExt};
+mod tree;
 
 use super::ops::{create_new, read_all, write_all};
 #[allow(clippy::wildcard_imports)]
@@ -43,14 +42,14 @@ const LOCK: &[u8] = b"lock";
 const JOBS: usize = 32;
 
 /// The generations of an `nfs://` target: its home `PATH/.NAME.treesync` on the server and
-/// the switch of `NAME` (see the [module docs](self)). Open it with [`RemoteHost::open`].
-pub struct RemoteHost {
+/// the switch of `NAME` (see the [module docs](self)). Open it with [`ClientHost::open`].
+pub struct ClientHost {
     /// The target.
     url: NfsUrl,
     /// The options of every backend it opens.
-    options: RemoteOptions,
+    options: ClientOptions,
     /// The target's own backend; its client is the one every other backend here shares.
-    target: RemoteBackend,
+    target: ClientBackend,
     /// `NAME`.
     name: String,
     /// `.NAME.treesync`.
@@ -61,9 +60,9 @@ pub struct RemoteHost {
 
 struct Places {
     /// Rooted at `PATH`.
-    parent: RemoteBackend,
+    parent: ClientBackend,
     /// Rooted at `PATH/.NAME.treesync`, its lock the file `lock` there.
-    home: RemoteBackend,
+    home: ClientBackend,
 }
 
 /// Whether a REMOVE, RMDIR or RENAME met nothing to do (a call sent again found it done).
@@ -84,11 +83,11 @@ fn valid_slot(name: &[u8]) -> bool {
     !name.is_empty() && name != b"." && name != b".." && !name.contains(&b'/')
 }
 
-impl RemoteBackend {
+impl ClientBackend {
     /// A backend for the directory `path` (absolute on the server) of the same export, with
     /// the same options, sharing this backend's client (connection and counts) and what it
     /// knows of the export when it has connected already (else it connects on its own).
-    fn derive(&self, path: &str, lock_in_root: Option<&'static [u8]>) -> RemoteBackend {
+    fn derive(&self, path: &str, lock_in_root: Option<&'static [u8]>) -> ClientBackend {
         let from = &self.inner;
         let mut url = from.url.clone();
         url.path = path.to_string();
@@ -102,27 +101,16 @@ impl RemoteBackend {
                 let _ = export.set((fh.clone(), rest));
             }
         }
-        RemoteBackend {
+        ClientBackend {
             inner: Arc::new(Inner {
-                url,
-                host: from.host.clone(),
-                rpc: from.rpc.clone(),
                 lease: from.lease,
                 nfs_addr: copied(&from.nfs_addr),
                 nfs: copied(&from.nfs),
-                record: from.record,
-                mount_calls: AtomicU64::new(0),
                 export,
-                root: tokio::sync::Mutex::new(None),
-                dirs: DashMap::new(),
-                meta: tokio::sync::Mutex::new(None),
-                run: Mutex::new(None),
-                written: Mutex::new(Vec::new()),
-                recording: AtomicBool::new(true),
-                scanned: Mutex::new(std::collections::HashMap::new()),
                 wtmax: copied(&from.wtmax),
                 case_sensitive: copied(&from.case_sensitive),
                 lock_in_root,
+                ..Inner::fresh(url, from.rpc.clone(), from.record)
             }),
         }
     }
@@ -135,21 +123,21 @@ impl RemoteBackend {
     }
 }
 
-impl RemoteHost {
+impl ClientHost {
     /// The host of the target `url` (`nfs://HOST/EXPORT/PATH/NAME`), whose backends all get
     /// `options`. Nothing is contacted until the first call; a target at the root of its
     /// export is refused then (its home would have to be outside the export).
-    pub fn open(url: &str, options: RemoteOptions) -> Result<RemoteHost, Error> {
+    pub fn open(url: &str, options: ClientOptions) -> Result<ClientHost, Error> {
         let url = NfsUrl::parse(url).map_err(|detail| Error::BadUrl { detail })?;
         let name = url.components().last().map(|c| c.to_string()).expect("an NFS URL has an export path");
-        let mut target = RemoteBackend::new(url.clone(), options.record)?;
+        let mut target = ClientBackend::new(url.clone(), options.record)?;
         Arc::get_mut(&mut target.inner).expect("not shared yet").lease = options.lease;
-        Ok(RemoteHost { home_name: format!(".{name}.treesync"), name, url, options, target, places: OnceCell::new() })
+        Ok(ClientHost { home_name: format!(".{name}.treesync"), name, url, options, target, places: OnceCell::new() })
     }
 
     /// The target's own backend (what [`Host::open`] gives for [`At::Target`], without the
     /// budgets).
-    pub fn target(&self) -> &RemoteBackend {
+    pub fn target(&self) -> &ClientBackend {
         &self.target
     }
 
@@ -277,108 +265,16 @@ impl RemoteHost {
         }
         Ok((fh, attr, shown))
     }
-
-    /// Copy the file `src` (attributes `attr`) as `name` in `dir`: a new file of its own, by
-    /// READs and WRITEs. Answers the bytes copied.
-    async fn copy_file(&self, src: &Fh, attr: &fattr3, dir: &Fh, name: &[u8], shown: &str) -> Result<u64, Error> {
-        let nfs = self.nfs().await?;
-        let about = shown.as_bytes();
-        let fh = create_new(nfs, dir, name, attr.mode & 0o7777, about).await.map_err(|e| nfs_io("copy", shown, e))?;
-        let chunk = self.target.wtmax().await;
-        let mut offset = 0u64;
-        loop {
-            let (data, eof) = nfs.read(src, offset, chunk, about).await.map_err(|e| nfs_io("copy", shown, e))?;
-            if !data.is_empty() {
-                write_all(nfs, &fh, offset, &data, stable_how::FILE_SYNC, about)
-                    .await
-                    .map_err(|e| nfs_io("copy", shown, e))?;
-                offset += data.len() as u64;
-            }
-            if eof || data.is_empty() {
-                return Ok(offset);
-            }
-        }
-    }
-
-    /// Remove the directory `name` in `dir` and everything in it: READDIRPLUS of each
-    /// directory, REMOVE of each file and symlink (never followed), RMDIR deepest first.
-    /// Answers how many entries were removed (the directory included).
-    async fn remove_tree(&self, dir: &Fh, name: &[u8], shown: &str) -> Result<u64, Error> {
-        let nfs = self.nfs().await?;
-        let (top, attr) = match lookup_attr(nfs, dir, name, shown).await {
-            Ok(r) => r,
-            Err(e) if is(&e, nfsstat3::NFS3ERR_NOENT) => return Ok(0),
-            Err(e) => return Err(nfs_io("remove", shown, e)),
-        };
-        if attr.type_ != ftype3::NF3DIR {
-            gone_ok(nfs.remove(dir, name, shown.as_bytes()).await).map_err(|e| nfs_io("remove", shown, e))?;
-            return Ok(1);
-        }
-        let mut removed = 0u64;
-        // Directories found, parents before children: removed in reverse.
-        let mut dirs: Vec<(Fh, Vec<u8>, String)> = Vec::new();
-        let mut queue = VecDeque::from([(top, shown.to_string())]);
-        while let Some((fh, here)) = queue.pop_front() {
-            let entries =
-                nfs.readdirplus(&fh, here.as_bytes()).await.map_err(|e| nfs_io("read directory", &here, e))?;
-            let mut files = Vec::new();
-            for e in entries {
-                let p = format!("{here}/{}", String::from_utf8_lossy(&e.name));
-                let is_dir = match (&e.attr, &e.fh) {
-                    (Some(a), Some(h)) => {
-                        if a.type_ == ftype3::NF3DIR {
-                            queue.push_back((h.clone(), p.clone()));
-                        }
-                        a.type_ == ftype3::NF3DIR
-                    }
-                    _ => {
-                        let (h, a) =
-                            lookup_attr(nfs, &fh, &e.name, &p).await.map_err(|er| nfs_io("read directory", &p, er))?;
-                        if a.type_ == ftype3::NF3DIR {
-                            queue.push_back((h, p.clone()));
-                        }
-                        a.type_ == ftype3::NF3DIR
-                    }
-                };
-                if is_dir {
-                    dirs.push((fh.clone(), e.name, p));
-                } else {
-                    files.push((e.name, p));
-                }
-            }
-            removed += files.len() as u64;
-            stream::iter(files.into_iter().map(Ok::<_, Error>))
-                .try_for_each_concurrent(JOBS, |(n, p)| {
-                    let fh = fh.clone();
-                    async move { gone_ok(nfs.remove(&fh, &n, p.as_bytes()).await).map_err(|e| nfs_io("remove", &p, e)) }
-                })
-                .await?;
-        }
-        for (parent, n, p) in dirs.into_iter().rev() {
-            gone_ok(nfs.rmdir(&parent, &n, p.as_bytes()).await).map_err(|e| nfs_io("remove directory", &p, e))?;
-            removed += 1;
-        }
-        gone_ok(nfs.rmdir(dir, name, shown.as_bytes()).await).map_err(|e| nfs_io("remove directory", shown, e))?;
-        Ok(removed + 1)
-    }
 }
 
-/// One entry of a directory being copied, with its handle and attributes.
-struct Item {
-    name: Vec<u8>,
-    fh: Fh,
-    attr: fattr3,
-    shown: String,
-}
-
-impl fmt::Display for RemoteHost {
+impl fmt::Display for ClientHost {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}", self.url)
     }
 }
 
 #[async_trait]
-impl Host for RemoteHost {
+impl Host for ClientHost {
     fn home_name(&self) -> String {
         self.home_name.clone()
     }
@@ -535,109 +431,7 @@ impl Host for RemoteHost {
     }
 
     async fn clone_tree(&self, from: &At, to: &str) -> Result<Cloned, Error> {
-        self.check_lease()?;
-        let nfs = self.nfs().await?;
-        let (src, attr, _) = self.dir_of(from).await?;
-        let home = self.home_fh_or_missing().await?;
-        let top = self.mkdir(&home, to.as_bytes(), attr.mode & 0o7777, false, &self.shown(to)).await?;
-        let linking = AtomicBool::new(true);
-        let (dirs, entries, bytes) = (AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0));
-        let mut state = None;
-        let mut queue = VecDeque::from([(src, top, self.shown(to), true)]);
-        while let Some((src, dst, here, root)) = queue.pop_front() {
-            let listed =
-                nfs.readdirplus(&src, here.as_bytes()).await.map_err(|e| nfs_io("read directory", &here, e))?;
-            let mut items = Vec::with_capacity(listed.len());
-            for e in listed {
-                let shown = format!("{here}/{}", String::from_utf8_lossy(&e.name));
-                let (fh, attr) = match (e.fh, e.attr) {
-                    (Some(fh), Some(a)) => (fh, a),
-                    _ => lookup_attr(nfs, &src, &e.name, &shown).await.map_err(|er| nfs_io("read", &shown, er))?,
-                };
-                if root && e.name == STATE_DIR.as_bytes() {
-                    // Of the state folder only the state file, copied last.
-                    if attr.type_ == ftype3::NF3DIR
-                        && let Ok((sfh, sattr)) = lookup_attr(nfs, &fh, b"state", &shown).await
-                        && sattr.type_ == ftype3::NF3REG
-                    {
-                        state = Some((sfh, sattr, dst.clone(), shown));
-                    }
-                    continue;
-                }
-                items.push(Item { name: e.name, fh, attr, shown });
-            }
-            let made: Vec<Option<(Fh, Fh, String)>> = stream::iter(items.into_iter().map(Ok::<_, Error>))
-                .map_ok(|item| {
-                    let (dst, linking, dirs, entries, bytes) = (&dst, &linking, &dirs, &entries, &bytes);
-                    async move {
-                        let Item { name, fh, attr, shown } = item;
-                        let about = shown.as_bytes();
-                        match attr.type_ {
-                            ftype3::NF3DIR => {
-                                let made = self.mkdir(dst, &name, attr.mode & 0o7777, false, &shown).await?;
-                                dirs.fetch_add(1, Ordering::Relaxed);
-                                Ok(Some((fh, made, shown)))
-                            }
-                            ftype3::NF3REG => {
-                                entries.fetch_add(1, Ordering::Relaxed);
-                                if linking.load(Ordering::Relaxed) {
-                                    match nfs.link(&fh, dst, &name, about).await {
-                                        Ok(()) => return Ok(None),
-                                        Err(e) if is(&e, nfsstat3::NFS3ERR_NOTSUPP) => {
-                                            linking.store(false, Ordering::Relaxed);
-                                        }
-                                        // This file has as many links as the server allows.
-                                        Err(e) if is(&e, nfsstat3::NFS3ERR_MLINK) => {}
-                                        Err(e) => return Err(nfs_io("link", &shown, e)),
-                                    }
-                                }
-                                let n = self.copy_file(&fh, &attr, dst, &name, &shown).await?;
-                                bytes.fetch_add(n, Ordering::Relaxed);
-                                Ok(None)
-                            }
-                            ftype3::NF3LNK => {
-                                entries.fetch_add(1, Ordering::Relaxed);
-                                let text =
-                                    nfs.readlink(&fh, about).await.map_err(|e| nfs_io("read symlink", &shown, e))?;
-                                match nfs.symlink(dst, &name, &text, about).await {
-                                    Ok(()) | Err(NfsError::DoneBefore(_)) => Ok(None),
-                                    Err(e) => Err(nfs_io("create symlink", &shown, e)),
-                                }
-                            }
-                            // Nothing treesync writes (a FIFO, a device): not part of any tree.
-                            _ => Ok(None),
-                        }
-                    }
-                })
-                .try_buffer_unordered(JOBS)
-                .try_collect()
-                .await?;
-            queue.extend(made.into_iter().flatten().map(|(s, d, p)| (s, d, p, false)));
-        }
-        if let Some((sfh, sattr, dst, shown)) = state {
-            let meta = self.mkdir(&dst, STATE_DIR.as_bytes(), 0o755, true, &shown).await?;
-            let about = shown.as_bytes();
-            let data = read_all(nfs, &sfh, sattr.size, about).await.map_err(|e| nfs_io("copy", &shown, e))?;
-            let tmp = Target::sibling_tmp(b"state");
-            let fh = create_new(nfs, &meta, &tmp, 0o644, about).await.map_err(|e| nfs_io("copy", &shown, e))?;
-            let chunk = self.target.wtmax().await as usize;
-            for (i, part) in data.chunks(chunk).enumerate() {
-                write_all(nfs, &fh, (i * chunk) as u64, part, stable_how::FILE_SYNC, about)
-                    .await
-                    .map_err(|e| nfs_io("copy", &shown, e))?;
-            }
-            match nfs.rename(&meta, &tmp, &meta, b"state", about).await {
-                Ok(()) | Err(NfsError::DoneBefore(_)) => {}
-                Err(e) => return Err(nfs_io("copy", &shown, e)),
-            }
-        }
-        let copied = bytes.load(Ordering::Relaxed);
-        Ok(Cloned {
-            how: if linking.load(Ordering::Relaxed) { CloneHow::Hardlink } else { CloneHow::Copy },
-            dirs: dirs.load(Ordering::Relaxed) + 1,
-            entries: entries.load(Ordering::Relaxed),
-            bytes_copied: copied,
-        })
+        self.clone_tree_at(from, to).await
     }
 
     async fn switch(&self, slot: &str, how: Switch, displaced: &str) -> Result<Switched, Error> {
@@ -729,10 +523,9 @@ impl Host for RemoteHost {
         let nfs = self.nfs().await?;
         let home = self.home_fh_or_missing().await?;
         let shown = self.shown(from);
-        match nfs.rename(&home, from.as_bytes(), &home, to.as_bytes(), shown.as_bytes()).await {
-            Ok(()) | Err(NfsError::DoneBefore(_)) => Ok(()),
-            Err(e) => Err(nfs_io("rename", &shown, e)),
-        }
+        // Gone already (removed by hand): what the rename was for, removing it, is done.
+        gone_ok(nfs.rename(&home, from.as_bytes(), &home, to.as_bytes(), shown.as_bytes()).await)
+            .map_err(|e| nfs_io("rename", &shown, e))
     }
 
     async fn remove_slot(&self, slot: &str) -> Result<u64, Error> {
@@ -766,9 +559,9 @@ impl Host for RemoteHost {
                 };
                 let holder = lock::lock_holder(nfs, &fh, &attr, p.as_bytes()).await;
                 if !self.places().await?.home.stale(holder.as_ref(), Some(&attr)) {
-                    return Err(Error::Locked {
-                        holder: holder.map_or_else(|| format!("lock file {p}"), |h| h.to_string()),
-                    });
+                    return Err(treesync_backend_local::lockfile::locked_by(holder.as_ref(), || {
+                        format!("lock file {p}")
+                    }));
                 }
                 gone_ok(nfs.remove(&home, LOCK, p.as_bytes()).await).map_err(|er| nfs_io("remove", &p, er))?;
             } else {
@@ -803,7 +596,7 @@ mod tests {
 
     #[test]
     fn the_home_is_next_to_the_target() {
-        let h = RemoteHost::open("nfs://nas:2049/export/www/site?mountport=20048", RemoteOptions::default())
+        let h = ClientHost::open("nfs://nas:2049/export/www/site?mountport=20048", ClientOptions::default())
             .expect("valid URL");
         assert_eq!(h.home_name(), ".site.treesync");
         assert_eq!(h.parent_path(), "/export/www");

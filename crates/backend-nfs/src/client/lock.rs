@@ -5,7 +5,7 @@ use super::ops::write_all;
 #[allow(clippy::wildcard_imports)]
 use super::*;
 
-/// A lock not renewed for this long is taken over (the default of [`RemoteOptions::lease`]).
+/// A lock not renewed for this long is taken over (the default of [`ClientOptions::lease`]).
 pub const LEASE: Duration = Duration::from_secs(120);
 
 /// A held lock is renewed this many times per lease.
@@ -14,7 +14,7 @@ pub(super) const RENEWALS_PER_LEASE: u32 = 4;
 /// The lock file in `.treesync`.
 pub(super) const LOCK_FILE: &[u8] = b"lock.nfs";
 
-impl RemoteBackend {
+impl ClientBackend {
     /// The directory holding the lock file: `.treesync` (made with `create`), or the target's
     /// root itself when the lock lives there (the home of generations, `HOME/lock`).
     pub(super) async fn lock_dir(&self, create: bool) -> Result<Option<Fh>, Error> {
@@ -38,7 +38,7 @@ impl RemoteBackend {
     }
 }
 
-impl RemoteBackend {
+impl ClientBackend {
     /// Take the stale lock file judged from `judged` (its attributes) out of the way, without
     /// ever removing another sync's lock by name: RENAME it to a name of our own (atomic:
     /// of several syncs doing this at once, one gets the stale file), then check that what we
@@ -260,7 +260,7 @@ pub(super) async fn lock_holder(nfs: &nfs::Nfs, fh: &Fh, attr: &fattr3, about: &
 /// The lock of one run (see [`Backend::unlock`]); dropped without an unlock it is removed in
 /// the background, or taken over by the next run.
 pub(super) struct Held {
-    backend: RemoteBackend,
+    backend: ClientBackend,
     released: Arc<AtomicBool>,
     renew: tokio::task::AbortHandle,
     lost: Arc<Mutex<Option<String>>>,

@@ -4,7 +4,7 @@ use super::handles::DirError;
 #[allow(clippy::wildcard_imports)]
 use super::*;
 
-impl RemoteBackend {
+impl ClientBackend {
     pub(super) async fn scan_all(&self, jobs: usize) -> Result<Vec<Found>, Error> {
         self.inner.scanned.lock().expect("never poisoned").clear();
         let root = self.root_fh().await?;

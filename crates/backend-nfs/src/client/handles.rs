@@ -34,7 +34,7 @@ impl DirError {
     }
 }
 
-impl RemoteBackend {
+impl ClientBackend {
     /// The handle of directory `path` below the target (looked up once per run).
     pub(super) async fn dir(&self, path: &[u8]) -> Result<Fh, DirError> {
         if path.is_empty() {

@@ -5,7 +5,7 @@
 use super::*;
 use nfs3_types::mount as mountproto;
 
-impl RemoteBackend {
+impl ClientBackend {
     pub(super) fn resolve(&self, port: u16) -> Result<SocketAddr, Error> {
         (self.inner.host.as_str(), port)
             .to_socket_addrs()

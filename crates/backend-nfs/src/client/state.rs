@@ -5,7 +5,7 @@ use super::ops::{create_new, write_all};
 #[allow(clippy::wildcard_imports)]
 use super::*;
 
-impl RemoteBackend {
+impl ClientBackend {
     /// `.treesync`'s handle; `None` if missing and not `create`.
     pub(super) async fn meta(&self, create: bool) -> Result<Option<Fh>, Error> {
         let mut slot = self.inner.meta.lock().await;

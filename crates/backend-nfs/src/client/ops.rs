@@ -7,7 +7,7 @@ use super::*;
 /// WRITEs of one large file in flight at once.
 pub(super) const CHUNKS_IN_FLIGHT: usize = 4;
 
-impl RemoteBackend {
+impl ClientBackend {
     pub(super) async fn run(&self, op: &Op, blobs: &Arc<dyn BlobSource>) -> Result<(), Error> {
         self.check_lease()?;
         let nfs = self.nfs().await?;

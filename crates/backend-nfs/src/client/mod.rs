@@ -20,7 +20,7 @@
 //! place, like the mounted backend, unless the file has other hard links: then it is replaced
 //! by a new file); the lock is a file created with a guarded CREATE (`.treesync/lock.nfs`),
 //! renewed every 30 s while held, taken over when its holder's process is gone (same host) or
-//! it was not renewed for two minutes ([`RemoteOptions::lease`]). A takeover RENAMEs the stale
+//! it was not renewed for two minutes ([`ClientOptions::lease`]). A takeover RENAMEs the stale
 //! file to a name of its own and checks it got the file it judged, so of several syncs taking
 //! over at once one wins and the others find its fresh lock ([`Error::Locked`]). A renewal
 //! that fails, or finds another file under the lock's name, stops the run: its next op or
@@ -73,7 +73,7 @@ use treesync_core::source::{BlobError, BlobSource, OwnedContent};
 use treesync_core::state::Holder;
 use treesync_core::{Op, RelPath};
 
-pub use generations::RemoteHost;
+pub use generations::ClientHost;
 pub use nfs::{Fh, NfsError};
 pub use rpc::RpcOptions;
 pub use url::NfsUrl;
@@ -89,7 +89,7 @@ pub(crate) fn hostname() -> String {
 
 /// Options of [`open`].
 #[derive(Debug, Clone)]
-pub struct RemoteOptions {
+pub struct ClientOptions {
     /// Directory lookups in flight (default 32: over the built-in client they pipeline).
     pub lookup_jobs: usize,
     /// Ops in flight (default: adaptive from 16, between 1 and 128).
@@ -102,9 +102,9 @@ pub struct RemoteOptions {
     pub lease: Duration,
 }
 
-impl Default for RemoteOptions {
+impl Default for ClientOptions {
     fn default() -> Self {
-        RemoteOptions {
+        ClientOptions {
             lookup_jobs: 32,
             write_jobs: WriteJobs::Adaptive(Adaptive { initial: 16, min: 1, max: 128, backoff_latency: 2.0 }),
             record: false,
@@ -114,15 +114,15 @@ impl Default for RemoteOptions {
 }
 
 /// The `nfs://` backend with its budgets: what the CLI uses for `--target nfs://…`.
-pub fn open(url: &str, options: RemoteOptions) -> Result<Budgets<RemoteBackend>, Error> {
+pub fn open(url: &str, options: ClientOptions) -> Result<Budgets<ClientBackend>, Error> {
     let url = NfsUrl::parse(url).map_err(|detail| Error::BadUrl { detail })?;
-    let mut backend = RemoteBackend::new(url, options.record)?;
+    let mut backend = ClientBackend::new(url, options.record)?;
     Arc::get_mut(&mut backend.inner).expect("not shared yet").lease = options.lease;
     Ok(with_budgets(backend, &options))
 }
 
 /// `backend` with the lookup and write budgets of `options`.
-pub(crate) fn with_budgets(backend: RemoteBackend, options: &RemoteOptions) -> Budgets<RemoteBackend> {
+pub(crate) fn with_budgets(backend: ClientBackend, options: &ClientOptions) -> Budgets<ClientBackend> {
     let writes = match options.write_jobs {
         WriteJobs::Fixed(n) => Gate::fixed(n.max(1)),
         WriteJobs::Adaptive(a) => Gate::adaptive(a),
@@ -132,7 +132,7 @@ pub(crate) fn with_budgets(backend: RemoteBackend, options: &RemoteOptions) -> B
 
 /// A directory on an NFSv3 server, reached by the built-in client. Cheap to clone.
 #[derive(Clone)]
-pub struct RemoteBackend {
+pub struct ClientBackend {
     inner: Arc<Inner>,
 }
 
@@ -140,11 +140,11 @@ struct Inner {
     url: NfsUrl,
     host: String,
     rpc: RpcOptions,
-    /// See [`RemoteOptions::lease`].
+    /// See [`ClientOptions::lease`].
     lease: Duration,
     nfs_addr: OnceCell<SocketAddr>,
     /// The NFS program's client; shared by the backends of one generations host
-    /// ([`generations::RemoteHost`]), which then share one connection and one call count.
+    /// ([`generations::ClientHost`]), which then share one connection and one call count.
     nfs: OnceCell<Arc<nfs::Nfs>>,
     record: bool,
     mount_calls: AtomicU64,
@@ -248,7 +248,34 @@ fn join(dir: &[u8], name: &[u8]) -> Vec<u8> {
     p
 }
 
-impl RemoteBackend {
+impl Inner {
+    /// The state of a backend for `url` that knows nothing of the server yet.
+    fn fresh(url: NfsUrl, rpc: RpcOptions, record: bool) -> Inner {
+        Inner {
+            host: url.host.clone(),
+            url,
+            rpc,
+            lease: LEASE,
+            nfs_addr: OnceCell::new(),
+            nfs: OnceCell::new(),
+            record,
+            mount_calls: AtomicU64::new(0),
+            export: OnceCell::new(),
+            root: tokio::sync::Mutex::new(None),
+            dirs: DashMap::new(),
+            meta: tokio::sync::Mutex::new(None),
+            run: Mutex::new(None),
+            written: Mutex::new(Vec::new()),
+            recording: AtomicBool::new(true),
+            scanned: Mutex::new(std::collections::HashMap::new()),
+            wtmax: OnceCell::new(),
+            case_sensitive: OnceCell::new(),
+            lock_in_root: None,
+        }
+    }
+}
+
+impl ClientBackend {
     /// A backend for `url` (nothing is contacted until the first call).
     pub fn new(url: NfsUrl, record: bool) -> Result<Self, Error> {
         let mut rpc = RpcOptions { uid: url.uid, gid: url.gid, ..Default::default() };
@@ -258,29 +285,7 @@ impl RemoteBackend {
         if let Some(t) = url.timeout {
             rpc.timeout = t;
         }
-        Ok(RemoteBackend {
-            inner: Arc::new(Inner {
-                host: url.host.clone(),
-                url,
-                rpc,
-                lease: LEASE,
-                nfs_addr: OnceCell::new(),
-                nfs: OnceCell::new(),
-                record,
-                mount_calls: AtomicU64::new(0),
-                export: OnceCell::new(),
-                root: tokio::sync::Mutex::new(None),
-                dirs: DashMap::new(),
-                meta: tokio::sync::Mutex::new(None),
-                run: Mutex::new(None),
-                written: Mutex::new(Vec::new()),
-                recording: AtomicBool::new(true),
-                scanned: Mutex::new(std::collections::HashMap::new()),
-                wtmax: OnceCell::new(),
-                case_sensitive: OnceCell::new(),
-                lock_in_root: None,
-            }),
-        })
+        Ok(ClientBackend { inner: Arc::new(Inner::fresh(url, rpc, record)) })
     }
 
     /// NFS calls made so far, by procedure.
@@ -308,24 +313,16 @@ impl RemoteBackend {
     }
 }
 
-impl fmt::Display for RemoteBackend {
+impl fmt::Display for ClientBackend {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}", self.inner.url)
     }
 }
 
 #[async_trait]
-impl Backend for RemoteBackend {
+impl Backend for ClientBackend {
     fn capabilities(&self) -> Capabilities {
-        let case_sensitive = *self.inner.case_sensitive.get().unwrap_or(&true);
-        Capabilities {
-            symlinks: true,
-            exec_bit: true,
-            empty_dirs: true,
-            case_sensitive,
-            exclusive_lock: true,
-            aux_store: true,
-        }
+        Capabilities::filesystem(*self.inner.case_sensitive.get().unwrap_or(&true))
     }
 
     fn policy(&self) -> Policy {
