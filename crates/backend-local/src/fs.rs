@@ -11,11 +11,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use rustix::fs::{AtFlags, FileType, Mode, OFlags, ResolveFlags};
 use rustix::io::Errno;
-use treesync_core::backend::{DirEntry, Error, FileStat, Found, FoundKind, LockGuard, TargetState, Written};
-use treesync_core::path::{STATE_DIR, TMP_PREFIX};
-use treesync_core::source::{BlobSource, Content};
-use treesync_core::state::Holder;
-use treesync_core::{Op, RelPath};
+use treesync_backend::backend::{DirEntry, Error, FileStat, Found, FoundKind, LockGuard, TargetState, Written};
+use treesync_backend::path::{STATE_DIR, TMP_PREFIX};
+use treesync_backend::source::{BlobSource, Content};
+use treesync_backend::lock::Holder;
+use treesync_backend::{Op, RelPath};
 
 use crate::lockfile;
 
@@ -462,9 +462,9 @@ impl Target {
         // still open, one GETATTR on a network filesystem instead of a lookup and a GETATTR
         // (an NFS client flushes a file's cached writes before answering a stat of it, so
         // closing it afterwards moves no time). Without it the file is simply hashed once.
-        // Beyond what a sync records (treesync_core::index_delta::RECORD_AT_MOST), not even that.
+        // Beyond what a sync records (treesync_backend::backend::RECORD_AT_MOST), not even that.
         let room = self.recording.load(std::sync::atomic::Ordering::Relaxed)
-            && self.written.lock().expect("never poisoned").len() < treesync_core::index_delta::RECORD_AT_MOST;
+            && self.written.lock().expect("never poisoned").len() < treesync_backend::backend::RECORD_AT_MOST;
         if room && let Ok(st) = rustix::fs::fstat(&fd) {
             let written = Written { path: path.as_bytes().to_vec(), size: st.st_size as u64, stat: file_stat(&st) };
             self.written.lock().expect("never poisoned").push(written);
@@ -475,14 +475,14 @@ impl Target {
 
     /// The files written from blobs since the last call (see [`Backend::take_written`]).
     ///
-    /// [`Backend::take_written`]: treesync_core::Backend::take_written
+    /// [`Backend::take_written`]: treesync_backend::Backend::take_written
     pub fn take_written(&self) -> Vec<Written> {
         std::mem::take(&mut *self.written.lock().expect("never poisoned"))
     }
 
     /// Whether to note the files written from now on (see [`Backend::record_written`]).
     ///
-    /// [`Backend::record_written`]: treesync_core::Backend::record_written
+    /// [`Backend::record_written`]: treesync_backend::Backend::record_written
     pub fn record_written(&self, on: bool) {
         self.recording.store(on, std::sync::atomic::Ordering::Relaxed);
     }

@@ -16,7 +16,7 @@
 //! ```
 //! use std::sync::atomic::AtomicBool;
 //! use treesync_backend_local::{LocalBackend, Options};
-//! use treesync_core::{Repo, sync};
+//! use treesync_backend::{Repo, sync};
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! # let dir = tempfile::tempdir()?;
 //! # let git = |args: &[&str]| std::process::Command::new("git").current_dir(dir.path()).args(args).output();
@@ -41,12 +41,12 @@ pub mod lockfile;
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use treesync_core::state::Holder;
+use treesync_backend::lock::Holder;
 
 use async_trait::async_trait;
-use treesync_core::backend::{Backend, Batch, Capabilities, DirEntry, Error, Found, LockGuard, Policy, TargetState};
-use treesync_core::source::BlobSource;
-use treesync_core::{Op, RelPath};
+use treesync_backend::backend::{Backend, Batch, Capabilities, DirEntry, Error, Found, LockGuard, Policy, TargetState};
+use treesync_backend::source::BlobSource;
+use treesync_backend::{Op, RelPath};
 
 /// Options of the [`LocalBackend`].
 #[derive(Debug, Clone)]
@@ -92,7 +92,7 @@ impl LocalBackend {
         f: impl FnOnce(&fs::Target) -> Result<T, Error> + Send + 'static,
     ) -> Result<T, Error> {
         let inner = self.inner.clone();
-        treesync_core::backend::blocking(move || f(&inner)).await
+        treesync_backend::backend::blocking(move || f(&inner)).await
     }
 }
 
@@ -199,7 +199,7 @@ impl Backend for LocalBackend {
         self.blocking(move |t| t.aux_mtime(&name)).await
     }
 
-    fn take_written(&self) -> Vec<treesync_core::backend::Written> {
+    fn take_written(&self) -> Vec<treesync_backend::backend::Written> {
         self.inner.take_written()
     }
 

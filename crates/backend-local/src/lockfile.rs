@@ -19,8 +19,8 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
 use rustix::fs::{AtFlags, FileType, FlockOperation, Mode, OFlags};
 use rustix::io::Errno;
-use treesync_core::backend::{Error, LockGuard};
-use treesync_core::state::Holder;
+use treesync_backend::backend::{Error, LockGuard};
+use treesync_backend::lock::Holder;
 
 /// The name of the lock file in the state folder.
 pub const NAME: &str = "lock";
@@ -104,7 +104,7 @@ pub fn take(dir: BorrowedFd<'_>, holder: &Holder) -> Result<Flock, TakeError> {
 pub struct Flock(OwnedFd);
 
 impl Flock {
-    /// As the guard [`Backend::lock`](treesync_core::Backend::lock) returns.
+    /// As the guard [`Backend::lock`](treesync_backend::Backend::lock) returns.
     pub fn into_guard(self) -> LockGuard {
         LockGuard(Box::new(self))
     }

@@ -10,7 +10,7 @@ use crate::meta::Meta;
 use dashmap::DashMap;
 use rustix::fs::{Mode, OFlags};
 use rustix::io::Errno;
-use treesync_core::policy::Gate;
+use treesync_backend::policy::Gate;
 
 /// Directory handles by relative path (`b""` is the root).
 ///

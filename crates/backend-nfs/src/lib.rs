@@ -30,7 +30,7 @@
 //!
 //! ```
 //! use treesync_backend_nfs::{LookupJobs, Options, WriteJobs, detect};
-//! use treesync_core::Backend;
+//! use treesync_backend::Backend;
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! # let dir = tempfile::tempdir()?;
 //! # let target = dir.path().join("site");
@@ -44,7 +44,7 @@
 //!     Options { lookup_jobs: LookupJobs::Fixed(1), scan_jobs: 32, write_jobs: WriteJobs::Fixed(16), fsync: false },
 //! );
 //! assert_eq!((backend.policy().jobs, backend.policy().lookups, backend.policy().scans), (16, 1, 32));
-//! // Hand it to `treesync_core::sync::sync` like any other backend.
+//! // Hand it to `treesync_backend::sync::sync` like any other backend.
 //! # Ok(()) }
 //! ```
 
@@ -58,15 +58,15 @@ use std::fmt;
 use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use treesync_core::state::Holder;
+use treesync_backend::lock::Holder;
 
 use async_trait::async_trait;
 use rustix::io::Errno;
 use treesync_backend_local::fs::Target;
-use treesync_core::backend::{Backend, Batch, Capabilities, DirEntry, Error, Found, LockGuard, Policy, TargetState};
-use treesync_core::policy::{Adaptive, Budgets, Gate};
-use treesync_core::source::BlobSource;
-use treesync_core::{Op, RelPath};
+use treesync_backend::backend::{Backend, Batch, Capabilities, DirEntry, Error, Found, LockGuard, Policy, TargetState};
+use treesync_backend::policy::{Adaptive, Budgets, Gate};
+use treesync_backend::source::BlobSource;
+use treesync_backend::{Op, RelPath};
 
 /// How many writes may be in flight.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -190,7 +190,7 @@ impl NfsBackend {
         f: impl FnOnce(&NfsBackend) -> Result<T, Error> + Send + 'static,
     ) -> Result<T, Error> {
         let me = self.clone();
-        treesync_core::backend::blocking(move || f(&me)).await
+        treesync_backend::backend::blocking(move || f(&me)).await
     }
 
     /// Probe case sensitivity relative to the root handle (see [`Target::probe_case_in`]).
@@ -348,7 +348,7 @@ impl Backend for NfsBackend {
         self.blocking(move |b| b.meta.aux_mtime(&name)).await
     }
 
-    fn take_written(&self) -> Vec<treesync_core::backend::Written> {
+    fn take_written(&self) -> Vec<treesync_backend::backend::Written> {
         self.target.take_written()
     }
 

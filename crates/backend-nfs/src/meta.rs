@@ -22,8 +22,8 @@ use rustix::fs::{AtFlags, Mode, OFlags};
 use rustix::io::Errno;
 use treesync_backend_local::fs::Target;
 use treesync_backend_local::lockfile::{self, Flock, own_file, write_all_at};
-use treesync_core::backend::{Error, LockGuard, TargetState};
-use treesync_core::path::STATE_DIR;
+use treesync_backend::backend::{Error, LockGuard, TargetState};
+use treesync_backend::path::STATE_DIR;
 
 fn io(e: Errno) -> std::io::Error {
     std::io::Error::from_raw_os_error(e.raw_os_error())
@@ -218,7 +218,7 @@ impl Meta {
 
     /// Take the target's lock for `holder` (the local backend's [`lockfile`], shared) and open
     /// the run's state file next to it.
-    pub(crate) fn lock(&self, holder: &treesync_core::state::Holder) -> Result<LockGuard, Error> {
+    pub(crate) fn lock(&self, holder: &treesync_backend::lock::Holder) -> Result<LockGuard, Error> {
         let dir = self.dir(true)?.expect("created");
         let lock = lockfile::take(dir.as_fd(), holder).map_err(|e| {
             let lock_path = self.shown(&format!("{STATE_DIR}/{}", lockfile::NAME));
@@ -227,7 +227,7 @@ impl Meta {
         // The index delta is opened while the state file is: two round trips at once. Any
         // trouble with it (absent, a planted link) is left to the append, which reports it.
         let (delta, state) = at_once(
-            || lockfile::open_own_for_append(dir.as_fd(), treesync_core::index_delta::NAME, false).ok().flatten(),
+            || lockfile::open_own_for_append(dir.as_fd(), treesync_backend::backend::INDEX_DELTA, false).ok().flatten(),
             || rustix::fs::openat(&*dir, "state", OFlags::RDWR | OFlags::NOFOLLOW | OFlags::CLOEXEC, Mode::empty()),
         );
         let state = match state {
@@ -324,7 +324,7 @@ impl Meta {
     /// planted there would take the bytes elsewhere.
     pub(crate) fn append_aux(&self, name: &str, bytes: &[u8]) -> Result<(), Error> {
         let shown = || self.shown(&format!("{STATE_DIR}/{name}"));
-        if name == treesync_core::index_delta::NAME
+        if name == treesync_backend::backend::INDEX_DELTA
             && let Some(Run { delta: Some(fd), .. }) = &*self.run.lock().expect("never poisoned")
         {
             return lockfile::append_to(fd, bytes, self.fsync).map_err(|e| match e {

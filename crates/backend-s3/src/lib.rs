@@ -38,9 +38,9 @@ use object_store::{
     WriteMultipart,
 };
 use tokio::sync::Semaphore;
-use treesync_core::backend::{Backend, Batch, Capabilities, DirEntry, Error, Found, FoundKind, Policy, TargetState};
-use treesync_core::source::{BlobSource, OwnedContent};
-use treesync_core::{Op, RelPath};
+use treesync_backend::backend::{Backend, Batch, Capabilities, DirEntry, Error, Found, FoundKind, Policy, TargetState};
+use treesync_backend::source::{BlobSource, OwnedContent};
+use treesync_backend::{Op, RelPath};
 
 /// `st_mode` of a regular file (0100644), as s3fs-fuse stores it.
 pub const MODE_FILE: u32 = 0o100644;
@@ -251,7 +251,7 @@ impl ObjectStoreBackend {
     }
 
     fn state_key(&self) -> Path {
-        self.prefix.clone().join(treesync_core::path::STATE_DIR).join("state")
+        self.prefix.clone().join(treesync_backend::path::STATE_DIR).join("state")
     }
 
     fn attributes(&self, mode: u32) -> Attributes {
@@ -511,7 +511,7 @@ impl Backend for ObjectStoreBackend {
             .iter()
             .map(|p| DirEntry { name: name(p), is_dir: true })
             .chain(list.objects.iter().map(|o| DirEntry { name: name(&o.location), is_dir: false }))
-            .filter(|e| !(dir.is_root() && e.name == treesync_core::path::STATE_DIR.as_bytes()))
+            .filter(|e| !(dir.is_root() && e.name == treesync_backend::path::STATE_DIR.as_bytes()))
             .collect();
         out.sort_by(|a, b| a.name.cmp(&b.name));
         Ok(out)
@@ -618,7 +618,7 @@ impl ObjectStoreBackend {
                     .unwrap_or_default(),
                 None => meta.location.parts().map(|x| x.as_ref().to_string()).collect(),
             };
-            if rel.first().map(String::as_str) != Some(treesync_core::path::STATE_DIR) {
+            if rel.first().map(String::as_str) != Some(treesync_backend::path::STATE_DIR) {
                 out.push((rel.join("/"), meta));
             }
         }

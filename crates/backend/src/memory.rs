@@ -221,14 +221,7 @@ impl Drop for MemLock {
 impl Backend for MemoryBackend {
     fn capabilities(&self) -> Capabilities {
         let case_sensitive = !self.inner.lock().expect("never poisoned").case_insensitive;
-        Capabilities {
-            symlinks: true,
-            exec_bit: true,
-            empty_dirs: true,
-            case_sensitive,
-            exclusive_lock: true,
-            aux_store: true,
-        }
+        Capabilities::filesystem(case_sensitive)
     }
 
     fn policy(&self) -> Policy {

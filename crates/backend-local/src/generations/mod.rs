@@ -36,10 +36,10 @@ use std::sync::{Arc, Mutex, OnceLock};
 use async_trait::async_trait;
 use rustix::fs::{AtFlags, FileType, Mode, OFlags, RenameFlags};
 use rustix::io::Errno;
-use treesync_core::backend::{Backend, Error, LockGuard};
-use treesync_core::generation::{At, AtTarget, CloneHow, Cloned, Host, Switch, Switched};
-use treesync_core::path::{STATE_DIR, TMP_PREFIX};
-use treesync_core::state::Holder;
+use treesync_backend::backend::{Backend, Error, LockGuard};
+use treesync_backend::generation::{At, AtTarget, CloneHow, Cloned, Host, Switch, Switched};
+use treesync_backend::path::{STATE_DIR, TMP_PREFIX};
+use treesync_backend::lock::Holder;
 
 use crate::lockfile;
 use home::{list_typed, remove_tree};
@@ -143,7 +143,7 @@ impl Inner {
         f: impl FnOnce(&Inner) -> Result<T, Error> + Send + 'static,
     ) -> Result<T, Error> {
         let me = self.clone();
-        treesync_core::backend::blocking(move || f(&me)).await
+        treesync_backend::backend::blocking(move || f(&me)).await
     }
 }
 

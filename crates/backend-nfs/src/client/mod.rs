@@ -64,14 +64,14 @@ use nfs3_types::nfs3::{fattr3, ftype3, nfsstat3, stable_how};
 use nfs3_types::xdr_codec::{Opaque, Void};
 use tokio::sync::OnceCell;
 use treesync_backend_local::fs::Target;
-use treesync_core::backend::{
+use treesync_backend::backend::{
     Backend, Capabilities, DirEntry, Error, FileStat, Found, FoundKind, LockGuard, Policy, TargetState,
 };
-use treesync_core::path::STATE_DIR;
-use treesync_core::policy::{Adaptive, Budgets, Gate};
-use treesync_core::source::{BlobError, BlobSource, OwnedContent};
-use treesync_core::state::Holder;
-use treesync_core::{Op, RelPath};
+use treesync_backend::path::STATE_DIR;
+use treesync_backend::policy::{Adaptive, Budgets, Gate};
+use treesync_backend::source::{BlobError, BlobSource, OwnedContent};
+use treesync_backend::lock::Holder;
+use treesync_backend::{Op, RelPath};
 
 pub use generations::ClientHost;
 pub use nfs::{Fh, NfsError};
@@ -84,7 +84,7 @@ use ops::read_all;
 use crate::WriteJobs;
 
 pub(crate) fn hostname() -> String {
-    treesync_core::sync::hostname()
+    treesync_backend::lock::hostname()
 }
 
 /// Options of [`open`].
@@ -166,7 +166,7 @@ struct Inner {
     lock_in_root: Option<&'static [u8]>,
     /// Files written from blobs since [`Backend::take_written`] last took them, with the
     /// attributes the server gave after their RENAME (for the next verify's stat check).
-    written: Mutex<Vec<treesync_core::backend::Written>>,
+    written: Mutex<Vec<treesync_backend::backend::Written>>,
     /// Whether files written are noted in `written` ([`Backend::record_written`]).
     recording: AtomicBool,
     /// The handles and sizes of the regular files the last scan listed (READDIRPLUS gives
@@ -462,7 +462,7 @@ impl Backend for ClientBackend {
         self.aux_time(name).await
     }
 
-    fn take_written(&self) -> Vec<treesync_core::backend::Written> {
+    fn take_written(&self) -> Vec<treesync_backend::backend::Written> {
         std::mem::take(&mut *self.inner.written.lock().expect("never poisoned"))
     }
 

@@ -37,7 +37,7 @@ impl NfsError {
         }
     }
 
-    /// As an I/O error whose kind carries the meaning (for the hints of `treesync_core`).
+    /// As an I/O error whose kind carries the meaning (for the hints of `treesync_backend`).
     pub fn into_io(self) -> std::io::Error {
         match self {
             NfsError::Status(s) | NfsError::DoneBefore(s) => {

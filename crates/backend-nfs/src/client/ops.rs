@@ -152,10 +152,10 @@ impl ClientBackend {
         // reply carries only the directory's attributes). Beyond what a sync records
         // (`index_delta::RECORD_AT_MOST`), not even that; without it the file is hashed once.
         let room = self.inner.recording.load(std::sync::atomic::Ordering::Relaxed)
-            && self.inner.written.lock().expect("never poisoned").len() < treesync_core::index_delta::RECORD_AT_MOST;
+            && self.inner.written.lock().expect("never poisoned").len() < treesync_backend::backend::RECORD_AT_MOST;
         if room && let Ok(a) = nfs.getattr(&fh, about).await {
             let written =
-                treesync_core::backend::Written { path: about.to_vec(), size: a.size, stat: super::stat_of(&a) };
+                treesync_backend::backend::Written { path: about.to_vec(), size: a.size, stat: super::stat_of(&a) };
             self.inner.written.lock().expect("never poisoned").push(written);
         }
         result

@@ -28,7 +28,7 @@ mod tree;
 use super::ops::{create_new, read_all, write_all};
 #[allow(clippy::wildcard_imports)]
 use super::*;
-use treesync_core::generation::{At, AtTarget, CloneHow, Cloned, Host, Switch, Switched};
+use treesync_backend::generation::{At, AtTarget, CloneHow, Cloned, Host, Switch, Switched};
 
 /// The home's folder for the link being made.
 const TMP: &[u8] = b"tmp";
