@@ -23,6 +23,7 @@ pub mod schema;
 pub mod slowfs;
 pub mod snapshots;
 pub mod tree;
+pub mod work;
 
 /// The one `/proc/self/mountinfo` reader (treesync-backend-nfs's), for the testbeds and tests.
 pub use treesync_backend_nfs::mountinfo;
