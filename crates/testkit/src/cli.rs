@@ -102,9 +102,9 @@ pub fn listing(dir: &Path) -> Vec<String> {
     names
 }
 
-/// Wait until `f` holds, checking every 50 ms; panic naming `what` after `timeout`.
-pub fn wait_for(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
-    let deadline = Instant::now() + timeout;
+/// Wait until `f` holds, checking every 50 ms; panic naming `what` after a minute.
+pub fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(60);
     while !f() {
         assert!(Instant::now() < deadline, "timed out waiting for {what}");
         std::thread::sleep(Duration::from_millis(50));

@@ -7,16 +7,7 @@ use crate::treesync;
 use treesync_testkit::BareRepo;
 use treesync_testkit::cli::listing;
 use treesync_testkit::cli::s;
-use treesync_testkit::history::file;
 use treesync_testkit::history::{self, Model};
-
-fn model(files: &[(&str, &str)]) -> Model {
-    let mut m = Model::default();
-    for (p, c) in files {
-        m.insert(p, file(c));
-    }
-    m
-}
 
 fn sync(bare: &BareRepo, rev: &str, url: &str) -> Output {
     treesync(&["sync", "--repo", s(&bare.path), "--ref", rev, "--target", url])
@@ -35,8 +26,8 @@ fn file_targets_never_write_through_a_planted_directory_symlink() {
         &bare.path,
         "main",
         &[
-            model(&[("a", "a"), ("deep/er/keep", "k")]),
-            model(&[("a", "a"), ("deep/er/keep", "k"), ("dir/evil", "evil"), ("deep/er/link/evil", "evil")]),
+            Model::of(&[("a", "a"), ("deep/er/keep", "k")]),
+            Model::of(&[("a", "a"), ("deep/er/keep", "k"), ("dir/evil", "evil"), ("deep/er/link/evil", "evil")]),
         ],
     );
     let dir = tempfile::tempdir().expect("tempdir");
@@ -70,7 +61,7 @@ fn file_targets_never_remove_through_a_planted_directory_symlink() {
     let commits = history::import(
         &bare.path,
         "main",
-        &[model(&[("a", "a"), ("dir/evil", "evil"), ("dir/sub/x", "x")]), model(&[("a", "a")])],
+        &[Model::of(&[("a", "a"), ("dir/evil", "evil"), ("dir/sub/x", "x")]), Model::of(&[("a", "a")])],
     );
     let dir = tempfile::tempdir().expect("tempdir");
     let t = dir.path().join("t");
@@ -98,7 +89,11 @@ fn file_targets_replace_a_symlink_at_the_final_name_and_keep_state_inside() {
     let commits = history::import(
         &bare.path,
         "main",
-        &[model(&[("a", "a")]), model(&[("a", "a"), ("name", "new")]), model(&[("a", "b"), ("name", "new")])],
+        &[
+            Model::of(&[("a", "a")]),
+            Model::of(&[("a", "a"), ("name", "new")]),
+            Model::of(&[("a", "b"), ("name", "new")]),
+        ],
     );
     let dir = tempfile::tempdir().expect("tempdir");
     let t = dir.path().join("t");

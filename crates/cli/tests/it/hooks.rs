@@ -13,6 +13,7 @@ use crate::schema::SYNC;
 use crate::schema::WATCH_EVENT;
 use serde_json::Value;
 use treesync_testkit::cli::s;
+use treesync_testkit::cli::wait_for;
 use treesync_testkit::history::file;
 use treesync_testkit::history::{self, Model};
 use treesync_testkit::{BareRepo, git, schema};
@@ -334,14 +335,6 @@ fn collect(stdout: std::process::ChildStdout) -> Arc<Mutex<Vec<Value>>> {
         }
     });
     events
-}
-
-fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !f() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
 }
 
 #[test]

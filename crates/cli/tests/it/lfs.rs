@@ -12,6 +12,7 @@ use std::process::{Command, Output};
 
 use crate::treesync;
 use serde_json::Value;
+use treesync_testkit::cli::peak_rss_mib;
 use treesync_testkit::cli::s;
 use treesync_testkit::gitcheck;
 use treesync_testkit::work::git;
@@ -336,27 +337,6 @@ fn files_of_submodules_are_read_from_the_submodules_stores() {
     ok(&args);
     assert_eq!(std::fs::read(target.join("vendor/lib/obj.bin")).expect("obj.bin"), noise(5, 200_000));
     assert_eq!(std::fs::read(target.join("README")).expect("README"), b"super\n");
-}
-
-/// Peak RSS in MiB of one run of `cmd`, which must succeed.
-#[allow(clippy::zombie_processes)] // reaped by wait4, which also gives the peak RSS
-fn peak_rss_mib(cmd: &mut Command) -> u64 {
-    cmd.stdout(std::process::Stdio::null()).stderr(std::process::Stdio::piped());
-    let child = cmd.spawn().expect("treesync runs");
-    let pid = child.id() as libc::pid_t;
-    let mut status = 0;
-    // SAFETY: an all-zero rusage is a valid value; wait4 fills it for our own child.
-    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: pid is our child; status and usage point to live locals.
-    let r = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
-    assert_eq!(r, pid, "wait4");
-    let ok = libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0;
-    let mut err = String::new();
-    if let Some(mut e) = child.stderr {
-        let _ = std::io::Read::read_to_string(&mut e, &mut err);
-    }
-    assert!(ok, "treesync failed ({status}): {err}");
-    usage.ru_maxrss as u64 / 1024
 }
 
 #[test]

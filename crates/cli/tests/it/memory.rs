@@ -7,32 +7,12 @@ use std::io::Write;
 use std::path::Path;
 use std::process::Command;
 
+use treesync_testkit::cli::peak_rss_mib;
 use treesync_testkit::git;
 
 /// Size of the large file: 256 MiB in CI (set TREESYNC_BIG_FILE_MIB for more, e.g. 2048).
 fn big_mib() -> u64 {
     std::env::var("TREESYNC_BIG_FILE_MIB").ok().and_then(|v| v.parse().ok()).unwrap_or(256)
-}
-
-/// Peak RSS in MiB of one run of `cmd`, which must succeed.
-#[allow(clippy::zombie_processes)] // reaped by wait4, which also gives the peak RSS
-fn peak_rss_mib(cmd: &mut Command) -> u64 {
-    cmd.stdout(std::process::Stdio::null()).stderr(std::process::Stdio::piped());
-    let child = cmd.spawn().expect("treesync runs");
-    let pid = child.id() as libc::pid_t;
-    let mut status = 0;
-    // SAFETY: an all-zero rusage is a valid value; wait4 fills it for our own child.
-    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: pid is our child; status and usage point to live locals.
-    let r = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
-    assert_eq!(r, pid, "wait4");
-    let ok = libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0;
-    let mut err = String::new();
-    if let Some(mut e) = child.stderr {
-        let _ = std::io::Read::read_to_string(&mut e, &mut err);
-    }
-    assert!(ok, "treesync failed ({status}): {err}");
-    usage.ru_maxrss as u64 / 1024
 }
 
 /// A repository whose HEAD has `big.bin` (`mib` MiB) and a small file. Above git's

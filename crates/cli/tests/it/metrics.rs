@@ -13,6 +13,7 @@ use crate::cli;
 use prometheus_parse::{Sample, Scrape, Value};
 use serde_json::Value as Json;
 use treesync_testkit::cli::s;
+use treesync_testkit::cli::wait_for;
 use treesync_testkit::git;
 
 /// A repository with a working tree and one commit on `main`.
@@ -36,14 +37,6 @@ fn commit(repo: &Path, name: &str, content: &str) {
 /// A port nobody listens on now.
 fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port()
-}
-
-fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !f() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
 }
 
 /// One HTTP/1.1 request on a fresh connection: the status code and the body.
