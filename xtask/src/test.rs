@@ -124,7 +124,7 @@ fn missing(probe: &Probe) -> Vec<Need> {
         ("ganesha.nfsd", "nfs-ganesha"),
         ("rpcbind", "rpcbind"),
         ("nfs-ls", "libnfs-utils"),
-        // The Debian package's test (crates/cli/tests/deb.rs): build, install, check the unit.
+        // The Debian package's test (crates/cli/tests/it/deb.rs): build, install, check the unit.
         ("dpkg-deb", "dpkg"),
         ("systemd-analyze", "systemd"),
         ("strip", "binutils"),
@@ -322,9 +322,7 @@ impl Step {
     /// for the tests' build to release target/debug.
     fn command(&self, root: &Path, cargo: &std::ffi::OsStr) -> Command {
         let (program, args) = match self.args.split_first() {
-            Some((&"xtask", rest)) => {
-                (std::env::current_exe().map_or_else(|_| "xtask".into(), |p| p.into_os_string()), rest)
-            }
+            Some((&"xtask", rest)) => (std::env::current_exe().expect("the xtask binary").into_os_string(), rest),
             _ => (cargo.to_os_string(), &self.args[..]),
         };
         let mut cmd = if self.background {
@@ -726,6 +724,30 @@ mod tests {
         let udp6 = "  sl  local_address                         remote_address                        st\n  \
                     1: 00000000000000000000000000000000:006F 00000000000000000000000000000000:0000 07\n";
         assert!(listens_on(udp6, 111));
+    }
+
+    #[test]
+    fn with_nextest_the_tests_share_the_cores_and_the_builds_run_beside_them_niced() {
+        let shown: Vec<(String, bool)> = steps(true).iter().map(|s| (s.show(), s.background)).collect();
+        let expected = [
+            ("cargo nextest run --workspace --no-fail-fast", false),
+            ("cargo test --workspace --doc", false),
+            ("cargo xtask dist", true),
+            ("RUSTDOCFLAGS=\"-D warnings\" cargo doc --no-deps --workspace --quiet --profile dist", true),
+        ];
+        assert_eq!(shown, expected.map(|(s, b)| (s.to_string(), b)));
+        let without: Vec<String> = steps(false).iter().filter(|s| !s.background).map(Step::show).collect();
+        assert_eq!(without, ["cargo test --workspace --no-fail-fast"], "cargo test runs the doc-tests too");
+
+        // `cargo xtask dist` is this binary itself (cargo run would wait for target/debug).
+        let dist = steps(true)[2].command(Path::new("/"), std::ffi::OsStr::new("cargo"));
+        assert_eq!(dist.get_program(), "nice");
+        let args: Vec<_> = dist.get_args().collect();
+        assert_eq!(args[..2], ["-n", "19"]);
+        assert_eq!(args[2], std::env::current_exe().expect("current exe").as_os_str());
+        assert_eq!(args[3..], ["dist"]);
+        let doc = steps(true)[3].command(Path::new("/"), std::ffi::OsStr::new("cargo"));
+        assert!(doc.get_envs().any(|(k, v)| k == "RUSTDOCFLAGS" && v == Some("-D warnings".as_ref())));
     }
 
     #[test]

@@ -343,7 +343,7 @@ fn files_of_submodules_are_read_from_the_submodules_stores() {
 fn a_large_object_is_streamed_with_bounded_memory() {
     use std::io::Write;
     treesync_testkit::missing::require_program("git-lfs", "git-lfs");
-    // 256 MiB in CI (TREESYNC_BIG_FILE_MIB for more, as in tests/memory.rs).
+    // 256 MiB in CI (TREESYNC_BIG_FILE_MIB for more, as in memory.rs).
     let mib: u64 = std::env::var("TREESYNC_BIG_FILE_MIB").ok().and_then(|v| v.parse().ok()).unwrap_or(256);
     let dir = tempfile::tempdir().expect("tempdir");
     let work = dir.path().join("work");

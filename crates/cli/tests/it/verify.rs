@@ -174,7 +174,7 @@ fn s3_verify_lists_and_gets_only_what_differs() {
     moto.create_bucket("verify-bucket");
     let mut m = Model::default();
     for i in 0..1500 {
-        m.insert(&format!("d{}/f{i}", i % 9), file(&format!("content {i}\n")));
+        m.insert(&format!("d{}/f{i}", i % 9), file(format!("content {i}\n")));
     }
     m.insert("x", Entry::File { content: b"exe\n".to_vec(), executable: true });
     m.insert("l", Entry::Link { target: "x".into() });
@@ -231,7 +231,7 @@ fn verify_costs_one_readdir_per_directory_and_one_stat_per_entry() {
     treesync_testkit::missing::require_program("strace", "strace");
     let mut m = Model::default();
     for i in 0..3000 {
-        m.insert(&format!("d{:02}/f{i}", i % 30), file(&format!("{i}\n")));
+        m.insert(&format!("d{:02}/f{i}", i % 30), file(format!("{i}\n")));
     }
     let bare = BareRepo::new();
     let commits = history::import(&bare.path, "main", &[m]);
@@ -280,13 +280,13 @@ fn repair_and_sync_running_together_never_leave_a_wrong_tree() {
     let mut a = Model::default();
     for d in 0..40 {
         for f in 0..50 {
-            a.insert(&format!("d{d}/f{f}"), file(&format!("a {d} {f}\n")));
+            a.insert(&format!("d{d}/f{f}"), file(format!("a {d} {f}\n")));
         }
     }
     let mut c = a.clone();
     for d in 0..40 {
         for f in (0..50).filter(|f| f % 5 != 0) {
-            c.insert(&format!("d{d}/f{f}"), file(&format!("c {d} {f} changed\n")));
+            c.insert(&format!("d{d}/f{f}"), file(format!("c {d} {f} changed\n")));
         }
     }
     let bare = BareRepo::new();
