@@ -62,6 +62,27 @@ impl Cli {
         stderr
     }
 
+    /// `treesync sync` with no system or global git config (as the testkit's git runs).
+    pub fn sync_without_git_config(&self, repo: &Path, rev: &str, target: &Path) -> Output {
+        self.command()
+            .args(["sync", "--repo", s(repo), "--ref", rev, "--target", s(target)])
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .env("GIT_CONFIG_GLOBAL", "/dev/null")
+            .output()
+            .expect("treesync runs")
+    }
+
+    /// `treesync verify --json` of `target` against `repo` with `extra` arguments: its exit code
+    /// (0 clean, 1 drift; anything else fails the test) and report.
+    pub fn verify(&self, repo: &Path, target: &Path, extra: &[&str]) -> (i32, Value) {
+        let mut args = vec!["verify", "--repo", s(repo), "--target", s(target), "--json"];
+        args.extend_from_slice(extra);
+        let o = self.run(&args);
+        let code = o.status.code().expect("exit code");
+        assert!(code == 0 || code == 1, "verify failed: {}", stderr(&o));
+        (code, serde_json::from_slice(&o.stdout).expect("JSON report"))
+    }
+
     /// The `--json` document of `ARGS`, validated against the JSON schema `schema_text`.
     pub fn json(&self, args: &[&str], schema_text: &str) -> Value {
         let mut all = args.to_vec();
@@ -131,4 +152,14 @@ pub fn peak_rss_mib(cmd: &mut Command) -> u64 {
     }
     assert!(ok, "treesync failed ({status}): {err}");
     usage.ru_maxrss as u64 / 1024
+}
+
+/// The drift a `verify --json` report lists, as `kind:path`.
+pub fn drift_of(report: &Value) -> Vec<String> {
+    report["drift"]
+        .as_array()
+        .expect("drift")
+        .iter()
+        .map(|d| format!("{}:{}", d["kind"].as_str().expect("kind"), d["path"].as_str().expect("path")))
+        .collect()
 }

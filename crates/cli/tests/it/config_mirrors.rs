@@ -2,16 +2,15 @@
 //! target on a real NFS server (nfs-ganesha): `sync --all`, `status --all` and `verify --all`
 //! take both, as `--target` does, and each target ends up like `git archive`.
 
-use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::{Command, Output};
 
-use treesync_backend_s3::{Config, Options};
-use treesync_core::Backend;
+use crate::s3::bucket;
+use treesync_testkit::cli::succeeded as ok;
 use treesync_testkit::conformance::{History, reduce};
 use treesync_testkit::ganesha::Ganesha;
 use treesync_testkit::s3::Moto;
-use treesync_testkit::tree::{self, Node};
+use treesync_testkit::tree::{self};
 
 fn treesync(moto: &Moto, config: &Path, args: &[&str]) -> Output {
     let mut c = Command::new(env!("CARGO_BIN_EXE_treesync"));
@@ -20,27 +19,6 @@ fn treesync(moto: &Moto, config: &Path, args: &[&str]) -> Output {
         c.env(k, v);
     }
     c.output().expect("treesync runs")
-}
-
-fn ok(o: Output) -> String {
-    let out = String::from_utf8_lossy(&o.stdout).into_owned();
-    assert!(o.status.success(), "treesync failed ({:?}): {}{out}", o.status.code(), String::from_utf8_lossy(&o.stderr));
-    out
-}
-
-/// What the bucket holds under `url`, read back with GETs, as a tree.
-fn bucket(moto: &Moto, url: &str) -> (BTreeMap<String, Node>, treesync_core::backend::Capabilities) {
-    let config = Config {
-        endpoint: Some(moto.endpoint.clone()),
-        allow_http: true,
-        credentials: Some(("testing".into(), "testing".into())),
-        ..Default::default()
-    };
-    let backend = treesync_backend_s3::open(url, &config, Options::default()).expect("open");
-    let rt = tokio::runtime::Runtime::new().expect("runtime");
-    let objects = rt.block_on(backend.read_all()).expect("read back");
-    let actual = tree::read_objects(objects.into_iter().map(|o| (o.path, o.mode, o.data)));
-    (actual, backend.capabilities())
 }
 
 #[test]

@@ -9,9 +9,8 @@
 //! incremental `git checkout` differs from a fresh clone), so the sync tests cover it.
 
 use std::collections::BTreeMap;
-use std::path::Path;
-use std::process::{Command, Output};
 
+use crate::sync_without_git_config as sync;
 use treesync_testkit::cli::s;
 use treesync_testkit::gitcheck::{self, AttrHistory, REPO_CONFIGS, RepoConfig, Snapshot};
 use treesync_testkit::history::Entry;
@@ -23,16 +22,6 @@ const SEEDS: [u64; 3] = [1, 2, 3];
 const STEPS: usize = 12;
 /// Random jumps after walking the history forward.
 const JUMPS: usize = 5;
-
-/// `treesync sync`, with no system or global git config (as [`gitcheck::expected`] runs git).
-fn sync(repo: &Path, rev: &str, target: &Path) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_treesync"))
-        .args(["sync", "--repo", s(repo), "--ref", rev, "--target", s(target)])
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .env("GIT_CONFIG_GLOBAL", "/dev/null")
-        .output()
-        .expect("treesync runs")
-}
 
 /// The order commits are synced in: every commit forward, then `JUMPS` random ones (the first
 /// and last commit among them), so syncs go backward over attribute changes as well.

@@ -10,6 +10,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+use crate::ok;
 use crate::treesync;
 use serde_json::Value;
 use treesync_testkit::cli::peak_rss_mib;
@@ -33,13 +34,6 @@ const SKIP_SMUDGE: &[(&str, &str)] = &[
     ("filter.lfs.clean", "git-lfs clean -- %f"),
     ("filter.lfs.required", "true"),
 ];
-
-/// Run `treesync ARGS`, expect success, return stdout.
-fn ok(args: &[&str]) -> String {
-    let o = treesync(args);
-    assert!(o.status.success(), "treesync {args:?}: {}", String::from_utf8_lossy(&o.stderr));
-    String::from_utf8(o.stdout).expect("utf8 stdout")
-}
 
 /// Bytes no one would mistake for text, `len` of them, different for each `seed`.
 fn noise(seed: u8, len: usize) -> Vec<u8> {

@@ -2,6 +2,7 @@
 //! used to be its own binary linking every dependency (40 links per build). The helpers they all
 //! use are `treesync_testkit::cli`'s, bound here to this crate's `treesync` binary.
 
+use std::path::Path;
 use std::process::Output;
 
 use treesync_testkit::cli::Cli;
@@ -54,6 +55,26 @@ pub fn cli() -> Cli {
 /// Run `treesync ARGS`.
 pub fn treesync(args: &[&str]) -> Output {
     cli().run(args)
+}
+
+/// Run `treesync ARGS`, expect success, return stdout.
+pub fn ok(args: &[&str]) -> String {
+    cli().ok(args)
+}
+
+/// The `--json` document of `ARGS`, validated against the JSON schema `schema_text`.
+pub fn json(args: &[&str], schema_text: &str) -> serde_json::Value {
+    cli().json(args, schema_text)
+}
+
+/// `treesync sync` with no system or global git config.
+pub fn sync_without_git_config(repo: &Path, rev: &str, target: &Path) -> Output {
+    cli().sync_without_git_config(repo, rev, target)
+}
+
+/// `treesync verify --json`: exit code (0 or 1) and report.
+pub fn verify(repo: &Path, target: &Path, extra: &[&str]) -> (i32, serde_json::Value) {
+    cli().verify(repo, target, extra)
 }
 
 /// The JSON schemas of `--json` outputs (docs/schema).

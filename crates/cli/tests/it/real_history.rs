@@ -7,9 +7,9 @@
 //! differing path of every step.
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::path::PathBuf;
 
+use crate::sync_without_git_config as sync;
 use treesync_testkit::cli::s;
 use treesync_testkit::gitcheck::{self, Snapshot};
 use treesync_testkit::{BareRepo, git};
@@ -21,15 +21,6 @@ fn repo(name: &str) -> BareRepo {
     let bare = BareRepo::new();
     git(&bare.path, &["fetch", "-q", s(&bundle), "refs/heads/main:refs/heads/main"]);
     bare
-}
-
-fn sync(repo: &Path, rev: &str, target: &Path) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_treesync"))
-        .args(["sync", "--repo", s(repo), "--ref", rev, "--target", s(target)])
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .env("GIT_CONFIG_GLOBAL", "/dev/null")
-        .output()
-        .expect("treesync runs")
 }
 
 /// Every commit forward, then back and forth: last → first → middle → first → the anchor

@@ -6,8 +6,8 @@
 //! a fresh `git clone` of that commit.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
 
+use crate::sync_without_git_config as sync;
 use treesync_testkit::cli::s;
 use treesync_testkit::gitcheck::{self, REPO_CONFIGS};
 use treesync_testkit::{BareRepo, git};
@@ -24,15 +24,6 @@ fn scoop() -> BareRepo {
     let bare = BareRepo::new();
     git(&bare.path, &["fetch", "-q", s(&fixture()), "refs/heads/main:refs/heads/main", "refs/tags/*:refs/tags/*"]);
     bare
-}
-
-fn sync(repo: &Path, rev: &str, target: &Path) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_treesync"))
-        .args(["sync", "--repo", s(repo), "--ref", rev, "--target", s(target)])
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .env("GIT_CONFIG_GLOBAL", "/dev/null")
-        .output()
-        .expect("treesync runs")
 }
 
 /// The commits to visit: the tags, with a few commits between each pair of tags, forward;

@@ -7,18 +7,13 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::Command;
 
+use crate::ok;
 use crate::treesync;
 use treesync_core::select::Select;
 use treesync_testkit::cli::s;
 use treesync_testkit::git;
 use treesync_testkit::gitcheck::{self, Snapshot};
 use treesync_testkit::tree::{self, Node};
-
-fn ok(args: &[&str]) -> String {
-    let o = treesync(args);
-    assert!(o.status.success(), "treesync {args:?}: {}", String::from_utf8_lossy(&o.stderr));
-    String::from_utf8(o.stdout).expect("utf8 stdout")
-}
 
 /// A small xorshift generator: deterministic per seed.
 struct Rng(u64);

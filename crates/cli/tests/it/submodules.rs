@@ -9,31 +9,11 @@ use std::process::{Command, Output};
 
 use crate::schema::PLAN;
 use crate::schema::SYNC;
-use crate::treesync;
+use crate::{json, ok};
 use serde_json::Value;
 use treesync_testkit::cli::s;
-use treesync_testkit::schema;
 use treesync_testkit::tree::{self, Node};
 use treesync_testkit::work::git;
-
-/// Run `treesync ARGS`, expect success, return stdout.
-fn ok(args: &[&str]) -> String {
-    let o = treesync(args);
-    assert!(o.status.success(), "treesync {args:?}: {}", String::from_utf8_lossy(&o.stderr));
-    String::from_utf8(o.stdout).expect("utf8 stdout")
-}
-
-/// `--json` output of `ARGS`, validated against `schema`.
-fn json(args: &[&str], schema_text: &str) -> Value {
-    let mut all = args.to_vec();
-    all.push("--json");
-    let v: Value = serde_json::from_str(&ok(&all)).expect("one JSON document");
-    let schema: Value = serde_json::from_str(schema_text).expect("schema is JSON");
-    if let Err(errors) = schema::validate(&schema, &v) {
-        panic!("treesync {all:?}: output violates its schema:\n{}\n{v:#}", errors.join("\n"));
-    }
-    v
-}
 
 /// `srv/super.git` with a submodule `vendor/lib` (URL `../lib.git`, beside it in `srv`); the
 /// branch `v1` has the submodule at its first commit, `main` at its second.

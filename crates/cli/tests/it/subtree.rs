@@ -8,19 +8,13 @@ use crate::schema::PLAN;
 use crate::schema::STATUS;
 use crate::schema::SYNC;
 use crate::treesync;
+use crate::{json, ok};
 use serde_json::Value;
 use treesync_testkit::cli::s;
 use treesync_testkit::history::file;
 use treesync_testkit::history::{Entry, Model};
 use treesync_testkit::tree::{self, Node};
-use treesync_testkit::{BareRepo, git, schema};
-
-/// Run `treesync ARGS`, expect success, return stdout.
-fn ok(args: &[&str]) -> String {
-    let o = treesync(args);
-    assert!(o.status.success(), "treesync {args:?}: {}", String::from_utf8_lossy(&o.stderr));
-    String::from_utf8(o.stdout).expect("utf8 stdout")
-}
+use treesync_testkit::{BareRepo, git};
 
 /// Run `treesync ARGS`, expect exit `code`, return stderr (which holds one error).
 fn fails(args: &[&str], code: i32) -> String {
@@ -29,18 +23,6 @@ fn fails(args: &[&str], code: i32) -> String {
     assert_eq!(o.status.code(), Some(code), "treesync {args:?}: {stderr}");
     assert!(stderr.starts_with("treesync: error: "), "{stderr}");
     stderr
-}
-
-/// `--json` output of `ARGS`, validated against `schema`.
-fn json(args: &[&str], schema_text: &str) -> Value {
-    let mut all = args.to_vec();
-    all.push("--json");
-    let v: Value = serde_json::from_str(&ok(&all)).expect("one JSON document");
-    let schema: Value = serde_json::from_str(schema_text).expect("schema is JSON");
-    if let Err(errors) = schema::validate(&schema, &v) {
-        panic!("treesync {all:?}: output violates its schema:\n{}\n{v:#}", errors.join("\n"));
-    }
-    v
 }
 
 /// A monorepo of two commits: `docs/` (with a subdirectory and a symlink), `site/`, a file and

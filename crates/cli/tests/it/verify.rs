@@ -2,36 +2,19 @@
 //! index as a second opinion, and request counts on S3.
 
 use std::os::unix::fs::PermissionsExt;
-use std::path::Path;
 use std::process::Command;
 
 use crate::treesync;
+use crate::verify;
+use treesync_testkit::cli::drift_of;
 use treesync_testkit::cli::s;
 use treesync_testkit::history::file;
 use treesync_testkit::history::{self, Entry, Model};
 use treesync_testkit::s3::Moto;
 use treesync_testkit::{BareRepo, tree};
 
-fn verify(repo: &Path, target: &Path, extra: &[&str]) -> (i32, serde_json::Value) {
-    let mut args = vec!["verify", "--repo", s(repo), "--target", s(target), "--json"];
-    args.extend_from_slice(extra);
-    let o = treesync(&args);
-    let code = o.status.code().expect("exit code");
-    assert!(code == 0 || code == 1, "verify failed: {}", String::from_utf8_lossy(&o.stderr));
-    (code, serde_json::from_slice(&o.stdout).expect("JSON report"))
-}
-
 fn drift_paths(v: &serde_json::Value) -> Vec<String> {
     drift_of(&v["report"])
-}
-
-fn drift_of(report: &serde_json::Value) -> Vec<String> {
-    report["drift"]
-        .as_array()
-        .expect("drift")
-        .iter()
-        .map(|d| format!("{}:{}", d["kind"].as_str().expect("kind"), d["path"].as_str().expect("path")))
-        .collect()
 }
 
 fn fixture() -> (BareRepo, String, tempfile::TempDir) {

@@ -5,27 +5,11 @@
 use std::path::Path;
 
 use crate::treesync;
+use crate::verify;
+use treesync_testkit::cli::drift_of;
 use treesync_testkit::cli::s;
 use treesync_testkit::history::{self, Entry, Model};
 use treesync_testkit::{BareRepo, gitcheck, tree};
-
-fn verify(repo: &Path, target: &Path, extra: &[&str]) -> (i32, serde_json::Value) {
-    let mut args = vec!["verify", "--repo", s(repo), "--target", s(target), "--json"];
-    args.extend_from_slice(extra);
-    let o = treesync(&args);
-    let code = o.status.code().expect("exit code");
-    assert!(code == 0 || code == 1, "verify failed: {}", String::from_utf8_lossy(&o.stderr));
-    (code, serde_json::from_slice(&o.stdout).expect("JSON report"))
-}
-
-fn drift_of(report: &serde_json::Value) -> Vec<String> {
-    report["drift"]
-        .as_array()
-        .expect("drift")
-        .iter()
-        .map(|d| format!("{}:{}", d["kind"].as_str().expect("kind"), d["path"].as_str().expect("path")))
-        .collect()
-}
 
 fn sync(repo: &Path, rev: &str, target: &Path, extra: &[&str]) -> serde_json::Value {
     let mut args = vec!["sync", "--json", "--repo", s(repo), "--ref", rev, "--target", s(target)];

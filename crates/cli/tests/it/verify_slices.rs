@@ -11,6 +11,7 @@ use crate::schema::VERIFY as VERIFY_SCHEMA;
 use crate::schema::WATCH_EVENT as WATCH_SCHEMA;
 use serde_json::Value;
 use treesync_core::slice::Slice;
+use treesync_testkit::cli::drift_of;
 use treesync_testkit::cli::s;
 use treesync_testkit::history::{self, Entry, Model};
 use treesync_testkit::{BareRepo, schema};
@@ -87,13 +88,9 @@ impl Fixture {
     }
 }
 
+/// The drift of a report, as a set.
 fn drift(report: &Value) -> BTreeSet<String> {
-    report["drift"]
-        .as_array()
-        .expect("drift")
-        .iter()
-        .map(|d| format!("{}:{}", d["kind"].as_str().expect("kind"), d["path"].as_str().expect("path")))
-        .collect()
+    drift_of(report).into_iter().collect()
 }
 
 fn parent(path: &str) -> &str {
