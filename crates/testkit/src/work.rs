@@ -35,3 +35,22 @@ pub fn write(path: &Path, content: &str) {
     std::fs::create_dir_all(path.parent().expect("has a parent")).expect("mkdir");
     std::fs::write(path, content).expect("write");
 }
+
+/// Size of the large files of the memory tests: 256 MiB, or `TREESYNC_BIG_FILE_MIB` (e.g. 2048).
+pub fn big_file_mib() -> u64 {
+    std::env::var("TREESYNC_BIG_FILE_MIB").ok().and_then(|v| v.parse().ok()).unwrap_or(256)
+}
+
+/// Write a file of `mib` MiB at `path` that neither compresses nor repeats within a MiB,
+/// one MiB at a time.
+pub fn write_big_file(path: &Path, mib: u64) {
+    use std::io::Write;
+    let mut f = std::fs::File::create(path).expect("create");
+    let mut block = vec![0u8; 1 << 20];
+    for i in 0..mib {
+        for (j, b) in block.iter_mut().enumerate() {
+            *b = ((j as u64).wrapping_mul(31) ^ i) as u8;
+        }
+        f.write_all(&block).expect("write");
+    }
+}

@@ -22,6 +22,17 @@ fn clone_at(bare: &BareRepo, commit: &str, dir: &Path) -> std::path::PathBuf {
     t
 }
 
+/// A repository of `commits` random commits (seeded) on `staging`, and a git clone of its
+/// second commit in a temporary directory.
+fn cloned(seed: u64, commits: usize) -> (BareRepo, Vec<String>, tempfile::TempDir, std::path::PathBuf) {
+    let trees = history::random_history(seed, commits);
+    let bare = BareRepo::new();
+    let commits = history::import(&bare.path, "staging", &trees);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let t = clone_at(&bare, &commits[1], dir.path());
+    (bare, commits, dir, t)
+}
+
 fn git_status(t: &Path) -> String {
     let o = Command::new("git").arg("-C").arg(t).args(["status", "--porcelain"]).output().expect("git status");
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
@@ -30,11 +41,7 @@ fn git_status(t: &Path) -> String {
 
 #[test]
 fn an_adopted_clone_syncs_incrementally_and_git_status_stays_clean() {
-    let trees = history::random_history(91, 6);
-    let bare = BareRepo::new();
-    let commits = history::import(&bare.path, "staging", &trees);
-    let dir = tempfile::tempdir().expect("tempdir");
-    let t = clone_at(&bare, &commits[1], dir.path());
+    let (bare, commits, dir, t) = cloned(91, 6);
     git(&bare.path, &["update-ref", "refs/heads/main", &commits[5]]);
 
     let o = treesync(&["adopt", "--target", s(&t)]);
@@ -67,11 +74,7 @@ fn an_adopted_clone_syncs_incrementally_and_git_status_stays_clean() {
 
 #[test]
 fn adopt_refuses_staged_changes_and_bare_repositories() {
-    let trees = history::random_history(92, 2);
-    let bare = BareRepo::new();
-    let commits = history::import(&bare.path, "staging", &trees);
-    let dir = tempfile::tempdir().expect("tempdir");
-    let t = clone_at(&bare, &commits[1], dir.path());
+    let (bare, _commits, _dir, t) = cloned(92, 2);
     std::fs::write(t.join("staged-file"), "x").expect("write");
     git(&t, &["add", "staged-file"]);
     let o = treesync(&["adopt", "--target", s(&t)]);
@@ -117,11 +120,7 @@ fn assert_refused(o: &Output, path: &str) {
 
 #[test]
 fn adopt_refuses_an_exclude_file_that_is_a_symlink_and_leaves_its_target_alone() {
-    let trees = history::random_history(93, 2);
-    let bare = BareRepo::new();
-    let commits = history::import(&bare.path, "staging", &trees);
-    let dir = tempfile::tempdir().expect("tempdir");
-    let t = clone_at(&bare, &commits[1], dir.path());
+    let (_bare, _commits, _dir, t) = cloned(93, 2);
     let outside = tempfile::tempdir().expect("tempdir");
     let victim = plant_exclude_symlink(&t, outside.path());
 
@@ -133,11 +132,7 @@ fn adopt_refuses_an_exclude_file_that_is_a_symlink_and_leaves_its_target_alone()
 
 #[test]
 fn adopt_refuses_refs_heads_that_is_a_symlink_and_creates_nothing_there() {
-    let trees = history::random_history(94, 2);
-    let bare = BareRepo::new();
-    let commits = history::import(&bare.path, "staging", &trees);
-    let dir = tempfile::tempdir().expect("tempdir");
-    let t = clone_at(&bare, &commits[1], dir.path());
+    let (_bare, _commits, _dir, t) = cloned(94, 2);
     let outside = tempfile::tempdir().expect("tempdir");
     let elsewhere = plant_refs_heads_symlink(&t, outside.path());
 
@@ -149,11 +144,7 @@ fn adopt_refuses_refs_heads_that_is_a_symlink_and_creates_nothing_there() {
 
 #[test]
 fn sync_git_worktree_refuses_an_exclude_file_that_is_a_symlink_and_leaves_its_target_alone() {
-    let trees = history::random_history(95, 3);
-    let bare = BareRepo::new();
-    let commits = history::import(&bare.path, "staging", &trees);
-    let dir = tempfile::tempdir().expect("tempdir");
-    let t = clone_at(&bare, &commits[1], dir.path());
+    let (bare, commits, _dir, t) = cloned(95, 3);
     let o = treesync(&["adopt", "--target", s(&t)]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let outside = tempfile::tempdir().expect("tempdir");
@@ -167,11 +158,7 @@ fn sync_git_worktree_refuses_an_exclude_file_that_is_a_symlink_and_leaves_its_ta
 
 #[test]
 fn sync_git_worktree_refuses_refs_heads_that_is_a_symlink_and_creates_nothing_there() {
-    let trees = history::random_history(96, 3);
-    let bare = BareRepo::new();
-    let commits = history::import(&bare.path, "staging", &trees);
-    let dir = tempfile::tempdir().expect("tempdir");
-    let t = clone_at(&bare, &commits[1], dir.path());
+    let (bare, commits, _dir, t) = cloned(96, 3);
     let o = treesync(&["adopt", "--target", s(&t)]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let outside = tempfile::tempdir().expect("tempdir");
@@ -197,11 +184,7 @@ fn sync_git_worktree_refuses_refs_heads_that_is_a_symlink_and_creates_nothing_th
 #[test]
 fn adopt_while_the_target_is_locked_exits_3_and_writes_nothing() {
     use treesync_core::Backend;
-    let trees = history::random_history(97, 2);
-    let bare = BareRepo::new();
-    let commits = history::import(&bare.path, "staging", &trees);
-    let dir = tempfile::tempdir().expect("tempdir");
-    let t = clone_at(&bare, &commits[1], dir.path());
+    let (_bare, _commits, _dir, t) = cloned(97, 2);
     let exclude_before = std::fs::read(t.join(".git/info/exclude")).ok();
     let backend = treesync_backend_local::LocalBackend::new(&t, Default::default());
     let rt = tokio::runtime::Runtime::new().expect("runtime");
@@ -224,11 +207,7 @@ fn adopt_while_the_target_is_locked_exits_3_and_writes_nothing() {
 #[test]
 fn git_worktree_writes_happen_while_the_target_lock_is_held() {
     treesync_testkit::missing::require_program("strace", "strace");
-    let trees = history::random_history(98, 3);
-    let bare = BareRepo::new();
-    let commits = history::import(&bare.path, "staging", &trees);
-    let dir = tempfile::tempdir().expect("tempdir");
-    let t = clone_at(&bare, &commits[1], dir.path());
+    let (bare, commits, dir, t) = cloned(98, 3);
     let traced = |args: &[&str], name: &str| -> Vec<String> {
         let log = dir.path().join(name);
         let o = Command::new("strace")

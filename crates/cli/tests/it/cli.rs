@@ -243,6 +243,20 @@ fn second_concurrent_sync_fails_fast_naming_the_holder() {
     assert!(sync(&bare.path, "main", &target).status.success());
 }
 
+/// `treesync sync` of `rev` under `strace OPTIONS -o OUT`.
+fn strace_sync(options: &[&str], out: &Path, repo: &Path, rev: &str, target: &Path) -> Output {
+    Command::new("strace")
+        .args(options)
+        .arg("-o")
+        .arg(out)
+        .arg(env!("CARGO_BIN_EXE_treesync"))
+        // cargo's library path makes the dynamic loader probe dozens of directories at start.
+        .env_remove("LD_LIBRARY_PATH")
+        .args(["sync", "--repo", s(repo), "--ref", rev, "--target", s(target)])
+        .output()
+        .expect("strace runs")
+}
+
 /// At N=20,000 files and 14 changed paths, the CLI's stat-family syscalls (on the repository
 /// and the target together) stay ≤ 100.
 #[test]
@@ -257,18 +271,13 @@ fn incremental_sync_makes_few_stat_calls() {
     let target = dir.path().join("t");
     assert!(sync(&bare.path, &commits[0], &target).status.success());
     let summary = dir.path().join("strace.txt");
-    let o = Command::new("strace")
-        .args(["-f", "-c", "-e", "trace=/^(stat|lstat|fstat|newfstatat|statx|fstatat64|stat64|lstat64|fstat64)$", "-o"])
-        .arg(&summary)
-        .arg(env!("CARGO_BIN_EXE_treesync"))
-        // cargo's library path makes the dynamic loader probe dozens of directories at start.
-        .env_remove("LD_LIBRARY_PATH")
-        .args(["sync", "--repo"])
-        .arg(&bare.path)
-        .args(["--ref", &commits[1], "--target"])
-        .arg(&target)
-        .output()
-        .expect("strace runs");
+    let o = strace_sync(
+        &["-f", "-c", "-e", "trace=/^(stat|lstat|fstat|newfstatat|statx|fstatat64|stat64|lstat64|fstat64)$"],
+        &summary,
+        &bare.path,
+        &commits[1],
+        &target,
+    );
     assert!(o.status.success(), "{}", stderr(&o));
     let text = std::fs::read_to_string(&summary).expect("strace summary");
     let total: u64 = text
@@ -294,17 +303,7 @@ fn a_sync_reads_the_mount_table_once() {
     let target = dir.path().join("t");
     assert!(sync(&bare.path, &commits[0], &target).status.success());
     let trace = dir.path().join("strace.txt");
-    let o = Command::new("strace")
-        .args(["-f", "-e", "trace=open,openat,openat2", "-o"])
-        .arg(&trace)
-        .arg(env!("CARGO_BIN_EXE_treesync"))
-        .env_remove("LD_LIBRARY_PATH")
-        .args(["sync", "--repo"])
-        .arg(&bare.path)
-        .args(["--ref", &commits[1], "--target"])
-        .arg(&target)
-        .output()
-        .expect("strace runs");
+    let o = strace_sync(&["-f", "-e", "trace=open,openat,openat2"], &trace, &bare.path, &commits[1], &target);
     assert!(o.status.success(), "{}", stderr(&o));
     let text = std::fs::read_to_string(&trace).expect("strace output");
     let opened = |path: &str| text.lines().filter(|l| l.contains(&format!("\"{path}\""))).count();

@@ -13,6 +13,19 @@ fn sync(bare: &BareRepo, rev: &str, url: &str) -> Output {
     treesync(&["sync", "--repo", s(&bare.path), "--ref", rev, "--target", url])
 }
 
+/// A repository of `models` on `main`, and a `file://` target (a directory) synced to the first.
+fn synced(models: &[Model]) -> (BareRepo, Vec<String>, tempfile::TempDir, std::path::PathBuf, String) {
+    let bare = BareRepo::new();
+    let commits = history::import(&bare.path, "main", models);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let t = dir.path().join("t");
+    std::fs::create_dir(&t).expect("mkdir");
+    let url = format!("file://{}", s(&t));
+    let o = sync(&bare, &commits[0], &url);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    (bare, commits, dir, t, url)
+}
+
 fn assert_refused(o: &Output, what: &str) {
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(2), "{err}");
@@ -21,21 +34,10 @@ fn assert_refused(o: &Output, what: &str) {
 
 #[test]
 fn file_targets_never_write_through_a_planted_directory_symlink() {
-    let bare = BareRepo::new();
-    let commits = history::import(
-        &bare.path,
-        "main",
-        &[
-            Model::of(&[("a", "a"), ("deep/er/keep", "k")]),
-            Model::of(&[("a", "a"), ("deep/er/keep", "k"), ("dir/evil", "evil"), ("deep/er/link/evil", "evil")]),
-        ],
-    );
-    let dir = tempfile::tempdir().expect("tempdir");
-    let t = dir.path().join("t");
-    std::fs::create_dir(&t).expect("mkdir");
-    let url = format!("file://{}", s(&t));
-    let o = sync(&bare, &commits[0], &url);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let (bare, commits, _dir, t, url) = synced(&[
+        Model::of(&[("a", "a"), ("deep/er/keep", "k")]),
+        Model::of(&[("a", "a"), ("deep/er/keep", "k"), ("dir/evil", "evil"), ("deep/er/link/evil", "evil")]),
+    ]);
 
     // A directory symlink at the top and one two levels down.
     let outside = tempfile::tempdir().expect("tempdir");
@@ -57,18 +59,8 @@ fn file_targets_never_write_through_a_planted_directory_symlink() {
 
 #[test]
 fn file_targets_never_remove_through_a_planted_directory_symlink() {
-    let bare = BareRepo::new();
-    let commits = history::import(
-        &bare.path,
-        "main",
-        &[Model::of(&[("a", "a"), ("dir/evil", "evil"), ("dir/sub/x", "x")]), Model::of(&[("a", "a")])],
-    );
-    let dir = tempfile::tempdir().expect("tempdir");
-    let t = dir.path().join("t");
-    std::fs::create_dir(&t).expect("mkdir");
-    let url = format!("file://{}", s(&t));
-    let o = sync(&bare, &commits[0], &url);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let (bare, commits, _dir, t, url) =
+        synced(&[Model::of(&[("a", "a"), ("dir/evil", "evil"), ("dir/sub/x", "x")]), Model::of(&[("a", "a")])]);
 
     // Someone swaps `dir` for a symlink to a directory holding the same names.
     let outside = tempfile::tempdir().expect("tempdir");
@@ -85,22 +77,11 @@ fn file_targets_never_remove_through_a_planted_directory_symlink() {
 
 #[test]
 fn file_targets_replace_a_symlink_at_the_final_name_and_keep_state_inside() {
-    let bare = BareRepo::new();
-    let commits = history::import(
-        &bare.path,
-        "main",
-        &[
-            Model::of(&[("a", "a")]),
-            Model::of(&[("a", "a"), ("name", "new")]),
-            Model::of(&[("a", "b"), ("name", "new")]),
-        ],
-    );
-    let dir = tempfile::tempdir().expect("tempdir");
-    let t = dir.path().join("t");
-    std::fs::create_dir(&t).expect("mkdir");
-    let url = format!("file://{}", s(&t));
-    let o = sync(&bare, &commits[0], &url);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let (bare, commits, _dir, t, url) = synced(&[
+        Model::of(&[("a", "a")]),
+        Model::of(&[("a", "a"), ("name", "new")]),
+        Model::of(&[("a", "b"), ("name", "new")]),
+    ]);
 
     // A symlink where a file will be written: replaced inside the target, never followed.
     let outside = tempfile::tempdir().expect("tempdir");

@@ -17,6 +17,7 @@ use treesync_testkit::cli::peak_rss_mib;
 use treesync_testkit::cli::s;
 use treesync_testkit::gitcheck;
 use treesync_testkit::work::git;
+use treesync_testkit::work::{big_file_mib, write_big_file};
 
 /// The filter config `git lfs install` writes: what the clones git's answer comes from need.
 const SMUDGE: &[(&str, &str)] = &[
@@ -335,25 +336,15 @@ fn files_of_submodules_are_read_from_the_submodules_stores() {
 
 #[test]
 fn a_large_object_is_streamed_with_bounded_memory() {
-    use std::io::Write;
     treesync_testkit::missing::require_program("git-lfs", "git-lfs");
-    // 256 MiB in CI (TREESYNC_BIG_FILE_MIB for more, as in memory.rs).
-    let mib: u64 = std::env::var("TREESYNC_BIG_FILE_MIB").ok().and_then(|v| v.parse().ok()).unwrap_or(256);
+    let mib = big_file_mib();
     let dir = tempfile::tempdir().expect("tempdir");
     let work = dir.path().join("work");
     std::fs::create_dir_all(&work).expect("mkdir");
     git(&work, &["init", "-q"]);
     git(&work, &["lfs", "install", "--local"]);
     git(&work, &["lfs", "track", "*.bin"]);
-    let mut f = std::fs::File::create(work.join("big.bin")).expect("create");
-    let mut block = vec![0u8; 1 << 20];
-    for i in 0..mib {
-        for (j, b) in block.iter_mut().enumerate() {
-            *b = ((j as u64).wrapping_mul(31) ^ i) as u8;
-        }
-        f.write_all(&block).expect("write");
-    }
-    drop(f);
+    write_big_file(&work.join("big.bin"), mib);
     git(&work, &["add", "."]);
     git(&work, &["commit", "-qm", "big"]);
     let want = dir.path().join("want.bin");

@@ -3,17 +3,12 @@
 //! RSS, measured by the kernel for the `treesync` process (`wait4`'s `ru_maxrss`).
 #![allow(unsafe_code)]
 
-use std::io::Write;
 use std::path::Path;
 use std::process::Command;
 
 use treesync_testkit::cli::peak_rss_mib;
 use treesync_testkit::git;
-
-/// Size of the large file: 256 MiB in CI (set TREESYNC_BIG_FILE_MIB for more, e.g. 2048).
-fn big_mib() -> u64 {
-    std::env::var("TREESYNC_BIG_FILE_MIB").ok().and_then(|v| v.parse().ok()).unwrap_or(256)
-}
+use treesync_testkit::work::{big_file_mib, write_big_file};
 
 /// A repository whose HEAD has `big.bin` (`mib` MiB) and a small file. Above git's
 /// `core.bigFileThreshold` the file goes straight into a pack, undeltified; below it, it becomes
@@ -22,15 +17,7 @@ fn repo_with_big_file(dir: &Path, mib: u64, threshold: &str) -> std::path::PathB
     let work = dir.join(format!("work-{threshold}"));
     std::fs::create_dir(&work).expect("mkdir");
     git(&work, &["init", "-q", "-b", "main"]);
-    let mut f = std::fs::File::create(work.join("big.bin")).expect("create");
-    let mut block = vec![0u8; 1 << 20];
-    for i in 0..mib {
-        for (j, b) in block.iter_mut().enumerate() {
-            *b = ((j as u64).wrapping_mul(31) ^ i) as u8;
-        }
-        f.write_all(&block).expect("write");
-    }
-    drop(f);
+    write_big_file(&work.join("big.bin"), mib);
     std::fs::write(work.join("small.txt"), b"small\n").expect("write");
     git(&work, &["-c", &format!("core.bigFileThreshold={threshold}"), "add", "big.bin", "small.txt"]);
     git(&work, &["-c", "user.name=T", "-c", "user.email=t@example.com", "commit", "-q", "-m", "big"]);
@@ -46,7 +33,7 @@ fn same_file(a: &Path, b: &Path) -> bool {
 #[test]
 fn a_large_file_is_synced_with_bounded_memory() {
     // In a pack (git's way with large files), and as a loose object.
-    for (mib, threshold) in [(big_mib(), "1m"), (96, "4g")] {
+    for (mib, threshold) in [(big_file_mib(), "1m"), (96, "4g")] {
         let dir = tempfile::tempdir().expect("tempdir");
         let work = repo_with_big_file(dir.path(), mib, threshold);
         let want = dir.path().join("want.bin");
