@@ -18,6 +18,13 @@ use treesync_testkit::history::file;
 use treesync_testkit::history::{self, Model};
 use treesync_testkit::{BareRepo, git, schema};
 
+/// `sync --repo BARE --ref REV --target TARGET EXTRA…`.
+fn sync_args<'a>(bare: &'a BareRepo, rev: &'a str, target: &'a Path, extra: &[&'a str]) -> Vec<&'a str> {
+    let mut args = vec!["sync", "--repo", s(&bare.path), "--ref", rev, "--target", s(target)];
+    args.extend_from_slice(extra);
+    args
+}
+
 /// A repository with three commits on `staging` (main points at the first): two files, then
 /// one of them changed, then one added.
 fn repo() -> (BareRepo, Vec<String>) {
@@ -157,7 +164,7 @@ fn failing_exec_hook_is_retried_then_given_up_and_the_sync_stands() {
     let status = cli().ok(&["status", "--target", s(&target), "--json"]);
     assert!(status.contains(&commits[0]), "{status}");
     assert_eq!(std::fs::read_to_string(target.join("index.html")).expect("synced"), "one\n");
-    let out = cli().ok(&["sync", "--repo", s(&bare.path), "--ref", &commits[1], "--target", s(&target), "--json"]);
+    let out = cli().ok(&sync_args(&bare, &commits[1], &target, &["--json"]));
     let v: Value = serde_json::from_str(&out).expect("json");
     assert_eq!(v["from"]["commit"], commits[0].as_str());
     assert_eq!(applied_total(&v), 1);
@@ -173,21 +180,12 @@ fn hanging_exec_hook_is_killed_at_the_timeout() {
     let hook = format!("sleep 600 & echo $! > {}; wait", pid.display());
     let started = Instant::now();
     let stderr = cli().fails(
-        &[
-            "sync",
-            "--repo",
-            s(&bare.path),
-            "--ref",
+        &sync_args(
+            &bare,
             &commits[0],
-            "--target",
-            s(&target),
-            "--exec-after",
-            &hook,
-            "--hook-timeout",
-            "1s",
-            "--hook-retries",
-            "0",
-        ],
+            &target,
+            &["--exec-after", &hook, "--hook-timeout", "1s", "--hook-retries", "0"],
+        ),
         5,
     );
     assert!(started.elapsed() < Duration::from_secs(300), "the hook was not stopped");
@@ -251,18 +249,7 @@ fn webhook_posts_the_sync_json_and_retries_a_failure() {
     let dir = tempfile::tempdir().expect("tempdir");
     let target = dir.path().join("site");
     let (url, seen) = listener(|n| if n == 0 { 500 } else { 200 });
-    let out = cli().run(&[
-        "sync",
-        "--repo",
-        s(&bare.path),
-        "--ref",
-        &commits[0],
-        "--target",
-        s(&target),
-        "--webhook",
-        &url,
-        "--json",
-    ]);
+    let out = cli().run(&sync_args(&bare, &commits[0], &target, &["--webhook", &url, "--json"]));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     assert!(stderr.contains("hook webhook after"), "{stderr}");
@@ -286,26 +273,11 @@ fn webhook_that_keeps_failing_is_given_up_and_sync_exits_5() {
     let dir = tempfile::tempdir().expect("tempdir");
     let target = dir.path().join("site");
     let (url, seen) = listener(|_| 503);
-    let stderr = cli().fails(
-        &[
-            "sync",
-            "--repo",
-            s(&bare.path),
-            "--ref",
-            &commits[0],
-            "--target",
-            s(&target),
-            "--webhook",
-            &url,
-            "--hook-retries",
-            "1",
-        ],
-        5,
-    );
+    let stderr = cli().fails(&sync_args(&bare, &commits[0], &target, &["--webhook", &url, "--hook-retries", "1"]), 5);
     assert_eq!(seen.lock().expect("lock").len(), 2, "{stderr}");
     assert!(stderr.contains("the webhook hook gave up after 2 tries (HTTP 503 Service Unavailable)"), "{stderr}");
     // Nothing changes now, so nothing is posted again, and the sync succeeds.
-    cli().ok(&["sync", "--repo", s(&bare.path), "--ref", &commits[0], "--target", s(&target), "--webhook", &url]);
+    cli().ok(&sync_args(&bare, &commits[0], &target, &["--webhook", &url]));
     assert_eq!(seen.lock().expect("lock").len(), 2);
 }
 
@@ -314,10 +286,7 @@ fn a_webhook_that_is_no_url_stops_the_sync_before_it_writes() {
     let (bare, commits) = repo();
     let dir = tempfile::tempdir().expect("tempdir");
     let target = dir.path().join("site");
-    let stderr = cli().fails(
-        &["sync", "--repo", s(&bare.path), "--ref", &commits[0], "--target", s(&target), "--webhook", "example.com/x"],
-        2,
-    );
+    let stderr = cli().fails(&sync_args(&bare, &commits[0], &target, &["--webhook", "example.com/x"]), 2);
     assert!(stderr.contains("is not an http:// or https:// URL"), "{stderr}");
     assert!(!target.exists());
 }
@@ -454,22 +423,7 @@ fn a_webhook_that_redirects_is_not_followed_and_the_try_fails_naming_the_locatio
     let dir = tempfile::tempdir().expect("tempdir");
     let target = dir.path().join("site");
     let (url, posts) = redirect_loop();
-    let stderr = cli().fails(
-        &[
-            "sync",
-            "--repo",
-            s(&bare.path),
-            "--ref",
-            &commits[0],
-            "--target",
-            s(&target),
-            "--webhook",
-            &url,
-            "--hook-retries",
-            "1",
-        ],
-        5,
-    );
+    let stderr = cli().fails(&sync_args(&bare, &commits[0], &target, &["--webhook", &url, "--hook-retries", "1"]), 5);
     assert_eq!(*posts.lock().expect("lock"), 2, "one POST per try, no redirect followed: {stderr}");
     assert!(stderr.contains(&format!("HTTP 302 Found, redirected to {url} (not followed")), "{stderr}");
     assert_eq!(std::fs::read_to_string(target.join("index.html")).expect("synced"), "one\n");

@@ -150,14 +150,7 @@ impl Watch {
 
 #[test]
 fn metrics_count_what_the_synced_events_report_and_healthz_names_a_broken_target() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let repo = repo(dir.path());
-    let target = dir.path().join("target");
-    let port = free_port();
-    let addr = format!("127.0.0.1:{port}");
-    let args = ["--repo", s(&repo), "--ref", "main", "--target", s(&target), "--interval", "100ms", "--json"];
-    let watch = Watch::start(&[&args[..], &["--metrics-addr", &addr]].concat(), &[]);
-    watch.wait_events("synced", 1);
+    let Served { _dir, repo, target, port, watch } = served(None);
     commit(&repo, "b/c.txt", "two, a longer file\n");
     watch.wait_events("synced", 2);
     std::fs::remove_file(repo.join("a.txt")).expect("rm");
@@ -353,21 +346,40 @@ impl Watch {
     }
 }
 
-/// The listener's connection cap (docs/metrics.md).
-const MAX_CONNECTIONS: usize = 64;
+/// A repository, a target, and a watch of it (`--interval 100ms --json`, with at most `nofile`
+/// descriptors if given) serving metrics on a free port, after its first sync.
+struct Served {
+    _dir: tempfile::TempDir,
+    repo: std::path::PathBuf,
+    target: std::path::PathBuf,
+    port: u16,
+    watch: Watch,
+}
 
-#[test]
-fn healthz_answers_and_pushes_sync_while_more_idle_connections_than_the_cap_are_open() {
+fn served(nofile: Option<u32>) -> Served {
     let dir = tempfile::tempdir().expect("tempdir");
     let repo = repo(dir.path());
     let target = dir.path().join("target");
     let port = free_port();
     let addr = format!("127.0.0.1:{port}");
+    let args = ["--repo", s(&repo), "--ref", "main", "--target", s(&target), "--interval", "100ms", "--json"];
+    let args = [&args[..], &["--metrics-addr", &addr]].concat();
+    let watch = match nofile {
+        Some(n) => Watch::start_limited(n, &args),
+        None => Watch::start(&args, &[]),
+    };
+    watch.wait_events("synced", 1);
+    Served { _dir: dir, repo, target, port, watch }
+}
+
+/// The listener's connection cap (docs/metrics.md).
+const MAX_CONNECTIONS: usize = 64;
+
+#[test]
+fn healthz_answers_and_pushes_sync_while_more_idle_connections_than_the_cap_are_open() {
     // 256 descriptors (systemd's default is 1024): more idle connections than that would
     // leave none for the watch and the listener without a cap.
-    let args = ["--repo", s(&repo), "--ref", "main", "--target", s(&target), "--interval", "100ms", "--json"];
-    let watch = Watch::start_limited(256, &[&args[..], &["--metrics-addr", &addr]].concat());
-    watch.wait_events("synced", 1);
+    let Served { _dir, repo, target, port, watch } = served(Some(256));
     wait_for("healthz ok", || http(port, "GET", "/healthz").0 == 200);
 
     // Idle connections that never send a byte: more than the cap, and than the descriptors.
@@ -403,14 +415,7 @@ fn healthz_answers_and_pushes_sync_while_more_idle_connections_than_the_cap_are_
 
 #[test]
 fn a_request_head_ending_in_bare_newlines_is_answered_at_once() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let repo = repo(dir.path());
-    let port = free_port();
-    let addr = format!("127.0.0.1:{port}");
-    let target = dir.path().join("target");
-    let args = ["--repo", s(&repo), "--ref", "main", "--target", s(&target), "--interval", "100ms", "--json"];
-    let watch = Watch::start(&[&args[..], &["--metrics-addr", &addr]].concat(), &[]);
-    watch.wait_events("synced", 1);
+    let Served { _dir, repo: _, target: _, port, watch } = served(None);
     wait_for("healthz ok", || http(port, "GET", "/healthz").0 == 200);
     // `\n\n` ends the head as `\r\n\r\n` does; the 3 s read timeout is well below the
     // listener's 10 s timeout for a head that never ends.
@@ -428,15 +433,8 @@ fn a_request_head_ending_in_bare_newlines_is_answered_at_once() {
 
 #[test]
 fn running_out_of_descriptors_is_named_with_a_hint_and_the_watch_goes_on_after() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let repo = repo(dir.path());
-    let target = dir.path().join("target");
-    let port = free_port();
-    let addr = format!("127.0.0.1:{port}");
     // The watch itself holds about 20 descriptors: 48 leave fewer than the listener's cap.
-    let args = ["--repo", s(&repo), "--ref", "main", "--target", s(&target), "--interval", "100ms", "--json"];
-    let watch = Watch::start_limited(48, &[&args[..], &["--metrics-addr", &addr]].concat());
-    watch.wait_events("synced", 1);
+    let Served { _dir, repo, target, port, watch } = served(Some(48));
     let idle: Vec<TcpStream> = (0..MAX_CONNECTIONS)
         .map(|_| {
             let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
