@@ -252,44 +252,16 @@ fn jobs_and_the_nfs_write_budget_are_decided_together_and_reported() {
     assert_eq!(v["applied"], checkout_counts(&f.models[0]));
 
     // --jobs 4 --write-jobs 16 would keep 4 in flight under a budget of 16: refused, with the fix.
-    let o = treesync(&[
-        "sync",
-        "--repo",
-        f.repo(),
-        "--ref",
-        &f.commits[1],
-        "--target",
-        &t,
-        "--backend",
-        "nfs",
-        "--jobs",
-        "4",
-        "--write-jobs",
-        "16",
-    ]);
+    let nfs_jobs_4 =
+        ["sync", "--repo", f.repo(), "--ref", &f.commits[1], "--target", &t, "--backend", "nfs", "--jobs", "4"];
+    let o = treesync(&[&nfs_jobs_4[..], &["--write-jobs", "16"]].concat());
     let stderr = String::from_utf8_lossy(&o.stderr);
     assert!(!o.status.success(), "refused: {stderr}");
     assert!(stderr.contains("jobs 4 and write_jobs 16 disagree"), "{stderr}");
     assert!(stderr.contains("hint: give one of them (--write-jobs 16 or --jobs 4)"), "{stderr}");
 
     // Without --json, -vv logs the decision.
-    let o = treesync(&[
-        "sync",
-        "-vv",
-        "--repo",
-        f.repo(),
-        "--ref",
-        &f.commits[1],
-        "--target",
-        &t,
-        "--backend",
-        "nfs",
-        "--jobs",
-        "4",
-        "--write-jobs",
-        "auto",
-        "--dry-run",
-    ]);
+    let o = treesync(&[&nfs_jobs_4[..], &["--write-jobs", "auto", "--dry-run", "-vv"]].concat());
     let stderr = String::from_utf8_lossy(&o.stderr);
     assert!(o.status.success(), "{stderr}");
     assert!(stderr.contains("4 ops in flight") && stderr.contains("the ceiling is --jobs 4"), "{stderr}");

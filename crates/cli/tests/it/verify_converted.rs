@@ -37,14 +37,20 @@ fn converted_repo() -> (BareRepo, String) {
     (bare, commits[0].clone())
 }
 
+/// Set `core.autocrlf=true` in `bare` if `on`; the repository configuration git checks out with.
+fn set_autocrlf(bare: &BareRepo, on: bool) -> &'static [(&'static str, &'static str)] {
+    if !on {
+        return &[];
+    }
+    treesync_testkit::git(&bare.path, &["config", "core.autocrlf", "true"]);
+    &[("core.autocrlf", "true")]
+}
+
 #[test]
 fn converted_files_verify_clean_and_a_repair_writes_them_converted_again() {
     for autocrlf in [false, true] {
         let (bare, commit) = converted_repo();
-        let config: &[(&str, &str)] = if autocrlf { &[("core.autocrlf", "true")] } else { &[] };
-        if autocrlf {
-            treesync_testkit::git(&bare.path, &["config", "core.autocrlf", "true"]);
-        }
+        let config = set_autocrlf(&bare, autocrlf);
         let context = format!("core.autocrlf={autocrlf}");
         let dir = tempfile::tempdir().expect("tempdir");
         let t = dir.path().join("t");
@@ -105,10 +111,7 @@ fn a_tree_without_attributes_is_converted_by_the_repository_settings_alone() {
     for autocrlf in [false, true] {
         let bare = BareRepo::new();
         let commits = history::import(&bare.path, "main", &[first.clone(), second.clone()]);
-        let config: &[(&str, &str)] = if autocrlf { &[("core.autocrlf", "true")] } else { &[] };
-        if autocrlf {
-            treesync_testkit::git(&bare.path, &["config", "core.autocrlf", "true"]);
-        }
+        let config = set_autocrlf(&bare, autocrlf);
         let context = format!("core.autocrlf={autocrlf}");
         let dir = tempfile::tempdir().expect("tempdir");
         let t = dir.path().join("t");
