@@ -124,8 +124,13 @@ pub fn listing(dir: &Path) -> Vec<String> {
 }
 
 /// Wait until `f` holds, checking every 50 ms; panic naming `what` after a minute.
-pub fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(60);
+pub fn wait_for(what: &str, f: impl FnMut() -> bool) {
+    wait_for_up_to(what, Duration::from_secs(60), f)
+}
+
+/// Wait until `f` holds, checking every 50 ms; panic naming `what` after `timeout`.
+pub fn wait_for_up_to(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
     while !f() {
         assert!(Instant::now() < deadline, "timed out waiting for {what}");
         std::thread::sleep(Duration::from_millis(50));

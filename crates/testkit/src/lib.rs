@@ -123,6 +123,13 @@ pub fn archive(repo: &Path, rev: &str, dest: &Path) {
     assert!(tar.wait().expect("tar finishes").success(), "tar -x failed");
 }
 
+/// Whether `target` is a directory holding exactly `git archive REV` of `bare`.
+pub fn matches(bare: &BareRepo, rev: &str, target: &Path) -> bool {
+    let dir = tempfile::tempdir().expect("tempdir");
+    bare.archive(rev, &dir.path().join("x"));
+    target.is_dir() && tree::diff(&tree::read_dir(&dir.path().join("x")), &tree::read_dir(target)).is_none()
+}
+
 impl Default for BareRepo {
     fn default() -> Self {
         Self::new()

@@ -13,17 +13,12 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use treesync_testkit::history;
+use treesync_testkit::matches;
 use treesync_testkit::missing::{Missing, require_program};
-use treesync_testkit::{BareRepo, git, tree};
+use treesync_testkit::{BareRepo, git};
 
 const CONFIG: &str = "/etc/treesync/treesync.toml";
 const UNIT: &str = "/lib/systemd/system/treesync-watch@.service";
-
-fn matches(bare: &BareRepo, commit: &str, target: &Path) -> bool {
-    let dir = tempfile::tempdir().expect("tempdir");
-    bare.archive(commit, &dir.path().join("x"));
-    target.exists() && tree::diff(&tree::read_dir(&dir.path().join("x")), &tree::read_dir(target)).is_none()
-}
 
 /// Wait for `f`; on a timeout, fail with what the watch said.
 fn wait_for(what: &str, guard: &mut Guard, mut f: impl FnMut() -> bool) {

@@ -9,8 +9,9 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use treesync_testkit::history;
+use treesync_testkit::matches;
 use treesync_testkit::missing::require_program;
-use treesync_testkit::{BareRepo, git, tree};
+use treesync_testkit::{BareRepo, git};
 
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
@@ -45,12 +46,6 @@ fn deploy_md_shows_the_shipped_unit_and_hook_whole() {
         let text = read(file);
         assert!(blocks.contains(&text), "docs/deploy.md does not show {file} whole (copy it into a code block)");
     }
-}
-
-fn matches(bare: &BareRepo, rev: &str, target: &Path) -> bool {
-    let dir = tempfile::tempdir().expect("tempdir");
-    bare.archive(rev, &dir.path().join("x"));
-    target.exists() && tree::diff(&tree::read_dir(&dir.path().join("x")), &tree::read_dir(target)).is_none()
 }
 
 fn push(work: &Path, path_env: &str, refs: &[&str]) -> std::process::Child {

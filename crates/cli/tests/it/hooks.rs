@@ -72,18 +72,7 @@ fn exec_hook_gets_the_sync_in_its_environment_and_runs_only_when_something_chang
     let log = dir.path().join("runs.log");
     let hook = env_hook(&log);
     let sync = |rev: &str| {
-        let out = cli().ok(&[
-            "sync",
-            "--repo",
-            s(&bare.path),
-            "--ref",
-            rev,
-            "--target",
-            s(&target),
-            "--exec-after",
-            &hook,
-            "--json",
-        ]);
+        let out = cli().ok(&sync_args(&bare, rev, &target, &["--exec-after", &hook, "--json"]));
         serde_json::from_str::<Value>(&out).expect("sync --json")
     };
     let first = sync(&commits[0]);
@@ -135,25 +124,8 @@ fn failing_exec_hook_is_retried_then_given_up_and_the_sync_stands() {
     let target = dir.path().join("site");
     let tries = dir.path().join("tries");
     let hook = format!("echo \"$TREESYNC_COMMIT\" >> {}; echo 'reload failed' >&2; exit 3", tries.display());
-    let args = |rev: &str| {
-        [
-            "sync",
-            "--repo",
-            s(&bare.path),
-            "--ref",
-            rev,
-            "--target",
-            s(&target),
-            "--exec-after",
-            &hook,
-            "--hook-retries",
-            "2",
-        ]
-        .map(str::to_string)
-    };
-    let a = args(&commits[0]);
-    let a: Vec<&str> = a.iter().map(String::as_str).collect();
-    let stderr = cli().fails(&a, 5);
+    let extra = ["--exec-after", hook.as_str(), "--hook-retries", "2"];
+    let stderr = cli().fails(&sync_args(&bare, &commits[0], &target, &extra), 5);
     assert_eq!(lines(&tries).len(), 3, "one try and two retries: {stderr}");
     assert!(stderr.contains("reload failed"), "the hook's output is on stderr: {stderr}");
     assert!(stderr.contains("(try 1 of 3): FAILED, exited with status 3; retrying in 1s"), "{stderr}");

@@ -1,27 +1,14 @@
 //! `treesync watch`: follows a ref as commits are pushed; SIGTERM mid-sync stops cleanly and the
 //! next run completes the job.
 
-use std::path::Path;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use treesync_testkit::cli::s;
+use treesync_testkit::cli::wait_for;
 use treesync_testkit::history::{self, Entry};
-use treesync_testkit::{BareRepo, git, tree};
-
-fn matches(bare: &BareRepo, commit: &str, target: &Path) -> bool {
-    let dir = tempfile::tempdir().expect("tempdir");
-    bare.archive(commit, &dir.path().join("x"));
-    target.exists() && tree::diff(&tree::read_dir(&dir.path().join("x")), &tree::read_dir(target)).is_none()
-}
-
-fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !f() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
+use treesync_testkit::matches;
+use treesync_testkit::{BareRepo, git};
 
 #[test]
 fn watch_follows_pushes_and_stops_cleanly_on_sigterm() {

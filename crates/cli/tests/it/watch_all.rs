@@ -7,23 +7,16 @@ use std::io::BufRead;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use treesync_testkit::cli::wait_for_up_to;
 use treesync_testkit::history;
-use treesync_testkit::{BareRepo, git, tree};
+use treesync_testkit::matches;
+use treesync_testkit::{BareRepo, git};
 
-fn matches(bare: &BareRepo, commit: &str, target: &Path) -> bool {
-    let dir = tempfile::tempdir().expect("tempdir");
-    bare.archive(commit, &dir.path().join("x"));
-    target.is_dir() && tree::diff(&tree::read_dir(&dir.path().join("x")), &tree::read_dir(target)).is_none()
-}
-
-fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while !f() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+/// Up to two minutes: 21 mirrors on a busy machine.
+fn wait_for(what: &str, f: impl FnMut() -> bool) {
+    wait_for_up_to(what, Duration::from_secs(120), f)
 }
 
 /// The JSON lines of the watch so far.
