@@ -123,11 +123,24 @@ pub fn archive(repo: &Path, rev: &str, dest: &Path) {
     assert!(tar.wait().expect("tar finishes").success(), "tar -x failed");
 }
 
-/// Whether `target` is a directory holding exactly `git archive REV` of `bare`.
-pub fn matches(bare: &BareRepo, rev: &str, target: &Path) -> bool {
+/// How `target` differs from `git archive REV` of `bare`; `None` when it holds exactly that.
+pub fn archive_diff(bare: &BareRepo, rev: &str, target: &Path) -> Option<String> {
     let dir = tempfile::tempdir().expect("tempdir");
     bare.archive(rev, &dir.path().join("x"));
-    target.is_dir() && tree::diff(&tree::read_dir(&dir.path().join("x")), &tree::read_dir(target)).is_none()
+    tree::diff(&tree::read_dir(&dir.path().join("x")), &tree::read_dir(target))
+}
+
+/// Whether `target` is a directory holding exactly `git archive REV` of `bare`.
+pub fn matches(bare: &BareRepo, rev: &str, target: &Path) -> bool {
+    target.is_dir() && archive_diff(bare, rev, target).is_none()
+}
+
+/// Panic unless `target` holds exactly `git archive REV` of `bare`, showing the difference.
+#[track_caller]
+pub fn assert_target_is(bare: &BareRepo, rev: &str, target: &Path) {
+    if let Some(d) = archive_diff(bare, rev, target) {
+        panic!("target differs from git archive {rev}:\n{d}");
+    }
 }
 
 impl Default for BareRepo {

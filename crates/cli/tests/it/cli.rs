@@ -4,6 +4,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use crate::treesync;
+use treesync_testkit::assert_target_is;
 use treesync_testkit::cli::s;
 use treesync_testkit::cli::stderr;
 use treesync_testkit::history::{self, Entry, Model};
@@ -28,15 +29,6 @@ fn assert_clear_error(o: &Output, code: i32, needle: &str) {
     assert!(err.contains(needle), "stderr should mention {needle:?}: {err}");
     assert!(err.lines().count() <= 3, "error should be short: {err}");
     assert!(!err.contains("panicked") && !err.contains("backtrace"), "{err}");
-}
-
-fn assert_target_is(bare: &BareRepo, commit: &str, target: &Path) {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let expected = dir.path().join("expected");
-    bare.archive(commit, &expected);
-    if let Some(d) = tree::diff(&tree::read_dir(&expected), &tree::read_dir(target)) {
-        panic!("target differs from git archive {commit}:\n{d}");
-    }
 }
 
 #[test]

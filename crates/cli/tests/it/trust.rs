@@ -8,11 +8,13 @@ use std::path::Path;
 use std::process::{Command, Output};
 
 use crate::treesync;
+use treesync_testkit::assert_target_is;
+use treesync_testkit::cli::listing;
 use treesync_testkit::cli::s;
 use treesync_testkit::cli::stderr;
 use treesync_testkit::history::file;
 use treesync_testkit::history::{self, Entry, Model};
-use treesync_testkit::{BareRepo, git, tree};
+use treesync_testkit::{BareRepo, git};
 
 fn sync(repo: &Path, rev: &str, target: &Path, extra: &[&str]) -> Output {
     let mut args = vec!["sync", "-q", "--repo", s(repo), "--ref", rev, "--target", s(target)];
@@ -20,17 +22,14 @@ fn sync(repo: &Path, rev: &str, target: &Path, extra: &[&str]) -> Output {
     treesync(&args)
 }
 
-fn assert_ok(o: &Output) {
-    assert!(o.status.success(), "exit {:?}: {}", o.status.code(), stderr(o));
+/// Sync `commit` into `t` with `extra` arguments, and check the target is its archive.
+fn synced(bare: &BareRepo, commit: &str, t: &Path, extra: &[&str]) {
+    assert_ok(&sync(&bare.path, commit, t, extra));
+    assert_target_is(bare, commit, t);
 }
 
-fn assert_target_is(bare: &BareRepo, commit: &str, target: &Path) {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let expected = dir.path().join("expected");
-    bare.archive(commit, &expected);
-    if let Some(d) = tree::diff(&tree::read_dir(&expected), &tree::read_dir(target)) {
-        panic!("target differs from git archive {commit}:\n{d}");
-    }
+fn assert_ok(o: &Output) {
+    assert!(o.status.success(), "exit {:?}: {}", o.status.code(), stderr(o));
 }
 
 /// Two commits: `a` changes, `b` appears.
@@ -44,15 +43,6 @@ fn two_commits() -> (BareRepo, Vec<String>) {
     let bare = BareRepo::new();
     let commits = history::import(&bare.path, "main", &[one, two]);
     (bare, commits)
-}
-
-fn names(dir: &Path) -> Vec<String> {
-    let mut v: Vec<String> = std::fs::read_dir(dir)
-        .expect("ls")
-        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
-        .collect();
-    v.sort();
-    v
 }
 
 #[test]
@@ -88,7 +78,7 @@ fn a_planted_symlink_in_the_state_folder_is_refused_naming_it() {
             assert_eq!(o.status.code(), Some(4), "{planted}, {args:?}: {err}");
             assert!(err.contains(&format!("refusing to use {}: it is a symlink", s(&p))), "{planted}: {err}");
             assert!(err.contains("hint: "), "{err}");
-            assert_eq!(names(&outside), ["keep"], "{planted}: something was written outside");
+            assert_eq!(listing(&outside), ["keep"], "{planted}: something was written outside");
             assert_eq!(std::fs::read(outside.join("keep")).expect("keep"), b"outside\n", "{planted}");
         }
         // The hint works: remove it and run again (a target holding files needs --force).
@@ -110,7 +100,7 @@ fn a_refused_sync_and_status_write_nothing() {
     std::fs::write(t.join("foreign"), b"mine\n").expect("write");
     let o = sync(&bare.path, &commits[0], &t, &[]);
     assert_eq!(o.status.code(), Some(4), "{}", stderr(&o));
-    assert_eq!(names(&t), ["foreign"]);
+    assert_eq!(listing(&t), ["foreign"]);
     // A revision that does not resolve: the target is not even created.
     let missing = dir.path().join("missing");
     let o = sync(&bare.path, "no-such-ref", &missing, &[]);
@@ -120,10 +110,10 @@ fn a_refused_sync_and_status_write_nothing() {
     let m = dir.path().join("m");
     assert_ok(&sync(&bare.path, &commits[0], &m, &[]));
     std::fs::remove_dir_all(m.join(".treesync/tmp")).expect("rm tmp");
-    let before = names(&m.join(".treesync"));
+    let before = listing(&m.join(".treesync"));
     assert_ok(&treesync(&["status", "--target", s(&m)]));
     assert_ok(&treesync(&["verify", "--repo", s(&bare.path), "--target", s(&m), "--level", "quick"]));
-    assert_eq!(names(&m.join(".treesync")), before, "a read-only command wrote into .treesync");
+    assert_eq!(listing(&m.join(".treesync")), before, "a read-only command wrote into .treesync");
 }
 
 #[test]
@@ -213,10 +203,8 @@ fn a_damaged_state_file_says_to_force_and_force_finishes() {
     assert_eq!(o.status.code(), Some(2), "{err}");
     assert!(err.contains("unreadable") && err.contains("--force"), "{err}");
     // The hint is true.
-    assert_ok(&sync(&bare.path, &commits[1], &t, &["--force"]));
-    assert_target_is(&bare, &commits[1], &t);
-    assert_ok(&sync(&bare.path, &commits[0], &t, &[]));
-    assert_target_is(&bare, &commits[0], &t);
+    synced(&bare, &commits[1], &t, &["--force"]);
+    synced(&bare, &commits[0], &t, &[]);
 }
 
 #[test]
@@ -479,7 +467,7 @@ fn a_target_that_is_a_symlink_is_refused_with_a_hint_that_works() {
     let err = stderr(&o);
     assert_eq!(o.status.code(), Some(2), "{err}");
     assert!(err.contains("it is a symlink (to real)") && err.contains("end the target with a slash"), "{err}");
-    assert_eq!(names(&dir.path().join("real")), Vec::<String>::new(), "nothing written");
+    assert_eq!(listing(&dir.path().join("real")), Vec::<String>::new(), "nothing written");
     // The hint works: a trailing slash follows the link on purpose.
     let followed = format!("{}/", s(&link));
     assert_ok(&sync(&bare.path, &commits[0], Path::new(&followed), &[]));
