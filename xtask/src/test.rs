@@ -380,6 +380,9 @@ fn has_nextest(cargo: &std::ffi::OsStr) -> bool {
 /// Run `steps` one after another, their output (and how long each took) into `log`; the first
 /// failure ends them.
 fn run_logged(steps: &[Step], root: &Path, cargo: &std::ffi::OsStr, log: &Path) -> Result<(), String> {
+    if let Some(dir) = log.parent() {
+        std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    }
     let file = std::fs::File::create(log).map_err(|e| format!("{}: {e}", log.display()))?;
     for step in steps {
         let t = Instant::now();
