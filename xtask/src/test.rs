@@ -124,7 +124,7 @@ fn missing(probe: &Probe) -> Vec<Need> {
         ("ganesha.nfsd", "nfs-ganesha"),
         ("rpcbind", "rpcbind"),
         ("nfs-ls", "libnfs-utils"),
-        // The Debian package's test (crates/cli/tests/deb.rs): build, install, check the unit.
+        // The Debian package's test (crates/cli/tests/it/deb.rs): build, install, check the unit.
         ("dpkg-deb", "dpkg"),
         ("systemd-analyze", "systemd"),
         ("strip", "binutils"),
@@ -261,26 +261,141 @@ pub fn run(args: &[String]) -> Result<(), String> {
         return Ok(());
     }
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let steps: [(&str, &[&str]); 3] = [
-        // Every test; they start and stop their own moto and nfs-ganesha on 127.0.0.1.
-        ("", &["test", "--workspace"]),
-        // The API docs build without a warning (broken links included).
-        ("-D warnings", &["doc", "--no-deps", "--workspace", "--quiet"]),
-        // The release tarball, unpacked and checked.
-        ("", &["xtask", "dist"]),
-    ];
-    for (rustdocflags, step) in steps {
-        let mut cmd = Command::new(&cargo);
-        cmd.current_dir(&root).args(step);
-        let shown = if rustdocflags.is_empty() {
-            format!("cargo {}", step.join(" "))
-        } else {
-            cmd.env("RUSTDOCFLAGS", rustdocflags);
-            format!("RUSTDOCFLAGS=\"{rustdocflags}\" cargo {}", step.join(" "))
+    let nextest = has_nextest(&cargo);
+    let steps = steps(nextest);
+    if !nextest {
+        println!(
+            "xtask test: cargo-nextest is not installed (`cargo install --locked cargo-nextest`): the tests run with cargo test, one binary after another"
+        );
+    }
+    for step in &steps {
+        println!("xtask test: {}{}", step.show(), if step.background { " (in the background, niced)" } else { "" });
+    }
+    if o.dry_run {
+        return Ok(());
+    }
+    let started = Instant::now();
+    // The background steps build in their own profile directory (target/dist), which cargo locks
+    // apart from target/debug: they use the cores the tests leave idle, at the lowest priority,
+    // so the tests' timings are not theirs to stretch.
+    let background: Vec<Step> = steps.iter().filter(|s| s.background).cloned().collect();
+    let log = root.join("target/xtask-test-background.log");
+    let behind = {
+        let (root, cargo, log) = (root.clone(), cargo.clone(), log.clone());
+        std::thread::spawn(move || run_logged(&background, &root, &cargo, &log))
+    };
+    let mut result = Ok(());
+    for step in steps.iter().filter(|s| !s.background) {
+        let t = Instant::now();
+        println!("xtask test: {}", step.show());
+        result = run_status(&mut step.command(&root, &cargo));
+        println!("xtask test: {} took {:.0} s", step.show(), t.elapsed().as_secs_f64());
+        if result.is_err() {
+            break;
+        }
+    }
+    println!("xtask test: waiting for the background steps (their output follows)");
+    let behind = behind.join().map_err(|_| "the background steps' thread panicked".to_string())?;
+    print!("{}", std::fs::read_to_string(&log).unwrap_or_default());
+    println!("xtask test: everything took {:.0} s", started.elapsed().as_secs_f64());
+    result.and(behind)
+}
+
+/// One command of `cargo xtask test`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Step {
+    /// `RUSTDOCFLAGS`, when set.
+    rustdocflags: Option<&'static str>,
+    /// The arguments to cargo.
+    args: Vec<&'static str>,
+    /// Runs beside the tests at the lowest CPU priority, its output shown at the end.
+    background: bool,
+}
+
+impl Step {
+    fn show(&self) -> String {
+        let flags = self.rustdocflags.map(|f| format!("RUSTDOCFLAGS=\"{f}\" ")).unwrap_or_default();
+        format!("{flags}cargo {}", self.args.join(" "))
+    }
+
+    /// The command; `cargo xtask …` runs this xtask binary itself, since `cargo run` would wait
+    /// for the tests' build to release target/debug.
+    fn command(&self, root: &Path, cargo: &std::ffi::OsStr) -> Command {
+        let (program, args) = match self.args.split_first() {
+            Some((&"xtask", rest)) => (std::env::current_exe().expect("the xtask binary").into_os_string(), rest),
+            _ => (cargo.to_os_string(), &self.args[..]),
         };
-        println!("xtask test: {shown}");
-        if !o.dry_run {
-            run_status(&mut cmd)?;
+        let mut cmd = if self.background {
+            let mut nice = Command::new("nice");
+            nice.args(["-n", "19"]).arg(program);
+            nice
+        } else {
+            Command::new(program)
+        };
+        cmd.current_dir(root).args(args);
+        if let Some(flags) = self.rustdocflags {
+            cmd.env("RUSTDOCFLAGS", flags);
+        }
+        cmd
+    }
+}
+
+/// What `cargo xtask test` runs. With cargo-nextest the tests of all binaries share the cores
+/// (`cargo test` runs one binary after another, so one slow binary leaves a core idle), and the
+/// doc-tests, which nextest does not run, follow with `cargo test --doc`. The release build and
+/// the docs, which need no test to pass first, build in the background meanwhile.
+fn steps(nextest: bool) -> Vec<Step> {
+    let step = |args: &[&'static str]| Step { rustdocflags: None, args: args.to_vec(), background: false };
+    let mut steps = Vec::new();
+    if nextest {
+        // Every test; they start and stop their own moto and nfs-ganesha on 127.0.0.1.
+        steps.push(step(&["nextest", "run", "--workspace", "--no-fail-fast"]));
+        steps.push(step(&["test", "--workspace", "--doc"]));
+    } else {
+        steps.push(step(&["test", "--workspace", "--no-fail-fast"]));
+    }
+    // The release tarball, unpacked and checked (`cargo xtask dist` builds in target/dist).
+    steps.push(Step { background: true, ..step(&["xtask", "dist"]) });
+    // The API docs build without a warning (broken links included). With the dist profile, its
+    // dependencies are checked in target/dist (locked apart from the tests' target/debug), and
+    // the proc-macros and build scripts are the ones the dist build just made.
+    steps.push(Step {
+        rustdocflags: Some("-D warnings"),
+        background: true,
+        ..step(&["doc", "--no-deps", "--workspace", "--quiet", "--profile", "dist"])
+    });
+    steps
+}
+
+/// Whether `cargo nextest` runs here.
+fn has_nextest(cargo: &std::ffi::OsStr) -> bool {
+    Command::new(cargo)
+        .args(["nextest", "--version"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// Run `steps` one after another, their output (and how long each took) into `log`; the first
+/// failure ends them.
+fn run_logged(steps: &[Step], root: &Path, cargo: &std::ffi::OsStr, log: &Path) -> Result<(), String> {
+    if let Some(dir) = log.parent() {
+        std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    }
+    let file = std::fs::File::create(log).map_err(|e| format!("{}: {e}", log.display()))?;
+    for step in steps {
+        let t = Instant::now();
+        let mut cmd = step.command(root, cargo);
+        let out = file.try_clone().map_err(|e| format!("{}: {e}", log.display()))?;
+        let err = file.try_clone().map_err(|e| format!("{}: {e}", log.display()))?;
+        use std::io::Write;
+        writeln!(&file, "xtask test: {}", step.show()).map_err(|e| format!("{}: {e}", log.display()))?;
+        let status = cmd.stdout(out).stderr(err).status().map_err(|e| format!("cannot run {cmd:?}: {e}"))?;
+        writeln!(&file, "xtask test: {} took {:.0} s", step.show(), t.elapsed().as_secs_f64())
+            .map_err(|e| format!("{}: {e}", log.display()))?;
+        if !status.success() {
+            return Err(format!("{} failed with {status} (its output is above)", step.show()));
         }
     }
     Ok(())
@@ -612,6 +727,30 @@ mod tests {
         let udp6 = "  sl  local_address                         remote_address                        st\n  \
                     1: 00000000000000000000000000000000:006F 00000000000000000000000000000000:0000 07\n";
         assert!(listens_on(udp6, 111));
+    }
+
+    #[test]
+    fn with_nextest_the_tests_share_the_cores_and_the_builds_run_beside_them_niced() {
+        let shown: Vec<(String, bool)> = steps(true).iter().map(|s| (s.show(), s.background)).collect();
+        let expected = [
+            ("cargo nextest run --workspace --no-fail-fast", false),
+            ("cargo test --workspace --doc", false),
+            ("cargo xtask dist", true),
+            ("RUSTDOCFLAGS=\"-D warnings\" cargo doc --no-deps --workspace --quiet --profile dist", true),
+        ];
+        assert_eq!(shown, expected.map(|(s, b)| (s.to_string(), b)));
+        let without: Vec<String> = steps(false).iter().filter(|s| !s.background).map(Step::show).collect();
+        assert_eq!(without, ["cargo test --workspace --no-fail-fast"], "cargo test runs the doc-tests too");
+
+        // `cargo xtask dist` is this binary itself (cargo run would wait for target/debug).
+        let dist = steps(true)[2].command(Path::new("/"), std::ffi::OsStr::new("cargo"));
+        assert_eq!(dist.get_program(), "nice");
+        let args: Vec<_> = dist.get_args().collect();
+        assert_eq!(args[..2], ["-n", "19"]);
+        assert_eq!(args[2], std::env::current_exe().expect("current exe").as_os_str());
+        assert_eq!(args[3..], ["dist"]);
+        let doc = steps(true)[3].command(Path::new("/"), std::ffi::OsStr::new("cargo"));
+        assert!(doc.get_envs().any(|(k, v)| k == "RUSTDOCFLAGS" && v == Some("-D warnings".as_ref())));
     }
 
     #[test]

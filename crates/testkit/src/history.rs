@@ -28,11 +28,25 @@ pub enum Entry {
     },
 }
 
+/// A regular, non-executable file holding `content`.
+pub fn file(content: impl AsRef<[u8]>) -> Entry {
+    Entry::File { content: content.as_ref().to_vec(), executable: false }
+}
+
 /// A tree as a map from `/`-separated path to leaf entry; directories are implied.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Model(pub BTreeMap<String, Entry>);
 
 impl Model {
+    /// A tree of regular files: (path, content) pairs.
+    pub fn of(files: &[(&str, &str)]) -> Model {
+        let mut m = Model::default();
+        for (path, content) in files {
+            m.insert(path, file(content));
+        }
+        m
+    }
+
     /// Put `entry` at `path`, removing whatever is in the way: a leaf at a parent path (the
     /// parent becomes a directory) or anything below `path` (the directory becomes a leaf).
     pub fn insert(&mut self, path: &str, entry: Entry) {

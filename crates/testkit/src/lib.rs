@@ -23,6 +23,7 @@ pub mod schema;
 pub mod slowfs;
 pub mod snapshots;
 pub mod tree;
+pub mod work;
 
 /// The one `/proc/self/mountinfo` reader (treesync-backend-nfs's), for the testbeds and tests.
 pub use treesync_backend_nfs::mountinfo;
@@ -120,6 +121,26 @@ pub fn archive(repo: &Path, rev: &str, dest: &Path) {
         tar.stdin.take().expect("piped").write_all(&archive.stdout).expect("tar input");
     }
     assert!(tar.wait().expect("tar finishes").success(), "tar -x failed");
+}
+
+/// How `target` differs from `git archive REV` of `bare`; `None` when it holds exactly that.
+pub fn archive_diff(bare: &BareRepo, rev: &str, target: &Path) -> Option<String> {
+    let dir = tempfile::tempdir().expect("tempdir");
+    bare.archive(rev, &dir.path().join("x"));
+    tree::diff(&tree::read_dir(&dir.path().join("x")), &tree::read_dir(target))
+}
+
+/// Whether `target` is a directory holding exactly `git archive REV` of `bare`.
+pub fn matches(bare: &BareRepo, rev: &str, target: &Path) -> bool {
+    target.is_dir() && archive_diff(bare, rev, target).is_none()
+}
+
+/// Panic unless `target` holds exactly `git archive REV` of `bare`, showing the difference.
+#[track_caller]
+pub fn assert_target_is(bare: &BareRepo, rev: &str, target: &Path) {
+    if let Some(d) = archive_diff(bare, rev, target) {
+        panic!("target differs from git archive {rev}:\n{d}");
+    }
 }
 
 impl Default for BareRepo {

@@ -1,0 +1,88 @@
+//! A config file whose mirrors are an `s3://` target on a real S3 server (moto) and an `nfs://`
+//! target on a real NFS server (nfs-ganesha): `sync --all`, `status --all` and `verify --all`
+//! take both, as `--target` does, and each target ends up like `git archive`.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use crate::s3::bucket;
+use treesync_testkit::cli::succeeded as ok;
+use treesync_testkit::conformance::{History, reduce};
+use treesync_testkit::ganesha::Ganesha;
+use treesync_testkit::s3::Moto;
+use treesync_testkit::tree::{self};
+
+fn treesync(moto: &Moto, config: &Path, args: &[&str]) -> Output {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_treesync"));
+    c.arg("--config").arg(config).args(args);
+    for (k, v) in moto.env() {
+        c.env(k, v);
+    }
+    c.output().expect("treesync runs")
+}
+
+#[test]
+fn config_mirrors_on_s3_and_nfs_urls_sync_status_and_verify() {
+    let server = Ganesha::shared();
+    let moto = Moto::start();
+    moto.create_bucket("mirrors");
+    let h = History::random(41, 2);
+    let s3_url = "s3://mirrors/site";
+    let nfs_url = server.url("config-mirror");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cfg = dir.path().join("treesync.toml");
+    let repo = h.bare.path.display().to_string();
+    std::fs::write(
+        &cfg,
+        format!(
+            "[defaults]\nendpoint = {endpoint:?}\nallow_http = true\n\n\
+             [mirror.bucket]\nrepo = {repo:?}\nref = {c0:?}\ntarget = {s3_url:?}\njobs = 8\n\n\
+             [mirror.export]\nrepo = {repo:?}\nref = {c1:?}\ntarget = {nfs_url:?}\njobs = 4\nwrite_jobs = \"auto\"\n",
+            endpoint = moto.endpoint,
+            c0 = h.commits[0],
+            c1 = h.commits[1],
+        ),
+    )
+    .expect("write config");
+
+    let out = ok(treesync(&moto, &cfg, &["sync", "--all"]));
+    assert!(out.contains("s3://mirrors/site") && out.contains("nfs://"), "one line per mirror: {out}");
+    let (actual, caps) = bucket(&moto, s3_url);
+    if let Some(d) = tree::diff(&reduce(&h.expected(0), caps), &actual) {
+        panic!("the bucket differs from git archive:\n{d}");
+    }
+    let exported = tree::read_dir(&server.dir().join("config-mirror"));
+    assert!(tree::diff(&h.expected(1), &exported).is_none(), "the export is like git archive");
+
+    let v: serde_json::Value =
+        serde_json::from_str(&ok(treesync(&moto, &cfg, &["status", "--all", "--json"]))).expect("json");
+    let rows = v.as_array().expect("one row per mirror");
+    let backends: Vec<(&str, &str)> =
+        rows.iter().map(|r| (r["mirror"].as_str().expect("mirror"), r["backend"].as_str().expect("backend"))).collect();
+    assert_eq!(backends, [("bucket", "s3"), ("export", "nfs")]);
+    assert_eq!(rows[1]["state"]["synced"]["commit"].as_str(), Some(h.commits[1].as_str()));
+
+    ok(treesync(&moto, &cfg, &["verify", "--all"]));
+
+    // The nfs mirror's budgets are the library's decision: --jobs 4 is the ceiling of auto.
+    let v: serde_json::Value =
+        serde_json::from_str(&ok(treesync(&moto, &cfg, &["sync", "export", "--json"]))).expect("json");
+    let b = &v["budgets"];
+    assert_eq!((&b["jobs"], &b["writes"], &b["write_ceiling"]), (&4.into(), &"adaptive".into(), &4.into()), "{v}");
+}
+
+#[test]
+fn config_mirror_refuses_what_the_cli_refuses_with_the_line() {
+    let moto = Moto::start();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cfg = dir.path().join("treesync.toml");
+    std::fs::write(
+        &cfg,
+        "[mirror.a]\nrepo = \"/r\"\nref = \"main\"\ntarget = \"nfs://nas/export/site\"\njobs = 4\nwrite_jobs = 16\n",
+    )
+    .expect("write config");
+    let o = treesync(&moto, &cfg, &["sync", "--all"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "{err}");
+    assert!(err.contains("treesync.toml:6:14: jobs 4 and write_jobs 16 disagree"), "{err}");
+}

@@ -1,0 +1,299 @@
+//! `treesync watch`: follows a ref as commits are pushed; SIGTERM mid-sync stops cleanly and the
+//! next run completes the job.
+
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use treesync_testkit::cli::s;
+use treesync_testkit::cli::wait_for;
+use treesync_testkit::history::{self, Entry};
+use treesync_testkit::matches;
+use treesync_testkit::{BareRepo, git};
+
+#[test]
+fn watch_follows_pushes_and_stops_cleanly_on_sigterm() {
+    let mut trees = history::random_history(77, 4);
+    // A last commit big enough that SIGTERM lands in the middle of its sync.
+    let mut big = trees[3].clone();
+    for i in 0..12_000 {
+        big.insert(
+            &format!("bulk/d{}/f{i}", i % 30),
+            Entry::File { content: vec![b'x'; 2000 + i % 7], executable: false },
+        );
+    }
+    trees.push(big);
+    let bare = BareRepo::new();
+    let commits = history::import(&bare.path, "staging", &trees);
+    git(&bare.path, &["update-ref", "refs/heads/main", &commits[0]]);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let target = dir.path().join("t");
+    let child = Command::new(env!("CARGO_BIN_EXE_treesync"))
+        .args(["watch", "--repo"])
+        .arg(&bare.path)
+        .args(["--ref", "main", "--target"])
+        .arg(&target)
+        .args(["--interval", "100ms", "--jobs", "1", "--batch", "1"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("watch starts");
+    wait_for("the first commit", || matches(&bare, &commits[0], &target));
+    for c in &commits[1..4] {
+        git(&bare.path, &["update-ref", "refs/heads/main", c]);
+        wait_for("the pushed commit", || matches(&bare, c, &target));
+    }
+    // Push the big commit and stop the watcher while it syncs.
+    git(&bare.path, &["update-ref", "refs/heads/main", &commits[4]]);
+    wait_for("the big sync to start", || target.join("bulk").exists());
+    let pid = child.id().to_string();
+    assert!(Command::new("kill").args(["-TERM", &pid]).status().expect("kill").success());
+    let out = child.wait_with_output().expect("watch exits");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "watch exits 0 on SIGTERM: {stderr}");
+    assert!(stderr.contains("stopped"), "{stderr}");
+    assert_eq!(stdout.lines().filter(|l| l.contains(" synced ")).count(), 4, "one line per update: {stdout}");
+
+    let o = Command::new(env!("CARGO_BIN_EXE_treesync"))
+        .args(["status", "--target"])
+        .arg(&target)
+        .output()
+        .expect("status");
+    let status = String::from_utf8_lossy(&o.stdout);
+    assert!(status.contains("INTERRUPTED"), "SIGTERM came mid-sync, the journal knows: {status}\nwatch said: {stderr}");
+    let o = Command::new(env!("CARGO_BIN_EXE_treesync"))
+        .args(["sync", "-q", "--repo"])
+        .arg(&bare.path)
+        .args(["--ref", "main", "--target"])
+        .arg(&target)
+        .output()
+        .expect("sync");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(matches(&bare, &commits[4], &target));
+}
+
+/// A ref deleted, then the repository moved away, while `watch` follows it: each is logged as
+/// what it is (not "couldn't parse revision"), and watch keeps going.
+#[test]
+fn watch_says_when_the_ref_or_the_repository_is_gone() {
+    let bare = BareRepo::new();
+    let commits = history::import(&bare.path, "main", &history::random_history(5, 1));
+    git(&bare.path, &["update-ref", "refs/heads/other", &commits[0]]);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let target = dir.path().join("t");
+    let child = Command::new(env!("CARGO_BIN_EXE_treesync"))
+        .args(["watch", "--repo"])
+        .arg(&bare.path)
+        .args(["--ref", "other", "--target"])
+        .arg(&target)
+        .args(["--interval", "100ms"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("watch starts");
+    wait_for("the first sync", || matches(&bare, &commits[0], &target));
+    git(&bare.path, &["update-ref", "-d", "refs/heads/other"]);
+    std::thread::sleep(Duration::from_millis(400));
+    let moved = dir.path().join("moved.git");
+    std::fs::rename(&bare.path, &moved).expect("move the repository away");
+    std::thread::sleep(Duration::from_millis(600));
+    std::fs::rename(&moved, &bare.path).expect("move it back");
+    let _ = Command::new("kill").arg(child.id().to_string()).status();
+    let out = child.wait_with_output().expect("watch ends");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("no branch, tag or other ref of that name"), "{err}");
+    assert!(err.contains("it is gone"), "{err}");
+    assert!(!err.contains("couldn't parse revision"), "{err}");
+}
+
+/// `watch --json` on a ref that does not exist: one `watching` line, then `error` lines whose
+/// waits double from the interval; the end (`stopped`) is a log line on stderr, never a JSON
+/// line, and the exit code is 0.
+#[test]
+fn watch_json_reports_failed_tries_with_doubling_waits_and_stops_on_stderr() {
+    let bare = BareRepo::new();
+    history::import(&bare.path, "main", &history::random_history(3, 1));
+    let dir = tempfile::tempdir().expect("tempdir");
+    let child = Command::new(env!("CARGO_BIN_EXE_treesync"))
+        .args(["watch", "--json", "--repo"])
+        .arg(&bare.path)
+        .args(["--ref", "no-such-branch", "--target"])
+        .arg(dir.path().join("t"))
+        .args(["--interval", "100ms"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("watch starts");
+    // 100 + 200 + 400 ms of waits: at least three tries in a second.
+    std::thread::sleep(Duration::from_millis(1000));
+    assert!(Command::new("kill").args(["-TERM", &child.id().to_string()]).status().expect("kill").success());
+    let out = child.wait_with_output().expect("watch exits");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let lines: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON: {l}: {e}")))
+        .collect();
+    let events: Vec<&str> = lines.iter().map(|v| v["event"].as_str().expect("event")).collect();
+    assert_eq!(events[0], "watching", "{events:?}");
+    assert!(events[1..].iter().all(|e| *e == "error"), "only failed tries: {events:?}");
+    let waits: Vec<f64> = lines[1..].iter().map(|v| v["retry_in_secs"].as_f64().expect("retry_in_secs")).collect();
+    assert!(waits.len() >= 3, "{waits:?}");
+    assert_eq!(waits[..3], [0.1, 0.2, 0.4], "the wait doubles from the interval");
+    for v in &lines {
+        assert!(v["at"].is_string() && v["mirror"].is_null(), "{v}");
+    }
+    assert!(lines[1]["message"].as_str().expect("message").contains("no branch, tag or other ref of that name"));
+    assert!(stderr.lines().last().is_some_and(|l| l.ends_with(" stopped")), "{stderr}");
+    assert!(!stderr.contains('{'), "no JSON on stderr: {stderr}");
+}
+
+/// `watch --all`: one watch per mirror in one process, each event line tagged with its
+/// mirror (`[name] …` in text, `mirror` in JSON), and each watch says when it stopped.
+#[test]
+fn watch_all_follows_every_mirror_and_tags_their_events() {
+    let bare = BareRepo::new();
+    let commits = history::import(&bare.path, "main", &history::random_history(9, 2));
+    git(&bare.path, &["update-ref", "refs/heads/other", &commits[0]]);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cfg = dir.path().join("treesync.toml");
+    let repo = bare.path.display().to_string();
+    std::fs::write(
+        &cfg,
+        format!(
+            "[defaults]\ninterval = \"100ms\"\n\n[mirror.one]\nrepo = {repo:?}\nref = \"main\"\ntarget = {:?}\n\n[mirror.two]\nrepo = {repo:?}\nref = \"other\"\ntarget = {:?}\n",
+            dir.path().join("one").display().to_string(),
+            dir.path().join("two").display().to_string(),
+        ),
+    )
+    .expect("config");
+    for json in [false, true] {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_treesync"));
+        cmd.arg("--config").arg(&cfg).args(["watch", "--all"]);
+        if json {
+            cmd.arg("--json");
+        }
+        let child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("watch starts");
+        wait_for("both mirrors", || {
+            matches(&bare, &commits[1], &dir.path().join("one")) && matches(&bare, &commits[0], &dir.path().join("two"))
+        });
+        assert!(Command::new("kill").args(["-INT", &child.id().to_string()]).status().expect("kill").success());
+        let out = child.wait_with_output().expect("watch exits");
+        let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        assert!(out.status.success(), "{stderr}");
+        for name in ["one", "two"] {
+            assert!(stderr.contains(&format!("[{name}] stopped")), "{stderr}");
+            if json {
+                let synced: Vec<serde_json::Value> = stdout
+                    .lines()
+                    .map(|l| serde_json::from_str::<serde_json::Value>(l).expect("JSON line"))
+                    .filter(|v| v["mirror"] == name && v["event"] == "synced")
+                    .collect();
+                // The first run synced both; this one finds them up to date, and reports its
+                // first look (with nothing applied) like every watch does.
+                assert_eq!(synced.len(), 1, "{stdout}");
+                assert_eq!(synced[0]["outcome"]["applied"]["write"], 0, "{stdout}");
+                let watching = stdout
+                    .lines()
+                    .map(|l| serde_json::from_str::<serde_json::Value>(l).expect("JSON line"))
+                    .filter(|v| v["mirror"] == name && v["event"] == "watching")
+                    .count();
+                assert_eq!(watching, 1, "{stdout}");
+            } else {
+                assert!(stderr.contains(&format!("[{name}] watching")), "{stderr}");
+                assert_eq!(stdout.lines().filter(|l| l.contains(&format!("[{name}] synced "))).count(), 1, "{stdout}");
+            }
+        }
+    }
+}
+
+/// CPU ticks (user + system) the process `pid` has used, from /proc/PID/stat.
+fn cpu_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("/proc/PID/stat");
+    // Fields after the command name (which may hold spaces) in parentheses: utime is the 14th
+    // field of the line, stime the 15th.
+    let after = &stat[stat.rfind(')').expect("(comm)") + 2..];
+    let fields: Vec<&str> = after.split(' ').collect();
+    fields[11].parse::<u64>().expect("utime") + fields[12].parse::<u64>().expect("stime")
+}
+
+/// A local repository wakes `watch` by inotify: with an interval of an hour it follows an
+/// update-ref and a push at once, says so in its first line, and uses (nearly) no CPU while
+/// nothing moves — no busy loop, no periodic look.
+#[test]
+fn watch_is_woken_by_pushes_and_idles_without_cpu() {
+    let bare = BareRepo::new();
+    let commits = history::import(&bare.path, "staging", &history::random_history(31, 3));
+    git(&bare.path, &["update-ref", "refs/heads/main", &commits[0]]);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let target = dir.path().join("t");
+    let child = Command::new(env!("CARGO_BIN_EXE_treesync"))
+        .args(["watch", "--repo", s(&bare.path), "--ref", "main", "--target", s(&target), "--interval", "1h"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("watch starts");
+    wait_for("the first commit", || matches(&bare, &commits[0], &target));
+    // Idle: 3 s of nothing moving. 2 ticks (20 ms at USER_HZ 100) is what a loop waking every
+    // 50 ms for the interrupt check costs at most; a busy loop takes ~300.
+    std::thread::sleep(Duration::from_millis(200));
+    let before = cpu_ticks(child.id());
+    std::thread::sleep(Duration::from_secs(3));
+    let idle = cpu_ticks(child.id()) - before;
+    git(&bare.path, &["update-ref", "refs/heads/main", &commits[1]]);
+    wait_for("the updated ref", || matches(&bare, &commits[1], &target));
+    let work = tempfile::tempdir().expect("tempdir");
+    git(work.path(), &["clone", "-q", "-b", "main", s(&bare.path), "c"]);
+    git(&work.path().join("c"), &["push", "-q", "origin", &format!("{}:refs/heads/main", commits[2])]);
+    wait_for("the pushed commit", || matches(&bare, &commits[2], &target));
+    assert!(Command::new("kill").args(["-TERM", &child.id().to_string()]).status().expect("kill").success());
+    let out = child.wait_with_output().expect("watch exits");
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("woken by changes to the refs (inotify)"), "{stderr}");
+    assert_eq!(stdout.lines().filter(|l| l.contains(" synced ")).count(), 3, "{stdout}");
+    // A loop that looked at the ref without waiting would take ~300 ticks (100 per second);
+    // a loaded machine charges a few ticks to an idle process's timers.
+    assert!(idle <= 10, "{idle} CPU ticks in 3 s of idle watching");
+}
+
+/// `--poll`, or `poll = true` in the config file, polls every --interval and says so: with an
+/// hour, a move is not seen.
+#[test]
+fn watch_poll_polls_and_says_so() {
+    let bare = BareRepo::new();
+    let commits = history::import(&bare.path, "staging", &history::random_history(32, 2));
+    git(&bare.path, &["update-ref", "refs/heads/main", &commits[0]]);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cfg = dir.path().join("treesync.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[mirror.m]\nrepo = {:?}\nref = \"main\"\ntarget = {:?}\ninterval = \"1h\"\npoll = true\n",
+            s(&bare.path),
+            s(&dir.path().join("m"))
+        ),
+    )
+    .expect("config");
+    let (f, m) = (dir.path().join("f"), dir.path().join("m"));
+    let flag = ["watch", "--repo", s(&bare.path), "--ref", "main", "--target", s(&f), "--interval", "1h", "--poll"];
+    let config = ["--config", s(&cfg), "watch", "m"];
+    for (args, target) in [(&flag[..], &f), (&config[..], &m)] {
+        git(&bare.path, &["update-ref", "refs/heads/main", &commits[0]]);
+        let child = Command::new(env!("CARGO_BIN_EXE_treesync"))
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("watch starts");
+        wait_for("the first commit", || matches(&bare, &commits[0], target));
+        git(&bare.path, &["update-ref", "refs/heads/main", &commits[1]]);
+        std::thread::sleep(Duration::from_secs(2));
+        assert!(Command::new("kill").args(["-TERM", &child.id().to_string()]).status().expect("kill").success());
+        let out = child.wait_with_output().expect("watch exits");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{stderr}");
+        assert!(stderr.contains(", polling every 3600s\n"), "{args:?}: {stderr}");
+        assert!(matches(&bare, &commits[0], target), "{args:?}: polling every hour saw no move");
+    }
+}
