@@ -15,8 +15,9 @@ use fuser::{
     ReplyOpen, ReplyPoll, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 
+use super::passthrough::Ticket;
 use super::passthrough::{Inner, Res};
-use super::pool::{Job, Ticket, lock};
+use super::pool::{Job, lock};
 use super::stats::Op;
 
 /// Entry and attribute timeout given to the kernel: none, so nothing is cached (NFS `actimeo=0`).

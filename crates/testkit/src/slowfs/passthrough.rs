@@ -1,7 +1,7 @@
 //! The filesystem proper: each request done on the backing directory, inode numbers mapped
 //! to backing paths, open files and directory listings kept by handle.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::ffi::{OsStr, OsString};
 use std::fs::{File, Metadata, Permissions};
 use std::io;
@@ -9,12 +9,13 @@ use std::os::unix::fs::{DirBuilderExt, FileExt, MetadataExt, OpenOptionsExt, Per
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
+use std::thread;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use fuser::{Errno, FileAttr, FileType, INodeNo, TimeOrNow};
 
 use super::pool::{Service, lock};
-use super::stats::{Counters, Op};
+use super::stats::{Counters, N_OPS, Op, OpStats, Stats};
 
 /// Names kept per inode (see [`Inner::nodes`]).
 const NAMES_KEPT: usize = 16;
@@ -580,5 +581,112 @@ impl Inner {
         let access = rustix::fs::Access::from_bits_retain(mask as u32);
         rustix::fs::accessat(rustix::fs::CWD, &self.resolve(ino)?.0, access, rustix::fs::AtFlags::empty())
             .map_err(rerrno)
+    }
+}
+
+/// One request from receipt to reply: counts it in flight until dropped.
+pub(super) struct Ticket {
+    pub(super) inner: Arc<Inner>,
+    pub(super) op: Op,
+}
+
+impl Ticket {
+    pub(super) fn new(inner: Arc<Inner>, op: Op) -> Ticket {
+        let c = &inner.counters;
+        let i = op as usize;
+        c.count[i].fetch_add(1, Ordering::SeqCst);
+        let now = c.in_flight[i].fetch_add(1, Ordering::SeqCst) + 1;
+        c.max_in_flight[i].fetch_max(now, Ordering::SeqCst);
+        let all = c.all_in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+        c.all_max_in_flight.fetch_max(all, Ordering::SeqCst);
+        Ticket { inner, op }
+    }
+}
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        let c = &self.inner.counters;
+        c.in_flight[self.op as usize].fetch_sub(1, Ordering::SeqCst);
+        c.all_in_flight.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// Holds a service slot; released on drop (also on panic).
+pub(super) struct Slot<'a>(&'a Inner);
+
+impl<'a> Slot<'a> {
+    pub(super) fn take(inner: &'a Inner) -> Slot<'a> {
+        let s = &inner.service;
+        let mut busy = lock(&s.busy);
+        if let Some(limit) = s.limit {
+            while *busy >= limit {
+                busy = s.freed.wait(busy).unwrap_or_else(|e| e.into_inner());
+            }
+        }
+        *busy += 1;
+        drop(busy);
+        let c = &inner.counters;
+        let now = c.in_service.fetch_add(1, Ordering::SeqCst) + 1;
+        c.max_in_service.fetch_max(now, Ordering::SeqCst);
+        Slot(inner)
+    }
+}
+
+impl Drop for Slot<'_> {
+    fn drop(&mut self) {
+        self.0.counters.in_service.fetch_sub(1, Ordering::SeqCst);
+        let s = &self.0.service;
+        *lock(&s.busy) -= 1;
+        s.freed.notify_one();
+    }
+}
+
+impl Inner {
+    /// Sleep the latency while holding a service slot, then do the work.
+    pub(super) fn serve<T>(&self, op: Op, work: impl FnOnce(&Inner) -> T) -> T {
+        let _slot = Slot::take(self);
+        let latency = if op.is_data() { self.data_latency } else { self.meta_latency };
+        if !latency.is_zero() {
+            thread::sleep(latency);
+        }
+        work(self)
+    }
+}
+
+impl Inner {
+    pub(super) fn stats(&self) -> Stats {
+        let c = &self.counters;
+        let mut ops = BTreeMap::new();
+        for op in Op::ALL {
+            let i = op as usize;
+            let count = c.count[i].load(Ordering::SeqCst);
+            let max_in_flight = c.max_in_flight[i].load(Ordering::SeqCst);
+            if count > 0 || max_in_flight > 0 {
+                ops.insert(op, OpStats { count, max_in_flight });
+            }
+        }
+        Stats {
+            ops,
+            forgets: c.forgets.load(Ordering::SeqCst),
+            max_in_flight: c.all_max_in_flight.load(Ordering::SeqCst),
+            max_in_service: c.max_in_service.load(Ordering::SeqCst),
+            max_lookups_in_one_dir: c.max_lookups_in_one_dir.load(Ordering::SeqCst),
+            paths: lock(&self.paths).clone(),
+        }
+    }
+
+    pub(super) fn reset(&self) {
+        let c = &self.counters;
+        for i in 0..N_OPS {
+            c.count[i].store(0, Ordering::SeqCst);
+            // Requests still in flight stay counted as in flight.
+            c.max_in_flight[i].store(c.in_flight[i].load(Ordering::SeqCst), Ordering::SeqCst);
+        }
+        c.all_max_in_flight.store(c.all_in_flight.load(Ordering::SeqCst), Ordering::SeqCst);
+        c.max_in_service.store(c.in_service.load(Ordering::SeqCst), Ordering::SeqCst);
+        c.forgets.store(0, Ordering::SeqCst);
+        let busiest = lock(&c.lookups_in).values().copied().max().unwrap_or(0);
+        c.max_lookups_in_one_dir.store(busiest, Ordering::SeqCst);
+        lock(&self.paths).clear();
     }
 }

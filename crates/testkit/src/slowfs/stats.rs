@@ -8,7 +8,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde::{Deserialize, Serialize};
 
-use super::passthrough::Inner;
 use super::pool::lock;
 
 /// Kinds of FUSE requests, as counted in [`Stats`].
@@ -264,43 +263,5 @@ impl Default for Counters {
             lookups_in: Mutex::new(HashMap::new()),
             max_lookups_in_one_dir: AtomicU64::new(0),
         }
-    }
-}
-
-impl Inner {
-    pub(super) fn stats(&self) -> Stats {
-        let c = &self.counters;
-        let mut ops = BTreeMap::new();
-        for op in Op::ALL {
-            let i = op as usize;
-            let count = c.count[i].load(Ordering::SeqCst);
-            let max_in_flight = c.max_in_flight[i].load(Ordering::SeqCst);
-            if count > 0 || max_in_flight > 0 {
-                ops.insert(op, OpStats { count, max_in_flight });
-            }
-        }
-        Stats {
-            ops,
-            forgets: c.forgets.load(Ordering::SeqCst),
-            max_in_flight: c.all_max_in_flight.load(Ordering::SeqCst),
-            max_in_service: c.max_in_service.load(Ordering::SeqCst),
-            max_lookups_in_one_dir: c.max_lookups_in_one_dir.load(Ordering::SeqCst),
-            paths: lock(&self.paths).clone(),
-        }
-    }
-
-    pub(super) fn reset(&self) {
-        let c = &self.counters;
-        for i in 0..N_OPS {
-            c.count[i].store(0, Ordering::SeqCst);
-            // Requests still in flight stay counted as in flight.
-            c.max_in_flight[i].store(c.in_flight[i].load(Ordering::SeqCst), Ordering::SeqCst);
-        }
-        c.all_max_in_flight.store(c.all_in_flight.load(Ordering::SeqCst), Ordering::SeqCst);
-        c.max_in_service.store(c.in_service.load(Ordering::SeqCst), Ordering::SeqCst);
-        c.forgets.store(0, Ordering::SeqCst);
-        let busiest = lock(&c.lookups_in).values().copied().max().unwrap_or(0);
-        c.max_lookups_in_one_dir.store(busiest, Ordering::SeqCst);
-        lock(&self.paths).clear();
     }
 }
