@@ -1,0 +1,791 @@
+//! [`prepare()`]: read the target's state and plan what a sync does, before anything is written.
+
+use std::sync::Arc;
+
+use super::place::scan;
+use super::{Error, Replaced};
+use crate::backend::{Backend, TargetState};
+use crate::convert::Converter;
+use crate::op::Plan;
+use crate::path::RelPath;
+use crate::plan::{self, ExistingEntry, ExistingKind};
+use crate::select::Select;
+use crate::source::{self, Repo, Resolved};
+use crate::state::{InProgress, SyncState};
+use crate::submodule::{self, Submodules};
+use crate::verify;
+use gix_hash::ObjectId;
+
+/// What [`prepare()`] found and planned.
+#[derive(Debug, Clone)]
+pub struct Prepared {
+    /// What the target's state said, if it has one.
+    pub state: Option<SyncState>,
+    /// What was at the target root.
+    pub target: TargetState,
+    /// An interrupted sync, and the plan that finishes it (run first).
+    pub resume: Option<(InProgress, Plan)>,
+    /// The plan to the requested commit (shared with other targets through
+    /// [`Options::plans`]).
+    pub main: Arc<Plan>,
+    /// The requested commit.
+    pub to: Resolved,
+    /// The directory of `to.commit` whose tree `to.tree` is (a subtree sync), as the state
+    /// will record it; `None` for the whole tree.
+    pub path: Option<String>,
+    /// `main` is a takeover: of an unmanaged target, or of a managed one (`--force`) by
+    /// repairing it to the requested tree (then `repair` too).
+    pub takeover: bool,
+    /// `main` repairs what differs from the requested tree (see [`InProgress::repair`]).
+    pub repair: bool,
+    /// With `takeover`: what of the target's present content it removes and writes over.
+    pub replaced: Option<Replaced>,
+    /// The state file as read, to check under the lock that it is still the one planned against.
+    pub(super) state_bytes: Option<Vec<u8>>,
+    /// Planned for a target that does not tell case apart.
+    pub(super) case_insensitive: bool,
+    /// What `main` converts files with (the repository's settings now).
+    pub(super) converter: Arc<Converter>,
+    /// What the `resume` plan converts files with (the journal's settings).
+    pub(super) resume_converter: Option<Arc<Converter>>,
+    /// After `main`, the target's gitlinks hold their submodules' trees.
+    pub recurse_submodules: bool,
+    /// The submodules the plans read (with `recurse_submodules`, or to empty gitlinks).
+    pub submodules: Vec<submodule::Used>,
+    /// The repositories the plans' blobs are in: the repository, then submodules.
+    pub(super) repos: Vec<Repo>,
+    /// The paths `main` selects (`None`: all).
+    pub select: Option<Select>,
+    /// The files with `export-subst` placeholders expanded after `main`.
+    pub(super) export_subst: Vec<String>,
+    /// `main` is an initial checkout applied while it is planned: it holds only its counts.
+    pub(super) main_stream: Option<Streamed>,
+    /// The same for `resume`.
+    pub(super) resume_stream: Option<Streamed>,
+    /// What the LFS objects of the plans' pointer files add to the pointers' own bytes (the
+    /// plans count blobs; a pointer is written as its object, [`check_lfs`]).
+    pub(super) lfs_bytes: u64,
+}
+
+/// An initial checkout applied as it is planned, in chunks ([`plan::stream_checkout`]), after
+/// a walk that refused whatever the plan would refuse and counted its ops
+/// ([`plan::measure_checkout`]), so that memory holds a chunk of ops, not all of them.
+#[derive(Debug, Clone)]
+pub(super) struct Streamed {
+    /// The tree written.
+    pub(super) tree: ObjectId,
+    pub(super) options: plan::Options,
+    /// What files are converted with (`None`: as blobs are), and the tree's `.gitattributes`.
+    pub(super) settings: Option<crate::convert::Settings>,
+    pub(super) attributes: crate::convert::AttributeFiles,
+    /// Ops per chunk.
+    pub(super) chunk: usize,
+}
+
+impl Prepared {
+    /// The conversion settings the target's files are written with after this sync.
+    pub fn conversions(&self) -> &crate::convert::Settings {
+        self.converter.settings()
+    }
+}
+
+/// How to [`prepare()`]: what a sync with these settings would plan.
+#[derive(Debug, Clone, Default)]
+pub struct PrepareOptions {
+    /// Plan a takeover ([`Options::force`]): of a target treesync did not write, or of a
+    /// managed one by comparing it with the requested tree once.
+    pub force: bool,
+    /// Create a missing target root (and its `.treesync` folder) before reading it; without
+    /// it, nothing is written at all.
+    pub create: bool,
+    /// How large a plan may get ([`plan::Limits`]).
+    pub limits: plan::Limits,
+    /// Plan gitlinks filled with their submodules' trees ([`Options::recurse_submodules`]).
+    pub recurse_submodules: bool,
+    /// Plan only the paths these patterns select ([`Options::select`]).
+    pub select: Select,
+    /// `git archive` semantics ([`Options::export`]).
+    pub export: bool,
+    /// What LFS pointer files are written as ([`Options::lfs`]).
+    pub lfs: crate::lfs::LfsMode,
+}
+
+/// Read the target's state and plan, without writing anything (unless
+/// [`PrepareOptions::create`]).
+pub async fn prepare(
+    repo: &Repo,
+    rev: &str,
+    backend: &dyn Backend,
+    options: &PrepareOptions,
+) -> Result<Prepared, Error> {
+    let to = repo.resolve(rev)?;
+    let target = backend.prepare_target(options.create).await?;
+    let goal = Goal {
+        path: Some(source::subtree_path(rev)),
+        recurse: Some(options.recurse_submodules),
+        select: Some(options.select.clone()),
+        export: Some(options.export),
+        lfs: Some(options.lfs),
+    };
+    prepare_at(repo, to, goal, backend, options.force, target, options.limits, None, None).await
+}
+
+/// Where a sync goes beyond the commit: each `None` keeps what the state records (a repair,
+/// which goes to the recorded tree).
+#[derive(Debug, Clone)]
+pub(super) struct Goal {
+    /// The directory the tree is of its commit.
+    pub(super) path: Option<Option<String>>,
+    /// Gitlinks filled with their submodules' trees.
+    pub(super) recurse: Option<bool>,
+    /// The paths selected.
+    pub(super) select: Option<Select>,
+    /// `git archive` semantics.
+    pub(super) export: Option<bool>,
+    /// What LFS pointer files are written as.
+    pub(super) lfs: Option<crate::lfs::LfsMode>,
+}
+
+/// How to plan `from → to` when gitlinks are filled on either side: through the submodules.
+pub(super) struct Planning<'r> {
+    pub(super) repo: &'r Repo,
+    pub(super) options: plan::Options,
+    pub(super) submodules: Option<Submodules>,
+}
+
+impl Planning<'_> {
+    /// Plan from tree `from.0` (gitlinks filled: `from.1`; files written with `from.2`, `None`:
+    /// as blobs are) to `to` (filled: `new.0`, written with `new.1`).
+    fn diff(
+        &self,
+        from: (Option<ObjectId>, bool, Option<&Converter>, &Select),
+        to: ObjectId,
+        new: (bool, Option<&Converter>, &Select),
+        resubst: Option<&[String]>,
+    ) -> Result<Plan, plan::Error> {
+        let options = self.options;
+        let (from, old, old_converter, old_select) = from;
+        let checkout = plan::Checkout {
+            resubst,
+            select: Some(plan::Selecting { old: old_select, new: new.2 }),
+            conversions: new.1.map(|c| plan::Conversions { old: old_converter, new: c }),
+            recurse: match &self.submodules {
+                Some(gitlinks) if old || new.0 => Some(plan::Recurse { old, new: new.0, gitlinks }),
+                _ => None,
+            },
+        };
+        plan::with_big_stack(|| self.repo.with_objects(|odb| plan::plan_checkout(odb, from, to, options, checkout)))
+    }
+
+    /// Plan the takeover of a target holding `existing` (gitlinks filled: `new`, files
+    /// written with `converter`).
+    fn takeover(
+        &self,
+        existing: &[ExistingEntry],
+        to: ObjectId,
+        new: bool,
+        converter: Option<&Converter>,
+        select: &Select,
+    ) -> Result<Plan, plan::Error> {
+        let options = self.options;
+        let checkout = plan::Checkout {
+            resubst: None,
+            select: Some(plan::Selecting { old: select, new: select }),
+            conversions: converter.map(|c| plan::Conversions { old: None, new: c }),
+            recurse: match &self.submodules {
+                Some(gitlinks) if new => Some(plan::Recurse { old: false, new: true, gitlinks }),
+                _ => None,
+            },
+        };
+        plan::with_big_stack(|| self.repo.with_objects(|odb| plan::plan_takeover(odb, existing, to, options, checkout)))
+    }
+
+    /// An initial checkout of `to` (files written with `converter`, paths selected by
+    /// `select`, gitlinks filled with `recurse`) to apply while it is planned, in chunks of
+    /// `chunk` ops: its counts as a plan without ops, and what to plan it with. `None` where
+    /// the whole plan is needed before the first write: with a selection or `--export` (the
+    /// directories made depend on every path selected), with submodules (planned through their
+    /// own repositories), and where attributes name a filter (every file's conversion is
+    /// checked for a required driver and every LFS object for its presence before any write).
+    fn stream(
+        &self,
+        to: ObjectId,
+        converter: Option<&Converter>,
+        select: &Select,
+        recurse: bool,
+        chunk: usize,
+    ) -> Result<Option<(Plan, Streamed)>, plan::Error> {
+        if self.submodules.is_some() || recurse || !select.is_all() || converter.is_some_and(|c| c.settings().export) {
+            return Ok(None);
+        }
+        let options = self.options;
+        let measured =
+            plan::with_big_stack(|| self.repo.with_objects(|odb| plan::measure_checkout(odb, to, options, converter)))?;
+        if let Some(c) = converter {
+            let settings = c.settings();
+            let in_settings = [&settings.attributes_file, &settings.info_attributes]
+                .into_iter()
+                .any(|t| t.as_deref().is_some_and(|t| t.contains("filter")));
+            let in_tree = self.repo.with_objects(|odb| {
+                let mut buf = Vec::new();
+                measured.attributes.iter().any(|(_, id)| {
+                    // Unreadable: let the materialized plan report it.
+                    gix_object::FindExt::find_blob(odb, id, &mut buf)
+                        .map_or(true, |b| b.data.windows(6).any(|w| w == b"filter"))
+                })
+            });
+            if in_settings || in_tree {
+                tracing::debug!(target: "treesync::sync", "attributes name a filter: the initial checkout is planned whole");
+                return Ok(None);
+            }
+        }
+        let plan = Plan { from: None, to, phases: Vec::new(), counts: measured.counts };
+        let streamed = Streamed {
+            tree: to,
+            options,
+            settings: converter.map(|c| c.settings().clone()),
+            attributes: measured.attributes,
+            chunk,
+        };
+        Ok(Some((plan, streamed)))
+    }
+
+    /// What the plans read: submodules, and the repositories holding their blobs.
+    fn read(&self) -> (Vec<submodule::Used>, Vec<Repo>) {
+        match &self.submodules {
+            Some(s) => (s.used(), s.repos()),
+            None => (Vec::new(), vec![self.repo.clone()]),
+        }
+    }
+}
+
+#[allow(clippy::too_many_arguments)] // private: the inputs of sync(), prepare() and repair()
+pub(super) async fn prepare_at(
+    repo: &Repo,
+    to: Resolved,
+    goal: Goal,
+    backend: &dyn Backend,
+    force: bool,
+    mut target: TargetState,
+    limits: plan::Limits,
+    plans: Option<&plan::Cache>,
+    stream: Option<usize>,
+) -> Result<Prepared, Error> {
+    let Goal { path, recurse, select, export, lfs } = goal;
+    let state_bytes = backend.load_state().await?;
+    let state = match &state_bytes {
+        Some(bytes) => match SyncState::parse(bytes) {
+            Ok(s) => Some(s),
+            // A damaged state file: `--force` takes the target over whatever it says.
+            Err(_) if force => {
+                target = TargetState::Managed;
+                None
+            }
+            Err(e) => return Err(e.into()),
+        },
+        None => None,
+    };
+    if target == TargetState::Managed && state_bytes.is_none() {
+        // A first sync that died before its journal was written leaves only the lock file.
+        target = if backend.read_dir(&RelPath::root()).await?.is_empty() {
+            TargetState::Empty
+        } else {
+            TargetState::Unmanaged
+        };
+    }
+
+    let path = path.unwrap_or_else(|| match &state {
+        Some(SyncState { in_progress: Some(p), .. }) => p.to_path.clone(),
+        Some(s) => s.path.clone(),
+        None => None,
+    });
+    let options = plan::Options { case_insensitive: !backend.capabilities().case_sensitive, limits };
+    // What the target holds now (a finished interrupted sync's, or the synced), and what the
+    // sync goes to: the paths selected, and git archive's semantics.
+    let (held_select, held_export) = match &state {
+        Some(SyncState { in_progress: Some(p), .. }) => {
+            (p.to_select.clone(), p.to_conversions.as_ref().is_some_and(|c| c.export))
+        }
+        Some(s) => (s.select.clone(), s.conversions.as_ref().is_some_and(|c| c.export)),
+        None => (None, false),
+    };
+    let select = select.unwrap_or_else(|| held_select.clone().unwrap_or_default());
+    let export = export.unwrap_or(held_export);
+    let mut settings = crate::convert::Settings::of(repo)?;
+    settings.export = export;
+    // The mode asked for, else (a repair) the one the target's files were written with.
+    settings.lfs = lfs.unwrap_or_else(|| {
+        let recorded = match &state {
+            Some(SyncState { in_progress: Some(p), .. }) => p.to_conversions.as_ref(),
+            Some(s) => s.conversions.as_ref(),
+            None => None,
+        };
+        recorded.map(|c| c.lfs).unwrap_or_default()
+    });
+    let mut converter = Converter::new(repo, settings)?;
+    if export {
+        // `%(describe)` expands once in the archive of this tree, as these paths are selected.
+        let commit =
+            crate::export::CommitInfo::from_commit(repo, to.commit)?.archive(to.tree, converter.settings(), &select);
+        converter = converter.with_commit(commit);
+    }
+    let converter = Arc::new(converter);
+    // A converter for files written with `settings` from the commit, tree and selection `side`.
+    #[allow(clippy::result_large_err)] // the crate's one error type; not a hot path
+    let converter_of = |settings: &Option<crate::convert::Settings>,
+                        side: Option<(ObjectId, ObjectId, &Select)>|
+     -> Result<Option<Arc<Converter>>, Error> {
+        Ok(match settings {
+            Some(s) if s == converter.settings() && (!s.export || side == Some((to.commit, to.tree, &select))) => {
+                Some(converter.clone())
+            }
+            Some(s) => {
+                let mut c = Converter::new(repo, s.clone())?;
+                if let (true, Some((commit, tree, select))) = (s.export, side) {
+                    let commit = crate::export::CommitInfo::from_commit(repo, commit)?;
+                    c = c.with_commit(commit.archive(tree, s, select));
+                }
+                Some(Arc::new(c))
+            }
+            None => None,
+        })
+    };
+    // How the target's files were written: per its state (none: as blobs are).
+    let synced_select = state.as_ref().and_then(|s| s.select.clone()).unwrap_or_default();
+    let synced_converter = converter_of(
+        &state.as_ref().and_then(|s| s.conversions.clone()),
+        state.as_ref().and_then(|s| s.synced).map(|s| (s.commit, s.tree, &synced_select)),
+    )?;
+    let synced_commit = state.as_ref().and_then(|s| s.synced).map(|s| s.commit);
+    let substituted: Vec<String> = state.as_ref().map(|s| s.export_subst.clone()).unwrap_or_default();
+    let held_select = held_select.unwrap_or_default();
+    let recursed = state.as_ref().is_some_and(|s| s.recurse_submodules);
+    let recurse = recurse.unwrap_or(match &state {
+        Some(SyncState { in_progress: Some(p), .. }) => p.recurse_submodules,
+        _ => recursed,
+    });
+    let resume_recurse = state.as_ref().and_then(|s| s.in_progress.as_ref()).map(|p| p.recurse_submodules);
+    let planning = Planning {
+        repo,
+        options,
+        // Only where a side has gitlinks filled; the `.gitmodules` of every commit involved.
+        submodules: if recurse || recursed || resume_recurse == Some(true) {
+            let synced = state.as_ref().and_then(|s| s.synced).map(|s| s.commit);
+            let going = state.as_ref().and_then(|s| s.in_progress.as_ref()).map(|p| p.to_commit);
+            let commits: Vec<ObjectId> = [synced, going, Some(to.commit)].into_iter().flatten().collect();
+            Some(Submodules::new(repo, &commits, path.as_deref()))
+        } else {
+            None
+        },
+    };
+    // `--force` on a managed target: take it over by comparing it with the requested tree
+    // once (stat data proves what it can, the rest is hashed) and repairing what differs,
+    // foreign entries included. Neither the journal nor the recorded tree is needed, so this
+    // also gets a target out of any state: a damaged state file, a synced commit that is gone
+    // from the repository, an interrupted sync whose replay keeps failing.
+    if force && target == TargetState::Managed {
+        let select_now = (!select.is_all()).then(|| select.clone());
+        let (main, replaced, repos) =
+            repair_plan_to(repo, backend, to, (&path, recurse, &select_now), true, limits, &converter).await?;
+        let mut main = main;
+        let lfs_bytes = check_lfs(&repos, &main, &converter)?;
+        check_bytes(limits, main.counts.bytes, lfs_bytes)?;
+        main.counts.bytes += lfs_bytes;
+        return Ok(Prepared {
+            state,
+            target,
+            resume: None,
+            main: Arc::new(main),
+            to,
+            path,
+            takeover: true,
+            repair: true,
+            replaced: Some(replaced),
+            state_bytes,
+            case_insensitive: options.case_insensitive,
+            converter,
+            resume_converter: None,
+            // Compared with the tree as this sync writes it: gitlinks filled with `recurse`.
+            recurse_submodules: recurse,
+            submodules: Vec::new(),
+            repos,
+            select: (!select.is_all()).then(|| select.clone()),
+            export_subst: substituted.clone(),
+            main_stream: None,
+            resume_stream: None,
+            lfs_bytes,
+        });
+    }
+    let mut resume = None;
+    let mut resume_stream = None;
+    let mut resume_converter = None;
+    // Repositories a resumed repair reads blobs from beyond those the plans read.
+    let mut repair_repos = Vec::new();
+    let mut takeover = false;
+    // What the main plan starts from: a tree, written with these settings.
+    let mut base_converter = synced_converter.clone();
+    let base = match &state {
+        Some(SyncState { in_progress: Some(p), .. }) => {
+            // Finished with the settings it started with (a journal of a version before
+            // conversions: as blobs are).
+            // A filter driver's command is how to run it, not what the tree holds: the one
+            // configured now (a filter that failed the sync can be fixed, then the sync rerun).
+            let journaled = p.to_conversions.clone().map(|mut s| {
+                for (name, d) in &mut s.drivers {
+                    if let Some(now) = converter.settings().drivers.get(name) {
+                        d.clone_from(now);
+                    }
+                }
+                s
+            });
+            let journal_select = p.to_select.clone().unwrap_or_default();
+            let journal_converter = converter_of(&journaled, Some((p.to_commit, p.to_tree, &journal_select)))?;
+            let plan = if p.repair {
+                let to = Resolved { commit: p.to_commit, tree: p.to_tree };
+                let with = journal_converter.clone().unwrap_or_else(|| converter.clone());
+                let goal = (&p.to_path, p.recurse_submodules, &p.to_select);
+                let (plan, _, repos) = repair_plan_to(repo, backend, to, goal, p.takeover, limits, &with).await?;
+                repair_repos = repos;
+                plan
+            } else if p.takeover {
+                let existing = scan(backend).await?;
+                planning.takeover(
+                    &existing,
+                    p.to_tree,
+                    p.recurse_submodules,
+                    journal_converter.as_deref(),
+                    &journal_select,
+                )?
+            } else if let Some((plan, streamed)) = match stream {
+                // An interrupted initial checkout: finished as it was started, in chunks.
+                Some(chunk) if p.from_tree.is_none() => planning.stream(
+                    p.to_tree,
+                    journal_converter.as_deref(),
+                    &journal_select,
+                    p.recurse_submodules,
+                    chunk,
+                )?,
+                _ => None,
+            } {
+                resume_stream = Some(streamed);
+                plan
+            } else {
+                check_base(repo, p.from_tree, state.as_ref())?;
+                planning.diff(
+                    (p.from_tree, recursed, synced_converter.as_deref(), &synced_select),
+                    p.to_tree,
+                    (p.recurse_submodules, journal_converter.as_deref(), &journal_select),
+                    (synced_commit != Some(p.to_commit)).then_some(substituted.as_slice()),
+                )?
+            };
+            resume = Some((p.clone(), plan));
+            resume_converter = journal_converter.clone();
+            base_converter = journal_converter;
+            Some(p.to_tree)
+        }
+        Some(SyncState { synced, .. }) => {
+            let base = synced.map(|s| s.tree);
+            check_base(repo, base, state.as_ref())?;
+            base
+        }
+        None => match target {
+            TargetState::Empty | TargetState::Managed => None,
+            TargetState::Unmanaged if force => {
+                takeover = true;
+                None
+            }
+            TargetState::Unmanaged => return Err(Error::Unmanaged { target: backend.to_string() }),
+        },
+    };
+    let mut replaced = None;
+    let mut main_stream = None;
+    let streamed = match stream {
+        Some(chunk) if base.is_none() && !takeover => {
+            planning.stream(to.tree, Some(&converter), &select, recurse, chunk)?
+        }
+        _ => None,
+    };
+    let main = if let Some((plan, streamed)) = streamed {
+        main_stream = Some(streamed);
+        Arc::new(plan)
+    } else if takeover {
+        let existing = scan(backend).await?;
+        let plan = planning.takeover(&existing, to.tree, recurse, Some(&converter), &select)?;
+        replaced = Some(replaced_by(&plan, &existing));
+        Arc::new(plan)
+    } else {
+        // What the target's gitlinks hold once an interrupted sync is finished, or now.
+        let filled = resume_recurse.unwrap_or(recursed);
+        let held_commit = match &state {
+            Some(SyncState { in_progress: Some(p), .. }) => Some(p.to_commit),
+            _ => synced_commit,
+        };
+        let from = (base, filled && base.is_some(), base_converter.as_deref(), &held_select);
+        let new = (recurse, Some(&*converter), &select);
+        let resubst = (held_commit != Some(to.commit)).then_some(substituted.as_slice());
+        match plans {
+            // With submodules the plan depends on the submodule repositories found, and
+            // planning records which it read: not shared.
+            Some(cache) if planning.submodules.is_none() => {
+                let key = plan::Key {
+                    repo: repo.common_dir(),
+                    from: (base, held_commit.filter(|_| base.is_some())),
+                    to: (to.tree, to.commit),
+                    old_settings: base_converter.as_ref().map(|c| c.settings().clone()),
+                    new_settings: Some(converter.settings().clone()),
+                    old_select: held_select.clone(),
+                    new_select: select.clone(),
+                    resubst: resubst.map(<[String]>::to_vec),
+                    case_insensitive: options.case_insensitive,
+                    limits: options.limits,
+                };
+                cache.get_or_plan(key, || planning.diff(from, to.tree, new, resubst)).await?
+            }
+            _ => Arc::new(planning.diff(from, to.tree, new, resubst)?),
+        }
+    };
+    // The expanded files after this sync: those before (still checked each time) and those
+    // written now, less those removed.
+    let export_subst = {
+        let mut all: std::collections::BTreeSet<String> = substituted.iter().cloned().collect();
+        let plans = resume.iter().map(|(_, p)| p).chain(std::iter::once(&*main));
+        for op in plans.flat_map(|p| p.ops()) {
+            match op {
+                crate::Op::Write { path, conversion: Some(c), .. } if c.export_subst => {
+                    all.insert(path.display());
+                }
+                crate::Op::Unlink { path } => {
+                    all.remove(&path.display());
+                }
+                _ => {}
+            }
+        }
+        if export { all.into_iter().collect() } else { Vec::new() }
+    };
+    check_filters(repo, &main, converter.settings())?;
+    let (submodules, mut repos) = planning.read();
+    for r in repair_repos {
+        if !repos.iter().any(|o| o.git_dir() == r.git_dir()) {
+            repos.push(r);
+        }
+    }
+    // Files of submodules: their objects are in the submodules' own LFS stores.
+    let converter = with_submodule_stores(repo, converter, &repos)?;
+    let resume_converter = match resume_converter {
+        Some(c) => Some(with_submodule_stores(repo, c, &repos)?),
+        None => None,
+    };
+    // Every LFS object the plans write, before the lock, the journal or any write; by their
+    // real sizes against --max-bytes.
+    let mut main = main;
+    let mut lfs_bytes = check_lfs(&repos, &main, &converter)?;
+    let mut bytes = main.counts.bytes;
+    if lfs_bytes > 0 {
+        // The plan says what it writes: pointers by their objects' sizes.
+        Arc::make_mut(&mut main).counts.bytes += lfs_bytes;
+    }
+    if let Some((_, plan)) = &mut resume {
+        let more = check_lfs(&repos, plan, resume_converter.as_deref().unwrap_or(&converter))?;
+        bytes += plan.counts.bytes;
+        plan.counts.bytes += more;
+        lfs_bytes += more;
+    }
+    check_bytes(limits, bytes, lfs_bytes)?;
+    Ok(Prepared {
+        state,
+        target,
+        resume,
+        main,
+        to,
+        path,
+        takeover,
+        repair: false,
+        replaced,
+        state_bytes,
+        case_insensitive: options.case_insensitive,
+        converter,
+        resume_converter,
+        recurse_submodules: recurse,
+        submodules,
+        repos,
+        select: (!select.is_all()).then_some(select),
+        export_subst,
+        main_stream,
+        resume_stream,
+        lfs_bytes,
+    })
+}
+
+/// Refuse plans of `planned` bytes whose LFS objects add `lfs` bytes when together they pass
+/// `limits.max_bytes` (an LFS pointer of 130 bytes may stand for gigabytes).
+#[allow(clippy::result_large_err)] // the crate's one error type; not a hot path
+pub(super) fn check_bytes(limits: plan::Limits, planned: u64, lfs: u64) -> Result<(), Error> {
+    let bytes = planned.saturating_add(lfs);
+    if lfs > 0 && bytes > limits.max_bytes {
+        return Err(Error::Plan(plan::Error::TooLarge {
+            limit: plan::Limit::Bytes,
+            max: limits.max_bytes,
+            planned: bytes,
+        }));
+    }
+    Ok(())
+}
+
+/// Refuse a plan that uses a required filter driver without a command, before any write.
+#[allow(clippy::result_large_err)] // the crate's one error type; not a hot path
+pub(super) fn check_filters(repo: &Repo, plan: &Plan, settings: &crate::convert::Settings) -> Result<(), Error> {
+    let uses = plan.ops().filter_map(|op| match op {
+        crate::Op::Write { path, conversion: Some(c), .. } | crate::Op::Chmod { path, conversion: Some(c), .. } => {
+            c.filter.as_deref().map(|f| (f, path.display()))
+        }
+        _ => None,
+    });
+    let uses: Vec<(&str, String)> = uses.collect();
+    crate::convert::Resolver::check_required(settings, repo.path(), uses.iter().map(|(f, p)| (*f, p.as_str())))?;
+    Ok(())
+}
+
+/// `converter`, reading LFS objects from the stores of the submodule repositories too
+/// (`repos`: the repository, then the submodules the plans read), after the repository's own.
+#[allow(clippy::result_large_err)] // the crate's one error type; not a hot path
+pub(super) fn with_submodule_stores(
+    repo: &Repo,
+    converter: Arc<Converter>,
+    repos: &[Repo],
+) -> Result<Arc<Converter>, Error> {
+    let Some(store) = converter.lfs_store() else { return Ok(converter) };
+    if repos.len() < 2 {
+        return Ok(converter);
+    }
+    let others = repos[1..].iter().map(crate::lfs::Store::open).collect::<Result<Vec<_>, _>>()?;
+    let store = store.clone().with_fallbacks(&others);
+    Ok(Arc::new(Converter::new(repo, converter.settings().clone())?.with_lfs_store(store)))
+}
+
+/// Refuse a plan whose LFS pointer files need objects that are not in the LFS store of
+/// `converter` ([`crate::lfs::check`]), before any write: the pointer of every written file with
+/// `filter=lfs` is read from `repos` (the repository, then submodules'). Nothing to check when
+/// pointer files are written ([`crate::lfs::LfsMode::Pointers`]).
+#[allow(clippy::result_large_err)] // the crate's one error type; not a hot path
+pub(super) fn check_lfs(repos: &[Repo], plan: &Plan, converter: &Converter) -> Result<u64, Error> {
+    if converter.lfs_store().is_none() {
+        return Ok(0);
+    }
+    let mut extra = 0u64;
+    let blobs = submodule::Blobs::source(repos.to_vec());
+    let mut wanted = Vec::new();
+    for op in plan.ops() {
+        let Some(content) = op.content() else { continue };
+        let Some(conversion) = content.conversion.filter(|c| c.is_lfs()) else { continue };
+        // Larger blobs are never pointers: not worth reading.
+        if content.size > crate::lfs::MAX_POINTER_SIZE as u64 {
+            continue;
+        }
+        let mut data = Vec::with_capacity(usize::try_from(content.size).unwrap_or(0));
+        blobs
+            .read_blob(content.blob, content.size, &mut |chunk| {
+                data.extend_from_slice(chunk);
+                Ok(())
+            })
+            .map_err(|e| match e {
+                source::BlobError::Source(e) => Error::Source(e),
+                source::BlobError::Convert(e) => Error::Convert(e),
+                source::BlobError::Sink(e) => Error::Lfs(crate::lfs::Error::Sink(e)),
+            })?;
+        if let Some(pointer) = converter.lfs_pointer(&data, conversion) {
+            extra = extra.saturating_add(pointer.size.saturating_sub(content.size));
+            wanted.push((pointer, content.path.display()));
+        }
+    }
+    let store = converter.lfs_store().expect("checked above");
+    crate::lfs::check(store, wanted)?;
+    Ok(extra)
+}
+
+/// The ops that bring the target to `to`'s tree (directory `path` of its commit, gitlinks
+/// filled with `recurse`) from whatever it holds: compare once, repair what differs (foreign
+/// entries too with `delete_extra`), and what that replaces; the plan's files are converted
+/// by `converter`, its blobs are in the repositories returned. Writes nothing, not even the
+/// index.
+#[allow(clippy::too_many_arguments)] // private: the inputs of a comparison and its repair
+pub(super) async fn repair_plan_to(
+    repo: &Repo,
+    backend: &dyn Backend,
+    to: Resolved,
+    (path, recurse, select): (&Option<String>, bool, &Option<Select>),
+    delete_extra: bool,
+    limits: plan::Limits,
+    converter: &Converter,
+) -> Result<(Plan, Replaced, Vec<Repo>), Error> {
+    let against = verify::Against {
+        commit: to.commit,
+        tree: to.tree,
+        path: path.clone(),
+        conversions: Some(converter.settings().clone()),
+        recurse_submodules: recurse,
+        select: select.clone(),
+    };
+    let report = verify::verify_against(repo, backend, verify::Level::Stat, &against, false, limits).await?;
+    let mut replaced = Replaced::default();
+    for d in &report.drift {
+        match d {
+            verify::Drift::Missing { .. } => {}
+            verify::Drift::Extra { path, .. } if delete_extra => replaced.note(true, path.clone()),
+            verify::Drift::Extra { .. } => {}
+            verify::Drift::TypeChanged { path, .. } => replaced.note(true, path.clone()),
+            d => replaced.note(false, d.path().to_vec()),
+        }
+    }
+    // Its writes carry the conversions the comparison expected (each submodule's files by
+    // its own `.gitattributes`).
+    let plan = verify::repair_plan(repo, &report, delete_extra)?;
+    Ok((plan, replaced, report.repos().to_vec()))
+}
+
+/// What the takeover `plan` removes and writes over of the `existing` entries.
+pub(super) fn replaced_by(plan: &Plan, existing: &[ExistingEntry]) -> Replaced {
+    let present: std::collections::HashSet<&RelPath> =
+        existing.iter().filter(|e| e.kind == ExistingKind::NonDir).map(|e| &e.path).collect();
+    let mut replaced = Replaced::default();
+    let mut removed_dirs: Vec<&RelPath> = Vec::new();
+    for op in plan.ops() {
+        match op {
+            crate::Op::Rmdir { path } => removed_dirs.push(path),
+            crate::Op::Write { path, .. } | crate::Op::Symlink { path, .. } if present.contains(path) => {
+                replaced.note(false, path.as_bytes().to_vec())
+            }
+            _ => {}
+        }
+    }
+    let below = |p: &RelPath, d: &RelPath| {
+        p.as_bytes().starts_with(d.as_bytes()) && p.as_bytes().get(d.as_bytes().len()) == Some(&b'/')
+    };
+    let mut removed: Vec<&RelPath> = plan
+        .ops()
+        .filter_map(|op| match op {
+            crate::Op::Unlink { path } | crate::Op::Rmdir { path } => Some(path),
+            _ => None,
+        })
+        .filter(|p| !removed_dirs.iter().any(|d| below(p, d)))
+        .collect();
+    removed.sort();
+    for p in removed {
+        replaced.note(true, p.as_bytes().to_vec());
+    }
+    replaced
+}
+
+/// The tree a diff starts from must still be in the repository: a commit that was amended
+/// and garbage-collected is not corruption, and gets its own message.
+#[allow(clippy::result_large_err)] // the crate's one error type; not a hot path
+pub(super) fn check_base(repo: &Repo, tree: Option<ObjectId>, state: Option<&SyncState>) -> Result<(), Error> {
+    let Some(tree) = tree else { return Ok(()) };
+    if repo.with_objects(|odb| odb.try_header(&tree).ok().flatten().is_some()) {
+        return Ok(());
+    }
+    let what = match state.and_then(|s| s.synced).filter(|s| s.tree == tree) {
+        Some(s) => format!("commit {} (tree {tree})", s.commit),
+        None => format!("tree {tree}"),
+    };
+    Err(Error::BaseGone { what })
+}
