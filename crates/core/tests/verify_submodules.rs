@@ -111,7 +111,9 @@ fn assert_holds_clone(world: &World, target: &MemoryBackend, context: &str) {
 }
 
 fn drift_of(repo: &Repo, target: &MemoryBackend, level: Level) -> Vec<Drift> {
-    run(verify::verify(repo, target, level)).expect("verify").drift
+    run(verify::verify(repo, target, &verify::Options::at(level), &|_| {}, &std::sync::atomic::AtomicBool::new(false)))
+        .expect("verify")
+        .drift
 }
 
 #[test]
@@ -129,7 +131,14 @@ fn a_recursive_sync_verifies_clean_and_drift_inside_a_submodule_is_found_and_rep
     );
 
     for level in [Level::Quick, Level::Stat, Level::Full] {
-        let report = run(verify::verify(&repo, &target, level)).expect("verify");
+        let report = run(verify::verify(
+            &repo,
+            &target,
+            &verify::Options::at(level),
+            &|_| {},
+            &std::sync::atomic::AtomicBool::new(false),
+        ))
+        .expect("verify");
         assert!(report.is_clean(), "{level:?}: drift right after a recursive sync: {:?}", report.drift);
         assert!(report.expected >= 6, "{level:?}: the submodule's paths are compared: {report:?}");
     }

@@ -54,7 +54,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("synced {} to {}: {}", outcome.commit, opened.backend, outcome.applied);
 
     // 3. Verify: compare what the target holds with the tree.
-    let report = runtime.block_on(verify::verify(&repo, &*opened.backend, verify::Level::Full))?;
+    let report = runtime.block_on(verify::verify(
+        &repo,
+        &*opened.backend,
+        &verify::Options::at(verify::Level::Full),
+        &|_| {},
+        &std::sync::atomic::AtomicBool::new(false),
+    ))?;
     if !report.is_clean() {
         return Err(format!("the target differs from {}: {report:?}", outcome.commit).into());
     }

@@ -1,6 +1,7 @@
 //! [`prepare()`]: read the target's state and plan what a sync does, before anything is written.
 
 use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 
 use super::place::scan;
 use super::{Error, Replaced};
@@ -725,7 +726,9 @@ pub(super) async fn repair_plan_to(
         recurse_submodules: recurse,
         select: select.clone(),
     };
-    let report = verify::verify_against(repo, backend, verify::Level::Stat, &against, false, limits).await?;
+    let compare = verify::Options { limits, against: Some(against), record: false, ..Default::default() };
+    // A comparison writes nothing: planning it is not interrupted, as no planning is.
+    let report = verify::verify(repo, backend, &compare, &|_| {}, &AtomicBool::new(false)).await?;
     let mut replaced = Replaced::default();
     for d in &report.drift {
         match d {

@@ -34,7 +34,13 @@ pub async fn repair(
     // Refuse a target without a state before taking (and so creating) its lock.
     verify::recorded_commit(backend).await?;
     if options.dry_run {
-        let report = verify::verify_slice(repo, backend, options.level, options.sync.limits, options.slice).await?;
+        let compare = verify::Options {
+            level: options.level,
+            limits: options.sync.limits,
+            slice: options.slice,
+            ..Default::default()
+        };
+        let report = verify::verify(repo, backend, &compare, &|_| {}, interrupt).await?;
         let plan = verify::repair_plan(repo, &report, options.delete_extra)?;
         return Ok(RepairOutcome { finished: None, planned: plan.counts, report, applied: None, after: None });
     }
@@ -56,16 +62,18 @@ pub async fn repair(
         // records now, files converted as they were written.
         let against = if interrupted { verify::recorded(backend).await?.0 } else { against };
         let goal = Synced { commit: against.commit, tree: against.tree, at_unix: state::now_unix() };
-        let settings = against.conversions.clone().unwrap_or_default();
-        let mut converter = Converter::new(repo, settings.clone())?;
-        if settings.export {
-            let commit = crate::export::CommitInfo::from_commit(repo, against.commit)?;
-            let select = against.select.clone().unwrap_or_default();
-            converter = converter.with_commit(commit.archive(against.tree, &settings, &select));
-        }
-        let converter = Arc::new(converter);
-        let (level, limits, slice) = (options.level, options.sync.limits, options.slice);
-        let report = verify::verify_against_in(repo, backend, level, &against, true, limits, slice).await?;
+        let converter = match against.converter(repo)? {
+            Some(c) => Arc::new(c),
+            None => Arc::new(Converter::new(repo, Default::default())?),
+        };
+        let compare = verify::Options {
+            level: options.level,
+            limits: options.sync.limits,
+            slice: options.slice,
+            against: Some(against.clone()),
+            ..Default::default()
+        };
+        let report = verify::verify(repo, backend, &compare, &|_| {}, interrupt).await?;
         let plan = verify::repair_plan(repo, &report, options.delete_extra)?;
         let mut outcome = RepairOutcome { finished, planned: plan.counts, report, applied: None, after: None };
         if !plan.is_empty() {
@@ -101,16 +109,8 @@ pub async fn repair(
                 if done.dirs_recreated == 0 || pass == 3 {
                     break;
                 }
-                let again = verify::verify_against_in(
-                    repo,
-                    backend,
-                    verify::Level::Stat,
-                    &against,
-                    false,
-                    options.sync.limits,
-                    options.slice,
-                )
-                .await?;
+                let again = verify::Options { level: verify::Level::Stat, record: false, ..compare.clone() };
+                let again = verify::verify(repo, backend, &again, &|_| {}, interrupt).await?;
                 plan = verify::repair_plan(repo, &again, options.delete_extra)?;
             }
             outcome.applied = Some(applied);
@@ -122,8 +122,7 @@ pub async fn repair(
             record_written(backend, written).await;
         }
         if options.check_after && outcome.applied.is_some() {
-            let (level, limits, slice) = (options.level, options.sync.limits, options.slice);
-            outcome.after = Some(verify::verify_against_in(repo, backend, level, &against, true, limits, slice).await?);
+            outcome.after = Some(verify::verify(repo, backend, &compare, &|_| {}, interrupt).await?);
         }
         Ok(outcome)
     })

@@ -3,8 +3,11 @@
 use gix::bstr::ByteSlice;
 use gix_hash::ObjectId;
 
+use std::sync::atomic::AtomicBool;
+
+use super::compare::stop_if;
 use super::report::{Drift, Report};
-use super::{Error, Want};
+use super::{Error, Progress, Want};
 use crate::backend::{Backend, FileStat};
 use crate::path::RelPath;
 
@@ -35,10 +38,7 @@ pub(super) fn index_stat(s: &FileStat, size: u64) -> gix_index::entry::Stat {
     }
 }
 
-pub(super) fn write_index(
-    want: &[(Vec<u8>, Want)],
-    entries: &[(usize, ObjectId, gix_index::entry::Mode, gix_index::entry::Stat)],
-) -> Vec<u8> {
+pub(super) fn write_index(want: &[(Vec<u8>, Want)], entries: &[IndexEntry]) -> Vec<u8> {
     let mut state = gix_index::State::new(gix_hash::Kind::Sha1);
     for (i, id, mode, stat) in entries {
         state.dangerously_push_entry(*stat, *id, gix_index::entry::Flags::empty(), *mode, want[*i].0.as_bstr());
@@ -50,6 +50,10 @@ pub(super) fn write_index(
         .expect("writing an index to memory cannot fail");
     out
 }
+
+/// An entry of the stat index to write: (position in the tree's list, id, mode, stat) — no
+/// path copies.
+pub(super) type IndexEntry = (usize, ObjectId, gix_index::entry::Mode, gix_index::entry::Stat);
 
 /// A file of the tree whose stat data does not prove it: its content is read and hashed.
 pub(super) struct ToHash {
@@ -71,18 +75,22 @@ pub(super) struct ToHash {
 /// read further) and at most [`HASH_BYTES_IN_FLIGHT`] of them in memory, and compare each with
 /// the blob it must hold: on a NAS or over `nfs://` every read is round trips, which one file at
 /// a time would pay in series.
+/// Each file read is reported to `progress`; `interrupt` stops the reads between files.
 pub(super) async fn hash_files(
     backend: &dyn Backend,
     to_hash: Vec<ToHash>,
     report: &mut Report,
-    new_index: &mut Vec<(usize, ObjectId, gix_index::entry::Mode, gix_index::entry::Stat)>,
+    new_index: &mut Vec<IndexEntry>,
     show: impl Fn(usize) -> Vec<u8>,
+    progress: &(dyn Fn(&Progress) + Send + Sync),
+    interrupt: &AtomicBool,
 ) -> Result<(), Error> {
     use futures::StreamExt;
     const UNIT: u64 = 1 << 20;
     let units = (HASH_BYTES_IN_FLIGHT / UNIT) as u32;
     let bytes = tokio::sync::Semaphore::new(units as usize);
     let width = backend.policy().scans.max(1);
+    let total = to_hash.len() as u64;
     let mut reads = futures::stream::iter(to_hash)
         .map(|job| {
             let bytes = &bytes;
@@ -96,6 +104,7 @@ pub(super) async fn hash_files(
             }
         })
         .buffer_unordered(width);
+    let mut done = 0;
     while let Some((job, hashed)) = reads.next().await {
         report.hashed += 1;
         if hashed? != job.content {
@@ -103,6 +112,9 @@ pub(super) async fn hash_files(
         } else if let Some(st) = job.stat {
             new_index.push((job.wi, job.id, job.mode, st));
         }
+        done += 1;
+        progress(&Progress { expected: report.expected, scanned: report.scanned, hashed: done, to_hash: total });
+        stop_if(interrupt, report.hashed)?;
     }
     Ok(())
 }

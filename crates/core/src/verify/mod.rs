@@ -46,8 +46,10 @@ use gix_hash::ObjectId;
 use serde::Serialize;
 
 use crate::backend;
-use crate::convert::Conversion;
+use crate::convert::{Conversion, Converter};
+use crate::slice::Slice;
 use crate::source;
+use crate::source::Repo;
 
 mod blobs;
 mod compare;
@@ -58,11 +60,81 @@ mod report;
 mod slices;
 mod walk;
 
-pub use function::{
-    recorded, recorded_commit, verify, verify_against, verify_against_in, verify_by_git, verify_slice, verify_with,
-};
+pub use function::{recorded, recorded_commit, verify};
 pub use repair::repair_plan;
 pub use report::{Drift, OracleReport, Report, SliceReport};
+pub use slices::roll;
+
+/// How to verify.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// How thoroughly to compare.
+    pub level: Level,
+    /// How large the tree may be ([`crate::plan::Limits`]; only `max_entries` applies: verify
+    /// writes nothing).
+    pub limits: crate::plan::Limits,
+    /// Compare one slice of the tree ([`crate::slice`]): the listings of the slice's
+    /// directories and the paths directly in them; nothing else of the target is listed or
+    /// stat'ed, and the stat index keeps what other slices proved. `None`: the whole tree.
+    pub slice: Option<Slice>,
+    /// Who judges the files' bytes: treesync's own conversions, or git ([`Oracle::Git`]).
+    pub oracle: Oracle,
+    /// What to compare with: `None` takes what the target's state records (see [`recorded`]),
+    /// and [`Report::interrupted`] tells whether that was an interrupted sync's destination.
+    pub against: Option<Against>,
+    /// Write the stat index (where the backend keeps one) with what was proven, so the next
+    /// verify hashes less. Off: the comparison writes nothing (a sync planning a repair).
+    pub record: bool,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            level: Level::default(),
+            limits: crate::plan::Limits::default(),
+            slice: None,
+            oracle: Oracle::default(),
+            against: None,
+            record: true,
+        }
+    }
+}
+
+impl Options {
+    /// The defaults at `level`: the whole tree its state records, judged by treesync, the
+    /// stat index recorded.
+    pub fn at(level: Level) -> Options {
+        Options { level, ..Default::default() }
+    }
+}
+
+/// Who judges whether a file holds the right bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Oracle {
+    /// treesync's own conversions of the recorded tree, as a sync writes them.
+    #[default]
+    Treesync,
+    /// What the `git` program writes for the recorded tree on checkout (or in `git archive`,
+    /// for an `--export` target), made independently of treesync's conversions
+    /// ([`crate::oracle`]): a file treesync converted differently from git is
+    /// [`Drift::ContentChanged`]. Records no stat index (whatever [`Options::record`] says);
+    /// `--oracle git` compares at [`Level::Full`].
+    Git,
+}
+
+/// Where a running verify is: reported once the tree is walked and the target listed, then
+/// after every file read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Progress {
+    /// Entries the tree has (the slice's, for a slice).
+    pub expected: u64,
+    /// Entries the listing found.
+    pub scanned: u64,
+    /// Files read and hashed so far.
+    pub hashed: u64,
+    /// Files to read and hash: those whose stat data (or ETag) does not prove them.
+    pub to_hash: u64,
+}
 
 /// How thoroughly to compare.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, schemars::JsonSchema)]
@@ -110,6 +182,12 @@ pub enum Error {
     /// git, asked what the files must hold (`--oracle git`), could not answer.
     #[error(transparent)]
     Oracle(#[from] crate::oracle::Error),
+    /// The interrupt flag was raised: the verify stopped between files, recording nothing.
+    #[error("verify interrupted after hashing {hashed} files; nothing was recorded")]
+    Interrupted {
+        /// Files hashed before it stopped.
+        hashed: u64,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -153,5 +231,18 @@ impl Against {
     /// `tree` of `commit`, files as blobs are, gitlinks empty.
     pub fn tree(commit: ObjectId, tree: ObjectId) -> Against {
         Against { commit, tree, path: None, conversions: None, recurse_submodules: false, select: None }
+    }
+
+    /// What the files are converted with when a sync writes them as `self` says (`None`: as
+    /// blobs are); with `--export`, `%(describe)` expanded in the archive of this tree.
+    pub(crate) fn converter(&self, repo: &Repo) -> Result<Option<Converter>, Error> {
+        let Some(settings) = &self.conversions else { return Ok(None) };
+        let mut c = Converter::new(repo, settings.clone())?;
+        if settings.export {
+            let commit = crate::export::CommitInfo::from_commit(repo, self.commit)?;
+            let select = self.select.clone().unwrap_or_default();
+            c = c.with_commit(commit.archive(self.tree, settings, &select));
+        }
+        Ok(Some(c))
     }
 }

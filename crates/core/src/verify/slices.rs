@@ -1,7 +1,7 @@
 //! One slice of the tree: the directories it lists, and what lies below drift in it.
 
 use super::blobs::lookup;
-use super::report::Drift;
+use super::report::{Drift, Report};
 use super::{Error, Want};
 use crate::backend::{Backend, FoundKind};
 use crate::path::RelPath;
@@ -42,4 +42,29 @@ pub(super) async fn below(
         out.extend(listed.into_iter().map(|f| (f.path, f.kind)));
     }
     Ok(out)
+}
+
+/// After a verify of one slice (`report.slice`; nothing to do for a whole tree): with
+/// `advance` (a rolling run, [`crate::slice::Pick::Next`]), move the rolling position on — kept
+/// in `position`'s `.treesync/`, or, with `None`, by the caller (then the slice after this one
+/// is next) — and say in the report which slice is next; in any case say when the last full
+/// cycle completed. Returns the position after it, as far as it is known.
+pub async fn roll(
+    report: &mut Report,
+    position: Option<&dyn Backend>,
+    advance: bool,
+) -> Result<Option<crate::slice::Rolling>, crate::slice::Error> {
+    let Some(r) = report.slice.as_mut() else { return Ok(None) };
+    let slice = Slice::new(r.k, r.n)?;
+    let rolling = match (position, advance) {
+        (Some(b), true) => Some(crate::slice::finish(b, slice, crate::state::now_unix()).await?),
+        (None, true) => Some(crate::slice::Rolling { n: slice.n, next: slice.k % slice.n + 1, ..Default::default() }),
+        (Some(b), false) => crate::slice::position(b).await?,
+        (None, false) => None,
+    };
+    if advance {
+        r.next = rolling.as_ref().map(|p| p.next);
+    }
+    r.last_full_cycle_unix = rolling.as_ref().and_then(|p| p.last_full_cycle_unix);
+    Ok(rolling)
 }
