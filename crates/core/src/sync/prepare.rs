@@ -267,12 +267,59 @@ pub(super) async fn prepare_at(
     goal: Goal,
     backend: &dyn Backend,
     force: bool,
-    mut target: TargetState,
+    target: TargetState,
     limits: plan::Limits,
     plans: Option<&plan::Cache>,
     stream: Option<usize>,
 ) -> Result<Prepared, Error> {
-    let Goal { path, recurse, select, export, lfs } = goal;
+    let (state_bytes, state, target) = read_state(backend, force, target).await?;
+    let sides = Sides::new(repo, to, goal, state)?;
+    let options = plan::Options { case_insensitive: !backend.capabilities().case_sensitive, limits };
+    // `--force` on a managed target: take it over by comparing it with the requested tree
+    // once (stat data proves what it can, the rest is hashed) and repairing what differs,
+    // foreign entries included. Neither the journal nor the recorded tree is needed, so this
+    // also gets a target out of any state: a damaged state file, a synced commit that is gone
+    // from the repository, an interrupted sync whose replay keeps failing.
+    if force && target == TargetState::Managed {
+        return sides.take_over_managed(backend, options, target, state_bytes).await;
+    }
+    let planning = sides.planning(options);
+    let mut takeover = false;
+    // What the main plan starts from: a tree (after the interrupted sync, if any).
+    let (resumed, base) = match &sides.state {
+        Some(SyncState { in_progress: Some(p), .. }) => {
+            (Some(sides.resume(p, &planning, backend, limits, stream).await?), Some(p.to_tree))
+        }
+        Some(SyncState { synced, .. }) => {
+            let base = synced.map(|s| s.tree);
+            check_base(repo, base, sides.state.as_ref())?;
+            (None, base)
+        }
+        None => match target {
+            TargetState::Empty | TargetState::Managed => (None, None),
+            TargetState::Unmanaged if force => {
+                takeover = true;
+                (None, None)
+            }
+            TargetState::Unmanaged => return Err(Error::Unmanaged { target: backend.to_string() }),
+        },
+    };
+    // Written with these settings: the interrupted sync's, else the synced tree's.
+    let base_converter = match &resumed {
+        Some(r) => r.converter.clone(),
+        None => sides.synced_converter.clone(),
+    };
+    let main = sides.plan_main(&planning, backend, (base, base_converter.as_deref()), takeover, plans, stream).await?;
+    let planned = Planned { resumed, main, takeover };
+    sides.finish(&planning, planned, target, state_bytes, options, limits)
+}
+
+/// Read the target's state; what is at its root, corrected by what the state says.
+async fn read_state(
+    backend: &dyn Backend,
+    force: bool,
+    mut target: TargetState,
+) -> Result<(Option<Vec<u8>>, Option<SyncState>, TargetState), Error> {
     let state_bytes = backend.load_state().await?;
     let state = match &state_bytes {
         Some(bytes) => match SyncState::parse(bytes) {
@@ -294,51 +341,150 @@ pub(super) async fn prepare_at(
             TargetState::Unmanaged
         };
     }
+    Ok((state_bytes, state, target))
+}
 
-    let path = path.unwrap_or_else(|| match &state {
-        Some(SyncState { in_progress: Some(p), .. }) => p.to_path.clone(),
-        Some(s) => s.path.clone(),
-        None => None,
-    });
-    let options = plan::Options { case_insensitive: !backend.capabilities().case_sensitive, limits };
-    // What the target holds now (a finished interrupted sync's, or the synced), and what the
-    // sync goes to: the paths selected, and git archive's semantics.
-    let (held_select, held_export) = match &state {
-        Some(SyncState { in_progress: Some(p), .. }) => {
-            (p.to_select.clone(), p.to_conversions.as_ref().is_some_and(|c| c.export))
-        }
-        Some(s) => (s.select.clone(), s.conversions.as_ref().is_some_and(|c| c.export)),
-        None => (None, false),
-    };
-    let select = select.unwrap_or_else(|| held_select.clone().unwrap_or_default());
-    let export = export.unwrap_or(held_export);
-    let mut settings = crate::convert::Settings::of(repo)?;
-    settings.export = export;
-    // The mode asked for, else (a repair) the one the target's files were written with.
-    settings.lfs = lfs.unwrap_or_else(|| {
-        let recorded = match &state {
-            Some(SyncState { in_progress: Some(p), .. }) => p.to_conversions.as_ref(),
-            Some(s) => s.conversions.as_ref(),
-            None => None,
-        };
-        recorded.map(|c| c.lfs).unwrap_or_default()
-    });
-    let mut converter = Converter::new(repo, settings)?;
-    if export {
-        // `%(describe)` expands once in the archive of this tree, as these paths are selected.
-        let commit =
-            crate::export::CommitInfo::from_commit(repo, to.commit)?.archive(to.tree, converter.settings(), &select);
-        converter = converter.with_commit(commit);
-    }
-    let converter = Arc::new(converter);
-    // A converter for files written with `settings` from the commit, tree and selection `side`.
+/// What the target holds (per its state) and where the sync goes, settled before planning.
+struct Sides<'r> {
+    repo: &'r Repo,
+    to: Resolved,
+    state: Option<SyncState>,
+    /// The directory of `to.commit` synced (a subtree sync); `None`: the whole tree.
+    path: Option<String>,
+    /// The paths selected after this sync.
+    select: Select,
+    /// `git archive` semantics after this sync.
+    export: bool,
+    /// What this sync's files are converted with.
+    converter: Arc<Converter>,
+    /// How the synced tree's files were written (per the state; `None`: as blobs are).
+    synced_converter: Option<Arc<Converter>>,
+    /// The synced tree's selection, and its commit.
+    synced_select: Select,
+    synced_commit: Option<ObjectId>,
+    /// The files with `export-subst` placeholders expanded by the syncs before.
+    substituted: Vec<String>,
+    /// What the target holds once an interrupted sync is finished, or now: its selection.
+    held_select: Select,
+    /// The synced tree's gitlinks are filled.
+    recursed: bool,
+    /// After this sync, gitlinks are filled.
+    recurse: bool,
+    /// The interrupted sync fills them (`None`: no interrupted sync).
+    resume_recurse: Option<bool>,
+}
+
+/// An interrupted sync, and the plan that finishes it.
+struct Resumed {
+    entry: InProgress,
+    plan: Plan,
+    /// The plan holds only its counts: an initial checkout finished in chunks.
+    stream: Option<Streamed>,
+    /// What its files are converted with (the journal's settings).
+    converter: Option<Arc<Converter>>,
+    /// Repositories a resumed repair reads blobs from beyond those the plans read.
+    repair_repos: Vec<Repo>,
+}
+
+/// The main plan: the whole plan, or an initial checkout's counts to apply in chunks.
+struct Main {
+    plan: Arc<Plan>,
+    stream: Option<Streamed>,
+    /// A takeover's: what of the target's content it removes and writes over.
+    replaced: Option<Replaced>,
+}
+
+/// What `prepare_at` planned, before its last checks.
+struct Planned {
+    resumed: Option<Resumed>,
+    main: Main,
+    takeover: bool,
+}
+
+impl<'r> Sides<'r> {
     #[allow(clippy::result_large_err)] // the crate's one error type; not a hot path
-    let converter_of = |settings: &Option<crate::convert::Settings>,
-                        side: Option<(ObjectId, ObjectId, &Select)>|
-     -> Result<Option<Arc<Converter>>, Error> {
+    fn new(repo: &'r Repo, to: Resolved, goal: Goal, state: Option<SyncState>) -> Result<Self, Error> {
+        let Goal { path, recurse, select, export, lfs } = goal;
+        let path = path.unwrap_or_else(|| match &state {
+            Some(SyncState { in_progress: Some(p), .. }) => p.to_path.clone(),
+            Some(s) => s.path.clone(),
+            None => None,
+        });
+        // What the target holds now (a finished interrupted sync's, or the synced), and what the
+        // sync goes to: the paths selected, and git archive's semantics.
+        let (held_select, held_export) = match &state {
+            Some(SyncState { in_progress: Some(p), .. }) => {
+                (p.to_select.clone(), p.to_conversions.as_ref().is_some_and(|c| c.export))
+            }
+            Some(s) => (s.select.clone(), s.conversions.as_ref().is_some_and(|c| c.export)),
+            None => (None, false),
+        };
+        let select = select.unwrap_or_else(|| held_select.clone().unwrap_or_default());
+        let export = export.unwrap_or(held_export);
+        let mut settings = crate::convert::Settings::of(repo)?;
+        settings.export = export;
+        // The mode asked for, else (a repair) the one the target's files were written with.
+        settings.lfs = lfs.unwrap_or_else(|| {
+            let recorded = match &state {
+                Some(SyncState { in_progress: Some(p), .. }) => p.to_conversions.as_ref(),
+                Some(s) => s.conversions.as_ref(),
+                None => None,
+            };
+            recorded.map(|c| c.lfs).unwrap_or_default()
+        });
+        let mut converter = Converter::new(repo, settings)?;
+        if export {
+            // `%(describe)` expands once in the archive of this tree, as these paths are selected.
+            let commit = crate::export::CommitInfo::from_commit(repo, to.commit)?.archive(
+                to.tree,
+                converter.settings(),
+                &select,
+            );
+            converter = converter.with_commit(commit);
+        }
+        let recursed = state.as_ref().is_some_and(|s| s.recurse_submodules);
+        let mut sides = Sides {
+            repo,
+            to,
+            path,
+            export,
+            converter: Arc::new(converter),
+            synced_converter: None,
+            synced_select: state.as_ref().and_then(|s| s.select.clone()).unwrap_or_default(),
+            synced_commit: state.as_ref().and_then(|s| s.synced).map(|s| s.commit),
+            substituted: state.as_ref().map(|s| s.export_subst.clone()).unwrap_or_default(),
+            held_select: held_select.unwrap_or_default(),
+            recursed,
+            recurse: recurse.unwrap_or(match &state {
+                Some(SyncState { in_progress: Some(p), .. }) => p.recurse_submodules,
+                _ => recursed,
+            }),
+            resume_recurse: state.as_ref().and_then(|s| s.in_progress.as_ref()).map(|p| p.recurse_submodules),
+            select,
+            state,
+        };
+        // How the target's files were written: per its state (none: as blobs are).
+        let synced = sides.state.as_ref().and_then(|s| s.synced).map(|s| (s.commit, s.tree, &sides.synced_select));
+        sides.synced_converter =
+            sides.converter_of(&sides.state.as_ref().and_then(|s| s.conversions.clone()), synced)?;
+        Ok(sides)
+    }
+
+    /// A converter for files written with `settings` from the commit, tree and selection
+    /// `side`: this sync's own when they are the same.
+    #[allow(clippy::result_large_err)] // the crate's one error type; not a hot path
+    fn converter_of(
+        &self,
+        settings: &Option<crate::convert::Settings>,
+        side: Option<(ObjectId, ObjectId, &Select)>,
+    ) -> Result<Option<Arc<Converter>>, Error> {
+        let (repo, to) = (self.repo, self.to);
         Ok(match settings {
-            Some(s) if s == converter.settings() && (!s.export || side == Some((to.commit, to.tree, &select))) => {
-                Some(converter.clone())
+            Some(s)
+                if s == self.converter.settings()
+                    && (!s.export || side == Some((to.commit, to.tree, &self.select))) =>
+            {
+                Some(self.converter.clone())
             }
             Some(s) => {
                 let mut c = Converter::new(repo, s.clone())?;
@@ -350,181 +496,168 @@ pub(super) async fn prepare_at(
             }
             None => None,
         })
-    };
-    // How the target's files were written: per its state (none: as blobs are).
-    let synced_select = state.as_ref().and_then(|s| s.select.clone()).unwrap_or_default();
-    let synced_converter = converter_of(
-        &state.as_ref().and_then(|s| s.conversions.clone()),
-        state.as_ref().and_then(|s| s.synced).map(|s| (s.commit, s.tree, &synced_select)),
-    )?;
-    let synced_commit = state.as_ref().and_then(|s| s.synced).map(|s| s.commit);
-    let substituted: Vec<String> = state.as_ref().map(|s| s.export_subst.clone()).unwrap_or_default();
-    let held_select = held_select.unwrap_or_default();
-    let recursed = state.as_ref().is_some_and(|s| s.recurse_submodules);
-    let recurse = recurse.unwrap_or(match &state {
-        Some(SyncState { in_progress: Some(p), .. }) => p.recurse_submodules,
-        _ => recursed,
-    });
-    let resume_recurse = state.as_ref().and_then(|s| s.in_progress.as_ref()).map(|p| p.recurse_submodules);
-    let planning = Planning {
-        repo,
-        options,
-        // Only where a side has gitlinks filled; the `.gitmodules` of every commit involved.
-        submodules: if recurse || recursed || resume_recurse == Some(true) {
-            let synced = state.as_ref().and_then(|s| s.synced).map(|s| s.commit);
-            let going = state.as_ref().and_then(|s| s.in_progress.as_ref()).map(|p| p.to_commit);
-            let commits: Vec<ObjectId> = [synced, going, Some(to.commit)].into_iter().flatten().collect();
-            Some(Submodules::new(repo, &commits, path.as_deref()))
-        } else {
-            None
-        },
-    };
-    // `--force` on a managed target: take it over by comparing it with the requested tree
-    // once (stat data proves what it can, the rest is hashed) and repairing what differs,
-    // foreign entries included. Neither the journal nor the recorded tree is needed, so this
-    // also gets a target out of any state: a damaged state file, a synced commit that is gone
-    // from the repository, an interrupted sync whose replay keeps failing.
-    if force && target == TargetState::Managed {
-        let select_now = (!select.is_all()).then(|| select.clone());
-        let (main, replaced, repos) =
-            repair_plan_to(repo, backend, to, (&path, recurse, &select_now), true, limits, &converter).await?;
-        let mut main = main;
-        let lfs_bytes = check_lfs(&repos, &main, &converter)?;
+    }
+
+    /// How to plan: through the submodules only where a side has gitlinks filled (the
+    /// `.gitmodules` of every commit involved).
+    fn planning(&self, options: plan::Options) -> Planning<'r> {
+        let state = self.state.as_ref();
+        let filled = self.recurse || self.recursed || self.resume_recurse == Some(true);
+        Planning {
+            repo: self.repo,
+            options,
+            submodules: filled.then(|| {
+                let synced = state.and_then(|s| s.synced).map(|s| s.commit);
+                let going = state.and_then(|s| s.in_progress.as_ref()).map(|p| p.to_commit);
+                let commits: Vec<ObjectId> = [synced, going, Some(self.to.commit)].into_iter().flatten().collect();
+                Submodules::new(self.repo, &commits, self.path.as_deref())
+            }),
+        }
+    }
+
+    /// A takeover of a managed target (`--force`): compare it with the requested tree once and
+    /// repair what differs.
+    async fn take_over_managed(
+        self,
+        backend: &dyn Backend,
+        options: plan::Options,
+        target: TargetState,
+        state_bytes: Option<Vec<u8>>,
+    ) -> Result<Prepared, Error> {
+        let (repo, to, limits) = (self.repo, self.to, options.limits);
+        let select_now = (!self.select.is_all()).then(|| self.select.clone());
+        let goal = (&self.path, self.recurse, &select_now);
+        let (mut main, replaced, repos) =
+            repair_plan_to(repo, backend, to, goal, true, limits, &self.converter).await?;
+        let lfs_bytes = check_lfs(&repos, &main, &self.converter)?;
         check_bytes(limits, main.counts.bytes, lfs_bytes)?;
         main.counts.bytes += lfs_bytes;
-        return Ok(Prepared {
-            state,
+        Ok(Prepared {
+            state: self.state,
             target,
             resume: None,
             main: Arc::new(main),
             to,
-            path,
+            path: self.path,
             takeover: true,
             repair: true,
             replaced: Some(replaced),
             state_bytes,
             case_insensitive: options.case_insensitive,
-            converter,
+            converter: self.converter,
             resume_converter: None,
             // Compared with the tree as this sync writes it: gitlinks filled with `recurse`.
-            recurse_submodules: recurse,
+            recurse_submodules: self.recurse,
             submodules: Vec::new(),
             repos,
-            select: (!select.is_all()).then(|| select.clone()),
-            export_subst: substituted.clone(),
+            select: select_now,
+            export_subst: self.substituted,
             main_stream: None,
             resume_stream: None,
             lfs_bytes,
-        });
+        })
     }
-    let mut resume = None;
-    let mut resume_stream = None;
-    let mut resume_converter = None;
-    // Repositories a resumed repair reads blobs from beyond those the plans read.
-    let mut repair_repos = Vec::new();
-    let mut takeover = false;
-    // What the main plan starts from: a tree, written with these settings.
-    let mut base_converter = synced_converter.clone();
-    let base = match &state {
-        Some(SyncState { in_progress: Some(p), .. }) => {
-            // Finished with the settings it started with (a journal of a version before
-            // conversions: as blobs are).
-            // A filter driver's command is how to run it, not what the tree holds: the one
-            // configured now (a filter that failed the sync can be fixed, then the sync rerun).
-            let journaled = p.to_conversions.clone().map(|mut s| {
-                for (name, d) in &mut s.drivers {
-                    if let Some(now) = converter.settings().drivers.get(name) {
-                        d.clone_from(now);
-                    }
+
+    /// The plan that finishes the interrupted sync `p`, with the settings it started with (a
+    /// journal of a version before conversions: as blobs are).
+    async fn resume(
+        &self,
+        p: &InProgress,
+        planning: &Planning<'_>,
+        backend: &dyn Backend,
+        limits: plan::Limits,
+        stream: Option<usize>,
+    ) -> Result<Resumed, Error> {
+        let repo = self.repo;
+        // A filter driver's command is how to run it, not what the tree holds: the one
+        // configured now (a filter that failed the sync can be fixed, then the sync rerun).
+        let journaled = p.to_conversions.clone().map(|mut s| {
+            for (name, d) in &mut s.drivers {
+                if let Some(now) = self.converter.settings().drivers.get(name) {
+                    d.clone_from(now);
                 }
-                s
-            });
-            let journal_select = p.to_select.clone().unwrap_or_default();
-            let journal_converter = converter_of(&journaled, Some((p.to_commit, p.to_tree, &journal_select)))?;
-            let plan = if p.repair {
-                let to = Resolved { commit: p.to_commit, tree: p.to_tree };
-                let with = journal_converter.clone().unwrap_or_else(|| converter.clone());
-                let goal = (&p.to_path, p.recurse_submodules, &p.to_select);
-                let (plan, _, repos) = repair_plan_to(repo, backend, to, goal, p.takeover, limits, &with).await?;
-                repair_repos = repos;
-                plan
-            } else if p.takeover {
-                let existing = scan(backend).await?;
-                planning.takeover(
-                    &existing,
-                    p.to_tree,
-                    p.recurse_submodules,
-                    journal_converter.as_deref(),
-                    &journal_select,
-                )?
-            } else if let Some((plan, streamed)) = match stream {
-                // An interrupted initial checkout: finished as it was started, in chunks.
-                Some(chunk) if p.from_tree.is_none() => planning.stream(
-                    p.to_tree,
-                    journal_converter.as_deref(),
-                    &journal_select,
-                    p.recurse_submodules,
-                    chunk,
-                )?,
-                _ => None,
-            } {
-                resume_stream = Some(streamed);
-                plan
-            } else {
-                check_base(repo, p.from_tree, state.as_ref())?;
-                planning.diff(
-                    (p.from_tree, recursed, synced_converter.as_deref(), &synced_select),
-                    p.to_tree,
-                    (p.recurse_submodules, journal_converter.as_deref(), &journal_select),
-                    (synced_commit != Some(p.to_commit)).then_some(substituted.as_slice()),
-                )?
-            };
-            resume = Some((p.clone(), plan));
-            resume_converter = journal_converter.clone();
-            base_converter = journal_converter;
-            Some(p.to_tree)
-        }
-        Some(SyncState { synced, .. }) => {
-            let base = synced.map(|s| s.tree);
-            check_base(repo, base, state.as_ref())?;
-            base
-        }
-        None => match target {
-            TargetState::Empty | TargetState::Managed => None,
-            TargetState::Unmanaged if force => {
-                takeover = true;
-                None
             }
-            TargetState::Unmanaged => return Err(Error::Unmanaged { target: backend.to_string() }),
-        },
-    };
-    let mut replaced = None;
-    let mut main_stream = None;
-    let streamed = match stream {
-        Some(chunk) if base.is_none() && !takeover => {
-            planning.stream(to.tree, Some(&converter), &select, recurse, chunk)?
-        }
-        _ => None,
-    };
-    let main = if let Some((plan, streamed)) = streamed {
-        main_stream = Some(streamed);
-        Arc::new(plan)
-    } else if takeover {
-        let existing = scan(backend).await?;
-        let plan = planning.takeover(&existing, to.tree, recurse, Some(&converter), &select)?;
-        replaced = Some(replaced_by(&plan, &existing));
-        Arc::new(plan)
-    } else {
-        // What the target's gitlinks hold once an interrupted sync is finished, or now.
-        let filled = resume_recurse.unwrap_or(recursed);
-        let held_commit = match &state {
-            Some(SyncState { in_progress: Some(p), .. }) => Some(p.to_commit),
-            _ => synced_commit,
+            s
+        });
+        let journal_select = p.to_select.clone().unwrap_or_default();
+        let converter = self.converter_of(&journaled, Some((p.to_commit, p.to_tree, &journal_select)))?;
+        let mut resumed = Resumed {
+            entry: p.clone(),
+            plan: Plan::from_ops(None, p.to_tree, Vec::new()),
+            stream: None,
+            converter: converter.clone(),
+            repair_repos: Vec::new(),
         };
-        let from = (base, filled && base.is_some(), base_converter.as_deref(), &held_select);
-        let new = (recurse, Some(&*converter), &select);
-        let resubst = (held_commit != Some(to.commit)).then_some(substituted.as_slice());
-        match plans {
+        resumed.plan = if p.repair {
+            let to = Resolved { commit: p.to_commit, tree: p.to_tree };
+            let with = converter.unwrap_or_else(|| self.converter.clone());
+            let goal = (&p.to_path, p.recurse_submodules, &p.to_select);
+            let (plan, _, repos) = repair_plan_to(repo, backend, to, goal, p.takeover, limits, &with).await?;
+            resumed.repair_repos = repos;
+            plan
+        } else if p.takeover {
+            let existing = scan(backend).await?;
+            let c = converter.as_deref();
+            planning.takeover(&existing, p.to_tree, p.recurse_submodules, c, &journal_select)?
+        } else if let Some((plan, streamed)) = match stream {
+            // An interrupted initial checkout: finished as it was started, in chunks.
+            Some(chunk) if p.from_tree.is_none() => {
+                let c = converter.as_deref();
+                planning.stream(p.to_tree, c, &journal_select, p.recurse_submodules, chunk)?
+            }
+            _ => None,
+        } {
+            resumed.stream = Some(streamed);
+            plan
+        } else {
+            check_base(repo, p.from_tree, self.state.as_ref())?;
+            planning.diff(
+                (p.from_tree, self.recursed, self.synced_converter.as_deref(), &self.synced_select),
+                p.to_tree,
+                (p.recurse_submodules, converter.as_deref(), &journal_select),
+                (self.synced_commit != Some(p.to_commit)).then_some(self.substituted.as_slice()),
+            )?
+        };
+        Ok(resumed)
+    }
+
+    /// The plan to the requested commit from `base` (a tree, written with its converter):
+    /// streamed, a takeover, or a diff (shared through `plans`).
+    async fn plan_main(
+        &self,
+        planning: &Planning<'_>,
+        backend: &dyn Backend,
+        (base, base_converter): (Option<ObjectId>, Option<&Converter>),
+        takeover: bool,
+        plans: Option<&plan::Cache>,
+        stream: Option<usize>,
+    ) -> Result<Main, Error> {
+        let (repo, to, converter, select) = (self.repo, self.to, &self.converter, &self.select);
+        let streamed = match stream {
+            Some(chunk) if base.is_none() && !takeover => {
+                planning.stream(to.tree, Some(converter), select, self.recurse, chunk)?
+            }
+            _ => None,
+        };
+        if let Some((plan, streamed)) = streamed {
+            return Ok(Main { plan: Arc::new(plan), stream: Some(streamed), replaced: None });
+        }
+        if takeover {
+            let existing = scan(backend).await?;
+            let plan = planning.takeover(&existing, to.tree, self.recurse, Some(converter), select)?;
+            let replaced = Some(replaced_by(&plan, &existing));
+            return Ok(Main { plan: Arc::new(plan), stream: None, replaced });
+        }
+        // What the target's gitlinks hold once an interrupted sync is finished, or now.
+        let filled = self.resume_recurse.unwrap_or(self.recursed);
+        let held_commit = match &self.state {
+            Some(SyncState { in_progress: Some(p), .. }) => Some(p.to_commit),
+            _ => self.synced_commit,
+        };
+        let from = (base, filled && base.is_some(), base_converter, &self.held_select);
+        let new = (self.recurse, Some(&**converter), select);
+        let resubst = (held_commit != Some(to.commit)).then_some(self.substituted.as_slice());
+        let plan = match plans {
             // With submodules the plan depends on the submodule repositories found, and
             // planning records which it read: not shared.
             Some(cache) if planning.submodules.is_none() => {
@@ -532,24 +665,29 @@ pub(super) async fn prepare_at(
                     repo: repo.common_dir(),
                     from: (base, held_commit.filter(|_| base.is_some())),
                     to: (to.tree, to.commit),
-                    old_settings: base_converter.as_ref().map(|c| c.settings().clone()),
+                    old_settings: base_converter.map(|c| c.settings().clone()),
                     new_settings: Some(converter.settings().clone()),
-                    old_select: held_select.clone(),
+                    old_select: self.held_select.clone(),
                     new_select: select.clone(),
                     resubst: resubst.map(<[String]>::to_vec),
-                    case_insensitive: options.case_insensitive,
-                    limits: options.limits,
+                    case_insensitive: planning.options.case_insensitive,
+                    limits: planning.options.limits,
                 };
                 cache.get_or_plan(key, || planning.diff(from, to.tree, new, resubst)).await?
             }
             _ => Arc::new(planning.diff(from, to.tree, new, resubst)?),
+        };
+        Ok(Main { plan, stream: None, replaced: None })
+    }
+
+    /// The expanded files after this sync: those before (still checked each time) and those
+    /// written now, less those removed.
+    fn expanded_after(&self, resumed: Option<&Resumed>, main: &Plan) -> Vec<String> {
+        if !self.export {
+            return Vec::new();
         }
-    };
-    // The expanded files after this sync: those before (still checked each time) and those
-    // written now, less those removed.
-    let export_subst = {
-        let mut all: std::collections::BTreeSet<String> = substituted.iter().cloned().collect();
-        let plans = resume.iter().map(|(_, p)| p).chain(std::iter::once(&*main));
+        let mut all: std::collections::BTreeSet<String> = self.substituted.iter().cloned().collect();
+        let plans = resumed.map(|r| &r.plan).into_iter().chain(std::iter::once(main));
         for op in plans.flat_map(|p| p.ops()) {
             match op {
                 crate::Op::Write { path, conversion: Some(c), .. } if c.export_subst => {
@@ -561,60 +699,78 @@ pub(super) async fn prepare_at(
                 _ => {}
             }
         }
-        if export { all.into_iter().collect() } else { Vec::new() }
-    };
-    check_filters(repo, &main, converter.settings())?;
-    let (submodules, mut repos) = planning.read();
-    for r in repair_repos {
-        if !repos.iter().any(|o| o.git_dir() == r.git_dir()) {
-            repos.push(r);
+        all.into_iter().collect()
+    }
+
+    /// The checks before the lock, the journal or any write (filters, every LFS object the
+    /// plans write, by their real sizes against --max-bytes), and the prepared sync.
+    #[allow(clippy::result_large_err)] // the crate's one error type; not a hot path
+    fn finish(
+        self,
+        planning: &Planning<'_>,
+        planned: Planned,
+        target: TargetState,
+        state_bytes: Option<Vec<u8>>,
+        options: plan::Options,
+        limits: plan::Limits,
+    ) -> Result<Prepared, Error> {
+        let Planned { resumed, main: Main { plan: mut main, stream: main_stream, replaced }, takeover } = planned;
+        let export_subst = self.expanded_after(resumed.as_ref(), &main);
+        check_filters(self.repo, &main, self.converter.settings())?;
+        let (submodules, mut repos) = planning.read();
+        let repair_repos = resumed.as_ref().map(|r| r.repair_repos.clone()).unwrap_or_default();
+        for r in repair_repos {
+            if !repos.iter().any(|o| o.git_dir() == r.git_dir()) {
+                repos.push(r);
+            }
         }
+        // Files of submodules: their objects are in the submodules' own LFS stores.
+        let converter = with_submodule_stores(self.repo, self.converter.clone(), &repos)?;
+        let resume_converter = match resumed.as_ref().and_then(|r| r.converter.clone()) {
+            Some(c) => Some(with_submodule_stores(self.repo, c, &repos)?),
+            None => None,
+        };
+        let mut lfs_bytes = check_lfs(&repos, &main, &converter)?;
+        let mut bytes = main.counts.bytes;
+        if lfs_bytes > 0 {
+            // The plan says what it writes: pointers by their objects' sizes.
+            Arc::make_mut(&mut main).counts.bytes += lfs_bytes;
+        }
+        let (resume, resume_stream) = match resumed {
+            Some(Resumed { entry, mut plan, stream, .. }) => {
+                let more = check_lfs(&repos, &plan, resume_converter.as_deref().unwrap_or(&converter))?;
+                bytes += plan.counts.bytes;
+                plan.counts.bytes += more;
+                lfs_bytes += more;
+                (Some((entry, plan)), stream)
+            }
+            None => (None, None),
+        };
+        check_bytes(limits, bytes, lfs_bytes)?;
+        Ok(Prepared {
+            state: self.state,
+            target,
+            resume,
+            main,
+            to: self.to,
+            path: self.path,
+            takeover,
+            repair: false,
+            replaced,
+            state_bytes,
+            case_insensitive: options.case_insensitive,
+            converter,
+            resume_converter,
+            recurse_submodules: self.recurse,
+            submodules,
+            repos,
+            select: (!self.select.is_all()).then_some(self.select),
+            export_subst,
+            main_stream,
+            resume_stream,
+            lfs_bytes,
+        })
     }
-    // Files of submodules: their objects are in the submodules' own LFS stores.
-    let converter = with_submodule_stores(repo, converter, &repos)?;
-    let resume_converter = match resume_converter {
-        Some(c) => Some(with_submodule_stores(repo, c, &repos)?),
-        None => None,
-    };
-    // Every LFS object the plans write, before the lock, the journal or any write; by their
-    // real sizes against --max-bytes.
-    let mut main = main;
-    let mut lfs_bytes = check_lfs(&repos, &main, &converter)?;
-    let mut bytes = main.counts.bytes;
-    if lfs_bytes > 0 {
-        // The plan says what it writes: pointers by their objects' sizes.
-        Arc::make_mut(&mut main).counts.bytes += lfs_bytes;
-    }
-    if let Some((_, plan)) = &mut resume {
-        let more = check_lfs(&repos, plan, resume_converter.as_deref().unwrap_or(&converter))?;
-        bytes += plan.counts.bytes;
-        plan.counts.bytes += more;
-        lfs_bytes += more;
-    }
-    check_bytes(limits, bytes, lfs_bytes)?;
-    Ok(Prepared {
-        state,
-        target,
-        resume,
-        main,
-        to,
-        path,
-        takeover,
-        repair: false,
-        replaced,
-        state_bytes,
-        case_insensitive: options.case_insensitive,
-        converter,
-        resume_converter,
-        recurse_submodules: recurse,
-        submodules,
-        repos,
-        select: (!select.is_all()).then_some(select),
-        export_subst,
-        main_stream,
-        resume_stream,
-        lfs_bytes,
-    })
 }
 
 /// Refuse plans of `planned` bytes whose LFS objects add `lfs` bytes when together they pass
