@@ -5,17 +5,18 @@ use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
 use super::journal::{apply_journaled, check_lease, journal_entry, record_written, under_lock};
-use super::prepare::{Goal, Prepared, prepare_at, repair_plan_to};
+use super::prepare::{Goal, Prepared, Streamed, prepare_at, repair_plan_to};
 use super::{DEFAULT_STREAM_CHUNK, Error, Options, Outcome};
 use crate::apply::Progress;
 use crate::backend::{Backend, TargetState};
 use crate::convert::Converter;
 use crate::gitworktree;
 use crate::index_delta;
-use crate::op::OpCounts;
-use crate::source::{self, BlobSource, Repo};
-use crate::state::{self, SyncState, Synced};
+use crate::op::{OpCounts, Plan};
+use crate::source::{self, BlobSource, Repo, Resolved};
+use crate::state::{self, InProgress, SyncState, Synced};
 use crate::submodule;
+use gix_hash::ObjectId;
 
 /// This process as the holder of a lock and a journal entry.
 pub fn holder() -> state::Holder {
@@ -145,7 +146,7 @@ pub(super) async fn run_locked(
     interrupt: &AtomicBool,
     start: Instant,
 ) -> Result<Outcome, Error> {
-    let mut outcome = outcome_of(&prepared, options);
+    let outcome = outcome_of(&prepared, options);
     let Prepared {
         state,
         resume,
@@ -177,159 +178,60 @@ pub(super) async fn run_locked(
         Arc::new(source::Converting::new(raw.clone(), c.clone()).within(options.limits, written.clone()))
     };
     let blobs = converting(&converter);
-    let resume_blobs = match &resume_converter {
-        Some(c) => converting(c),
-        None => converting(&converter),
-    };
-    let settings = Some(converter.settings().clone());
-    let mut current = state.unwrap_or(SyncState {
-        version: state::VERSION,
-        synced: None,
-        in_progress: None,
-        path: None,
-        conversions: None,
-        select: None,
-        export_subst: Vec::new(),
-        recurse_submodules: false,
-        backend: options.backend_name.clone(),
-    });
-    current.version = state::VERSION;
-    current.backend = options.backend_name.clone();
-
+    let resume_blobs = converting(resume_converter.as_ref().unwrap_or(&converter));
+    let dest = Dest { to, path, settings: Some(converter.settings().clone()), select, recurse, takeover };
     tracing::debug!(target: "treesync::sync", %backend, "target prepared and locked");
     // What this run writes, for the next verify (files written before, e.g. by a repair
     // that recorded nothing, are not this run's to record).
     drop(backend.take_written());
-    let mut written = index_delta::Delta::default();
+    let mut run = Run {
+        repo,
+        backend,
+        options,
+        progress,
+        interrupt,
+        me,
+        current: current_state(state, options),
+        outcome,
+        written: index_delta::Delta::default(),
+    };
     let mut dirs_recreated = 0;
     if let Some((p, plan)) = &resume {
-        tracing::info!(
-            target: "treesync::sync",
-            to = %p.to_commit,
-            ops = plan.len(),
-            "finishing an interrupted sync first"
-        );
-        // The journal says "in progress" for this transition; it is ours now.
-        if p.holder.is_some() && !backend.capabilities().exclusive_lock {
-            current.in_progress = Some(p.clone().held_by(me));
-            backend.store_state(&current.to_bytes()).await?;
-            outcome.state_writes += 1;
-        }
-        dirs_recreated += apply_journaled(
-            plan,
-            resume_stream.as_ref().map(|s| (repo, s)),
-            backend,
-            &resume_blobs,
-            options,
-            progress,
-            interrupt,
-            &current,
-            &mut outcome,
-            &mut written,
-        )
-        .await?;
-        current.synced = Some(Synced { commit: p.to_commit, tree: p.to_tree, at_unix: state::now_unix() });
-        current.path = p.to_path.clone();
-        current.conversions = p.to_conversions.clone();
-        current.select = p.to_select.clone();
-        current.recurse_submodules = p.recurse_submodules;
-        current.in_progress = None;
-        if main_empty
-            && p.to_commit == to.commit
-            && p.to_path == path
-            && current.conversions == settings
-            && current.select == select
-            && p.recurse_submodules == recurse
-            && dirs_recreated == 0
-        {
-            backend.store_state(&current.to_bytes()).await?;
-            outcome.state_writes += 1;
-        }
+        dirs_recreated += run.finish_resumed(p, plan, resume_stream.as_ref(), &resume_blobs, &dest, main_empty).await?;
     }
-
-    let already = current.synced.is_some_and(|s| s.commit == to.commit)
-        && current.path == path
-        && current.conversions == settings
-        && current.select == select
-        && current.recurse_submodules == recurse
+    let current = &run.current;
+    let already = current.synced.is_some_and(|s| s.commit == dest.to.commit)
+        && current.path == dest.path
+        && current.conversions == dest.settings
+        && current.select == dest.select
+        && current.recurse_submodules == dest.recurse
         && current.in_progress.is_none();
     tracing::info!(
         target: "treesync::sync",
         from = ?current.synced.map(|s| s.commit.to_string()),
-        to = %to.commit,
+        to = %dest.to.commit,
         plan = %main.counts,
         takeover,
         repair,
         "planned"
     );
     if !main_empty {
-        let from_tree = if takeover { None } else { current.synced.map(|s| s.tree) };
-        current.in_progress = Some(
-            journal_entry(to, &path, &settings, from_tree, takeover, repair, me)
-                .recursing(recurse)
-                .selecting(select.clone()),
-        );
-        backend.store_state(&current.to_bytes()).await?;
-        outcome.state_writes += 1;
+        let from_tree = if takeover { None } else { run.current.synced.map(|s| s.tree) };
+        run.current.in_progress = Some(dest.entry(from_tree, repair, me));
+        run.store_state().await?;
         tracing::debug!(target: "treesync::sync", "journal: in progress");
-        dirs_recreated += apply_journaled(
-            &main,
-            main_stream.as_ref().map(|s| (repo, s)),
-            backend,
-            &blobs,
-            options,
-            progress,
-            interrupt,
-            &current,
-            &mut outcome,
-            &mut written,
-        )
-        .await?;
+        dirs_recreated += run.apply(&main, main_stream.as_ref(), &blobs).await?;
     }
     if dirs_recreated > 0 {
-        // Healing had to make directories whose other content is gone (someone deleted a
-        // directory, or put a symlink or a file in its place): the diff cannot know what else
-        // is missing, so compare the target with the destination once and repair what
-        // differs. Journaled as a repair: an interruption is finished the same way.
-        tracing::warn!(
-            target: "treesync::sync",
-            dirs_recreated,
-            "the target had drifted (directories missing or replaced); comparing it with the destination once"
-        );
-        current.in_progress = Some(
-            journal_entry(to, &path, &settings, None, takeover, true, me).recursing(recurse).selecting(select.clone()),
-        );
-        backend.store_state(&current.to_bytes()).await?;
-        outcome.state_writes += 1;
-        let goal = (&path, recurse, &select);
-        let (plan, _, repos) = repair_plan_to(repo, backend, to, goal, takeover, options.limits, &converter).await?;
-        let blobs: Arc<dyn BlobSource> =
-            Arc::new(source::Converting::new(submodule::Blobs::source(repos), converter.clone()));
-        apply_journaled(
-            &plan,
-            None,
-            backend,
-            &blobs,
-            options,
-            progress,
-            interrupt,
-            &current,
-            &mut outcome,
-            &mut written,
-        )
-        .await?;
+        run.heal(&dest, &converter, dirs_recreated).await?;
     }
     if !main_empty || !already || dirs_recreated > 0 {
-        current.synced = Some(Synced { commit: to.commit, tree: to.tree, at_unix: state::now_unix() });
-        current.path = path;
-        current.conversions = settings;
-        current.select = select;
-        current.export_subst = export_subst;
-        current.recurse_submodules = recurse;
-        current.in_progress = None;
-        backend.store_state(&current.to_bytes()).await?;
-        outcome.state_writes += 1;
+        run.current.synced = Some(Synced { commit: dest.to.commit, tree: dest.to.tree, at_unix: state::now_unix() });
+        run.current.export_subst = export_subst;
+        dest.record(&mut run.current);
+        run.store_state().await?;
     }
+    let Run { mut outcome, written, .. } = run;
     record_written(backend, written).await;
     outcome.unconverted = converter.unconverted();
     if let Some(c) = &resume_converter {
@@ -347,4 +249,154 @@ pub(super) async fn run_locked(
         "synced"
     );
     Ok(outcome)
+}
+
+/// The state a run starts from: the target's, or a new one; of this version and backend.
+fn current_state(state: Option<SyncState>, options: &Options) -> SyncState {
+    let mut current = state.unwrap_or(SyncState {
+        version: state::VERSION,
+        synced: None,
+        in_progress: None,
+        path: None,
+        conversions: None,
+        select: None,
+        export_subst: Vec::new(),
+        recurse_submodules: false,
+        backend: options.backend_name.clone(),
+    });
+    current.version = state::VERSION;
+    current.backend = options.backend_name.clone();
+    current
+}
+
+/// Where a run goes, as the state records it once it is there.
+struct Dest {
+    to: Resolved,
+    path: Option<String>,
+    settings: Option<crate::convert::Settings>,
+    select: Option<crate::select::Select>,
+    recurse: bool,
+    /// The run takes the target over.
+    takeover: bool,
+}
+
+impl Dest {
+    /// The journal entry of this process's transition to it, from `from_tree`.
+    fn entry(&self, from_tree: Option<ObjectId>, repair: bool, me: &state::Holder) -> InProgress {
+        journal_entry(self.to, &self.path, &self.settings, from_tree, self.takeover, repair, me)
+            .recursing(self.recurse)
+            .selecting(self.select.clone())
+    }
+
+    /// Record in `current` that the target holds it (the synced commit and export list apart).
+    fn record(&self, current: &mut SyncState) {
+        current.path.clone_from(&self.path);
+        current.conversions.clone_from(&self.settings);
+        current.select.clone_from(&self.select);
+        current.recurse_submodules = self.recurse;
+        current.in_progress = None;
+    }
+}
+
+/// A run under the lock: where it applies, and its tally.
+struct Run<'a> {
+    repo: &'a Repo,
+    backend: &'a dyn Backend,
+    options: &'a Options,
+    progress: &'a (dyn Fn(&Progress<'_>) + Send + Sync),
+    interrupt: &'a AtomicBool,
+    me: &'a state::Holder,
+    /// The state as this run last wrote it (or will).
+    current: SyncState,
+    outcome: Outcome,
+    /// What it wrote, for the next verify.
+    written: index_delta::Delta,
+}
+
+impl Run<'_> {
+    async fn store_state(&mut self) -> Result<(), Error> {
+        self.backend.store_state(&self.current.to_bytes()).await?;
+        self.outcome.state_writes += 1;
+        Ok(())
+    }
+
+    /// Apply `plan` (planned from `stream` in chunks, if given) under the current journal
+    /// entry; how many directories healing had to make.
+    async fn apply(
+        &mut self,
+        plan: &Plan,
+        stream: Option<&Streamed>,
+        blobs: &Arc<dyn BlobSource>,
+    ) -> Result<u64, Error> {
+        let (repo, backend, options) = (self.repo, self.backend, self.options);
+        let stream = stream.map(|s| (repo, s));
+        let (progress, interrupt) = (self.progress, self.interrupt);
+        let (current, outcome, written) = (&self.current, &mut self.outcome, &mut self.written);
+        apply_journaled(plan, stream, backend, blobs, options, progress, interrupt, current, outcome, written).await
+    }
+
+    /// Finish the interrupted sync `p` with `plan`; the state records it done at once when
+    /// nothing else is to do (`main_empty`, and it went where this run goes).
+    async fn finish_resumed(
+        &mut self,
+        p: &InProgress,
+        plan: &Plan,
+        stream: Option<&Streamed>,
+        blobs: &Arc<dyn BlobSource>,
+        dest: &Dest,
+        main_empty: bool,
+    ) -> Result<u64, Error> {
+        tracing::info!(
+            target: "treesync::sync",
+            to = %p.to_commit,
+            ops = plan.len(),
+            "finishing an interrupted sync first"
+        );
+        // The journal says "in progress" for this transition; it is ours now.
+        if p.holder.is_some() && !self.backend.capabilities().exclusive_lock {
+            self.current.in_progress = Some(p.clone().held_by(self.me));
+            self.store_state().await?;
+        }
+        let dirs_recreated = self.apply(plan, stream, blobs).await?;
+        let current = &mut self.current;
+        current.synced = Some(Synced { commit: p.to_commit, tree: p.to_tree, at_unix: state::now_unix() });
+        current.path = p.to_path.clone();
+        current.conversions = p.to_conversions.clone();
+        current.select = p.to_select.clone();
+        current.recurse_submodules = p.recurse_submodules;
+        current.in_progress = None;
+        if main_empty
+            && p.to_commit == dest.to.commit
+            && p.to_path == dest.path
+            && current.conversions == dest.settings
+            && current.select == dest.select
+            && p.recurse_submodules == dest.recurse
+            && dirs_recreated == 0
+        {
+            self.store_state().await?;
+        }
+        Ok(dirs_recreated)
+    }
+
+    /// Healing had to make directories whose other content is gone (someone deleted a
+    /// directory, or put a symlink or a file in its place): the diff cannot know what else
+    /// is missing, so compare the target with the destination once and repair what
+    /// differs. Journaled as a repair: an interruption is finished the same way.
+    async fn heal(&mut self, dest: &Dest, converter: &Arc<Converter>, dirs_recreated: u64) -> Result<(), Error> {
+        tracing::warn!(
+            target: "treesync::sync",
+            dirs_recreated,
+            "the target had drifted (directories missing or replaced); comparing it with the destination once"
+        );
+        self.current.in_progress = Some(dest.entry(None, true, self.me));
+        self.store_state().await?;
+        let goal = (&dest.path, dest.recurse, &dest.select);
+        let limits = self.options.limits;
+        let (plan, _, repos) =
+            repair_plan_to(self.repo, self.backend, dest.to, goal, dest.takeover, limits, converter).await?;
+        let blobs: Arc<dyn BlobSource> =
+            Arc::new(source::Converting::new(submodule::Blobs::source(repos), converter.clone()));
+        self.apply(&plan, None, &blobs).await?;
+        Ok(())
+    }
 }
