@@ -1,6 +1,7 @@
 //! The conversions pass after the diff: each file its conversion, the selection and `--export` applied.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use gix::bstr::BStr;
 use gix_hash::ObjectId;
@@ -8,6 +9,7 @@ use gix_object::FindExt;
 
 use super::Error;
 use super::function::{Conversions, MAX_TREE_DEPTH, Node, Planner, at, too_deep};
+use crate::convert::Conversion;
 use crate::op::Op;
 use crate::path::{NameKind, RelPath};
 use crate::source::Cause;
@@ -38,33 +40,11 @@ impl<'a> Planner<'a> {
             ignored_dirs: HashMap::new(),
             empty: !self.incremental,
         };
+        let changes = Changes::of(conversions);
         // Settings that change what a conversion writes though its attributes stay the same
         // (`core.autocrlf`, drivers, the LFS mode, …): such files are compared by their bytes.
-        let settings_changed = conversions.old.map(|c| c.settings()) != Some(conversions.new.settings());
-        let lfs_modes = (
-            conversions.old.map_or_else(|| "none".to_string(), |c| c.settings().lfs.to_string()),
-            conversions.new.settings().lfs,
-        );
-        let lfs_changed = conversions.old.map(|c| c.settings().lfs) != Some(conversions.new.settings().lfs);
-        let rules_changed = conversions.old.is_some_and(|c| c.settings().rules != conversions.new.settings().rules);
-        let reason_of = |before: &Option<std::sync::Arc<crate::convert::Conversion>>,
-                         now: &Option<std::sync::Arc<crate::convert::Conversion>>| {
-            if rules_changed {
-                format!(
-                    "treesync's conversion rules changed since the target was written (an upgrade): written again once ({})",
-                    now.as_deref().map_or_else(|| "none".to_string(), |c| c.to_string())
-                )
-            } else if before != now {
-                changed_reason(before.as_deref(), now.as_deref())
-            } else if lfs_changed && now.as_deref().is_some_and(|c| c.is_lfs()) {
-                format!("LFS mode changed: {} (was: {})", lfs_modes.1, lfs_modes.0)
-            } else {
-                format!(
-                    "the repository's conversion settings changed ({})",
-                    now.as_deref().map_or_else(|| "none".to_string(), |c| c.to_string())
-                )
-            }
-        };
+        let settings_changed = changes.settings;
+        let reason_of = |before: &Option<Arc<Conversion>>, now: &Option<Arc<Conversion>>| changes.reason(before, now);
         let shaping = self.select.is_some()
             || conversions.new.settings().export
             || conversions.old.is_some_and(|c| c.settings().export);
@@ -130,6 +110,30 @@ impl<'a> Planner<'a> {
             }
             out.push(op);
         }
+        self.write_candidates(&mut out, (&mut old, &mut new), find, &changes, shaping)?;
+        self.resubstitute(&mut out, &mut new, find)?;
+        if shaping {
+            self.shape(&mut out, &mut new, find)?;
+        }
+        for op in out {
+            self.ops.push(op);
+        }
+        Ok(())
+    }
+
+    /// The candidates ([`AttrsSeen::candidates`]): files the diff left alone whose conversion
+    /// may write other bytes now; written where it does, and, with a selection, removed or
+    /// added where a side does not hold them.
+    fn write_candidates(
+        &mut self,
+        out: &mut Vec<Op>,
+        (old, new): (&mut Side<'_>, &mut Side<'_>),
+        find: &dyn gix_object::Find,
+        changes: &Changes,
+        shaping: bool,
+    ) -> Result<(), Error> {
+        let Some(conversions) = self.conversions else { return Ok(()) };
+        let settings_changed = changes.settings;
         let mut candidates = std::mem::take(&mut self.attrs.candidates);
         candidates.sort_by(|a, b| a.0.cmp(&b.0));
         for (path, blob, executable) in candidates {
@@ -158,12 +162,21 @@ impl<'a> Planner<'a> {
                     }
                     let size = self.blob_size(blob).map_err(|e| Self::object_error("blob", blob, &at(&path), e))?;
                     self.count(size)?;
-                    let reason = Some(if was { reason_of(&before, &now) } else { "newly selected".to_string() });
+                    let reason = Some(if was { changes.reason(&before, &now) } else { "newly selected".to_string() });
                     out.push(Op::Write { path, blob, size, executable, conversion: now, reason });
                 }
             }
         }
-        // `export-subst` files expand the commit: written again when it changes.
+        Ok(())
+    }
+
+    /// `export-subst` files expand the commit: written again when it changes.
+    fn resubstitute(
+        &mut self,
+        out: &mut Vec<Op>,
+        new: &mut Side<'_>,
+        find: &dyn gix_object::Find,
+    ) -> Result<(), Error> {
         if let Some(again) = self.resubst.take() {
             let written: std::collections::HashSet<RelPath> = out
                 .iter()
@@ -191,12 +204,6 @@ impl<'a> Planner<'a> {
                 let reason = Some("export-subst: the commit changed".to_string());
                 out.push(Op::Write { path, blob: id, size, executable, conversion, reason });
             }
-        }
-        if shaping {
-            self.shape(&mut out, &mut new, find)?;
-        }
-        for op in out {
-            self.ops.push(op);
         }
         Ok(())
     }
@@ -518,4 +525,47 @@ pub(super) fn changed_reason(
 ) -> String {
     let show = |c: Option<&crate::convert::Conversion>| c.map_or_else(|| "none".to_string(), |c| c.to_string());
     format!("conversion changed: {} (was: {})", show(now), show(before))
+}
+
+/// What changed between the settings a target's files were written with and this sync's.
+struct Changes {
+    /// Anything: files with a conversion are compared by their converted bytes.
+    settings: bool,
+    /// The LFS mode, and the modes before and now.
+    lfs: bool,
+    lfs_modes: (String, crate::lfs::LfsMode),
+    /// treesync's conversion rules (an upgrade).
+    rules: bool,
+}
+
+impl Changes {
+    fn of(conversions: Conversions<'_>) -> Changes {
+        let old = conversions.old.map(|c| c.settings());
+        let new = conversions.new.settings();
+        Changes {
+            settings: old != Some(new),
+            lfs: old.map(|s| s.lfs) != Some(new.lfs),
+            lfs_modes: (old.map_or_else(|| "none".to_string(), |s| s.lfs.to_string()), new.lfs),
+            rules: old.is_some_and(|s| s.rules != new.rules),
+        }
+    }
+
+    /// Why a file is written again whose conversion was `before` and is `now`.
+    fn reason(&self, before: &Option<Arc<Conversion>>, now: &Option<Arc<Conversion>>) -> String {
+        if self.rules {
+            format!(
+                "treesync's conversion rules changed since the target was written (an upgrade): written again once ({})",
+                now.as_deref().map_or_else(|| "none".to_string(), |c| c.to_string())
+            )
+        } else if before != now {
+            changed_reason(before.as_deref(), now.as_deref())
+        } else if self.lfs && now.as_deref().is_some_and(|c| c.is_lfs()) {
+            format!("LFS mode changed: {} (was: {})", self.lfs_modes.1, self.lfs_modes.0)
+        } else {
+            format!(
+                "the repository's conversion settings changed ({})",
+                now.as_deref().map_or_else(|| "none".to_string(), |c| c.to_string())
+            )
+        }
+    }
 }

@@ -232,11 +232,32 @@ impl Walk<'_> {
                 path.truncate(done.path_before);
             }
         }
-        // Conversions: by this repository's own `.gitattributes` files, as a checkout of it.
-        if let Some(settings) = self.settings {
+        self.convert(odb, prefix, attributes, &files, &dirs)?;
+        if let Some(gitlinks) = gitlinks {
+            self.enter(gitlinks, gitlinks_found)?;
+        }
+        Ok(())
+    }
+
+    /// Conversions: by this repository's own `.gitattributes` files (`attributes`), as a
+    /// checkout of it, for its `files` (and, with `--export`, what `export-ignore` leaves out
+    /// of them and of its `dirs`); positions in `out`, paths below `prefix`.
+    fn convert(
+        &mut self,
+        odb: &dyn FindObjectOrHeader,
+        prefix: &[u8],
+        attributes: crate::convert::AttributeFiles,
+        files: &[usize],
+        dirs: &[usize],
+    ) -> Result<(), Error> {
+        let in_repo =
+            |p: &[u8]| -> Vec<u8> { if prefix.is_empty() { p.to_vec() } else { p[prefix.len() + 1..].to_vec() } };
+        let out = &mut *self.out;
+        let Some(settings) = self.settings else { return Ok(()) };
+        {
             let mut resolver = crate::convert::Resolver::new(settings, attributes)?;
             let find: &dyn gix_object::Find = odb;
-            for i in files {
+            for &i in files {
                 let at = in_repo(&out[i].0);
                 let (conversion, ignored) = resolver.at(at.as_bstr(), find)?;
                 if ignored {
@@ -247,7 +268,7 @@ impl Walk<'_> {
                 }
             }
             if settings.export {
-                for i in dirs {
+                for &i in dirs {
                     let at = in_repo(&out[i].0);
                     if resolver.export_ignored(at.as_bstr(), true, find)? {
                         self.ignored.push(out[i].0.clone());
@@ -255,9 +276,14 @@ impl Walk<'_> {
                 }
             }
         }
-        // Submodules: each gitlink holds its recorded commit's tree, read from its repository.
-        if let Some(gitlinks) = gitlinks {
-            for (at, commit) in gitlinks_found {
+        Ok(())
+    }
+
+    /// Submodules: each gitlink (`found`: where, which commit) holds its recorded commit's
+    /// tree, read from its repository.
+    fn enter(&mut self, gitlinks: &dyn Gitlinks, found: Vec<(Vec<u8>, ObjectId)>) -> Result<(), Error> {
+        {
+            for (at, commit) in found {
                 let rel = RelPath::parse_bytes(&at).map_err(crate::plan::Error::from)?;
                 let mut failed = None;
                 gitlinks.enter(&rel, None, Some(commit), &mut |odb, _, tree, nested| {
