@@ -4,8 +4,9 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
+use super::checks::repair_plan_to;
 use super::journal::{apply_journaled, check_lease, journal_entry, record_written, under_lock};
-use super::prepare::{Goal, Prepared, Streamed, prepare_at, repair_plan_to};
+use super::prepare::{Goal, Prepared, Streamed, prepare_at};
 use super::{DEFAULT_STREAM_CHUNK, Error, Options, Outcome};
 use crate::apply::Progress;
 use crate::backend::{Backend, TargetState};

@@ -18,6 +18,7 @@ use crate::state::{self, InProgress, Synced};
 use crate::submodule;
 use crate::verify;
 
+mod checks;
 mod function;
 mod journal;
 mod place;
