@@ -6,6 +6,7 @@ use std::process::Command;
 use std::sync::atomic::AtomicBool;
 
 use treesync_core::{MemoryBackend, Repo, sync, verify};
+use treesync_testkit::verify_at;
 
 fn git(dir: &Path, args: &[&str]) -> String {
     let out = Command::new("git")
@@ -34,15 +35,7 @@ async fn a_missing_blob_is_an_error_not_drift() {
     let repo = Repo::open(work).expect("open");
     sync::sync(&repo, "main", &backend, &options, &|_| {}, &AtomicBool::new(false)).await.expect("sync");
     for level in [verify::Level::Quick, verify::Level::Stat, verify::Level::Full] {
-        let report = verify::verify(
-            &repo,
-            &backend,
-            &verify::Options::at(level),
-            &|_| {},
-            &std::sync::atomic::AtomicBool::new(false),
-        )
-        .await
-        .expect("verify");
+        let report = verify_at(&repo, &backend, level).await.expect("verify");
         assert!(report.is_clean(), "{level:?}: {:?}", report.drift);
     }
 
@@ -51,15 +44,7 @@ async fn a_missing_blob_is_an_error_not_drift() {
     std::fs::remove_file(&loose).expect("remove the loose object");
     let repo = Repo::open(work).expect("open again");
     for level in [verify::Level::Quick, verify::Level::Stat, verify::Level::Full] {
-        match verify::verify(
-            &repo,
-            &backend,
-            &verify::Options::at(level),
-            &|_| {},
-            &std::sync::atomic::AtomicBool::new(false),
-        )
-        .await
-        {
+        match verify_at(&repo, &backend, level).await {
             Err(verify::Error::Source(e)) => {
                 let msg = e.to_string();
                 assert!(msg.contains(&blob) && msg.contains("a.txt") && msg.contains("hint:"), "{level:?}: {msg}");
@@ -101,15 +86,7 @@ async fn repository_errors_keep_gitoxides_error_as_their_source() {
     std::fs::remove_file(&loose).expect("remove the loose object (read-only)");
     std::fs::write(&loose, b"this is not a zlib stream").expect("write garbage in its place");
     let repo = Repo::open(&work).expect("open again");
-    match verify::verify(
-        &repo,
-        &backend,
-        &verify::Options::at(verify::Level::Quick),
-        &|_| {},
-        &std::sync::atomic::AtomicBool::new(false),
-    )
-    .await
-    {
+    match verify_at(&repo, &backend, verify::Level::Quick).await {
         Err(verify::Error::Source(source::Error::Object { source: Cause::Gix(gix), id, .. })) => {
             assert_eq!(id.to_string(), blob);
             assert!(!gix.to_string().is_empty());

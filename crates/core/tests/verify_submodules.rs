@@ -10,9 +10,10 @@ use std::sync::atomic::AtomicBool;
 
 use treesync_core::memory::MemNode;
 use treesync_core::sync;
-use treesync_core::verify::{self, Drift, Level};
+use treesync_core::verify::{Drift, Level};
 use treesync_core::{MemoryBackend, Repo};
 use treesync_testkit::tree::{self, Node};
+use treesync_testkit::verify_at;
 
 fn git(dir: &Path, args: &[&str]) -> String {
     let out = Command::new("git")
@@ -111,9 +112,7 @@ fn assert_holds_clone(world: &World, target: &MemoryBackend, context: &str) {
 }
 
 fn drift_of(repo: &Repo, target: &MemoryBackend, level: Level) -> Vec<Drift> {
-    run(verify::verify(repo, target, &verify::Options::at(level), &|_| {}, &std::sync::atomic::AtomicBool::new(false)))
-        .expect("verify")
-        .drift
+    run(verify_at(repo, target, level)).expect("verify").drift
 }
 
 #[test]
@@ -131,14 +130,7 @@ fn a_recursive_sync_verifies_clean_and_drift_inside_a_submodule_is_found_and_rep
     );
 
     for level in [Level::Quick, Level::Stat, Level::Full] {
-        let report = run(verify::verify(
-            &repo,
-            &target,
-            &verify::Options::at(level),
-            &|_| {},
-            &std::sync::atomic::AtomicBool::new(false),
-        ))
-        .expect("verify");
+        let report = run(verify_at(&repo, &target, level)).expect("verify");
         assert!(report.is_clean(), "{level:?}: drift right after a recursive sync: {:?}", report.drift);
         assert!(report.expected >= 6, "{level:?}: the submodule's paths are compared: {report:?}");
     }

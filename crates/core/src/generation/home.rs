@@ -19,7 +19,7 @@ pub(super) const GENERATION_MARK: &str = "generation";
 /// Refuse a target that was kept in generations but whose home is gone
 /// ([`Error::HomeGone`]): a sync without `--atomic` or `--no-atomic` must not turn it into
 /// plain in-place syncs silently. For a target whose home the caller found missing
-/// ([`has_home`]), read through `target`, the backend the plain sync uses (its lookups are
+/// ([`has_home`](super::has_home)), read through `target`, the backend the plain sync uses (its lookups are
 /// the sync's own: one more on a NAS, for the mark). Fine when the target never was a
 /// generation, or is not there.
 pub async fn orphaned(host: &dyn Host, target: &dyn Backend) -> Result<(), Error> {

@@ -24,7 +24,7 @@ pub fn holder() -> state::Holder {
     state::Holder::this_process()
 }
 
-/// Sync `backend` to `rev` of `repo`. See the [module docs](self).
+/// Sync `backend` to `rev` of `repo`. See the [module docs](super).
 ///
 /// A target that treesync does not manage yet (missing, empty or foreign) is read and the sync
 /// planned before anything is written: a refused sync (a foreign target, a hostile tree)

@@ -84,9 +84,9 @@ pub(super) fn precious(dir: &RelPath, entries: &[backend::DirEntry]) -> Option<(
 pub struct Place<'a> {
     /// The target directory.
     pub target: &'a Path,
-    /// The repository's git directory ([`Repo::git_dir()`]).
+    /// The repository's git directory ([`Repo::git_dir()`](crate::Repo::git_dir)).
     pub git_dir: &'a Path,
-    /// The repository's working tree, if it has one ([`Repo::work_dir()`]).
+    /// The repository's working tree, if it has one ([`Repo::work_dir()`](crate::Repo::work_dir)).
     pub work_dir: Option<&'a Path>,
     /// The user's home directory, if known.
     pub home: Option<&'a Path>,

@@ -28,7 +28,7 @@ pub struct Prepared {
     /// An interrupted sync, and the plan that finishes it (run first).
     pub resume: Option<(InProgress, Plan)>,
     /// The plan to the requested commit (shared with other targets through
-    /// [`Options::plans`]).
+    /// [`Options::plans`](super::Options::plans)).
     pub main: Arc<Plan>,
     /// The requested commit.
     pub to: Resolved,
@@ -94,7 +94,7 @@ impl Prepared {
 /// How to [`prepare()`]: what a sync with these settings would plan.
 #[derive(Debug, Clone, Default)]
 pub struct PrepareOptions {
-    /// Plan a takeover ([`Options::force`]): of a target treesync did not write, or of a
+    /// Plan a takeover ([`Options::force`](super::Options::force)): of a target treesync did not write, or of a
     /// managed one by comparing it with the requested tree once.
     pub force: bool,
     /// Create a missing target root (and its `.treesync` folder) before reading it; without
@@ -102,13 +102,13 @@ pub struct PrepareOptions {
     pub create: bool,
     /// How large a plan may get ([`plan::Limits`]).
     pub limits: plan::Limits,
-    /// Plan gitlinks filled with their submodules' trees ([`Options::recurse_submodules`]).
+    /// Plan gitlinks filled with their submodules' trees ([`Options::recurse_submodules`](super::Options::recurse_submodules)).
     pub recurse_submodules: bool,
-    /// Plan only the paths these patterns select ([`Options::select`]).
+    /// Plan only the paths these patterns select ([`Options::select`](super::Options::select)).
     pub select: Select,
-    /// `git archive` semantics ([`Options::export`]).
+    /// `git archive` semantics ([`Options::export`](super::Options::export)).
     pub export: bool,
-    /// What LFS pointer files are written as ([`Options::lfs`]).
+    /// What LFS pointer files are written as ([`Options::lfs`](super::Options::lfs)).
     pub lfs: crate::lfs::LfsMode,
 }
 

@@ -25,7 +25,7 @@
 //! a conversion and only when the stat index does not prove them; the others keep the fast
 //! path through the blob id, its header's size, the stat index and the ETag. With the state's
 //! `recurse_submodules`, each gitlink is expected to hold its recorded commit's tree, read from
-//! the submodule's repository (found as a sync finds it, [`Submodules`]), and repairs read
+//! the submodule's repository (found as a sync finds it, [`Submodules`](crate::submodule::Submodules)), and repairs read
 //! blobs from there ([`Report::repos`]).
 //!
 //! # The stat index and conversions

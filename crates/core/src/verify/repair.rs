@@ -12,7 +12,7 @@ use crate::source::Repo;
 /// The ops that turn the drift of `report` back into the recorded tree: rewrite what differs,
 /// restore what is missing, fix modes; remove extra entries only with `delete_extra` (and
 /// temporaries of killed runs always). Uses what
-/// [`verify`] recorded in the report: no second walk of the tree, no second scan of the target.
+/// [`verify()`](super::verify()) recorded in the report: no second walk of the tree, no second scan of the target.
 pub fn repair_plan(repo: &Repo, report: &Report, delete_extra: bool) -> Result<Plan, Error> {
     let want = &report.wanted;
     let found = &report.found_below;

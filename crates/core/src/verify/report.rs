@@ -99,11 +99,11 @@ pub struct Report {
     pub proven_by_stat: u64,
     /// The differences, by path.
     pub drift: Vec<Drift>,
-    /// Who judged the files' bytes when that was git (`--oracle git`, see [`verify_by_git`]);
+    /// Who judged the files' bytes when that was git (`--oracle git`, see [`verify_by_git`](super::Oracle::Git));
     /// absent: treesync's own conversions.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub oracle: Option<OracleReport>,
-    /// A verify of one slice of the tree ([`verify_slice`]): which, and what it covered
+    /// A verify of one slice of the tree ([`verify_slice`](super::Options::slice)): which, and what it covered
     /// (`expected` and `scanned` are then the slice's); null: the whole tree.
     pub slice: Option<SliceReport>,
     /// What [`repair_plan`] needs, kept so that it neither walks the tree nor scans the target
@@ -153,7 +153,7 @@ impl Report {
     }
 }
 
-/// How git judged a target ([`verify_by_git`]).
+/// How git judged a target ([`verify_by_git`](super::Oracle::Git)).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct OracleReport {
     /// `git --version` of the git that judged.
