@@ -73,7 +73,7 @@ pub async fn sync(
 /// A dry run of `options` (a dry run) in the generation at `at`. A slot holding what treesync
 /// did not write, or whose state is gone (the home is treesync's: nothing in a slot is kept), is
 /// planned as taken over, as [`sync()`] will take it over.
-pub(super) async fn dry_run_in(
+async fn dry_run_in(
     repo: &Repo,
     rev: &str,
     host: &dyn Host,
@@ -92,7 +92,7 @@ pub(super) async fn dry_run_in(
 /// [`sync::sync`] of a slot: a slot the sync refuses as not written by treesync (what a
 /// takeover displaced, or a slot whose state is gone; refused before anything is written) is
 /// taken over, as the home is treesync's and nothing in a slot is kept.
-pub(super) async fn slot_sync(
+async fn slot_sync(
     repo: &Repo,
     rev: &str,
     backend: &dyn Backend,
@@ -109,12 +109,7 @@ pub(super) async fn slot_sync(
     }
 }
 
-pub(super) fn preview_at(
-    rec: &Record,
-    current: Option<&At>,
-    options: &Options,
-    held: &BTreeMap<String, Vec<u32>>,
-) -> Option<At> {
+fn preview_at(rec: &Record, current: Option<&At>, options: &Options, held: &BTreeMap<String, Vec<u32>>) -> Option<At> {
     match choose(rec, current, options, held, &"") {
         Ok((Some(slot), _)) => Some(At::Slot(slot)),
         // A new generation starts as a copy of the current one; at the cap the sync is refused.

@@ -14,7 +14,7 @@ use crate::sync;
 /// The name, in a generation's `.treesync` folder ([`Backend::store_aux`]), of the file saying
 /// that it is a generation and in which switch mode; emptied when the target leaves
 /// generations. A target directory holding it without a home lost its home ([`orphaned`]).
-pub(super) const GENERATION_MARK: &str = "generation";
+const GENERATION_MARK: &str = "generation";
 
 /// Refuse a target that was kept in generations but whose home is gone
 /// ([`Error::HomeGone`]): a sync without `--atomic` or `--no-atomic` must not turn it into
@@ -53,7 +53,7 @@ pub(super) async fn mark(backend: &dyn Backend, switch: Switch) -> Result<(), Er
     Ok(backend.store_aux(GENERATION_MARK, switch.to_string().as_bytes()).await?)
 }
 
-pub(super) fn record_error(host: &dyn Host, detail: String) -> Error {
+fn record_error(host: &dyn Host, detail: String) -> Error {
     Error::Record { target: host.to_string(), path: format!("{}/generations", host.home_name()), detail }
 }
 
@@ -110,7 +110,7 @@ pub(super) fn current_of(host: &dyn Host, at: &AtTarget) -> Result<Option<At>, E
     })
 }
 
-pub(super) fn is_trash(name: &str) -> bool {
+fn is_trash(name: &str) -> bool {
     name.starts_with("trash-")
 }
 
@@ -194,7 +194,7 @@ pub(super) async fn mode(
     })
 }
 
-pub(super) fn rfc3339(secs: u64) -> String {
+fn rfc3339(secs: u64) -> String {
     crate::duration::rfc3339(std::time::UNIX_EPOCH + Duration::from_secs(secs))
 }
 

@@ -211,12 +211,7 @@ impl<'a> Planner<'a> {
     /// With a selection or `--export`: make the directories of what is written (a directory
     /// is made only for what it holds), and remove the directories left without any selected
     /// content by what is removed.
-    pub(super) fn shape(
-        &mut self,
-        ops: &mut Vec<Op>,
-        new: &mut Side<'_>,
-        find: &dyn gix_object::Find,
-    ) -> Result<(), Error> {
+    fn shape(&mut self, ops: &mut Vec<Op>, new: &mut Side<'_>, find: &dyn gix_object::Find) -> Result<(), Error> {
         let mut dirs: std::collections::BTreeSet<RelPath> = Default::default();
         let mut removed: std::collections::BTreeSet<RelPath> = Default::default();
         for op in ops.iter() {
@@ -269,7 +264,7 @@ impl<'a> Planner<'a> {
     }
 
     /// The tree of directory `dir` in the tree planned to, if it is one there.
-    pub(super) fn tree_at(&mut self, dir: &RelPath) -> Result<Option<ObjectId>, Error> {
+    fn tree_at(&mut self, dir: &RelPath) -> Result<Option<ObjectId>, Error> {
         let Some(mut id) = self.to else { return Ok(None) };
         let mut at = RelPath::root();
         for name in dir.components() {
@@ -285,7 +280,7 @@ impl<'a> Planner<'a> {
     }
 
     /// Does tree `id` at `dir` hold anything the new side selects (walked as deep as needed)?
-    pub(super) fn holds_selected(
+    fn holds_selected(
         &mut self,
         dir: &RelPath,
         id: ObjectId,
@@ -328,7 +323,7 @@ impl<'a> Planner<'a> {
     }
 
     /// The target of symlink `id` at `path`, checked as the diff checks it.
-    pub(super) fn link_target(&mut self, path: &RelPath, id: ObjectId) -> Result<Vec<u8>, Error> {
+    fn link_target(&mut self, path: &RelPath, id: ObjectId) -> Result<Vec<u8>, Error> {
         let target = self
             .odb
             .find_blob(&id, &mut self.buf)
@@ -345,7 +340,7 @@ impl<'a> Planner<'a> {
     /// Would blob `blob` at `path` be written differently under `now` than under `before`?
     /// Filter drivers (and `export-subst`) are not run to find out: a change to or from one
     /// counts as a difference.
-    pub(super) fn output_differs(
+    fn output_differs(
         &mut self,
         path: &RelPath,
         blob: ObjectId,
@@ -458,7 +453,7 @@ pub(super) fn up(path: &RelPath) -> Option<RelPath> {
 }
 
 /// One side of a plan for the conversions pass: its attributes and what it selects.
-pub(super) struct Side<'s> {
+struct Side<'s> {
     /// `None`: files as blobs are, nothing left out by attributes.
     pub(super) resolver: Option<crate::convert::Resolver>,
     pub(super) select: Option<&'s crate::select::Select>,
@@ -510,7 +505,7 @@ impl Side<'_> {
 
     /// [`Self::keeps`] for a directory whose content may be selected (the patterns are
     /// checked per entry below it).
-    pub(super) fn keeps_dir(&mut self, path: &RelPath, find: &dyn gix_object::Find) -> Result<bool, Error> {
+    fn keeps_dir(&mut self, path: &RelPath, find: &dyn gix_object::Find) -> Result<bool, Error> {
         let select = self.select.take();
         let r = self.keeps(path, true, find);
         self.select = select;
@@ -519,10 +514,7 @@ impl Side<'_> {
 }
 
 /// Why a file whose blob did not change is written again.
-pub(super) fn changed_reason(
-    before: Option<&crate::convert::Conversion>,
-    now: Option<&crate::convert::Conversion>,
-) -> String {
+fn changed_reason(before: Option<&crate::convert::Conversion>, now: Option<&crate::convert::Conversion>) -> String {
     let show = |c: Option<&crate::convert::Conversion>| c.map_or_else(|| "none".to_string(), |c| c.to_string());
     format!("conversion changed: {} (was: {})", show(now), show(before))
 }

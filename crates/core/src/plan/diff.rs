@@ -64,7 +64,7 @@ impl<'a> Planner<'a> {
     }
 
     /// Record the `.gitattributes` file of `dir` (of the old or the new tree); its blob.
-    pub(super) fn note_attributes(&mut self, dir: &RelPath, entries: &[(&BStr, Node)], new: bool) -> Option<ObjectId> {
+    fn note_attributes(&mut self, dir: &RelPath, entries: &[(&BStr, Node)], new: bool) -> Option<ObjectId> {
         let i = entries
             .binary_search_by(|(name, _)| <BStr as AsRef<[u8]>>::as_ref(name).cmp(b".gitattributes".as_slice()))
             .ok()?;
@@ -80,12 +80,7 @@ impl<'a> Planner<'a> {
         Some(id)
     }
 
-    pub(super) fn diff_entries_inner(
-        &mut self,
-        dir: &RelPath,
-        old: &[(&BStr, Node)],
-        new: &[(&BStr, Node)],
-    ) -> Result<(), Error> {
+    fn diff_entries_inner(&mut self, dir: &RelPath, old: &[(&BStr, Node)], new: &[(&BStr, Node)]) -> Result<(), Error> {
         let mut changed = false;
         let depth = dir.depth() + 1;
         let (mut i, mut j) = (0, 0);
@@ -138,7 +133,7 @@ impl<'a> Planner<'a> {
         Ok(())
     }
 
-    pub(super) fn diff_entry(&mut self, path: &RelPath, old: Option<Node>, new: Option<Node>) -> Result<(), Error> {
+    fn diff_entry(&mut self, path: &RelPath, old: Option<Node>, new: Option<Node>) -> Result<(), Error> {
         use Node::*;
         // First take away what the old entry was, where the new one cannot simply replace it.
         match (old, new) {
@@ -209,7 +204,7 @@ impl<'a> Planner<'a> {
 
     /// Do the two sides differ in whether gitlinks hold their submodules' trees (so that equal
     /// trees must be walked too, to find the gitlinks in them)?
-    pub(super) fn recurse_changes(&self) -> bool {
+    fn recurse_changes(&self) -> bool {
         self.recurse.is_some_and(|r| r.old != r.new)
     }
 
@@ -220,12 +215,7 @@ impl<'a> Planner<'a> {
 
     /// Plan the content of the gitlink at `path` (its directory exists, or is planned to):
     /// from submodule commit `old`'s tree to `new`'s, in the submodule's object database.
-    pub(super) fn diff_gitlink(
-        &mut self,
-        path: &RelPath,
-        old: Option<ObjectId>,
-        new: Option<ObjectId>,
-    ) -> Result<(), Error> {
+    fn diff_gitlink(&mut self, path: &RelPath, old: Option<ObjectId>, new: Option<ObjectId>) -> Result<(), Error> {
         let gitlinks = self.recurse.expect("only called when recursing").gitlinks;
         // A submodule filled anew is measured first, its own submodules filled, each distinct
         // commit once: a submodule bomb is refused before it is planned.
@@ -310,7 +300,7 @@ impl<'a> Planner<'a> {
     }
 
     /// Plan the creation of tree `id` at `path` (and its directory, if a checkout would make one).
-    pub(super) fn add_tree(&mut self, path: &RelPath, id: ObjectId) -> Result<(), Error> {
+    fn add_tree(&mut self, path: &RelPath, id: ObjectId) -> Result<(), Error> {
         // Measured before anything of it is planned (each distinct tree once per plan).
         let size = self.measured(id, path)?;
         if size.entries == 0 {

@@ -515,7 +515,7 @@ impl<'a> Planner<'a> {
         }
     }
 
-    pub(super) fn ops_so_far(&self) -> impl Iterator<Item = &Op> {
+    fn ops_so_far(&self) -> impl Iterator<Item = &Op> {
         self.ops.iter().chain(self.nested.iter())
     }
 
@@ -548,7 +548,7 @@ impl<'a> Planner<'a> {
     }
 
     /// Hand the ops planned since the last chunk on ([`Emit::send`]).
-    pub(super) fn hand_on(&mut self) -> Result<(), Error> {
+    fn hand_on(&mut self) -> Result<(), Error> {
         let Some(Emit { chunk, size, send: Some(send), .. }) = &mut self.emit else { return Ok(()) };
         if chunk.is_empty() {
             return Ok(());

@@ -72,7 +72,7 @@ impl<'a> Planner<'a> {
 
     /// Read tree `id` (at `shown`) for a walk: its subtrees, and what its other entries add up
     /// to through `leaf` (called with the entry's kind, id and name).
-    pub(super) fn frame<T>(
+    fn frame<T>(
         &self,
         id: ObjectId,
         shown: &Shown,
@@ -168,7 +168,7 @@ impl<'a> Planner<'a> {
         Ok(v)
     }
 
-    pub(super) fn entries_have_content(
+    fn entries_have_content(
         &mut self,
         entries: &[(&BStr, Node)],
         other: &[(&BStr, Node)],

@@ -108,7 +108,7 @@ pub async fn sync(
     .await
 }
 
-pub(super) fn outcome_of(prepared: &Prepared, options: &Options) -> Outcome {
+fn outcome_of(prepared: &Prepared, options: &Options) -> Outcome {
     let mut planned = prepared.main.counts;
     if let Some((_, plan)) = &prepared.resume {
         planned.merge(&plan.counts);

@@ -85,7 +85,7 @@ pub(super) async fn apply_journaled(
 /// and memory holds two chunks at most (the channel's), not the plan. The journal entry is
 /// written already; every op is idempotent, so an interrupted run is finished by the next.
 #[allow(clippy::too_many_arguments)] // the executor's inputs plus the plan's source
-pub(super) async fn apply_streamed(
+async fn apply_streamed(
     repo: &Repo,
     s: &Streamed,
     total: OpCounts,

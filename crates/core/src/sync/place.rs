@@ -43,7 +43,7 @@ pub(super) async fn scan(backend: &dyn Backend) -> Result<Vec<ExistingEntry>, Er
 /// clone, or a repository's git directory), the layout of a git directory (`HEAD`, `objects/`,
 /// `refs/`: a bare repository), another target's state folder (`.treesync` below the root) or
 /// generations home (`.NAME.treesync/`), and at the root a home directory's `.ssh/`.
-pub(super) fn precious(dir: &RelPath, entries: &[backend::DirEntry]) -> Option<(String, &'static str)> {
+fn precious(dir: &RelPath, entries: &[backend::DirEntry]) -> Option<(String, &'static str)> {
     let has = |name: &[u8], is_dir: bool| entries.iter().any(|e| e.name == name && e.is_dir == is_dir);
     let at = |name: &[u8]| {
         let mut p = dir.as_bytes().to_vec();

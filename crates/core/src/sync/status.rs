@@ -28,7 +28,7 @@ pub struct Status {
 #[derive(schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 #[allow(dead_code)] // only its schema is used
-pub(super) enum TargetKind {
+enum TargetKind {
     Empty,
     Managed,
     Unmanaged,

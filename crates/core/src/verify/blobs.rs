@@ -11,7 +11,7 @@ use crate::source::{self, Repo};
 
 /// A blob the tree names could not be read: the repository is damaged or incomplete. That is
 /// an error of the repository, never drift of the target.
-pub(super) fn object_error(id: &ObjectId, path: &[u8], cause: source::Cause) -> Error {
+fn object_error(id: &ObjectId, path: &[u8], cause: source::Cause) -> Error {
     Error::Source(source::Error::Object {
         what: "blob",
         id: *id,
@@ -22,7 +22,7 @@ pub(super) fn object_error(id: &ObjectId, path: &[u8], cause: source::Cause) -> 
 
 /// The repository of `repos` that holds blob `id` (the first one; blob ids are content
 /// addresses), and its size; `repos` is the repository, then submodules.
-pub(super) fn holder<'r>(repos: &'r [Repo], id: &ObjectId, path: &[u8]) -> Result<(&'r Repo, u64), Error> {
+fn holder<'r>(repos: &'r [Repo], id: &ObjectId, path: &[u8]) -> Result<(&'r Repo, u64), Error> {
     let mut first_error = None;
     for repo in repos {
         match repo.with_objects(|odb| odb.try_header(id)) {

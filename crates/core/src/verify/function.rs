@@ -22,7 +22,7 @@ pub async fn recorded(backend: &dyn Backend) -> Result<(Against, bool), Error> {
     Ok((against, interrupted))
 }
 
-pub(super) async fn recorded_state(backend: &dyn Backend) -> Result<(Against, bool, u64), Error> {
+async fn recorded_state(backend: &dyn Backend) -> Result<(Against, bool, u64), Error> {
     let state = match backend.load_state().await? {
         Some(b) => crate::state::SyncState::parse(&b)?,
         None => return Err(Error::NoState(backend.to_string())),

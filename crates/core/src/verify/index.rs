@@ -120,7 +120,7 @@ pub(super) async fn hash_files(
 }
 
 /// Bytes of files being hashed that a verify holds at once, at most (plus one file larger).
-pub(super) const HASH_BYTES_IN_FLIGHT: u64 = 64 << 20;
+const HASH_BYTES_IN_FLIGHT: u64 = 64 << 20;
 
 pub(super) fn blob_id(data: &[u8]) -> ObjectId {
     gix_object::compute_hash(gix_hash::Kind::Sha1, gix_object::Kind::Blob, data).expect("sha1 of memory")
