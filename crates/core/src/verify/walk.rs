@@ -114,6 +114,9 @@ impl Walk<'_> {
     /// is read; a tree that expands to more than `limits.max_entries` paths (a tree bomb) is
     /// refused as soon as the walk gets there. Submodules nest through [`Gitlinks::enter`],
     /// which bounds their depth.
+    ///
+    /// (About 120 lines: the frame stack, the one path buffer and the closure that reads a tree
+    /// share the walk's locals; cut apart, they would travel as one more struct.)
     fn tree(
         &mut self,
         odb: &dyn FindObjectOrHeader,
