@@ -12,9 +12,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use rustix::fs::{AtFlags, FileType, Mode, OFlags, ResolveFlags};
 use rustix::io::Errno;
 use treesync_backend::backend::{DirEntry, Error, FileStat, Found, FoundKind, LockGuard, TargetState, Written};
+use treesync_backend::lock::Holder;
 use treesync_backend::path::{STATE_DIR, TMP_PREFIX};
 use treesync_backend::source::{BlobSource, Content};
-use treesync_backend::lock::Holder;
 use treesync_backend::{Op, RelPath};
 
 use crate::lockfile;

@@ -10,9 +10,10 @@ use std::path::Path;
 use treesync_backend_local::{LocalBackend, Options};
 use treesync_core::index_delta::{self, Delta};
 use treesync_core::policy::Fail;
-use treesync_core::verify::{self, Drift, Level, Report};
+use treesync_core::verify::{Drift, Level, Report};
 use treesync_testkit::conformance::{History, sync_to};
 use treesync_testkit::history::{Entry, Model};
+use treesync_testkit::verify_at;
 
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime")
@@ -70,7 +71,7 @@ fn assert_first_verify_proves_what_the_sync_recorded(
     for e in delta.paths.values().flatten() {
         assert!((e.stat.mtime_secs, e.stat.mtime_nsecs) < clock, "a racy entry was kept: {e:?}");
     }
-    let r = rt.block_on(verify::verify(&h.repo, backend, Level::Stat)).expect("verify");
+    let r = rt.block_on(verify_at(&h.repo, backend, Level::Stat)).expect("verify");
     assert!(r.is_clean(), "{:?}", r.drift);
     assert_eq!((r.hashed, r.proven_by_stat), (300 - kept as u64, kept as u64), "proven by what the sync recorded");
     r
@@ -100,7 +101,7 @@ fn verify_after_an_initial_and_an_incremental_sync_hashes_nothing() {
     rt.block_on(sync_to(&h.repo, &h.commits[0], &backend)).expect("initial sync");
     assert_first_verify_proves_what_the_sync_recorded(&rt, &h, &root, &backend);
     assert!(delta_of(&root).is_empty(), "the verify folded the delta into its index");
-    let r = rt.block_on(verify::verify(&h.repo, &backend, Level::Stat)).expect("verify");
+    let r = rt.block_on(verify_at(&h.repo, &backend, Level::Stat)).expect("verify");
     assert_eq!((r.hashed, r.proven_by_stat), (0, 300), "and by the index afterwards");
 
     rt.block_on(sync_to(&h.repo, &h.commits[1], &backend)).expect("incremental sync");
@@ -109,7 +110,7 @@ fn verify_after_an_initial_and_an_incremental_sync_hashes_nothing() {
     assert!(kept <= 30 && delta.paths.len() >= 30, "the written files: {kept} of 30 kept, {} paths", delta.paths.len());
     assert!(delta.paths.get(&b"d1/f31.txt"[..]).is_some_and(Option::is_none), "replaced by a symlink: removed");
     assert!(delta.paths.get(&b"d4/f280.txt"[..]).is_some_and(Option::is_none), "deleted: removed");
-    let r = rt.block_on(verify::verify(&h.repo, &backend, Level::Stat)).expect("verify");
+    let r = rt.block_on(verify_at(&h.repo, &backend, Level::Stat)).expect("verify");
     assert!(r.is_clean(), "{:?}", r.drift);
     // The files left out are hashed, the rest proven by the delta or the index.
     assert_eq!((r.hashed, r.proven_by_stat), (30 - kept as u64, 300 + 10 - 10 - 1 - (30 - kept as u64)));
@@ -141,7 +142,7 @@ fn changes_right_after_a_sync_are_drift() {
     std::fs::set_permissions(root.join("d2/f2.txt"), std::fs::Permissions::from_mode(0o755)).expect("chmod");
     std::fs::remove_file(root.join("d3/f3.txt")).expect("rm");
 
-    let r = rt.block_on(verify::verify(&h.repo, &backend, Level::Stat)).expect("verify");
+    let r = rt.block_on(verify_at(&h.repo, &backend, Level::Stat)).expect("verify");
     let paths: Vec<String> = r.drift.iter().map(|d| String::from_utf8_lossy(d.path()).into_owned()).collect();
     assert_eq!(paths, ["d0/f6.txt", "d1/f1.txt", "d2/f2.txt", "d3/f3.txt"], "{:?}", r.drift);
     assert_eq!(kinds(&r), ["content_changed", "type_changed", "mode_changed", "missing"]);
@@ -168,21 +169,21 @@ fn an_interrupted_sync_records_nothing_and_its_rerun_does() {
     let root = dir.path().join("t");
     let backend = LocalBackend::new(&root, Options::default());
     rt.block_on(sync_to(&h.repo, &h.commits[0], &backend)).expect("initial sync");
-    rt.block_on(verify::verify(&h.repo, &backend, Level::Stat)).expect("verify folds the delta");
+    rt.block_on(verify_at(&h.repo, &backend, Level::Stat)).expect("verify folds the delta");
     assert!(delta_of(&root).is_empty());
 
     let failing = Fail::after(LocalBackend::new(&root, Options { jobs: 1, batch: 1, min_batch: 1, fsync: false }), 40);
     assert!(rt.block_on(sync_to(&h.repo, &h.commits[1], &failing)).is_err(), "the fault stops the sync");
     assert!(delta_of(&root).is_empty(), "no entry of a plan not applied in full");
     // A file the interrupted sync wrote, edited meanwhile: still drift against its destination.
-    let r = rt.block_on(verify::verify(&h.repo, &backend, Level::Stat)).expect("verify");
+    let r = rt.block_on(verify_at(&h.repo, &backend, Level::Stat)).expect("verify");
     assert!(r.interrupted);
     assert!(r.hashed > 0, "what the interrupted sync wrote is read, not proven");
 
     rt.block_on(sync_to(&h.repo, &h.commits[1], &backend)).expect("the rerun finishes");
     let d = delta_of(&root);
     let left_out = (d.paths.len() - d.recorded()) as u64;
-    let r = rt.block_on(verify::verify(&h.repo, &backend, Level::Stat)).expect("verify");
+    let r = rt.block_on(verify_at(&h.repo, &backend, Level::Stat)).expect("verify");
     assert!(r.is_clean(), "{:?}", r.drift);
     // (Paths noted as removed without an entry: the files left out by the racy rule; the
     // rerun wrote nothing but files, so no other removals.)
@@ -281,15 +282,15 @@ fn an_interrupted_initial_checkout_in_chunks_keeps_what_its_finished_chunks_reco
     std::fs::File::options().write(true).open(&edited).expect("open").set_modified(before).expect("utime");
 
     let backend = LocalBackend::new(&root, Options::default());
-    let r = rt.block_on(verify::verify(&h.repo, &backend, Level::Stat)).expect("verify");
+    let r = rt.block_on(verify_at(&h.repo, &backend, Level::Stat)).expect("verify");
     assert!(r.interrupted);
     assert_eq!(kinds(&r).iter().filter(|k| **k == "content_changed").count(), 1, "{:?}", r.drift);
     assert!(kinds(&r).contains(&"missing"), "the files not written yet: {:?}", r.drift);
     assert_eq!(r.proven_by_stat, kept as u64 - 1, "the recorded files but the edited one");
 
     rt.block_on(sync_to(&h.repo, &h.commits[0], &backend)).expect("the rerun finishes");
-    let r = rt.block_on(verify::verify(&h.repo, &backend, Level::Stat)).expect("verify");
+    let r = rt.block_on(verify_at(&h.repo, &backend, Level::Stat)).expect("verify");
     assert!(r.is_clean(), "{:?}", r.drift);
-    let r = rt.block_on(verify::verify(&h.repo, &backend, Level::Stat)).expect("verify");
+    let r = rt.block_on(verify_at(&h.repo, &backend, Level::Stat)).expect("verify");
     assert_eq!((r.hashed, r.proven_by_stat), (0, 300));
 }

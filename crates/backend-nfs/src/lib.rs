@@ -62,11 +62,11 @@ use treesync_backend::lock::Holder;
 
 use async_trait::async_trait;
 use rustix::io::Errno;
-use treesync_backend_local::fs::Target;
 use treesync_backend::backend::{Backend, Batch, Capabilities, DirEntry, Error, Found, LockGuard, Policy, TargetState};
 use treesync_backend::policy::{Adaptive, Budgets, Gate};
 use treesync_backend::source::BlobSource;
 use treesync_backend::{Op, RelPath};
+use treesync_backend_local::fs::Target;
 
 /// How many writes may be in flight.
 #[derive(Debug, Clone, Copy, PartialEq)]

@@ -20,10 +20,10 @@ use std::sync::{Arc, Mutex};
 
 use rustix::fs::{AtFlags, Mode, OFlags};
 use rustix::io::Errno;
-use treesync_backend_local::fs::Target;
-use treesync_backend_local::lockfile::{self, Flock, own_file, write_all_at};
 use treesync_backend::backend::{Error, LockGuard, TargetState};
 use treesync_backend::path::STATE_DIR;
+use treesync_backend_local::fs::Target;
+use treesync_backend_local::lockfile::{self, Flock, own_file, write_all_at};
 
 fn io(e: Errno) -> std::io::Error {
     std::io::Error::from_raw_os_error(e.raw_os_error())

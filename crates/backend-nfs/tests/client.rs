@@ -18,6 +18,7 @@ use treesync_testkit::delay::DelayProxy;
 use treesync_testkit::ganesha::Ganesha;
 use treesync_testkit::history::{self, Model};
 use treesync_testkit::tree::{self, Node};
+use treesync_testkit::verify_at;
 
 static NEXT: AtomicU64 = AtomicU64::new(0);
 
@@ -450,21 +451,21 @@ fn large_files_are_written_in_chunks() {
 /// hashed through READ, drift found.
 #[test]
 fn verify_over_nfs() {
-    use treesync_core::verify::{Level, verify};
+    use treesync_core::verify::Level;
     let rt = rt();
     let h = History::random(21, 2);
     let e = Export::new(ClientOptions::default());
     let b = e.open();
     rt.block_on(sync_to(&h.repo, &h.commits[1], &b)).expect("sync");
     for level in [Level::Quick, Level::Stat, Level::Full] {
-        let r = rt.block_on(verify(&h.repo, &b, level)).expect("verify");
+        let r = rt.block_on(verify_at(&h.repo, &b, level)).expect("verify");
         assert!(r.is_clean(), "{level:?}: a fresh sync verifies: {r:?}");
     }
     e.put_file("intruder.txt", b"not from git\n");
-    let r = rt.block_on(verify(&h.repo, &b, Level::Quick)).expect("verify");
+    let r = rt.block_on(verify_at(&h.repo, &b, Level::Quick)).expect("verify");
     assert!(!r.is_clean(), "the extra file is found");
     std::fs::remove_file(e.root().join("intruder.txt")).expect("rm");
-    let r = rt.block_on(verify(&h.repo, &b, Level::Stat)).expect("verify");
+    let r = rt.block_on(verify_at(&h.repo, &b, Level::Stat)).expect("verify");
     assert!(r.is_clean(), "clean again: {r:?}");
 }
 
@@ -474,7 +475,7 @@ fn verify_over_nfs() {
 /// verify is found.
 #[test]
 fn a_full_verify_over_nfs_reads_files_by_the_handles_its_scan_listed() {
-    use treesync_core::verify::{Level, verify};
+    use treesync_core::verify::Level;
     let rt = rt();
     let n = 300;
     let h = History::from_trees(&[history::wide_tree(n, 5)]);
@@ -482,7 +483,7 @@ fn a_full_verify_over_nfs_reads_files_by_the_handles_its_scan_listed() {
     rt.block_on(sync_to(&h.repo, &h.commits[0], &e.open())).expect("sync");
     let b = e.open();
     let before = calls(b.inner());
-    let r = rt.block_on(verify(&h.repo, &b, Level::Full)).expect("verify");
+    let r = rt.block_on(verify_at(&h.repo, &b, Level::Full)).expect("verify");
     assert!(r.is_clean(), "{r:?}");
     assert_eq!(r.hashed, n as u64, "every file read back");
     let after = calls(b.inner());
@@ -496,7 +497,7 @@ fn a_full_verify_over_nfs_reads_files_by_the_handles_its_scan_listed() {
     let mut bytes = std::fs::read(&on_disk).expect("read");
     bytes[0] ^= 1;
     std::fs::write(&on_disk, &bytes).expect("drift");
-    let r = rt.block_on(verify(&h.repo, &b, Level::Full)).expect("verify");
+    let r = rt.block_on(verify_at(&h.repo, &b, Level::Full)).expect("verify");
     let drift: Vec<_> = r.drift.iter().map(|d| String::from_utf8_lossy(d.path()).into_owned()).collect();
     assert_eq!(drift, std::slice::from_ref(&victim), "the drifted file is found");
 }
@@ -507,7 +508,7 @@ fn a_full_verify_over_nfs_reads_files_by_the_handles_its_scan_listed() {
 #[test]
 fn the_first_verify_after_a_sync_over_nfs_reads_no_file_the_sync_recorded() {
     use treesync_core::index_delta;
-    use treesync_core::verify::{Level, verify};
+    use treesync_core::verify::Level;
     let rt = rt();
     let e = Export::new(ClientOptions::default());
     let base = history::wide_tree(300, 5);
@@ -515,7 +516,7 @@ fn the_first_verify_after_a_sync_over_nfs_reads_no_file_the_sync_recorded() {
     let h = History::from_trees(&[base, next]);
     let b = e.open();
     rt.block_on(sync_to(&h.repo, &h.commits[0], &b)).expect("initial");
-    let r = rt.block_on(verify(&h.repo, &b, Level::Stat)).expect("verify");
+    let r = rt.block_on(verify_at(&h.repo, &b, Level::Stat)).expect("verify");
     assert!(r.is_clean(), "{:?}", r.drift);
     assert!(
         r.hashed as usize <= index_delta::YOUNG_LEFT_OUT,
@@ -526,7 +527,7 @@ fn the_first_verify_after_a_sync_over_nfs_reads_no_file_the_sync_recorded() {
     assert_eq!(r.hashed + r.proven_by_stat, 300, "every file checked");
     // Incremental: the 25 files written are proven by the delta, the rest by the index.
     rt.block_on(sync_to(&h.repo, &h.commits[1], &b)).expect("incremental");
-    let r = rt.block_on(verify(&h.repo, &b, Level::Stat)).expect("verify");
+    let r = rt.block_on(verify_at(&h.repo, &b, Level::Stat)).expect("verify");
     assert!(r.is_clean(), "{:?}", r.drift);
     assert!(r.hashed as usize <= index_delta::YOUNG_LEFT_OUT, "{} hashed of {} changed", r.hashed, changed.len());
     // Drift the recorded stat data must not hide: a file rewritten behind treesync's back.
@@ -534,7 +535,7 @@ fn the_first_verify_after_a_sync_over_nfs_reads_no_file_the_sync_recorded() {
         changed.iter().find(|c| h.expected_of(&h.commits[1]).contains_key(c.as_str())).expect("a written file");
     std::thread::sleep(std::time::Duration::from_millis(20));
     e.put_file(victim, b"changed behind treesync's back\n");
-    let r = rt.block_on(verify(&h.repo, &b, Level::Stat)).expect("verify");
+    let r = rt.block_on(verify_at(&h.repo, &b, Level::Stat)).expect("verify");
     assert!(!r.is_clean(), "the rewritten file is found: {r:?}");
 }
 
@@ -793,7 +794,7 @@ fn a_hard_link_at_a_temporary_name_is_not_written_through() {
     let file = outside.join("index");
     std::fs::write(&file, "secret index\n").expect("outside file");
     std::fs::hard_link(&file, e.root().join(".treesync/.treesync-tmp.index")).expect("plant");
-    let r = rt.block_on(treesync_core::verify::verify(&h.repo, &e.open(), treesync_core::verify::Level::Stat));
+    let r = rt.block_on(verify_at(&h.repo, &e.open(), treesync_core::verify::Level::Stat));
     assert!(r.expect("verify").is_clean());
     assert_eq!(std::fs::read_to_string(&file).expect("read"), "secret index\n", "the outside file is unchanged");
 }

@@ -17,6 +17,7 @@ use treesync_testkit::conformance::{Fixture, History, sync_to};
 use treesync_testkit::history::{self, Model};
 use treesync_testkit::slowfs::{self, Config, Op, SlowFs};
 use treesync_testkit::tree::{self, Node};
+use treesync_testkit::verify_at;
 
 const LATENCY: Duration = Duration::from_micros(200);
 
@@ -216,7 +217,7 @@ fn verify_scan_keeps_many_lookups_in_flight_and_two_requests_per_file() {
     );
     rt.block_on(sync_to(&h.repo, &h.commits[0], &backend)).expect("sync");
     fs.reset();
-    let report = rt.block_on(verify::verify(&h.repo, &backend, verify::Level::Stat)).expect("verify");
+    let report = rt.block_on(verify_at(&h.repo, &backend, verify::Level::Stat)).expect("verify");
     assert!(report.is_clean(), "{report:?}");
     assert_eq!((report.hashed, report.proven_by_stat), (0, n as u64), "proven by the recorded stat data");
     let stats = fs.settled_stats();
@@ -260,7 +261,7 @@ fn a_verify_that_hashes_reads_many_files_at_once_within_the_budget() {
     {
         let backend = treesync_backend_nfs::open(fs.path().join("t"), options);
         fs.reset();
-        let report = rt.block_on(verify::verify(&h.repo, &backend, verify::Level::Full)).expect("verify");
+        let report = rt.block_on(verify_at(&h.repo, &backend, verify::Level::Full)).expect("verify");
         assert_eq!(report.hashed, n as u64, "every file hashed: {report:?}");
         let drift: Vec<_> = report.drift.iter().map(|d| String::from_utf8_lossy(d.path()).into_owned()).collect();
         assert_eq!(drift, std::slice::from_ref(&victim), "the drifted file is found");
@@ -289,7 +290,7 @@ fn lookup_budget_holds_at_the_filesystem() {
             Options { lookup_jobs: LookupJobs::Fixed(lookups), scan_jobs: lookups, ..Options::default() },
         );
         fs.reset();
-        let report = rt.block_on(verify::verify(&h.repo, &backend, verify::Level::Quick)).expect("verify");
+        let report = rt.block_on(verify_at(&h.repo, &backend, verify::Level::Quick)).expect("verify");
         assert!(report.is_clean(), "{report:?}");
         let stats = fs.settled_stats();
         assert!(stats.count(Op::Lookup) >= 1_500, "every file looked up: {stats}");
@@ -450,8 +451,15 @@ fn a_slice_of_n_costs_about_one_nth_of_a_whole_verify_at_the_filesystem() {
     let backend = treesync_backend_nfs::open(fs.path().join("t"), Options::default());
     let limits = treesync_core::plan::Limits::default();
     fs.reset();
-    let whole =
-        rt.block_on(verify::verify_slice(&h.repo, &backend, verify::Level::Quick, limits, None)).expect("verify");
+    let whole = rt
+        .block_on(verify::verify(
+            &h.repo,
+            &backend,
+            &verify::Options { level: verify::Level::Quick, limits, slice: None, ..Default::default() },
+            &|_| {},
+            &std::sync::atomic::AtomicBool::new(false),
+        ))
+        .expect("verify");
     assert!(whole.is_clean(), "{whole:?}");
     let full = fs.settled_stats().total();
     let leaves: Vec<String> = (0..64).map(|d| format!("dir{:03}/sub{:02}", d / 10, d % 10)).collect();
@@ -462,7 +470,13 @@ fn a_slice_of_n_costs_about_one_nth_of_a_whole_verify_at_the_filesystem() {
         let slice = Slice::new(k, n).expect("valid");
         fs.reset();
         let r = rt
-            .block_on(verify::verify_slice(&h.repo, &backend, verify::Level::Quick, limits, Some(slice)))
+            .block_on(verify::verify(
+                &h.repo,
+                &backend,
+                &verify::Options { level: verify::Level::Quick, limits, slice: Some(slice), ..Default::default() },
+                &|_| {},
+                &std::sync::atomic::AtomicBool::new(false),
+            ))
             .expect("verify a slice");
         assert!(r.is_clean(), "{r:?}");
         let stats = fs.settled_stats();

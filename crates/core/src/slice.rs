@@ -1,5 +1,5 @@
 //! Slices of a tree, for a rolling verify: a full verify spread over N runs
-//! ([`crate::verify::verify_slice`]), so that checking a large tree on a NAS is N small bursts
+//! ([`crate::verify::Options::slice`]), so that checking a large tree on a NAS is N small bursts
 //! of lookups instead of one large one.
 //!
 //! # The partition

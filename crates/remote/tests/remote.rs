@@ -5,12 +5,12 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use treesync_watch::watch::{self, Event, Origin, OriginError};
 use treesync_core::{MemoryBackend, Repo, sync};
 use treesync_remote::{Error, OpenOptions, Remote};
 use treesync_testkit::git;
 use treesync_testkit::gitdaemon::Served;
 use treesync_testkit::tree::read_memory;
+use treesync_watch::watch::{self, Event, Origin, OriginError};
 
 fn cache(s: &Served) -> OpenOptions {
     OpenOptions { cache_dir: Some(s.cache()) }

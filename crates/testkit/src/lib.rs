@@ -184,3 +184,14 @@ impl Rng {
         &items[self.below(items.len())]
     }
 }
+
+/// [`treesync_core::verify::verify`] at `level`, of the whole tree the target's state
+/// records, never interrupted: what most tests ask of a verify.
+pub async fn verify_at(
+    repo: &treesync_core::Repo,
+    backend: &dyn treesync_core::Backend,
+    level: treesync_core::verify::Level,
+) -> Result<treesync_core::verify::Report, treesync_core::verify::Error> {
+    let options = treesync_core::verify::Options::at(level);
+    treesync_core::verify::verify(repo, backend, &options, &|_| {}, &std::sync::atomic::AtomicBool::new(false)).await
+}

@@ -59,8 +59,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("synced {} to {}: {}", outcome.commit, place.opened.backend, outcome.applied);
 
     // 3. Verify: compare what the target holds with the tree.
-    let limits = settings.limits.limits();
-    let report = runtime.block_on(place.verify(&repo, verify::Level::Full, limits, None))?;
+    let verify_options =
+        verify::Options { limits: settings.limits.limits(), ..verify::Options::at(verify::Level::Full) };
+    let report = runtime.block_on(place.verify(&repo, &verify_options, &|_| {}, &AtomicBool::new(false)))?;
     if !report.is_clean() {
         return Err(format!("the target differs from {}: {report:?}", outcome.commit).into());
     }

@@ -208,12 +208,12 @@ impl Place {
     pub async fn verify(
         &self,
         repo: &Repo,
-        level: verify::Level,
-        limits: treesync_core::plan::Limits,
-        slice: Option<treesync_core::slice::Slice>,
+        options: &verify::Options,
+        progress: &(dyn Fn(&verify::Progress) + Send + Sync),
+        interrupt: &AtomicBool,
     ) -> Result<verify::Report, generation::Error> {
         let backend = self.reader().await?;
-        let verified = verify::verify_slice(repo, &*backend, level, limits, slice).await;
+        let verified = verify::verify(repo, &*backend, options, progress, interrupt).await;
         verified.map_err(|e| generation::Error::Sync(sync::Error::Verify(e)))
     }
 

@@ -38,8 +38,8 @@ use rustix::fs::{AtFlags, FileType, Mode, OFlags, RenameFlags};
 use rustix::io::Errno;
 use treesync_backend::backend::{Backend, Error, LockGuard};
 use treesync_backend::generation::{At, AtTarget, CloneHow, Cloned, Host, Switch, Switched};
-use treesync_backend::path::{STATE_DIR, TMP_PREFIX};
 use treesync_backend::lock::Holder;
+use treesync_backend::path::{STATE_DIR, TMP_PREFIX};
 
 use crate::lockfile;
 use home::{list_typed, remove_tree};

@@ -63,15 +63,15 @@ use futures::stream::FuturesUnordered;
 use nfs3_types::nfs3::{fattr3, ftype3, nfsstat3, stable_how};
 use nfs3_types::xdr_codec::{Opaque, Void};
 use tokio::sync::OnceCell;
-use treesync_backend_local::fs::Target;
 use treesync_backend::backend::{
     Backend, Capabilities, DirEntry, Error, FileStat, Found, FoundKind, LockGuard, Policy, TargetState,
 };
+use treesync_backend::lock::Holder;
 use treesync_backend::path::STATE_DIR;
 use treesync_backend::policy::{Adaptive, Budgets, Gate};
 use treesync_backend::source::{BlobError, BlobSource, OwnedContent};
-use treesync_backend::lock::Holder;
 use treesync_backend::{Op, RelPath};
+use treesync_backend_local::fs::Target;
 
 pub use generations::ClientHost;
 pub use nfs::{Fh, NfsError};

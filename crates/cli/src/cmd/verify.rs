@@ -99,11 +99,13 @@ pub(crate) fn run(args: VerifyArgs) -> anyhow::Result<ExitCode> {
         };
         (Some(out), None)
     } else {
-        let limits = args.limits.limits();
-        let report = match args.oracle {
-            OracleArg::Git => rt.block_on(verify::verify_by_git(&repo, &*backend, limits)).map_err(anyhow::Error::from),
-            OracleArg::Treesync => rt.block_on(place.verify(&repo, level, limits, slice)).map_err(unwrapped),
+        // git judges every file's bytes, at the full level, of the whole tree.
+        let options = match args.oracle {
+            OracleArg::Git => verify::Options { level: Level::Full, oracle: verify::Oracle::Git, ..Default::default() },
+            OracleArg::Treesync => verify::Options { level, slice, ..Default::default() },
         };
+        let options = verify::Options { limits: args.limits.limits(), ..options };
+        let report = rt.block_on(place.verify(&repo, &options, &|_| {}, &AtomicBool::new(false))).map_err(unwrapped);
         (None, Some(report.with_context(ctx)))
     };
     if let Some(bar) = &spinner {
@@ -118,17 +120,10 @@ pub(crate) fn run(args: VerifyArgs) -> anyhow::Result<ExitCode> {
     // The rolling position: a `next/N` run that checked its slice moves it on (a repair may
     // have switched generations: the position goes to the current one); any slice tells when
     // the last full cycle completed.
-    if let (Some(s), Some(r)) = (slice, report_mut.slice.as_mut()) {
-        let now = treesync_core::state::now_unix();
+    if slice.is_some() && report_mut.slice.is_some() {
         let current =
             if place.host().is_some() { rt.block_on(place.reader()).map_err(unwrapped)? } else { backend.clone() };
-        if rolling && !args.dry_run {
-            let after = rt.block_on(slice::finish(&*current, s, now)).with_context(ctx)?;
-            (r.next, r.last_full_cycle_unix) = (Some(after.next), after.last_full_cycle_unix);
-        } else {
-            let kept = rt.block_on(slice::position(&*current)).with_context(ctx)?;
-            r.last_full_cycle_unix = kept.and_then(|k| k.last_full_cycle_unix);
-        }
+        rt.block_on(verify::roll(report_mut, Some(&*current), rolling && !args.dry_run)).with_context(ctx)?;
     }
     let repair = repair.as_ref();
     let report = match (repair, &verified) {

@@ -2,13 +2,13 @@ use std::collections::HashMap;
 
 use gix::bstr::BStr;
 use gix_hash::ObjectId;
-use gix_object::{FindExt, FindObjectOrHeader, tree::EntryKind};
+use gix_object::FindObjectOrHeader;
 
 use super::Error;
+use super::conversions::KeptTrees;
 use super::gitlinks::Recurse;
 use crate::op::{Op, OpCounts, Phases, Plan};
-use crate::path::{NameKind, RelPath};
-use crate::source::Cause;
+use crate::path::RelPath;
 
 /// The deepest tree accepted: git's default `core.maxTreeDepth`.
 pub const MAX_TREE_DEPTH: usize = 4096;
@@ -45,15 +45,15 @@ pub use treesync_content::limits::{DEFAULT_MAX_BYTES, DEFAULT_MAX_ENTRIES, Limit
 
 /// What a subtree expands to when it is written: ops, and bytes of content.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-struct Size {
-    entries: u64,
-    bytes: u64,
+pub(super) struct Size {
+    pub(super) entries: u64,
+    pub(super) bytes: u64,
 }
 
 impl Size {
     /// Add a subdirectory of this size: its own mkdir and its content (nothing for a directory
     /// without content, which a checkout does not create).
-    fn add_dir(&mut self, s: Size) {
+    pub(super) fn add_dir(&mut self, s: Size) {
         if s.entries > 0 {
             self.entries = self.entries.saturating_add(s.entries).saturating_add(1);
             self.bytes = self.bytes.saturating_add(s.bytes);
@@ -63,18 +63,18 @@ impl Size {
 
 /// At most this much of a path is kept while walking a chain of trees, for messages: a chain
 /// can be far longer than any path worth printing, and memory must not grow with it.
-const SHOWN_MAX: usize = MAX_PATH_BYTES + 1;
+pub(super) const SHOWN_MAX: usize = MAX_PATH_BYTES + 1;
 
 /// The path of the tree a walk is in, for messages: its first [`SHOWN_MAX`] bytes.
-struct Shown(Vec<u8>);
+pub(super) struct Shown(pub(super) Vec<u8>);
 
 impl Shown {
-    fn of(path: &RelPath) -> Self {
+    pub(super) fn of(path: &RelPath) -> Self {
         Shown(path.as_bytes()[..path.as_bytes().len().min(SHOWN_MAX)].to_vec())
     }
 
     /// Step into `name`; the length to [`Self::truncate`] back to.
-    fn push(&mut self, name: &[u8]) -> usize {
+    pub(super) fn push(&mut self, name: &[u8]) -> usize {
         let before = self.0.len();
         if !self.0.is_empty() {
             self.0.push(b'/');
@@ -85,12 +85,12 @@ impl Shown {
         before
     }
 
-    fn truncate(&mut self, len: usize) {
+    pub(super) fn truncate(&mut self, len: usize) {
         self.0.truncate(len);
     }
 
     /// `dir/name`, for an error about one entry of the current tree.
-    fn child(&self, name: &[u8]) -> String {
+    pub(super) fn child(&self, name: &[u8]) -> String {
         let mut s = Shown(self.0.clone());
         s.push(name);
         String::from_utf8_lossy(&s.0).into_owned()
@@ -303,7 +303,7 @@ pub fn plan_takeover(
     takeover(p, existing, to)
 }
 
-fn takeover(mut p: Planner<'_>, existing: &[ExistingEntry], to: ObjectId) -> Result<Plan, Error> {
+pub(super) fn takeover(mut p: Planner<'_>, existing: &[ExistingEntry], to: ObjectId) -> Result<Plan, Error> {
     p.to = Some(to);
     p.diff_tree_contents(&RelPath::root(), None, Some(to))?;
     p.convert()?;
@@ -334,114 +334,114 @@ fn takeover(mut p: Planner<'_>, existing: &[ExistingEntry], to: ObjectId) -> Res
 }
 
 /// A tree's entries, sorted by name, the names borrowed from the tree's buffer.
-type Entries<'b> = Vec<(&'b BStr, Node)>;
+pub(super) type Entries<'b> = Vec<(&'b BStr, Node)>;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Node {
+pub(super) enum Node {
     File { id: ObjectId, executable: bool },
     Link { id: ObjectId },
     Tree { id: ObjectId },
     Gitlink { commit: ObjectId },
 }
 
-struct Planner<'a> {
-    odb: &'a dyn FindObjectOrHeader,
-    options: Options,
+pub(super) struct Planner<'a> {
+    pub(super) odb: &'a dyn FindObjectOrHeader,
+    pub(super) options: Options,
     /// Gitlinks are filled with their submodules' trees ([`plan_recursive`]).
-    recurse: Option<Recurse<'a>>,
-    buf: Vec<u8>,
+    pub(super) recurse: Option<Recurse<'a>>,
+    pub(super) buf: Vec<u8>,
     /// Whether a tree holds anything git would write (a tree of only empty trees makes no
     /// directory in a checkout).
-    has_content: HashMap<ObjectId, bool>,
+    pub(super) has_content: HashMap<ObjectId, bool>,
     /// Trees read to learn whether they have content, kept for the diff that reads them next
     /// ([`KeptTrees`]).
-    kept: std::cell::RefCell<KeptTrees>,
+    pub(super) kept: std::cell::RefCell<KeptTrees>,
     /// What a tree expands to when written ([`Self::subtree_size`]).
-    sizes: HashMap<ObjectId, Size>,
+    pub(super) sizes: HashMap<ObjectId, Size>,
     /// What submodule commits expand to with their gitlinks filled, shared with the planners
     /// of submodules ([`super::expand`]).
-    expansions: super::expand::Expansions,
+    pub(super) expansions: super::expand::Expansions,
     /// What the ops so far add up to, checked against [`Options::limits`] at every op.
-    planned: Size,
-    ops: Phases,
+    pub(super) planned: Size,
+    pub(super) ops: Phases,
     /// Conversions: the `.gitattributes` files seen and the files to re-evaluate.
-    attrs: AttrsSeen,
+    pub(super) attrs: AttrsSeen,
     /// What files are converted with ([`Checkout::conversions`]).
-    conversions: Option<Conversions<'a>>,
+    pub(super) conversions: Option<Conversions<'a>>,
     /// The ops of submodules, planned (and converted) by planners of their own.
-    nested: Vec<Op>,
+    pub(super) nested: Vec<Op>,
     /// Which paths each side holds ([`Checkout::select`]).
-    select: Option<Selecting<'a>>,
+    pub(super) select: Option<Selecting<'a>>,
     /// Files to expand again ([`Checkout::resubst`]), when the commit changed.
-    resubst: Option<&'a [String]>,
+    pub(super) resubst: Option<&'a [String]>,
     /// The target holds a tree already (the old side is not empty).
-    incremental: bool,
+    pub(super) incremental: bool,
     /// The tree planned to (for what a directory holds once the plan is done).
-    to: Option<ObjectId>,
+    pub(super) to: Option<ObjectId>,
     /// Ops go here instead of [`Self::ops`]: counted, and handed on in chunks
     /// ([`stream_checkout`], [`measure_checkout`]).
-    emit: Option<Emit<'a>>,
+    pub(super) emit: Option<Emit<'a>>,
     /// Objects read so far by a streaming planner, to give back the pages of the mapped packs
     /// every [`RELEASE_EVERY`] reads ([`crate::source::release_mapped_packs`]): a walk that
     /// reads every blob header of a pack would otherwise keep all of it resident.
-    reads: std::cell::Cell<u64>,
+    pub(super) reads: std::cell::Cell<u64>,
 }
 
 /// How many objects a streaming planner reads between two releases of the packs' pages.
-const RELEASE_EVERY: u64 = 4_096;
+pub(super) const RELEASE_EVERY: u64 = 4_096;
 
 /// Where the ops of a streaming planner go.
-struct Emit<'a> {
+pub(super) struct Emit<'a> {
     /// Ops planned since the last chunk was handed on.
-    chunk: Vec<Op>,
+    pub(super) chunk: Vec<Op>,
     /// How many ops a chunk holds.
-    size: usize,
+    pub(super) size: usize,
     /// Takes each chunk; `false`: stop planning. `None`: ops are only counted.
-    send: Option<&'a mut dyn FnMut(Vec<Op>) -> bool>,
+    pub(super) send: Option<&'a mut dyn FnMut(Vec<Op>) -> bool>,
     /// Gives each file written its conversion as it is planned.
-    resolver: Option<crate::convert::Resolver>,
+    pub(super) resolver: Option<crate::convert::Resolver>,
     /// The ops so far.
-    counts: OpCounts,
+    pub(super) counts: OpCounts,
     /// The files' sizes are known from [`Planner::subtree_size`] (which read every blob header
     /// of the tree for the limits): a file's op is counted without reading its header again,
     /// and the bytes of the whole checkout are taken from the tree's size at the end.
-    sized: bool,
+    pub(super) sized: bool,
 }
 
 /// What the diff learned for the conversions pass ([`Planner::convert`]).
 #[derive(Default)]
-struct AttrsSeen {
+pub(super) struct AttrsSeen {
     /// Re-evaluate unchanged files: the repository-wide settings changed (at the root), or a
     /// `.gitattributes` of a directory being diffed changed (below it).
-    renormalizing: bool,
+    pub(super) renormalizing: bool,
     /// The repository-wide settings changed: every file is re-evaluated (submodules too).
-    settings_changed: bool,
+    pub(super) settings_changed: bool,
     /// Whether the diff looks for [`Self::candidates`] at all (only with conversions).
-    enabled: bool,
+    pub(super) enabled: bool,
     /// The `.gitattributes` of the old and the new tree, in the directories the diff entered.
-    old_files: crate::convert::AttributeFiles,
-    new_files: crate::convert::AttributeFiles,
+    pub(super) old_files: crate::convert::AttributeFiles,
+    pub(super) new_files: crate::convert::AttributeFiles,
     /// Files and symlinks the same in both trees, below a change of attributes (or of the
     /// selection): (path, blob, `Some(executable)` for a file, `None` for a symlink).
-    candidates: Vec<(RelPath, ObjectId, Option<bool>)>,
+    pub(super) candidates: Vec<(RelPath, ObjectId, Option<bool>)>,
 }
 
 /// One tree on the stack of a walk over a chain of trees (the walks below the diff do not
 /// recurse: a chain of 100,000 trees costs a stack of frames on the heap, bounded by
 /// [`MAX_TREE_DEPTH`], and one path of at most [`SHOWN_MAX`] bytes).
-struct Frame<T> {
-    id: ObjectId,
+pub(super) struct Frame<T> {
+    pub(super) id: ObjectId,
     /// Its subtrees, not yet visited past `next`.
-    subtrees: Vec<(ObjectId, gix::bstr::BString)>,
-    next: usize,
+    pub(super) subtrees: Vec<(ObjectId, gix::bstr::BString)>,
+    pub(super) next: usize,
     /// What the walk learned about it so far.
-    acc: T,
+    pub(super) acc: T,
     /// The length of the shown path to return to when leaving it.
-    shown_before: usize,
+    pub(super) shown_before: usize,
 }
 
 impl<'a> Planner<'a> {
-    fn new(odb: &'a dyn FindObjectOrHeader, options: Options) -> Self {
+    pub(super) fn new(odb: &'a dyn FindObjectOrHeader, options: Options) -> Self {
         Planner {
             odb,
             options,
@@ -466,7 +466,7 @@ impl<'a> Planner<'a> {
     }
 
     /// Plan what `checkout` says; `incremental`: the target holds a tree already.
-    fn checkout(&mut self, checkout: Checkout<'a>, incremental: bool) {
+    pub(super) fn checkout(&mut self, checkout: Checkout<'a>, incremental: bool) {
         self.recurse = checkout.recurse;
         self.conversions = checkout.conversions;
         self.incremental = incremental;
@@ -485,7 +485,7 @@ impl<'a> Planner<'a> {
         self.ops.iter().chain(self.nested.iter())
     }
 
-    fn finish(mut self, from: Option<ObjectId>, to: ObjectId) -> Plan {
+    pub(super) fn finish(mut self, from: Option<ObjectId>, to: ObjectId) -> Plan {
         for op in std::mem::take(&mut self.nested) {
             self.ops.push(op);
         }
@@ -493,7 +493,7 @@ impl<'a> Planner<'a> {
     }
 
     /// Add `op` to the plan, or (streaming) count it and hand it on with its chunk.
-    fn push(&mut self, mut op: Op) -> Result<(), Error> {
+    pub(super) fn push(&mut self, mut op: Op) -> Result<(), Error> {
         let odb = self.odb;
         let Some(emit) = &mut self.emit else {
             self.ops.push(op);
@@ -524,7 +524,7 @@ impl<'a> Planner<'a> {
     }
 
     /// Refuse if the plan so far plus `more` exceeds a limit.
-    fn check_room(&self, more: Size) -> Result<(), Error> {
+    pub(super) fn check_room(&self, more: Size) -> Result<(), Error> {
         let limits = self.options.limits;
         let entries = self.planned.entries.saturating_add(more.entries);
         if entries > limits.max_entries {
@@ -538,7 +538,7 @@ impl<'a> Planner<'a> {
     }
 
     /// Count one op of `bytes` against the limits.
-    fn count(&mut self, bytes: u64) -> Result<(), Error> {
+    pub(super) fn count(&mut self, bytes: u64) -> Result<(), Error> {
         let one = Size { entries: 1, bytes };
         self.check_room(one)?;
         self.planned.entries += 1;
@@ -546,1070 +546,30 @@ impl<'a> Planner<'a> {
         Ok(())
     }
 
-    fn unlink(&mut self, path: &RelPath) -> Result<(), Error> {
+    pub(super) fn unlink(&mut self, path: &RelPath) -> Result<(), Error> {
         self.count(0)?;
         self.push(Op::Unlink { path: path.clone() })
     }
 
-    fn rmdir(&mut self, path: &RelPath) -> Result<(), Error> {
+    pub(super) fn rmdir(&mut self, path: &RelPath) -> Result<(), Error> {
         self.count(0)?;
         self.push(Op::Rmdir { path: path.clone() })
     }
 
-    fn mkdir(&mut self, path: &RelPath) -> Result<(), Error> {
+    pub(super) fn mkdir(&mut self, path: &RelPath) -> Result<(), Error> {
         self.count(0)?;
         self.push(Op::Mkdir { path: path.clone() })
     }
-
-    fn object_error(what: &'static str, id: ObjectId, at: &str, cause: Cause) -> Error {
-        Error::Object(crate::source::Error::Object {
-            what,
-            id,
-            at: if at.is_empty() { String::new() } else { format!(" (at {at})") },
-            source: cause,
-        })
-    }
-
-    /// The entries of a tree, sorted by name; the names point into `buf`, which holds the tree
-    /// (one per tree level being diffed: a directory of N entries costs its raw tree plus
-    /// N small entries, no allocation per name).
-    fn entries<'b>(&self, id: ObjectId, path: &RelPath, buf: &'b mut Vec<u8>) -> Result<Entries<'b>, Error> {
-        let tree = match self.kept.borrow_mut().take(&id) {
-            Some(bytes) => {
-                *buf = bytes;
-                gix_object::TreeRefIter::from_bytes(buf, id.kind())
-            }
-            None => self
-                .odb
-                .find_tree_iter(&id, buf)
-                .map_err(|e| Self::object_error("tree", id, &at(path), Cause::gix(e)))?,
-        };
-        let mut out = Vec::new();
-        for e in tree {
-            let e = e.map_err(|e| Self::object_error("tree", id, &at(path), Cause::gix(e)))?;
-            let oid = e.oid.to_owned();
-            let node = match e.mode.kind() {
-                EntryKind::Tree => Node::Tree { id: oid },
-                EntryKind::Blob => Node::File { id: oid, executable: false },
-                EntryKind::BlobExecutable => Node::File { id: oid, executable: true },
-                EntryKind::Link => Node::Link { id: oid },
-                EntryKind::Commit => {
-                    if !e.mode.is_commit() {
-                        return Err(Error::Mode {
-                            tree: id,
-                            path: if path.is_root() {
-                                e.filename.to_string()
-                            } else {
-                                format!("{}/{}", path.as_bstr(), e.filename)
-                            },
-                            mode: u32::from(e.mode.value()),
-                        });
-                    }
-                    Node::Gitlink { commit: oid }
-                }
-            };
-            out.push((e.filename, node));
-        }
-        // In place (a stable sort would allocate half the listing again); equal names are refused.
-        out.sort_unstable_by(|a, b| a.0.cmp(b.0));
-        if let Some(w) = out.windows(2).find(|w| w[0].0 == w[1].0) {
-            return Err(Error::Unsafe(crate::path::UnsafeName {
-                path: if path.is_root() { w[0].0.to_string() } else { format!("{path}/{}", w[0].0) },
-                reason: format!("tree {id} lists this name twice"),
-            }));
-        }
-        Ok(out)
-    }
-
-    /// Read tree `id` (at `shown`) for a walk: its subtrees, and what its other entries add up
-    /// to through `leaf` (called with the entry's kind, id and name).
-    fn frame<T>(
-        &self,
-        id: ObjectId,
-        shown: &Shown,
-        shown_before: usize,
-        mut acc: T,
-        keep: bool,
-        mut leaf: impl FnMut(&Self, &mut T, EntryKind, ObjectId, &BStr, &Shown) -> Result<(), Error>,
-    ) -> Result<Frame<T>, Error> {
-        let at = || String::from_utf8_lossy(&shown.0).into_owned();
-        let mut buf = Vec::new();
-        self.odb.find_tree_iter(&id, &mut buf).map_err(|e| Self::object_error("tree", id, &at(), Cause::gix(e)))?;
-        if keep {
-            self.kept.borrow_mut().keep(id, &buf);
-        }
-        let tree = gix_object::TreeRefIter::from_bytes(&buf, id.kind());
-        let mut subtrees = Vec::new();
-        for e in tree {
-            let e = e.map_err(|e| Self::object_error("tree", id, &at(), Cause::gix(e)))?;
-            match e.mode.kind() {
-                EntryKind::Tree => subtrees.push((e.oid.to_owned(), e.filename.to_owned())),
-                kind => leaf(self, &mut acc, kind, e.oid.to_owned(), e.filename, shown)?,
-            }
-        }
-        Ok(Frame { id, subtrees, next: 0, acc, shown_before })
-    }
-
-    /// Would a checkout of tree `id` at `path` (`depth` levels down) create anything (and so
-    /// the directory holding it)? Stops at the first entry that is not a tree; walks chains of
-    /// trees without recursion, refusing them below [`MAX_TREE_DEPTH`] before reading deeper.
-    fn tree_has_content(&mut self, id: ObjectId, path: &[u8], depth: usize) -> Result<bool, Error> {
-        if let Some(v) = self.has_content.get(&id) {
-            return Ok(*v);
-        }
-        if depth > MAX_TREE_DEPTH {
-            return Err(too_deep(path));
-        }
-        let mut shown = Shown(path[..path.len().min(SHOWN_MAX)].to_vec());
-        let content = |_: &Self, found: &mut bool, _, _, _: &BStr, _: &Shown| {
-            *found = true;
-            Ok(())
-        };
-        let mut stack = vec![self.frame(id, &shown, shown.0.len(), false, true, content)?];
-        loop {
-            let top = stack.last_mut().expect("the walk ends when the stack is empty");
-            if top.acc {
-                // Content found: every tree on the way down to it has content too.
-                for f in &stack {
-                    self.has_content.insert(f.id, true);
-                }
-                return Ok(true);
-            }
-            if let Some((child, name)) = top.subtrees.get(top.next) {
-                top.next += 1;
-                match self.has_content.get(child) {
-                    Some(true) => top.acc = true,
-                    Some(false) => {}
-                    None => {
-                        let child = *child;
-                        let before = shown.push(name);
-                        if depth + stack.len() > MAX_TREE_DEPTH {
-                            return Err(too_deep(&shown.0));
-                        }
-                        let frame = self.frame(child, &shown, before, false, true, content)?;
-                        stack.push(frame);
-                    }
-                }
-            } else {
-                let done = stack.pop().expect("non-empty");
-                self.has_content.insert(done.id, false);
-                shown.truncate(done.shown_before);
-                if stack.is_empty() {
-                    return Ok(false);
-                }
-            }
-        }
-    }
-
-    /// [`Self::tree_has_content`] of a tree whose entries were read already. `other`: the
-    /// entries of the tree it is diffed against (empty if none), whose differing subtrees the
-    /// diff reads anyway.
-    fn has_content_of(
-        &mut self,
-        id: ObjectId,
-        entries: &[(&BStr, Node)],
-        other: &[(&BStr, Node)],
-        path: &RelPath,
-    ) -> Result<bool, Error> {
-        if let Some(v) = self.has_content.get(&id) {
-            return Ok(*v);
-        }
-        let v = self.entries_have_content(entries, other, path)?;
-        self.has_content.insert(id, v);
-        Ok(v)
-    }
-
-    fn entries_have_content(
-        &mut self,
-        entries: &[(&BStr, Node)],
-        other: &[(&BStr, Node)],
-        path: &RelPath,
-    ) -> Result<bool, Error> {
-        if entries.iter().any(|(_, n)| !matches!(n, Node::Tree { .. })) {
-            return Ok(true);
-        }
-        if entries.iter().any(|(_, n)| matches!(n, Node::Tree { id } if self.has_content.get(id) == Some(&true))) {
-            return Ok(true);
-        }
-        // A directory of directories only: its subtrees that differ from the other side's are
-        // looked at first, since the diff reads them next (and takes them from `kept` instead
-        // of decoding them again); the others only if none of those has content.
-        let differs = |name: &BStr, n: &Node| match other.binary_search_by(|(o, _)| o.cmp(&name)) {
-            Ok(i) => other[i].1 != *n,
-            Err(_) => true,
-        };
-        let (first, rest): (Vec<_>, Vec<_>) = entries.iter().partition(|(name, n)| differs(name, n));
-        let mut shown = Shown::of(path);
-        for &(name, n) in first.into_iter().chain(rest) {
-            if let Node::Tree { id } = n {
-                let before = shown.push(name);
-                let has = self.tree_has_content(id, &shown.0, path.depth() + 1)?;
-                shown.truncate(before);
-                if has {
-                    return Ok(true);
-                }
-            }
-        }
-        Ok(false)
-    }
-
-    /// What writing tree `id` at `path` takes: ops and bytes (nothing for a tree without
-    /// content). Each distinct tree is read once per plan, so a tree bomb (2^N paths through N
-    /// trees) is measured in N reads and refused before its ops are planned; chains of trees
-    /// are walked without recursion and refused below [`MAX_TREE_DEPTH`].
-    fn subtree_size(&mut self, id: ObjectId, path: &RelPath) -> Result<Size, Error> {
-        if let Some(s) = self.sizes.get(&id) {
-            return Ok(*s);
-        }
-        let depth = path.depth();
-        let leaf = |p: &Self, size: &mut Size, kind: EntryKind, oid: ObjectId, name: &BStr, shown: &Shown| {
-            size.entries += 1;
-            // Without a limit on bytes (verify), no header is read.
-            if p.options.limits.max_bytes < u64::MAX
-                && matches!(kind, EntryKind::Blob | EntryKind::BlobExecutable | EntryKind::Link)
-            {
-                let bytes = p.blob_size(oid).map_err(|e| Self::object_error("blob", oid, &shown.child(name), e))?;
-                size.bytes = size.bytes.saturating_add(bytes);
-            }
-            Ok(())
-        };
-        let mut shown = Shown::of(path);
-        let mut stack = vec![self.frame(id, &shown, shown.0.len(), Size::default(), false, leaf)?];
-        loop {
-            let top = stack.last_mut().expect("the walk ends when the stack is empty");
-            if let Some((child, name)) = top.subtrees.get(top.next) {
-                top.next += 1;
-                match self.sizes.get(child) {
-                    Some(s) => top.acc.add_dir(*s),
-                    None => {
-                        let child = *child;
-                        let before = shown.push(name);
-                        if depth + stack.len() > MAX_TREE_DEPTH {
-                            return Err(too_deep(&shown.0));
-                        }
-                        let frame = self.frame(child, &shown, before, Size::default(), false, leaf)?;
-                        stack.push(frame);
-                    }
-                }
-            } else {
-                let done = stack.pop().expect("non-empty");
-                self.sizes.insert(done.id, done.acc);
-                self.has_content.insert(done.id, done.acc.entries > 0);
-                shown.truncate(done.shown_before);
-                match stack.last_mut() {
-                    Some(parent) => parent.acc.add_dir(done.acc),
-                    None => return Ok(done.acc),
-                }
-            }
-        }
-    }
-
-    /// What tree `id` at `path` expands to when written ([`Self::subtree_size`]); when gitlinks
-    /// are filled, with what its submodules expand to, each distinct commit measured once
-    /// ([`super::expand`]): a submodule bomb is refused here, before it is planned.
-    fn measured(&mut self, id: ObjectId, path: &RelPath) -> Result<Size, Error> {
-        let size = self.subtree_size(id, path)?;
-        let Some(recurse) = self.recurse.filter(|r| r.new) else { return Ok(size) };
-        let entries = self.expansions.tree(self.odb, recurse.gitlinks, path, id, path.depth())?;
-        Ok(Size { entries: entries.max(size.entries), bytes: size.bytes })
-    }
-
-    /// Diff the contents of two trees at `dir` (which exists, or is planned to).
-    fn diff_tree_contents(&mut self, dir: &RelPath, old: Option<ObjectId>, new: Option<ObjectId>) -> Result<(), Error> {
-        if old == new && !self.attrs.renormalizing && !self.recurse_changes() {
-            return Ok(());
-        }
-        let (mut old_buf, mut new_buf) = (Vec::new(), Vec::new());
-        let old = match old {
-            Some(id) => self.entries(id, dir, &mut old_buf)?,
-            None => Vec::new(),
-        };
-        let new = match new {
-            Some(id) => {
-                if old.is_empty() {
-                    // An initial checkout: measure the whole tree before planning any of it.
-                    let size = self.measured(id, dir)?;
-                    self.check_room(size)?;
-                }
-                self.entries(id, dir, &mut new_buf)?
-            }
-            None => Vec::new(),
-        };
-        self.diff_entries(dir, &old, &new)
-    }
-
-    /// Diff the entries of two trees at `dir` (which exists, or is planned to), merge-joined by name.
-    fn diff_entries(&mut self, dir: &RelPath, old: &[(&BStr, Node)], new: &[(&BStr, Node)]) -> Result<(), Error> {
-        let renormalizing = self.attrs.renormalizing;
-        if self.attrs.enabled {
-            let old_attrs = self.note_attributes(dir, old, false);
-            let new_attrs = self.note_attributes(dir, new, true);
-            if old_attrs != new_attrs {
-                self.attrs.renormalizing = true;
-            }
-        }
-        let r = self.diff_entries_inner(dir, old, new);
-        self.attrs.renormalizing = renormalizing;
-        r
-    }
-
-    /// Record the `.gitattributes` file of `dir` (of the old or the new tree); its blob.
-    fn note_attributes(&mut self, dir: &RelPath, entries: &[(&BStr, Node)], new: bool) -> Option<ObjectId> {
-        let i = entries
-            .binary_search_by(|(name, _)| <BStr as AsRef<[u8]>>::as_ref(name).cmp(b".gitattributes".as_slice()))
-            .ok()?;
-        let Node::File { id, .. } = entries[i].1 else { return None };
-        let path = if dir.is_root() {
-            gix::bstr::BString::from(".gitattributes")
-        } else {
-            let mut p = dir.as_bstr().to_owned();
-            p.extend_from_slice(b"/.gitattributes");
-            p
-        };
-        if new { &mut self.attrs.new_files } else { &mut self.attrs.old_files }.push((path, id));
-        Some(id)
-    }
-
-    fn diff_entries_inner(&mut self, dir: &RelPath, old: &[(&BStr, Node)], new: &[(&BStr, Node)]) -> Result<(), Error> {
-        let mut changed = false;
-        let depth = dir.depth() + 1;
-        let (mut i, mut j) = (0, 0);
-        while i < old.len() || j < new.len() {
-            let ord = match (old.get(i), new.get(j)) {
-                (Some(a), Some(b)) => a.0.cmp(b.0),
-                (Some(_), None) => std::cmp::Ordering::Less,
-                (None, _) => std::cmp::Ordering::Greater,
-            };
-            let (name, o, n) = match ord {
-                std::cmp::Ordering::Less => {
-                    i += 1;
-                    (old[i - 1].0, Some(old[i - 1].1), None)
-                }
-                std::cmp::Ordering::Greater => {
-                    j += 1;
-                    (new[j - 1].0, None, Some(new[j - 1].1))
-                }
-                std::cmp::Ordering::Equal => {
-                    i += 1;
-                    j += 1;
-                    (new[j - 1].0, Some(old[i - 1].1), Some(new[j - 1].1))
-                }
-            };
-            if o == n && !(self.recurse_changes() && matches!(n, Some(Node::Tree { .. } | Node::Gitlink { .. }))) {
-                if self.attrs.renormalizing {
-                    self.renormalize(dir, name, n)?;
-                }
-                continue;
-            }
-            changed |= n.is_some();
-            let kind = if matches!(n, Some(Node::Link { .. })) { NameKind::Symlink } else { NameKind::Other };
-            let path = dir.join(name, kind)?;
-            // Before going any deeper, on either side: the walk below is bounded by the depth.
-            if depth > MAX_TREE_DEPTH {
-                return Err(too_deep(path.as_bytes()));
-            }
-            if n.is_some() && path.as_bytes().len() > MAX_PATH_BYTES {
-                let shown: String = path.display().chars().take(120).collect();
-                return Err(Error::Unsafe(crate::path::UnsafeName {
-                    path: format!("{shown}…"),
-                    reason: format!("the path is longer than PATH_MAX ({} bytes)", MAX_PATH_BYTES + 1),
-                }));
-            }
-            self.diff_entry(&path, o, n)?;
-        }
-        if changed && self.options.case_insensitive {
-            refuse_case_collisions(dir, new)?;
-        }
-        Ok(())
-    }
-
-    fn diff_entry(&mut self, path: &RelPath, old: Option<Node>, new: Option<Node>) -> Result<(), Error> {
-        use Node::*;
-        // First take away what the old entry was, where the new one cannot simply replace it.
-        match (old, new) {
-            (Some(Tree { id: a }), Some(Tree { id: b })) => {
-                // Each tree is read once: for whether it has content and for the diff.
-                let (mut old_buf, mut new_buf) = (Vec::new(), Vec::new());
-                let old = self.entries(a, path, &mut old_buf)?;
-                let new = self.entries(b, path, &mut new_buf)?;
-                let had = self.has_content_of(a, &old, &new, path)?;
-                let has = self.has_content_of(b, &new, &old, path)?;
-                return match (had, has) {
-                    (true, true) => self.diff_entries(path, &old, &new),
-                    (true, false) => {
-                        self.diff_entries(path, &old, &[])?;
-                        self.rmdir(path)
-                    }
-                    (false, true) => {
-                        let size = self.measured(b, path)?;
-                        self.check_room(size)?;
-                        self.mkdir(path)?;
-                        self.diff_entries(path, &[], &new)
-                    }
-                    (false, false) => Ok(()),
-                };
-            }
-            (Some(Tree { id }), _) => self.remove_tree(path, id)?,
-            (Some(Gitlink { commit: a }), Some(Gitlink { commit: b })) => {
-                let (old, new) = self.recursed();
-                let old = old.then_some(a);
-                let new = new.then_some(b);
-                return if old == new { Ok(()) } else { self.diff_gitlink(path, old, new) };
-            }
-            (Some(Gitlink { commit }), _) => {
-                if self.recursed().0 {
-                    self.diff_gitlink(path, Some(commit), None)?;
-                }
-                self.rmdir(path)?
-            }
-            (Some(File { .. } | Link { .. }), Some(Tree { .. } | Gitlink { .. }) | None) => self.unlink(path)?,
-            (Some(File { .. } | Link { .. }), Some(File { .. } | Link { .. })) | (None, _) => {}
-        }
-        // Then create the new one.
-        match new {
-            None => {}
-            Some(Tree { id }) => self.add_tree(path, id)?,
-            Some(Gitlink { commit }) => {
-                self.mkdir(path)?;
-                if self.recursed().1 {
-                    self.diff_gitlink(path, None, Some(commit))?;
-                }
-            }
-            Some(File { id, executable }) => match old {
-                Some(File { id: old_id, executable: was }) if old_id == id => {
-                    if was != executable {
-                        let size = self.blob_size(id).map_err(|e| Self::object_error("blob", id, &at(path), e))?;
-                        self.count(0)?;
-                        self.push(Op::Chmod { path: path.clone(), executable, blob: id, size, conversion: None })?;
-                    } else if self.attrs.renormalizing {
-                        self.attrs.candidates.push((path.clone(), id, Some(executable)));
-                    }
-                }
-                _ => self.write(path, id, executable)?,
-            },
-            Some(Link { id }) => self.symlink(path, id)?,
-        }
-        Ok(())
-    }
-
-    /// Do the two sides differ in whether gitlinks hold their submodules' trees (so that equal
-    /// trees must be walked too, to find the gitlinks in them)?
-    fn recurse_changes(&self) -> bool {
-        self.recurse.is_some_and(|r| r.old != r.new)
-    }
-
-    /// Whether the old and the new side have gitlinks filled with their submodules' trees.
-    fn recursed(&self) -> (bool, bool) {
-        self.recurse.map_or((false, false), |r| (r.old, r.new))
-    }
-
-    /// Plan the content of the gitlink at `path` (its directory exists, or is planned to):
-    /// from submodule commit `old`'s tree to `new`'s, in the submodule's object database.
-    fn diff_gitlink(&mut self, path: &RelPath, old: Option<ObjectId>, new: Option<ObjectId>) -> Result<(), Error> {
-        let gitlinks = self.recurse.expect("only called when recursing").gitlinks;
-        // A submodule filled anew is measured first, its own submodules filled, each distinct
-        // commit once: a submodule bomb is refused before it is planned.
-        if let (None, Some(commit)) = (old, new) {
-            let entries = self.expansions.commit(gitlinks, path, commit)?;
-            self.check_room(Size { entries, bytes: 0 })?;
-        }
-        let options = self.options;
-        let conversions = self.conversions;
-        let select = self.select;
-        let settings_changed = self.attrs.settings_changed;
-        let expansions = self.expansions.clone();
-        gitlinks.enter(path, old, new, &mut |odb, old_tree, new_tree, nested| {
-            // The submodule's plan goes on from this one, against the same limits; its files
-            // are converted by the submodule's own `.gitattributes`.
-            let mut sub = Planner::new(odb, options);
-            sub.expansions = expansions.clone();
-            sub.recurse = Some(Recurse { old: true, new: true, gitlinks: nested });
-            sub.conversions = conversions;
-            sub.select = select;
-            sub.incremental = old_tree.is_some();
-            sub.to = new_tree;
-            sub.attrs.enabled = conversions.is_some();
-            sub.attrs.settings_changed = settings_changed;
-            sub.attrs.renormalizing = settings_changed;
-            sub.planned = self.planned;
-            sub.diff_tree_contents(path, old_tree, new_tree)?;
-            sub.convert()?;
-            self.planned = sub.planned;
-            self.nested.extend(sub.ops.into_vec());
-            self.nested.append(&mut sub.nested);
-            Ok(())
-        })
-    }
-
-    fn write(&mut self, path: &RelPath, blob: ObjectId, executable: bool) -> Result<(), Error> {
-        let size = if self.emit.as_ref().is_some_and(|e| e.sized) {
-            // Counted already ([`Emit::sized`]).
-            0
-        } else {
-            self.blob_size(blob).map_err(|e| Self::object_error("blob", blob, &at(path), e))?
-        };
-        self.count(size)?;
-        self.push(Op::Write { path: path.clone(), blob, size, executable, conversion: None, reason: None })
-    }
-
-    /// The size of a blob, from its header only: the content is read once, when the executor
-    /// writes the file.
-    fn blob_size(&self, blob: ObjectId) -> Result<u64, Cause> {
-        if blob.is_empty_blob() {
-            return Ok(0);
-        }
-        if self.emit.is_some() {
-            let n = self.reads.get() + 1;
-            self.reads.set(n);
-            if n.is_multiple_of(RELEASE_EVERY) {
-                crate::source::release_mapped_packs();
-            }
-        }
-        match self.odb.try_header(&blob) {
-            Err(e) => Err(Cause::gix(e)),
-            Ok(None) => Err(Cause::found("object not found")),
-            Ok(Some(h)) if h.kind == gix_object::Kind::Blob => Ok(h.size),
-            Ok(Some(h)) => Err(Cause::found(format!("it is a {}, not a blob", h.kind))),
-        }
-    }
-
-    fn symlink(&mut self, path: &RelPath, id: ObjectId) -> Result<(), Error> {
-        let target = self
-            .odb
-            .find_blob(&id, &mut self.buf)
-            .map_err(|e| Self::object_error("blob", id, &at(path), Cause::gix(e)))?;
-        if target.data.is_empty() || target.data.contains(&0) {
-            return Err(Error::Unsafe(crate::path::UnsafeName {
-                path: path.display(),
-                reason: "a symlink target must be non-empty and must not contain NUL".into(),
-            }));
-        }
-        let target = target.data.to_vec();
-        self.count(target.len() as u64)?;
-        self.push(Op::Symlink { path: path.clone(), target })
-    }
-
-    /// Plan the creation of tree `id` at `path` (and its directory, if a checkout would make one).
-    fn add_tree(&mut self, path: &RelPath, id: ObjectId) -> Result<(), Error> {
-        // Measured before anything of it is planned (each distinct tree once per plan).
-        let size = self.measured(id, path)?;
-        if size.entries == 0 {
-            return Ok(());
-        }
-        self.check_room(size)?;
-        let mut buf = Vec::new();
-        let entries = self.entries(id, path, &mut buf)?;
-        self.mkdir(path)?;
-        self.diff_entries(path, &[], &entries)
-    }
-
-    /// The conversions pass, after the diff: give every file written its conversion, turn a
-    /// mode change whose conversion changed into a write, and write the candidates
-    /// ([`AttrsSeen::candidates`]) whose converted bytes change. With a selection
-    /// ([`Checkout::select`]) or `--export`, also leave out what a side does not hold:
-    /// see [`Self::shape`].
-    fn convert(&mut self) -> Result<(), Error> {
-        use crate::convert::Resolver;
-        let Some(conversions) = self.conversions else { return Ok(()) };
-        let odb = self.odb;
-        let find: &dyn gix_object::Find = odb;
-        let mut new = Side {
-            resolver: Some(Resolver::new(conversions.new.settings(), std::mem::take(&mut self.attrs.new_files))?),
-            select: self.select.map(|s| s.new),
-            ignored_dirs: HashMap::new(),
-            empty: false,
-        };
-        let mut old = Side {
-            resolver: match conversions.old {
-                Some(c) => Some(Resolver::new(c.settings(), std::mem::take(&mut self.attrs.old_files))?),
-                None => None,
-            },
-            select: self.select.map(|s| s.old),
-            ignored_dirs: HashMap::new(),
-            empty: !self.incremental,
-        };
-        // Settings that change what a conversion writes though its attributes stay the same
-        // (`core.autocrlf`, drivers, the LFS mode, …): such files are compared by their bytes.
-        let settings_changed = conversions.old.map(|c| c.settings()) != Some(conversions.new.settings());
-        let lfs_modes = (
-            conversions.old.map_or_else(|| "none".to_string(), |c| c.settings().lfs.to_string()),
-            conversions.new.settings().lfs,
-        );
-        let lfs_changed = conversions.old.map(|c| c.settings().lfs) != Some(conversions.new.settings().lfs);
-        let rules_changed = conversions.old.is_some_and(|c| c.settings().rules != conversions.new.settings().rules);
-        let reason_of = |before: &Option<std::sync::Arc<crate::convert::Conversion>>,
-                         now: &Option<std::sync::Arc<crate::convert::Conversion>>| {
-            if rules_changed {
-                format!(
-                    "treesync's conversion rules changed since the target was written (an upgrade): written again once ({})",
-                    now.as_deref().map_or_else(|| "none".to_string(), |c| c.to_string())
-                )
-            } else if before != now {
-                changed_reason(before.as_deref(), now.as_deref())
-            } else if lfs_changed && now.as_deref().is_some_and(|c| c.is_lfs()) {
-                format!("LFS mode changed: {} (was: {})", lfs_modes.1, lfs_modes.0)
-            } else {
-                format!(
-                    "the repository's conversion settings changed ({})",
-                    now.as_deref().map_or_else(|| "none".to_string(), |c| c.to_string())
-                )
-            }
-        };
-        let shaping = self.select.is_some()
-            || conversions.new.settings().export
-            || conversions.old.is_some_and(|c| c.settings().export);
-        let mut ops = if shaping { std::mem::take(&mut self.ops).into_vec() } else { self.ops.take_writes() };
-        ops.sort_by(|a, b| a.path().cmp(b.path()));
-        let mut out = Vec::with_capacity(ops.len());
-        for mut op in ops {
-            // Not held any more where the old side had it: removed instead.
-            let gone = |op: &Op, old: &mut Side<'_>| -> Result<Option<Op>, Error> {
-                Ok(old.keeps(op.path(), false, find)?.then(|| Op::Unlink { path: op.path().clone() }))
-            };
-            match &mut op {
-                Op::Write { path, conversion, .. } => {
-                    if shaping && !new.keeps(path, false, find)? {
-                        out.extend(gone(&op, &mut old)?);
-                        continue;
-                    }
-                    *conversion = new.conversion(path, find)?;
-                }
-                Op::Chmod { path, blob, size, executable, conversion } => {
-                    if shaping && !new.keeps(path, false, find)? {
-                        out.extend(gone(&op, &mut old)?);
-                        continue;
-                    }
-                    let now = new.conversion(path, find)?;
-                    let kept = !shaping || old.keeps(path, false, find)?;
-                    let before = if kept { old.conversion(path, find)? } else { None };
-                    if now != before
-                        || !kept
-                        || (settings_changed
-                            && now.is_some()
-                            && self.output_differs(path, *blob, before.as_deref(), now.as_deref(), conversions)?)
-                    {
-                        let reason = Some(if kept { reason_of(&before, &now) } else { "newly selected".to_string() });
-                        op = Op::Write {
-                            path: path.clone(),
-                            blob: *blob,
-                            size: *size,
-                            executable: *executable,
-                            conversion: now,
-                            reason,
-                        };
-                    } else {
-                        *conversion = now;
-                    }
-                }
-                Op::Symlink { path, .. } if !new.keeps(path, false, find)? => {
-                    out.extend(gone(&op, &mut old)?);
-                    continue;
-                }
-                // With patterns, a directory is made for what it holds (below); with
-                // `--export` alone, as `git archive` makes it: unless it is `export-ignore`.
-                Op::Mkdir { path } if self.select.is_some() || !new.keeps(path, true, find)? => continue,
-                Op::Unlink { path } if !old.keeps(path, false, find)? => continue,
-                // A directory the old side never made (nothing below it was selected).
-                Op::Rmdir { path }
-                    if self.select.is_some_and(|s| !s.old.may_include_below(path.as_bstr()))
-                        || !old.keeps_dir(path, find)? =>
-                {
-                    continue;
-                }
-                _ => {}
-            }
-            out.push(op);
-        }
-        let mut candidates = std::mem::take(&mut self.attrs.candidates);
-        candidates.sort_by(|a, b| a.0.cmp(&b.0));
-        for (path, blob, executable) in candidates {
-            let (was, is) =
-                if shaping { (old.keeps(&path, false, find)?, new.keeps(&path, false, find)?) } else { (true, true) };
-            match (was, is, executable) {
-                (false, false, _) => {}
-                (true, false, _) => {
-                    self.count(0)?;
-                    out.push(Op::Unlink { path });
-                }
-                (false, true, None) => {
-                    let target = self.link_target(&path, blob)?;
-                    self.count(target.len() as u64)?;
-                    out.push(Op::Symlink { path, target });
-                }
-                (true, true, None) => {}
-                (was, true, Some(executable)) => {
-                    let now = new.conversion(&path, find)?;
-                    let before = if was { old.conversion(&path, find)? } else { None };
-                    if was
-                        && ((now == before && !(settings_changed && now.is_some()))
-                            || !self.output_differs(&path, blob, before.as_deref(), now.as_deref(), conversions)?)
-                    {
-                        continue;
-                    }
-                    let size = self.blob_size(blob).map_err(|e| Self::object_error("blob", blob, &at(&path), e))?;
-                    self.count(size)?;
-                    let reason = Some(if was { reason_of(&before, &now) } else { "newly selected".to_string() });
-                    out.push(Op::Write { path, blob, size, executable, conversion: now, reason });
-                }
-            }
-        }
-        // `export-subst` files expand the commit: written again when it changes.
-        if let Some(again) = self.resubst.take() {
-            let written: std::collections::HashSet<RelPath> = out
-                .iter()
-                .filter(|op| matches!(op, Op::Write { .. } | Op::Unlink { .. }))
-                .map(|op| op.path().clone())
-                .collect();
-            for path in again {
-                let Ok(path) = RelPath::parse(path) else { continue };
-                if written.contains(&path) || !new.keeps(&path, false, find)? {
-                    continue;
-                }
-                let Some(dir) = self.tree_at(&path.parent())? else { continue };
-                let mut buf = Vec::new();
-                let found = self
-                    .entries(dir, &path.parent(), &mut buf)?
-                    .into_iter()
-                    .find_map(|(n, node)| (<BStr as AsRef<[u8]>>::as_ref(n) == path.split_last().1).then_some(node));
-                let Some(Node::File { id, executable }) = found else { continue };
-                let conversion = new.conversion(&path, find)?;
-                if !conversion.as_ref().is_some_and(|c| c.export_subst) {
-                    continue;
-                }
-                let size = self.blob_size(id).map_err(|e| Self::object_error("blob", id, &at(&path), e))?;
-                self.count(size)?;
-                let reason = Some("export-subst: the commit changed".to_string());
-                out.push(Op::Write { path, blob: id, size, executable, conversion, reason });
-            }
-        }
-        if shaping {
-            self.shape(&mut out, &mut new, find)?;
-        }
-        for op in out {
-            self.ops.push(op);
-        }
-        Ok(())
-    }
-
-    /// With a selection or `--export`: make the directories of what is written (a directory
-    /// is made only for what it holds), and remove the directories left without any selected
-    /// content by what is removed.
-    fn shape(&mut self, ops: &mut Vec<Op>, new: &mut Side<'_>, find: &dyn gix_object::Find) -> Result<(), Error> {
-        let mut dirs: std::collections::BTreeSet<RelPath> = Default::default();
-        let mut removed: std::collections::BTreeSet<RelPath> = Default::default();
-        for op in ops.iter() {
-            match op {
-                Op::Write { path, .. } | Op::Symlink { path, .. } => {
-                    let mut dir = up(path);
-                    while let Some(d) = dir {
-                        dir = up(&d);
-                        if !dirs.insert(d) {
-                            break;
-                        }
-                    }
-                }
-                Op::Unlink { path } | Op::Rmdir { path } => {
-                    removed.insert(path.clone());
-                }
-                _ => {}
-            }
-        }
-        for d in &dirs {
-            self.count(0)?;
-            ops.push(Op::Mkdir { path: d.clone() });
-        }
-        // Directories that hold nothing selected any more, deepest first (each checked once).
-        let mut checked: HashMap<RelPath, bool> = HashMap::new();
-        let mut queue: Vec<RelPath> = removed.iter().filter_map(up).collect();
-        while let Some(d) = queue.pop() {
-            if checked.contains_key(&d) || removed.contains(&d) || dirs.contains(&d) {
-                continue;
-            }
-            let empty = match self.tree_at(&d)? {
-                // With patterns, a directory stays for what it holds; with `--export` alone,
-                // as `git archive` has it: unless it is `export-ignore`.
-                Some(tree) if self.select.is_some() => !self.holds_selected(&d, tree, new, find)?,
-                Some(_) => !new.keeps(&d, true, find)?,
-                // Not in the new tree: the diff removes it.
-                None => false,
-            };
-            checked.insert(d.clone(), empty);
-            if empty {
-                self.count(0)?;
-                ops.push(Op::Rmdir { path: d.clone() });
-                removed.insert(d.clone());
-                if let Some(parent) = up(&d) {
-                    queue.push(parent);
-                }
-            }
-        }
-        Ok(())
-    }
-
-    /// The tree of directory `dir` in the tree planned to, if it is one there.
-    fn tree_at(&mut self, dir: &RelPath) -> Result<Option<ObjectId>, Error> {
-        let Some(mut id) = self.to else { return Ok(None) };
-        let mut at = RelPath::root();
-        for name in dir.components() {
-            let mut buf = Vec::new();
-            let entries = self.entries(id, &at, &mut buf)?;
-            match entries.iter().find(|(n, _)| <BStr as AsRef<[u8]>>::as_ref(n) == name) {
-                Some((_, Node::Tree { id: child })) => id = *child,
-                _ => return Ok(None),
-            }
-            at = at.join(name.into(), NameKind::Other)?;
-        }
-        Ok(Some(id))
-    }
-
-    /// Does tree `id` at `dir` hold anything the new side selects (walked as deep as needed)?
-    fn holds_selected(
-        &mut self,
-        dir: &RelPath,
-        id: ObjectId,
-        new: &mut Side<'_>,
-        find: &dyn gix_object::Find,
-    ) -> Result<bool, Error> {
-        let mut stack = vec![(dir.clone(), id)];
-        while let Some((dir, id)) = stack.pop() {
-            if dir.depth() > MAX_TREE_DEPTH {
-                return Err(too_deep(dir.as_bytes()));
-            }
-            let mut buf = Vec::new();
-            let entries: Vec<(gix::bstr::BString, Node)> =
-                self.entries(id, &dir, &mut buf)?.into_iter().map(|(n, node)| (n.to_owned(), node)).collect();
-            for (name, node) in entries {
-                let kind = if matches!(node, Node::Link { .. }) { NameKind::Symlink } else { NameKind::Other };
-                let path = dir.join(name.as_ref(), kind)?;
-                match node {
-                    Node::Tree { id } => {
-                        if new.select.is_none_or(|s| s.may_include_below(path.as_bstr()))
-                            && new.keeps_dir(&path, find)?
-                        {
-                            stack.push((path, id));
-                        }
-                    }
-                    Node::Gitlink { .. } => {
-                        if new.keeps(&path, true, find)? {
-                            return Ok(true);
-                        }
-                    }
-                    Node::File { .. } | Node::Link { .. } => {
-                        if new.keeps(&path, false, find)? {
-                            return Ok(true);
-                        }
-                    }
-                }
-            }
-        }
-        Ok(false)
-    }
-
-    /// The target of symlink `id` at `path`, checked as the diff checks it.
-    fn link_target(&mut self, path: &RelPath, id: ObjectId) -> Result<Vec<u8>, Error> {
-        let target = self
-            .odb
-            .find_blob(&id, &mut self.buf)
-            .map_err(|e| Self::object_error("blob", id, &at(path), Cause::gix(e)))?;
-        if target.data.is_empty() || target.data.contains(&0) {
-            return Err(Error::Unsafe(crate::path::UnsafeName {
-                path: path.display(),
-                reason: "a symlink target must be non-empty and must not contain NUL".into(),
-            }));
-        }
-        Ok(target.data.to_vec())
-    }
-
-    /// Would blob `blob` at `path` be written differently under `now` than under `before`?
-    /// Filter drivers (and `export-subst`) are not run to find out: a change to or from one
-    /// counts as a difference.
-    fn output_differs(
-        &mut self,
-        path: &RelPath,
-        blob: ObjectId,
-        before: Option<&crate::convert::Conversion>,
-        now: Option<&crate::convert::Conversion>,
-        conversions: Conversions<'_>,
-    ) -> Result<bool, Error> {
-        let opaque = |c: Option<&crate::convert::Conversion>| c.is_some_and(|c| c.filter.is_some() || c.export_subst);
-        // Written by older conversion rules: their bytes cannot be told here, so written again.
-        let rules_changed = conversions.old.is_some_and(|c| c.settings().rules != conversions.new.settings().rules);
-        if rules_changed || opaque(before) || opaque(now) {
-            return Ok(true);
-        }
-        let data = self
-            .odb
-            .find_blob(&blob, &mut self.buf)
-            .map_err(|e| Self::object_error("blob", blob, &at(path), Cause::gix(e)))?
-            .data
-            .to_vec();
-        let render = |conv: Option<&crate::convert::Conversion>, converter: Option<&crate::convert::Converter>| match (
-            conv, converter,
-        ) {
-            (Some(c), Some(converter)) => converter.converted(&data, path.as_bstr(), &blob, c).map_err(|e| match e {
-                crate::convert::ConvertError::Convert(e) => Error::Attributes(e),
-                crate::convert::ConvertError::Sink(e) => Error::Attributes(crate::convert::Error::Convert {
-                    path: path.display(),
-                    attributes: c.to_string(),
-                    message: e.to_string(),
-                }),
-            }),
-            _ => Ok(data.clone()),
-        };
-        Ok(render(before, conversions.old)? != render(now, Some(conversions.new))?)
-    }
-
-    /// An entry the same in both trees, below a change of attributes: a file is a candidate for
-    /// rewriting ([`Self::convert`] decides), a directory is walked.
-    fn renormalize(&mut self, dir: &RelPath, name: &BStr, node: Option<Node>) -> Result<(), Error> {
-        match node {
-            Some(Node::File { id, executable }) => {
-                let path = dir.join(name, NameKind::Other)?;
-                self.attrs.candidates.push((path, id, Some(executable)));
-            }
-            Some(Node::Link { id }) => {
-                let path = dir.join(name, NameKind::Symlink)?;
-                self.attrs.candidates.push((path, id, None));
-            }
-            Some(Node::Tree { id }) => {
-                let path = dir.join(name, NameKind::Other)?;
-                if path.depth() > MAX_TREE_DEPTH {
-                    return Err(too_deep(path.as_bytes()));
-                }
-                let mut buf = Vec::new();
-                let entries = self.entries(id, &path, &mut buf)?;
-                if self.has_content_of(id, &entries, &[], &path)? {
-                    self.diff_entries(&path, &entries, &entries)?;
-                }
-            }
-            _ => {}
-        }
-        Ok(())
-    }
-
-    /// Plan the removal of tree `id` at `path`, content first.
-    fn remove_tree(&mut self, path: &RelPath, id: ObjectId) -> Result<(), Error> {
-        let mut buf = Vec::new();
-        let entries = self.entries(id, path, &mut buf)?;
-        if !self.has_content_of(id, &entries, &[], path)? {
-            return Ok(());
-        }
-        self.diff_entries(path, &entries, &[])?;
-        self.rmdir(path)
-    }
-}
-
-/// Trees read by [`Planner::tree_has_content`], kept for the one read that usually follows:
-/// the diff of that very tree. Taken out when read, so the cache holds only trees whose diff
-/// is still to come, bounded in count and bytes (past the bound nothing more is kept and the
-/// diff decodes the tree again, as it would without the cache).
-#[derive(Default)]
-struct KeptTrees {
-    trees: HashMap<ObjectId, Vec<u8>>,
-    bytes: usize,
-}
-
-impl KeptTrees {
-    const MAX_TREES: usize = 256;
-    const MAX_BYTES: usize = 4 << 20;
-
-    fn keep(&mut self, id: ObjectId, bytes: &[u8]) {
-        if self.trees.len() < Self::MAX_TREES
-            && self.bytes + bytes.len() <= Self::MAX_BYTES
-            && !self.trees.contains_key(&id)
-        {
-            self.bytes += bytes.len();
-            self.trees.insert(id, bytes.to_vec());
-        }
-    }
-
-    fn take(&mut self, id: &ObjectId) -> Option<Vec<u8>> {
-        let bytes = self.trees.remove(id)?;
-        self.bytes -= bytes.len();
-        Some(bytes)
-    }
-}
-
-/// The directory holding `path`, unless that is the root.
-fn up(path: &RelPath) -> Option<RelPath> {
-    (!path.is_root()).then(|| path.parent()).filter(|d| !d.is_root())
-}
-
-/// One side of a plan for the conversions pass: its attributes and what it selects.
-struct Side<'s> {
-    /// `None`: files as blobs are, nothing left out by attributes.
-    resolver: Option<crate::convert::Resolver>,
-    select: Option<&'s crate::select::Select>,
-    /// Directories found `export-ignore` (or not).
-    ignored_dirs: HashMap<RelPath, bool>,
-    /// The side holds nothing (the old side of an initial sync or a takeover).
-    empty: bool,
-}
-
-impl Side<'_> {
-    fn conversion(
-        &mut self,
-        path: &RelPath,
-        find: &dyn gix_object::Find,
-    ) -> Result<Option<std::sync::Arc<crate::convert::Conversion>>, Error> {
-        Ok(match &mut self.resolver {
-            Some(r) => r.at(path.as_bstr(), find)?.0,
-            None => None,
-        })
-    }
-
-    /// Does this side hold the entry at `path`: selected by the patterns, and neither it nor a
-    /// directory above it `export-ignore`?
-    fn keeps(&mut self, path: &RelPath, is_dir: bool, find: &dyn gix_object::Find) -> Result<bool, Error> {
-        if self.empty {
-            return Ok(false);
-        }
-        if self.select.is_some_and(|s| !s.includes(path.as_bstr(), is_dir)) {
-            return Ok(false);
-        }
-        let Some(resolver) = &mut self.resolver else { return Ok(true) };
-        let mut dir = up(path);
-        while let Some(d) = dir {
-            let ignored = match self.ignored_dirs.get(&d) {
-                Some(v) => *v,
-                None => {
-                    let v = resolver.export_ignored(d.as_bstr(), true, find)?;
-                    self.ignored_dirs.insert(d.clone(), v);
-                    v
-                }
-            };
-            if ignored {
-                return Ok(false);
-            }
-            dir = up(&d);
-        }
-        Ok(!resolver.export_ignored(path.as_bstr(), is_dir, find)?)
-    }
-
-    /// [`Self::keeps`] for a directory whose content may be selected (the patterns are
-    /// checked per entry below it).
-    fn keeps_dir(&mut self, path: &RelPath, find: &dyn gix_object::Find) -> Result<bool, Error> {
-        let select = self.select.take();
-        let r = self.keeps(path, true, find);
-        self.select = select;
-        r
-    }
-}
-
-/// Why a file whose blob did not change is written again.
-fn changed_reason(before: Option<&crate::convert::Conversion>, now: Option<&crate::convert::Conversion>) -> String {
-    let show = |c: Option<&crate::convert::Conversion>| c.map_or_else(|| "none".to_string(), |c| c.to_string());
-    format!("conversion changed: {} (was: {})", show(now), show(before))
 }
 
 /// `path` for an error message (empty at the root).
-fn at(path: &RelPath) -> String {
+pub(super) fn at(path: &RelPath) -> String {
     if path.is_root() { String::new() } else { path.display() }
 }
 
 /// On a target that does not tell case apart: two entries of `dir` that differ only by case
 /// would be one file there.
-fn refuse_case_collisions(dir: &RelPath, entries: &[(&BStr, Node)]) -> Result<(), Error> {
+pub(super) fn refuse_case_collisions(dir: &RelPath, entries: &[(&BStr, Node)]) -> Result<(), Error> {
     let mut seen: HashMap<Vec<u8>, &BStr> = HashMap::with_capacity(entries.len());
     for (name, _) in entries {
         if let Some(other) = seen.insert(crate::path::fold_case(name), name) {

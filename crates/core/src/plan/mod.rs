@@ -5,9 +5,12 @@
 //! paths (times their depth), not with the size of the tree.
 
 mod cache;
+mod conversions;
+mod diff;
 mod expand;
 mod function;
 mod gitlinks;
+mod tree;
 pub(crate) use function::too_deep;
 pub(crate) use function::with_big_stack;
 pub use function::{

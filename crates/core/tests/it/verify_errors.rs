@@ -1,9 +1,11 @@
 //! `verify` tells a damaged repository from a drifted target: an object the recorded tree
-//! names that the object database cannot read is an error of the repository, never drift.
+//! names that the object database cannot read is an error of the repository, never drift; a
+//! verify that is interrupted stops between files and says so.
 
 use std::sync::atomic::AtomicBool;
 
 use treesync_core::{MemoryBackend, Repo, sync, verify};
+use treesync_testkit::verify_at;
 use treesync_testkit::work::git;
 
 #[tokio::test]
@@ -22,7 +24,7 @@ async fn a_missing_blob_is_an_error_not_drift() {
     let repo = Repo::open(work).expect("open");
     sync::sync(&repo, "main", &backend, &options, &|_| {}, &AtomicBool::new(false)).await.expect("sync");
     for level in [verify::Level::Quick, verify::Level::Stat, verify::Level::Full] {
-        let report = verify::verify(&repo, &backend, level).await.expect("verify");
+        let report = verify_at(&repo, &backend, level).await.expect("verify");
         assert!(report.is_clean(), "{level:?}: {:?}", report.drift);
     }
 
@@ -31,7 +33,7 @@ async fn a_missing_blob_is_an_error_not_drift() {
     std::fs::remove_file(&loose).expect("remove the loose object");
     let repo = Repo::open(work).expect("open again");
     for level in [verify::Level::Quick, verify::Level::Stat, verify::Level::Full] {
-        match verify::verify(&repo, &backend, level).await {
+        match verify_at(&repo, &backend, level).await {
             Err(verify::Error::Source(e)) => {
                 let msg = e.to_string();
                 assert!(msg.contains(&blob) && msg.contains("a.txt") && msg.contains("hint:"), "{level:?}: {msg}");
@@ -73,7 +75,7 @@ async fn repository_errors_keep_gitoxides_error_as_their_source() {
     std::fs::remove_file(&loose).expect("remove the loose object (read-only)");
     std::fs::write(&loose, b"this is not a zlib stream").expect("write garbage in its place");
     let repo = Repo::open(&work).expect("open again");
-    match verify::verify(&repo, &backend, verify::Level::Quick).await {
+    match verify_at(&repo, &backend, verify::Level::Quick).await {
         Err(verify::Error::Source(source::Error::Object { source: Cause::Gix(gix), id, .. })) => {
             assert_eq!(id.to_string(), blob);
             assert!(!gix.to_string().is_empty());
@@ -81,4 +83,50 @@ async fn repository_errors_keep_gitoxides_error_as_their_source() {
         Err(e) => panic!("expected gitoxide's error as the source, got {e:?}"),
         Ok(report) => panic!("a damaged object reported as {:?}", report.drift),
     }
+}
+
+/// The interrupt flag stops a verify between files, with an error that says how far it got;
+/// progress is told each file read.
+#[tokio::test]
+async fn an_interrupted_verify_stops_between_files_and_says_so() {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let work = dir.path();
+    git(work, &["init", "-q"]);
+    for i in 0..5 {
+        std::fs::write(work.join(format!("f{i}.txt")), format!("file {i}\n")).expect("write");
+    }
+    git(work, &["add", "."]);
+    git(work, &["commit", "-q", "-m", "one"]);
+    let backend = MemoryBackend::new();
+    let options = sync::Options { backend_name: "memory".into(), ..Default::default() };
+    let repo = Repo::open(work).expect("open");
+    sync::sync(&repo, "main", &backend, &options, &|_| {}, &AtomicBool::new(false)).await.expect("sync");
+    let full = verify::Options::at(verify::Level::Full);
+
+    // Raised before: nothing is read.
+    match verify::verify(&repo, &backend, &full, &|_| {}, &AtomicBool::new(true)).await {
+        Err(verify::Error::Interrupted { hashed: 0 }) => {}
+        other => panic!("expected an interrupted verify, got {other:?}"),
+    }
+    // Raised by the progress of the first file read: the verify stops after it.
+    let stop = AtomicBool::new(false);
+    let told = AtomicU64::new(0);
+    let progress = |p: &verify::Progress| {
+        told.fetch_add(1, Ordering::SeqCst);
+        if p.hashed >= 1 {
+            assert_eq!(p.to_hash, 5, "every file is read at the full level");
+            stop.store(true, Ordering::SeqCst);
+        }
+    };
+    match verify::verify(&repo, &backend, &full, &progress, &stop).await {
+        Err(e @ verify::Error::Interrupted { hashed: 1 }) => {
+            assert!(e.to_string().contains("interrupted"), "{e}");
+        }
+        other => panic!("expected a verify interrupted after one file, got {other:?}"),
+    }
+    assert_eq!(told.load(Ordering::SeqCst), 2, "told once the target is listed, then the file read");
+    // Not interrupted, it is clean.
+    let report = verify::verify(&repo, &backend, &full, &|_| {}, &AtomicBool::new(false)).await.expect("verify");
+    assert!(report.is_clean(), "{:?}", report.drift);
 }

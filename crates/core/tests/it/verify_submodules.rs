@@ -9,9 +9,10 @@ use std::sync::atomic::AtomicBool;
 
 use treesync_core::memory::MemNode;
 use treesync_core::sync;
-use treesync_core::verify::{self, Drift, Level};
+use treesync_core::verify::{Drift, Level};
 use treesync_core::{MemoryBackend, Repo};
 use treesync_testkit::tree::{self, Node};
+use treesync_testkit::verify_at;
 use treesync_testkit::work::{git, write};
 
 /// `srv/super.git` with submodule `lib` (`srv/lib.git`, URL `../lib.git`); `lib` converts
@@ -92,7 +93,7 @@ fn assert_holds_clone(world: &World, target: &MemoryBackend, context: &str) {
 }
 
 fn drift_of(repo: &Repo, target: &MemoryBackend, level: Level) -> Vec<Drift> {
-    run(verify::verify(repo, target, level)).expect("verify").drift
+    run(verify_at(repo, target, level)).expect("verify").drift
 }
 
 #[test]
@@ -110,7 +111,7 @@ fn a_recursive_sync_verifies_clean_and_drift_inside_a_submodule_is_found_and_rep
     );
 
     for level in [Level::Quick, Level::Stat, Level::Full] {
-        let report = run(verify::verify(&repo, &target, level)).expect("verify");
+        let report = run(verify_at(&repo, &target, level)).expect("verify");
         assert!(report.is_clean(), "{level:?}: drift right after a recursive sync: {:?}", report.drift);
         assert!(report.expected >= 6, "{level:?}: the submodule's paths are compared: {report:?}");
     }

@@ -228,7 +228,7 @@ pub async fn subtree_syncs_match_git_archive_of_the_tree(f: &dyn Fixture) {
             }
             let again = sync::prepare(&h.repo, &rev, &*f.backend(), &Default::default()).await.expect("prepare");
             assert!(again.main.is_empty(), "seed {seed} step {step}: planning again: {:?}", again.main.counts);
-            let report = verify::verify(&h.repo, &*f.backend(), verify::Level::Full).await.expect("verify");
+            let report = crate::verify_at(&h.repo, &*f.backend(), verify::Level::Full).await.expect("verify");
             assert!(report.is_clean(), "seed {seed} step {step}: verify after {rev}: {:?}", report.drift);
         }
         // Interrupted on the way to a subtree: the journal records the directory, and the next

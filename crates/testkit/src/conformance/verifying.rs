@@ -11,7 +11,7 @@ pub async fn verify_after_sync_is_clean(f: &dyn Fixture) {
     sync_to(&h.repo, &h.commits[0], &*backend).await.expect("sync");
     sync_to(&h.repo, &h.commits[1], &*backend).await.expect("sync");
     for level in [verify::Level::Quick, verify::Level::Stat, verify::Level::Full] {
-        let report = verify::verify(&h.repo, &*f.backend(), level).await.expect("verify");
+        let report = crate::verify_at(&h.repo, &*f.backend(), level).await.expect("verify");
         assert!(report.is_clean(), "{level:?}: drift right after a sync: {:?}", report.drift);
         assert!(report.expected > 0 && report.scanned > 0, "{level:?}: nothing compared: {report:?}");
         assert!(!report.interrupted);
@@ -19,7 +19,7 @@ pub async fn verify_after_sync_is_clean(f: &dyn Fixture) {
     // A second stat-level verify reads no file where the backend keeps the stat index the
     // first one wrote (filesystems: `aux_store`, and a scan with stat data). (Object stores
     // prove files by ETag where it is an MD5, which only some stores give.)
-    let again = verify::verify(&h.repo, &*f.backend(), verify::Level::Stat).await.expect("verify");
+    let again = crate::verify_at(&h.repo, &*f.backend(), verify::Level::Stat).await.expect("verify");
     assert!(again.is_clean());
     let found = f.backend().scan(1).await.expect("scan");
     let files = found.iter().filter(|e| matches!(e.kind, backend::FoundKind::File { .. })).count() as u64;
@@ -43,7 +43,7 @@ pub async fn drift_is_found_and_repaired(f: &dyn Fixture) {
         .expect("the history has a file");
     f.put_file(&changed, b"changed behind treesync's back, and longer than before\n");
     f.put_file("foreign.txt", b"not from git\n");
-    let report = verify::verify(&h.repo, &*f.backend(), verify::Level::Stat).await.expect("verify");
+    let report = crate::verify_at(&h.repo, &*f.backend(), verify::Level::Stat).await.expect("verify");
     let paths: Vec<String> = report.drift.iter().map(|d| String::from_utf8_lossy(d.path()).into_owned()).collect();
     assert!(
         report
@@ -70,7 +70,7 @@ pub async fn drift_is_found_and_repaired(f: &dyn Fixture) {
     assert_eq!((applied.write, applied.unlink), (1, 1), "one rewrite, one removal: {applied:?}");
     assert!(out.after.as_ref().is_some_and(|a| a.is_clean()), "clean after the repair: {:?}", out.after);
     h.assert_matches(f, 0, "after the repair");
-    let report = verify::verify(&h.repo, &*f.backend(), verify::Level::Full).await.expect("verify");
+    let report = crate::verify_at(&h.repo, &*f.backend(), verify::Level::Full).await.expect("verify");
     assert!(report.is_clean(), "a full verify after the repair: {:?}", report.drift);
 }
 
@@ -98,7 +98,15 @@ pub async fn slices_of_a_verify_find_all_drift_exactly_once(f: &dyn Fixture) {
     }
     let limits = treesync_core::plan::Limits::default();
     let b = f.backend();
-    let whole = verify::verify_slice(&h.repo, &*b, verify::Level::Stat, limits, None).await.expect("verify");
+    let whole = verify::verify(
+        &h.repo,
+        &*b,
+        &verify::Options { level: verify::Level::Stat, limits, slice: None, ..Default::default() },
+        &|_| {},
+        &std::sync::atomic::AtomicBool::new(false),
+    )
+    .await
+    .expect("verify");
     let all: std::collections::BTreeSet<Vec<u8>> = whole.drift.iter().map(|d| d.path().to_vec()).collect();
     assert!(all.len() > dirs.len(), "drift in every directory: {all:?}");
     let n = 3;
@@ -106,7 +114,15 @@ pub async fn slices_of_a_verify_find_all_drift_exactly_once(f: &dyn Fixture) {
     let mut checked = 0;
     for k in 1..=n {
         let slice = Slice::new(k, n).expect("valid");
-        let r = verify::verify_slice(&h.repo, &*b, verify::Level::Stat, limits, Some(slice)).await.expect("verify");
+        let r = verify::verify(
+            &h.repo,
+            &*b,
+            &verify::Options { level: verify::Level::Stat, limits, slice: Some(slice), ..Default::default() },
+            &|_| {},
+            &std::sync::atomic::AtomicBool::new(false),
+        )
+        .await
+        .expect("verify");
         for d in &r.drift {
             assert!(slice.has_dir(&parent(d.path())), "slice {slice} found {d:?}, of another slice");
             assert!(union.insert(d.path().to_vec()), "{d:?} found by two slices");
@@ -182,7 +198,7 @@ pub async fn verify_compares_with_converted_bytes(f: &dyn Fixture) {
             "{context}: the test needs a converted file"
         );
         for level in [verify::Level::Quick, verify::Level::Stat, verify::Level::Full, verify::Level::Stat] {
-            let report = verify::verify(&repo, &*f.backend(), level).await.expect("verify");
+            let report = crate::verify_at(&repo, &*f.backend(), level).await.expect("verify");
             assert!(report.is_clean(), "{context}, {level:?}: drift right after a sync: {:?}", report.drift);
         }
         // A `--force` sync of the clean managed target compares and writes nothing.
@@ -193,7 +209,7 @@ pub async fn verify_compares_with_converted_bytes(f: &dyn Fixture) {
         // The converted file put back to the blob's bytes: drift, at every level, alone.
         f.put_file("run.bat", b"echo one\necho two\n");
         for level in [verify::Level::Quick, verify::Level::Stat, verify::Level::Full] {
-            let report = verify::verify(&repo, &*f.backend(), level).await.expect("verify");
+            let report = crate::verify_at(&repo, &*f.backend(), level).await.expect("verify");
             assert_eq!(
                 report.drift,
                 [verify::Drift::ContentChanged { path: b"run.bat".to_vec() }],
@@ -205,7 +221,7 @@ pub async fn verify_compares_with_converted_bytes(f: &dyn Fixture) {
         assert_eq!(applied.write, 1, "{context}: one file rewritten: {applied:?}");
         assert!(out.after.as_ref().is_some_and(|a| a.is_clean()), "{context}: clean after: {:?}", out.after);
         run("after the repair");
-        let report = verify::verify(&repo, &*f.backend(), verify::Level::Full).await.expect("verify");
+        let report = crate::verify_at(&repo, &*f.backend(), verify::Level::Full).await.expect("verify");
         assert!(report.is_clean(), "{context}: a full verify after the repair: {:?}", report.drift);
     }
 }

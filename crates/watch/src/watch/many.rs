@@ -344,20 +344,6 @@ async fn pick_slice(s: &State<'_, '_>, n: u32) -> Result<treesync_core::slice::S
     }
 }
 
-/// Record that `slice` was checked; the position after it.
-async fn finish_slice(
-    s: &mut State<'_, '_>,
-    slice: treesync_core::slice::Slice,
-) -> Result<treesync_core::slice::Rolling, Error> {
-    let now = treesync_core::state::now_unix();
-    let rolling = match position_backend(s).await? {
-        Some(b) => treesync_core::slice::finish(b.get(), slice, now).await?,
-        None => treesync_core::slice::Rolling { n: slice.n, next: slice.k % slice.n + 1, ..Default::default() },
-    };
-    s.next_slice = rolling.next;
-    Ok(rolling)
-}
-
 /// The sync to the commit of this look, and the scheduled verify, that one mirror calls for.
 async fn step(
     repo: &Repo,
@@ -409,15 +395,13 @@ async fn step(
         // With repair, compare and repair under the target's lock and journal, like a sync:
         // never a repair planned against a tree that a sync replaced meanwhile.
         let repair = sync::RepairOptions { sync: options.sync.clone(), slice, ..Default::default() };
-        let limits = options.sync.limits;
+        let compare = verify::Options { limits: options.sync.limits, slice, ..Default::default() };
         let (mut report, repaired) = match &s.target {
             Target::Plain(backend) if options.repair => {
                 let out = sync::repair(repo, *backend, &repair, progress, interrupt).await?;
                 (out.report, out.applied)
             }
-            Target::Plain(backend) => {
-                (verify::verify_slice(repo, *backend, verify::Level::Stat, limits, slice).await?, None)
-            }
+            Target::Plain(backend) => (verify::verify(repo, *backend, &compare, &|_| {}, interrupt).await?, None),
             Target::Generations(host, g) if options.repair => {
                 let out = generation::repair(repo, *host, g, &repair, progress, interrupt).await?;
                 (out.repair.report, out.repair.applied)
@@ -426,13 +410,14 @@ async fn step(
                 let Some(current) = generation::current_backend(*host).await? else {
                     return Err(generation::Error::NotAtomic { target: host.to_string() }.into());
                 };
-                (verify::verify_slice(repo, &*current, verify::Level::Stat, limits, slice).await?, None)
+                (verify::verify(repo, &*current, &compare, &|_| {}, interrupt).await?, None)
             }
         };
-        if let (Some(slice), Some(r)) = (slice, report.slice.as_mut()) {
-            let rolling = finish_slice(s, slice).await?;
-            r.next = Some(rolling.next);
-            r.last_full_cycle_unix = rolling.last_full_cycle_unix;
+        if slice.is_some() {
+            let position = position_backend(s).await?;
+            if let Some(rolling) = verify::roll(&mut report, position.as_ref().map(Held::get), true).await? {
+                s.next_slice = rolling.next;
+            }
         }
         s.outcome.verified += 1;
         let clean = report.is_clean();

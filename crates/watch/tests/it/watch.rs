@@ -5,8 +5,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use treesync_core::{MemoryBackend, Repo, sync};
-use treesync_watch::watch::{self, Event};
 use treesync_testkit::work::{commit, git};
+use treesync_watch::watch::{self, Event};
 
 /// The events seen so far, by name, shared with the watch's handler.
 #[derive(Clone, Default)]

@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 
 use treesync_core::backend::{Backend, Error, TargetState};
 use treesync_core::{MemoryBackend, Repo, sync};
-use treesync_watch::watch::{self, Event, Group, Mirror, Origin, OriginError, Place};
 use treesync_testkit::work::{commit, git};
+use treesync_watch::watch::{self, Event, Group, Mirror, Origin, OriginError, Place};
 
 /// [`watch::Poll`], counting the looks: every `refresh` with the refs it was given, and every
 /// `wait`.
