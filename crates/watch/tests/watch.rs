@@ -1,7 +1,5 @@
 //! `watch::watch` on a MemoryBackend with a real git repository: the events it emits, in order.
 
-use std::path::Path;
-use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -9,23 +7,8 @@ use std::time::{Duration, Instant};
 use treesync_core::{MemoryBackend, Repo, sync};
 use treesync_watch::watch::{self, Event};
 
-fn git(dir: &Path, args: &[&str]) -> String {
-    let out = Command::new("git")
-        .current_dir(dir)
-        .args(["-c", "user.name=t", "-c", "user.email=t@t", "-c", "init.defaultBranch=main"])
-        .args(args)
-        .output()
-        .expect("git runs");
-    assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
-}
-
-fn commit(dir: &Path, file: &str, content: &str) -> String {
-    std::fs::write(dir.join(file), content).expect("write");
-    git(dir, &["add", "."]);
-    git(dir, &["commit", "-q", "-m", file]);
-    git(dir, &["rev-parse", "HEAD"])
-}
+mod common;
+use common::{commit, git};
 
 /// The events seen so far, by name, shared with the watch's handler.
 #[derive(Clone, Default)]

@@ -3,8 +3,6 @@
 //! while the others follow.
 
 use std::fmt;
-use std::path::Path;
-use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -13,23 +11,8 @@ use treesync_core::backend::{Backend, Error, TargetState};
 use treesync_core::{MemoryBackend, Repo, sync};
 use treesync_watch::watch::{self, Event, Group, Mirror, Origin, OriginError, Place};
 
-fn git(dir: &Path, args: &[&str]) -> String {
-    let out = Command::new("git")
-        .current_dir(dir)
-        .args(["-c", "user.name=t", "-c", "user.email=t@t", "-c", "init.defaultBranch=main"])
-        .args(args)
-        .output()
-        .expect("git runs");
-    assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
-}
-
-fn commit(dir: &Path, file: &str, content: &str) -> String {
-    std::fs::write(dir.join(file), content).expect("write");
-    git(dir, &["add", "."]);
-    git(dir, &["commit", "-q", "-m", file]);
-    git(dir, &["rev-parse", "HEAD"])
-}
+mod common;
+use common::{commit, git};
 
 /// [`watch::Poll`], counting the looks: every `refresh` with the refs it was given, and every
 /// `wait`.
