@@ -297,6 +297,7 @@ pub struct Repaired {
 mod tests {
     use super::*;
 
+    #[allow(clippy::result_large_err)] // the result as `Place::open` gives it
     fn place(target: &str, intent: Intent) -> Result<Place, PlaceError> {
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
         rt.block_on(Place::open(&Target::parse(target).expect("target"), &TargetOptions::default(), intent))
