@@ -16,7 +16,7 @@
 //! ```
 //! use std::sync::atomic::AtomicBool;
 //! use treesync_backend_local::{LocalBackend, Options};
-//! use treesync_backend::{Repo, sync};
+//! use treesync_core::{Repo, sync};
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! # let dir = tempfile::tempdir()?;
 //! # let git = |args: &[&str]| std::process::Command::new("git").current_dir(dir.path()).args(args).output();

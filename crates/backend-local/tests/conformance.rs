@@ -27,5 +27,5 @@ mod serial {
 /// the winner; the target equals `git archive` of the commit its state records.
 #[test]
 fn concurrent_first_syncs_into_a_missing_target() {
-    treesync_testkit::conformance::concurrent_first_syncs_into_a_missing_target(20, 51, || local(Options::default()));
+    treesync_testkit::race::concurrent_first_syncs_into_a_missing_target(20, 51, || local(Options::default()));
 }

@@ -44,7 +44,7 @@
 //!     Options { lookup_jobs: LookupJobs::Fixed(1), scan_jobs: 32, write_jobs: WriteJobs::Fixed(16), fsync: false },
 //! );
 //! assert_eq!((backend.policy().jobs, backend.policy().lookups, backend.policy().scans), (16, 1, 32));
-//! // Hand it to `treesync_backend::sync::sync` like any other backend.
+//! // Hand it to `treesync_core::sync::sync` like any other backend.
 //! # Ok(()) }
 //! ```
 

@@ -752,7 +752,7 @@ fn racing_syncs_take_over_a_stale_lock_one_at_a_time() {
 /// the lock (exit 3) or runs after it.
 #[test]
 fn concurrent_first_syncs_into_a_missing_target() {
-    treesync_testkit::conformance::concurrent_first_syncs_into_a_missing_target(15, 41, || {
+    treesync_testkit::race::concurrent_first_syncs_into_a_missing_target(15, 41, || {
         Export::new(ClientOptions::default())
     });
 }

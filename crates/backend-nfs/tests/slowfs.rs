@@ -355,9 +355,7 @@ fn a_target_that_is_a_symlink_is_refused_like_on_a_local_disk() {
 /// exists"); one syncs, the other finds the lock (exit 3) or runs after it.
 #[test]
 fn concurrent_first_syncs_into_a_missing_target_on_a_mount() {
-    treesync_testkit::conformance::concurrent_first_syncs_into_a_missing_target(12, 51, || {
-        Slow::new(Options::default())
-    });
+    treesync_testkit::race::concurrent_first_syncs_into_a_missing_target(12, 51, || Slow::new(Options::default()));
 }
 
 fn inode(p: &Path) -> u64 {

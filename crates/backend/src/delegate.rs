@@ -9,6 +9,8 @@ use crate::backend::Backend;
 
 /// Implement every method of [`Backend`](crate::backend::Backend) by forwarding it, except those listed after `except`
 /// (which the wrapper writes itself, next to the macro call, in the same `#[async_trait]` impl).
+/// `except storage` lists every call that reaches the storage (all but `capabilities`, `policy`,
+/// `cost`, `take_written` and `record_written`), for wrappers that note or delay each of them.
 ///
 /// The first argument names where calls go: a field of the wrapper (`inner` forwards to
 /// `self.inner`), or `*` to forward through a pointer (`(**self)`, for `Box<B>` and `Arc<B>`).
@@ -44,6 +46,14 @@ use crate::backend::Backend;
 /// ```
 #[macro_export]
 macro_rules! delegate_backend {
+    // `except storage`: the wrapper implements every call that reaches the storage, and
+    // forwards only those that describe the backend (`capabilities`, `policy`, `cost`) or hand
+    // over what it noted (`take_written`, `record_written`).
+    ($to:tt, except storage $(, $skip:ident)* $(,)?) => {
+        $crate::delegate_backend!($to, except execute, execute_batch, prepare_target, read_dir, load_state,
+            store_state, lock, unlock, scan, scan_dirs, probe, read_file, load_aux, store_aux, append_aux,
+            aux_mtime $(, $skip)*);
+    };
     ($to:tt $(, except $($skip:ident),+)? $(,)?) => {
         $crate::delegate_backend!(@each $to [$($($skip)+)?]
             capabilities policy execute execute_batch prepare_target read_dir load_state store_state

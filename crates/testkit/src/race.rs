@@ -2,7 +2,9 @@
 //! and backend, released together by a barrier), and the checks every such race must pass: the
 //! loser finds the lock ([`backend::Error::Locked`], exit 3) or runs after the winner, never at
 //! the same time, and the target ends up equal to `git archive` of the commit its state
-//! records. Shared by the lock tests of the mounted and the `nfs://` backends.
+//! records. Shared by the lock tests of the mounted and the `nfs://` backends, and the race of
+//! two first syncs into a missing target ([`concurrent_first_syncs_into_a_missing_target`]) that
+//! the local and `nfs://` suites run.
 
 use std::sync::{Arc, Barrier};
 
@@ -10,6 +12,7 @@ use treesync_core::backend::{self, Backend};
 use treesync_core::sync::{self, Outcome};
 
 use crate::conformance::{Fixture, History, sync_to};
+use crate::history;
 
 /// How one race ended.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -83,4 +86,20 @@ pub fn check(
     assert!(won.iter().any(|(w, _)| *w == i), "round {round}: the state records commit {i}, which no winner synced");
     h.assert_matches(f, i, &format!("round {round}: the commit the state records"));
     ended
+}
+
+/// Two first syncs into a target that does not exist yet, started together, `rounds` times on
+/// a fresh fixture each: making the target is no error for the one that finds it made (no
+/// "File exists"); one syncs, the other finds the lock (exit 3) or runs after it; the target
+/// equals `git archive` of the commit its state records. `seed` picks the two revisions (200
+/// files, 100 apart).
+pub fn concurrent_first_syncs_into_a_missing_target<F: Fixture>(rounds: usize, seed: u64, make: impl Fn() -> F) {
+    let base = history::wide_tree(200, seed);
+    let (one, _) = history::change_some(&base, 60, 20, 20, seed + 1);
+    let h = History::from_trees(&[base, one]);
+    for round in 0..rounds {
+        let f = make();
+        let results = two_syncs(&h, [&h.commits[0], &h.commits[1]], &|| f.backend());
+        check(&h, &f, [0, 1], results, round);
+    }
 }

@@ -13,6 +13,18 @@ use treesync_core::{Backend, Repo, sync, verify};
 use crate::open::{OpenError, Opened, TargetOptions, generations_of};
 use crate::target::Target;
 
+/// `--switch`, the `switch` key: how a target kept in generations is switched.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
+pub enum SwitchMode {
+    /// Exchange where the filesystem can, else symlink (or what the target uses already).
+    Auto,
+    /// A symlink replaced by a rename.
+    Symlink,
+    /// renameat2 RENAME_EXCHANGE of two directories.
+    Exchange,
+}
+
 /// What a command means to do with a target, which decides how its generations are looked at.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Intent {
@@ -285,6 +297,7 @@ pub struct Repaired {
 mod tests {
     use super::*;
 
+    #[allow(clippy::result_large_err)] // the result as `Place::open` gives it
     fn place(target: &str, intent: Intent) -> Result<Place, PlaceError> {
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
         rt.block_on(Place::open(&Target::parse(target).expect("target"), &TargetOptions::default(), intent))

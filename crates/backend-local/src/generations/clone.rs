@@ -1,7 +1,20 @@
 //! [`Host::clone_tree`] on a filesystem: reflinks, else hard links, else byte copies; of the
 //! state folder only the state, last.
 
-use super::*;
+use std::ffi::OsStr;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+
+use rustix::fs::{AtFlags, FileType, Mode, OFlags};
+use rustix::io::Errno;
+use treesync_backend::backend::Error;
+use treesync_backend::generation::{At, CloneHow, Cloned};
+use treesync_backend::path::{STATE_DIR, TMP_PREFIX};
+
+use super::home::list_typed;
+use super::inner::*;
+use crate::lockfile;
 
 /// The copy of one tree by [`Host::clone_tree`]: the weakest method used so far, and counts.
 struct Cloner {
@@ -165,8 +178,11 @@ impl Inner {
 
 #[cfg(test)]
 mod tests {
+    use std::ffi::OsString;
+    use std::path::{Path, PathBuf};
+
     use super::*;
-    use crate::generations::test_host as host;
+    use crate::generations::inner::test_host as host;
 
     fn tree_for_clone(dir: &Path) -> PathBuf {
         use std::os::unix::fs::PermissionsExt;

@@ -1,6 +1,16 @@
 //! [`Host::held`] on this machine: the slots some process holds open, from `/proc`.
 
-use super::*;
+use std::collections::BTreeMap;
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+
+use rustix::fs::OFlags;
+use treesync_backend::backend::Error;
+use treesync_backend::generation::AtTarget;
+use treesync_backend::path::STATE_DIR;
+
+use super::inner::*;
 
 impl Inner {
     pub(super) fn held_blocking(&self) -> Result<BTreeMap<String, Vec<u32>>, Error> {

@@ -1,7 +1,19 @@
 //! The home and its files: the handles of the parent, the home, `tmp` and the slots, what is at
 //! the target, the lock, the record, the list of slots, and removal without following links.
 
-use super::*;
+use std::ffi::{OsStr, OsString};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
+
+use rustix::fs::{AtFlags, FileType, Mode, OFlags};
+use rustix::io::Errno;
+use treesync_backend::backend::{Error, LockGuard};
+use treesync_backend::generation::{At, AtTarget};
+use treesync_backend::lock::Holder;
+use treesync_backend::path::STATE_DIR;
+
+use super::inner::*;
+use crate::lockfile;
 
 impl Inner {
     /// The parent directory, opened once (following it: the target path is the user's choice).
@@ -235,6 +247,13 @@ impl Inner {
         }
         out.sort();
         Ok(out)
+    }
+
+    pub(super) fn remove_slot_blocking(&self, slot: &str) -> Result<u64, Error> {
+        let slot = self.slot_name(slot)?;
+        self.claims.lock().expect("never poisoned").remove(slot);
+        let Some(home) = self.home_fd()? else { return Ok(0) };
+        remove_tree(home.as_fd(), OsStr::new(slot)).map_err(|e| Error::io("remove", self.shown(slot), io(e)))
     }
 
     pub(super) fn remove_home_blocking(&self) -> Result<(), Error> {

@@ -17,135 +17,29 @@
 //!
 //! One file per concern: `home` (the handles, the lock, the record, the slots, removal),
 //! `switch` (the link or the exchange, and the claim it checks), `clone` (reflinks, hard links,
-//! copies) and `held` (the `/proc` scan for readers); this file holds [`FsHost`] itself.
+//! copies) and `held` (the `/proc` scan for readers), each adding its calls to `inner`'s
+//! [`Inner`] (the state they share); this file holds [`FsHost`] itself.
 
 mod clone;
 mod held;
 mod home;
+mod inner;
 mod switch;
 
 use std::collections::BTreeMap;
-use std::ffi::{OsStr, OsString};
 use std::fmt;
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
-use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::Arc;
 
 use async_trait::async_trait;
-use rustix::fs::{AtFlags, FileType, Mode, OFlags, RenameFlags};
 use rustix::io::Errno;
 use treesync_backend::backend::{Backend, Error, LockGuard};
-use treesync_backend::generation::{At, AtTarget, CloneHow, Cloned, Host, Switch, Switched};
+use treesync_backend::generation::{At, AtTarget, Cloned, Host, Switch, Switched};
 use treesync_backend::lock::Holder;
-use treesync_backend::path::{STATE_DIR, TMP_PREFIX};
 
-use crate::lockfile;
-use home::{list_typed, remove_tree};
+use inner::{Inner, io};
 
-/// Makes the backend of a generation directory (a [`LocalBackend`](crate::LocalBackend), or
-/// the mounted-NFS backend), with the policy of the target's own backend.
-pub type Opener = Arc<dyn Fn(PathBuf) -> Arc<dyn Backend> + Send + Sync>;
-
-/// The folder of the home where links, record temporaries and the exchange probe are made.
-const TMP: &str = "tmp";
-/// The record file of the home.
-const RECORD: &str = "generations";
-/// The slot name [`Host::held`] gives the target itself when it is a real directory.
-const AT_TARGET: &str = "target";
-
-/// The state of an [`FsHost`], shared with the blocking pool.
-struct Inner {
-    target: PathBuf,
-    parent: PathBuf,
-    /// `NAME` (empty when the target path has no last component: every call then fails).
-    name: OsString,
-    /// `.NAME.treesync`.
-    home: OsString,
-    open: Opener,
-    parent_fd: OnceLock<OwnedFd>,
-    exchange: OnceLock<bool>,
-    counter: AtomicU64,
-    /// The slots claimed for a generation being prepared ([`Host::claim_slot`]): the
-    /// directory each name held then (device, inode). The switch swaps in that directory or
-    /// nothing.
-    claims: Mutex<BTreeMap<String, Identity>>,
-    /// Tests: behave as a filesystem without `RENAME_EXCHANGE`.
-    #[cfg(test)]
-    no_exchange: bool,
-}
-
-/// A directory's device and inode: which directory a name held when it was looked at.
-type Identity = (u64, u64);
-
-fn io(e: Errno) -> std::io::Error {
-    std::io::Error::from_raw_os_error(e.raw_os_error())
-}
-
-fn type_name(t: FileType) -> &'static str {
-    match t {
-        FileType::Directory => "directory",
-        FileType::RegularFile => "file",
-        FileType::Symlink => "symlink",
-        _ => "special file",
-    }
-}
-
-/// The exchange is not supported by this kernel or filesystem (as opposed to failing).
-fn unsupported(e: Errno) -> bool {
-    matches!(e, Errno::INVAL | Errno::NOSYS | Errno::OPNOTSUPP)
-}
-
-/// A slot name is one plain path component.
-fn valid_slot(name: &[u8]) -> bool {
-    !name.is_empty() && name != b"." && name != b".." && !name.contains(&b'/') && !name.contains(&0)
-}
-
-impl Inner {
-    fn new(target: PathBuf, open: Opener) -> Inner {
-        let name = target.file_name().map(OsStr::to_os_string).unwrap_or_default();
-        let parent = match target.parent() {
-            Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
-            _ => PathBuf::from("."),
-        };
-        let mut home = OsString::from(".");
-        home.push(&name);
-        home.push(".treesync");
-        Inner {
-            target,
-            parent,
-            name,
-            home,
-            open,
-            parent_fd: OnceLock::new(),
-            exchange: OnceLock::new(),
-            claims: Mutex::new(BTreeMap::new()),
-            counter: AtomicU64::new(0),
-            #[cfg(test)]
-            no_exchange: false,
-        }
-    }
-
-    fn home_path(&self) -> PathBuf {
-        self.parent.join(&self.home)
-    }
-
-    fn shown(&self, rel: &str) -> String {
-        self.home_path().join(rel).display().to_string()
-    }
-    fn tmp_name(&self, what: &str) -> String {
-        format!("{what}.{}.{}", std::process::id(), self.counter.fetch_add(1, Ordering::Relaxed))
-    }
-
-    async fn blocking<T: Send + 'static>(
-        self: &Arc<Self>,
-        f: impl FnOnce(&Inner) -> Result<T, Error> + Send + 'static,
-    ) -> Result<T, Error> {
-        let me = self.clone();
-        treesync_backend::backend::blocking(move || f(&me)).await
-    }
-}
+pub use inner::Opener;
 
 /// The generations host of a directory target `PARENT/NAME`: its home is
 /// `PARENT/.NAME.treesync`. Cheap to clone. See the [module docs](self).
@@ -288,14 +182,7 @@ impl Host for FsHost {
 
     async fn remove_slot(&self, slot: &str) -> Result<u64, Error> {
         let slot = slot.to_string();
-        self.0
-            .blocking(move |h| {
-                let slot = h.slot_name(&slot)?;
-                h.claims.lock().expect("never poisoned").remove(slot);
-                let Some(home) = h.home_fd()? else { return Ok(0) };
-                remove_tree(home.as_fd(), OsStr::new(slot)).map_err(|e| Error::io("remove", h.shown(slot), io(e)))
-            })
-            .await
+        self.0.blocking(move |h| h.remove_slot_blocking(&slot)).await
     }
 
     async fn remove_home(&self) -> Result<(), Error> {
@@ -312,10 +199,4 @@ impl Host for FsHost {
     async fn held(&self) -> Result<Option<BTreeMap<String, Vec<u32>>>, Error> {
         self.0.blocking(|h| h.held_blocking().map(Some)).await
     }
-}
-
-/// The host of `DIR/site`, its generations opened as local backends.
-#[cfg(test)]
-fn test_host(dir: &Path) -> Inner {
-    Inner::new(dir.join("site"), Arc::new(|p| Arc::new(crate::LocalBackend::new(p, Default::default()))))
 }

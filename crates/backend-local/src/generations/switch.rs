@@ -2,7 +2,16 @@
 //! probe for the exchange, the claim of a slot and the check that the slot switched in is the
 //! directory claimed.
 
-use super::*;
+use std::ffi::OsStr;
+use std::os::fd::{AsFd, BorrowedFd};
+use std::os::unix::ffi::OsStrExt;
+
+use rustix::fs::{AtFlags, FileType, Mode, OFlags, RenameFlags};
+use rustix::io::Errno;
+use treesync_backend::backend::Error;
+use treesync_backend::generation::{AtTarget, Switch, Switched};
+
+use super::inner::*;
 
 impl Inner {
     /// Swap `a` in `a_dir` and `b` in `b_dir` (`renameat2(RENAME_EXCHANGE)`).
@@ -325,8 +334,10 @@ impl Inner {
 
 #[cfg(test)]
 mod tests {
+    use std::path::{Path, PathBuf};
+
     use super::*;
-    use crate::generations::test_host as host;
+    use crate::generations::inner::test_host as host;
 
     #[test]
     fn only_the_exact_link_text_switch_makes_names_a_slot() {

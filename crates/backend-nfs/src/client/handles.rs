@@ -1,8 +1,16 @@
 //! The directory-handle cache: every directory a run touches is looked up once (LOOKUP
 //! results by path; directories made by the run are known from their MKDIR replies).
 
+use std::fmt;
+use std::sync::Arc;
+
+use nfs3_types::nfs3::{ftype3, nfsstat3};
+use tokio::sync::OnceCell;
+use treesync_backend::backend::Error;
+
 #[allow(clippy::wildcard_imports)]
-use super::*;
+use super::inner::*;
+use super::nfs::{Fh, NfsError};
 
 /// How a directory lookup failed.
 pub(super) enum DirError {

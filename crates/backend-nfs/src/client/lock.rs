@@ -1,12 +1,19 @@
 //! The lock: a file made with a guarded CREATE, its lease renewed while held (a renewal that
 //! fails stops the run), taken over from a holder that is gone.
 
-use super::ops::write_all;
-#[allow(clippy::wildcard_imports)]
-use super::*;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
-/// A lock not renewed for this long is taken over (the default of [`ClientOptions::lease`]).
-pub const LEASE: Duration = Duration::from_secs(120);
+use nfs3_types::nfs3::{fattr3, ftype3, nfsstat3, stable_how};
+use treesync_backend::backend::{Error, LockGuard};
+use treesync_backend::lock::Holder;
+use treesync_backend::path::STATE_DIR;
+
+#[allow(clippy::wildcard_imports)]
+use super::inner::*;
+use super::nfs::{self, Fh, NfsError};
+use super::ops::write_all;
 
 /// A held lock is renewed this many times per lease.
 pub(super) const RENEWALS_PER_LEASE: u32 = 4;
@@ -91,7 +98,7 @@ impl ClientBackend {
     /// within the lease.
     pub(super) fn stale(&self, holder: Option<&Holder>, attr: Option<&fattr3>) -> bool {
         if let Some(h) = holder
-            && h.host == hostname()
+            && h.host == treesync_backend::lock::hostname()
         {
             return h.is_gone_here();
         }

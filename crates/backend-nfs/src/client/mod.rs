@@ -36,11 +36,14 @@
 //!
 //! The code is cut along these concerns: `mount` (portmapper, MOUNT, the NFS
 //! connection, the target's handle), the directory-handle cache (`handles`), op execution
-//! (`ops`), the state folder (`state`), the lock and its lease (`lock`) and `scan`; this file
-//! holds the backend's type and its [`Backend`] implementation, which calls into them.
+//! (`ops`), the state folder (`state`), the lock and its lease (`lock`) and `scan`, each
+//! adding its calls to the backend's type, which `inner` declares with the state they share;
+//! this file holds the options, [`open`] and the [`Backend`] implementation, which calls into
+//! them.
 
 pub mod generations;
 mod handles;
+mod inner;
 mod lock;
 mod mount;
 pub mod nfs;
@@ -51,25 +54,18 @@ mod state;
 pub mod url;
 
 use std::fmt;
-use std::net::{SocketAddr, ToSocketAddrs};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use dashmap::DashMap;
-use futures::StreamExt;
-use futures::stream::FuturesUnordered;
 use nfs3_types::nfs3::{fattr3, ftype3, nfsstat3, stable_how};
-use nfs3_types::xdr_codec::{Opaque, Void};
 use tokio::sync::OnceCell;
-use treesync_backend::backend::{
-    Backend, Capabilities, DirEntry, Error, FileStat, Found, FoundKind, LockGuard, Policy, TargetState,
-};
+use treesync_backend::backend::{Backend, Capabilities, DirEntry, Error, Found, LockGuard, Policy, TargetState};
 use treesync_backend::lock::Holder;
 use treesync_backend::path::STATE_DIR;
 use treesync_backend::policy::{Adaptive, Budgets, Gate};
-use treesync_backend::source::{BlobError, BlobSource, OwnedContent};
+use treesync_backend::source::BlobSource;
 use treesync_backend::{Op, RelPath};
 use treesync_backend_local::fs::Target;
 
@@ -78,14 +74,12 @@ pub use nfs::{Fh, NfsError};
 pub use rpc::RpcOptions;
 pub use url::NfsUrl;
 
-pub use lock::LEASE;
+#[allow(clippy::wildcard_imports)]
+use inner::*;
+pub use inner::{ClientBackend, LEASE};
 use ops::read_all;
 
 use crate::WriteJobs;
-
-pub(crate) fn hostname() -> String {
-    treesync_backend::lock::hostname()
-}
 
 /// Options of [`open`].
 #[derive(Debug, Clone)]
@@ -130,151 +124,6 @@ pub(crate) fn with_budgets(backend: ClientBackend, options: &ClientOptions) -> B
     Budgets::new(backend, Gate::fixed(options.lookup_jobs.max(1)), writes)
 }
 
-/// A directory on an NFSv3 server, reached by the built-in client. Cheap to clone.
-#[derive(Clone)]
-pub struct ClientBackend {
-    inner: Arc<Inner>,
-}
-
-struct Inner {
-    url: NfsUrl,
-    host: String,
-    rpc: RpcOptions,
-    /// See [`ClientOptions::lease`].
-    lease: Duration,
-    nfs_addr: OnceCell<SocketAddr>,
-    /// The NFS program's client; shared by the backends of one generations host
-    /// ([`generations::ClientHost`]), which then share one connection and one call count.
-    nfs: OnceCell<Arc<nfs::Nfs>>,
-    record: bool,
-    mount_calls: AtomicU64,
-    /// The export's root handle.
-    export: OnceCell<(Fh, Vec<String>)>,
-    /// The target directory's handle (resolved by `prepare_target` or on first use).
-    root: tokio::sync::Mutex<Option<Fh>>,
-    /// Directory handles by path below the target, looked up once per run.
-    dirs: DashMap<Vec<u8>, Arc<OnceCell<Fh>>>,
-    /// `.treesync`.
-    meta: tokio::sync::Mutex<Option<Fh>>,
-    /// The run holding the lock: the lock file and the state file with its length.
-    run: Mutex<Option<Run>>,
-    wtmax: OnceCell<u32>,
-    /// PATHCONF's answer: names that differ by case are different entries.
-    case_sensitive: OnceCell<bool>,
-    /// The lock file's name in the target's root itself instead of `.treesync/lock.nfs` (the
-    /// home of a target's generations locks with `HOME/lock`).
-    lock_in_root: Option<&'static [u8]>,
-    /// Files written from blobs since [`Backend::take_written`] last took them, with the
-    /// attributes the server gave after their RENAME (for the next verify's stat check).
-    written: Mutex<Vec<treesync_backend::backend::Written>>,
-    /// Whether files written are noted in `written` ([`Backend::record_written`]).
-    recording: AtomicBool,
-    /// The handles and sizes of the regular files the last scan listed (READDIRPLUS gives
-    /// them), at most [`SCANNED_KEPT`]: a verify reads the files it must hash with them, one
-    /// READ instead of a LOOKUP and a READ.
-    scanned: Mutex<std::collections::HashMap<Vec<u8>, (Fh, u64)>>,
-}
-
-/// File handles a scan keeps for the reads that follow it, at most (~100 bytes each).
-const SCANNED_KEPT: usize = 1 << 18;
-
-struct Run {
-    released: Arc<AtomicBool>,
-    renew: tokio::task::AbortHandle,
-    /// Set by the renewal task when a renewal failed: what it met.
-    lost: Arc<Mutex<Option<String>>>,
-    state: Option<(Fh, usize)>,
-}
-
-fn nfs_io(op: &'static str, path: impl fmt::Display, e: NfsError) -> Error {
-    Error::io(op, path, e.into_io())
-}
-
-fn is(e: &NfsError, s: nfsstat3) -> bool {
-    e.status() == Some(s)
-}
-
-/// The file at `server_path` (absolute on `url`'s server) is not a file of its own. The hint
-/// names the file as the server exports it: `rm` cannot take an `nfs://` URL.
-fn not_own_file(url: &NfsUrl, server_path: &str) -> Error {
-    let mut shown = url.clone();
-    shown.path = server_path.to_string();
-    let host = &url.host;
-    Error::NotOwnFile {
-        path: shown.to_string(),
-        remove: format!(
-            "remove it through a mount of the export or in a shell on {host}: it is {server_path} as {host} exports it \
-             (rm cannot take an nfs:// URL)"
-        ),
-    }
-}
-
-/// LOOKUP with the attributes (GETATTR when the reply has none).
-async fn lookup_attr(nfs: &nfs::Nfs, dir: &Fh, name: &[u8], shown: &str) -> Result<(Fh, fattr3), NfsError> {
-    let (fh, attr) = nfs.lookup(dir, name, shown.as_bytes()).await?;
-    let attr = match attr {
-        Some(a) => a,
-        None => nfs.getattr(&fh, shown.as_bytes()).await?,
-    };
-    Ok((fh, attr))
-}
-
-fn stat_of(a: &fattr3) -> FileStat {
-    FileStat {
-        mtime_secs: i64::from(a.mtime.seconds),
-        mtime_nsecs: a.mtime.nseconds,
-        ctime_secs: i64::from(a.ctime.seconds),
-        ctime_nsecs: a.ctime.nseconds,
-        dev: a.fsid,
-        ino: a.fileid,
-        uid: a.uid,
-        gid: a.gid,
-    }
-}
-
-fn split_last(path: &[u8]) -> (&[u8], &[u8]) {
-    match path.iter().rposition(|b| *b == b'/') {
-        Some(i) => (&path[..i], &path[i + 1..]),
-        None => (&[], path),
-    }
-}
-
-fn join(dir: &[u8], name: &[u8]) -> Vec<u8> {
-    let mut p = dir.to_vec();
-    if !p.is_empty() {
-        p.push(b'/');
-    }
-    p.extend_from_slice(name);
-    p
-}
-
-impl Inner {
-    /// The state of a backend for `url` that knows nothing of the server yet.
-    fn fresh(url: NfsUrl, rpc: RpcOptions, record: bool) -> Inner {
-        Inner {
-            host: url.host.clone(),
-            url,
-            rpc,
-            lease: LEASE,
-            nfs_addr: OnceCell::new(),
-            nfs: OnceCell::new(),
-            record,
-            mount_calls: AtomicU64::new(0),
-            export: OnceCell::new(),
-            root: tokio::sync::Mutex::new(None),
-            dirs: DashMap::new(),
-            meta: tokio::sync::Mutex::new(None),
-            run: Mutex::new(None),
-            written: Mutex::new(Vec::new()),
-            recording: AtomicBool::new(true),
-            scanned: Mutex::new(std::collections::HashMap::new()),
-            wtmax: OnceCell::new(),
-            case_sensitive: OnceCell::new(),
-            lock_in_root: None,
-        }
-    }
-}
-
 impl ClientBackend {
     /// A backend for `url` (nothing is contacted until the first call).
     pub fn new(url: NfsUrl, record: bool) -> Result<Self, Error> {
@@ -306,10 +155,6 @@ impl ClientBackend {
     /// The RPC client of the NFS program, once connected (in-flight figures, test hooks).
     pub fn rpc(&self) -> Option<&rpc::Client> {
         self.inner.nfs.get().map(|n| n.rpc())
-    }
-
-    fn shown(&self, rel: &[u8]) -> String {
-        if rel.is_empty() { self.inner.url.to_string() } else { String::from_utf8_lossy(rel).into_owned() }
     }
 }
 

@@ -1,9 +1,19 @@
 //! Reaching the export: the portmapper, the MOUNT protocol, the NFS connection and the
 //! target directory's handle.
 
-#[allow(clippy::wildcard_imports)]
-use super::*;
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
 use nfs3_types::mount as mountproto;
+use nfs3_types::nfs3::{ftype3, nfsstat3};
+use nfs3_types::xdr_codec::{Opaque, Void};
+use treesync_backend::backend::Error;
+
+#[allow(clippy::wildcard_imports)]
+use super::inner::*;
+use super::nfs::{self, Fh};
+use super::rpc::{self, RpcOptions};
 
 impl ClientBackend {
     pub(super) fn resolve(&self, port: u16) -> Result<SocketAddr, Error> {

@@ -1,8 +1,19 @@
 //! Executing a plan's ops: each op is a short chain of NFS calls (see [`super`]).
 
+use std::sync::Arc;
+
+use futures::StreamExt;
+use futures::stream::FuturesUnordered;
+use nfs3_types::nfs3::{ftype3, nfsstat3, stable_how};
+use treesync_backend::backend::Error;
+use treesync_backend::source::{BlobError, BlobSource, OwnedContent};
+use treesync_backend::{Op, RelPath};
+use treesync_backend_local::fs::Target;
+
 use super::handles::DirError;
 #[allow(clippy::wildcard_imports)]
-use super::*;
+use super::inner::*;
+use super::nfs::{self, Fh, NfsError};
 
 /// WRITEs of one large file in flight at once.
 pub(super) const CHUNKS_IN_FLIGHT: usize = 4;
@@ -154,8 +165,7 @@ impl ClientBackend {
         let room = self.inner.recording.load(std::sync::atomic::Ordering::Relaxed)
             && self.inner.written.lock().expect("never poisoned").len() < treesync_backend::backend::RECORD_AT_MOST;
         if room && let Ok(a) = nfs.getattr(&fh, about).await {
-            let written =
-                treesync_backend::backend::Written { path: about.to_vec(), size: a.size, stat: super::stat_of(&a) };
+            let written = treesync_backend::backend::Written { path: about.to_vec(), size: a.size, stat: stat_of(&a) };
             self.inner.written.lock().expect("never poisoned").push(written);
         }
         result

@@ -170,7 +170,7 @@ pub struct Client {
 impl Client {
     /// A client for program `prog` version `vers` at `addr`; connects on the first call.
     pub fn new(addr: SocketAddr, prog: u32, vers: u32, options: RpcOptions) -> Self {
-        let machine = crate::client::hostname();
+        let machine = treesync_backend::lock::hostname();
         let auth = auth_unix {
             stamp: 0,
             machinename: Opaque::owned(machine.into_bytes()),

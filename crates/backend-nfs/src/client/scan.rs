@@ -1,8 +1,16 @@
 //! `scan` for verify: READDIRPLUS of every directory, many in flight.
 
+use futures::StreamExt;
+use futures::stream::FuturesUnordered;
+use nfs3_types::nfs3::ftype3;
+use treesync_backend::RelPath;
+use treesync_backend::backend::{Error, Found, FoundKind};
+use treesync_backend::path::STATE_DIR;
+
 use super::handles::DirError;
 #[allow(clippy::wildcard_imports)]
-use super::*;
+use super::inner::*;
+use super::nfs::Fh;
 
 impl ClientBackend {
     pub(super) async fn scan_all(&self, jobs: usize) -> Result<Vec<Found>, Error> {

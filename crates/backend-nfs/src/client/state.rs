@@ -1,9 +1,15 @@
 //! The state folder `.treesync` on the server: the state file (written in place, like the
 //! mounted backend, unless it has other hard links) and the auxiliary files.
 
-use super::ops::{create_new, write_all};
+use nfs3_types::nfs3::{fattr3, ftype3, nfsstat3, stable_how};
+use treesync_backend::backend::Error;
+use treesync_backend::path::STATE_DIR;
+use treesync_backend_local::fs::Target;
+
 #[allow(clippy::wildcard_imports)]
-use super::*;
+use super::inner::*;
+use super::nfs::{Fh, NfsError};
+use super::ops::{create_new, read_all, write_all};
 
 impl ClientBackend {
     /// `.treesync`'s handle; `None` if missing and not `create`.

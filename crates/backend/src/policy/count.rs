@@ -86,25 +86,7 @@ impl<B: Backend> fmt::Display for Count<B> {
 
 #[async_trait]
 impl<B: Backend> Backend for Count<B> {
-    crate::delegate_backend!(
-        inner,
-        except execute,
-        execute_batch,
-        prepare_target,
-        read_dir,
-        load_state,
-        store_state,
-        lock,
-        unlock,
-        scan,
-        scan_dirs,
-        probe,
-        read_file,
-        load_aux,
-        store_aux,
-        append_aux,
-        aux_mtime
-    );
+    crate::delegate_backend!(inner, except storage);
 
     async fn execute(&self, op: &Op, blobs: &Arc<dyn BlobSource>) -> Result<(), Error> {
         self.note(|r| {

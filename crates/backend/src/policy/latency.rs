@@ -66,25 +66,7 @@ impl<B: Backend> fmt::Display for Latency<B> {
 impl<B: Backend> Backend for Latency<B> {
     // Every call that reaches the storage waits; `capabilities`, `policy` and `cost` only
     // describe the backend, and `take_written` hands over what it noted.
-    crate::delegate_backend!(
-        inner,
-        except execute,
-        execute_batch,
-        prepare_target,
-        read_dir,
-        load_state,
-        store_state,
-        lock,
-        unlock,
-        scan,
-        scan_dirs,
-        probe,
-        read_file,
-        load_aux,
-        store_aux,
-        append_aux,
-        aux_mtime
-    );
+    crate::delegate_backend!(inner, except storage);
 
     async fn execute(&self, op: &Op, blobs: &Arc<dyn BlobSource>) -> Result<(), Error> {
         self.wait(op.path().as_bytes()).await;

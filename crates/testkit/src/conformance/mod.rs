@@ -179,22 +179,6 @@ fn touched(r: &treesync_core::policy::Record) -> Vec<String> {
     r.ops.iter().map(|o| String::from_utf8_lossy(o.path().as_bytes()).into_owned()).collect()
 }
 
-/// Two first syncs into a target that does not exist yet, started together, `rounds` times on
-/// a fresh fixture each: making the target is no error for the one that finds it made (no
-/// "File exists"); one syncs, the other finds the lock (exit 3) or runs after it; the target
-/// equals `git archive` of the commit its state records. `seed` picks the two revisions (200
-/// files, 100 apart).
-pub fn concurrent_first_syncs_into_a_missing_target<F: Fixture>(rounds: usize, seed: u64, make: impl Fn() -> F) {
-    let base = history::wide_tree(200, seed);
-    let (one, _) = history::change_some(&base, 60, 20, 20, seed + 1);
-    let h = History::from_trees(&[base, one]);
-    for round in 0..rounds {
-        let f = make();
-        let results = crate::race::two_syncs(&h, [&h.commits[0], &h.commits[1]], &|| f.backend());
-        crate::race::check(&h, &f, [0, 1], results, round);
-    }
-}
-
 /// The names of the conformance cases [`conformance_suite!`](crate::conformance_suite) makes
 /// a test of, for skip conditions.
 pub const CASES: &[&str] = &[

@@ -21,6 +21,8 @@ use treesync_core::lfs::LfsMode;
 
 use crate::open::{BackendKind, Opened, TargetOptions, WriteJobs};
 
+pub use crate::decide::SwitchMode;
+
 /// Declares a group of settings (every field an `Option`) and its merge: a field set here wins
 /// over `lower`'s.
 macro_rules! group {
@@ -330,18 +332,6 @@ fn fields_of<'de, T: Deserialize<'de>>() -> &'static [&'static str] {
     let mut fields = Fields(&[]);
     let _ = T::deserialize(&mut fields);
     fields.0
-}
-
-/// `--switch`, the `switch` key: how a target kept in generations is switched.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
-pub enum SwitchMode {
-    /// Exchange where the filesystem can, else symlink (or what the target uses already).
-    Auto,
-    /// A symlink replaced by a rename.
-    Symlink,
-    /// renameat2 RENAME_EXCHANGE of two directories.
-    Exchange,
 }
 
 /// `--max-entries`' help, with the default of [`treesync_core::plan::Limits`].

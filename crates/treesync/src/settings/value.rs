@@ -12,6 +12,7 @@ use std::time::Duration;
 use serde::Deserialize;
 use serde::de::{self, Deserializer};
 
+use crate::decide::SwitchMode;
 use crate::open::{BackendKind, WriteJobs};
 
 /// The marker a config reader replaces by the key's name.
@@ -385,8 +386,7 @@ pub(crate) fn size<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Er
 }
 
 /// The `switch` key: `auto`, `symlink` or `exchange`.
-pub(crate) fn switch<'de, D: Deserializer<'de>>(d: D) -> Result<Option<super::SwitchMode>, D::Error> {
-    use super::SwitchMode;
+pub(crate) fn switch<'de, D: Deserializer<'de>>(d: D) -> Result<Option<SwitchMode>, D::Error> {
     read(d, |got| match got {
         Got::Str(s) if s == "auto" => Ok(SwitchMode::Auto),
         Got::Str(s) if s == "symlink" => Ok(SwitchMode::Symlink),
