@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use rustix::fs::{AtFlags, FileType, Mode, OFlags};
 use rustix::io::Errno;
 
-use super::Error;
+use super::error::Error;
 
 /// `TARGET/.git` as a directory descriptor. See the [module docs](self).
 pub(crate) struct GitDir {

@@ -8,7 +8,8 @@ use gix_hash::ObjectId;
 use gix_object::FindExt;
 
 use super::Error;
-use super::function::{Conversions, MAX_TREE_DEPTH, Node, Planner, at, too_deep};
+use super::depth::{MAX_TREE_DEPTH, too_deep};
+use super::function::{Conversions, Node, Planner, at};
 use crate::convert::Conversion;
 use crate::op::Op;
 use crate::path::{NameKind, RelPath};
@@ -413,37 +414,6 @@ impl<'a> Planner<'a> {
         }
         self.diff_entries(path, &entries, &[])?;
         self.rmdir(path)
-    }
-}
-
-/// Trees read by [`Planner::tree_has_content`], kept for the one read that usually follows:
-/// the diff of that very tree. Taken out when read, so the cache holds only trees whose diff
-/// is still to come, bounded in count and bytes (past the bound nothing more is kept and the
-/// diff decodes the tree again, as it would without the cache).
-#[derive(Default)]
-pub(super) struct KeptTrees {
-    pub(super) trees: HashMap<ObjectId, Vec<u8>>,
-    pub(super) bytes: usize,
-}
-
-impl KeptTrees {
-    const MAX_TREES: usize = 256;
-    const MAX_BYTES: usize = 4 << 20;
-
-    pub(super) fn keep(&mut self, id: ObjectId, bytes: &[u8]) {
-        if self.trees.len() < Self::MAX_TREES
-            && self.bytes + bytes.len() <= Self::MAX_BYTES
-            && !self.trees.contains_key(&id)
-        {
-            self.bytes += bytes.len();
-            self.trees.insert(id, bytes.to_vec());
-        }
-    }
-
-    pub(super) fn take(&mut self, id: &ObjectId) -> Option<Vec<u8>> {
-        let bytes = self.trees.remove(id)?;
-        self.bytes -= bytes.len();
-        Some(bytes)
     }
 }
 

@@ -5,9 +5,8 @@ use gix_hash::ObjectId;
 use gix_object::FindExt;
 
 use super::Error;
-use super::function::{
-    MAX_PATH_BYTES, MAX_TREE_DEPTH, Node, Planner, RELEASE_EVERY, Size, at, refuse_case_collisions, too_deep,
-};
+use super::depth::{MAX_PATH_BYTES, MAX_TREE_DEPTH, too_deep};
+use super::function::{Node, Planner, RELEASE_EVERY, Size, at, refuse_case_collisions};
 use super::gitlinks::Recurse;
 use crate::op::Op;
 use crate::path::{NameKind, RelPath};

@@ -5,16 +5,11 @@ use gix_hash::ObjectId;
 use gix_object::FindObjectOrHeader;
 
 use super::Error;
-use super::conversions::KeptTrees;
+use super::depth::MAX_PATH_BYTES;
 use super::gitlinks::Recurse;
+use super::kept::KeptTrees;
 use crate::op::{Op, OpCounts, Phases, Plan};
 use crate::path::RelPath;
-
-/// The deepest tree accepted: git's default `core.maxTreeDepth`.
-pub const MAX_TREE_DEPTH: usize = 4096;
-
-/// The longest path accepted, in bytes (Linux's `PATH_MAX` less the terminating NUL).
-pub const MAX_PATH_BYTES: usize = 4095;
 
 /// Run `f` on a thread with a stack large enough for the deepest tree we accept, whatever
 /// thread (an async runtime's worker has 2 MiB) the caller is on.
@@ -97,20 +92,10 @@ impl Shown {
     }
 }
 
-/// The error for a tree deeper than [`MAX_TREE_DEPTH`], naming the first components of `path`.
-pub(crate) fn too_deep(path: &[u8]) -> Error {
-    let path = String::from_utf8_lossy(path);
-    let shown: String = path.chars().take(100).collect();
-    Error::Unsafe(crate::path::UnsafeName {
-        path: format!("{shown}…"),
-        reason: format!("the tree is deeper than {MAX_TREE_DEPTH} levels (git's core.maxTreeDepth refuses it too)"),
-    })
-}
-
 /// Plan the ops that turn a target holding tree `from` (`None`: an empty target) into one
 /// holding tree `to`. Reads only the trees and symlink blobs on changed paths.
 ///
-/// The walk recurses once per tree level: for trees near [`MAX_TREE_DEPTH`] run it on a thread
+/// The walk recurses once per tree level: for trees near [`MAX_TREE_DEPTH`](super::MAX_TREE_DEPTH) run it on a thread
 /// with a large stack (as `sync` does).
 pub fn plan(odb: &dyn FindObjectOrHeader, from: Option<ObjectId>, to: ObjectId) -> Result<Plan, Error> {
     plan_with(odb, from, to, Options::default())
@@ -262,7 +247,7 @@ pub fn stream_checkout(
 
 /// Refuse tree `tree` if writing it would exceed `limits` (`max_bytes: u64::MAX` reads no blob
 /// header), without planning it: each distinct tree is read once, without recursion, and a
-/// tree deeper than [`MAX_TREE_DEPTH`] is refused too. For walks that expand a whole tree
+/// tree deeper than [`MAX_TREE_DEPTH`](super::MAX_TREE_DEPTH) is refused too. For walks that expand a whole tree
 /// (verify) and must refuse a tree bomb before they expand it.
 pub fn check_tree_size(odb: &dyn FindObjectOrHeader, tree: ObjectId, limits: Limits) -> Result<(), Error> {
     let mut p = Planner::new(odb, Options { limits, ..Options::default() });
@@ -428,7 +413,7 @@ pub(super) struct AttrsSeen {
 
 /// One tree on the stack of a walk over a chain of trees (the walks below the diff do not
 /// recurse: a chain of 100,000 trees costs a stack of frames on the heap, bounded by
-/// [`MAX_TREE_DEPTH`], and one path of at most [`SHOWN_MAX`] bytes).
+/// [`MAX_TREE_DEPTH`](super::MAX_TREE_DEPTH), and one path of at most [`SHOWN_MAX`] bytes).
 pub(super) struct Frame<T> {
     pub(super) id: ObjectId,
     /// Its subtrees, not yet visited past `next`.
@@ -583,6 +568,7 @@ pub(super) fn refuse_case_collisions(dir: &RelPath, entries: &[(&BStr, Node)]) -
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::plan::MAX_TREE_DEPTH;
 
     /// A repository with one commit per `paths` list (each path a file holding its own name,
     /// `big` files 100 bytes long), made with `git fast-import`; the trees, in order.

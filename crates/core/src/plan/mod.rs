@@ -6,19 +6,22 @@
 
 mod cache;
 mod conversions;
+mod depth;
 mod diff;
 mod expand;
 mod function;
 mod gitlinks;
+mod kept;
 mod tree;
-pub(crate) use function::too_deep;
+pub(crate) use depth::too_deep;
 pub(crate) use function::with_big_stack;
 pub use function::{
-    Checkout, Conversions, DEFAULT_MAX_BYTES, DEFAULT_MAX_ENTRIES, ExistingEntry, ExistingKind, Limits, MAX_PATH_BYTES,
-    MAX_TREE_DEPTH, Measured, Options, Selecting, check_tree_size, measure_checkout, plan, plan_checkout,
-    plan_takeover, plan_with, stream_checkout,
+    Checkout, Conversions, DEFAULT_MAX_BYTES, DEFAULT_MAX_ENTRIES, ExistingEntry, ExistingKind, Limits, Measured,
+    Options, Selecting, check_tree_size, measure_checkout, plan, plan_checkout, plan_takeover, plan_with,
+    stream_checkout,
 };
 
+pub use depth::{MAX_PATH_BYTES, MAX_TREE_DEPTH};
 pub use gitlinks::{Gitlinks, Recurse, Visit};
 
 pub(crate) use cache::Key;

@@ -5,7 +5,8 @@ use gix_hash::ObjectId;
 use gix_object::{FindExt, tree::EntryKind};
 
 use super::Error;
-use super::function::{Entries, Frame, MAX_TREE_DEPTH, Node, Planner, SHOWN_MAX, Shown, Size, at, too_deep};
+use super::depth::{MAX_TREE_DEPTH, too_deep};
+use super::function::{Entries, Frame, Node, Planner, SHOWN_MAX, Shown, Size, at};
 use crate::path::RelPath;
 use crate::source::Cause;
 

@@ -1,7 +1,7 @@
 //! The comparison: one merge of the tree, the target's listing and the stat index.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 
 use gix::bstr::ByteSlice;
 use gix_hash::ObjectId;
@@ -11,7 +11,7 @@ use super::index::{IndexEntry, StatIndex, ToHash, blob_id, hash_files, index_sta
 use super::report::{Drift, OracleReport, Report, SliceReport};
 use super::slices::{below, slice_dirs};
 use super::walk::{Walked, walk_tree};
-use super::{Against, Error, Level, Options, Oracle, Progress, Want};
+use super::{Against, Error, Level, Options, Oracle, Progress, Want, stop_if};
 use crate::backend::{self, Backend, Capabilities, FoundKind};
 use crate::convert::Converter;
 use crate::path::RelPath;
@@ -106,14 +106,6 @@ pub(super) async fn compare(
         backend.store_aux(crate::index_delta::NAME, b"").await?;
     }
     Ok(report)
-}
-
-/// Stop with [`Error::Interrupted`] when the flag is raised.
-pub(super) fn stop_if(interrupt: &AtomicBool, hashed: u64) -> Result<(), Error> {
-    match interrupt.load(Ordering::SeqCst) {
-        true => Err(Error::Interrupted { hashed }),
-        false => Ok(()),
-    }
 }
 
 /// Walk the tree, list the target and read the stat index at once.

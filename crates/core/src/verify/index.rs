@@ -5,8 +5,8 @@ use gix_hash::ObjectId;
 
 use std::sync::atomic::AtomicBool;
 
-use super::compare::stop_if;
 use super::report::{Drift, Report};
+use super::stop_if;
 use super::{Error, Progress, Want};
 use crate::backend::{Backend, FileStat};
 use crate::path::RelPath;

@@ -246,3 +246,11 @@ impl Against {
         Ok(Some(c))
     }
 }
+
+/// Stop with [`Error::Interrupted`] when the flag is raised.
+pub(super) fn stop_if(interrupt: &std::sync::atomic::AtomicBool, hashed: u64) -> Result<(), Error> {
+    match interrupt.load(std::sync::atomic::Ordering::SeqCst) {
+        true => Err(Error::Interrupted { hashed }),
+        false => Ok(()),
+    }
+}
