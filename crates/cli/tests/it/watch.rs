@@ -173,13 +173,33 @@ fn watch_all_follows_every_mirror_and_tags_their_events() {
         if json {
             cmd.arg("--json");
         }
-        let child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("watch starts");
+        let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("watch starts");
+        // stdout read as it comes: with --json the targets are up to date from the first run
+        // at once, and the interrupt waits for each mirror's first look to be reported.
+        let lines = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+        let reader = {
+            let (lines, out) = (lines.clone(), child.stdout.take().expect("stdout"));
+            std::thread::spawn(move || {
+                for line in std::io::BufRead::lines(std::io::BufReader::new(out)).map_while(Result::ok) {
+                    lines.lock().expect("lines").push(line);
+                }
+            })
+        };
+        let looked = |name: &str| {
+            let tag = format!("\"mirror\":\"{name}\",\"event\":\"synced\"");
+            !json || lines.lock().expect("lines").iter().any(|l| l.contains(&tag))
+        };
         wait_for("both mirrors", || {
-            matches(&bare, &commits[1], &dir.path().join("one")) && matches(&bare, &commits[0], &dir.path().join("two"))
+            matches(&bare, &commits[1], &dir.path().join("one"))
+                && matches(&bare, &commits[0], &dir.path().join("two"))
+                && looked("one")
+                && looked("two")
         });
         assert!(Command::new("kill").args(["-INT", &child.id().to_string()]).status().expect("kill").success());
         let out = child.wait_with_output().expect("watch exits");
-        let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        reader.join().expect("stdout read");
+        let stdout = lines.lock().expect("lines").join("\n");
+        let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(out.status.success(), "{stderr}");
         for name in ["one", "two"] {
             assert!(stderr.contains(&format!("[{name}] stopped")), "{stderr}");
