@@ -18,7 +18,7 @@
 //! One file per concern: `home` (the handles, the lock, the record, the slots, removal),
 //! `switch` (the link or the exchange, and the claim it checks), `clone` (reflinks, hard links,
 //! copies) and `held` (the `/proc` scan for readers), each adding its calls to `inner`'s
-//! [`Inner`] (the state they share); this file holds [`FsHost`] itself.
+//! `Inner` (the state they share, in `inner.rs`); this file holds [`FsHost`] itself.
 
 mod clone;
 mod held;
