@@ -324,7 +324,7 @@ impl<'a> Planner<'a> {
     }
 
     /// The target of symlink `id` at `path`, checked as the diff checks it.
-    fn link_target(&mut self, path: &RelPath, id: ObjectId) -> Result<Vec<u8>, Error> {
+    pub(super) fn link_target(&mut self, path: &RelPath, id: ObjectId) -> Result<Vec<u8>, Error> {
         let target = self
             .odb
             .find_blob(&id, &mut self.buf)

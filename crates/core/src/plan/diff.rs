@@ -2,7 +2,6 @@
 
 use gix::bstr::BStr;
 use gix_hash::ObjectId;
-use gix_object::FindExt;
 
 use super::Error;
 use super::depth::{MAX_PATH_BYTES, MAX_TREE_DEPTH, too_deep};
@@ -283,17 +282,7 @@ impl<'a> Planner<'a> {
     }
 
     pub(super) fn symlink(&mut self, path: &RelPath, id: ObjectId) -> Result<(), Error> {
-        let target = self
-            .odb
-            .find_blob(&id, &mut self.buf)
-            .map_err(|e| Self::object_error("blob", id, &at(path), Cause::gix(e)))?;
-        if target.data.is_empty() || target.data.contains(&0) {
-            return Err(Error::Unsafe(crate::path::UnsafeName {
-                path: path.display(),
-                reason: "a symlink target must be non-empty and must not contain NUL".into(),
-            }));
-        }
-        let target = target.data.to_vec();
+        let target = self.link_target(path, id)?;
         self.count(target.len() as u64)?;
         self.push(Op::Symlink { path: path.clone(), target })
     }
