@@ -113,6 +113,14 @@ pub fn succeeded(o: Output) -> String {
     out
 }
 
+/// A new temporary directory and the path `name` in it, not created yet: where a test syncs to.
+/// The directory is removed when the returned guard drops.
+pub fn temp_target(name: &str) -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let target = dir.path().join(name);
+    (dir, target)
+}
+
 /// The names in directory `dir`, sorted.
 pub fn listing(dir: &Path) -> Vec<String> {
     let mut names: Vec<String> = std::fs::read_dir(dir)

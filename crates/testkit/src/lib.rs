@@ -5,6 +5,7 @@
 //! command that provides it ([`missing`]); `cargo xtask test` installs them all.
 
 pub mod cli;
+pub mod config_file;
 pub mod conformance;
 pub mod crash;
 pub mod delay;

@@ -10,6 +10,8 @@ use crate::schema::STATUS;
 use crate::schema::SYNC;
 use serde_json::Value;
 use treesync_testkit::cli::s;
+use treesync_testkit::cli::temp_target;
+use treesync_testkit::config_file::ConfigFile;
 use treesync_testkit::conformance::History;
 use treesync_testkit::history::{Entry, Model};
 use treesync_testkit::tree;
@@ -47,8 +49,7 @@ fn sync(h: &History, rev: usize, target: &Path, extra: &[&str]) -> String {
 fn a_plain_target_becomes_atomic_stays_so_and_goes_back_in_both_modes() {
     let h = history();
     for (mode, link) in [("exchange", false), ("symlink", true)] {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let target = dir.path().join("site");
+        let (_dir, target) = temp_target("site");
         sync(&h, 0, &target, &[]);
         let out = sync(&h, 1, &target, &["--atomic", "--switch", mode, "--grace", "0"]);
         assert!(out.contains(&format!("switched the target ({mode})")), "{out}");
@@ -79,8 +80,7 @@ fn a_plain_target_becomes_atomic_stays_so_and_goes_back_in_both_modes() {
 #[test]
 fn sync_json_says_which_generation_was_prepared_and_how() {
     let h = history();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let target = dir.path().join("site");
+    let (_dir, target) = temp_target("site");
     let run = |rev: usize| -> Value {
         let args = ["sync", "--repo", s(&h.bare.path), "--ref", &h.commits[rev], "--target", s(&target)];
         cli().json(&[&args[..], &["--atomic", "--grace", "0"]].concat(), SYNC)
@@ -108,8 +108,7 @@ fn sync_json_says_which_generation_was_prepared_and_how() {
 #[test]
 fn a_mode_change_rewrites_the_file_and_leaves_the_retired_generation_alone() {
     let h = history();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let target = dir.path().join("site");
+    let (_dir, target) = temp_target("site");
     for rev in 0..3 {
         sync(&h, rev, &target, &["--atomic", "--grace", "0"]);
     }
@@ -126,8 +125,7 @@ fn a_mode_change_rewrites_the_file_and_leaves_the_retired_generation_alone() {
 #[test]
 fn plan_verify_and_repair_understand_generations() {
     let h = history();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let target = dir.path().join("site");
+    let (dir, target) = temp_target("site");
     for rev in 0..2 {
         sync(&h, rev, &target, &["--atomic", "--switch", "symlink"]);
     }
@@ -150,26 +148,16 @@ fn plan_verify_and_repair_understand_generations() {
 #[test]
 fn config_keys_keep_a_mirror_atomic() {
     let h = history();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let target = dir.path().join("site");
-    let config = dir.path().join("treesync.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "[mirror.site]\nrepo = {:?}\nref = \"main\"\ntarget = {:?}\natomic = true\nkeep = 3\ngrace = \"0\"\nswitch = \"symlink\"\n",
-            s(&h.bare.path),
-            s(&target)
-        ),
-    )
-    .expect("config");
+    let (dir, target) = temp_target("site");
+    let write = |switch: &str| {
+        let mirror = ConfigFile::new().mirror("site", &h.bare.path, "main", &target);
+        mirror.key("atomic", true).key("keep", 3).key("grace", "0").key("switch", switch).write_in(dir.path())
+    };
+    let config = write("symlink");
     cli().ok(&["--config", s(&config), "sync", "site"]);
     assert!(std::fs::symlink_metadata(&target).expect("target").is_symlink());
     assert_eq!(tree::read_dir(&target), h.expected(3));
-    std::fs::write(
-        &config,
-        std::fs::read_to_string(&config).expect("read").replace("switch = \"symlink\"", "switch = \"sideways\""),
-    )
-    .expect("config");
+    write("sideways");
     let e = cli().fails(&["--config", s(&config), "sync", "site"], 2);
     assert!(e.contains("unknown switch mode \"sideways\""), "{e}");
 }
@@ -214,8 +202,7 @@ fn what_cannot_be_kept_in_generations_is_refused_before_anything_is_written() {
 #[test]
 fn watch_atomic_follows_the_ref_into_generations() {
     let h = history();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let target = dir.path().join("site");
+    let (_dir, target) = temp_target("site");
     let repo = s(&h.bare.path);
     // The branch starts at commit 1, the watch follows it to commit 3.
     treesync_testkit::git(&h.bare.path, &["update-ref", "refs/heads/follow", &h.commits[1]]);

@@ -8,6 +8,7 @@
 use std::path::Path;
 use std::process::Command;
 
+use treesync_testkit::cli::temp_target;
 use treesync_testkit::conformance::History;
 use treesync_testkit::snapshots::{self, Race, Snapshot};
 
@@ -37,8 +38,7 @@ fn setup() -> (History, Vec<Snapshot>) {
 /// and whether the target was a symlink at the end.
 fn local_race(extra: &[&str], switches: u64) -> (Race, bool) {
     let (h, expected) = setup();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let target = dir.path().join("site");
+    let (_dir, target) = temp_target("site");
     let repo = h.bare.path.clone();
     sync(&target, &repo, &h.commits[0], extra);
     let race = snapshots::race(&target, &expected, switches, |i| sync(&target, &repo, &h.commits[i], extra));

@@ -7,6 +7,7 @@ use crate::treesync;
 use treesync_testkit::assert_target_is;
 use treesync_testkit::cli::s;
 use treesync_testkit::cli::stderr;
+use treesync_testkit::cli::temp_target;
 use treesync_testkit::history::{self, Entry, Model};
 use treesync_testkit::{BareRepo, git, git_stdin, raw_tree, tree};
 
@@ -34,8 +35,7 @@ fn assert_clear_error(o: &Output, code: i32, needle: &str) {
 #[test]
 fn sync_then_status_then_noop() {
     let (bare, commits) = small_repo();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let target = dir.path().join("t");
+    let (_dir, target) = temp_target("t");
     let o = sync(&bare.path, "main~2", &target);
     assert!(o.status.success(), "{}", stderr(&o));
     assert_target_is(&bare, &commits[0], &target);
@@ -58,8 +58,7 @@ fn sync_then_status_then_noop() {
 #[test]
 fn plan_json_lists_phases_and_changes_nothing() {
     let (bare, _) = small_repo();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let target = dir.path().join("t");
+    let (_dir, target) = temp_target("t");
     let o = treesync(&["plan", "--repo", s(&bare.path), "--ref", "main", "--target", s(&target), "--json"]);
     assert!(o.status.success(), "{}", stderr(&o));
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("plan --json is JSON");
@@ -76,8 +75,7 @@ fn plan_json_lists_phases_and_changes_nothing() {
 #[test]
 fn bad_input_gets_one_clear_line() {
     let (bare, _) = small_repo();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let target = dir.path().join("t");
+    let (dir, target) = temp_target("t");
 
     let o = sync(&bare.path, "no-such-branch", &target);
     assert_clear_error(&o, 2, "cannot resolve revision \"no-such-branch\"");
@@ -137,8 +135,7 @@ fn hostile_tree_entries_are_refused_before_any_write() {
     for name in [&b".."[..], b".", b".git", b".GIT", b".git.", b"GIT~1", b".gi\xe2\x80\x8ct", b".treesync"] {
         // The hostile name as a directory (so `name/config` would be written) and as a file.
         for (mode, id) in [("40000", sub.as_str()), ("100644", blob.as_str())] {
-            let dir = tempfile::tempdir().expect("tempdir");
-            let target = dir.path().join("t");
+            let (dir, target) = temp_target("t");
             let tree =
                 raw_tree(&bare.path, &[("100644", b"a-first.txt", &blob), ("40000", b"dir", &good), (mode, name, id)]);
             let commit = commit_tree(&bare.path, &tree);
@@ -196,8 +193,7 @@ fn interrupted_sync_is_reported_by_status_and_finished_by_sync() {
     use std::sync::atomic::AtomicBool;
     use treesync_core::{policy::Fail, sync as sy};
     let (bare, commits) = small_repo();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let target = dir.path().join("t");
+    let (_dir, target) = temp_target("t");
     let repo = treesync_core::Repo::open(&bare.path).expect("open");
     let backend = treesync_backend_local::LocalBackend::new(&target, Default::default());
     let failing = Fail::after(backend, 5);
@@ -221,8 +217,7 @@ fn interrupted_sync_is_reported_by_status_and_finished_by_sync() {
 fn second_concurrent_sync_fails_fast_naming_the_holder() {
     use treesync_core::Backend;
     let (bare, _) = small_repo();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let target = dir.path().join("t");
+    let (_dir, target) = temp_target("t");
     assert!(sync(&bare.path, "main~1", &target).status.success());
     let backend = treesync_backend_local::LocalBackend::new(&target, Default::default());
     let rt = tokio::runtime::Runtime::new().expect("runtime");
@@ -259,8 +254,7 @@ fn incremental_sync_makes_few_stat_calls() {
     let bare = BareRepo::new();
     let commits = history::import(&bare.path, "main", &[base, next]);
     git(&bare.path, &["repack", "-adq"]);
-    let dir = tempfile::tempdir().expect("tempdir");
-    let target = dir.path().join("t");
+    let (dir, target) = temp_target("t");
     assert!(sync(&bare.path, &commits[0], &target).status.success());
     let summary = dir.path().join("strace.txt");
     let o = strace_sync(
@@ -291,8 +285,7 @@ fn incremental_sync_makes_few_stat_calls() {
 fn a_sync_reads_the_mount_table_once() {
     treesync_testkit::missing::require_program("strace", "strace");
     let (bare, commits) = small_repo();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let target = dir.path().join("t");
+    let (dir, target) = temp_target("t");
     assert!(sync(&bare.path, &commits[0], &target).status.success());
     let trace = dir.path().join("strace.txt");
     let o = strace_sync(&["-f", "-e", "trace=open,openat,openat2"], &trace, &bare.path, &commits[1], &target);
@@ -320,8 +313,7 @@ fn deep_trees_sync_or_are_refused_clearly() {
     };
     let commits =
         history::import(&bare.path, "main", &[chain(1000, b"deep\n"), chain(3000, b"x\n"), chain(10_000, b"x\n")]);
-    let dir = tempfile::tempdir().expect("tempdir");
-    let target = dir.path().join("t");
+    let (_dir, target) = temp_target("t");
     let o = sync(&bare.path, &commits[0], &target);
     assert!(o.status.success(), "{}", stderr(&o));
     assert_target_is(&bare, &commits[0], &target);
@@ -344,8 +336,7 @@ fn corrupt_objects_are_named_and_nothing_is_written() {
     let mut b = a.clone();
     b.insert("dir/new", Entry::File { content: b"a blob that will vanish\n".to_vec(), executable: false });
     let commits = history::import(&bare.path, "main", &[a, b]);
-    let dir = tempfile::tempdir().expect("tempdir");
-    let target = dir.path().join("t");
+    let (_dir, target) = temp_target("t");
     assert!(sync(&bare.path, &commits[0], &target).status.success());
 
     // Rebuild the repository without that blob: keep everything else.
@@ -401,8 +392,7 @@ fn odd_names_sync_like_git_and_gitmodules_symlinks_are_refused() {
         m.insert(&format!("odd/{name}"), Entry::File { content: name.as_bytes().to_vec(), executable: false });
     }
     let commits = history::import(&bare.path, "main", &[m]);
-    let dir = tempfile::tempdir().expect("tempdir");
-    let target = dir.path().join("t");
+    let (dir, target) = temp_target("t");
     let o = sync(&bare.path, &commits[0], &target);
     assert!(o.status.success(), "{}", stderr(&o));
     assert_target_is(&bare, &commits[0], &target);
@@ -439,8 +429,7 @@ fn a_truncated_pack_is_a_clear_error_and_the_repaired_repository_syncs() {
         .expect("a pack");
     let whole = std::fs::read(&pack).expect("read pack");
 
-    let dir = tempfile::tempdir().expect("tempdir");
-    let target = dir.path().join("t");
+    let (_dir, target) = temp_target("t");
     assert!(sync(&bare.path, &commits[0], &target).status.success());
 
     // What git archive says, read while the pack is whole (git cannot read it either after).
@@ -471,8 +460,7 @@ fn a_truncated_pack_is_a_clear_error_and_the_repaired_repository_syncs() {
 /// the help of `--jobs` and `--write-jobs` states the rule the facade applies to the two.
 #[test]
 fn write_jobs_uses_the_librarys_parser_and_the_help_states_the_rule() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let target = dir.path().join("t");
+    let (dir, target) = temp_target("t");
     for bad in ["0", "many", "-1"] {
         let o = treesync(&["sync", "--repo", s(dir.path()), "--target", s(&target), &format!("--write-jobs={bad}")]);
         let message = bad.parse::<treesync::WriteJobs>().expect_err("refused by the library");
@@ -495,8 +483,7 @@ fn write_jobs_uses_the_librarys_parser_and_the_help_states_the_rule() {
 #[test]
 fn revision_errors_say_what_is_wrong_without_the_parsers_internals() {
     let (bare, commits) = small_repo();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let t = dir.path().join("t");
+    let (_dir, t) = temp_target("t");
     let missing = "0123456789abcdef0123456789abcdef01234567";
     for (rev, says) in [
         (format!("{}~999", commits[0]), "ancestor number 999 is out of range"),

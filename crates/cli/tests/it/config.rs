@@ -5,6 +5,7 @@ use std::path::Path;
 use std::process::{Command, Output};
 
 use treesync_testkit::cli::text;
+use treesync_testkit::config_file::ConfigFile;
 use treesync_testkit::conformance::History;
 use treesync_testkit::history::{self, Model};
 use treesync_testkit::tree;
@@ -18,18 +19,14 @@ fn setup() -> (History, tempfile::TempDir, std::path::PathBuf) {
     let (b, _) = history::change_some(&a, 5, 1, 1, 2);
     let h = History::from_trees(&[a, b] as &[Model]);
     let dir = tempfile::tempdir().expect("tempdir");
-    let cfg = dir.path().join("treesync.toml");
-    std::fs::write(
-        &cfg,
-        format!(
-            "[defaults]\ninterval = \"1s\"\n\n[mirror.one]\nrepo = {:?}\nref = {:?}\ntarget = \"out/one\"\n\n[mirror.two]\nrepo = {:?}\nref = {:?}\ntarget = \"out/two\"\nbackend = \"nfs\"\nwrite_jobs = 4\n",
-            h.bare.path.display().to_string(),
-            h.commits[0],
-            h.bare.path.display().to_string(),
-            h.commits[1],
-        ),
-    )
-    .expect("write config");
+    let cfg = ConfigFile::new()
+        .defaults()
+        .key("interval", "1s")
+        .mirror("one", &h.bare.path, &h.commits[0], "out/one")
+        .mirror("two", &h.bare.path, &h.commits[1], "out/two")
+        .key("backend", "nfs")
+        .key("write_jobs", 4)
+        .write_in(dir.path());
     std::fs::create_dir(dir.path().join("out")).expect("mkdir");
     (h, dir, cfg)
 }

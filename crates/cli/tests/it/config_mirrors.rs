@@ -7,6 +7,7 @@ use std::process::{Command, Output};
 
 use crate::s3::bucket;
 use treesync_testkit::cli::succeeded as ok;
+use treesync_testkit::config_file::ConfigFile;
 use treesync_testkit::conformance::{History, reduce};
 use treesync_testkit::ganesha::Ganesha;
 use treesync_testkit::s3::Moto;
@@ -30,20 +31,16 @@ fn config_mirrors_on_s3_and_nfs_urls_sync_status_and_verify() {
     let s3_url = "s3://mirrors/site";
     let nfs_url = server.url("config-mirror");
     let dir = tempfile::tempdir().expect("tempdir");
-    let cfg = dir.path().join("treesync.toml");
-    let repo = h.bare.path.display().to_string();
-    std::fs::write(
-        &cfg,
-        format!(
-            "[defaults]\nendpoint = {endpoint:?}\nallow_http = true\n\n\
-             [mirror.bucket]\nrepo = {repo:?}\nref = {c0:?}\ntarget = {s3_url:?}\njobs = 8\n\n\
-             [mirror.export]\nrepo = {repo:?}\nref = {c1:?}\ntarget = {nfs_url:?}\njobs = 4\nwrite_jobs = \"auto\"\n",
-            endpoint = moto.endpoint,
-            c0 = h.commits[0],
-            c1 = h.commits[1],
-        ),
-    )
-    .expect("write config");
+    let cfg = ConfigFile::new()
+        .defaults()
+        .key("endpoint", &moto.endpoint)
+        .key("allow_http", true)
+        .mirror("bucket", &h.bare.path, &h.commits[0], s3_url)
+        .key("jobs", 8)
+        .mirror("export", &h.bare.path, &h.commits[1], &nfs_url)
+        .key("jobs", 4)
+        .key("write_jobs", "auto")
+        .write_in(dir.path());
 
     let out = ok(treesync(&moto, &cfg, &["sync", "--all"]));
     assert!(out.contains("s3://mirrors/site") && out.contains("nfs://"), "one line per mirror: {out}");
@@ -75,12 +72,8 @@ fn config_mirrors_on_s3_and_nfs_urls_sync_status_and_verify() {
 fn config_mirror_refuses_what_the_cli_refuses_with_the_line() {
     let moto = Moto::start();
     let dir = tempfile::tempdir().expect("tempdir");
-    let cfg = dir.path().join("treesync.toml");
-    std::fs::write(
-        &cfg,
-        "[mirror.a]\nrepo = \"/r\"\nref = \"main\"\ntarget = \"nfs://nas/export/site\"\njobs = 4\nwrite_jobs = 16\n",
-    )
-    .expect("write config");
+    let mirror = ConfigFile::new().mirror("a", "/r", "main", "nfs://nas/export/site");
+    let cfg = mirror.key("jobs", 4).key("write_jobs", 16).write_in(dir.path());
     let o = treesync(&moto, &cfg, &["sync", "--all"]);
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(!o.status.success(), "{err}");

@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use treesync_testkit::config_file::ConfigFile;
 use treesync_testkit::history;
 use treesync_testkit::matches;
 use treesync_testkit::missing::{Missing, require_program};
@@ -186,15 +187,8 @@ fn the_deb_installs_runs_a_mirror_from_its_unit_and_purges_cleanly() {
     git(&bare.path, &["update-ref", "refs/heads/main", &commits[0]]);
     let target = dir.path().join("site");
     std::fs::create_dir_all(Path::new(CONFIG).parent().expect("dir")).expect("mkdir /etc/treesync");
-    std::fs::write(
-        CONFIG,
-        format!(
-            "[defaults]\ninterval = \"100ms\"\n\n[mirror.site]\nrepo = {:?}\nref = \"main\"\ntarget = {:?}\n",
-            bare.path.display().to_string(),
-            target.display().to_string()
-        ),
-    )
-    .expect("write the config");
+    let config = ConfigFile::new().defaults().key("interval", "100ms").mirror("site", &bare.path, "main", &target);
+    config.write(Path::new(CONFIG));
 
     // Start it as systemd would: the unit's command, from /, with systemd's bare environment.
     let unit = std::fs::read_to_string(UNIT).expect("the installed unit");

@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use treesync_testkit::config_file::ConfigFile;
 use treesync_testkit::history;
 use treesync_testkit::matches;
 use treesync_testkit::missing::require_program;
@@ -88,18 +89,10 @@ fn the_post_receive_hook_syncs_pushed_branches_and_queues_behind_a_locked_target
     git(&bare.path, &["update-ref", "refs/heads/main", &commits[0]]);
     let dir = tempfile::tempdir().expect("tempdir");
     let (site, staging) = (dir.path().join("site"), dir.path().join("staging"));
-    let config = dir.path().join("treesync.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "[mirror.site]\nrepo = {repo:?}\nref = \"main\"\ntarget = {site:?}\n\n\
-             [mirror.site-staging]\nrepo = {repo:?}\nref = \"staging\"\ntarget = {staging:?}\n",
-            repo = bare.path.display().to_string(),
-            site = site.display().to_string(),
-            staging = staging.display().to_string(),
-        ),
-    )
-    .expect("write the config");
+    let config = ConfigFile::new()
+        .mirror("site", &bare.path, "main", &site)
+        .mirror("site-staging", &bare.path, "staging", &staging)
+        .write_in(dir.path());
 
     // The shipped hook, with this test's config; `treesync` on PATH is the binary under test.
     let hook = read("packaging/post-receive");

@@ -12,6 +12,7 @@ use std::collections::BTreeMap;
 
 use crate::sync_without_git_config as sync;
 use treesync_testkit::cli::s;
+use treesync_testkit::cli::temp_target;
 use treesync_testkit::gitcheck::{self, AttrHistory, REPO_CONFIGS, RepoConfig, Snapshot};
 use treesync_testkit::history::Entry;
 use treesync_testkit::{Rng, git};
@@ -39,8 +40,7 @@ fn walk(seed: u64, commits: usize) -> Vec<usize> {
 /// Sync every step of [`walk`] into one target; the first step whose target differs from a
 /// fresh clone, described, or `None`.
 fn first_difference(h: &AttrHistory, config: &RepoConfig) -> Option<String> {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let target = dir.path().join("target");
+    let (_dir, target) = temp_target("target");
     let mut expected: BTreeMap<usize, Snapshot> = BTreeMap::new();
     let mut prev: Option<usize> = None;
     for (step, idx) in walk(h.seed, h.commits.len()).into_iter().enumerate() {

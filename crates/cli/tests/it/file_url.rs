@@ -7,6 +7,7 @@ use crate::treesync;
 use treesync_testkit::BareRepo;
 use treesync_testkit::cli::listing;
 use treesync_testkit::cli::s;
+use treesync_testkit::cli::temp_target;
 use treesync_testkit::history::{self, Model};
 
 fn sync(bare: &BareRepo, rev: &str, url: &str) -> Output {
@@ -17,8 +18,7 @@ fn sync(bare: &BareRepo, rev: &str, url: &str) -> Output {
 fn synced(models: &[Model]) -> (BareRepo, Vec<String>, tempfile::TempDir, std::path::PathBuf, String) {
     let bare = BareRepo::new();
     let commits = history::import(&bare.path, "main", models);
-    let dir = tempfile::tempdir().expect("tempdir");
-    let t = dir.path().join("t");
+    let (dir, t) = temp_target("t");
     std::fs::create_dir(&t).expect("mkdir");
     let url = format!("file://{}", s(&t));
     let o = sync(&bare, &commits[0], &url);

@@ -13,7 +13,9 @@ use crate::schema::SYNC;
 use crate::schema::WATCH_EVENT;
 use serde_json::Value;
 use treesync_testkit::cli::s;
+use treesync_testkit::cli::temp_target;
 use treesync_testkit::cli::wait_for;
+use treesync_testkit::config_file::ConfigFile;
 use treesync_testkit::history::file;
 use treesync_testkit::history::{self, Model};
 use treesync_testkit::{BareRepo, git, schema};
@@ -67,8 +69,7 @@ fn applied_total(v: &Value) -> u64 {
 #[test]
 fn exec_hook_gets_the_sync_in_its_environment_and_runs_only_when_something_changed() {
     let (bare, commits) = repo();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let target = dir.path().join("site");
+    let (dir, target) = temp_target("site");
     let log = dir.path().join("runs.log");
     let hook = env_hook(&log);
     let sync = |rev: &str| {
@@ -101,18 +102,10 @@ fn exec_hook_gets_the_sync_in_its_environment_and_runs_only_when_something_chang
 #[test]
 fn a_mirror_hook_from_the_config_file_gets_the_mirror_name() {
     let (bare, commits) = repo();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let target = dir.path().join("site");
+    let (dir, target) = temp_target("site");
     let log = dir.path().join("runs.log");
-    let config = dir.path().join("treesync.toml");
-    let toml = format!(
-        "[mirror.site]\nrepo = {:?}\nref = {:?}\ntarget = {:?}\nexec_after = {:?}\n",
-        s(&bare.path),
-        commits[0],
-        s(&target),
-        env_hook(&log)
-    );
-    std::fs::write(&config, toml).expect("config");
+    let mirror = ConfigFile::new().mirror("site", &bare.path, &commits[0], &target);
+    let config = mirror.key("exec_after", env_hook(&log)).write_in(dir.path());
     cli().ok(&["sync", "--config", s(&config), "site", "-q"]);
     assert_eq!(lines(&log), [format!("{}||{}|3|site", commits[0], s(&target))]);
 }
@@ -120,8 +113,7 @@ fn a_mirror_hook_from_the_config_file_gets_the_mirror_name() {
 #[test]
 fn failing_exec_hook_is_retried_then_given_up_and_the_sync_stands() {
     let (bare, commits) = repo();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let target = dir.path().join("site");
+    let (dir, target) = temp_target("site");
     let tries = dir.path().join("tries");
     let hook = format!("echo \"$TREESYNC_COMMIT\" >> {}; echo 'reload failed' >&2; exit 3", tries.display());
     let extra = ["--exec-after", hook.as_str(), "--hook-retries", "2"];
@@ -145,8 +137,7 @@ fn failing_exec_hook_is_retried_then_given_up_and_the_sync_stands() {
 #[test]
 fn hanging_exec_hook_is_killed_at_the_timeout() {
     let (bare, commits) = repo();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let target = dir.path().join("site");
+    let (dir, target) = temp_target("site");
     let pid = dir.path().join("pid");
     // A child in the background and a wait: the kill must reach the whole process group.
     let hook = format!("sleep 600 & echo $! > {}; wait", pid.display());
@@ -218,8 +209,7 @@ fn listener(status: impl Fn(usize) -> u16 + Send + 'static) -> (String, Arc<Mute
 #[test]
 fn webhook_posts_the_sync_json_and_retries_a_failure() {
     let (bare, commits) = repo();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let target = dir.path().join("site");
+    let (_dir, target) = temp_target("site");
     let (url, seen) = listener(|n| if n == 0 { 500 } else { 200 });
     let out = cli().run(&sync_args(&bare, &commits[0], &target, &["--webhook", &url, "--json"]));
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -242,8 +232,7 @@ fn webhook_posts_the_sync_json_and_retries_a_failure() {
 #[test]
 fn webhook_that_keeps_failing_is_given_up_and_sync_exits_5() {
     let (bare, commits) = repo();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let target = dir.path().join("site");
+    let (_dir, target) = temp_target("site");
     let (url, seen) = listener(|_| 503);
     let stderr = cli().fails(&sync_args(&bare, &commits[0], &target, &["--webhook", &url, "--hook-retries", "1"]), 5);
     assert_eq!(seen.lock().expect("lock").len(), 2, "{stderr}");
@@ -256,8 +245,7 @@ fn webhook_that_keeps_failing_is_given_up_and_sync_exits_5() {
 #[test]
 fn a_webhook_that_is_no_url_stops_the_sync_before_it_writes() {
     let (bare, commits) = repo();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let target = dir.path().join("site");
+    let (_dir, target) = temp_target("site");
     let stderr = cli().fails(&sync_args(&bare, &commits[0], &target, &["--webhook", "example.com/x"]), 2);
     assert!(stderr.contains("is not an http:// or https:// URL"), "{stderr}");
     assert!(!target.exists());
@@ -281,8 +269,7 @@ fn collect(stdout: std::process::ChildStdout) -> Arc<Mutex<Vec<Value>>> {
 #[test]
 fn watch_runs_hooks_after_each_sync_a_newer_sync_supersedes_a_retry_and_failures_never_stop_it() {
     let (bare, commits) = repo();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let target = dir.path().join("site");
+    let (dir, target) = temp_target("site");
     let log = dir.path().join("runs.log");
     // The exec hook fails for the second commit only (and would retry for minutes); the
     // webhook fails once.
@@ -392,8 +379,7 @@ fn redirect_loop() -> (String, Arc<Mutex<usize>>) {
 #[test]
 fn a_webhook_that_redirects_is_not_followed_and_the_try_fails_naming_the_location() {
     let (bare, commits) = repo();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let target = dir.path().join("site");
+    let (_dir, target) = temp_target("site");
     let (url, posts) = redirect_loop();
     let stderr = cli().fails(&sync_args(&bare, &commits[0], &target, &["--webhook", &url, "--hook-retries", "1"]), 5);
     assert_eq!(*posts.lock().expect("lock"), 2, "one POST per try, no redirect followed: {stderr}");
@@ -416,8 +402,7 @@ fn gone(pid: &str) -> bool {
 #[test]
 fn sigterm_ends_a_hanging_hook_and_treesync_at_once() {
     let (bare, commits) = repo();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let target = dir.path().join("site");
+    let (dir, target) = temp_target("site");
     for command in ["sync", "watch"] {
         let pid = dir.path().join(format!("{command}.pid"));
         let _ = std::fs::remove_file(&pid);

@@ -12,6 +12,8 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use treesync_testkit::cli::s;
+use treesync_testkit::cli::temp_target;
+use treesync_testkit::config_file::ConfigFile;
 use treesync_testkit::{BareRepo, git, pack};
 
 /// The bound on the peak RSS of a refusal.
@@ -99,8 +101,7 @@ fn a_chain_of_100000_trees_is_refused_with_bounded_memory() {
     let start = Instant::now();
     let commit = pack::deep_chain(&bare.path, 100_000);
     eprintln!("a chain of 100,000 trees built in {:.2?}", start.elapsed());
-    let dir = tempfile::tempdir().expect("tempdir");
-    let target = dir.path().join("t");
+    let (_dir, target) = temp_target("t");
     let needle = "\"d/d/d/d/d/d/d/d/d/d/d/d/d/d/d/d/d/d/d/d/d/d/d/d/d/d/d/d/d/d/d/d/d/d/d/d/d/d/d/d/d/d/d/d/d/d/d/d/d/d/…\": the tree is deeper than 4096 levels";
     for cmd in ["plan", "sync"] {
         let r = run(&[cmd, "--repo", s(&bare.path), "--ref", &commit, "--target", s(&target)]);
@@ -117,8 +118,7 @@ fn a_tree_bomb_is_refused_while_planning_with_bounded_memory() {
     let bare = BareRepo::new();
     // 24 levels: 2^24 files in 2^25 - 2 directories, from 26 objects.
     let commit = pack::tree_bomb(&bare.path, 24);
-    let dir = tempfile::tempdir().expect("tempdir");
-    let target = dir.path().join("t");
+    let (dir, target) = temp_target("t");
     let needle = "the tree needs 50331646 ops (directories, files and symlinks to create, change or remove), more than the limit of 10000000 (max_entries)";
     // With --atomic too (issue 29: it exited 2 where a plain sync exits 4), writing no home.
     for cmd in [&["plan"][..], &["sync"], &["sync", "--atomic"]] {
@@ -142,16 +142,8 @@ fn a_tree_bomb_is_refused_while_planning_with_bounded_memory() {
         "the tree needs 80.0 MiB (83886080 bytes) of file content, more than the limit of 1.0 MiB (1048576 bytes) (max_bytes)",
     );
     assert_nothing_written(&target);
-    let config = dir.path().join("treesync.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "[mirror.bomb]\nrepo = {:?}\nref = {commit:?}\ntarget = {:?}\nmax_entries = 100\n",
-            s(&bare.path),
-            s(&target)
-        ),
-    )
-    .expect("config");
+    let config =
+        ConfigFile::new().mirror("bomb", &bare.path, &commit, &target).key("max_entries", 100).write_in(dir.path());
     let r = run(&["--config", s(&config), "sync", "bomb"]);
     assert_refused("sync MIRROR (max_entries = 100)", &r, "more than the limit of 100 (max_entries)");
     assert_nothing_written(&target);

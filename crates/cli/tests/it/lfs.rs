@@ -15,6 +15,7 @@ use crate::treesync;
 use serde_json::Value;
 use treesync_testkit::cli::peak_rss_mib;
 use treesync_testkit::cli::s;
+use treesync_testkit::config_file::ConfigFile;
 use treesync_testkit::gitcheck;
 use treesync_testkit::work::git;
 use treesync_testkit::work::{big_file_mib, write_big_file};
@@ -280,21 +281,14 @@ fn a_corrupt_object_fails_the_sync_naming_it_and_a_rerun_after_the_fix_finishes(
 fn the_config_key_lfs_sets_the_mode() {
     let w = world(false);
     let target = w.target("site");
-    let config = w.root.join("treesync.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "[defaults]\nlfs = \"pointers\"\n\n[mirror.site]\nrepo = {:?}\nref = {:?}\ntarget = {:?}\n",
-            s(&w.mirror),
-            w.commits[1],
-            s(&target)
-        ),
-    )
-    .expect("write config");
+    let config = ConfigFile::new()
+        .defaults()
+        .key("lfs", "pointers")
+        .mirror("site", &w.mirror, &w.commits[1], &target)
+        .write_in(&w.root);
     ok(&["sync", "--config", s(&config), "site"]);
     w.assert_like_git(&w.commits[1], &target, SKIP_SMUDGE, "lfs = pointers");
-    std::fs::write(&config, "[mirror.site]\nrepo = \"/r\"\nref = \"main\"\ntarget = \"/t\"\nlfs = \"pointer\"\n")
-        .expect("write config");
+    ConfigFile::new().mirror("site", "/r", "main", "/t").key("lfs", "pointer").write(&config);
     let o = treesync(&["sync", "--config", s(&config), "site"]);
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(!o.status.success() && err.contains("unknown LFS mode \"pointer\""), "{err}");

@@ -14,6 +14,7 @@ use prometheus_parse::{Sample, Scrape, Value};
 use serde_json::Value as Json;
 use treesync_testkit::cli::s;
 use treesync_testkit::cli::wait_for;
+use treesync_testkit::config_file::ConfigFile;
 use treesync_testkit::git;
 
 /// A repository with a working tree and one commit on `main`.
@@ -226,15 +227,13 @@ fn metrics_addr_of_the_config_serves_every_mirror_of_watch_all() {
     let dir = tempfile::tempdir().expect("tempdir");
     let repo = repo(dir.path());
     let port = free_port();
-    let config = dir.path().join("treesync.toml");
-    let text = format!(
-        "[defaults]\ninterval = \"100ms\"\nmetrics_addr = \"127.0.0.1:{port}\"\n\n\
-         [mirror.one]\nrepo = \"{r}\"\nref = \"main\"\ntarget = \"{d}/one\"\n\n\
-         [mirror.two]\nrepo = \"{r}\"\nref = \"main\"\ntarget = \"{d}/two\"\n",
-        r = s(&repo),
-        d = s(dir.path())
-    );
-    std::fs::write(&config, text).expect("config");
+    let config = ConfigFile::new()
+        .defaults()
+        .key("interval", "100ms")
+        .key("metrics_addr", format!("127.0.0.1:{port}"))
+        .mirror("one", &repo, "main", dir.path().join("one"))
+        .mirror("two", &repo, "main", dir.path().join("two"))
+        .write_in(dir.path());
     let watch = Watch::start(&["--config", s(&config), "--all", "--json"], &[]);
     watch.wait_events("synced", 2);
     wait_for("healthz ok", || http(port, "GET", "/healthz").0 == 200);

@@ -10,6 +10,8 @@ use std::time::{Duration, Instant};
 use crate::cli;
 use treesync_testkit::BareRepo;
 use treesync_testkit::cli::s;
+use treesync_testkit::cli::temp_target;
+use treesync_testkit::config_file::ConfigFile;
 use treesync_testkit::history::file;
 use treesync_testkit::history::{self, Model};
 
@@ -62,8 +64,7 @@ fn bounded(args: &[&str], limit: Duration) -> Option<Output> {
 #[test]
 fn an_include_that_selects_nothing_is_refused_before_anything_is_removed() {
     let (bare, commit) = repo();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let target = dir.path().join("site");
+    let (dir, target) = temp_target("site");
     let base = ["--repo", s(&bare.path), "--ref", "main", "--target", s(&target)];
     cli().ok(&[&["sync"][..], &base].concat());
     let before = names(&target);
@@ -95,13 +96,8 @@ fn an_include_that_selects_nothing_is_refused_before_anything_is_removed() {
         assert_eq!(names(&target), before, "{patterns:?} removed something");
     }
     // From a mirror of the config file too.
-    let config = dir.path().join("treesync.toml");
-    let toml = format!(
-        "[mirror.site]\nrepo = {:?}\nref = \"main\"\ntarget = {:?}\ninclude = \"/Docs/\"\n",
-        s(&bare.path),
-        s(&target)
-    );
-    std::fs::write(&config, toml).expect("config");
+    let config =
+        ConfigFile::new().mirror("site", &bare.path, "main", &target).key("include", "/Docs/").write_in(dir.path());
     let o = cli().run(&["sync", "--config", s(&config), "site"]);
     assert!(!o.status.success() && String::from_utf8_lossy(&o.stderr).contains("\"/Docs/\""));
     assert_eq!(names(&target), before);
@@ -113,8 +109,7 @@ fn an_include_that_selects_nothing_is_refused_before_anything_is_removed() {
 #[test]
 fn a_selection_that_selects_nothing_exits_4() {
     let (bare, _) = repo();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let target = dir.path().join("site");
+    let (_dir, target) = temp_target("site");
     let args = ["sync", "--repo", s(&bare.path), "--ref", "main", "--target", s(&target), "--include", "doc/"];
     cli().fails(&args, 4);
     assert!(!target.exists());
@@ -123,8 +118,7 @@ fn a_selection_that_selects_nothing_exits_4() {
 #[test]
 fn counts_of_zero_are_refused_when_parsed() {
     let (bare, _) = repo();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let target = dir.path().join("site");
+    let (dir, target) = temp_target("site");
     for flag in ["--jobs", "--batch", "--lookup-jobs"] {
         let o = cli().run(&["sync", "--repo", s(&bare.path), "--ref", "main", "--target", s(&target), flag, "0"]);
         let stderr = String::from_utf8_lossy(&o.stderr);
@@ -133,13 +127,7 @@ fn counts_of_zero_are_refused_when_parsed() {
         assert!(!target.exists(), "{flag} 0 wrote the target");
     }
     for key in ["jobs", "lookup_jobs"] {
-        let config = dir.path().join("treesync.toml");
-        let toml = format!(
-            "[mirror.site]\nrepo = {:?}\nref = \"main\"\ntarget = {:?}\n{key} = 0\n",
-            s(&bare.path),
-            s(&target)
-        );
-        std::fs::write(&config, toml).expect("config");
+        let config = ConfigFile::new().mirror("site", &bare.path, "main", &target).key(key, 0).write_in(dir.path());
         let stderr = cli().fails(&["sync", "--config", s(&config), "site"], 2);
         assert!(stderr.contains(&format!("{key} in [mirror.site] must be at least 1, not 0")), "{stderr}");
     }
@@ -192,16 +180,10 @@ fn status_of_a_target_that_does_not_exist_says_missing() {
 #[test]
 fn messages_name_the_setting_the_value_and_the_accepted_form() {
     let (bare, _) = repo();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let target = dir.path().join("site");
+    let (dir, target) = temp_target("site");
     let config = dir.path().join("treesync.toml");
     let write = |extra: &str| {
-        let toml = format!(
-            "[defaults]\n{extra}\n[mirror.site]\nrepo = {:?}\nref = \"main\"\ntarget = {:?}\n",
-            s(&bare.path),
-            s(&target)
-        );
-        std::fs::write(&config, toml).expect("config");
+        ConfigFile::new().defaults().line(extra).mirror("site", &bare.path, "main", &target).write(&config);
     };
     for (extra, needle) in [
         ("jobs = 18446744073709551616", "jobs in [defaults] must be a number from 1 to"),

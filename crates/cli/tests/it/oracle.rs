@@ -17,6 +17,7 @@
 use std::path::Path;
 
 use treesync_testkit::cli::s;
+use treesync_testkit::cli::temp_target;
 use treesync_testkit::gitcheck;
 use treesync_testkit::oracle::{self, Matrix, Size, Tally};
 
@@ -31,8 +32,7 @@ fn matches_git(setting_name: &str, export: bool, size: Size) {
     } else {
         gitcheck::expected_reporting(&matrix.repo.path, &matrix.commit, &config)
     };
-    let dir = tempfile::tempdir().expect("tempdir");
-    let target = dir.path().join("target");
+    let (_dir, target) = temp_target("target");
     let mut args =
         vec!["sync", "--json", "--repo", s(&matrix.repo.path), "--ref", &matrix.commit, "--target", s(&target)];
     if export {

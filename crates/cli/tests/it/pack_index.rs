@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 
 use crate::treesync;
 use treesync_testkit::cli::s;
+use treesync_testkit::cli::temp_target;
 use treesync_testkit::history::{self, random_history};
 use treesync_testkit::{BareRepo, git, gitcheck};
 
@@ -48,8 +49,7 @@ fn all_offsets_large() -> (BareRepo, Vec<String>, usize) {
 #[test]
 fn objects_are_found_through_64_bit_offsets() {
     let (bare, commits, _) = all_offsets_large();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let target = dir.path().join("t");
+    let (_dir, target) = temp_target("t");
     // Forth through the history and back to the first commit, each checked against git.
     let mut order: Vec<&String> = commits.iter().collect();
     order.push(&commits[0]);
@@ -80,8 +80,7 @@ fn an_index_pointing_past_its_large_offset_table_is_an_error_not_a_panic() {
     std::fs::set_permissions(&idx, perms).expect("chmod");
     std::fs::write(&idx, &bytes).expect("write idx");
 
-    let dir = tempfile::tempdir().expect("tempdir");
-    let target = dir.path().join("t");
+    let (_dir, target) = temp_target("t");
     let o = treesync(&["sync", "--repo", s(&bare.path), "--ref", &commits[0], "--target", s(&target)]);
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(!o.status.success(), "a corrupt pack index synced: {err}");

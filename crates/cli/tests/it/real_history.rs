@@ -11,6 +11,7 @@ use std::path::PathBuf;
 
 use crate::sync_without_git_config as sync;
 use treesync_testkit::cli::s;
+use treesync_testkit::cli::temp_target;
 use treesync_testkit::gitcheck::{self, Snapshot};
 use treesync_testkit::{BareRepo, git};
 
@@ -42,8 +43,7 @@ fn replays_like_fresh_clones(name: &str, config: &[(&str, &str)]) {
     let commits: Vec<String> =
         git(&bare.path, &["rev-list", "--reverse", "main"]).lines().map(str::to_string).collect();
     assert_eq!(commits.len(), 25, "{name}: the README says 25 commits");
-    let dir = tempfile::tempdir().expect("tempdir");
-    let target = dir.path().join("target");
+    let (_dir, target) = temp_target("target");
     let mut expected: HashMap<usize, Snapshot> = HashMap::new();
     let (mut failures, mut steps, mut files) = (Vec::new(), 0, 0);
     let mut prev: Option<usize> = None;

@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 
 use crate::sync_without_git_config as sync;
 use treesync_testkit::cli::s;
+use treesync_testkit::cli::temp_target;
 use treesync_testkit::gitcheck::{self, REPO_CONFIGS};
 use treesync_testkit::{BareRepo, git};
 
@@ -58,8 +59,7 @@ fn syncs_like_fresh_clones(config_name: &str) {
     let config = REPO_CONFIGS.iter().find(|c| c.name == config_name).expect("a configuration");
     let bare = scoop();
     config.apply(&bare.path);
-    let dir = tempfile::tempdir().expect("tempdir");
-    let target = dir.path().join("scoop");
+    let (_dir, target) = temp_target("scoop");
     let mut failures = Vec::new();
     for (step, (name, commit)) in route(&bare.path).iter().enumerate() {
         let o = sync(&bare.path, commit, &target);

@@ -9,6 +9,7 @@ use std::time::Duration;
 use crate::cli;
 use serde_json::Value;
 use treesync_testkit::cli::s;
+use treesync_testkit::config_file::ConfigFile;
 use treesync_testkit::git;
 use treesync_testkit::gitdaemon::Served;
 
@@ -96,15 +97,11 @@ fn two_processes_syncing_from_one_url_share_the_cache() {
 fn config_repo_may_be_a_url_with_its_cache_dir() {
     let s_ = served();
     let t = s_.dir.path().join("t");
-    let config = s_.dir.path().join("treesync.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "[defaults]\ncache_dir = \"cache\"\n\n[mirror.site]\nrepo = \"{}\"\nref = \"main\"\ntarget = \"t\"\n",
-            s_.url
-        ),
-    )
-    .expect("write config");
+    let config = ConfigFile::new()
+        .defaults()
+        .key("cache_dir", "cache")
+        .mirror("site", &s_.url, "main", "t")
+        .write_in(s_.dir.path());
     cli().ok(&["--config", s(&config), "sync", "-q", "site"]);
     assert!(s_.matches("main", &t));
     assert!(s_.cache().join("repos").is_dir(), "cache_dir is relative to the config file");

@@ -12,6 +12,7 @@ use crate::schema::SYNC;
 use crate::{json, ok};
 use serde_json::Value;
 use treesync_testkit::cli::s;
+use treesync_testkit::config_file::ConfigFile;
 use treesync_testkit::tree::{self, Node};
 use treesync_testkit::work::git;
 
@@ -116,16 +117,11 @@ fn sync_recurse_submodules_fills_them_like_a_recursive_clone_and_names_them() {
 fn the_config_key_recurse_submodules_turns_it_on() {
     let (dir, srv) = world();
     let target = dir.path().join("site");
-    let config = dir.path().join("treesync.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "[defaults]\nrecurse_submodules = true\n\n[mirror.site]\nrepo = {:?}\nref = \"main\"\ntarget = {:?}\n",
-            s(&srv.join("super.git")),
-            s(&target)
-        ),
-    )
-    .expect("write config");
+    let config = ConfigFile::new()
+        .defaults()
+        .key("recurse_submodules", true)
+        .mirror("site", srv.join("super.git"), "main", &target)
+        .write_in(dir.path());
     ok(&["--config", s(&config), "sync", "site"]);
     assert_same(&clone(&srv, "main", true), &target, "the config's mirror");
     let state: Value =

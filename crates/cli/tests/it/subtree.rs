@@ -11,6 +11,8 @@ use crate::treesync;
 use crate::{json, ok};
 use serde_json::Value;
 use treesync_testkit::cli::s;
+use treesync_testkit::cli::temp_target;
+use treesync_testkit::config_file::ConfigFile;
 use treesync_testkit::history::file;
 use treesync_testkit::history::{Entry, Model};
 use treesync_testkit::tree::{self, Node};
@@ -152,18 +154,13 @@ fn paths_that_are_not_directories_and_two_spellings_are_refused() {
 #[test]
 fn config_path_key_composes_with_the_ref_and_is_refused_with_a_path_in_the_ref() {
     let (bare, commits) = monorepo();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let target = dir.path().join("docs");
+    let (dir, target) = temp_target("docs");
     let config = dir.path().join("treesync.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "[mirror.docs]\nrepo = {:?}\nref = \"main\"\npath = \"docs\"\ntarget = {:?}\n",
-            s(&bare.path),
-            s(&target)
-        ),
-    )
-    .expect("write config");
+    let write = |rev: &str, path: &str| {
+        let mirror = ConfigFile::new().table("mirror.docs").key("repo", &bare.path).key("ref", rev);
+        mirror.key("path", path).key("target", &target).write(&config);
+    };
+    write("main", "docs");
     ok(&["--config", s(&config), "sync", "docs"]);
     assert_holds(&target, &bare, "main:docs");
     let v = json(&["--config", s(&config), "plan", "docs"], PLAN);
@@ -172,20 +169,12 @@ fn config_path_key_composes_with_the_ref_and_is_refused_with_a_path_in_the_ref()
     ok(&["--config", s(&config), "sync", "docs", "--path", "site"]);
     assert_holds(&target, &bare, "main:site");
 
-    std::fs::write(
-        &config,
-        format!(
-            "[mirror.docs]\nrepo = {:?}\nref = \"main:docs\"\npath = \"site\"\ntarget = {:?}\n",
-            s(&bare.path),
-            s(&target)
-        ),
-    )
-    .expect("write config");
+    write("main:docs", "site");
     let e = fails(&["--config", s(&config), "sync", "docs"], 2);
     assert!(e.contains("treesync.toml:4:8: path \"site\" of [mirror.docs] and its ref \"main:docs\""), "{e}");
     assert!(e.contains("hint: ref = \"main\" with path = \"site\", or ref = \"main:site\" alone"), "{e}");
 
-    std::fs::write(&config, "[defaults]\npath = \"docs\"\n").expect("write config");
+    ConfigFile::new().defaults().key("path", "docs").write(&config);
     let e = fails(&["--config", s(&config), "sync", "--all"], 2);
     assert!(e.contains("unknown key \"path\" in [defaults]"), "path is a mirror's own key: {e}");
     assert!(e.contains("hint: path names a directory of a mirror's ref: set it in each [mirror.NAME]"), "{e}");

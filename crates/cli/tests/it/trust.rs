@@ -12,6 +12,7 @@ use treesync_testkit::assert_target_is;
 use treesync_testkit::cli::listing;
 use treesync_testkit::cli::s;
 use treesync_testkit::cli::stderr;
+use treesync_testkit::cli::temp_target;
 use treesync_testkit::history::file;
 use treesync_testkit::history::{self, Entry, Model};
 use treesync_testkit::{BareRepo, git};
@@ -49,8 +50,7 @@ fn two_commits() -> (BareRepo, Vec<String>) {
 fn a_planted_symlink_in_the_state_folder_is_refused_naming_it() {
     let (bare, commits) = two_commits();
     for planted in [".treesync", ".treesync/lock", ".treesync/state", ".treesync/tmp"] {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let t = dir.path().join("t");
+        let (dir, t) = temp_target("t");
         let outside = dir.path().join("outside");
         std::fs::create_dir(&outside).expect("mkdir");
         std::fs::write(outside.join("keep"), b"outside\n").expect("write");
@@ -124,8 +124,7 @@ fn a_mode_change_never_changes_a_file_outside_through_a_hard_link() {
     two.insert("tool", Entry::File { content: b"#!/bin/sh\n".to_vec(), executable: true });
     let bare = BareRepo::new();
     let commits = history::import(&bare.path, "main", &[one, two]);
-    let dir = tempfile::tempdir().expect("tempdir");
-    let t = dir.path().join("t");
+    let (dir, t) = temp_target("t");
     assert_ok(&sync(&bare.path, &commits[0], &t, &[]));
     // Someone with access to the target links a file of theirs in place of the managed one.
     let outside = dir.path().join("outside-file");
@@ -191,8 +190,7 @@ fn a_synced_commit_gone_from_the_repository_says_so_and_force_finishes() {
 #[test]
 fn a_damaged_state_file_says_to_force_and_force_finishes() {
     let (bare, commits) = two_commits();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let t = dir.path().join("t");
+    let (_dir, t) = temp_target("t");
     assert_ok(&sync(&bare.path, &commits[0], &t, &[]));
     let state = t.join(".treesync/state");
     let bytes = std::fs::read(&state).expect("state");
@@ -210,8 +208,7 @@ fn a_damaged_state_file_says_to_force_and_force_finishes() {
 #[test]
 fn repair_removes_temporaries_that_killed_runs_left() {
     let (bare, commits) = two_commits();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let t = dir.path().join("t");
+    let (_dir, t) = temp_target("t");
     assert_ok(&sync(&bare.path, &commits[1], &t, &[]));
     std::fs::write(t.join("d/.treesync-tmp.b"), b"half a file").expect("write");
     std::fs::write(t.join(".treesync-tmp.a"), b"half").expect("write");
@@ -224,8 +221,7 @@ fn repair_removes_temporaries_that_killed_runs_left() {
 #[test]
 fn verify_compares_an_interrupted_target_with_the_journal_and_repair_finishes_it() {
     let (bare, commits) = two_commits();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let t = dir.path().join("t");
+    let (_dir, t) = temp_target("t");
     assert_ok(&sync(&bare.path, &commits[0], &t, &[]));
     // An interrupted sync to the second commit whose replay meets drift: the directory it
     // writes into was replaced by a file.
@@ -261,8 +257,7 @@ fn names_that_could_fake_output_lines_are_quoted_like_git() {
     let entries: Vec<(&str, &[u8], &str)> = names.iter().map(|n| ("100644", *n, blob.as_str())).collect();
     let tree = treesync_testkit::raw_tree(&bare.path, &entries);
     let commit = git(&bare.path, &["-c", "user.name=t", "-c", "user.email=t@t", "commit-tree", &tree, "-m", "odd"]);
-    let dir = tempfile::tempdir().expect("tempdir");
-    let t = dir.path().join("t");
+    let (_dir, t) = temp_target("t");
     let o = treesync(&["plan", "--repo", s(&bare.path), "--ref", &commit, "--target", s(&t)]);
     assert_ok(&o);
     let out = String::from_utf8(o.stdout).expect("utf8");
@@ -394,8 +389,7 @@ fn every_spelling_of_a_precious_place_is_refused_and_nothing_is_removed() {
 #[test]
 fn force_says_what_it_removes_and_writes_over() {
     let (bare, commits) = two_commits();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let t = dir.path().join("t");
+    let (_dir, t) = temp_target("t");
     std::fs::create_dir_all(t.join("junk/deeper")).expect("mkdir");
     std::fs::write(t.join("junk/deeper/x"), b"x\n").expect("write");
     std::fs::write(t.join("notes.txt"), b"mine\n").expect("write");
@@ -446,8 +440,7 @@ fn an_entry_with_a_mode_git_does_not_write_is_named_plainly() {
     let blob = treesync_testkit::git_stdin(&bare.path, &["hash-object", "-w", "--stdin"], b"x\n");
     let tree = treesync_testkit::raw_tree(&bare.path, &[("0", b"w", &blob)]);
     let commit = git(&bare.path, &["-c", "user.name=t", "-c", "user.email=t@t", "commit-tree", &tree, "-m", "mode 0"]);
-    let dir = tempfile::tempdir().expect("tempdir");
-    let t = dir.path().join("t");
+    let (_dir, t) = temp_target("t");
     let o = sync(&bare.path, &commit, &t, &[]);
     let err = stderr(&o);
     assert_eq!(o.status.code(), Some(2), "{err}");
@@ -477,8 +470,7 @@ fn a_target_that_is_a_symlink_is_refused_with_a_hint_that_works() {
 #[test]
 fn sync_waits_for_the_lock_with_wait() {
     let (bare, commits) = two_commits();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let t = dir.path().join("t");
+    let (_dir, t) = temp_target("t");
     assert_ok(&sync(&bare.path, &commits[0], &t, &[]));
     // Another writer holds the lock for a second (flock, like treesync's own lock).
     let mut holder = Command::new("flock")
@@ -504,8 +496,7 @@ fn names_that_are_not_utf8_lose_nothing_in_json_and_are_repaired() {
     let blob = treesync_testkit::git_stdin(&bare.path, &["hash-object", "-w", "--stdin"], b"latin-1 name\n");
     let tree = treesync_testkit::raw_tree(&bare.path, &[("100644", b"caf\xe9.txt", &blob), ("100644", b"ok", &blob)]);
     let commit = git(&bare.path, &["-c", "user.name=t", "-c", "user.email=t@t", "commit-tree", &tree, "-m", "latin-1"]);
-    let dir = tempfile::tempdir().expect("tempdir");
-    let t = dir.path().join("t");
+    let (_dir, t) = temp_target("t");
     let o = treesync(&["plan", "--repo", s(&bare.path), "--ref", &commit, "--target", s(&t), "--json"]);
     assert_ok(&o);
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
@@ -533,8 +524,7 @@ fn names_that_are_not_utf8_lose_nothing_in_json_and_are_repaired() {
 fn a_sync_that_waited_for_the_lock_writes_what_the_ref_names_then() {
     let (bare, commits) = two_commits();
     for atomic in [false, true] {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let t = dir.path().join("t");
+        let (dir, t) = temp_target("t");
         git(&bare.path, &["update-ref", "refs/heads/live", &commits[0]]);
         let extra: &[&str] = if atomic { &["--atomic"] } else { &[] };
         assert_ok(&sync(&bare.path, "live", &t, extra));

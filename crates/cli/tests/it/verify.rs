@@ -8,6 +8,7 @@ use crate::treesync;
 use crate::verify;
 use treesync_testkit::cli::drift_of;
 use treesync_testkit::cli::s;
+use treesync_testkit::cli::temp_target;
 use treesync_testkit::history::file;
 use treesync_testkit::history::{self, Entry, Model};
 use treesync_testkit::s3::Moto;
@@ -218,8 +219,7 @@ fn verify_costs_one_readdir_per_directory_and_one_stat_per_entry() {
     }
     let bare = BareRepo::new();
     let commits = history::import(&bare.path, "main", &[m]);
-    let dir = tempfile::tempdir().expect("tempdir");
-    let t = dir.path().join("t");
+    let (dir, t) = temp_target("t");
     assert!(
         treesync(&["sync", "-q", "--repo", s(&bare.path), "--ref", &commits[0], "--target", s(&t)]).status.success()
     );
@@ -274,8 +274,7 @@ fn repair_and_sync_running_together_never_leave_a_wrong_tree() {
     }
     let bare = BareRepo::new();
     let commits = history::import(&bare.path, "main", &[a, c]);
-    let dir = tempfile::tempdir().expect("tempdir");
-    let t = dir.path().join("t");
+    let (dir, t) = temp_target("t");
     let repo = s(&bare.path).to_string();
     let expected: Vec<_> = commits
         .iter()

@@ -10,6 +10,7 @@
 use std::process::{Command, Output};
 
 use treesync_testkit::cli::s;
+use treesync_testkit::cli::temp_target;
 use treesync_testkit::history::file;
 use treesync_testkit::history::{self, Model};
 use treesync_testkit::{BareRepo, gitcheck, tree};
@@ -53,8 +54,7 @@ fn binary_idiom() -> (BareRepo, String) {
 #[test]
 fn a_wrong_conversion_treesyncs_own_verify_cannot_see_is_drift_for_git() {
     let (bare, commit) = binary_idiom();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let target = dir.path().join("t");
+    let (_dir, target) = temp_target("t");
     let (repo, t) = (s(&bare.path), s(&target));
     let faulty = [(FAULT, "1")];
     let o = treesync(&["sync", "--repo", repo, "--ref", &commit, "--target", t], &faulty);
@@ -93,8 +93,7 @@ fn a_wrong_conversion_treesyncs_own_verify_cannot_see_is_drift_for_git() {
 #[test]
 fn the_oracle_is_refused_where_it_cannot_judge_and_with_repair() {
     let (bare, commit) = binary_idiom();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let target = dir.path().join("t");
+    let (_dir, target) = temp_target("t");
     let (repo, t) = (s(&bare.path), s(&target));
     assert!(treesync(&["sync", "--repo", repo, "--ref", &commit, "--target", t], &[]).status.success());
     let o = treesync(&["verify", "--repo", repo, "--target", t, "--oracle", "git", "--repair"], &[]);
@@ -122,8 +121,7 @@ fn encodings_git_refuses_are_written_unconverted_as_git_does_and_reported() {
     m.insert("text.u16", file("h\u{e9}\n".as_bytes()));
     let bare = BareRepo::new();
     let commit = history::import(&bare.path, "main", &[m]).remove(0);
-    let dir = tempfile::tempdir().expect("tempdir");
-    let target = dir.path().join("t");
+    let (dir, target) = temp_target("t");
     let o = treesync(&["sync", "--json", "--repo", s(&bare.path), "--ref", &commit, "--target", s(&target)], &[]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let (git, messages) = gitcheck::expected_reporting(&bare.path, &commit, &[]);
@@ -158,8 +156,7 @@ fn encodings_git_refuses_are_written_unconverted_as_git_does_and_reported() {
 #[test]
 fn a_target_written_by_older_conversion_rules_is_rewritten_once() {
     let (bare, commit) = binary_idiom();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let target = dir.path().join("t");
+    let (_dir, target) = temp_target("t");
     let (repo, t) = (s(&bare.path), s(&target));
     let o = treesync(&["sync", "--repo", repo, "--ref", &commit, "--target", t], &[(FAULT, "1")]);
     assert!(o.status.success());

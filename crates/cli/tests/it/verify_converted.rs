@@ -8,6 +8,7 @@ use crate::treesync;
 use crate::verify;
 use treesync_testkit::cli::drift_of;
 use treesync_testkit::cli::s;
+use treesync_testkit::cli::temp_target;
 use treesync_testkit::history::{self, Entry, Model};
 use treesync_testkit::{BareRepo, gitcheck, tree};
 
@@ -52,8 +53,7 @@ fn converted_files_verify_clean_and_a_repair_writes_them_converted_again() {
         let (bare, commit) = converted_repo();
         let config = set_autocrlf(&bare, autocrlf);
         let context = format!("core.autocrlf={autocrlf}");
-        let dir = tempfile::tempdir().expect("tempdir");
-        let t = dir.path().join("t");
+        let (_dir, t) = temp_target("t");
         let expected = gitcheck::expected(&bare.path, &commit, config);
         sync(&bare.path, &commit, &t, &[]);
         assert_eq!(gitcheck::diff(&expected, &t), Vec::<String>::new(), "{context}: the sync writes what git writes");
@@ -113,8 +113,7 @@ fn a_tree_without_attributes_is_converted_by_the_repository_settings_alone() {
         let commits = history::import(&bare.path, "main", &[first.clone(), second.clone()]);
         let config = set_autocrlf(&bare, autocrlf);
         let context = format!("core.autocrlf={autocrlf}");
-        let dir = tempfile::tempdir().expect("tempdir");
-        let t = dir.path().join("t");
+        let (_dir, t) = temp_target("t");
         sync(&bare.path, &commits[0], &t, &[]);
         let expected = gitcheck::expected(&bare.path, &commits[0], config);
         assert_eq!(gitcheck::diff(&expected, &t), Vec::<String>::new(), "{context}: the sync writes what git writes");

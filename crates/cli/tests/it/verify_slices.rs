@@ -13,6 +13,7 @@ use serde_json::Value;
 use treesync_core::slice::Slice;
 use treesync_testkit::cli::drift_of;
 use treesync_testkit::cli::s;
+use treesync_testkit::cli::temp_target;
 use treesync_testkit::history::{self, Entry, Model};
 use treesync_testkit::{BareRepo, schema};
 
@@ -51,8 +52,7 @@ impl Fixture {
         }
         let bare = BareRepo::new();
         let commits = history::import(&bare.path, "main", &[m]);
-        let dir = tempfile::tempdir().expect("tempdir");
-        let target = dir.path().join("t");
+        let (dir, target) = temp_target("t");
         cli().ok(&["sync", "-q", "--repo", s(&bare.path), "--ref", &commits[0], "--target", s(&target)]);
         Fixture { bare, commit: commits[0].clone(), _dir: dir, target }
     }

@@ -1,14 +1,35 @@
 //! `treesync watch`: follows a ref as commits are pushed; SIGTERM mid-sync stops cleanly and the
 //! next run completes the job.
 
-use std::process::{Command, Stdio};
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
 use std::time::Duration;
 
+use crate::{cli, treesync};
+
 use treesync_testkit::cli::s;
+use treesync_testkit::cli::temp_target;
 use treesync_testkit::cli::wait_for;
+use treesync_testkit::config_file::ConfigFile;
 use treesync_testkit::history::{self, Entry};
 use treesync_testkit::matches;
 use treesync_testkit::{BareRepo, git};
+
+/// `treesync ARGS` (a watch), started with its stdout and stderr piped.
+fn start(args: &[&str]) -> Child {
+    cli().command().args(args).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("watch starts")
+}
+
+/// `treesync watch` of `rev` of `bare` into `target`, with `extra` arguments.
+fn start_watch(bare: &Path, rev: &str, target: &Path, extra: &[&str]) -> Child {
+    start(&[&["watch", "--repo", s(bare), "--ref", rev, "--target", s(target)], extra].concat())
+}
+
+/// Send `signal` (`-TERM`, `-INT`) to a watch and collect its output once it exits.
+fn stop(child: Child, signal: &str) -> Output {
+    assert!(Command::new("kill").args([signal, &child.id().to_string()]).status().expect("kill").success());
+    child.wait_with_output().expect("watch exits")
+}
 
 #[test]
 fn watch_follows_pushes_and_stops_cleanly_on_sigterm() {
@@ -25,18 +46,8 @@ fn watch_follows_pushes_and_stops_cleanly_on_sigterm() {
     let bare = BareRepo::new();
     let commits = history::import(&bare.path, "staging", &trees);
     git(&bare.path, &["update-ref", "refs/heads/main", &commits[0]]);
-    let dir = tempfile::tempdir().expect("tempdir");
-    let target = dir.path().join("t");
-    let child = Command::new(env!("CARGO_BIN_EXE_treesync"))
-        .args(["watch", "--repo"])
-        .arg(&bare.path)
-        .args(["--ref", "main", "--target"])
-        .arg(&target)
-        .args(["--interval", "100ms", "--jobs", "1", "--batch", "1"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("watch starts");
+    let (_dir, target) = temp_target("t");
+    let child = start_watch(&bare.path, "main", &target, &["--interval", "100ms", "--jobs", "1", "--batch", "1"]);
     wait_for("the first commit", || matches(&bare, &commits[0], &target));
     for c in &commits[1..4] {
         git(&bare.path, &["update-ref", "refs/heads/main", c]);
@@ -45,29 +56,17 @@ fn watch_follows_pushes_and_stops_cleanly_on_sigterm() {
     // Push the big commit and stop the watcher while it syncs.
     git(&bare.path, &["update-ref", "refs/heads/main", &commits[4]]);
     wait_for("the big sync to start", || target.join("bulk").exists());
-    let pid = child.id().to_string();
-    assert!(Command::new("kill").args(["-TERM", &pid]).status().expect("kill").success());
-    let out = child.wait_with_output().expect("watch exits");
+    let out = stop(child, "-TERM");
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "watch exits 0 on SIGTERM: {stderr}");
     assert!(stderr.contains("stopped"), "{stderr}");
     assert_eq!(stdout.lines().filter(|l| l.contains(" synced ")).count(), 4, "one line per update: {stdout}");
 
-    let o = Command::new(env!("CARGO_BIN_EXE_treesync"))
-        .args(["status", "--target"])
-        .arg(&target)
-        .output()
-        .expect("status");
+    let o = treesync(&["status", "--target", s(&target)]);
     let status = String::from_utf8_lossy(&o.stdout);
     assert!(status.contains("INTERRUPTED"), "SIGTERM came mid-sync, the journal knows: {status}\nwatch said: {stderr}");
-    let o = Command::new(env!("CARGO_BIN_EXE_treesync"))
-        .args(["sync", "-q", "--repo"])
-        .arg(&bare.path)
-        .args(["--ref", "main", "--target"])
-        .arg(&target)
-        .output()
-        .expect("sync");
+    let o = treesync(&["sync", "-q", "--repo", s(&bare.path), "--ref", "main", "--target", s(&target)]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     assert!(matches(&bare, &commits[4], &target));
 }
@@ -79,18 +78,8 @@ fn watch_says_when_the_ref_or_the_repository_is_gone() {
     let bare = BareRepo::new();
     let commits = history::import(&bare.path, "main", &history::random_history(5, 1));
     git(&bare.path, &["update-ref", "refs/heads/other", &commits[0]]);
-    let dir = tempfile::tempdir().expect("tempdir");
-    let target = dir.path().join("t");
-    let child = Command::new(env!("CARGO_BIN_EXE_treesync"))
-        .args(["watch", "--repo"])
-        .arg(&bare.path)
-        .args(["--ref", "other", "--target"])
-        .arg(&target)
-        .args(["--interval", "100ms"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("watch starts");
+    let (dir, target) = temp_target("t");
+    let child = start_watch(&bare.path, "other", &target, &["--interval", "100ms"]);
     wait_for("the first sync", || matches(&bare, &commits[0], &target));
     git(&bare.path, &["update-ref", "-d", "refs/heads/other"]);
     std::thread::sleep(Duration::from_millis(400));
@@ -98,8 +87,7 @@ fn watch_says_when_the_ref_or_the_repository_is_gone() {
     std::fs::rename(&bare.path, &moved).expect("move the repository away");
     std::thread::sleep(Duration::from_millis(600));
     std::fs::rename(&moved, &bare.path).expect("move it back");
-    let _ = Command::new("kill").arg(child.id().to_string()).status();
-    let out = child.wait_with_output().expect("watch ends");
+    let out = stop(child, "-TERM");
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("no branch, tag or other ref of that name"), "{err}");
     assert!(err.contains("it is gone"), "{err}");
@@ -113,21 +101,11 @@ fn watch_says_when_the_ref_or_the_repository_is_gone() {
 fn watch_json_reports_failed_tries_with_doubling_waits_and_stops_on_stderr() {
     let bare = BareRepo::new();
     history::import(&bare.path, "main", &history::random_history(3, 1));
-    let dir = tempfile::tempdir().expect("tempdir");
-    let child = Command::new(env!("CARGO_BIN_EXE_treesync"))
-        .args(["watch", "--json", "--repo"])
-        .arg(&bare.path)
-        .args(["--ref", "no-such-branch", "--target"])
-        .arg(dir.path().join("t"))
-        .args(["--interval", "100ms"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("watch starts");
+    let (_dir, target) = temp_target("t");
+    let child = start_watch(&bare.path, "no-such-branch", &target, &["--json", "--interval", "100ms"]);
     // 100 + 200 + 400 ms of waits: at least three tries in a second.
     std::thread::sleep(Duration::from_millis(1000));
-    assert!(Command::new("kill").args(["-TERM", &child.id().to_string()]).status().expect("kill").success());
-    let out = child.wait_with_output().expect("watch exits");
+    let out = stop(child, "-TERM");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     let lines: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
@@ -156,24 +134,18 @@ fn watch_all_follows_every_mirror_and_tags_their_events() {
     let commits = history::import(&bare.path, "main", &history::random_history(9, 2));
     git(&bare.path, &["update-ref", "refs/heads/other", &commits[0]]);
     let dir = tempfile::tempdir().expect("tempdir");
-    let cfg = dir.path().join("treesync.toml");
-    let repo = bare.path.display().to_string();
-    std::fs::write(
-        &cfg,
-        format!(
-            "[defaults]\ninterval = \"100ms\"\n\n[mirror.one]\nrepo = {repo:?}\nref = \"main\"\ntarget = {:?}\n\n[mirror.two]\nrepo = {repo:?}\nref = \"other\"\ntarget = {:?}\n",
-            dir.path().join("one").display().to_string(),
-            dir.path().join("two").display().to_string(),
-        ),
-    )
-    .expect("config");
+    let cfg = ConfigFile::new()
+        .defaults()
+        .key("interval", "100ms")
+        .mirror("one", &bare.path, "main", dir.path().join("one"))
+        .mirror("two", &bare.path, "other", dir.path().join("two"))
+        .write_in(dir.path());
     for json in [false, true] {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_treesync"));
-        cmd.arg("--config").arg(&cfg).args(["watch", "--all"]);
+        let mut args = vec!["--config", s(&cfg), "watch", "--all"];
         if json {
-            cmd.arg("--json");
+            args.push("--json");
         }
-        let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("watch starts");
+        let mut child = start(&args);
         // stdout read as it comes: with --json the targets are up to date from the first run
         // at once, and the interrupt waits for each mirror's first look to be reported.
         let lines = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
@@ -195,8 +167,7 @@ fn watch_all_follows_every_mirror_and_tags_their_events() {
                 && looked("one")
                 && looked("two")
         });
-        assert!(Command::new("kill").args(["-INT", &child.id().to_string()]).status().expect("kill").success());
-        let out = child.wait_with_output().expect("watch exits");
+        let out = stop(child, "-INT");
         reader.join().expect("stdout read");
         let stdout = lines.lock().expect("lines").join("\n");
         let stderr = String::from_utf8_lossy(&out.stderr);
@@ -245,14 +216,8 @@ fn watch_is_woken_by_pushes_and_idles_without_cpu() {
     let bare = BareRepo::new();
     let commits = history::import(&bare.path, "staging", &history::random_history(31, 3));
     git(&bare.path, &["update-ref", "refs/heads/main", &commits[0]]);
-    let dir = tempfile::tempdir().expect("tempdir");
-    let target = dir.path().join("t");
-    let child = Command::new(env!("CARGO_BIN_EXE_treesync"))
-        .args(["watch", "--repo", s(&bare.path), "--ref", "main", "--target", s(&target), "--interval", "1h"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("watch starts");
+    let (_dir, target) = temp_target("t");
+    let child = start_watch(&bare.path, "main", &target, &["--interval", "1h"]);
     wait_for("the first commit", || matches(&bare, &commits[0], &target));
     // Idle: 3 s of nothing moving. 2 ticks (20 ms at USER_HZ 100) is what a loop waking every
     // 50 ms for the interrupt check costs at most; a busy loop takes ~300.
@@ -266,8 +231,7 @@ fn watch_is_woken_by_pushes_and_idles_without_cpu() {
     git(work.path(), &["clone", "-q", "-b", "main", s(&bare.path), "c"]);
     git(&work.path().join("c"), &["push", "-q", "origin", &format!("{}:refs/heads/main", commits[2])]);
     wait_for("the pushed commit", || matches(&bare, &commits[2], &target));
-    assert!(Command::new("kill").args(["-TERM", &child.id().to_string()]).status().expect("kill").success());
-    let out = child.wait_with_output().expect("watch exits");
+    let out = stop(child, "-TERM");
     let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     assert!(out.status.success(), "{stderr}");
     assert!(stderr.contains("woken by changes to the refs (inotify)"), "{stderr}");
@@ -285,32 +249,18 @@ fn watch_poll_polls_and_says_so() {
     let commits = history::import(&bare.path, "staging", &history::random_history(32, 2));
     git(&bare.path, &["update-ref", "refs/heads/main", &commits[0]]);
     let dir = tempfile::tempdir().expect("tempdir");
-    let cfg = dir.path().join("treesync.toml");
-    std::fs::write(
-        &cfg,
-        format!(
-            "[mirror.m]\nrepo = {:?}\nref = \"main\"\ntarget = {:?}\ninterval = \"1h\"\npoll = true\n",
-            s(&bare.path),
-            s(&dir.path().join("m"))
-        ),
-    )
-    .expect("config");
+    let mirror = ConfigFile::new().mirror("m", &bare.path, "main", dir.path().join("m"));
+    let cfg = mirror.key("interval", "1h").key("poll", true).write_in(dir.path());
     let (f, m) = (dir.path().join("f"), dir.path().join("m"));
     let flag = ["watch", "--repo", s(&bare.path), "--ref", "main", "--target", s(&f), "--interval", "1h", "--poll"];
     let config = ["--config", s(&cfg), "watch", "m"];
     for (args, target) in [(&flag[..], &f), (&config[..], &m)] {
         git(&bare.path, &["update-ref", "refs/heads/main", &commits[0]]);
-        let child = Command::new(env!("CARGO_BIN_EXE_treesync"))
-            .args(args)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("watch starts");
+        let child = start(args);
         wait_for("the first commit", || matches(&bare, &commits[0], target));
         git(&bare.path, &["update-ref", "refs/heads/main", &commits[1]]);
         std::thread::sleep(Duration::from_secs(2));
-        assert!(Command::new("kill").args(["-TERM", &child.id().to_string()]).status().expect("kill").success());
-        let out = child.wait_with_output().expect("watch exits");
+        let out = stop(child, "-TERM");
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(out.status.success(), "{stderr}");
         assert!(stderr.contains(", polling every 3600s\n"), "{args:?}: {stderr}");

@@ -10,6 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use treesync_testkit::cli::wait_for_up_to;
+use treesync_testkit::config_file::ConfigFile;
 use treesync_testkit::history;
 use treesync_testkit::matches;
 use treesync_testkit::{BareRepo, git};
@@ -63,22 +64,12 @@ fn watch_all_follows_twenty_mirrors_of_one_repository_and_isolates_a_failing_tar
     let dir = tempfile::tempdir().expect("tempdir");
     let target = |name: &str| dir.path().join("targets").join(name);
     std::fs::create_dir(dir.path().join("targets")).expect("targets' parent");
-    let mut cfg = String::from("[defaults]\ninterval = \"100ms\"\n");
+    let mut cfg = ConfigFile::new().defaults().key("interval", "100ms");
     let names: Vec<String> = (0..20).map(|i| format!("m{i:02}")).collect();
     for name in &names {
-        cfg += &format!(
-            "\n[mirror.{name}]\nrepo = {:?}\nref = \"main\"\ntarget = {:?}\n",
-            bare.path.display().to_string(),
-            target(name).display().to_string()
-        );
+        cfg = cfg.mirror(name, &bare.path, "main", target(name));
     }
-    cfg += &format!(
-        "\n[mirror.solo]\nrepo = {:?}\nref = \"main\"\ntarget = {:?}\n",
-        solo.path.display().to_string(),
-        target("solo").display().to_string()
-    );
-    let cfg_path = dir.path().join("treesync.toml");
-    std::fs::write(&cfg_path, cfg).expect("config");
+    let cfg_path = cfg.mirror("solo", &solo.path, "main", target("solo")).write_in(dir.path());
 
     let (mut child, lines, reader) = watch_all(&cfg_path);
     let all_at = |commit: &str| names.iter().all(|n| matches(&bare, commit, &target(n)));
@@ -163,16 +154,11 @@ fn one_event_watch_per_repository_covers_the_refs_of_all_its_mirrors() {
     let dir = tempfile::tempdir().expect("tempdir");
     let target = |name: &str| dir.path().join(name);
     // An hour between looks: only events make the mirrors follow.
-    let mut cfg = String::from("[defaults]\ninterval = \"1h\"\n");
+    let mut cfg = ConfigFile::new().defaults().key("interval", "1h");
     for (name, rev) in [("a", "main"), ("b", "RELEASE")] {
-        cfg += &format!(
-            "\n[mirror.{name}]\nrepo = {:?}\nref = {rev:?}\ntarget = {:?}\n",
-            bare.path.display().to_string(),
-            target(name).display().to_string()
-        );
+        cfg = cfg.mirror(name, &bare.path, rev, target(name));
     }
-    let cfg_path = dir.path().join("treesync.toml");
-    std::fs::write(&cfg_path, cfg).expect("config");
+    let cfg_path = cfg.write_in(dir.path());
     let (mut child, lines, reader) = watch_all(&cfg_path);
     wait_for("both mirrors", || matches(&bare, &commits[0], &target("a")) && matches(&bare, &commits[0], &target("b")));
     git(&bare.path, &["update-ref", "RELEASE", &commits[1]]);
