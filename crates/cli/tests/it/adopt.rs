@@ -1,7 +1,7 @@
 //! `treesync adopt` and `sync --git-worktree`: take over a clone made by git, sync it
 //! incrementally, and keep `git status` there clean.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use crate::treesync;
@@ -91,7 +91,7 @@ fn adopt_refuses_staged_changes_and_bare_repositories() {
 
 /// A clone whose `.git/info/exclude` is a symlink to a file outside the target (what a user of
 /// a shared NAS could plant for a treesync running as root).
-fn plant_exclude_symlink(t: &Path, outside: &Path) -> std::path::PathBuf {
+fn plant_exclude_symlink(t: &Path, outside: &Path) -> PathBuf {
     let victim = outside.join("victim");
     std::fs::write(&victim, "precious\n").expect("write");
     let exclude = t.join(".git/info/exclude");
@@ -102,7 +102,7 @@ fn plant_exclude_symlink(t: &Path, outside: &Path) -> std::path::PathBuf {
 
 /// A clone whose `.git/refs/heads` is a symlink to an empty directory outside the target (the
 /// branch stays readable through `packed-refs`).
-fn plant_refs_heads_symlink(t: &Path, outside: &Path) -> std::path::PathBuf {
+fn plant_refs_heads_symlink(t: &Path, outside: &Path) -> PathBuf {
     git(t, &["pack-refs", "--all"]);
     let elsewhere = outside.join("heads");
     std::fs::create_dir(&elsewhere).expect("mkdir");
@@ -118,28 +118,33 @@ fn assert_refused(o: &Output, path: &str) {
     assert!(err.contains(&format!("{path} is a symlink")) && err.contains("never writes through symlinks"), "{err}");
 }
 
+/// `adopt` of a clone (made from `seed`) in which `plant` made `path` a symlink to a
+/// directory outside: refused naming `path`, nothing recorded. What `plant` returned (outside
+/// the clone, in the returned directory), for the caller to check it was left alone.
+fn adopt_refuses_a_planted_symlink(
+    seed: u64,
+    plant: fn(&Path, &Path) -> PathBuf,
+    path: &str,
+) -> (tempfile::TempDir, PathBuf) {
+    let (_bare, _commits, _dir, t) = cloned(seed, 2);
+    let outside = tempfile::tempdir().expect("tempdir");
+    let planted = plant(&t, outside.path());
+    let o = treesync(&["adopt", "--target", s(&t)]);
+    assert_refused(&o, path);
+    assert!(!t.join(".treesync/state").exists(), "nothing recorded");
+    (outside, planted)
+}
+
 #[test]
 fn adopt_refuses_an_exclude_file_that_is_a_symlink_and_leaves_its_target_alone() {
-    let (_bare, _commits, _dir, t) = cloned(93, 2);
-    let outside = tempfile::tempdir().expect("tempdir");
-    let victim = plant_exclude_symlink(&t, outside.path());
-
-    let o = treesync(&["adopt", "--target", s(&t)]);
+    let (_outside, victim) = adopt_refuses_a_planted_symlink(93, plant_exclude_symlink, ".git/info/exclude");
     assert_eq!(std::fs::read_to_string(&victim).expect("read"), "precious\n", "the outside file is unchanged");
-    assert_refused(&o, ".git/info/exclude");
-    assert!(!t.join(".treesync/state").exists(), "nothing recorded");
 }
 
 #[test]
 fn adopt_refuses_refs_heads_that_is_a_symlink_and_creates_nothing_there() {
-    let (_bare, _commits, _dir, t) = cloned(94, 2);
-    let outside = tempfile::tempdir().expect("tempdir");
-    let elsewhere = plant_refs_heads_symlink(&t, outside.path());
-
-    let o = treesync(&["adopt", "--target", s(&t)]);
+    let (_outside, elsewhere) = adopt_refuses_a_planted_symlink(94, plant_refs_heads_symlink, ".git/refs/heads");
     assert_eq!(listing(&elsewhere), Vec::<String>::new(), "nothing created outside");
-    assert_refused(&o, ".git/refs/heads");
-    assert!(!t.join(".treesync/state").exists(), "nothing recorded");
 }
 
 #[test]

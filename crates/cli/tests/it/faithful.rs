@@ -110,29 +110,22 @@ fn config(name: &str) -> &'static RepoConfig {
     REPO_CONFIGS.iter().find(|c| c.name == name).expect("a configuration of REPO_CONFIGS")
 }
 
-#[test]
-fn syncs_equal_fresh_clones_without_repository_config() {
-    syncs_equal_fresh_clones(config("none"));
+/// One test per configuration of REPO_CONFIGS (by name), so each runs and fails on its own.
+macro_rules! fresh_clone_tests {
+    ($($test:ident: $config:literal,)*) => {$(
+        #[test]
+        fn $test() {
+            syncs_equal_fresh_clones(config($config));
+        }
+    )*};
 }
 
-#[test]
-fn syncs_equal_fresh_clones_with_core_autocrlf_true() {
-    syncs_equal_fresh_clones(config("autocrlf-true"));
-}
-
-#[test]
-fn syncs_equal_fresh_clones_with_core_autocrlf_input() {
-    syncs_equal_fresh_clones(config("autocrlf-input"));
-}
-
-#[test]
-fn syncs_equal_fresh_clones_with_core_eol_crlf() {
-    syncs_equal_fresh_clones(config("eol-crlf"));
-}
-
-#[test]
-fn syncs_equal_fresh_clones_with_info_attributes() {
-    syncs_equal_fresh_clones(config("info-attributes"));
+fresh_clone_tests! {
+    syncs_equal_fresh_clones_without_repository_config: "none",
+    syncs_equal_fresh_clones_with_core_autocrlf_true: "autocrlf-true",
+    syncs_equal_fresh_clones_with_core_autocrlf_input: "autocrlf-input",
+    syncs_equal_fresh_clones_with_core_eol_crlf: "eol-crlf",
+    syncs_equal_fresh_clones_with_info_attributes: "info-attributes",
 }
 
 /// The harness itself: `expected()` (clone --no-checkout, then checkout of a commit id) equals

@@ -6,6 +6,7 @@
 use std::path::Path;
 use std::process::Command;
 
+use crate::plan_ops;
 use crate::treesync;
 use treesync_testkit::cli::s;
 use treesync_testkit::git;
@@ -64,6 +65,18 @@ while True:
     flush(); flush()
 "#;
 
+/// `treesync sync` of main of the repository `bare` into `target`, which must succeed.
+fn sync_ok(bare: &Path, target: &Path) {
+    let o = treesync(&["sync", "--repo", s(bare), "--ref", "main", "--target", s(target)]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+}
+
+/// `target` holds what git's checkout of `rev` writes with `config` set.
+fn assert_like_git(bare: &Path, rev: &str, config: &[(&str, &str)], target: &Path) {
+    let diffs = gitcheck::diff(&gitcheck::expected(bare, rev, config), target);
+    assert!(diffs.is_empty(), "{}", diffs.join("\n"));
+}
+
 #[test]
 fn smudge_and_process_drivers_write_what_a_fresh_clone_writes() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -93,25 +106,17 @@ fn smudge_and_process_drivers_write_what_a_fresh_clone_writes() {
         git(&bare, &["config", k, v]);
     }
     let target = dir.path().join("target");
-    let o = treesync(&["sync", "--repo", s(&bare), "--ref", "main", "--target", s(&target)]);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    sync_ok(&bare, &target);
     // git's own checkout, with the same filters (and the same process) configured.
     std::fs::remove_file(&log).expect("the process ran for treesync");
-    let want = gitcheck::expected(&bare, &head, &config);
-    let diffs = gitcheck::diff(&want, &target);
-    assert!(diffs.is_empty(), "{}", diffs.join("\n"));
+    assert_like_git(&bare, &head, &config, &target);
     assert_eq!(std::fs::read_to_string(target.join("a.up")).expect("a.up"), "HELLO\nWORLD\n");
     assert_eq!(std::fs::read_to_string(target.join("c.pr")).expect("c.pr"), "THROUGH THE PROCESS\n");
     // The plan names the driver of each converted file.
     let plan =
         treesync(&["plan", "--repo", s(&bare), "--ref", "main", "--target", s(&dir.path().join("t2")), "--json"]);
     let plan: serde_json::Value = serde_json::from_slice(&plan.stdout).expect("plan json");
-    let ops: Vec<&serde_json::Value> = plan["plan"]["phases"]
-        .as_array()
-        .expect("phases")
-        .iter()
-        .flat_map(|p| p["ops"].as_array().expect("ops"))
-        .collect();
+    let ops = plan_ops(&plan);
     let filter_of = |path: &str| {
         ops.iter().find(|o| o["path"] == path).and_then(|o| o["conversion"]["filter"].as_str()).map(str::to_string)
     };
@@ -142,8 +147,7 @@ fn a_required_driver_without_a_command_is_refused_before_any_write() {
     assert!(!target.exists() || tree::read_dir(&target).is_empty(), "nothing was written");
     // The hint's fix: configure the driver; the sync then goes through.
     git(&bare, &["config", "filter.must.smudge", "cat"]);
-    let o = treesync(&["sync", "--repo", s(&bare), "--ref", "main", "--target", s(&target)]);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    sync_ok(&bare, &target);
     assert_eq!(std::fs::read_to_string(target.join("deep/two.m")).expect("two.m"), "y\n");
 }
 
@@ -163,10 +167,8 @@ fn a_failing_required_driver_fails_the_sync_naming_the_file_and_a_rerun_finishes
     assert!(err.contains("a.f"), "{err}");
     assert!(!target.join("a.f").exists(), "a failed filter writes no file");
     std::fs::remove_file(&flag).expect("unflag");
-    let o = treesync(&["sync", "--repo", s(&bare), "--ref", "main", "--target", s(&target)]);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let diffs = gitcheck::diff(&gitcheck::expected(&bare, &head, &[("filter.flaky.smudge", "cat")]), &target);
-    assert!(diffs.is_empty(), "{}", diffs.join("\n"));
+    sync_ok(&bare, &target);
+    assert_like_git(&bare, &head, &[("filter.flaky.smudge", "cat")], &target);
 }
 
 /// A smudge command that exits without reading its input (the write to it fails with EPIPE)
@@ -244,8 +246,7 @@ fn a_filter_bomb_is_cut_at_max_bytes_and_a_raised_limit_finishes_the_sync() {
     assert!(big.is_empty(), "{big:?}");
     let o = treesync(&["sync", "--repo", s(&bare), "--ref", "main", "--target", s(&target), "--max-bytes", "64MiB"]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let diffs = gitcheck::diff(&gitcheck::expected(&bare, &head, &config), &target);
-    assert!(diffs.is_empty(), "{}", diffs.join("\n"));
+    assert_like_git(&bare, &head, &config, &target);
     assert_eq!(std::fs::metadata(target.join("bomb.gz")).expect("bomb").len(), 8 << 20);
 }
 
@@ -283,8 +284,7 @@ fn a_filter_that_hangs_is_killed_at_the_timeout_naming_the_filter_and_the_file()
     assert!(left.is_empty(), "the filter's processes are gone: {left:?}");
     // A fixed filter finishes the sync.
     git(&bare, &["config", "filter.stuck.smudge", "cat"]);
-    let o = treesync(&["sync", "--repo", s(&bare), "--ref", "main", "--target", s(&target)]);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    sync_ok(&bare, &target);
     assert_eq!(std::fs::read_to_string(target.join("slow.s")).expect("slow.s"), "x\n");
 }
 
@@ -303,10 +303,8 @@ fn a_failing_filter_that_is_not_required_stops_the_sync_and_the_fixed_filter_fin
     assert!(err.contains("a.f") && err.contains("filter driver broken") && err.contains("status 1"), "{err}");
     assert!(!target.join("a.f").exists(), "the blob is not written as it is");
     git(&bare, &["config", "filter.broken.smudge", "tr x X"]);
-    let o = treesync(&["sync", "--repo", s(&bare), "--ref", "main", "--target", s(&target)]);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let diffs = gitcheck::diff(&gitcheck::expected(&bare, &head, &[("filter.broken.smudge", "tr x X")]), &target);
-    assert!(diffs.is_empty(), "{}", diffs.join("\n"));
+    sync_ok(&bare, &target);
+    assert_like_git(&bare, &head, &[("filter.broken.smudge", "tr x X")], &target);
 }
 
 /// Issue 29: a required filter that exits 0 without reading all its input failed the sync
@@ -321,10 +319,8 @@ fn a_required_filter_that_does_not_read_all_its_input_writes_what_git_writes() {
         git(&bare, &["config", k, v]);
     }
     let target = dir.path().join("target");
-    let o = treesync(&["sync", "--repo", s(&bare), "--ref", "main", "--target", s(&target)]);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let diffs = gitcheck::diff(&gitcheck::expected(&bare, &head, &config), &target);
-    assert!(diffs.is_empty(), "{}", diffs.join("\n"));
+    sync_ok(&bare, &target);
+    assert_like_git(&bare, &head, &config, &target);
     assert_eq!(std::fs::read_to_string(target.join("a.f")).expect("a.f"), "replaced\n");
 }
 

@@ -5,6 +5,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
+use crate::plan_ops;
 use crate::schema::ADOPT;
 use crate::schema::PLAN;
 use crate::schema::STATUS;
@@ -371,12 +372,7 @@ fn plan_before_and_after_syncs() {
         ],
         "{p}"
     );
-    let ops: Vec<&Value> = p["plan"]["phases"]
-        .as_array()
-        .expect("phases")
-        .iter()
-        .flat_map(|x| x["ops"].as_array().expect("ops"))
-        .collect();
+    let ops = plan_ops(&p);
     assert!(
         ops.contains(&&json!({"op": "chmod", "path": "bin/tool", "executable": true, "blob": git(&f.bare.path, &["rev-parse", &format!("{}:bin/tool", f.commits[1])]), "size": 5})),
         "{ops:?}"

@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use crate::ok;
+use crate::plan_ops;
 use crate::treesync;
 use serde_json::Value;
 use treesync_testkit::cli::peak_rss_mib;
@@ -127,6 +128,12 @@ impl World {
         assert!(diff.is_empty(), "{what}: the target differs from git's clone of {rev}:\n{}", diff.join("\n"));
     }
 
+    /// [`World::sync_ok`], then [`World::assert_like_git`].
+    fn sync_like_git(&self, rev: &str, target: &Path, args: &[&str], config: &[(&str, &str)], what: &str) {
+        self.sync_ok(rev, target, args);
+        self.assert_like_git(rev, target, config, what);
+    }
+
     /// The path of an object in the mirror's LFS store.
     fn object(&self, oid: &str) -> PathBuf {
         self.mirror.join("lfs/objects").join(&oid[..2]).join(&oid[2..4]).join(oid)
@@ -146,8 +153,7 @@ fn syncs_through_the_history_equal_clones_with_git_lfs() {
     let target = w.target("site");
     let [c1, c2, c3] = &w.commits;
     for rev in [c1, c2, c3, c2, c1, c3] {
-        w.sync_ok(rev, &target, &[]);
-        w.assert_like_git(rev, &target, SMUDGE, "content");
+        w.sync_like_git(rev, &target, &[], SMUDGE, "content");
     }
     let pointer = git(&w.mirror, &["cat-file", "-p", &format!("{c3}:moved.dat")]);
     assert!(pointer.starts_with("version https://git-lfs"), "in c3 moved.dat is in LFS: {pointer}");
@@ -161,11 +167,8 @@ fn syncs_through_the_history_equal_clones_with_git_lfs() {
 
 /// The paths of the plan's ops that write a file.
 fn written(plan: &Value) -> Vec<String> {
-    let mut paths: Vec<String> = plan["plan"]["phases"]
-        .as_array()
-        .expect("phases")
-        .iter()
-        .flat_map(|phase| phase["ops"].as_array().cloned().unwrap_or_default())
+    let mut paths: Vec<String> = plan_ops(plan)
+        .into_iter()
         .filter(|op| op["op"] == "write" || op["kind"] == "write")
         .map(|op| op["path"].as_str().expect("a path").to_string())
         .collect();
@@ -178,8 +181,7 @@ fn pointers_mode_equals_a_clone_that_skips_smudging_and_switching_rewrites_only_
     let w = world(true);
     let target = w.target("site");
     let c2 = &w.commits[1];
-    w.sync_ok(c2, &target, &["--lfs=pointers"]);
-    w.assert_like_git(c2, &target, SKIP_SMUDGE, "pointers");
+    w.sync_like_git(c2, &target, &["--lfs=pointers"], SKIP_SMUDGE, "pointers");
     let state: Value =
         serde_json::from_slice(&std::fs::read(target.join(".treesync/state")).expect("state")).expect("json");
     assert_eq!(state["conversions"]["lfs"], "pointers", "{state:#}");
@@ -198,18 +200,12 @@ fn pointers_mode_equals_a_clone_that_skips_smudging_and_switching_rewrites_only_
     ]))
     .expect("json");
     assert_eq!(written(&plan), ["a.bin", "big.bin", "notptr.bin", "sub/c.bin"], "the filter=lfs files: {plan:#}");
-    let ops: Vec<&Value> = plan["plan"]["phases"]
-        .as_array()
-        .expect("phases")
-        .iter()
-        .flat_map(|p| p["ops"].as_array().expect("ops"))
-        .collect();
+    let ops = plan_ops(&plan);
     assert!(
         ops.iter().all(|op| op["reason"] == "LFS mode changed: content (was: pointers)"),
         "each op says why: {plan:#}"
     );
-    w.sync_ok(c2, &target, &["--lfs", "content"]);
-    w.assert_like_git(c2, &target, SMUDGE, "content after pointers");
+    w.sync_like_git(c2, &target, &["--lfs", "content"], SMUDGE, "content after pointers");
     let state: Value =
         serde_json::from_slice(&std::fs::read(target.join(".treesync/state")).expect("state")).expect("json");
     assert!(state["conversions"].get("lfs").is_none(), "content is the default, not recorded: {state:#}");
@@ -241,10 +237,8 @@ fn a_missing_object_stops_the_sync_before_any_write_and_the_hinted_fetch_fixes_i
     assert!(treesync_testkit::tree::read_dir(&managed) == files, "no file changed");
     // The hint's command, with --all as it offers.
     git(&w.root, &["-C", s(&w.mirror), "lfs", "fetch", "--all"]);
-    w.sync_ok(c2, &target, &[]);
-    w.assert_like_git(c2, &target, SMUDGE, "after the fetch");
-    w.sync_ok(c2, &managed, &[]);
-    w.assert_like_git(c2, &managed, SMUDGE, "the managed target after the fetch");
+    w.sync_like_git(c2, &target, &[], SMUDGE, "after the fetch");
+    w.sync_like_git(c2, &managed, &[], SMUDGE, "the managed target after the fetch");
 }
 
 #[test]
@@ -252,8 +246,7 @@ fn pointers_mode_needs_no_store() {
     let w = world(false);
     let target = w.target("site");
     let c2 = &w.commits[1];
-    w.sync_ok(c2, &target, &["--lfs=pointers"]);
-    w.assert_like_git(c2, &target, SKIP_SMUDGE, "pointers without objects");
+    w.sync_like_git(c2, &target, &["--lfs=pointers"], SKIP_SMUDGE, "pointers without objects");
 }
 
 #[test]
@@ -273,8 +266,7 @@ fn a_corrupt_object_fails_the_sync_naming_it_and_a_rerun_after_the_fix_finishes(
     assert!(err.contains(&oid) && err.contains("corrupt"), "names the corrupt object: {err}");
     assert!(err.contains("big.bin"), "names the file: {err}");
     std::fs::write(&object, &good).expect("fix it");
-    w.sync_ok(c2, &target, &[]);
-    w.assert_like_git(c2, &target, SMUDGE, "after the fix");
+    w.sync_like_git(c2, &target, &[], SMUDGE, "after the fix");
 }
 
 #[test]

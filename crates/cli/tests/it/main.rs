@@ -77,6 +77,12 @@ pub fn verify(repo: &Path, target: &Path, extra: &[&str]) -> (i32, serde_json::V
     cli().verify(repo, target, extra)
 }
 
+/// Every op of a `plan --json` document, phase after phase.
+pub fn plan_ops(plan: &serde_json::Value) -> Vec<&serde_json::Value> {
+    let phases = plan["plan"]["phases"].as_array().expect("phases");
+    phases.iter().flat_map(|phase| phase["ops"].as_array().expect("ops")).collect()
+}
+
 /// The JSON schemas of `--json` outputs (docs/schema).
 pub mod schema {
     pub const ADOPT: &str = include_str!("../../../../docs/schema/adopt.schema.json");

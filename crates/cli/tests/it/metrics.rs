@@ -139,13 +139,16 @@ impl Watch {
     }
 
     /// SIGTERM, and the exit status and stderr.
-    fn stop(mut self) -> (std::process::ExitStatus, String) {
+    fn stop(self) -> (std::process::ExitStatus, String) {
         let pid = self.child.id().to_string();
         assert!(Command::new("kill").args(["-TERM", &pid]).status().expect("kill").success());
-        let status = self.child.wait().expect("watch exits");
-        let mut stderr = String::new();
-        self.child.stderr.take().expect("stderr").read_to_string(&mut stderr).expect("stderr");
-        (status, stderr)
+        self.stop_waiting()
+    }
+
+    /// SIGTERM, and the watch must exit 0.
+    fn stop_cleanly(self) {
+        let (status, stderr) = self.stop();
+        assert!(status.success(), "{stderr}");
     }
 }
 
@@ -204,8 +207,7 @@ fn metrics_count_what_the_synced_events_report_and_healthz_names_a_broken_target
     assert_eq!(value(&m, "treesync_healthy", &[]), 0.0);
     assert_eq!(value(&m, "treesync_syncs_total", &[]), 3.0);
 
-    let (status, stderr) = watch.stop();
-    assert!(status.success(), "{stderr}");
+    watch.stop_cleanly();
 }
 
 #[test]
@@ -241,8 +243,7 @@ fn metrics_addr_of_the_config_serves_every_mirror_of_watch_all() {
     for mirror in ["one", "two"] {
         assert_eq!(value(&m, "treesync_syncs_total", &[("mirror", mirror)]), 1.0, "{mirror}");
     }
-    let (status, stderr) = watch.stop();
-    assert!(status.success(), "{stderr}");
+    watch.stop_cleanly();
 }
 
 #[test]
@@ -331,8 +332,7 @@ fn the_watchdog_is_silent_while_a_sync_hangs_and_pings_again_after() {
         pings >= 2
     });
     assert_eq!(std::fs::read_to_string(target.join("x.slow")).expect("synced"), "slow\n");
-    let (status, stderr) = watch.stop();
-    assert!(status.success(), "{stderr}");
+    watch.stop_cleanly();
 }
 
 impl Watch {
@@ -408,8 +408,7 @@ fn healthz_answers_and_pushes_sync_while_more_idle_connections_than_the_cap_are_
     assert_eq!(std::fs::read_to_string(target.join("b.txt")).expect("synced"), "two\n");
     assert!(watch.events("error").is_empty(), "no step failed: {:?}", watch.events("error"));
     drop(idle);
-    let (status, stderr) = watch.stop();
-    assert!(status.success(), "{stderr}");
+    watch.stop_cleanly();
 }
 
 #[test]
@@ -426,8 +425,7 @@ fn a_request_head_ending_in_bare_newlines_is_answered_at_once() {
         assert_eq!(status, 200, "{request:?}: {response}");
         assert!(response.ends_with("\r\n\r\nok\n"), "{request:?}: {response}");
     }
-    let (status, stderr) = watch.stop();
-    assert!(status.success(), "{stderr}");
+    watch.stop_cleanly();
 }
 
 #[test]

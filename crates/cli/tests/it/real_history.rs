@@ -102,32 +102,21 @@ fn the_bundles_are_what_their_readme_says() {
     assert!(lf > 100, "libgit2: {lf} LF files kept by `* binary` under core.autocrlf=true");
 }
 
-#[test]
-fn libgit2_history_replays_like_fresh_clones() {
-    replays_like_fresh_clones("libgit2", &[]);
+/// One test per repository and configuration, so each runs and fails on its own.
+macro_rules! replay_tests {
+    ($($test:ident: $repo:literal, $config:expr;)*) => {$(
+        #[test]
+        fn $test() {
+            replays_like_fresh_clones($repo, $config);
+        }
+    )*};
 }
 
-#[test]
-fn libgit2_history_replays_like_fresh_clones_with_core_autocrlf_true() {
-    replays_like_fresh_clones("libgit2", &[("core.autocrlf", "true")]);
-}
-
-#[test]
-fn powershell_history_replays_like_fresh_clones() {
-    replays_like_fresh_clones("powershell", &[]);
-}
-
-#[test]
-fn powershell_history_replays_like_fresh_clones_with_core_autocrlf_true() {
-    replays_like_fresh_clones("powershell", &[("core.autocrlf", "true")]);
-}
-
-#[test]
-fn composer_history_replays_like_fresh_clones() {
-    replays_like_fresh_clones("composer", &[]);
-}
-
-#[test]
-fn composer_history_replays_like_fresh_clones_with_core_autocrlf_true() {
-    replays_like_fresh_clones("composer", &[("core.autocrlf", "true")]);
+replay_tests! {
+    libgit2_history_replays_like_fresh_clones: "libgit2", &[];
+    libgit2_history_replays_like_fresh_clones_with_core_autocrlf_true: "libgit2", &[("core.autocrlf", "true")];
+    powershell_history_replays_like_fresh_clones: "powershell", &[];
+    powershell_history_replays_like_fresh_clones_with_core_autocrlf_true: "powershell", &[("core.autocrlf", "true")];
+    composer_history_replays_like_fresh_clones: "composer", &[];
+    composer_history_replays_like_fresh_clones_with_core_autocrlf_true: "composer", &[("core.autocrlf", "true")];
 }

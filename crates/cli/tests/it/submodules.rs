@@ -159,25 +159,26 @@ fn treesync_isolated(args: &[&str], env: &[(&str, &str)]) -> Output {
         .expect("treesync runs")
 }
 
+/// `dir/NAME`, a new repository with one commit (`message`) of one file.
+fn work_repo_with_one_file(dir: &Path, name: &str, file: &str, content: &str, message: &str) -> PathBuf {
+    let repo = dir.join(name);
+    std::fs::create_dir(&repo).expect("mkdir");
+    git(&repo, &["init", "-q"]);
+    std::fs::write(repo.join(file), content).expect("write");
+    git(&repo, &["add", "."]);
+    git(&repo, &["commit", "-qm", message]);
+    repo
+}
+
 /// `dir/private.git`, a repository of this host holding `secret.txt`, and `dir/super.git`
 /// whose branches `abs`, `file` and `rel` each hold a gitlink `private` to private.git's commit
 /// and a `.gitmodules` naming it by URL: `/…/private.git`, `file:///…/private.git`,
 /// `../private.git`. Anyone who can push to super.git can write that. The URLs by branch.
 fn a_superproject_naming_a_private_repository(dir: &Path) -> Vec<(&'static str, String)> {
-    let private = dir.join("private");
-    std::fs::create_dir(&private).expect("mkdir");
-    git(&private, &["init", "-q"]);
-    std::fs::write(private.join("secret.txt"), "secret\n").expect("write");
-    git(&private, &["add", "."]);
-    git(&private, &["commit", "-qm", "secret"]);
+    let private = work_repo_with_one_file(dir, "private", "secret.txt", "secret\n", "secret");
     git(dir, &["clone", "-q", "--bare", "private", "private.git"]);
     let commit = git(&private, &["rev-parse", "HEAD"]);
-    let sup = dir.join("sup");
-    std::fs::create_dir(&sup).expect("mkdir");
-    git(&sup, &["init", "-q"]);
-    std::fs::write(sup.join("README"), "super\n").expect("write");
-    git(&sup, &["add", "."]);
-    git(&sup, &["commit", "-qm", "one"]);
+    let sup = work_repo_with_one_file(dir, "sup", "README", "super\n", "one");
     let abs = dir.join("private.git");
     let urls = vec![
         ("abs", s(&abs).to_string()),

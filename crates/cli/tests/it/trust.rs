@@ -7,6 +7,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::process::{Command, Output};
 
+use crate::plan_ops;
 use crate::treesync;
 use treesync_testkit::assert_target_is;
 use treesync_testkit::cli::listing;
@@ -269,12 +270,7 @@ fn names_that_could_fake_output_lines_are_quoted_like_git() {
     // --json keeps the name itself (JSON escapes it).
     let o = treesync(&["plan", "--repo", s(&bare.path), "--ref", &commit, "--target", s(&t), "--json"]);
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
-    let paths: Vec<String> = v["plan"]["phases"]
-        .as_array()
-        .expect("phases")
-        .iter()
-        .flat_map(|p| p["ops"].as_array().expect("ops").iter().map(|op| op["path"].as_str().expect("path").to_string()))
-        .collect();
+    let paths: Vec<String> = plan_ops(&v).iter().map(|op| op["path"].as_str().expect("path").to_string()).collect();
     assert!(paths.contains(&"evil\n  write   fake.txt (1 B)".to_string()), "{paths:?}");
     assert!(!t.exists(), "plan writes nothing");
 }
@@ -500,12 +496,7 @@ fn names_that_are_not_utf8_lose_nothing_in_json_and_are_repaired() {
     let o = treesync(&["plan", "--repo", s(&bare.path), "--ref", &commit, "--target", s(&t), "--json"]);
     assert_ok(&o);
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
-    let paths: Vec<&str> = v["plan"]["phases"]
-        .as_array()
-        .expect("phases")
-        .iter()
-        .flat_map(|p| p["ops"].as_array().expect("ops").iter().map(|op| op["path"].as_str().expect("path")))
-        .collect();
+    let paths: Vec<&str> = plan_ops(&v).iter().map(|op| op["path"].as_str().expect("path")).collect();
     assert_eq!(paths, [r#""caf\351.txt""#, "ok"], "{v}");
     assert_ok(&sync(&bare.path, &commit, &t, &[]));
     let odd = t.join(std::ffi::OsStr::from_bytes(b"caf\xe9.txt"));
