@@ -112,6 +112,14 @@ fn plant_refs_heads_symlink(t: &Path, outside: &Path) -> PathBuf {
     elsewhere
 }
 
+/// [`cloned`] (three commits, HEAD at the second) and adopted.
+fn adopted(seed: u64) -> (BareRepo, Vec<String>, tempfile::TempDir, PathBuf) {
+    let (bare, commits, dir, t) = cloned(seed, 3);
+    let o = treesync(&["adopt", "--target", s(&t)]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    (bare, commits, dir, t)
+}
+
 fn assert_refused(o: &Output, path: &str) {
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(2), "{err}");
@@ -149,9 +157,7 @@ fn adopt_refuses_refs_heads_that_is_a_symlink_and_creates_nothing_there() {
 
 #[test]
 fn sync_git_worktree_refuses_an_exclude_file_that_is_a_symlink_and_leaves_its_target_alone() {
-    let (bare, commits, _dir, t) = cloned(95, 3);
-    let o = treesync(&["adopt", "--target", s(&t)]);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let (bare, commits, _dir, t) = adopted(95);
     let outside = tempfile::tempdir().expect("tempdir");
     let victim = plant_exclude_symlink(&t, outside.path());
 
@@ -163,9 +169,7 @@ fn sync_git_worktree_refuses_an_exclude_file_that_is_a_symlink_and_leaves_its_ta
 
 #[test]
 fn sync_git_worktree_refuses_refs_heads_that_is_a_symlink_and_creates_nothing_there() {
-    let (bare, commits, _dir, t) = cloned(96, 3);
-    let o = treesync(&["adopt", "--target", s(&t)]);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let (bare, commits, _dir, t) = adopted(96);
     let outside = tempfile::tempdir().expect("tempdir");
     let elsewhere = plant_refs_heads_symlink(&t, outside.path());
 

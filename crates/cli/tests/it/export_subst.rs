@@ -5,12 +5,11 @@
 //! moves to another file or the tags change.
 
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 use crate::treesync;
 use treesync_testkit::cli::s;
 use treesync_testkit::gitcheck;
-use treesync_testkit::tree;
 
 fn git_in(dir: &Path, args: &[&str], date: &str) -> String {
     let out = Command::new("git")
@@ -63,35 +62,12 @@ impl Repo {
     }
 }
 
-/// What `git archive REV | tar -x` extracts from `repo`.
-fn archive(repo: &Path, rev: &str) -> (tempfile::TempDir, gitcheck::Snapshot) {
-    let tar = Command::new("git")
-        .current_dir(repo)
-        .args(["archive", "--format=tar", rev])
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .env("GIT_CONFIG_GLOBAL", "/dev/null")
-        .env_remove("GIT_DIR")
-        .output()
-        .expect("git archive runs");
-    assert!(tar.status.success(), "git archive {rev}: {}", String::from_utf8_lossy(&tar.stderr));
-    let dir = tempfile::tempdir().expect("tempdir");
-    let mut x =
-        Command::new("tar").current_dir(dir.path()).args(["-xf", "-"]).stdin(Stdio::piped()).spawn().expect("tar");
-    {
-        use std::io::Write;
-        x.stdin.take().expect("piped").write_all(&tar.stdout).expect("tar input");
-    }
-    assert!(x.wait().expect("tar finishes").success());
-    let snapshot = tree::read_dir(dir.path());
-    (dir, snapshot)
-}
-
 /// Sync `rev` with `--export` into `target`, compare with `git archive`; returns how many
 /// files were compared.
 fn sync_and_compare(repo: &Repo, rev: &str, target: &Path, what: &str) -> usize {
     let o = treesync(&["sync", "--repo", s(&repo.dir), "--ref", rev, "--target", s(target), "--export"]);
     assert!(o.status.success(), "{what}: treesync sync: {}", String::from_utf8_lossy(&o.stderr));
-    let (_keep, want) = archive(&repo.dir, rev);
+    let (want, _) = gitcheck::archive_expected(&repo.dir, rev, &[]);
     let diffs = gitcheck::diff(&want, target);
     assert!(diffs.is_empty(), "{what} ({rev}) differs from git archive:\n{}", diffs.join("\n"));
     want.len()
