@@ -42,19 +42,7 @@ pub async fn sync(
         let b = host.open(&from.unwrap_or(At::Target));
         let outcome = job.sync(&*b, &options.sync).await?;
         let (switch, _) = mode(host, options.switch, &rec).await.unwrap_or((Switch::Symlink, None));
-        return Ok(Outcome {
-            sync: outcome,
-            switch,
-            switched: false,
-            prepared: None,
-            reused: false,
-            cloned: None,
-            retired: None,
-            removed: Vec::new(),
-            generations: Vec::new(),
-            notes: Vec::new(),
-            elapsed: start.elapsed(),
-        });
+        return Ok(Outcome::unswitched(outcome, switch, start));
     }
     // What a sync refuses (a revision that names no tree, missing LFS objects, a required
     // filter without a command, the limits) is found by planning from the tree the target shows
@@ -108,6 +96,26 @@ impl Job<'_> {
                 Ok(self.sync(backend, &forced).await?)
             }
             r => Ok(r?),
+        }
+    }
+}
+
+impl Outcome {
+    /// A run that switched nothing (a dry run, or a sync that found nothing to do): `sync` is
+    /// its dry run; nothing removed, no generations or notes told.
+    fn unswitched(sync: sync::Outcome, switch: Switch, start: Instant) -> Outcome {
+        Outcome {
+            sync,
+            switch,
+            switched: false,
+            prepared: None,
+            reused: false,
+            cloned: None,
+            retired: None,
+            removed: Vec::new(),
+            generations: Vec::new(),
+            notes: Vec::new(),
+            elapsed: start.elapsed(),
         }
     }
 }
@@ -185,19 +193,7 @@ async fn locked(
             let planned = sync::Outcome { dry_run: false, ..planned };
             removed.extend(cleanup(host, &mut rec, Some(cur), options.keep, options.grace, &held, &mut notes).await?);
             let generations = generations(host, &rec, Some(cur), &held, Some(planned.commit)).await?;
-            return Ok(Outcome {
-                sync: planned,
-                switch,
-                switched: false,
-                prepared: None,
-                reused: false,
-                cloned: None,
-                retired: None,
-                removed,
-                generations,
-                notes,
-                elapsed: start.elapsed(),
-            });
+            return Ok(Outcome { removed, generations, notes, ..Outcome::unswitched(planned, switch, start) });
         }
     }
 
