@@ -77,42 +77,38 @@ impl Fixture for Store {
     }
 }
 
-fn memory() -> Store {
-    let store: Arc<dyn ObjectStore> = Arc::new(object_store::memory::InMemory::new());
+/// The prefix `site` of an in-process `store` (`url` names it): `capable`, it keeps metadata
+/// and updates conditionally; `dir`, the directory behind a `file://` store.
+fn site_in(store: Arc<dyn ObjectStore>, url: &'static str, capable: bool, dir: Option<tempfile::TempDir>) -> Store {
     let prefix = Path::from("site");
     let (s, p) = (store.clone(), prefix.clone());
+    let root = dir.as_ref().map(|d| d.path().to_path_buf());
+    let local_root = root.clone();
     Store {
         store,
         prefix,
-        metadata: true,
+        metadata: capable,
         make: Box::new(move || {
-            ObjectStoreBackend::new(s.clone(), p.clone(), "memory://site".into(), true, true, Options::default())
+            let backend =
+                ObjectStoreBackend::new(s.clone(), p.clone(), url.into(), capable, capable, Options::default());
+            match &root {
+                Some(root) => backend.with_local_root(root.clone()),
+                None => backend,
+            }
         }),
-        local_root: None,
-        _keep: None,
+        local_root,
+        _keep: dir.map(|d| Box::new(d) as Box<dyn Send + Sync>),
     }
+}
+
+fn memory() -> Store {
+    site_in(Arc::new(object_store::memory::InMemory::new()), "memory://site", true, None)
 }
 
 fn file() -> Store {
     let dir = tempfile::tempdir().expect("tempdir");
-    let store: Arc<dyn ObjectStore> =
-        Arc::new(object_store::local::LocalFileSystem::new_with_prefix(dir.path()).expect("fs store"));
-    let prefix = Path::from("site");
-    let (s, p) = (store.clone(), prefix.clone());
-    Store {
-        store,
-        prefix,
-        metadata: false,
-        make: {
-            let root = dir.path().to_path_buf();
-            Box::new(move || {
-                ObjectStoreBackend::new(s.clone(), p.clone(), "file://site".into(), false, false, Options::default())
-                    .with_local_root(root.clone())
-            })
-        },
-        local_root: Some(dir.path().to_path_buf()),
-        _keep: Some(Box::new(dir)),
-    }
+    let store = object_store::local::LocalFileSystem::new_with_prefix(dir.path()).expect("fs store");
+    site_in(Arc::new(store), "file://site", false, Some(dir))
 }
 
 fn s3() -> Store {

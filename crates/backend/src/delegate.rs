@@ -55,233 +55,88 @@ macro_rules! delegate_backend {
             aux_mtime $(, $skip)*);
     };
     ($to:tt $(, except $($skip:ident),+)? $(,)?) => {
+        // Every method of the trait, with its arguments and output; `async` ones are boxed by
+        // `#[async_trait]`, with a lifetime for each borrowed argument.
         $crate::delegate_backend!(@each $to [$($($skip)+)?]
-            capabilities policy execute execute_batch prepare_target read_dir load_state store_state
-            lock unlock scan scan_dirs cost probe read_file load_aux store_aux append_aux aux_mtime take_written
-            record_written);
+            {sync capabilities() -> $crate::backend::Capabilities}
+            {sync policy() -> $crate::backend::Policy}
+            {async execute ['life1 'life2](
+                op: &'life1 $crate::op::Op,
+                blobs: &'life2 ::std::sync::Arc<dyn $crate::source::BlobSource>
+            ) -> ()}
+            {async execute_batch ['life1](
+                batch: $crate::backend::Batch,
+                blobs: &'life1 ::std::sync::Arc<dyn $crate::source::BlobSource>
+            ) -> ()}
+            {async prepare_target [](create: bool) -> $crate::backend::TargetState}
+            {async read_dir ['life1](dir: &'life1 $crate::path::RelPath) -> ::std::vec::Vec<$crate::backend::DirEntry>}
+            {async load_state []() -> ::core::option::Option<::std::vec::Vec<u8>>}
+            {async store_state ['life1](bytes: &'life1 [u8]) -> ()}
+            {async lock ['life1](holder: &'life1 $crate::lock::Holder) -> $crate::backend::LockGuard}
+            {async unlock [](guard: $crate::backend::LockGuard) -> ()}
+            {async scan [](jobs: usize) -> ::std::vec::Vec<$crate::backend::Found>}
+            {async scan_dirs ['life1](dirs: &'life1 [$crate::path::RelPath], jobs: usize)
+                -> ::std::vec::Vec<$crate::backend::Found>}
+            {sync cost() -> ::std::vec::Vec<(&'static str, u64)>}
+            {async probe ['life1](dir: &'life1 $crate::path::RelPath) -> ()}
+            {async read_file ['life1](path: &'life1 $crate::path::RelPath) -> ::std::vec::Vec<u8>}
+            {async load_aux ['life1](name: &'life1 str) -> ::core::option::Option<::std::vec::Vec<u8>>}
+            {async store_aux ['life1 'life2](name: &'life1 str, bytes: &'life2 [u8]) -> ()}
+            {async append_aux ['life1 'life2](name: &'life1 str, bytes: &'life2 [u8]) -> ()}
+            {async aux_mtime ['life1](name: &'life1 str) -> ::core::option::Option<(i64, u32)>}
+            {sync take_written() -> ::std::vec::Vec<$crate::backend::Written>}
+            {sync record_written(on: bool)}
+        );
     };
-    (@each $to:tt $skips:tt $($m:ident)*) => {
-        $( $crate::delegate_backend!(@maybe $to $m $skips); )*
+    (@each $to:tt $skips:tt $({$kind:ident $m:ident $($sig:tt)*})*) => {
+        $( $crate::delegate_backend!(@maybe $to $m $skips {$kind $m $($sig)*}); )*
     };
     // `$m` is in the list: the wrapper implements it.
-    (@maybe $to:tt capabilities [capabilities $($rest:ident)*]) => {};
-    (@maybe $to:tt policy [policy $($rest:ident)*]) => {};
-    (@maybe $to:tt execute [execute $($rest:ident)*]) => {};
-    (@maybe $to:tt execute_batch [execute_batch $($rest:ident)*]) => {};
-    (@maybe $to:tt prepare_target [prepare_target $($rest:ident)*]) => {};
-    (@maybe $to:tt read_dir [read_dir $($rest:ident)*]) => {};
-    (@maybe $to:tt load_state [load_state $($rest:ident)*]) => {};
-    (@maybe $to:tt store_state [store_state $($rest:ident)*]) => {};
-    (@maybe $to:tt lock [lock $($rest:ident)*]) => {};
-    (@maybe $to:tt unlock [unlock $($rest:ident)*]) => {};
-    (@maybe $to:tt scan [scan $($rest:ident)*]) => {};
-    (@maybe $to:tt scan_dirs [scan_dirs $($rest:ident)*]) => {};
-    (@maybe $to:tt cost [cost $($rest:ident)*]) => {};
-    (@maybe $to:tt probe [probe $($rest:ident)*]) => {};
-    (@maybe $to:tt read_file [read_file $($rest:ident)*]) => {};
-    (@maybe $to:tt load_aux [load_aux $($rest:ident)*]) => {};
-    (@maybe $to:tt store_aux [store_aux $($rest:ident)*]) => {};
-    (@maybe $to:tt append_aux [append_aux $($rest:ident)*]) => {};
-    (@maybe $to:tt aux_mtime [aux_mtime $($rest:ident)*]) => {};
-    (@maybe $to:tt take_written [take_written $($rest:ident)*]) => {};
-    (@maybe $to:tt record_written [record_written $($rest:ident)*]) => {};
-    (@maybe $to:tt $m:ident [$first:ident $($rest:ident)*]) => {
-        $crate::delegate_backend!(@maybe $to $m [$($rest)*]);
+    (@maybe $to:tt capabilities [capabilities $($rest:ident)*] $sig:tt) => {};
+    (@maybe $to:tt policy [policy $($rest:ident)*] $sig:tt) => {};
+    (@maybe $to:tt execute [execute $($rest:ident)*] $sig:tt) => {};
+    (@maybe $to:tt execute_batch [execute_batch $($rest:ident)*] $sig:tt) => {};
+    (@maybe $to:tt prepare_target [prepare_target $($rest:ident)*] $sig:tt) => {};
+    (@maybe $to:tt read_dir [read_dir $($rest:ident)*] $sig:tt) => {};
+    (@maybe $to:tt load_state [load_state $($rest:ident)*] $sig:tt) => {};
+    (@maybe $to:tt store_state [store_state $($rest:ident)*] $sig:tt) => {};
+    (@maybe $to:tt lock [lock $($rest:ident)*] $sig:tt) => {};
+    (@maybe $to:tt unlock [unlock $($rest:ident)*] $sig:tt) => {};
+    (@maybe $to:tt scan [scan $($rest:ident)*] $sig:tt) => {};
+    (@maybe $to:tt scan_dirs [scan_dirs $($rest:ident)*] $sig:tt) => {};
+    (@maybe $to:tt cost [cost $($rest:ident)*] $sig:tt) => {};
+    (@maybe $to:tt probe [probe $($rest:ident)*] $sig:tt) => {};
+    (@maybe $to:tt read_file [read_file $($rest:ident)*] $sig:tt) => {};
+    (@maybe $to:tt load_aux [load_aux $($rest:ident)*] $sig:tt) => {};
+    (@maybe $to:tt store_aux [store_aux $($rest:ident)*] $sig:tt) => {};
+    (@maybe $to:tt append_aux [append_aux $($rest:ident)*] $sig:tt) => {};
+    (@maybe $to:tt aux_mtime [aux_mtime $($rest:ident)*] $sig:tt) => {};
+    (@maybe $to:tt take_written [take_written $($rest:ident)*] $sig:tt) => {};
+    (@maybe $to:tt record_written [record_written $($rest:ident)*] $sig:tt) => {};
+    (@maybe $to:tt $m:ident [$first:ident $($rest:ident)*] $sig:tt) => {
+        $crate::delegate_backend!(@maybe $to $m [$($rest)*] $sig);
     };
-    (@maybe $to:tt $m:ident []) => {
-        $crate::delegate_backend!(@emit $to $m);
+    (@maybe $to:tt $m:ident [] {$kind:ident $($sig:tt)*}) => {
+        $crate::delegate_backend!(@$kind $to $($sig)*);
     };
     (@t $s:tt *) => { (**$s) };
     (@t $s:tt $field:tt) => { $s.$field };
-    // The signatures are those `#[async_trait]` gives the trait's methods; the futures of the
-    // target are returned as they are (no second box).
-    (@emit $to:tt capabilities) => {
-        fn capabilities(&self) -> $crate::backend::Capabilities {
-            $crate::delegate_backend!(@t self $to).capabilities()
+    (@sync $to:tt $m:ident($($arg:ident: $ty:ty),*) $(-> $out:ty)?) => {
+        fn $m(&self $(, $arg: $ty)*) $(-> $out)? {
+            $crate::delegate_backend!(@t self $to).$m($($arg),*)
         }
     };
-    (@emit $to:tt policy) => {
-        fn policy(&self) -> $crate::backend::Policy {
-            $crate::delegate_backend!(@t self $to).policy()
-        }
-    };
-    (@emit $to:tt take_written) => {
-        fn take_written(&self) -> ::std::vec::Vec<$crate::backend::Written> {
-            $crate::delegate_backend!(@t self $to).take_written()
-        }
-    };
-    (@emit $to:tt record_written) => {
-        fn record_written(&self, on: bool) {
-            $crate::delegate_backend!(@t self $to).record_written(on)
-        }
-    };
-    (@emit $to:tt append_aux) => {
-        fn append_aux<'life0, 'life1, 'life2, 'async_trait>(
+    // The signature `#[async_trait]` gives the trait's method: a lifetime for `self` and one for
+    // each borrowed argument (`$l`), all outliving the boxed future; the future of the target is
+    // returned as it is (no second box).
+    (@async $to:tt $m:ident [$($l:lifetime)*]($($arg:ident: $ty:ty),*) -> $out:ty) => {
+        fn $m<'life0, $($l,)* 'async_trait>(
             &'life0 self,
-            name: &'life1 str,
-            bytes: &'life2 [u8],
-        ) -> $crate::delegate_backend!(@fut 'async_trait, ())
-        where 'life0: 'async_trait, 'life1: 'async_trait, 'life2: 'async_trait, Self: 'async_trait
+            $($arg: $ty),*
+        ) -> $crate::delegate_backend!(@fut 'async_trait, $out)
+        where 'life0: 'async_trait, $($l: 'async_trait,)* Self: 'async_trait
         {
-            $crate::delegate_backend!(@t self $to).append_aux(name, bytes)
-        }
-    };
-    (@emit $to:tt aux_mtime) => {
-        fn aux_mtime<'life0, 'life1, 'async_trait>(
-            &'life0 self,
-            name: &'life1 str,
-        ) -> $crate::delegate_backend!(@fut 'async_trait, ::core::option::Option<(i64, u32)>)
-        where 'life0: 'async_trait, 'life1: 'async_trait, Self: 'async_trait
-        {
-            $crate::delegate_backend!(@t self $to).aux_mtime(name)
-        }
-    };
-    (@emit $to:tt cost) => {
-        fn cost(&self) -> ::std::vec::Vec<(&'static str, u64)> {
-            $crate::delegate_backend!(@t self $to).cost()
-        }
-    };
-    (@emit $to:tt execute) => {
-        fn execute<'life0, 'life1, 'life2, 'async_trait>(
-            &'life0 self,
-            op: &'life1 $crate::op::Op,
-            blobs: &'life2 ::std::sync::Arc<dyn $crate::source::BlobSource>,
-        ) -> $crate::delegate_backend!(@fut 'async_trait, ())
-        where 'life0: 'async_trait, 'life1: 'async_trait, 'life2: 'async_trait, Self: 'async_trait
-        {
-            $crate::delegate_backend!(@t self $to).execute(op, blobs)
-        }
-    };
-    (@emit $to:tt execute_batch) => {
-        fn execute_batch<'life0, 'life1, 'async_trait>(
-            &'life0 self,
-            batch: $crate::backend::Batch,
-            blobs: &'life1 ::std::sync::Arc<dyn $crate::source::BlobSource>,
-        ) -> $crate::delegate_backend!(@fut 'async_trait, ())
-        where 'life0: 'async_trait, 'life1: 'async_trait, Self: 'async_trait
-        {
-            $crate::delegate_backend!(@t self $to).execute_batch(batch, blobs)
-        }
-    };
-    (@emit $to:tt prepare_target) => {
-        fn prepare_target<'life0, 'async_trait>(
-            &'life0 self,
-            create: bool,
-        ) -> $crate::delegate_backend!(@fut 'async_trait, $crate::backend::TargetState)
-        where 'life0: 'async_trait, Self: 'async_trait
-        {
-            $crate::delegate_backend!(@t self $to).prepare_target(create)
-        }
-    };
-    (@emit $to:tt read_dir) => {
-        fn read_dir<'life0, 'life1, 'async_trait>(
-            &'life0 self,
-            dir: &'life1 $crate::path::RelPath,
-        ) -> $crate::delegate_backend!(@fut 'async_trait, ::std::vec::Vec<$crate::backend::DirEntry>)
-        where 'life0: 'async_trait, 'life1: 'async_trait, Self: 'async_trait
-        {
-            $crate::delegate_backend!(@t self $to).read_dir(dir)
-        }
-    };
-    (@emit $to:tt load_state) => {
-        fn load_state<'life0, 'async_trait>(
-            &'life0 self,
-        ) -> $crate::delegate_backend!(@fut 'async_trait, ::core::option::Option<::std::vec::Vec<u8>>)
-        where 'life0: 'async_trait, Self: 'async_trait
-        {
-            $crate::delegate_backend!(@t self $to).load_state()
-        }
-    };
-    (@emit $to:tt store_state) => {
-        fn store_state<'life0, 'life1, 'async_trait>(
-            &'life0 self,
-            bytes: &'life1 [u8],
-        ) -> $crate::delegate_backend!(@fut 'async_trait, ())
-        where 'life0: 'async_trait, 'life1: 'async_trait, Self: 'async_trait
-        {
-            $crate::delegate_backend!(@t self $to).store_state(bytes)
-        }
-    };
-    (@emit $to:tt lock) => {
-        fn lock<'life0, 'life1, 'async_trait>(
-            &'life0 self,
-            holder: &'life1 $crate::lock::Holder,
-        ) -> $crate::delegate_backend!(@fut 'async_trait, $crate::backend::LockGuard)
-        where 'life0: 'async_trait, 'life1: 'async_trait, Self: 'async_trait
-        {
-            $crate::delegate_backend!(@t self $to).lock(holder)
-        }
-    };
-    (@emit $to:tt unlock) => {
-        fn unlock<'life0, 'async_trait>(
-            &'life0 self,
-            guard: $crate::backend::LockGuard,
-        ) -> $crate::delegate_backend!(@fut 'async_trait, ())
-        where 'life0: 'async_trait, Self: 'async_trait
-        {
-            $crate::delegate_backend!(@t self $to).unlock(guard)
-        }
-    };
-    (@emit $to:tt scan) => {
-        fn scan<'life0, 'async_trait>(
-            &'life0 self,
-            jobs: usize,
-        ) -> $crate::delegate_backend!(@fut 'async_trait, ::std::vec::Vec<$crate::backend::Found>)
-        where 'life0: 'async_trait, Self: 'async_trait
-        {
-            $crate::delegate_backend!(@t self $to).scan(jobs)
-        }
-    };
-    (@emit $to:tt scan_dirs) => {
-        fn scan_dirs<'life0, 'life1, 'async_trait>(
-            &'life0 self,
-            dirs: &'life1 [$crate::path::RelPath],
-            jobs: usize,
-        ) -> $crate::delegate_backend!(@fut 'async_trait, ::std::vec::Vec<$crate::backend::Found>)
-        where 'life0: 'async_trait, 'life1: 'async_trait, Self: 'async_trait
-        {
-            $crate::delegate_backend!(@t self $to).scan_dirs(dirs, jobs)
-        }
-    };
-    (@emit $to:tt probe) => {
-        fn probe<'life0, 'life1, 'async_trait>(
-            &'life0 self,
-            dir: &'life1 $crate::path::RelPath,
-        ) -> $crate::delegate_backend!(@fut 'async_trait, ())
-        where 'life0: 'async_trait, 'life1: 'async_trait, Self: 'async_trait
-        {
-            $crate::delegate_backend!(@t self $to).probe(dir)
-        }
-    };
-    (@emit $to:tt read_file) => {
-        fn read_file<'life0, 'life1, 'async_trait>(
-            &'life0 self,
-            path: &'life1 $crate::path::RelPath,
-        ) -> $crate::delegate_backend!(@fut 'async_trait, ::std::vec::Vec<u8>)
-        where 'life0: 'async_trait, 'life1: 'async_trait, Self: 'async_trait
-        {
-            $crate::delegate_backend!(@t self $to).read_file(path)
-        }
-    };
-    (@emit $to:tt load_aux) => {
-        fn load_aux<'life0, 'life1, 'async_trait>(
-            &'life0 self,
-            name: &'life1 str,
-        ) -> $crate::delegate_backend!(@fut 'async_trait, ::core::option::Option<::std::vec::Vec<u8>>)
-        where 'life0: 'async_trait, 'life1: 'async_trait, Self: 'async_trait
-        {
-            $crate::delegate_backend!(@t self $to).load_aux(name)
-        }
-    };
-    (@emit $to:tt store_aux) => {
-        fn store_aux<'life0, 'life1, 'life2, 'async_trait>(
-            &'life0 self,
-            name: &'life1 str,
-            bytes: &'life2 [u8],
-        ) -> $crate::delegate_backend!(@fut 'async_trait, ())
-        where 'life0: 'async_trait, 'life1: 'async_trait, 'life2: 'async_trait, Self: 'async_trait
-        {
-            $crate::delegate_backend!(@t self $to).store_aux(name, bytes)
+            $crate::delegate_backend!(@t self $to).$m($($arg),*)
         }
     };
     (@fut $l:lifetime, $out:ty) => {

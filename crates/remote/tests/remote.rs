@@ -16,10 +16,22 @@ fn cache(s: &Served) -> OpenOptions {
     OpenOptions { cache_dir: Some(s.cache()) }
 }
 
-#[test]
-fn update_fetches_only_when_the_ref_moved() {
+/// A served repository of one file, and a remote of it caching in the test's folder.
+fn served() -> (Served, Remote) {
     let s = Served::new(&[("index.html", "one\n")]);
     let remote = Remote::open(&s.url, &cache(&s)).expect("open");
+    (s, remote)
+}
+
+/// The commit `rev` names in the remote's cache.
+fn cached(remote: &Remote, rev: &str) -> String {
+    let repo = Repo::open(remote.path()).expect("the cache is a bare repository");
+    repo.resolve(rev).expect("resolve").commit.to_string()
+}
+
+#[test]
+fn update_fetches_only_when_the_ref_moved() {
+    let (s, remote) = served();
     assert!(remote.path().starts_with(s.dir.path().join("cache/repos")), "{}", remote.path().display());
     let main = ["main".to_string()];
     let before = s.daemon.requests();
@@ -41,14 +53,12 @@ fn update_fetches_only_when_the_ref_moved() {
     assert_eq!((moved.requests, moved.refs[0].fetched, moved.refs[0].id.as_str()), (2, true, id.as_str()));
     assert_eq!(s.daemon.requests() - before, 7, "a push costs ls-refs and one fetch");
 
-    let repo = Repo::open(remote.path()).expect("the cache is a bare repository");
-    assert_eq!(repo.resolve("main").expect("resolve").commit.to_string(), id);
+    assert_eq!(cached(&remote, "main"), id);
 }
 
 #[test]
 fn a_force_push_is_followed() {
-    let s = Served::new(&[("index.html", "one\n")]);
-    let remote = Remote::open(&s.url, &cache(&s)).expect("open");
+    let (s, remote) = served();
     let main = ["main".to_string()];
     s.commit(&[("a.txt", "a\n")]);
     s.push(&["main"]);
@@ -58,8 +68,7 @@ fn a_force_push_is_followed() {
     s.push(&["--force", "main"]);
     let out = remote.update(&main).expect("update after a force-push");
     assert!(out.refs[0].fetched);
-    let repo = Repo::open(remote.path()).expect("open");
-    assert_eq!(repo.resolve("main").expect("resolve").commit.to_string(), rewritten);
+    assert_eq!(cached(&remote, "main"), rewritten);
 }
 
 #[test]
@@ -73,14 +82,12 @@ fn tags_and_full_ref_names_are_followed_like_branches() {
     assert_eq!(out.requests, 2, "both refs in one ls-refs and one fetch: {out:?}");
     assert_eq!(out.refs[0].name, "refs/tags/v1");
     assert_eq!(out.refs[1].name, "refs/heads/main");
-    let repo = Repo::open(remote.path()).expect("open");
-    assert_eq!(repo.resolve("v1").expect("an annotated tag resolves to its commit").commit.to_string(), v1);
+    assert_eq!(cached(&remote, "v1"), v1, "an annotated tag resolves to its commit");
 }
 
 #[test]
 fn a_missing_ref_is_a_clear_error() {
-    let s = Served::new(&[("index.html", "one\n")]);
-    let remote = Remote::open(&s.url, &cache(&s)).expect("open");
+    let (s, remote) = served();
     let err = remote.update(&["nope".to_string()]).expect_err("no such ref");
     assert!(matches!(err, Error::NotFound { .. }), "{err:?}");
     let text = err.to_string();
@@ -92,8 +99,7 @@ fn a_missing_ref_is_a_clear_error() {
 
 #[test]
 fn a_server_that_is_down_says_so_and_is_used_again_when_back() {
-    let mut s = Served::new(&[("index.html", "one\n")]);
-    let remote = Remote::open(&s.url, &cache(&s)).expect("open");
+    let (mut s, remote) = served();
     let main = ["main".to_string()];
     remote.update(&main).expect("update");
     s.daemon.stop();
@@ -120,8 +126,7 @@ fn a_repository_the_server_does_not_have_names_the_url() {
 
 #[test]
 fn the_cache_records_its_url() {
-    let s = Served::new(&[("index.html", "one\n")]);
-    let remote = Remote::open(&s.url, &cache(&s)).expect("open");
+    let (s, remote) = served();
     git(remote.path(), &["config", "remote.origin.url", "git://elsewhere/site.git"]);
     let err = Remote::open(&s.url, &cache(&s)).expect_err("another URL recorded");
     assert!(matches!(err, Error::OtherUrl { .. }), "{err:?}");
@@ -186,8 +191,7 @@ fn runtime() -> tokio::runtime::Runtime {
 
 #[test]
 fn an_idle_watch_asks_once_per_look() {
-    let s = Served::new(&[("index.html", "one\n")]);
-    let remote = Remote::open(&s.url, &cache(&s)).expect("open");
+    let (s, remote) = served();
     remote.update(&["main".to_string()]).expect("first fetch");
     let repo = Repo::open(remote.path()).expect("open");
     let before = s.daemon.requests();
@@ -209,8 +213,7 @@ fn an_idle_watch_asks_once_per_look() {
 
 #[test]
 fn a_watch_follows_pushes_and_survives_the_server_going_away() {
-    let s = Served::new(&[("index.html", "one\n")]);
-    let remote = Remote::open(&s.url, &cache(&s)).expect("open");
+    let (s, remote) = served();
     remote.update(&["main".to_string()]).expect("first fetch");
     let repo = Repo::open(remote.path()).expect("open");
     let description = remote.describe(Duration::from_millis(50));

@@ -78,14 +78,22 @@ unknown $Format:%Z %q %(nope) %-z %+ %g? %gd%gs%gn end %$
 two $Format:%h$ and $Format:%t$ on a line $Format: no end
 ";
 
-fn repo_with_history() -> (tempfile::TempDir, Vec<String>) {
+/// A new repository on `branch` whose index holds the template at `subst.txt` and these
+/// `.gitattributes`; and the tree of that index.
+fn template_repo(branch: &str, attributes: &str) -> (tempfile::TempDir, String) {
     let dir = tempfile::tempdir().expect("tempdir");
     let d = dir.path();
-    git(d, &["init", "-q", "-b", "main"]);
-    std::fs::write(d.join(".gitattributes"), "subst.txt export-subst\n").expect("write");
+    git(d, &["init", "-q", "-b", branch]);
+    std::fs::write(d.join(".gitattributes"), attributes).expect("write");
     std::fs::write(d.join("subst.txt"), TEMPLATE).expect("write");
     git(d, &["add", "."]);
     let tree = git(d, &["write-tree"]);
+    (dir, tree)
+}
+
+fn repo_with_history() -> (tempfile::TempDir, Vec<String>) {
+    let (dir, tree) = template_repo("main", "subst.txt export-subst\n");
+    let d = dir.path();
     let root = commit(d, &tree, &[], "root\n", "1100000000 +0530", "1100000100 -0700");
     let side = commit(
         d,
@@ -246,13 +254,8 @@ fn relative_dates_count_to_now_as_gits_do() {
 
 #[test]
 fn a_commit_no_tag_reaches_describes_as_nothing_as_in_git_archive() {
-    let dir = tempfile::tempdir().expect("tempdir");
+    let (dir, tree) = template_repo("trunk", "* export-subst\n");
     let d = dir.path();
-    git(d, &["init", "-q", "-b", "trunk"]);
-    std::fs::write(d.join(".gitattributes"), "* export-subst\n").expect("write");
-    std::fs::write(d.join("subst.txt"), TEMPLATE).expect("write");
-    git(d, &["add", "."]);
-    let tree = git(d, &["write-tree"]);
     let only = commit(d, &tree, &[], "only\n", "1700000000 +0945", "1700000000 -0930");
     git(d, &["update-ref", "refs/heads/trunk", &only]);
     let repo = Repo::open(d).expect("open");

@@ -26,6 +26,7 @@ pub async fn sync(
     interrupt: &AtomicBool,
 ) -> Result<Outcome, Error> {
     let start = Instant::now();
+    let job = Job { repo, rev, progress, interrupt };
     // A typo in the revision must not create the home.
     repo.resolve(rev).map_err(sync::Error::from)?;
     let at = host.at_target().await?;
@@ -39,10 +40,72 @@ pub async fn sync(
         let rec = if host.home_exists().await? { load(host).await? } else { Record::new() };
         let from = preview_at(&rec, current.as_ref(), options, &held(host).await?);
         let b = host.open(&from.unwrap_or(At::Target));
-        let outcome = sync::sync(repo, rev, &*b, &options.sync, progress, interrupt).await?;
+        let outcome = job.sync(&*b, &options.sync).await?;
         let (switch, _) = mode(host, options.switch, &rec).await.unwrap_or((Switch::Symlink, None));
-        return Ok(Outcome {
-            sync: outcome,
+        return Ok(Outcome::unswitched(outcome, switch, start));
+    }
+    // What a sync refuses (a revision that names no tree, missing LFS objects, a required
+    // filter without a command, the limits) is found by planning from the tree the target shows
+    // now, before anything is written: a refused command writes nothing, not even a home.
+    let check = sync::Options { dry_run: true, ..options.sync.clone() };
+    let shown = current.clone().unwrap_or(At::Target);
+    let checked = job.dry_run_in(host, &shown, &check).await?;
+    host.create_home().await?;
+    let guard = lock(host, options.sync.lock_wait).await?;
+    let r = locked(job, host, options, start, (current, checked)).await;
+    let unlocked = host.unlock(guard).await;
+    let outcome = r?;
+    unlocked?;
+    Ok(outcome)
+}
+
+/// What every sync of one [`sync()`] shares: the repository, the revision, who is told of the
+/// progress, and the interrupt flag.
+#[derive(Clone, Copy)]
+struct Job<'a> {
+    repo: &'a Repo,
+    rev: &'a str,
+    progress: &'a (dyn Fn(&Progress<'_>) + Send + Sync),
+    interrupt: &'a AtomicBool,
+}
+
+impl Job<'_> {
+    /// [`sync::sync`] of the revision into `backend`.
+    async fn sync(&self, backend: &dyn Backend, options: &sync::Options) -> Result<sync::Outcome, sync::Error> {
+        sync::sync(self.repo, self.rev, backend, options, self.progress, self.interrupt).await
+    }
+
+    /// A dry run of `options` (a dry run) in the generation at `at`. A slot holding what
+    /// treesync did not write, or whose state is gone (the home is treesync's: nothing in a slot
+    /// is kept), is planned as taken over, as [`sync()`] will take it over.
+    async fn dry_run_in(&self, host: &dyn Host, at: &At, options: &sync::Options) -> Result<sync::Outcome, Error> {
+        let backend = host.open(at);
+        match at {
+            At::Slot(_) => self.slot_sync(&*backend, options).await,
+            At::Target => Ok(self.sync(&*backend, options).await?),
+        }
+    }
+
+    /// [`sync::sync`] of a slot: a slot the sync refuses as not written by treesync (what a
+    /// takeover displaced, or a slot whose state is gone; refused before anything is written) is
+    /// taken over, as the home is treesync's and nothing in a slot is kept.
+    async fn slot_sync(&self, backend: &dyn Backend, options: &sync::Options) -> Result<sync::Outcome, Error> {
+        match self.sync(backend, options).await {
+            Err(sync::Error::Unmanaged { .. }) => {
+                let forced = sync::Options { force: true, ..options.clone() };
+                Ok(self.sync(backend, &forced).await?)
+            }
+            r => Ok(r?),
+        }
+    }
+}
+
+impl Outcome {
+    /// A run that switched nothing (a dry run, or a sync that found nothing to do): `sync` is
+    /// its dry run; nothing removed, no generations or notes told.
+    fn unswitched(sync: sync::Outcome, switch: Switch, start: Instant) -> Outcome {
+        Outcome {
+            sync,
             switch,
             switched: false,
             prepared: None,
@@ -53,59 +116,7 @@ pub async fn sync(
             generations: Vec::new(),
             notes: Vec::new(),
             elapsed: start.elapsed(),
-        });
-    }
-    // What a sync refuses (a revision that names no tree, missing LFS objects, a required
-    // filter without a command, the limits) is found by planning from the tree the target shows
-    // now, before anything is written: a refused command writes nothing, not even a home.
-    let check = sync::Options { dry_run: true, ..options.sync.clone() };
-    let shown = current.clone().unwrap_or(At::Target);
-    let checked = dry_run_in(repo, rev, host, &shown, &check, progress, interrupt).await?;
-    host.create_home().await?;
-    let guard = lock(host, options.sync.lock_wait).await?;
-    let r = locked(repo, rev, host, options, progress, interrupt, start, (current, checked)).await;
-    let unlocked = host.unlock(guard).await;
-    let outcome = r?;
-    unlocked?;
-    Ok(outcome)
-}
-
-/// A dry run of `options` (a dry run) in the generation at `at`. A slot holding what treesync
-/// did not write, or whose state is gone (the home is treesync's: nothing in a slot is kept), is
-/// planned as taken over, as [`sync()`] will take it over.
-async fn dry_run_in(
-    repo: &Repo,
-    rev: &str,
-    host: &dyn Host,
-    at: &At,
-    options: &sync::Options,
-    progress: &(dyn Fn(&Progress<'_>) + Send + Sync),
-    interrupt: &AtomicBool,
-) -> Result<sync::Outcome, Error> {
-    let backend = host.open(at);
-    match at {
-        At::Slot(_) => slot_sync(repo, rev, &*backend, options, progress, interrupt).await,
-        At::Target => Ok(sync::sync(repo, rev, &*backend, options, progress, interrupt).await?),
-    }
-}
-
-/// [`sync::sync`] of a slot: a slot the sync refuses as not written by treesync (what a
-/// takeover displaced, or a slot whose state is gone; refused before anything is written) is
-/// taken over, as the home is treesync's and nothing in a slot is kept.
-async fn slot_sync(
-    repo: &Repo,
-    rev: &str,
-    backend: &dyn Backend,
-    options: &sync::Options,
-    progress: &(dyn Fn(&Progress<'_>) + Send + Sync),
-    interrupt: &AtomicBool,
-) -> Result<sync::Outcome, Error> {
-    match sync::sync(repo, rev, backend, options, progress, interrupt).await {
-        Err(sync::Error::Unmanaged { .. }) => {
-            let forced = sync::Options { force: true, ..options.clone() };
-            Ok(sync::sync(repo, rev, backend, &forced, progress, interrupt).await?)
         }
-        r => Ok(r?),
     }
 }
 
@@ -133,14 +144,10 @@ pub async fn current(host: &dyn Host) -> Result<Option<At>, Error> {
     current_of(host, &at)
 }
 
-#[allow(clippy::too_many_arguments)]
-pub(super) async fn locked(
-    repo: &Repo,
-    rev: &str,
+async fn locked(
+    job: Job<'_>,
     host: &dyn Host,
     options: &Options,
-    progress: &(dyn Fn(&Progress<'_>) + Send + Sync),
-    interrupt: &AtomicBool,
     start: Instant,
     checked: (Option<At>, sync::Outcome),
 ) -> Result<Outcome, Error> {
@@ -173,12 +180,12 @@ pub(super) async fn locked(
             state.as_ref().is_some_and(|s| s.in_progress.is_none() && s.synced.is_some() && s.synced == planned.from)
         };
         // And for the commit the revision names now (a run that waited for the lock).
-        let now = repo.resolve(rev).map_err(sync::Error::from)?.commit;
+        let now = job.repo.resolve(job.rev).map_err(sync::Error::from)?.commit;
         let planned = match checked {
             (Some(before), planned) if before == *cur && same(&planned) && planned.commit == now => planned,
             _ => {
                 let dry = sync::Options { dry_run: true, ..options.sync.clone() };
-                dry_run_in(repo, rev, host, cur, &dry, progress, interrupt).await?
+                job.dry_run_in(host, cur, &dry).await?
             }
         };
         if planned.planned.total() == 0 && planned.resumed.is_none() && !planned.takeover {
@@ -186,19 +193,7 @@ pub(super) async fn locked(
             let planned = sync::Outcome { dry_run: false, ..planned };
             removed.extend(cleanup(host, &mut rec, Some(cur), options.keep, options.grace, &held, &mut notes).await?);
             let generations = generations(host, &rec, Some(cur), &held, Some(planned.commit)).await?;
-            return Ok(Outcome {
-                sync: planned,
-                switch,
-                switched: false,
-                prepared: None,
-                reused: false,
-                cloned: None,
-                retired: None,
-                removed,
-                generations,
-                notes,
-                elapsed: start.elapsed(),
-            });
+            return Ok(Outcome { removed, generations, notes, ..Outcome::unswitched(planned, switch, start) });
         }
     }
 
@@ -222,7 +217,7 @@ pub(super) async fn locked(
     }
     host.claim_slot(&slot).await?;
     let backend = RewriteModes::new(host.open(&At::Slot(slot.clone())));
-    let synced = slot_sync(repo, rev, &backend, &options.sync, progress, interrupt).await?;
+    let synced = job.slot_sync(&backend, &options.sync).await?;
     // A reused generation was marked when it was made.
     if !reused {
         mark(&backend, switch).await?;

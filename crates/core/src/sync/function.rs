@@ -46,12 +46,14 @@ pub async fn sync(
     // Resolve first: a typo in the revision must not create the target or its lock.
     let to = repo.resolve(rev)?;
     let path = source::subtree_path(rev);
-    let goal = || Goal {
-        path: Some(path.clone()),
-        recurse: Some(options.recurse_submodules),
-        select: Some(options.select.clone()),
-        export: Some(options.export),
-        lfs: Some(options.lfs),
+    let goal = || {
+        Some(Goal {
+            path: path.clone(),
+            recurse: options.recurse_submodules,
+            select: options.select.clone(),
+            export: options.export,
+            lfs: options.lfs,
+        })
     };
     let plans = options.plans.as_deref();
     // A dry run reports the plan as `plan` does: whole. Mirrors sharing plans

@@ -123,29 +123,50 @@ pub async fn prepare(
     let to = repo.resolve(rev)?;
     let target = backend.prepare_target(options.create).await?;
     let goal = Goal {
-        path: Some(source::subtree_path(rev)),
-        recurse: Some(options.recurse_submodules),
-        select: Some(options.select.clone()),
-        export: Some(options.export),
-        lfs: Some(options.lfs),
+        path: source::subtree_path(rev),
+        recurse: options.recurse_submodules,
+        select: options.select.clone(),
+        export: options.export,
+        lfs: options.lfs,
     };
-    prepare_at(repo, to, goal, backend, options.force, target, options.limits, None, None).await
+    prepare_at(repo, to, Some(goal), backend, options.force, target, options.limits, None, None).await
 }
 
-/// Where a sync goes beyond the commit: each `None` keeps what the state records (a repair,
-/// which goes to the recorded tree).
-#[derive(Debug, Clone)]
+/// Where a sync goes beyond the commit. A repair names none: it goes where the target's state
+/// says ([`Goal::recorded`]).
+#[derive(Debug, Clone, Default)]
 pub(super) struct Goal {
     /// The directory the tree is of its commit.
-    pub(super) path: Option<Option<String>>,
+    pub(super) path: Option<String>,
     /// Gitlinks filled with their submodules' trees.
-    pub(super) recurse: Option<bool>,
+    pub(super) recurse: bool,
     /// The paths selected.
-    pub(super) select: Option<Select>,
+    pub(super) select: Select,
     /// `git archive` semantics.
-    pub(super) export: Option<bool>,
+    pub(super) export: bool,
     /// What LFS pointer files are written as.
-    pub(super) lfs: Option<crate::lfs::LfsMode>,
+    pub(super) lfs: crate::lfs::LfsMode,
+}
+
+impl Goal {
+    /// Where the target's `state` says it goes: the destination of its interrupted sync, else
+    /// what it holds (a target with no state: nothing filled, selected or converted).
+    fn recorded(state: Option<&SyncState>) -> Goal {
+        let (path, recurse, select, conversions) = match state {
+            Some(SyncState { in_progress: Some(p), .. }) => {
+                (&p.to_path, p.recurse_submodules, &p.to_select, &p.to_conversions)
+            }
+            Some(s) => (&s.path, s.recurse_submodules, &s.select, &s.conversions),
+            None => return Goal::default(),
+        };
+        Goal {
+            path: path.clone(),
+            recurse,
+            select: select.clone().unwrap_or_default(),
+            export: conversions.as_ref().is_some_and(|c| c.export),
+            lfs: conversions.as_ref().map(|c| c.lfs).unwrap_or_default(),
+        }
+    }
 }
 
 /// How to plan `from → to` when gitlinks are filled on either side: through the submodules.
@@ -265,7 +286,7 @@ impl Planning<'_> {
 pub(super) async fn prepare_at(
     repo: &Repo,
     to: Resolved,
-    goal: Goal,
+    goal: Option<Goal>,
     backend: &dyn Backend,
     force: bool,
     target: TargetState,
@@ -404,35 +425,14 @@ struct Planned {
 
 impl<'r> Sides<'r> {
     #[allow(clippy::result_large_err)] // the crate's one error type; not a hot path
-    fn new(repo: &'r Repo, to: Resolved, goal: Goal, state: Option<SyncState>) -> Result<Self, Error> {
-        let Goal { path, recurse, select, export, lfs } = goal;
-        let path = path.unwrap_or_else(|| match &state {
-            Some(SyncState { in_progress: Some(p), .. }) => p.to_path.clone(),
-            Some(s) => s.path.clone(),
-            None => None,
-        });
+    fn new(repo: &'r Repo, to: Resolved, goal: Option<Goal>, state: Option<SyncState>) -> Result<Self, Error> {
         // What the target holds now (a finished interrupted sync's, or the synced), and what the
-        // sync goes to: the paths selected, and git archive's semantics.
-        let (held_select, held_export) = match &state {
-            Some(SyncState { in_progress: Some(p), .. }) => {
-                (p.to_select.clone(), p.to_conversions.as_ref().is_some_and(|c| c.export))
-            }
-            Some(s) => (s.select.clone(), s.conversions.as_ref().is_some_and(|c| c.export)),
-            None => (None, false),
-        };
-        let select = select.unwrap_or_else(|| held_select.clone().unwrap_or_default());
-        let export = export.unwrap_or(held_export);
+        // sync goes to: that, for a repair.
+        let held = Goal::recorded(state.as_ref());
+        let Goal { path, recurse, select, export, lfs } = goal.unwrap_or_else(|| held.clone());
         let mut settings = crate::convert::Settings::of(repo)?;
         settings.export = export;
-        // The mode asked for, else (a repair) the one the target's files were written with.
-        settings.lfs = lfs.unwrap_or_else(|| {
-            let recorded = match &state {
-                Some(SyncState { in_progress: Some(p), .. }) => p.to_conversions.as_ref(),
-                Some(s) => s.conversions.as_ref(),
-                None => None,
-            };
-            recorded.map(|c| c.lfs).unwrap_or_default()
-        });
+        settings.lfs = lfs;
         let mut converter = Converter::new(repo, settings)?;
         if export {
             // `%(describe)` expands once in the archive of this tree, as these paths are selected.
@@ -454,12 +454,9 @@ impl<'r> Sides<'r> {
             synced_select: state.as_ref().and_then(|s| s.select.clone()).unwrap_or_default(),
             synced_commit: state.as_ref().and_then(|s| s.synced).map(|s| s.commit),
             substituted: state.as_ref().map(|s| s.export_subst.clone()).unwrap_or_default(),
-            held_select: held_select.unwrap_or_default(),
+            held_select: held.select,
             recursed,
-            recurse: recurse.unwrap_or(match &state {
-                Some(SyncState { in_progress: Some(p), .. }) => p.recurse_submodules,
-                _ => recursed,
-            }),
+            recurse,
             resume_recurse: state.as_ref().and_then(|s| s.in_progress.as_ref()).map(|p| p.recurse_submodules),
             select,
             state,

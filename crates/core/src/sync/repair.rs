@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use super::function::{holder, run_locked};
 use super::journal::{add_counts, journal_entry, record_written, release, under_lock};
-use super::prepare::{Goal, prepare_at};
+use super::prepare::prepare_at;
 use super::{Error, RepairOptions, RepairOutcome};
 use crate::apply::{self, Progress};
 use crate::backend::Backend;
@@ -51,9 +51,9 @@ pub async fn repair(
         let to = Resolved { commit: against.commit, tree: against.tree };
         let finished = if interrupted {
             let target = backend.prepare_target(false).await?;
-            let goal = Goal { path: None, recurse: None, select: None, export: None, lfs: None };
             let plans = options.sync.plans.as_deref();
-            let prepared = prepare_at(repo, to, goal, backend, false, target, options.sync.limits, plans, None).await?;
+            // No goal: the destination the state records.
+            let prepared = prepare_at(repo, to, None, backend, false, target, options.sync.limits, plans, None).await?;
             Some(run_locked(repo, backend, prepared, &options.sync, &me, progress, interrupt, start).await?)
         } else {
             None

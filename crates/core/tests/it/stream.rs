@@ -4,7 +4,7 @@
 //! `git archive`. Real git repositories (`git fast-import`), memory targets.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use treesync_core::backend::{Batch, Error as BackendError};
@@ -50,10 +50,22 @@ fn assert_is_archive(h: &History, backend: &MemoryBackend, what: &str) {
     }
 }
 
-/// Records the kind of every op in the order the backend runs them.
+/// Records the kind of every op in the order the backend runs them (none may run, for a
+/// refused sync).
 struct Recording<B> {
     inner: B,
     kinds: Mutex<Vec<OpKind>>,
+}
+
+impl<B> Recording<B> {
+    fn new(inner: B) -> Self {
+        Recording { inner, kinds: Mutex::new(Vec::new()) }
+    }
+
+    /// The kinds recorded so far, taken.
+    fn take(&self) -> Vec<OpKind> {
+        std::mem::take(&mut *self.kinds.lock().expect("never poisoned"))
+    }
 }
 
 impl<B: Backend> std::fmt::Display for Recording<B> {
@@ -80,7 +92,7 @@ impl<B: Backend> Backend for Recording<B> {
 #[tokio::test]
 async fn an_initial_checkout_writes_files_before_the_last_directory_is_planned() {
     let h = History::from_trees(&[tree()]);
-    let backend = Recording { inner: MemoryBackend::new(), kinds: Mutex::new(Vec::new()) };
+    let backend = Recording::new(MemoryBackend::new());
     let seen = Mutex::new(Vec::new());
     let progress = |p: &treesync_core::apply::Progress<'_>| {
         seen.lock().expect("never poisoned").push((p.ops_done, p.ops_total));
@@ -88,7 +100,7 @@ async fn an_initial_checkout_writes_files_before_the_last_directory_is_planned()
     let out = sync::sync(&h.repo, &h.commits[0], &backend, &options(CHUNK), &progress, &AtomicBool::new(false))
         .await
         .expect("sync");
-    let kinds = std::mem::take(&mut *backend.kinds.lock().expect("never poisoned"));
+    let kinds = backend.take();
     // A whole plan makes every directory before it writes any file; a streamed one makes the
     // directories of each chunk before that chunk's files.
     let first_write = kinds.iter().position(|k| *k == OpKind::Write).expect("files written");
@@ -173,33 +185,6 @@ async fn an_interrupted_streamed_checkout_stops_early_and_is_finished_by_the_nex
     }
 }
 
-/// Counts the ops a backend is asked to run (none may be, for a refused sync).
-struct Counting<B> {
-    inner: B,
-    ops: AtomicU64,
-}
-
-impl<B: Backend> std::fmt::Display for Counting<B> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Counting({})", self.inner)
-    }
-}
-
-#[async_trait::async_trait]
-impl<B: Backend> Backend for Counting<B> {
-    treesync_core::delegate_backend!(inner, except execute, execute_batch);
-
-    async fn execute(&self, op: &Op, blobs: &Arc<dyn BlobSource>) -> Result<(), BackendError> {
-        self.ops.fetch_add(1, Ordering::SeqCst);
-        self.inner.execute(op, blobs).await
-    }
-
-    async fn execute_batch(&self, batch: Batch, blobs: &Arc<dyn BlobSource>) -> Result<(), BackendError> {
-        self.ops.fetch_add(batch.len() as u64, Ordering::SeqCst);
-        self.inner.execute_batch(batch, blobs).await
-    }
-}
-
 #[tokio::test]
 async fn a_tree_refused_at_its_last_entry_writes_nothing() {
     let h = History::from_trees(&[tree()]);
@@ -232,12 +217,12 @@ async fn a_tree_refused_at_its_last_entry_writes_nothing() {
         // 1,015 ops: one too many.
         (h.commits[0].as_str(), limits(1014), "one op over --max-entries"),
     ] {
-        let backend = Counting { inner: MemoryBackend::new(), ops: AtomicU64::new(0) };
+        let backend = Recording::new(MemoryBackend::new());
         let err =
             sync::sync(&h.repo, rev, &backend, &opts, &|_| {}, &AtomicBool::new(false)).await.expect_err("refused");
         assert!(matches!(err, sync::Error::Plan(_)), "{what}: unexpected error {err}");
         assert!(err.to_string().contains("nothing was written"), "{what}: {err}");
-        assert_eq!(backend.ops.load(Ordering::SeqCst), 0, "{what}: ops ran");
+        assert_eq!(backend.take(), Vec::<OpKind>::new(), "{what}: ops ran");
         assert!(backend.inner.snapshot().is_empty(), "{what}: the target was touched");
     }
 }
