@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use treesync_backend_local::LocalBackend;
-use treesync_backend_nfs::{LookupJobs, Options, WriteJobs};
+use treesync_backend_nfs::{Options, Window};
 use treesync_core::{Backend, verify};
 use treesync_testkit::Rng;
 use treesync_testkit::conformance::{Fixture, History, sync_to};
@@ -173,11 +173,11 @@ fn random_histories_match_git_on_the_slow_filesystem() {
         (300, Options::default()),
         (
             301,
-            Options { lookup_jobs: LookupJobs::Fixed(1), scan_jobs: 1, write_jobs: WriteJobs::Fixed(1), fsync: false },
+            Options { lookup_window: Window::Fixed(1), scan_jobs: 1, write_window: Window::Fixed(1), fsync: false },
         ),
         (
             302,
-            Options { lookup_jobs: LookupJobs::Fixed(2), scan_jobs: 2, write_jobs: WriteJobs::Fixed(16), fsync: false },
+            Options { lookup_window: Window::Fixed(2), scan_jobs: 2, write_window: Window::Fixed(16), fsync: false },
         ),
     ] {
         let h = History::random(seed, 16);
@@ -257,7 +257,7 @@ fn a_verify_that_hashes_reads_many_files_at_once_within_the_budget() {
     std::fs::write(&on_disk, bytes).expect("drift");
     let mut seen = Vec::new();
     for options in
-        [Options::default(), Options { lookup_jobs: LookupJobs::Fixed(1), scan_jobs: 1, ..Options::default() }]
+        [Options::default(), Options { lookup_window: Window::Fixed(1), scan_jobs: 1, ..Options::default() }]
     {
         let backend = treesync_backend_nfs::open(fs.path().join("t"), options);
         fs.reset();
@@ -287,7 +287,7 @@ fn lookup_budget_holds_at_the_filesystem() {
     for lookups in [1, 2] {
         let backend = treesync_backend_nfs::open(
             fs.path().join("t"),
-            Options { lookup_jobs: LookupJobs::Fixed(lookups), scan_jobs: lookups, ..Options::default() },
+            Options { lookup_window: Window::Fixed(lookups), scan_jobs: lookups, ..Options::default() },
         );
         fs.reset();
         let report = rt.block_on(verify_at(&h.repo, &backend, verify::Level::Quick)).expect("verify");
@@ -309,11 +309,11 @@ fn write_budget_holds_at_the_filesystem() {
     let rt = runtime();
     let h = History::from_trees(&[history::wide_tree(600, 9)] as &[Model]);
     let mut seen = Vec::new();
-    for (i, jobs) in [WriteJobs::Fixed(4), WriteJobs::Fixed(24)].into_iter().enumerate() {
+    for (i, jobs) in [Window::Fixed(4), Window::Fixed(24)].into_iter().enumerate() {
         fs.reset();
         let backend = treesync_backend_nfs::open(
             fs.path().join(format!("w{i}")),
-            Options { write_jobs: jobs, ..Options::default() },
+            Options { write_window: jobs, ..Options::default() },
         );
         rt.block_on(sync_to(&h.repo, &h.commits[0], &backend)).expect("sync");
         let stats = fs.settled_stats();
