@@ -171,14 +171,8 @@ fn random_histories_match_git_on_the_slow_filesystem() {
     let rt = runtime();
     for (seed, options) in [
         (300, Options::default()),
-        (
-            301,
-            Options { lookup_window: Window::Fixed(1), scan_jobs: 1, write_window: Window::Fixed(1), fsync: false },
-        ),
-        (
-            302,
-            Options { lookup_window: Window::Fixed(2), scan_jobs: 2, write_window: Window::Fixed(16), fsync: false },
-        ),
+        (301, Options { lookup_window: Window::Fixed(1), scan_jobs: 1, write_window: Window::Fixed(1), fsync: false }),
+        (302, Options { lookup_window: Window::Fixed(2), scan_jobs: 2, write_window: Window::Fixed(16), fsync: false }),
     ] {
         let h = History::random(seed, 16);
         let name = format!("walk{seed}");
@@ -256,8 +250,7 @@ fn a_verify_that_hashes_reads_many_files_at_once_within_the_budget() {
     bytes[0] ^= 1;
     std::fs::write(&on_disk, bytes).expect("drift");
     let mut seen = Vec::new();
-    for options in
-        [Options::default(), Options { lookup_window: Window::Fixed(1), scan_jobs: 1, ..Options::default() }]
+    for options in [Options::default(), Options { lookup_window: Window::Fixed(1), scan_jobs: 1, ..Options::default() }]
     {
         let backend = treesync_backend_nfs::open(fs.path().join("t"), options);
         fs.reset();
