@@ -16,19 +16,8 @@ fn walk(seed: u64, wrap: impl Fn(LocalBackend) -> Arc<dyn Backend>) {
     let dir = tempfile::tempdir().expect("tempdir");
     let root = dir.path().join("t");
     let backend = wrap(LocalBackend::new(&root, Options::default()));
-    let mut rng = Rng::new(seed);
-    let n = h.commits.len();
-    // Forward, far jumps, backward.
-    let mut order: Vec<usize> = (0..n).collect();
-    order.extend((0..15).map(|_| rng.below(n)));
-    order.extend((0..n).rev().step_by(3));
-    for (step, &i) in order.iter().enumerate() {
-        rt.block_on(sync_to(&h.repo, &h.commits[i], &*backend))
-            .unwrap_or_else(|e| panic!("seed {seed} step {step}: {e}"));
-        if let Some(d) = tree::diff(&h.expected(i), &tree::read_dir(&root)) {
-            panic!("seed {seed} step {step}: target differs from git archive of commit {i}:\n{d}");
-        }
-    }
+    let order = h.walk_order(&mut Rng::new(seed), 15, 3);
+    rt.block_on(h.walk_dir(&*backend, &root, &order, seed));
     let plan = rt
         .block_on(sync::prepare(&h.repo, &h.commits[order[order.len() - 1]], &*backend, &Default::default()))
         .expect("plan");

@@ -8,11 +8,7 @@ use super::*;
 /// checking the target against `git archive` after every step, and that planning again is empty.
 pub async fn random_walk_matches_git(f: &dyn Fixture, seed: u64) {
     let h = History::random(seed, 24);
-    let mut rng = Rng::new(seed ^ 0xABCD);
-    let n = h.commits.len();
-    let mut order: Vec<usize> = (0..n).collect();
-    order.extend((0..20).map(|_| rng.below(n)));
-    order.extend((0..n).rev());
+    let order = h.walk_order(&mut Rng::new(seed ^ 0xABCD), 20, 1);
     let backend = f.backend();
     for (step, &i) in order.iter().enumerate() {
         sync_to(&h.repo, &h.commits[i], &*backend)
@@ -438,6 +434,24 @@ pub async fn never_writes_through_a_symlink(f: &dyn Fixture) {
     sync_to(&h.repo, &h.commits[2], &*backend).await.expect("syncing back");
     only_x();
     h.assert_matches(f, 2, "after syncing back over a planted symlink");
+}
+
+/// A target whose `.treesync` someone replaced by a symlink to `outside`, an empty directory
+/// elsewhere (the backends of a shared server, where others can write in the target): the sync
+/// to commit `i` of `h` is refused naming it, and nothing is written where it points. Not a
+/// case of the suite (a local disk is the user's own); returns the error for the caller's
+/// checks.
+pub async fn a_state_folder_that_is_a_symlink_is_refused(
+    f: &dyn Fixture,
+    h: &History,
+    i: usize,
+    outside: &std::path::Path,
+) -> sync::Error {
+    assert!(f.replace_dir_by_symlink(".treesync", outside), "the fixture has symlinks");
+    let err = sync_to(&h.repo, &h.commits[i], &*f.backend()).await.expect_err("refused");
+    assert!(matches!(err, sync::Error::Backend(backend::Error::StateFolder { found: "symlink", .. })), "{err}");
+    assert_eq!(std::fs::read_dir(outside).expect("ls").count(), 0, "nothing written where it points");
+    err
 }
 
 /// Someone changed the target on paths a sync touches: a managed directory deleted, or
