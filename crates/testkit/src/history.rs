@@ -53,10 +53,10 @@ impl Model {
     }
 
     /// This tree with `changes` put in, one after the other as by [`Model::insert`].
-    pub fn with<'a>(&self, changes: impl IntoIterator<Item = (&'a str, Entry)>) -> Model {
+    pub fn with<P: AsRef<str>>(&self, changes: impl IntoIterator<Item = (P, Entry)>) -> Model {
         let mut m = self.clone();
         for (path, entry) in changes {
-            m.insert(path, entry);
+            m.insert(path.as_ref(), entry);
         }
         m
     }
