@@ -144,7 +144,7 @@ async fn a_generation_replaced_by_a_symlink_before_the_switch_is_not_switched_to
         assert!(text.contains("was replaced before the switch") || text.contains("symlink"), "{switch}: {text}");
         assert!(text.contains("hint: "), "{switch}: {text}");
         // The target still shows commit 0, never their content.
-        assert_holds(&h, 0, &site.host.target(), &format!("{switch}: after the refused switch"));
+        assert_holds(&h, 0, site.host.target(), &format!("{switch}: after the refused switch"));
         let shown = std::fs::canonicalize(site.host.target()).expect("target");
         assert!(shown.starts_with(site.dir.path()) && !shown.starts_with(&outside), "{switch}: {shown:?}");
         assert_untouched(&outside);
@@ -155,7 +155,7 @@ async fn a_generation_replaced_by_a_symlink_before_the_switch_is_not_switched_to
             .find(|p| std::fs::symlink_metadata(p).is_ok_and(|m| m.file_type().is_symlink()));
         std::fs::remove_file(planted_slot.expect("the planted link is still there")).expect("remove it");
         gsync(&h, 1, &site, switch).await.expect("the rerun");
-        assert_holds(&h, 1, &site.host.target(), &format!("{switch}: rerun"));
+        assert_holds(&h, 1, site.host.target(), &format!("{switch}: rerun"));
         assert_untouched(&outside);
     }
 }
@@ -173,7 +173,7 @@ async fn a_generation_replaced_by_a_directory_of_another_user_is_not_switched_to
     });
     let e = gsync(&h, 1, &site, Switch::Exchange).await.expect_err("their directory");
     assert!(e.to_string().contains("belongs to uid 4242"), "{e}");
-    assert_holds(&h, 0, &site.host.target(), "after the refused switch");
+    assert_holds(&h, 0, site.host.target(), "after the refused switch");
     assert!(!site.host.target().join("evil").exists());
 }
 
@@ -219,11 +219,11 @@ async fn leaving_generations_finishes_after_a_kill_and_a_stray_entry_is_reported
     let left = generation::leave(&site.host, &o).await.expect("a rerun finishes leaving");
     assert!(left.home_removed && left.notes.is_empty(), "{left:?}");
     assert!(!site.host.home_path().exists());
-    assert_holds(&h, 0, &site.host.target(), "left");
+    assert_holds(&h, 0, site.host.target(), "left");
     // Entering again, twice, works (the slot's name is free).
     for i in [1, 0] {
         gsync(&h, i, &site, Switch::Symlink).await.unwrap_or_else(|e| panic!("re-entering, commit {i}: {e}"));
-        assert_holds(&h, i, &site.host.target(), "atomic again");
+        assert_holds(&h, i, site.host.target(), "atomic again");
     }
     // A stray file in the home: leaving finishes, says what kept the home and how to remove it.
     std::fs::write(site.host.home_path().join("stray"), "not treesync's").expect("stray");
@@ -231,7 +231,7 @@ async fn leaving_generations_finishes_after_a_kill_and_a_stray_entry_is_reported
     assert!(!left.home_removed, "{left:?}");
     let note = left.notes.join("\n");
     assert!(note.contains("stray") && note.contains("rm -r"), "{note}");
-    assert_holds(&h, 0, &site.host.target(), "left again");
+    assert_holds(&h, 0, site.host.target(), "left again");
     assert!(!std::fs::symlink_metadata(site.host.target()).expect("target").file_type().is_symlink());
     // Again: still no dead end. Once the stray file is removed (the hint), the home goes.
     assert!(!generation::leave(&site.host, &o).await.expect("again").home_removed);
@@ -263,7 +263,7 @@ async fn generations_within_the_grace_period_stop_at_the_cap() {
         let mut refused = 0;
         for n in 0..(cap + 4) {
             match generation::sync(&h.repo, &h.commits[n % 2], &site.host, &o, &|_| {}, &AtomicBool::new(false)).await {
-                Ok(_) => assert_holds(&h, n % 2, &site.host.target(), &format!("{switch}: sync {n}")),
+                Ok(_) => assert_holds(&h, n % 2, site.host.target(), &format!("{switch}: sync {n}")),
                 Err(e) => {
                     refused += 1;
                     assert!(matches!(e, generation::Error::AtCap { .. }), "{switch}: sync {n}: {e:?}");
@@ -273,7 +273,7 @@ async fn generations_within_the_grace_period_stop_at_the_cap() {
                         "{text}"
                     );
                     // The target still shows the commit it was last switched to.
-                    assert_holds(&h, (n + 1) % 2, &site.host.target(), &format!("{switch}: refused sync {n}"));
+                    assert_holds(&h, (n + 1) % 2, site.host.target(), &format!("{switch}: refused sync {n}"));
                 }
             }
             assert!(generations() <= cap, "{switch}: {} generations after sync {n}", generations());
@@ -286,6 +286,6 @@ async fn generations_within_the_grace_period_stop_at_the_cap() {
         generation::sync(&h.repo, &h.commits[0], &site.host, &shorter, &|_| {}, &AtomicBool::new(false))
             .await
             .expect("past the grace period");
-        assert_holds(&h, 0, &site.host.target(), "after the cap");
+        assert_holds(&h, 0, site.host.target(), "after the cap");
     }
 }

@@ -40,6 +40,7 @@ impl Slow {
         Slow { fs: slow(false), options }
     }
     /// Sync this target to commit `i` of `h` through the mount, by a backend of its own.
+    #[allow(clippy::result_large_err)] // the results as `sync::sync` gives them
     fn sync(&self, rt: &tokio::runtime::Runtime, h: &History, i: usize) -> Result<sync::Outcome, sync::Error> {
         rt.block_on(sync_to(&h.repo, &h.commits[i], &*self.backend()))
     }
