@@ -8,10 +8,11 @@ use treesync_core::policy::{Budgets, Count, Gate};
 use treesync_core::{Backend, sync};
 use treesync_testkit::conformance::{History, sync_to};
 use treesync_testkit::history::{self, Model};
+use treesync_testkit::runtime;
 use treesync_testkit::{Rng, tree};
 
 fn walk(seed: u64, wrap: impl Fn(LocalBackend) -> Arc<dyn Backend>) {
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
+    let rt = runtime();
     let h = History::random(seed, 22);
     let dir = tempfile::tempdir().expect("tempdir");
     let root = dir.path().join("t");
@@ -42,7 +43,7 @@ fn random_histories_match_git_behind_budgets_and_count() {
 /// path, none on unchanged ones, one state read and two state writes.
 #[test]
 fn incremental_sync_cost_is_proportional_to_changes_not_tree_size() {
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
+    let rt = runtime();
     let base = history::wide_tree(20_000, 3);
     let (next, changed) = history::change_some(&base, 10, 2, 2, 4);
     let k = changed.len() as u64;

@@ -13,6 +13,7 @@ use treesync_core::policy::Fail;
 use treesync_core::verify::{Level, Report};
 use treesync_testkit::conformance::{History, sync_to};
 use treesync_testkit::history::{Entry, Model};
+use treesync_testkit::runtime;
 use treesync_testkit::verify_at;
 
 fn file(content: &str, executable: bool) -> Entry {
@@ -47,7 +48,7 @@ struct Target {
 impl Target {
     /// Nothing synced yet.
     fn fresh(trees: &[Model]) -> Self {
-        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
+        let rt = runtime();
         let h = History::from_trees(trees);
         let dir = tempfile::tempdir().expect("tempdir");
         let root = dir.path().join("t");

@@ -17,6 +17,7 @@ use treesync_testkit::conformance::{self, Fixture, History, sync_to};
 use treesync_testkit::delay::DelayProxy;
 use treesync_testkit::ganesha::Ganesha;
 use treesync_testkit::history::{self, Model};
+use treesync_testkit::runtime;
 use treesync_testkit::tree::{self, Node};
 use treesync_testkit::verify_at;
 
@@ -140,10 +141,6 @@ mod delayed {
     suite_on!(Export::delayed(ClientOptions::default(), Duration::from_millis(2)));
 }
 
-fn rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime")
-}
-
 fn calls(b: &ClientBackend) -> BTreeMap<&'static str, u64> {
     b.calls().into_iter().collect()
 }
@@ -152,7 +149,7 @@ fn calls(b: &ClientBackend) -> BTreeMap<&'static str, u64> {
 /// a path the change does not involve, and the same number whatever the tree's size.
 #[test]
 fn incremental_sync_costs_o_k_calls() {
-    let rt = rt();
+    let rt = runtime();
     let mut per_size = Vec::new();
     for n in [400, 2000] {
         let e = Export::new(ClientOptions { record: true, ..Default::default() });
@@ -214,7 +211,7 @@ fn incremental_sync_costs_o_k_calls() {
 /// exactly one (the comparison of the benchmark).
 #[test]
 fn calls_are_pipelined_on_one_connection() {
-    let rt = rt();
+    let rt = runtime();
     let h = History::from_trees(&[history::wide_tree(600, 3)]);
     let e = Export::delayed(ClientOptions::default(), Duration::from_millis(1));
     let b = e.open();
@@ -236,7 +233,7 @@ fn calls_are_pipelined_on_one_connection() {
 /// sync finishes like git archive.
 #[test]
 fn dropped_connections_are_survived() {
-    let rt = rt();
+    let rt = runtime();
     let h = History::random(11, 3);
     let e = Export::delayed(ClientOptions::default(), Duration::from_millis(1));
     let b = e.open();
@@ -263,7 +260,7 @@ fn dropped_connections_are_survived() {
 /// Errors name the problem and what to do.
 #[test]
 fn bad_targets_get_clear_errors() {
-    let rt = rt();
+    let rt = runtime();
     let s = server();
     let h = History::random(5, 1);
     let status = |url: &str| {
@@ -295,7 +292,7 @@ fn bad_targets_get_clear_errors() {
 /// process elsewhere names it.
 #[test]
 fn stale_locks_are_taken_over() {
-    let rt = rt();
+    let rt = runtime();
     let h = History::random(9, 2);
     let e = Export::synced(&rt, &h);
     let lock = e.root().join(".treesync/lock.nfs");
@@ -317,7 +314,7 @@ fn stale_locks_are_taken_over() {
 /// lock leaves the other sync's lock file alone.
 #[test]
 fn a_lease_that_cannot_be_renewed_stops_the_run() {
-    let rt = rt();
+    let rt = runtime();
     let h = History::random(23, 2);
     // Renewed every 100 ms.
     let e = Export::new(ClientOptions { lease: Duration::from_millis(400), ..Default::default() });
@@ -407,7 +404,7 @@ fn a_sync_whose_lock_is_taken_over_stops_and_the_next_run_finishes() {
         }
     }
 
-    let rt = rt();
+    let rt = runtime();
     let h = History::random(29, 2);
     let options =
         ClientOptions { lease: Duration::from_millis(400), write_window: Window::Fixed(1), ..Default::default() };
@@ -442,7 +439,7 @@ fn a_sync_whose_lock_is_taken_over_stops_and_the_next_run_finishes() {
 /// Files larger than the server's write size go up in chunks (UNSTABLE WRITEs + one COMMIT).
 #[test]
 fn large_files_are_written_in_chunks() {
-    let rt = rt();
+    let rt = runtime();
     let e = Export::new(ClientOptions::default());
     let mut m = Model::default();
     let big: Vec<u8> = (0..5_300_000u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
@@ -463,7 +460,7 @@ fn large_files_are_written_in_chunks() {
 #[test]
 fn verify_over_nfs() {
     use treesync_core::verify::Level;
-    let rt = rt();
+    let rt = runtime();
     let h = History::random(21, 2);
     let e = Export::new(ClientOptions::default());
     let b = e.open();
@@ -487,7 +484,7 @@ fn verify_over_nfs() {
 #[test]
 fn a_full_verify_over_nfs_reads_files_by_the_handles_its_scan_listed() {
     use treesync_core::verify::Level;
-    let rt = rt();
+    let rt = runtime();
     let n = 300;
     let h = History::from_trees(&[history::wide_tree(n, 5)]);
     let e = Export::synced(&rt, &h);
@@ -519,7 +516,7 @@ fn a_full_verify_over_nfs_reads_files_by_the_handles_its_scan_listed() {
 fn the_first_verify_after_a_sync_over_nfs_reads_no_file_the_sync_recorded() {
     use treesync_core::index_delta;
     use treesync_core::verify::Level;
-    let rt = rt();
+    let rt = runtime();
     let e = Export::new(ClientOptions::default());
     let base = history::wide_tree(300, 5);
     let (next, changed) = history::change_some(&base, 20, 5, 5, 6);
@@ -554,7 +551,7 @@ fn the_first_verify_after_a_sync_over_nfs_reads_no_file_the_sync_recorded() {
 /// file, each handed over.
 #[test]
 fn files_written_while_not_recording_cost_no_getattr() {
-    let rt = rt();
+    let rt = runtime();
     let h = History::from_trees(&[history::wide_tree(20, 2)]);
     let e = Export::synced(&rt, &h);
     let (path, bytes) = h
@@ -602,7 +599,7 @@ fn files_written_while_not_recording_cost_no_getattr() {
 /// finishes like git archive.
 #[test]
 fn a_full_server_is_reported_and_recovered() {
-    let rt = rt();
+    let rt = runtime();
     // Its own server with an 8 MiB export (stopped when the test process exits).
     let server = Ganesha::start_sized(8 << 20);
     let server: &'static Ganesha = Box::leak(Box::new(server));
@@ -649,7 +646,7 @@ fn walk(dir: &std::path::Path) -> Vec<PathBuf> {
 /// Credentials without write permission: NFS3ERR_ACCES, named, with the hint, nothing changed.
 #[test]
 fn permission_denied_is_clear() {
-    let rt = rt();
+    let rt = runtime();
     let h = History::random(13, 2);
     let e = Export::synced(&rt, &h);
     let url = format!("{}&uid=4321&gid=4321", e.url);
@@ -664,7 +661,7 @@ fn permission_denied_is_clear() {
 /// next run against a server that answers finishes the job.
 #[test]
 fn a_server_that_does_not_answer_times_out_clearly() {
-    let rt = rt();
+    let rt = runtime();
     let h = History::random(15, 2);
     let e = Export::synced(&rt, &h);
     let slow = DelayProxy::start(e.server.nfs_addr(), Duration::from_millis(1500));
@@ -723,7 +720,7 @@ fn mode(p: &std::path::Path) -> u32 {
 /// the tree equals `git archive` of the commit the state records.
 #[test]
 fn racing_syncs_take_over_a_stale_lock_one_at_a_time() {
-    let rt = rt();
+    let rt = runtime();
     let base = history::wide_tree(400, 31);
     let (one, _) = history::change_some(&base, 150, 75, 75, 32);
     let (two, _) = history::change_some(&base, 150, 75, 75, 33);
@@ -775,7 +772,7 @@ struct Planting {
 
 impl Planting {
     fn new(h: History) -> Self {
-        let rt = rt();
+        let rt = runtime();
         let e = Export::synced(&rt, &h);
         let outside = e.server.dir().join(format!("{}-outside", e.sub));
         std::fs::create_dir(&outside).expect("mkdir outside");

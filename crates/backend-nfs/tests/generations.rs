@@ -22,6 +22,7 @@ use treesync_testkit::conformance::History;
 use treesync_testkit::conformance::host::HostFixture;
 use treesync_testkit::ganesha::Ganesha;
 use treesync_testkit::history;
+use treesync_testkit::runtime;
 use treesync_testkit::slowfs::{self, SlowFs};
 use treesync_testkit::tree::{self, Node};
 
@@ -129,10 +130,6 @@ mod host_mounted {
     treesync_testkit::host_suite!(Mounted::new());
 }
 
-fn rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime")
-}
-
 fn options(keep: usize) -> generation::Options {
     generation::Options {
         sync: sync::Options { backend_name: "test".into(), ..Default::default() },
@@ -147,7 +144,7 @@ fn options(keep: usize) -> generation::Options {
 fn start() -> (tokio::runtime::Runtime, Place, ClientHost) {
     let place = Place::new();
     let host = place.host();
-    (rt(), place, host)
+    (runtime(), place, host)
 }
 
 /// An atomic sync to commit `i` of `h` through `host`, keeping `keep` generations.
@@ -284,7 +281,7 @@ fn a_directory_target_becomes_atomic_and_back() {
 /// A target at the root of its export has no parent inside the export for its generations.
 #[test]
 fn a_target_at_the_export_root_is_refused_with_a_hint() {
-    let rt = rt();
+    let rt = runtime();
     let server = Ganesha::shared();
     let host = ClientHost::open(&server.url(""), ClientOptions::default()).expect("valid URL");
     let e = rt.block_on(host.at_target()).expect_err("the export root").to_string();

@@ -15,6 +15,7 @@ use treesync_core::policy::Budgets;
 use treesync_core::{Backend, RelPath, sync, verify};
 use treesync_testkit::Rng;
 use treesync_testkit::conformance::{self, Fixture, History, sync_to};
+use treesync_testkit::runtime;
 use treesync_testkit::slowfs::{self, Config, Op, SlowFs};
 use treesync_testkit::tree::{self, Node};
 use treesync_testkit::verify_at;
@@ -24,10 +25,6 @@ const LATENCY: Duration = Duration::from_micros(200);
 fn slow(record_paths: bool) -> SlowFs {
     slowfs::require();
     SlowFs::temp(Config { meta_latency: LATENCY, record_paths, ..Config::default() }).expect("mount slowfs")
-}
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime")
 }
 
 struct Slow {

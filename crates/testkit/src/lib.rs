@@ -75,6 +75,11 @@ pub fn run_with_input(cmd: &mut Command, input: &[u8]) -> std::process::Output {
     out
 }
 
+/// The runtime tests drive backends with: two worker threads, I/O and timers enabled.
+pub fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime")
+}
+
 /// A bare repository in a temporary directory.
 pub struct BareRepo {
     _dir: tempfile::TempDir,

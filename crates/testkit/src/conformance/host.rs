@@ -392,7 +392,7 @@ macro_rules! host_suite {
             if $crate::conformance::host::skipped(&$skip, stringify!($name)) {
                 return;
             }
-            let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
+            let rt = $crate::runtime();
             let f = $make;
             rt.block_on($crate::conformance::host::$name(&f));
         }

@@ -267,7 +267,7 @@ macro_rules! conformance_suite {
             if $crate::conformance::skipped(&$skip, "random_walk_matches_git") {
                 return;
             }
-            let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
+            let rt = $crate::runtime();
             for seed in 1..=3 {
                 let f = $make;
                 rt.block_on($crate::conformance::random_walk_matches_git(&f, seed));
@@ -280,7 +280,7 @@ macro_rules! conformance_suite {
             if $crate::conformance::skipped(&$skip, stringify!($name)) {
                 return;
             }
-            let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
+            let rt = $crate::runtime();
             let f = $make;
             rt.block_on($crate::conformance::$name(&f));
         }
