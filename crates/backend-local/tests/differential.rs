@@ -8,27 +8,17 @@ use treesync_core::policy::{Budgets, Count, Gate};
 use treesync_core::{Backend, sync};
 use treesync_testkit::conformance::{History, sync_to};
 use treesync_testkit::history::{self, Model};
+use treesync_testkit::runtime;
 use treesync_testkit::{Rng, tree};
 
 fn walk(seed: u64, wrap: impl Fn(LocalBackend) -> Arc<dyn Backend>) {
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
+    let rt = runtime();
     let h = History::random(seed, 22);
     let dir = tempfile::tempdir().expect("tempdir");
     let root = dir.path().join("t");
     let backend = wrap(LocalBackend::new(&root, Options::default()));
-    let mut rng = Rng::new(seed);
-    let n = h.commits.len();
-    // Forward, far jumps, backward.
-    let mut order: Vec<usize> = (0..n).collect();
-    order.extend((0..15).map(|_| rng.below(n)));
-    order.extend((0..n).rev().step_by(3));
-    for (step, &i) in order.iter().enumerate() {
-        rt.block_on(sync_to(&h.repo, &h.commits[i], &*backend))
-            .unwrap_or_else(|e| panic!("seed {seed} step {step}: {e}"));
-        if let Some(d) = tree::diff(&h.expected(i), &tree::read_dir(&root)) {
-            panic!("seed {seed} step {step}: target differs from git archive of commit {i}:\n{d}");
-        }
-    }
+    let order = h.walk_order(&mut Rng::new(seed), 15, 3);
+    rt.block_on(h.walk_dir(&*backend, &root, &order, seed));
     let plan = rt
         .block_on(sync::prepare(&h.repo, &h.commits[order[order.len() - 1]], &*backend, &Default::default()))
         .expect("plan");
@@ -53,7 +43,7 @@ fn random_histories_match_git_behind_budgets_and_count() {
 /// path, none on unchanged ones, one state read and two state writes.
 #[test]
 fn incremental_sync_cost_is_proportional_to_changes_not_tree_size() {
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
+    let rt = runtime();
     let base = history::wide_tree(20_000, 3);
     let (next, changed) = history::change_some(&base, 10, 2, 2, 4);
     let k = changed.len() as u64;

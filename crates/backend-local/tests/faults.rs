@@ -8,11 +8,8 @@ use treesync_core::policy::Fail;
 use treesync_core::{backend, sync};
 use treesync_testkit::conformance::{History, sync_to};
 use treesync_testkit::history::{Entry, Model};
+use treesync_testkit::runtime;
 use treesync_testkit::tree;
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime")
-}
 
 fn leftovers(root: &Path) -> Vec<String> {
     tree::read_dir(root)

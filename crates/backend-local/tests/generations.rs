@@ -83,16 +83,8 @@ impl Site {
         Site { dir, host, counts }
     }
 
-    fn target(&self) -> PathBuf {
-        self.dir.path().join("site")
-    }
-
-    fn home(&self) -> PathBuf {
-        self.dir.path().join(".site.treesync")
-    }
-
     fn slot(&self, name: &str) -> PathBuf {
-        self.home().join(name)
+        self.host.home_path().join(name)
     }
 
     /// Ops and calls of every backend opened since the last call.
@@ -166,13 +158,13 @@ async fn the_first_sync_starts_a_generation_the_second_clones_it_the_third_reuse
         let first = gsync(&h, 0, &site, &o).await;
         assert!(first.switched && !first.reused && first.cloned.is_none(), "{mode}: {first:?}");
         assert_eq!(first.switch, mode);
-        assert_holds(&h, 0, &site.target(), &format!("{mode}: first sync"));
-        let text = std::fs::read_link(site.target()).ok();
+        assert_holds(&h, 0, site.host.target(), &format!("{mode}: first sync"));
+        let text = std::fs::read_link(site.host.target()).ok();
         match mode {
             Switch::Symlink => assert_eq!(text, Some(PathBuf::from(".site.treesync/g1")), "relative link text"),
             Switch::Exchange => {
                 assert_eq!(text, None, "the target stays a real directory");
-                assert!(std::fs::metadata(site.target().join(".treesync/state")).is_ok(), "it holds its state");
+                assert!(std::fs::metadata(site.host.target().join(".treesync/state")).is_ok(), "it holds its state");
             }
         }
         assert!(matches!(
@@ -184,19 +176,23 @@ async fn the_first_sync_starts_a_generation_the_second_clones_it_the_third_reuse
         let cloned = second.cloned.unwrap_or_else(|| panic!("{mode}: the second sync clones: {second:?}"));
         assert!(!second.reused);
         assert!(cloned.entries >= 31 && cloned.dirs >= 7, "{mode}: {cloned:?}");
-        assert_holds(&h, 1, &site.target(), &format!("{mode}: second sync"));
+        assert_holds(&h, 1, site.host.target(), &format!("{mode}: second sync"));
         let old = retired(&site, &second);
         assert_holds(&h, 0, &old, &format!("{mode}: the retired generation keeps its commit"));
         // Unchanged files share their inode with the retired generation; changed ones do not.
         if cloned.how == CloneHow::Hardlink {
             assert_eq!(cloned.bytes_copied, 0);
-            assert_eq!(ino(&site.target().join("d3/f10")), ino(&old.join("d3/f10")), "{mode}: a hard link farm");
-            assert_ne!(ino(&site.target().join("d0/f0")), ino(&old.join("d0/f0")), "{mode}: rewritten, not in place");
+            assert_eq!(ino(&site.host.target().join("d3/f10")), ino(&old.join("d3/f10")), "{mode}: a hard link farm");
+            assert_ne!(
+                ino(&site.host.target().join("d0/f0")),
+                ino(&old.join("d0/f0")),
+                "{mode}: rewritten, not in place"
+            );
         }
 
         let third = gsync(&h, 2, &site, &o).await;
         assert!(third.reused && third.cloned.is_none() && third.switched, "{mode}: {third:?}");
-        assert_holds(&h, 2, &site.target(), &format!("{mode}: third sync"));
+        assert_holds(&h, 2, site.host.target(), &format!("{mode}: third sync"));
         assert_holds(&h, 1, &retired(&site, &third), &format!("{mode}: retired after the third"));
         assert_eq!(third.sync.applied.total(), 5, "{mode}: the diff of commit 0 to 2 only: {:?}", third.sync.applied);
 
@@ -222,8 +218,8 @@ async fn a_mode_change_rewrites_the_file_and_leaves_the_retired_generation_alone
         // the one commit 2 reuses.
         let third = gsync(&h, 2, &site, &o).await;
         assert!(third.reused, "{mode}: {third:?}");
-        assert_holds(&h, 2, &site.target(), &format!("{mode}: after the mode change"));
-        let f5 = std::fs::metadata(site.target().join("d5/f5")).expect("f5");
+        assert_holds(&h, 2, site.host.target(), &format!("{mode}: after the mode change"));
+        let f5 = std::fs::metadata(site.host.target().join("d5/f5")).expect("f5");
         assert!(f5.permissions().mode() & 0o100 != 0, "{mode}: executable now");
         let old = retired(&site, &third);
         let old_f5 = std::fs::symlink_metadata(old.join("d5/f5")).expect("retired f5");
@@ -237,34 +233,34 @@ async fn a_plain_target_becomes_atomic_in_both_modes_and_back() {
     let h = History::from_trees(&[tree_of(15, 3, 0, &[]), tree_of(15, 3, 1, &[]), tree_of(15, 3, 2, &[2])]);
     for mode in [Switch::Symlink, Switch::Exchange] {
         let site = Site::new();
-        let plain = LocalBackend::new(site.target(), LocalOptions::default());
+        let plain = LocalBackend::new(site.host.target(), LocalOptions::default());
         let so = sync::Options { backend_name: "local".into(), ..Default::default() };
         sync::sync(&h.repo, &h.commits[0], &plain, &so, &|_| {}, &AtomicBool::new(false)).await.expect("plain sync");
-        let ino_before = ino(&site.target().join("d3/f3"));
+        let ino_before = ino(&site.host.target().join("d3/f3"));
 
         let o = options(mode, 2, Duration::ZERO);
         let first = gsync(&h, 1, &site, &o).await;
         assert!(first.switched, "{mode}: {first:?}");
-        assert_holds(&h, 1, &site.target(), &format!("{mode}: converted"));
-        assert_eq!(is_link(&site.target()), mode == Switch::Symlink, "{mode}");
+        assert_holds(&h, 1, site.host.target(), &format!("{mode}: converted"));
+        assert_eq!(is_link(site.host.target()), mode == Switch::Symlink, "{mode}");
         assert_holds(&h, 0, &retired(&site, &first), &format!("{mode}: the plain tree, retired"));
         if first.cloned.is_some_and(|c| c.how == CloneHow::Hardlink) {
-            assert_eq!(ino(&site.target().join("d3/f3")), ino_before, "{mode}: cloned from the plain tree");
+            assert_eq!(ino(&site.host.target().join("d3/f3")), ino_before, "{mode}: cloned from the plain tree");
         }
         let second = gsync(&h, 2, &site, &o).await;
         assert!(second.reused, "{mode}: the plain tree is a generation like any other: {second:?}");
-        assert_holds(&h, 2, &site.target(), &format!("{mode}: atomic update"));
+        assert_holds(&h, 2, site.host.target(), &format!("{mode}: atomic update"));
 
         let left = generation::leave(&site.host, &o).await.expect("leave");
         assert_eq!(left.restored, mode == Switch::Symlink, "{mode}: {left:?}");
         assert!(left.home_removed && left.kept.is_empty(), "{mode}: grace 0 removes the rest: {left:?}");
-        assert!(!is_link(&site.target()) && !site.home().exists(), "{mode}: an ordinary target again");
-        assert_holds(&h, 2, &site.target(), &format!("{mode}: after leaving"));
+        assert!(!is_link(site.host.target()) && !site.host.home_path().exists(), "{mode}: an ordinary target again");
+        assert_holds(&h, 2, site.host.target(), &format!("{mode}: after leaving"));
         let back = sync::sync(&h.repo, &h.commits[0], &plain, &so, &|_| {}, &AtomicBool::new(false))
             .await
             .expect("plain sync after leaving");
         assert!(back.from.is_some(), "{mode}: the state came along");
-        assert_holds(&h, 0, &site.target(), &format!("{mode}: plain sync after leaving"));
+        assert_holds(&h, 0, site.host.target(), &format!("{mode}: plain sync after leaving"));
     }
 }
 
@@ -285,10 +281,10 @@ async fn removing_a_retired_generation_never_follows_a_link_planted_in_it() {
 
     let left = generation::leave(&site.host, &o).await.expect("leave");
     assert_eq!(left.removed, vec![second.retired.clone().expect("retired")], "{left:?}");
-    assert!(!old.exists() && !site.home().exists(), "the retired generation and the home are gone");
+    assert!(!old.exists() && !site.host.home_path().exists(), "the retired generation and the home are gone");
     assert_eq!(std::fs::read_to_string(outside.join("precious")).expect("survives"), "keep me");
     assert_eq!(std::fs::read_to_string(outside.join("sub/too")).expect("survives"), "keep me");
-    assert_holds(&h, 1, &site.target(), "the current generation");
+    assert_holds(&h, 1, site.host.target(), "the current generation");
 }
 
 #[tokio::test]
@@ -297,7 +293,7 @@ async fn a_home_that_is_a_symlink_or_a_file_is_refused() {
     let site = Site::new();
     let elsewhere = site.dir.path().join("elsewhere");
     std::fs::create_dir(&elsewhere).expect("elsewhere");
-    std::os::unix::fs::symlink(&elsewhere, site.home()).expect("home link");
+    std::os::unix::fs::symlink(&elsewhere, site.host.home_path()).expect("home link");
     let o = options(Switch::Symlink, 2, Duration::ZERO);
     let e = generation::sync(&h.repo, &h.commits[0], &site.host, &o, &|_| {}, &AtomicBool::new(false))
         .await
@@ -305,10 +301,10 @@ async fn a_home_that_is_a_symlink_or_a_file_is_refused() {
     assert!(matches!(&e, generation::Error::Backend(backend::Error::StateFolder { found: "symlink", .. })), "{e:?}");
     assert!(e.to_string().contains(".site.treesync") && e.to_string().contains("hint: "), "{e}");
     assert_eq!(std::fs::read_dir(&elsewhere).expect("list").count(), 0, "nothing was written through the link");
-    assert!(!site.target().exists() && !is_link(&site.target()));
+    assert!(!site.host.target().exists() && !is_link(site.host.target()));
 
-    std::fs::remove_file(site.home()).expect("unlink");
-    std::fs::write(site.home(), "not a directory").expect("home file");
+    std::fs::remove_file(site.host.home_path()).expect("unlink");
+    std::fs::write(site.host.home_path(), "not a directory").expect("home file");
     let e = generation::sync(&h.repo, &h.commits[0], &site.host, &o, &|_| {}, &AtomicBool::new(false))
         .await
         .expect_err("a home that is a file");
@@ -329,14 +325,14 @@ async fn a_generation_a_process_holds_open_is_not_reused() {
     assert!(!third.reused && third.prepared.as_deref() != Some(old.as_str()), "{third:?}");
     assert!(third.notes.iter().any(|n| n.contains("held open")), "{:?}", third.notes);
     assert!(site.slot(&old).exists(), "a held generation is not removed");
-    assert_holds(&h, 2, &site.target(), "third sync");
+    assert_holds(&h, 2, site.host.target(), "third sync");
     assert_holds(&h, 0, &site.slot(&old), "the held generation is untouched");
     drop(reader);
 
     // In exchange mode the current generation is the target itself.
     let site = Site::new();
     gsync(&h, 0, &site, &options(Switch::Exchange, 2, Duration::ZERO)).await;
-    let reader = std::fs::File::open(site.target().join("d0")).expect("a reader in the target");
+    let reader = std::fs::File::open(site.host.target().join("d0")).expect("a reader in the target");
     let held = site.host.held().await.expect("held").expect("known");
     assert_eq!(held.get("target"), Some(&vec![std::process::id()]), "{held:?}");
     drop(reader);
@@ -361,8 +357,8 @@ async fn an_update_of_k_files_costs_o_k_ops_on_a_2000_file_tree() {
         assert_eq!(third.sync.applied.total() as usize, K, "{mode}");
         assert!(ops as usize <= 3 * K + 10, "{mode}: {ops} ops for {K} changed files of {N}");
         assert!((calls as usize) < 3 * K + 40, "{mode}: {calls} calls on the target for {K} changed files of {N}");
-        assert_eq!(tree::read_dir(&site.target()).len(), N + 1 + 7, "{mode}: files, the link and the directories");
-        assert_holds(&h, 2, &site.target(), &format!("{mode}: after the update"));
+        assert_eq!(tree::read_dir(site.host.target()).len(), N + 1 + 7, "{mode}: files, the link and the directories");
+        assert_holds(&h, 2, site.host.target(), &format!("{mode}: after the update"));
     }
 }
 
@@ -371,8 +367,8 @@ async fn a_directory_taken_over_with_force_is_reused_later_without_force() {
     let h = History::from_trees(&[tree_of(8, 2, 0, &[]), tree_of(8, 2, 1, &[]), tree_of(8, 2, 2, &[])]);
     for mode in [Switch::Symlink, Switch::Exchange] {
         let site = Site::new();
-        std::fs::create_dir(site.target()).expect("target");
-        std::fs::write(site.target().join("foreign"), "not from git").expect("foreign");
+        std::fs::create_dir(site.host.target()).expect("target");
+        std::fs::write(site.host.target().join("foreign"), "not from git").expect("foreign");
         let mut o = options(mode, 2, Duration::ZERO);
         o.sync.force = true;
         let e = generation::sync(
@@ -387,11 +383,11 @@ async fn a_directory_taken_over_with_force_is_reused_later_without_force() {
         .expect_err("an unmanaged directory needs --force");
         assert!(e.to_string().contains("force"), "{mode}: {e}");
         gsync(&h, 0, &site, &o).await;
-        assert_holds(&h, 0, &site.target(), &format!("{mode}: taken over"));
+        assert_holds(&h, 0, site.host.target(), &format!("{mode}: taken over"));
         let o = options(mode, 2, Duration::ZERO);
         for i in [1, 2, 0, 1] {
             gsync(&h, i, &site, &o).await;
-            assert_holds(&h, i, &site.target(), &format!("{mode}: commit {i} after the takeover"));
+            assert_holds(&h, i, site.host.target(), &format!("{mode}: commit {i} after the takeover"));
         }
     }
 }

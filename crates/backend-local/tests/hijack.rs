@@ -67,12 +67,11 @@ impl Site {
         Site { dir, host, plant }
     }
 
-    fn target(&self) -> PathBuf {
-        self.dir.path().join("site")
-    }
-
-    fn home(&self) -> PathBuf {
-        self.dir.path().join(".site.treesync")
+    /// A fresh site whose first generation holds commit 0 of `h`, switched to by `switch`.
+    async fn synced(h: &History, switch: Switch) -> Site {
+        let site = Site::new();
+        gsync(h, 0, &site, switch).await.expect("first sync");
+        site
     }
 
     /// A directory of the attacker's, outside the home, with one file.
@@ -132,10 +131,9 @@ fn assert_untouched(outside: &Path) {
 async fn a_generation_replaced_by_a_symlink_before_the_switch_is_not_switched_to() {
     let h = trees();
     for switch in [Switch::Exchange, Switch::Symlink] {
-        let site = Site::new();
-        gsync(&h, 0, &site, switch).await.expect("first sync");
+        let site = Site::synced(&h, switch).await;
         let outside = site.outside();
-        let (home, planted) = (site.home(), outside.clone());
+        let (home, planted) = (site.host.home_path(), outside.clone());
         site.arm(move |slot| {
             // Move the prepared generation aside, put a link to their own directory there.
             std::fs::rename(slot, home.join("aside")).expect("move aside");
@@ -146,18 +144,18 @@ async fn a_generation_replaced_by_a_symlink_before_the_switch_is_not_switched_to
         assert!(text.contains("was replaced before the switch") || text.contains("symlink"), "{switch}: {text}");
         assert!(text.contains("hint: "), "{switch}: {text}");
         // The target still shows commit 0, never their content.
-        assert_holds(&h, 0, &site.target(), &format!("{switch}: after the refused switch"));
-        let shown = std::fs::canonicalize(site.target()).expect("target");
+        assert_holds(&h, 0, site.host.target(), &format!("{switch}: after the refused switch"));
+        let shown = std::fs::canonicalize(site.host.target()).expect("target");
         assert!(shown.starts_with(site.dir.path()) && !shown.starts_with(&outside), "{switch}: {shown:?}");
         assert_untouched(&outside);
         // Not stuck: once what was planted is removed, a plain rerun switches.
-        let planted_slot = std::fs::read_dir(site.home())
+        let planted_slot = std::fs::read_dir(site.host.home_path())
             .expect("home")
             .map(|e| e.expect("entry").path())
             .find(|p| std::fs::symlink_metadata(p).is_ok_and(|m| m.file_type().is_symlink()));
         std::fs::remove_file(planted_slot.expect("the planted link is still there")).expect("remove it");
         gsync(&h, 1, &site, switch).await.expect("the rerun");
-        assert_holds(&h, 1, &site.target(), &format!("{switch}: rerun"));
+        assert_holds(&h, 1, site.host.target(), &format!("{switch}: rerun"));
         assert_untouched(&outside);
     }
 }
@@ -165,9 +163,8 @@ async fn a_generation_replaced_by_a_symlink_before_the_switch_is_not_switched_to
 #[tokio::test]
 async fn a_generation_replaced_by_a_directory_of_another_user_is_not_switched_to() {
     let h = trees();
-    let site = Site::new();
-    gsync(&h, 0, &site, Switch::Exchange).await.expect("first sync");
-    let home = site.home();
+    let site = Site::synced(&h, Switch::Exchange).await;
+    let home = site.host.home_path();
     site.arm(move |slot| {
         std::fs::rename(slot, home.join("aside")).expect("move aside");
         std::fs::create_dir(slot).expect("their directory");
@@ -176,18 +173,18 @@ async fn a_generation_replaced_by_a_directory_of_another_user_is_not_switched_to
     });
     let e = gsync(&h, 1, &site, Switch::Exchange).await.expect_err("their directory");
     assert!(e.to_string().contains("belongs to uid 4242"), "{e}");
-    assert_holds(&h, 0, &site.target(), "after the refused switch");
-    assert!(!site.target().join("evil").exists());
+    assert_holds(&h, 0, site.host.target(), "after the refused switch");
+    assert!(!site.host.target().join("evil").exists());
 }
 
 #[tokio::test]
 async fn leaving_generations_over_a_planted_current_slot_does_not_take_it() {
     let h = trees();
-    let site = Site::new();
-    gsync(&h, 0, &site, Switch::Symlink).await.expect("first sync");
-    let current = site.home().join(std::fs::read_link(site.target()).expect("a link").file_name().expect("slot"));
+    let site = Site::synced(&h, Switch::Symlink).await;
+    let current =
+        site.host.home_path().join(std::fs::read_link(site.host.target()).expect("a link").file_name().expect("slot"));
     let outside = site.outside();
-    std::fs::rename(&current, site.home().join("aside")).expect("move aside");
+    std::fs::rename(&current, site.host.home_path().join("aside")).expect("move aside");
     std::os::unix::fs::symlink(&outside, &current).expect("plant");
     // Under the lock a symlink in the home is removed (never followed), so the current slot is
     // missing then: refused either way, the target left as it is.
@@ -198,7 +195,7 @@ async fn leaving_generations_over_a_planted_current_slot_does_not_take_it() {
     );
     // The target is still the link to its generation's name in the home (which, in symlink
     // mode, readers resolve through the home: docs/atomic.md), not their link moved into place.
-    let text = std::fs::read_link(site.target()).expect("the target is still a link");
+    let text = std::fs::read_link(site.host.target()).expect("the target is still a link");
     assert!(text.starts_with(".site.treesync/"), "{text:?}");
     assert_untouched(&outside);
 }
@@ -209,39 +206,38 @@ async fn leaving_generations_over_a_planted_current_slot_does_not_take_it() {
 #[tokio::test]
 async fn leaving_generations_finishes_after_a_kill_and_a_stray_entry_is_reported_not_a_dead_end() {
     let h = trees();
-    let site = Site::new();
-    gsync(&h, 0, &site, Switch::Symlink).await.expect("first sync");
+    let site = Site::synced(&h, Switch::Symlink).await;
     // What a leave killed right after its exchange leaves: the target is the generation's
     // directory, the old link is at HOME/SLOT.
-    let slot = std::fs::read_link(site.target()).expect("a link");
+    let slot = std::fs::read_link(site.host.target()).expect("a link");
     let slot_path = site.dir.path().join(&slot);
-    let link_aside = site.home().join("tmp/old-link");
-    std::fs::rename(site.target(), &link_aside).expect("link aside");
-    std::fs::rename(&slot_path, site.target()).expect("slot to target");
+    let link_aside = site.host.home_path().join("tmp/old-link");
+    std::fs::rename(site.host.target(), &link_aside).expect("link aside");
+    std::fs::rename(&slot_path, site.host.target()).expect("slot to target");
     std::fs::rename(&link_aside, &slot_path).expect("old link into the slot's name");
     let o = options(Switch::Symlink);
     let left = generation::leave(&site.host, &o).await.expect("a rerun finishes leaving");
     assert!(left.home_removed && left.notes.is_empty(), "{left:?}");
-    assert!(!site.home().exists());
-    assert_holds(&h, 0, &site.target(), "left");
+    assert!(!site.host.home_path().exists());
+    assert_holds(&h, 0, site.host.target(), "left");
     // Entering again, twice, works (the slot's name is free).
     for i in [1, 0] {
         gsync(&h, i, &site, Switch::Symlink).await.unwrap_or_else(|e| panic!("re-entering, commit {i}: {e}"));
-        assert_holds(&h, i, &site.target(), "atomic again");
+        assert_holds(&h, i, site.host.target(), "atomic again");
     }
     // A stray file in the home: leaving finishes, says what kept the home and how to remove it.
-    std::fs::write(site.home().join("stray"), "not treesync's").expect("stray");
+    std::fs::write(site.host.home_path().join("stray"), "not treesync's").expect("stray");
     let left = generation::leave(&site.host, &o).await.expect("leaving with a stray file");
     assert!(!left.home_removed, "{left:?}");
     let note = left.notes.join("\n");
     assert!(note.contains("stray") && note.contains("rm -r"), "{note}");
-    assert_holds(&h, 0, &site.target(), "left again");
-    assert!(!std::fs::symlink_metadata(site.target()).expect("target").file_type().is_symlink());
+    assert_holds(&h, 0, site.host.target(), "left again");
+    assert!(!std::fs::symlink_metadata(site.host.target()).expect("target").file_type().is_symlink());
     // Again: still no dead end. Once the stray file is removed (the hint), the home goes.
     assert!(!generation::leave(&site.host, &o).await.expect("again").home_removed);
-    std::fs::remove_file(site.home().join("stray")).expect("the hint");
+    std::fs::remove_file(site.host.home_path().join("stray")).expect("the hint");
     assert!(generation::leave(&site.host, &o).await.expect("after the hint").home_removed);
-    assert!(!site.home().exists());
+    assert!(!site.host.home_path().exists());
 }
 
 /// Issue 29: generations grew without bound inside the grace period (12 syncs in 5 minutes,
@@ -257,7 +253,7 @@ async fn generations_within_the_grace_period_stop_at_the_cap() {
         let cap = o.keep + generation::GRACE_CAP;
         assert_eq!(o.cap(), cap);
         let generations = || {
-            let slots = std::fs::read_dir(site.home())
+            let slots = std::fs::read_dir(site.host.home_path())
                 .expect("home")
                 .map(|e| e.expect("entry"))
                 .filter(|e| e.file_name().to_string_lossy().starts_with('g') && e.file_type().expect("type").is_dir())
@@ -267,7 +263,7 @@ async fn generations_within_the_grace_period_stop_at_the_cap() {
         let mut refused = 0;
         for n in 0..(cap + 4) {
             match generation::sync(&h.repo, &h.commits[n % 2], &site.host, &o, &|_| {}, &AtomicBool::new(false)).await {
-                Ok(_) => assert_holds(&h, n % 2, &site.target(), &format!("{switch}: sync {n}")),
+                Ok(_) => assert_holds(&h, n % 2, site.host.target(), &format!("{switch}: sync {n}")),
                 Err(e) => {
                     refused += 1;
                     assert!(matches!(e, generation::Error::AtCap { .. }), "{switch}: sync {n}: {e:?}");
@@ -277,7 +273,7 @@ async fn generations_within_the_grace_period_stop_at_the_cap() {
                         "{text}"
                     );
                     // The target still shows the commit it was last switched to.
-                    assert_holds(&h, (n + 1) % 2, &site.target(), &format!("{switch}: refused sync {n}"));
+                    assert_holds(&h, (n + 1) % 2, site.host.target(), &format!("{switch}: refused sync {n}"));
                 }
             }
             assert!(generations() <= cap, "{switch}: {} generations after sync {n}", generations());
@@ -290,6 +286,6 @@ async fn generations_within_the_grace_period_stop_at_the_cap() {
         generation::sync(&h.repo, &h.commits[0], &site.host, &shorter, &|_| {}, &AtomicBool::new(false))
             .await
             .expect("past the grace period");
-        assert_holds(&h, 0, &site.target(), "after the cap");
+        assert_holds(&h, 0, site.host.target(), "after the cap");
     }
 }

@@ -29,7 +29,7 @@
 //! a network filesystem:
 //!
 //! ```
-//! use treesync_backend_nfs::{LookupJobs, Options, WriteJobs, detect};
+//! use treesync_backend_nfs::{Options, Window, detect};
 //! use treesync_backend::Backend;
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! # let dir = tempfile::tempdir()?;
@@ -38,10 +38,10 @@
 //! let choice = detect::choose(&target);
 //! println!("network filesystem: {} ({})", choice.network, choice.reason);
 //!
-//! // One lookup at a time, at most 16 writes in flight (or `WriteJobs::default()`: adaptive).
+//! // One lookup at a time, at most 16 writes in flight (or `Window::WRITES`: adaptive).
 //! let backend = treesync_backend_nfs::open(
 //!     &target,
-//!     Options { lookup_jobs: LookupJobs::Fixed(1), scan_jobs: 32, write_jobs: WriteJobs::Fixed(16), fsync: false },
+//!     Options { lookup_window: Window::Fixed(1), scan_jobs: 32, write_window: Window::Fixed(16), fsync: false },
 //! );
 //! assert_eq!((backend.policy().jobs, backend.policy().lookups, backend.policy().scans), (16, 1, 32));
 //! // Hand it to `treesync_core::sync::sync` like any other backend.
@@ -68,48 +68,42 @@ use treesync_backend::source::BlobSource;
 use treesync_backend::{Op, RelPath};
 use treesync_backend_local::fs::Target;
 
-/// How many writes may be in flight.
+/// How many operations of one kind (directory lookups, writes) may be in flight: a fixed
+/// number, or a window that moves with the latency the storage shows.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub enum WriteJobs {
+pub enum Window {
     /// Exactly this many.
     Fixed(usize),
     /// Adapt to the latency the storage shows (start, floor and ceiling in `Adaptive`).
     Adaptive(Adaptive),
 }
 
-impl Default for WriteJobs {
-    fn default() -> Self {
-        WriteJobs::Adaptive(Adaptive { initial: 16, min: 1, max: 64, backoff_latency: 2.0 })
-    }
-}
+impl Window {
+    /// The default for writes: adaptive, starting at 16, between 1 and 64.
+    pub const WRITES: Window = Window::Adaptive(Adaptive { initial: 16, min: 1, max: 64, backoff_latency: 2.0 });
 
-/// How many directory lookups may be in flight (each directory looked up once: see [`open`]).
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum LookupJobs {
-    /// Exactly this many.
-    Fixed(usize),
-    /// Adapt to the latency lookups show (start, floor and ceiling in `Adaptive`).
-    Adaptive(Adaptive),
-}
+    /// The default for directory lookups: adaptive, starting at 8, between 1 and 16. An
+    /// incremental sync makes a few dozen lookups, fewer than one window of the controller, so
+    /// the start is what it runs with: with lookups in one directory overlapping, 8 at a time
+    /// (and writes starting at 16) took the update on the 1 ms FUSE testbed from 48 to 42 ms
+    /// against 4 (and 8), `BENCHMARKS.md`; larger runs (a verify's stat calls, many new
+    /// directories) widen it while the latency per lookup holds and narrow it when the server
+    /// queues.
+    pub const LOOKUPS: Window = Window::Adaptive(Adaptive { initial: 8, min: 1, max: 16, backoff_latency: 2.0 });
 
-impl Default for LookupJobs {
-    /// Start at 8, between 1 and 16. An incremental sync makes a few dozen lookups, fewer
-    /// than one window of the controller, so the start is what it runs with: with lookups in
-    /// one directory overlapping, 8 at a time (and writes starting at 16) took the update on
-    /// the 1 ms FUSE testbed from 48 to 42 ms against 4 (and 8), `BENCHMARKS.md`; larger runs
-    /// (a verify's stat calls, many new directories) widen it while the latency per lookup
-    /// holds and narrow it when the server queues.
-    fn default() -> Self {
-        LookupJobs::Adaptive(Adaptive { initial: 8, min: 1, max: 16, backoff_latency: 2.0 })
-    }
-}
-
-impl LookupJobs {
-    /// The gate for these lookups.
+    /// The gate that holds the operations to this window.
     pub fn gate(self) -> Gate {
         match self {
-            LookupJobs::Fixed(n) => Gate::fixed(n),
-            LookupJobs::Adaptive(a) => Gate::adaptive(a),
+            Window::Fixed(n) => Gate::fixed(n),
+            Window::Adaptive(a) => Gate::adaptive(a),
+        }
+    }
+
+    /// The range this window moves in; a fixed `n` as the range from 1 to `n`, starting at `n`.
+    pub fn range(self) -> Adaptive {
+        match self {
+            Window::Adaptive(a) => a,
+            Window::Fixed(n) => Adaptive { initial: n, min: 1, max: n, ..Adaptive::default() },
         }
     }
 }
@@ -118,21 +112,22 @@ impl LookupJobs {
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Options {
     /// Directory lookups in flight during a sync (the probes of the directories it writes in),
-    /// each directory looked up once. Default: adaptive, starting at 8, between 1 and 16.
-    pub lookup_jobs: LookupJobs,
+    /// each directory looked up once. Default [`Window::LOOKUPS`]: adaptive, starting at 8,
+    /// between 1 and 16.
+    pub lookup_window: Window,
     /// Threads of a read-only scan (the readdir and stat calls of `verify`), each with one
     /// lookup in flight. Default 32: on these mounts every stat is a round trip (two FUSE
     /// requests, LOOKUP and GETATTR, with `actimeo=0`) and the scan takes no lock a write needs.
     pub scan_jobs: usize,
-    /// Writes in flight. Default: adaptive, starting at 16, between 1 and 64.
-    pub write_jobs: WriteJobs,
+    /// Writes in flight. Default [`Window::WRITES`]: adaptive, starting at 16, between 1 and 64.
+    pub write_window: Window,
     /// `fsync` every file before renaming it into place.
     pub fsync: bool,
 }
 
 impl Default for Options {
     fn default() -> Self {
-        Options { lookup_jobs: LookupJobs::default(), scan_jobs: 32, write_jobs: WriteJobs::default(), fsync: false }
+        Options { lookup_window: Window::LOOKUPS, scan_jobs: 32, write_window: Window::WRITES, fsync: false }
     }
 }
 
@@ -143,11 +138,8 @@ impl Default for Options {
 /// other directories: what a kernel client runs in parallel without contending (see
 /// `docs/backends.md`).
 pub fn open(root: impl Into<PathBuf>, options: Options) -> Budgets<NfsBackend> {
-    let writes = match options.write_jobs {
-        WriteJobs::Fixed(n) => Gate::fixed(n),
-        WriteJobs::Adaptive(a) => Gate::adaptive(a),
-    };
-    let lookups = options.lookup_jobs.gate();
+    let writes = options.write_window.gate();
+    let lookups = options.lookup_window.gate();
     let backend = NfsBackend::build(root.into(), options.fsync, Some(lookups.clone()));
     Budgets::new(backend, lookups, writes).probes_gated_inside().with_scans(options.scan_jobs)
 }

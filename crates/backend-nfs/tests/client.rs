@@ -8,15 +8,16 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use treesync_backend_nfs::WriteJobs;
+use treesync_backend_nfs::Window;
 use treesync_backend_nfs::client::{self, ClientBackend, ClientOptions};
 use treesync_core::policy::Budgets;
 use treesync_core::state::Holder;
-use treesync_core::{Backend, Op, RelPath, backend};
-use treesync_testkit::conformance::{Fixture, History, sync_to};
+use treesync_core::{Backend, Op, RelPath, backend, sync};
+use treesync_testkit::conformance::{self, Fixture, History, sync_to};
 use treesync_testkit::delay::DelayProxy;
 use treesync_testkit::ganesha::Ganesha;
 use treesync_testkit::history::{self, Model};
+use treesync_testkit::runtime;
 use treesync_testkit::tree::{self, Node};
 use treesync_testkit::verify_at;
 
@@ -63,6 +64,19 @@ impl Export {
 
     fn open(&self) -> Budgets<ClientBackend> {
         client::open(&self.url, self.options.clone()).expect("valid URL")
+    }
+
+    /// A fresh target with the default options, synced to `h`'s first commit.
+    fn synced(rt: &tokio::runtime::Runtime, h: &History) -> Self {
+        let e = Export::new(ClientOptions::default());
+        e.sync(rt, h, 0).expect("initial");
+        e
+    }
+
+    /// Sync this target to commit `i` of `h`, through a backend of its own.
+    #[allow(clippy::result_large_err)] // the results as `sync::sync` gives them
+    fn sync(&self, rt: &tokio::runtime::Runtime, h: &History, i: usize) -> Result<sync::Outcome, sync::Error> {
+        rt.block_on(sync_to(&h.repo, &h.commits[i], &self.open()))
     }
 }
 
@@ -115,8 +129,7 @@ mod direct {
 mod one_in_flight {
     use super::*;
     suite_on!({
-        let mut e =
-            Export::new(ClientOptions { lookup_jobs: 1, write_jobs: WriteJobs::Fixed(1), ..Default::default() });
+        let mut e = Export::new(ClientOptions { lookup_jobs: 1, write_window: Window::Fixed(1), ..Default::default() });
         e.url.push_str("&inflight=1");
         e
     });
@@ -128,10 +141,6 @@ mod delayed {
     suite_on!(Export::delayed(ClientOptions::default(), Duration::from_millis(2)));
 }
 
-fn rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime")
-}
-
 fn calls(b: &ClientBackend) -> BTreeMap<&'static str, u64> {
     b.calls().into_iter().collect()
 }
@@ -140,7 +149,7 @@ fn calls(b: &ClientBackend) -> BTreeMap<&'static str, u64> {
 /// a path the change does not involve, and the same number whatever the tree's size.
 #[test]
 fn incremental_sync_costs_o_k_calls() {
-    let rt = rt();
+    let rt = runtime();
     let mut per_size = Vec::new();
     for n in [400, 2000] {
         let e = Export::new(ClientOptions { record: true, ..Default::default() });
@@ -149,7 +158,7 @@ fn incremental_sync_costs_o_k_calls() {
         let k = changed.len();
         assert_eq!(k, 10);
         let h = History::from_trees(&[base, next]);
-        rt.block_on(sync_to(&h.repo, &h.commits[0], &e.open())).expect("initial");
+        e.sync(&rt, &h, 0).expect("initial");
         let b = e.open();
         rt.block_on(sync_to(&h.repo, &h.commits[1], &b)).expect("incremental");
         h.assert_matches(&e, 1, "incremental over NFS");
@@ -202,7 +211,7 @@ fn incremental_sync_costs_o_k_calls() {
 /// exactly one (the comparison of the benchmark).
 #[test]
 fn calls_are_pipelined_on_one_connection() {
-    let rt = rt();
+    let rt = runtime();
     let h = History::from_trees(&[history::wide_tree(600, 3)]);
     let e = Export::delayed(ClientOptions::default(), Duration::from_millis(1));
     let b = e.open();
@@ -212,7 +221,7 @@ fn calls_are_pipelined_on_one_connection() {
     assert_eq!(rpc.connections(), 1, "one connection");
     assert!(rpc.max_in_flight() >= 8, "pipelined: at most {} in flight", rpc.max_in_flight());
 
-    let mut one = Export::new(ClientOptions { lookup_jobs: 1, write_jobs: WriteJobs::Fixed(1), ..Default::default() });
+    let mut one = Export::new(ClientOptions { lookup_jobs: 1, write_window: Window::Fixed(1), ..Default::default() });
     one.url.push_str("&inflight=1");
     let b = one.open();
     rt.block_on(sync_to(&h.repo, &h.commits[0], &b)).expect("initial, one in flight");
@@ -224,7 +233,7 @@ fn calls_are_pipelined_on_one_connection() {
 /// sync finishes like git archive.
 #[test]
 fn dropped_connections_are_survived() {
-    let rt = rt();
+    let rt = runtime();
     let h = History::random(11, 3);
     let e = Export::delayed(ClientOptions::default(), Duration::from_millis(1));
     let b = e.open();
@@ -251,7 +260,7 @@ fn dropped_connections_are_survived() {
 /// Errors name the problem and what to do.
 #[test]
 fn bad_targets_get_clear_errors() {
-    let rt = rt();
+    let rt = runtime();
     let s = server();
     let h = History::random(5, 1);
     let status = |url: &str| {
@@ -283,19 +292,18 @@ fn bad_targets_get_clear_errors() {
 /// process elsewhere names it.
 #[test]
 fn stale_locks_are_taken_over() {
-    let rt = rt();
+    let rt = runtime();
     let h = History::random(9, 2);
-    let e = Export::new(ClientOptions::default());
-    rt.block_on(sync_to(&h.repo, &h.commits[0], &e.open())).expect("initial");
+    let e = Export::synced(&rt, &h);
     let lock = e.root().join(".treesync/lock.nfs");
     let host = treesync_core::sync::hostname();
     std::fs::write(&lock, format!("pid {} on {host}, started at unix time 1\n", dead_pid())).expect("write lock");
-    rt.block_on(sync_to(&h.repo, &h.commits[1], &e.open())).expect("stale lock taken over");
+    e.sync(&rt, &h, 1).expect("stale lock taken over");
     h.assert_matches(&e, 1, "after taking over");
     assert!(!lock.exists(), "the lock is released after the sync");
     // A live holder on another host.
     std::fs::write(&lock, "pid 1 on elsewhere, started at unix time 1\n").expect("write lock");
-    let err = rt.block_on(sync_to(&h.repo, &h.commits[0], &e.open())).expect_err("locked").to_string();
+    let err = e.sync(&rt, &h, 0).expect_err("locked").to_string();
     assert!(err.contains("pid 1 on elsewhere") && err.contains("taken over 120 s after"), "{err}");
     std::fs::remove_file(&lock).expect("rm");
 }
@@ -306,11 +314,11 @@ fn stale_locks_are_taken_over() {
 /// lock leaves the other sync's lock file alone.
 #[test]
 fn a_lease_that_cannot_be_renewed_stops_the_run() {
-    let rt = rt();
+    let rt = runtime();
     let h = History::random(23, 2);
     // Renewed every 100 ms.
     let e = Export::new(ClientOptions { lease: Duration::from_millis(400), ..Default::default() });
-    rt.block_on(sync_to(&h.repo, &h.commits[0], &e.open())).expect("initial");
+    e.sync(&rt, &h, 0).expect("initial");
     let state = std::fs::read(e.root().join(".treesync/state")).expect("state");
     let b = e.open();
     let lock = e.root().join(".treesync/lock.nfs");
@@ -396,12 +404,12 @@ fn a_sync_whose_lock_is_taken_over_stops_and_the_next_run_finishes() {
         }
     }
 
-    let rt = rt();
+    let rt = runtime();
     let h = History::random(29, 2);
     let options =
-        ClientOptions { lease: Duration::from_millis(400), write_jobs: WriteJobs::Fixed(1), ..Default::default() };
+        ClientOptions { lease: Duration::from_millis(400), write_window: Window::Fixed(1), ..Default::default() };
     let e = Export::new(options);
-    rt.block_on(sync_to(&h.repo, &h.commits[0], &e.open())).expect("initial");
+    e.sync(&rt, &h, 0).expect("initial");
     let lock = e.root().join(".treesync/lock.nfs");
     let b = TakeoverAfter {
         inner: e.open(),
@@ -423,7 +431,7 @@ fn a_sync_whose_lock_is_taken_over_stops_and_the_next_run_finishes() {
         "pid 1 on elsewhere, started at unix time 1\n"
     );
     std::fs::remove_file(&lock).expect("the other sync is done");
-    let out = rt.block_on(sync_to(&h.repo, &h.commits[1], &e.open())).expect("the next run");
+    let out = e.sync(&rt, &h, 1).expect("the next run");
     assert!(out.resumed.is_some(), "it finishes the interrupted sync");
     h.assert_matches(&e, 1, "after the next run");
 }
@@ -431,12 +439,12 @@ fn a_sync_whose_lock_is_taken_over_stops_and_the_next_run_finishes() {
 /// Files larger than the server's write size go up in chunks (UNSTABLE WRITEs + one COMMIT).
 #[test]
 fn large_files_are_written_in_chunks() {
-    let rt = rt();
+    let rt = runtime();
     let e = Export::new(ClientOptions::default());
     let mut m = Model::default();
     let big: Vec<u8> = (0..5_300_000u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
-    m.insert("big.bin", history::Entry::File { content: big, executable: true });
-    m.insert("small", history::Entry::File { content: b"s\n".to_vec(), executable: false });
+    m.insert("big.bin", history::executable(big));
+    m.insert("small", history::file("s\n"));
     let h = History::from_trees(&[m]);
     let b = e.open();
     rt.block_on(sync_to(&h.repo, &h.commits[0], &b)).expect("sync");
@@ -452,7 +460,7 @@ fn large_files_are_written_in_chunks() {
 #[test]
 fn verify_over_nfs() {
     use treesync_core::verify::Level;
-    let rt = rt();
+    let rt = runtime();
     let h = History::random(21, 2);
     let e = Export::new(ClientOptions::default());
     let b = e.open();
@@ -476,11 +484,10 @@ fn verify_over_nfs() {
 #[test]
 fn a_full_verify_over_nfs_reads_files_by_the_handles_its_scan_listed() {
     use treesync_core::verify::Level;
-    let rt = rt();
+    let rt = runtime();
     let n = 300;
     let h = History::from_trees(&[history::wide_tree(n, 5)]);
-    let e = Export::new(ClientOptions::default());
-    rt.block_on(sync_to(&h.repo, &h.commits[0], &e.open())).expect("sync");
+    let e = Export::synced(&rt, &h);
     let b = e.open();
     let before = calls(b.inner());
     let r = rt.block_on(verify_at(&h.repo, &b, Level::Full)).expect("verify");
@@ -509,7 +516,7 @@ fn a_full_verify_over_nfs_reads_files_by_the_handles_its_scan_listed() {
 fn the_first_verify_after_a_sync_over_nfs_reads_no_file_the_sync_recorded() {
     use treesync_core::index_delta;
     use treesync_core::verify::Level;
-    let rt = rt();
+    let rt = runtime();
     let e = Export::new(ClientOptions::default());
     let base = history::wide_tree(300, 5);
     let (next, changed) = history::change_some(&base, 20, 5, 5, 6);
@@ -544,10 +551,9 @@ fn the_first_verify_after_a_sync_over_nfs_reads_no_file_the_sync_recorded() {
 /// file, each handed over.
 #[test]
 fn files_written_while_not_recording_cost_no_getattr() {
-    let rt = rt();
+    let rt = runtime();
     let h = History::from_trees(&[history::wide_tree(20, 2)]);
-    let e = Export::new(ClientOptions::default());
-    rt.block_on(sync_to(&h.repo, &h.commits[0], &e.open())).expect("initial");
+    let e = Export::synced(&rt, &h);
     let (path, bytes) = h
         .expected(0)
         .into_iter()
@@ -593,18 +599,17 @@ fn files_written_while_not_recording_cost_no_getattr() {
 /// finishes like git archive.
 #[test]
 fn a_full_server_is_reported_and_recovered() {
-    let rt = rt();
+    let rt = runtime();
     // Its own server with an 8 MiB export (stopped when the test process exits).
     let server = Ganesha::start_sized(8 << 20);
     let server: &'static Ganesha = Box::leak(Box::new(server));
     let e =
         Export { server, sub: "full".into(), url: server.url("full"), options: ClientOptions::default(), _proxy: None };
-    let mut small = Model::default();
-    small.insert("a.txt", history::Entry::File { content: b"a\n".to_vec(), executable: false });
+    let small = Model::of(&[("a.txt", "a\n")]);
     let mut big = small.clone();
     for i in 0..6 {
         let content: Vec<u8> = (0..700_000u32).map(|j| (j.wrapping_mul(2_654_435_761) >> (i + 7)) as u8).collect();
-        big.insert(&format!("d/big{i}.bin"), history::Entry::File { content, executable: false });
+        big.insert(&format!("d/big{i}.bin"), history::file(content));
     }
     let h = History::from_trees(&[small, big]);
     let b = e.open();
@@ -641,10 +646,9 @@ fn walk(dir: &std::path::Path) -> Vec<PathBuf> {
 /// Credentials without write permission: NFS3ERR_ACCES, named, with the hint, nothing changed.
 #[test]
 fn permission_denied_is_clear() {
-    let rt = rt();
+    let rt = runtime();
     let h = History::random(13, 2);
-    let e = Export::new(ClientOptions::default());
-    rt.block_on(sync_to(&h.repo, &h.commits[0], &e.open())).expect("initial as root");
+    let e = Export::synced(&rt, &h);
     let url = format!("{}&uid=4321&gid=4321", e.url);
     let b = client::open(&url, ClientOptions::default()).expect("url");
     let err = rt.block_on(sync_to(&h.repo, &h.commits[1], &b)).expect_err("no permission").to_string();
@@ -657,10 +661,9 @@ fn permission_denied_is_clear() {
 /// next run against a server that answers finishes the job.
 #[test]
 fn a_server_that_does_not_answer_times_out_clearly() {
-    let rt = rt();
+    let rt = runtime();
     let h = History::random(15, 2);
-    let e = Export::new(ClientOptions::default());
-    rt.block_on(sync_to(&h.repo, &h.commits[0], &e.open())).expect("initial");
+    let e = Export::synced(&rt, &h);
     let slow = DelayProxy::start(e.server.nfs_addr(), Duration::from_millis(1500));
     let url = format!(
         "nfs://127.0.0.1:{}{}/{}?mountport={}&timeout=1",
@@ -678,7 +681,7 @@ fn a_server_that_does_not_answer_times_out_clearly() {
     assert!(err.lines().count() <= 3, "{err}");
     assert!(slow.connections() >= 2, "sent again on new connections: {}", slow.connections());
     h.assert_matches(&e, 0, "nothing changed");
-    rt.block_on(sync_to(&h.repo, &h.commits[1], &e.open())).expect("a server that answers");
+    e.sync(&rt, &h, 1).expect("a server that answers");
     h.assert_matches(&e, 1, "finished");
 }
 
@@ -717,7 +720,7 @@ fn mode(p: &std::path::Path) -> u32 {
 /// the tree equals `git archive` of the commit the state records.
 #[test]
 fn racing_syncs_take_over_a_stale_lock_one_at_a_time() {
-    let rt = rt();
+    let rt = runtime();
     let base = history::wide_tree(400, 31);
     let (one, _) = history::change_some(&base, 150, 75, 75, 32);
     let (two, _) = history::change_some(&base, 150, 75, 75, 33);
@@ -729,7 +732,7 @@ fn racing_syncs_take_over_a_stale_lock_one_at_a_time() {
     let rounds = std::env::var("TREESYNC_RACE_ROUNDS").ok().and_then(|r| r.parse().ok()).unwrap_or(30);
     let (mut locked_out, mut after) = (0, 0);
     for round in 0..rounds {
-        rt.block_on(sync_to(&h.repo, &h.commits[0], &e.open())).expect("back to the first commit");
+        e.sync(&rt, &h, 0).expect("back to the first commit");
         std::fs::write(&lock, &stale).expect("a killed sync's lock");
         let results = treesync_testkit::race::two_syncs(&h, [&h.commits[1], &h.commits[2]], &|| e.backend());
         let ended = treesync_testkit::race::check(&h, &e, [1, 2], results, round);
@@ -757,31 +760,45 @@ fn concurrent_first_syncs_into_a_missing_target() {
     });
 }
 
+/// Where the tests below plant, on the server, what a hostile user of the export could: a
+/// target synced to the first commit of `h`, and `outside`, an empty directory beside it on
+/// the server (outside the tree it syncs).
+struct Planting {
+    rt: tokio::runtime::Runtime,
+    h: History,
+    e: Export,
+    outside: PathBuf,
+}
+
+impl Planting {
+    fn new(h: History) -> Self {
+        let rt = runtime();
+        let e = Export::synced(&rt, &h);
+        let outside = e.server.dir().join(format!("{}-outside", e.sub));
+        std::fs::create_dir(&outside).expect("mkdir outside");
+        Planting { rt, h, e, outside }
+    }
+}
+
 /// A hard link planted (on the server) at a temporary's name, to a file outside the synced
 /// tree: the CREATE of the temporary is GUARDED, so that file is neither truncated nor filled
 /// with repository content, and the synced file is a new inode. Same for `.treesync`'s
 /// temporaries (the index `verify` writes).
 #[test]
 fn a_hard_link_at_a_temporary_name_is_not_written_through() {
-    let rt = rt();
-    let mut m0 = Model::default();
-    m0.insert("a.txt", history::Entry::File { content: b"old a\n".to_vec(), executable: false });
-    m0.insert("d/b.txt", history::Entry::File { content: b"old b\n".to_vec(), executable: false });
-    let mut m1 = m0.clone();
-    m1.insert("a.txt", history::Entry::File { content: b"new a, from the repository\n".to_vec(), executable: false });
-    m1.insert("d/b.txt", history::Entry::File { content: b"new b, from the repository\n".to_vec(), executable: true });
-    let h = History::from_trees(&[m0, m1]);
-    let e = Export::new(ClientOptions::default());
-    rt.block_on(sync_to(&h.repo, &h.commits[0], &e.open())).expect("initial");
-    let outside = e.server.dir().join(format!("{}-outside", e.sub));
-    std::fs::create_dir(&outside).expect("mkdir outside");
+    let m0 = Model::of(&[("a.txt", "old a\n"), ("d/b.txt", "old b\n")]);
+    let m1 = m0.with([
+        ("a.txt", history::file("new a, from the repository\n")),
+        ("d/b.txt", history::executable("new b, from the repository\n")),
+    ]);
+    let Planting { rt, h, e, outside } = Planting::new(History::from_trees(&[m0, m1]));
     let planted = [(".treesync-tmp.a.txt", "secret a\n"), ("d/.treesync-tmp.b.txt", "secret b\n")];
     for (i, (at, content)) in planted.iter().enumerate() {
         let file = outside.join(format!("f{i}"));
         std::fs::write(&file, content).expect("outside file");
         std::fs::hard_link(&file, e.root().join(at)).expect("plant the hard link");
     }
-    rt.block_on(sync_to(&h.repo, &h.commits[1], &e.open())).expect("sync");
+    e.sync(&rt, &h, 1).expect("sync");
     for (i, (at, content)) in planted.iter().enumerate() {
         let file = outside.join(format!("f{i}"));
         assert_eq!(std::fs::read_to_string(&file).expect("read"), *content, "{at}: the outside file is unchanged");
@@ -803,18 +820,13 @@ fn a_hard_link_at_a_temporary_name_is_not_written_through() {
 /// its content is never shown (only a holder line treesync wrote, in a file of its own, is).
 #[test]
 fn a_lock_file_that_is_a_hard_link_is_neither_written_nor_shown() {
-    let rt = rt();
-    let h = History::random(17, 2);
-    let e = Export::new(ClientOptions::default());
-    rt.block_on(sync_to(&h.repo, &h.commits[0], &e.open())).expect("initial");
-    let outside = e.server.dir().join(format!("{}-outside", e.sub));
-    std::fs::create_dir(&outside).expect("mkdir outside");
+    let Planting { rt, h, e, outside } = Planting::new(History::random(17, 2));
     // The lock: a fresh file (not stale) that is not treesync's.
     let secret = outside.join("secret");
     std::fs::write(&secret, "pid 1 on db, started at unix time 1 SECRET-TOKEN\n").expect("outside file");
     let lock = e.root().join(".treesync/lock.nfs");
     std::fs::hard_link(&secret, &lock).expect("plant the lock");
-    let err = rt.block_on(sync_to(&h.repo, &h.commits[1], &e.open())).expect_err("locked");
+    let err = e.sync(&rt, &h, 1).expect_err("locked");
     assert!(matches!(err, treesync_core::sync::Error::Backend(treesync_core::backend::Error::Locked { .. })), "{err}");
     let text = err.to_string();
     assert!(!text.contains("SECRET-TOKEN"), "the outside file's content is not shown: {text}");
@@ -825,7 +837,7 @@ fn a_lock_file_that_is_a_hard_link_is_neither_written_nor_shown() {
         "the outside file is unchanged"
     );
     std::fs::remove_file(&lock).expect("rm the planted lock");
-    rt.block_on(sync_to(&h.repo, &h.commits[1], &e.open())).expect("sync once it is gone");
+    e.sync(&rt, &h, 1).expect("sync once it is gone");
     h.assert_matches(&e, 1, "after the planted lock was removed");
 }
 
@@ -833,19 +845,14 @@ fn a_lock_file_that_is_a_hard_link_is_neither_written_nor_shown() {
 /// the state is written to a new file, the outside one is unchanged.
 #[test]
 fn a_state_file_that_is_a_hard_link_is_replaced_not_written_through() {
-    let rt = rt();
-    let h = History::random(18, 2);
-    let e = Export::new(ClientOptions::default());
-    rt.block_on(sync_to(&h.repo, &h.commits[0], &e.open())).expect("initial");
-    let outside = e.server.dir().join(format!("{}-outside", e.sub));
-    std::fs::create_dir(&outside).expect("mkdir outside");
+    let Planting { rt, h, e, outside } = Planting::new(History::random(18, 2));
     let state = e.root().join(".treesync/state");
     let copy = outside.join("state-copy");
     std::fs::copy(&state, &copy).expect("copy state");
     let before = std::fs::read_to_string(&copy).expect("read");
     std::fs::remove_file(&state).expect("rm state");
     std::fs::hard_link(&copy, &state).expect("plant the state");
-    rt.block_on(sync_to(&h.repo, &h.commits[1], &e.open())).expect("sync");
+    e.sync(&rt, &h, 1).expect("sync");
     h.assert_matches(&e, 1, "after the planted state");
     assert_eq!(std::fs::read_to_string(&copy).expect("read"), before, "the outside file is unchanged");
     assert_ne!(inode(&state), inode(&copy), "the state is a file of its own again");
@@ -860,13 +867,8 @@ fn a_state_file_that_is_a_hard_link_is_replaced_not_written_through() {
 #[test]
 fn a_delta_that_is_a_hard_link_is_not_appended_to_and_its_hint_names_the_file_on_the_server() {
     use treesync_core::index_delta;
-    let rt = rt();
-    let h = History::random(19, 3);
-    let e = Export::new(ClientOptions::default());
+    let Planting { rt, h, e, outside } = Planting::new(History::random(19, 3));
     let b = e.open();
-    rt.block_on(sync_to(&h.repo, &h.commits[0], &b)).expect("initial");
-    let outside = e.server.dir().join(format!("{}-outside", e.sub));
-    std::fs::create_dir(&outside).expect("mkdir outside");
     let secret = outside.join("secret");
     std::fs::write(&secret, "not treesync's\n").expect("outside file");
     let delta = e.root().join(".treesync").join(index_delta::NAME);
@@ -895,17 +897,11 @@ fn a_delta_that_is_a_hard_link_is_not_appended_to_and_its_hint_names_the_file_on
 /// other name keeps its mode (the file is written anew instead of SETATTR on the shared inode).
 #[test]
 fn a_chmod_does_not_reach_through_a_hard_link() {
-    let rt = rt();
-    let mut m0 = Model::default();
-    m0.insert("run.sh", history::Entry::File { content: b"#!/bin/sh\necho hi\n".to_vec(), executable: false });
-    m0.insert("plain", history::Entry::File { content: b"plain\n".to_vec(), executable: false });
-    let mut m1 = m0.clone();
-    m1.insert("run.sh", history::Entry::File { content: b"#!/bin/sh\necho hi\n".to_vec(), executable: true });
-    m1.insert("plain", history::Entry::File { content: b"plain\n".to_vec(), executable: true });
-    let h = History::from_trees(&[m0, m1]);
-    let e = Export::new(ClientOptions::default());
-    rt.block_on(sync_to(&h.repo, &h.commits[0], &e.open())).expect("initial");
-    let outside = e.server.dir().join(format!("{}-outside", e.sub));
+    let m0 = Model::of(&[("run.sh", "#!/bin/sh\necho hi\n"), ("plain", "plain\n")]);
+    let m1 =
+        m0.with([("run.sh", history::executable("#!/bin/sh\necho hi\n")), ("plain", history::executable("plain\n"))]);
+    let Planting { rt, h, e, outside } = Planting::new(History::from_trees(&[m0, m1]));
+    let outside = outside.join("run.sh");
     std::fs::hard_link(e.root().join("run.sh"), &outside).expect("hard link from outside");
     let plain = inode(&e.root().join("plain"));
     let b = e.open();
@@ -921,19 +917,14 @@ fn a_chmod_does_not_reach_through_a_hard_link() {
 /// tree): the file is written anew, the symlink's target keeps its mode.
 #[test]
 fn a_chmod_of_a_file_replaced_by_a_symlink_writes_the_file() {
-    let rt = rt();
-    let mut m0 = Model::default();
-    m0.insert("m", history::Entry::File { content: b"mode only\n".to_vec(), executable: false });
-    let mut m1 = m0.clone();
-    m1.insert("m", history::Entry::File { content: b"mode only\n".to_vec(), executable: true });
-    let h = History::from_trees(&[m0, m1]);
-    let e = Export::new(ClientOptions::default());
-    rt.block_on(sync_to(&h.repo, &h.commits[0], &e.open())).expect("initial");
-    let outside = e.server.dir().join(format!("{}-outside", e.sub));
+    let m0 = Model::of(&[("m", "mode only\n")]);
+    let m1 = m0.with([("m", history::executable("mode only\n"))]);
+    let Planting { rt, h, e, outside } = Planting::new(History::from_trees(&[m0, m1]));
+    let outside = outside.join("m");
     std::fs::write(&outside, "outside\n").expect("outside file");
     std::fs::remove_file(e.root().join("m")).expect("rm");
     std::os::unix::fs::symlink(&outside, e.root().join("m")).expect("plant the symlink");
-    rt.block_on(sync_to(&h.repo, &h.commits[1], &e.open())).expect("sync");
+    e.sync(&rt, &h, 1).expect("sync");
     assert_eq!(mode(&outside) & 0o111, 0, "the symlink's target keeps its mode");
     assert_eq!(std::fs::read_to_string(&outside).expect("read"), "outside\n");
     h.assert_matches(&e, 1, "after the chmod");
@@ -944,26 +935,10 @@ fn a_chmod_of_a_file_replaced_by_a_symlink_writes_the_file() {
 /// and taking the target over (`--force`) works.
 #[test]
 fn a_state_folder_that_is_a_symlink_is_refused_naming_it() {
-    let rt = rt();
-    let h = History::random(19, 2);
-    let e = Export::new(ClientOptions::default());
-    rt.block_on(sync_to(&h.repo, &h.commits[0], &e.open())).expect("initial");
-    let outside = e.server.dir().join(format!("{}-outside-state", e.sub));
-    std::fs::create_dir(&outside).expect("mkdir outside");
-    let state = e.root().join(".treesync");
-    std::fs::remove_dir_all(&state).expect("rm .treesync");
-    std::os::unix::fs::symlink(&outside, &state).expect("plant the symlink");
-    let err = rt.block_on(sync_to(&h.repo, &h.commits[1], &e.open())).expect_err("refused");
-    assert!(
-        matches!(
-            err,
-            treesync_core::sync::Error::Backend(treesync_core::backend::Error::StateFolder { found: "symlink", .. })
-        ),
-        "{err}"
-    );
+    let Planting { rt, h, e, outside } = Planting::new(History::random(19, 2));
+    let err = rt.block_on(conformance::a_state_folder_that_is_a_symlink_is_refused(&e, &h, 1, &outside));
     assert!(err.to_string().contains(".treesync: it is a symlink"), "{err}");
-    assert_eq!(std::fs::read_dir(&outside).expect("ls").count(), 0, "nothing written where it points");
-    std::fs::remove_file(&state).expect("rm the symlink");
-    rt.block_on(treesync_testkit::conformance::sync_with(&h.repo, &h.commits[1], &e.open(), true)).expect("--force");
+    std::fs::remove_file(e.root().join(".treesync")).expect("rm the symlink");
+    rt.block_on(conformance::sync_with(&h.repo, &h.commits[1], &e.open(), true)).expect("--force");
     h.assert_matches(&e, 1, "after the planted symlink was removed");
 }

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use treesync_backend_nfs::{LookupJobs, Options, WriteJobs};
+use treesync_backend_nfs::{Options, Window};
 use treesync_testkit::conformance::DirFixture;
 
 /// A target directory written by the NFS backend with `options`.
@@ -21,9 +21,9 @@ mod adaptive {
 mod serial {
     use super::*;
     treesync_testkit::conformance_suite!(dir(Options {
-        lookup_jobs: LookupJobs::Fixed(1),
+        lookup_window: Window::Fixed(1),
         scan_jobs: 1,
-        write_jobs: WriteJobs::Fixed(1),
+        write_window: Window::Fixed(1),
         fsync: false
     }));
 }
@@ -32,9 +32,9 @@ mod serial {
 mod wide {
     use super::*;
     treesync_testkit::conformance_suite!(dir(Options {
-        lookup_jobs: LookupJobs::Fixed(8),
+        lookup_window: Window::Fixed(8),
         scan_jobs: 64,
-        write_jobs: WriteJobs::Fixed(32),
+        write_window: Window::Fixed(32),
         fsync: false
     }));
 }

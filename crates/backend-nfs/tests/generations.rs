@@ -22,6 +22,7 @@ use treesync_testkit::conformance::History;
 use treesync_testkit::conformance::host::HostFixture;
 use treesync_testkit::ganesha::Ganesha;
 use treesync_testkit::history;
+use treesync_testkit::runtime;
 use treesync_testkit::slowfs::{self, SlowFs};
 use treesync_testkit::tree::{self, Node};
 
@@ -129,10 +130,6 @@ mod host_mounted {
     treesync_testkit::host_suite!(Mounted::new());
 }
 
-fn rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime")
-}
-
 fn options(keep: usize) -> generation::Options {
     generation::Options {
         sync: sync::Options { backend_name: "test".into(), ..Default::default() },
@@ -143,14 +140,16 @@ fn options(keep: usize) -> generation::Options {
     }
 }
 
-fn atomic(
-    rt: &tokio::runtime::Runtime,
-    h: &History,
-    i: usize,
-    host: &ClientHost,
-    o: &generation::Options,
-) -> generation::Outcome {
-    rt.block_on(generation::sync(&h.repo, &h.commits[i], host, o, &|_| {}, &AtomicBool::new(false)))
+/// Where each test below starts: a runtime, a fresh place and a host on it.
+fn start() -> (tokio::runtime::Runtime, Place, ClientHost) {
+    let place = Place::new();
+    let host = place.host();
+    (runtime(), place, host)
+}
+
+/// An atomic sync to commit `i` of `h` through `host`, keeping `keep` generations.
+fn atomic(rt: &tokio::runtime::Runtime, h: &History, i: usize, host: &ClientHost, keep: usize) -> generation::Outcome {
+    rt.block_on(generation::sync(&h.repo, &h.commits[i], host, &options(keep), &|_| {}, &AtomicBool::new(false)))
         .unwrap_or_else(|e| panic!("atomic sync to commit {i}: {e}"))
 }
 
@@ -181,24 +180,21 @@ fn same_inode(a: &Path, b: &Path) -> bool {
 /// removes the retired generation on the server.
 #[test]
 fn atomic_syncs_switch_whole_generations_and_reuse_one_at_the_cost_of_the_diff() {
-    let rt = rt();
-    let place = Place::new();
+    let (rt, place, host) = start();
     let base = history::wide_tree(1000, 7);
     let (second, _) = history::change_some(&base, 6, 2, 2, 8);
     let (third, changed) = history::change_some(&second, 6, 2, 2, 9);
     let h = History::from_trees(&[base, second, third]);
-    let host = place.host();
-    let o = options(2);
 
     // First: a new generation g1, the target a link to it.
-    let first = atomic(&rt, &h, 0, &host, &o);
+    let first = atomic(&rt, &h, 0, &host, 2);
     assert_eq!((first.switch, first.switched, first.prepared.as_deref()), (Switch::Symlink, true, Some("g1")));
     assert!(first.cloned.is_none() && !first.reused, "{first:?}");
     assert_eq!(place.link().as_deref(), Some(".site.treesync/g1"));
     assert_tree(&h, 0, &place.read(), "first atomic sync");
 
     // Second: g2 starts as a hard-link farm of g1, brought to commit 1 by the diff.
-    let second = atomic(&rt, &h, 1, &host, &o);
+    let second = atomic(&rt, &h, 1, &host, 2);
     let cloned = second.cloned.expect("a new generation is cloned from the current one");
     assert_eq!(cloned.how, CloneHow::Hardlink, "{cloned:?}");
     // The slot, dir000 and its 10 subdirectories (1,000 files spread over 10 directories).
@@ -217,7 +213,7 @@ fn atomic_syncs_switch_whole_generations_and_reuse_one_at_the_cost_of_the_diff()
 
     // Third: g1 is past the grace period (0) and is brought from commit 0 to commit 2.
     let before = calls(&host);
-    let third = atomic(&rt, &h, 2, &host, &o);
+    let third = atomic(&rt, &h, 2, &host, 2);
     let cost = delta(&calls(&host), &before);
     assert!(third.reused && third.cloned.is_none(), "{third:?}");
     assert_eq!((third.prepared.as_deref(), third.retired.as_deref()), (Some("g1"), Some("g2")));
@@ -240,11 +236,11 @@ fn atomic_syncs_switch_whole_generations_and_reuse_one_at_the_cost_of_the_diff()
     assert!(cost.get("LOOKUP").copied().unwrap_or(0) <= 2 * k + 40, "no lookup of unchanged paths: {cost:?}");
 
     // Nothing to do: the same commit again switches nothing.
-    let again = atomic(&rt, &h, 2, &host, &o);
+    let again = atomic(&rt, &h, 2, &host, 2);
     assert!(!again.switched && again.removed.is_empty(), "{again:?}");
 
     // Cleanup: with --keep 1 the retired g2 is removed from the server.
-    let cleaned = atomic(&rt, &h, 2, &host, &options(1));
+    let cleaned = atomic(&rt, &h, 2, &host, 1);
     assert_eq!(cleaned.removed, ["g2"], "{cleaned:?}");
     assert!(!place.slot("g2").exists(), "g2 is gone from the server");
     assert_eq!(rt.block_on(host.slots()).expect("slots"), ["g1"]);
@@ -255,16 +251,13 @@ fn atomic_syncs_switch_whole_generations_and_reuse_one_at_the_cost_of_the_diff()
 /// into the home and a link takes its name), and goes back to a real directory with `leave`.
 #[test]
 fn a_directory_target_becomes_atomic_and_back() {
-    let rt = rt();
-    let place = Place::new();
+    let (rt, place, host) = start();
     let h = History::random(21, 3);
-    let host = place.host();
     let target = treesync_backend_nfs::client::open(&place.url(), ClientOptions::default()).expect("valid URL");
     rt.block_on(treesync_testkit::conformance::sync_to(&h.repo, &h.commits[0], &target)).expect("ordinary sync");
     assert!(std::fs::symlink_metadata(place.dir().join("site")).expect("site").is_dir());
 
-    let o = options(2);
-    let first = atomic(&rt, &h, 1, &host, &o);
+    let first = atomic(&rt, &h, 1, &host, 2);
     assert!(first.switched && first.cloned.is_some(), "the new generation starts as a copy of the directory");
     let displaced = first.retired.clone().expect("the directory is kept as a retired generation");
     assert_eq!(place.link(), Some(format!(".site.treesync/{}", first.prepared.clone().expect("prepared"))));
@@ -280,7 +273,7 @@ fn a_directory_target_becomes_atomic_and_back() {
     assert_tree(&h, 1, &place.read(), "after leaving generations");
 
     // The first host (a long-lived watch) makes the target atomic again in a new home.
-    let back = atomic(&rt, &h, 2, &host, &o);
+    let back = atomic(&rt, &h, 2, &host, 2);
     assert!(back.switched, "{back:?}");
     assert_tree(&h, 2, &place.read(), "atomic again with a host that knew the removed home");
 }
@@ -288,7 +281,7 @@ fn a_directory_target_becomes_atomic_and_back() {
 /// A target at the root of its export has no parent inside the export for its generations.
 #[test]
 fn a_target_at_the_export_root_is_refused_with_a_hint() {
-    let rt = rt();
+    let rt = runtime();
     let server = Ganesha::shared();
     let host = ClientHost::open(&server.url(""), ClientOptions::default()).expect("valid URL");
     let e = rt.block_on(host.at_target()).expect_err("the export root").to_string();
@@ -298,20 +291,17 @@ fn a_target_at_the_export_root_is_refused_with_a_hint() {
 /// Removing a retired generation removes the symlinks in it and never what they point to.
 #[test]
 fn removing_a_generation_never_follows_a_symlink() {
-    let rt = rt();
-    let place = Place::new();
+    let (rt, place, host) = start();
     let h = History::random(5, 2);
-    let host = place.host();
-    let o = options(2);
-    atomic(&rt, &h, 0, &host, &o);
-    atomic(&rt, &h, 1, &host, &o);
+    atomic(&rt, &h, 0, &host, 2);
+    atomic(&rt, &h, 1, &host, 2);
     // Planted in the retired g1: links to a directory and a file outside it.
     let outside = place.dir().join("outside");
     std::fs::create_dir(&outside).expect("outside");
     std::fs::write(outside.join("precious"), b"keep me").expect("precious");
     std::os::unix::fs::symlink(&outside, place.slot("g1").join("to-dir")).expect("link to a directory");
     std::os::unix::fs::symlink(outside.join("precious"), place.slot("g1").join("to-file")).expect("link to a file");
-    let cleaned = atomic(&rt, &h, 1, &host, &options(1));
+    let cleaned = atomic(&rt, &h, 1, &host, 1);
     assert_eq!(cleaned.removed, ["g1"], "{cleaned:?}");
     assert!(!place.slot("g1").exists(), "g1 is gone");
     assert_eq!(std::fs::read(outside.join("precious")).expect("still there"), b"keep me");
@@ -323,12 +313,9 @@ fn removing_a_generation_never_follows_a_symlink() {
 /// the next run, which ends with the target on the new commit.
 #[test]
 fn leftovers_of_a_killed_run_are_cleaned_up_by_the_next() {
-    let rt = rt();
-    let place = Place::new();
+    let (rt, place, host) = start();
     let h = History::random(9, 2);
-    let host = place.host();
-    let o = options(2);
-    atomic(&rt, &h, 0, &host, &o);
+    atomic(&rt, &h, 0, &host, 2);
     let home = place.dir().join(".site.treesync");
     // A copy of g1 cut short: some directories and files, no state, recorded as cloning.
     let record_path = home.join("generations");
@@ -342,7 +329,7 @@ fn leftovers_of_a_killed_run_are_cleaned_up_by_the_next() {
     std::fs::create_dir_all(home.join("trash-g9/x")).expect("trash");
     std::os::unix::fs::symlink(".site.treesync/g9", home.join("tmp/link")).expect("a stale link");
 
-    let next = atomic(&rt, &h, 1, &host, &o);
+    let next = atomic(&rt, &h, 1, &host, 2);
     assert!(next.switched, "{next:?}");
     assert!(next.removed.contains(&cut) && next.removed.iter().any(|r| r == "trash-g9"), "{next:?}");
     assert_tree(&h, 1, &place.read(), "after a killed run's leftovers");

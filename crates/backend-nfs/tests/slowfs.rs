@@ -10,11 +10,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use treesync_backend_local::LocalBackend;
-use treesync_backend_nfs::{LookupJobs, Options, WriteJobs};
-use treesync_core::{Backend, verify};
+use treesync_backend_nfs::{NfsBackend, Options, Window};
+use treesync_core::policy::Budgets;
+use treesync_core::{Backend, RelPath, sync, verify};
 use treesync_testkit::Rng;
-use treesync_testkit::conformance::{Fixture, History, sync_to};
-use treesync_testkit::history::{self, Model};
+use treesync_testkit::conformance::{self, Fixture, History, sync_to};
+use treesync_testkit::runtime;
 use treesync_testkit::slowfs::{self, Config, Op, SlowFs};
 use treesync_testkit::tree::{self, Node};
 use treesync_testkit::verify_at;
@@ -26,10 +27,6 @@ fn slow(record_paths: bool) -> SlowFs {
     SlowFs::temp(Config { meta_latency: LATENCY, record_paths, ..Config::default() }).expect("mount slowfs")
 }
 
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime")
-}
-
 struct Slow {
     fs: SlowFs,
     options: Options,
@@ -38,6 +35,11 @@ struct Slow {
 impl Slow {
     fn new(options: Options) -> Self {
         Slow { fs: slow(false), options }
+    }
+    /// Sync this target to commit `i` of `h` through the mount, by a backend of its own.
+    #[allow(clippy::result_large_err)] // the results as `sync::sync` gives them
+    fn sync(&self, rt: &tokio::runtime::Runtime, h: &History, i: usize) -> Result<sync::Outcome, sync::Error> {
+        rt.block_on(sync_to(&h.repo, &h.commits[i], &*self.backend()))
     }
     fn mounted(&self) -> PathBuf {
         self.fs.path().join("target")
@@ -163,6 +165,16 @@ mod conformance_on_slowfs {
     treesync_testkit::conformance_suite!(Slow::new(Options::default()));
 }
 
+/// A fresh mount (recording paths or not) with commit 0 of `h` in `t`, synced behind it (in
+/// the backing directory, at the speed of a local disk): for the tests that only read it
+/// through the mount.
+fn synced_behind(rt: &tokio::runtime::Runtime, h: &History, record_paths: bool) -> SlowFs {
+    let fs = slow(record_paths);
+    rt.block_on(sync_to(&h.repo, &h.commits[0], &LocalBackend::new(fs.backing().join("t"), Default::default())))
+        .expect("initial");
+    fs
+}
+
 /// Random histories walked forward, backward and by far jumps through the mount, each step
 /// compared with `git archive`, with the default budgets and with everything serialized.
 #[test]
@@ -171,30 +183,14 @@ fn random_histories_match_git_on_the_slow_filesystem() {
     let rt = runtime();
     for (seed, options) in [
         (300, Options::default()),
-        (
-            301,
-            Options { lookup_jobs: LookupJobs::Fixed(1), scan_jobs: 1, write_jobs: WriteJobs::Fixed(1), fsync: false },
-        ),
-        (
-            302,
-            Options { lookup_jobs: LookupJobs::Fixed(2), scan_jobs: 2, write_jobs: WriteJobs::Fixed(16), fsync: false },
-        ),
+        (301, Options { lookup_window: Window::Fixed(1), scan_jobs: 1, write_window: Window::Fixed(1), fsync: false }),
+        (302, Options { lookup_window: Window::Fixed(2), scan_jobs: 2, write_window: Window::Fixed(16), fsync: false }),
     ] {
         let h = History::random(seed, 16);
         let name = format!("walk{seed}");
         let backend = treesync_backend_nfs::open(fs.path().join(&name), options);
-        let mut rng = Rng::new(seed);
-        let n = h.commits.len();
-        let mut order: Vec<usize> = (0..n).collect();
-        order.extend((0..8).map(|_| rng.below(n)));
-        order.extend((0..n).rev().step_by(3));
-        for (step, &i) in order.iter().enumerate() {
-            rt.block_on(sync_to(&h.repo, &h.commits[i], &backend))
-                .unwrap_or_else(|e| panic!("seed {seed} step {step}: {e}"));
-            if let Some(d) = tree::diff(&h.expected(i), &tree::read_dir(&fs.backing().join(&name))) {
-                panic!("seed {seed} step {step}: target differs from git archive of commit {i}:\n{d}");
-            }
-        }
+        let order = h.walk_order(&mut Rng::new(seed), 8, 3);
+        rt.block_on(h.walk_dir(&backend, &fs.backing().join(&name), &order, seed));
     }
 }
 
@@ -208,7 +204,7 @@ fn verify_scan_keeps_many_lookups_in_flight_and_two_requests_per_file() {
     let fs = slow(false);
     let rt = runtime();
     let n = 3_000;
-    let h = History::from_trees(&[history::wide_tree(n, 10)] as &[Model]);
+    let h = History::wide(n, 10);
     let backend = treesync_backend_nfs::open(fs.path().join("t"), Options::default());
     assert_eq!(
         (backend.policy().lookups, backend.policy().scans),
@@ -239,12 +235,10 @@ fn verify_scan_keeps_many_lookups_in_flight_and_two_requests_per_file() {
 /// drift is still found in both.
 #[test]
 fn a_verify_that_hashes_reads_many_files_at_once_within_the_budget() {
-    let fs = slow(false);
     let rt = runtime();
     let n = 600;
-    let h = History::from_trees(&[history::wide_tree(n, 6)] as &[Model]);
-    rt.block_on(sync_to(&h.repo, &h.commits[0], &LocalBackend::new(fs.backing().join("t"), Default::default())))
-        .expect("initial");
+    let h = History::wide(n, 6);
+    let fs = synced_behind(&rt, &h, false);
     let victim = h
         .expected(0)
         .into_iter()
@@ -256,8 +250,7 @@ fn a_verify_that_hashes_reads_many_files_at_once_within_the_budget() {
     bytes[0] ^= 1;
     std::fs::write(&on_disk, bytes).expect("drift");
     let mut seen = Vec::new();
-    for options in
-        [Options::default(), Options { lookup_jobs: LookupJobs::Fixed(1), scan_jobs: 1, ..Options::default() }]
+    for options in [Options::default(), Options { lookup_window: Window::Fixed(1), scan_jobs: 1, ..Options::default() }]
     {
         let backend = treesync_backend_nfs::open(fs.path().join("t"), options);
         fs.reset();
@@ -278,16 +271,14 @@ fn a_verify_that_hashes_reads_many_files_at_once_within_the_budget() {
 /// two (the check can fail).
 #[test]
 fn lookup_budget_holds_at_the_filesystem() {
-    let fs = slow(false);
     let rt = runtime();
-    let h = History::from_trees(&[history::wide_tree(1_500, 8)] as &[Model]);
-    rt.block_on(sync_to(&h.repo, &h.commits[0], &LocalBackend::new(fs.backing().join("t"), Default::default())))
-        .expect("initial");
+    let h = History::wide(1_500, 8);
+    let fs = synced_behind(&rt, &h, false);
     let mut seen = Vec::new();
     for lookups in [1, 2] {
         let backend = treesync_backend_nfs::open(
             fs.path().join("t"),
-            Options { lookup_jobs: LookupJobs::Fixed(lookups), scan_jobs: lookups, ..Options::default() },
+            Options { lookup_window: Window::Fixed(lookups), scan_jobs: lookups, ..Options::default() },
         );
         fs.reset();
         let report = rt.block_on(verify_at(&h.repo, &backend, verify::Level::Quick)).expect("verify");
@@ -307,13 +298,13 @@ fn lookup_budget_holds_at_the_filesystem() {
 fn write_budget_holds_at_the_filesystem() {
     let fs = slow(false);
     let rt = runtime();
-    let h = History::from_trees(&[history::wide_tree(600, 9)] as &[Model]);
+    let h = History::wide(600, 9);
     let mut seen = Vec::new();
-    for (i, jobs) in [WriteJobs::Fixed(4), WriteJobs::Fixed(24)].into_iter().enumerate() {
+    for (i, jobs) in [Window::Fixed(4), Window::Fixed(24)].into_iter().enumerate() {
         fs.reset();
         let backend = treesync_backend_nfs::open(
             fs.path().join(format!("w{i}")),
-            Options { write_jobs: jobs, ..Options::default() },
+            Options { write_window: jobs, ..Options::default() },
         );
         rt.block_on(sync_to(&h.repo, &h.commits[0], &backend)).expect("sync");
         let stats = fs.settled_stats();
@@ -363,29 +354,44 @@ fn inode(p: &Path) -> u64 {
     std::fs::symlink_metadata(p).expect("stat").ino()
 }
 
+/// Where the tests below plant, behind the mount, what a user of the server could: a target on
+/// a fresh mount synced to the first of two random commits (from `seed`), and `outside`, a path
+/// beside it in the backing directory (outside the tree it syncs).
+struct Planting {
+    rt: tokio::runtime::Runtime,
+    h: History,
+    f: Slow,
+    outside: PathBuf,
+}
+
+impl Planting {
+    fn new(seed: u64) -> Self {
+        let (rt, h, f) = (runtime(), History::random(seed, 2), Slow::new(Options::default()));
+        f.sync(&rt, &h, 0).expect("initial");
+        let outside = f.fs.backing().join("outside");
+        Planting { rt, h, f, outside }
+    }
+}
+
 /// `.treesync/lock` as a hard link (made on the server side) to a file outside the tree: the
 /// holder line is not written over that file's first bytes; the sync stops naming the path and
 /// what to do, and runs once the link is removed.
 #[test]
 fn a_lock_file_that_is_a_hard_link_is_not_written_through_on_a_mount() {
-    let f = Slow::new(Options::default());
-    let rt = runtime();
-    let h = History::random(61, 2);
-    rt.block_on(sync_to(&h.repo, &h.commits[0], &*f.backend())).expect("initial");
-    let outside = f.fs.backing().join("outside-lock");
+    let Planting { rt, h, f, outside } = Planting::new(61);
     let secret = "SECRET-TOKEN and more bytes than a holder line has, so that an overwrite shows at once ".repeat(4);
     std::fs::write(&outside, &secret).expect("outside file");
     let lock = f.backing().join(".treesync/lock");
     std::fs::remove_file(&lock).expect("rm lock");
     std::fs::hard_link(&outside, &lock).expect("plant the lock");
-    let result = rt.block_on(sync_to(&h.repo, &h.commits[1], &*f.backend()));
+    let result = f.sync(&rt, &h, 1);
     assert_eq!(std::fs::read_to_string(&outside).expect("read"), secret, "the outside file is unchanged");
     let err = result.expect_err("refused").to_string();
     assert!(err.contains(".treesync/lock") && err.contains("hard link") && err.contains("hint"), "{err}");
     assert!(!err.contains("SECRET-TOKEN"), "{err}");
     h.assert_matches(&f, 0, "nothing changed");
     std::fs::remove_file(&lock).expect("rm the planted lock");
-    rt.block_on(sync_to(&h.repo, &h.commits[1], &*f.backend())).expect("sync once it is gone");
+    f.sync(&rt, &h, 1).expect("sync once it is gone");
     h.assert_matches(&f, 1, "after the planted lock was removed");
 }
 
@@ -393,17 +399,13 @@ fn a_lock_file_that_is_a_hard_link_is_not_written_through_on_a_mount() {
 /// holds a copy of it: the state is written to a new file, the outside one is unchanged.
 #[test]
 fn a_state_file_that_is_a_hard_link_is_replaced_on_a_mount() {
-    let f = Slow::new(Options::default());
-    let rt = runtime();
-    let h = History::random(62, 2);
-    rt.block_on(sync_to(&h.repo, &h.commits[0], &*f.backend())).expect("initial");
-    let outside = f.fs.backing().join("outside-state");
+    let Planting { rt, h, f, outside } = Planting::new(62);
     let state = f.backing().join(".treesync/state");
     std::fs::copy(&state, &outside).expect("copy state");
     let before = std::fs::read_to_string(&outside).expect("read");
     std::fs::remove_file(&state).expect("rm state");
     std::fs::hard_link(&outside, &state).expect("plant the state");
-    rt.block_on(sync_to(&h.repo, &h.commits[1], &*f.backend())).expect("sync");
+    f.sync(&rt, &h, 1).expect("sync");
     assert_eq!(std::fs::read_to_string(&outside).expect("read"), before, "the outside file is unchanged");
     assert_ne!(inode(&state), inode(&outside), "the state is a file of its own again");
     h.assert_matches(&f, 1, "after the planted state");
@@ -415,24 +417,9 @@ fn a_state_file_that_is_a_hard_link_is_replaced_on_a_mount() {
 /// refused naming it as the local backend does, nothing written where it points.
 #[test]
 fn a_state_folder_that_is_a_symlink_is_refused_naming_it_on_a_mount() {
-    let f = Slow::new(Options::default());
-    let rt = runtime();
-    let h = History::random(65, 2);
-    rt.block_on(sync_to(&h.repo, &h.commits[0], &*f.backend())).expect("initial");
-    let outside = f.fs.backing().join("outside-state");
+    let Planting { rt, h, f, outside } = Planting::new(65);
     std::fs::create_dir(&outside).expect("mkdir outside");
-    let state = f.backing().join(".treesync");
-    std::fs::remove_dir_all(&state).expect("rm .treesync");
-    std::os::unix::fs::symlink(&outside, &state).expect("plant the symlink");
-    let err = rt.block_on(sync_to(&h.repo, &h.commits[1], &*f.backend())).expect_err("refused");
-    assert!(
-        matches!(
-            err,
-            treesync_core::sync::Error::Backend(treesync_core::backend::Error::StateFolder { found: "symlink", .. })
-        ),
-        "{err}"
-    );
-    assert_eq!(std::fs::read_dir(&outside).expect("ls").count(), 0, "nothing written where it points");
+    rt.block_on(conformance::a_state_folder_that_is_a_symlink_is_refused(&f, &h, 1, &outside));
 }
 
 /// A verify of one slice of N costs about 1/N of a whole verify's requests at the filesystem,
@@ -440,12 +427,10 @@ fn a_state_folder_that_is_a_symlink_is_refused_naming_it_on_a_mount() {
 #[test]
 fn a_slice_of_n_costs_about_one_nth_of_a_whole_verify_at_the_filesystem() {
     use treesync_core::slice::Slice;
-    let fs = slow(true);
     let rt = runtime();
     // 64 directories of 100 files (dir000/sub00 … dir006/sub03).
-    let h = History::from_trees(&[history::wide_tree(6_400, 11)] as &[Model]);
-    rt.block_on(sync_to(&h.repo, &h.commits[0], &LocalBackend::new(fs.backing().join("t"), Default::default())))
-        .expect("initial");
+    let h = History::wide(6_400, 11);
+    let fs = synced_behind(&rt, &h, true);
     let backend = treesync_backend_nfs::open(fs.path().join("t"), Options::default());
     let limits = treesync_core::plan::Limits::default();
     fs.reset();
@@ -502,23 +487,35 @@ fn a_slice_of_n_costs_about_one_nth_of_a_whole_verify_at_the_filesystem() {
     assert!(sum as f64 <= full as f64 * 1.1, "the slices together cost about one whole verify: {sum} vs {full}");
 }
 
-/// `D` directories under the target, each holding `S` subdirectories, made in the backing
-/// directory; their relative paths, subdirectories grouped by parent.
-fn dirs_on(fs: &SlowFs, d: usize, s: usize) -> (Vec<treesync_core::RelPath>, Vec<treesync_core::RelPath>) {
-    let rel = |p: &str| treesync_core::RelPath::parse(p).expect("path");
-    let (mut top, mut sub) = (Vec::new(), Vec::new());
-    for i in 0..d {
-        top.push(rel(&format!("d{i:03}")));
-        for j in 0..s {
-            std::fs::create_dir_all(fs.backing().join(format!("t/d{i:03}/s{j:02}"))).expect("mkdir");
-            sub.push(rel(&format!("d{i:03}/s{j:02}")));
+/// What the probe tests below start from: a fresh mount with `d` directories under the target,
+/// each holding `s` subdirectories (made in the backing directory), their relative paths
+/// (subdirectories grouped by parent), and the NFS backend on the target with the defaults.
+struct Dirs {
+    fs: SlowFs,
+    top: Vec<RelPath>,
+    sub: Vec<RelPath>,
+    backend: Budgets<NfsBackend>,
+}
+
+impl Dirs {
+    fn new(d: usize, s: usize) -> Self {
+        let fs = slow(false);
+        let rel = |p: &str| RelPath::parse(p).expect("path");
+        let (mut top, mut sub) = (Vec::new(), Vec::new());
+        for i in 0..d {
+            top.push(rel(&format!("d{i:03}")));
+            for j in 0..s {
+                std::fs::create_dir_all(fs.backing().join(format!("t/d{i:03}/s{j:02}"))).expect("mkdir");
+                sub.push(rel(&format!("d{i:03}/s{j:02}")));
+            }
         }
+        let backend = treesync_backend_nfs::open(fs.path().join("t"), Options::default());
+        Dirs { fs, top, sub, backend }
     }
-    (top, sub)
 }
 
 /// Probe `dirs` with up to `n` probes in flight (as the executor does with the ops of a plan).
-async fn probe_all(backend: &dyn Backend, dirs: &[treesync_core::RelPath], n: usize) {
+async fn probe_all(backend: &dyn Backend, dirs: &[RelPath], n: usize) {
     use futures::StreamExt;
     futures::stream::iter(dirs).for_each_concurrent(n, |d| async move { backend.probe(d).await.expect("probe") }).await;
 }
@@ -528,10 +525,8 @@ async fn probe_all(backend: &dyn Backend, dirs: &[treesync_core::RelPath], n: us
 /// twice when many ops below it ask for it at once.
 #[test]
 fn lookups_overlap_in_one_directory_and_none_is_looked_up_twice() {
-    let fs = slow(false);
     let rt = runtime();
-    let (top, sub) = dirs_on(&fs, 12, 3);
-    let backend = treesync_backend_nfs::open(fs.path().join("t"), Options::default());
+    let Dirs { fs, top, sub, backend } = Dirs::new(12, 3);
     fs.reset();
     // Every subdirectory at once: twelve parents wanted in the root, three children in each.
     rt.block_on(probe_all(&backend, &sub, 64));
@@ -549,10 +544,8 @@ fn lookups_overlap_in_one_directory_and_none_is_looked_up_twice() {
 /// ceiling), while a probe of a directory already open takes no place and gives no sample.
 #[test]
 fn the_lookup_budget_widens_on_a_mount_that_keeps_up() {
-    let fs = slow(false);
     let rt = runtime();
-    let (top, sub) = dirs_on(&fs, 48, 12);
-    let backend = treesync_backend_nfs::open(fs.path().join("t"), Options::default());
+    let Dirs { fs: _mounted, top, sub, backend } = Dirs::new(48, 12);
     assert!(backend.lookups().is_adaptive(), "adaptive by default");
     // The parents first (all in the root), then their children, many at once.
     rt.block_on(probe_all(&backend, &top, 64));

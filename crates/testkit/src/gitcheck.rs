@@ -14,7 +14,6 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::Path;
-use std::process::Command;
 
 use crate::history::{self, Entry, Model};
 use crate::tree::{self, Node};
@@ -33,11 +32,8 @@ fn git_in(dir: &Path, args: &[&str]) -> String {
 /// [`git_in`], returning its stdout (trimmed) and its stderr (what git printed on the way, such
 /// as `error: failed to encode 'PATH' from UTF-8 to ENC` for a file it wrote unconverted).
 fn git_reporting(dir: &Path, args: &[&str]) -> (String, String) {
-    let out = Command::new("git")
-        .current_dir(dir)
+    let out = crate::git_command(dir)
         .args(args)
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .env("GIT_CONFIG_GLOBAL", "/dev/null")
         .env_remove("GIT_DIR")
         .env_remove("GIT_WORK_TREE")
         .env_remove("GIT_INDEX_FILE")
@@ -103,27 +99,10 @@ pub fn expected_reporting(repo: &Path, rev: &str, config: &[(&str, &str)]) -> (S
 pub fn archive_expected(repo: &Path, rev: &str, config: &[(&str, &str)]) -> (Snapshot, String) {
     let mut args = config_args(config);
     args.extend(["archive".into(), "--format=tar".into(), rev.into()]);
-    let out = Command::new("git")
-        .current_dir(repo)
-        .args(&args)
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .env("GIT_CONFIG_GLOBAL", "/dev/null")
-        .env_remove("GIT_DIR")
-        .output()
-        .expect("git archive runs");
+    let out = crate::git_command(repo).args(&args).env_remove("GIT_DIR").output().expect("git archive runs");
     assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
     let dir = tempfile::tempdir().expect("tempdir");
-    let mut tar = Command::new("tar")
-        .current_dir(dir.path())
-        .args(["-xf", "-"])
-        .stdin(std::process::Stdio::piped())
-        .spawn()
-        .expect("tar runs");
-    {
-        use std::io::Write;
-        tar.stdin.take().expect("piped").write_all(&out.stdout).expect("tar input");
-    }
-    assert!(tar.wait().expect("tar finishes").success(), "tar -x of git archive {rev} failed");
+    crate::untar(&out.stdout, dir.path());
     (tree::read_dir(dir.path()), String::from_utf8_lossy(&out.stderr).into_owned())
 }
 

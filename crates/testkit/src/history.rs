@@ -33,6 +33,11 @@ pub fn file(content: impl AsRef<[u8]>) -> Entry {
     Entry::File { content: content.as_ref().to_vec(), executable: false }
 }
 
+/// An executable file (`100755`) holding `content`.
+pub fn executable(content: impl AsRef<[u8]>) -> Entry {
+    Entry::File { content: content.as_ref().to_vec(), executable: true }
+}
+
 /// A tree as a map from `/`-separated path to leaf entry; directories are implied.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Model(pub BTreeMap<String, Entry>);
@@ -43,6 +48,15 @@ impl Model {
         let mut m = Model::default();
         for (path, content) in files {
             m.insert(path, file(content));
+        }
+        m
+    }
+
+    /// This tree with `changes` put in, one after the other as by [`Model::insert`].
+    pub fn with<P: AsRef<str>>(&self, changes: impl IntoIterator<Item = (P, Entry)>) -> Model {
+        let mut m = self.clone();
+        for (path, entry) in changes {
+            m.insert(path.as_ref(), entry);
         }
         m
     }

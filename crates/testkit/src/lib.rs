@@ -34,13 +34,7 @@ use std::process::{Command, Stdio};
 
 /// Run git in `dir` and return its stdout; panics with git's stderr on failure.
 pub fn git(dir: &Path, args: &[&str]) -> String {
-    let out = Command::new("git")
-        .current_dir(dir)
-        .args(args)
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .env("GIT_CONFIG_GLOBAL", "/dev/null")
-        .output()
-        .expect("git runs");
+    let out = git_command(dir).args(args).output().expect("git runs");
     assert!(out.status.success(), "git {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
     String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
@@ -48,39 +42,43 @@ pub fn git(dir: &Path, args: &[&str]) -> String {
 /// Write a tree object with exactly these raw entries (mode, name, hex id), in the order given,
 /// bypassing git's checks (`hash-object -t tree --literally`); its id.
 pub fn raw_tree(repo: &Path, entries: &[(&str, &[u8], &str)]) -> String {
-    let mut body = Vec::new();
-    for (mode, name, id) in entries {
-        body.extend_from_slice(mode.as_bytes());
-        body.push(b' ');
-        body.extend_from_slice(name);
-        body.push(0);
-        for i in 0..20 {
-            body.push(u8::from_str_radix(&id[2 * i..2 * i + 2], 16).expect("a 40-digit hex object id"));
-        }
-    }
+    let body: Vec<u8> = entries.iter().flat_map(|(mode, name, id)| pack::tree_entry(mode, name, id)).collect();
     git_stdin(repo, &["hash-object", "-t", "tree", "-w", "--literally", "--stdin"], &body)
 }
 
 /// Run git with `input` on stdin.
 pub fn git_stdin(dir: &Path, args: &[&str], input: &[u8]) -> String {
+    let out = run_with_input(git_command(dir).args(args), input);
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// git in `dir`, without the system's or the user's config (what a test sees must not depend
+/// on the machine's settings).
+pub fn git_command(dir: &Path) -> Command {
+    let mut cmd = Command::new("git");
+    cmd.current_dir(dir).env("GIT_CONFIG_NOSYSTEM", "1").env("GIT_CONFIG_GLOBAL", "/dev/null");
+    cmd
+}
+
+/// Run `cmd` with `input` on its stdin, written from a thread of its own (a large input cannot
+/// block against the output), and its output piped; panics, with its stderr, unless it
+/// succeeds.
+pub fn run_with_input(cmd: &mut Command, input: &[u8]) -> std::process::Output {
     use std::io::Write;
-    let mut child = Command::new("git")
-        .current_dir(dir)
-        .args(args)
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .env("GIT_CONFIG_GLOBAL", "/dev/null")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("git runs");
+    let mut child =
+        cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("the command runs");
     let mut stdin = child.stdin.take().expect("piped");
     let input = input.to_vec();
     let writer = std::thread::spawn(move || stdin.write_all(&input));
-    let out = child.wait_with_output().expect("git finishes");
+    let out = child.wait_with_output().expect("the command finishes");
     writer.join().expect("writer thread").expect("stdin written");
-    assert!(out.status.success(), "git {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
+    assert!(out.status.success(), "{cmd:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+    out
+}
+
+/// The runtime tests drive backends with: two worker threads, I/O and timers enabled.
+pub fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime")
 }
 
 /// A bare repository in a temporary directory.
@@ -115,13 +113,12 @@ pub fn archive(repo: &Path, rev: &str, dest: &Path) {
         .output()
         .expect("git archive runs");
     assert!(archive.status.success(), "git archive {rev}: {}", String::from_utf8_lossy(&archive.stderr));
-    let mut tar =
-        Command::new("tar").current_dir(dest).args(["-xf", "-"]).stdin(Stdio::piped()).spawn().expect("tar runs");
-    {
-        use std::io::Write;
-        tar.stdin.take().expect("piped").write_all(&archive.stdout).expect("tar input");
-    }
-    assert!(tar.wait().expect("tar finishes").success(), "tar -x failed");
+    untar(&archive.stdout, dest);
+}
+
+/// Extract the tar archive `tar` into the directory `dest`.
+pub fn untar(tar: &[u8], dest: &Path) {
+    run_with_input(Command::new("tar").current_dir(dest).args(["-xf", "-"]), tar);
 }
 
 /// How `target` differs from `git archive REV` of `bare`; `None` when it holds exactly that.

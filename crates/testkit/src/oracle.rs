@@ -27,7 +27,7 @@ use std::sync::OnceLock;
 
 use crate::BareRepo;
 use crate::gitcheck::Snapshot;
-use crate::history::{self, Entry, Model};
+use crate::history::{self, Model};
 use crate::tree::Node;
 
 /// One attribute cell: a slug (its directory name), the family it is counted under, the
@@ -327,17 +327,13 @@ fn encoding_dir(name: &str, taken: &mut HashSet<String>) -> String {
     dir
 }
 
-fn file(content: &[u8]) -> Entry {
-    Entry::File { content: content.to_vec(), executable: false }
-}
-
 /// The matrix as a tree, and the cell of each of its files (`.gitattributes` files are
 /// counted under `attributes files`).
 pub fn model(size: Size) -> (Model, BTreeMap<String, Cell>) {
     let mut m = Model::default();
     let mut cells = BTreeMap::new();
     let mut put = |m: &mut Model, path: String, content: &[u8], family: &str| {
-        m.insert(&path, file(content));
+        m.insert(&path, history::file(content));
         cells.insert(path, Cell { family: family.to_string() });
     };
     let shapes = |placement: usize| -> Vec<(&str, &[u8])> {

@@ -3,9 +3,7 @@
 //! 100,000 nested trees), or that git's own builders refuse to make (`git fast-import`
 //! overflows its stack on such a chain).
 
-use std::io::Write;
 use std::path::Path;
-use std::process::{Command, Stdio};
 
 /// The kind of an object in a [`Pack`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -115,21 +113,7 @@ impl Pack {
         let mut h = gix_hash::hasher(gix_hash::Kind::Sha1);
         h.update(&pack);
         pack.extend_from_slice(h.try_finalize().expect("no collision").as_slice());
-        let mut child = Command::new("git")
-            .current_dir(repo)
-            .args(["index-pack", "--stdin"])
-            .env("GIT_CONFIG_NOSYSTEM", "1")
-            .env("GIT_CONFIG_GLOBAL", "/dev/null")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("git runs");
-        let mut stdin = child.stdin.take().expect("piped");
-        let writer = std::thread::spawn(move || stdin.write_all(&pack));
-        let out = child.wait_with_output().expect("git index-pack finishes");
-        writer.join().expect("writer thread").expect("pack written");
-        assert!(out.status.success(), "git index-pack failed: {}", String::from_utf8_lossy(&out.stderr));
+        crate::run_with_input(crate::git_command(repo).args(["index-pack", "--stdin"]), &pack);
     }
 }
 

@@ -50,7 +50,7 @@ pub fn race(backend: &(dyn Fn() -> Arc<dyn Backend> + Sync), read_root: &Path, r
     let (ca, cb) = (contents(&a), contents(&b));
     let paths: Vec<String> = ca.keys().chain(cb.keys()).cloned().collect();
     let h = History::from_trees(&[a, b]);
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
+    let rt = crate::runtime();
     rt.block_on(sync_to(&h.repo, &h.commits[0], &*backend())).expect("initial");
     let stop = AtomicBool::new(false);
     let (mut reads, mut bad) = (0u64, Vec::new());

@@ -3,18 +3,14 @@
 //! system or global configuration of the machine.
 
 use std::path::Path;
-use std::process::Command;
 
 /// Run git in `dir` with an identity and the settings above; its trimmed stdout. Panics with
 /// git's stderr on failure.
 pub fn git(dir: &Path, args: &[&str]) -> String {
-    let out = Command::new("git")
-        .current_dir(dir)
+    let out = crate::git_command(dir)
         .args(["-c", "protocol.file.allow=always", "-c", "user.name=T", "-c", "user.email=t@t"])
         .args(["-c", "init.defaultBranch=main", "-c", "advice.detachedHead=false"])
         .args(args)
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .env("GIT_CONFIG_GLOBAL", "/dev/null")
         .output()
         .expect("git runs");
     assert!(out.status.success(), "git {args:?} in {}: {}", dir.display(), String::from_utf8_lossy(&out.stderr));

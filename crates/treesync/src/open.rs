@@ -333,8 +333,8 @@ pub fn check(target: &Target, backend: BackendKind) -> Result<(BackendKind, Stri
 fn nfs_writes(
     options: &TargetOptions,
     default: Adaptive,
-) -> Result<(treesync_backend_nfs::WriteJobs, usize, String), OpenError> {
-    use treesync_backend_nfs::WriteJobs as Nfs;
+) -> Result<(treesync_backend_nfs::Window, usize, String), OpenError> {
+    use treesync_backend_nfs::Window as Nfs;
     let range = |a: &Adaptive| format!("{}..={}, starting at {}", a.min, a.max, a.initial);
     Ok(match (options.jobs.map(|n| n.max(1)), options.write_jobs) {
         (None, None | Some(WriteJobs::Auto)) => {
@@ -368,13 +368,9 @@ fn client_options(
     options: &TargetOptions,
 ) -> Result<(treesync_backend_nfs::client::ClientOptions, usize, String), OpenError> {
     let defaults = treesync_backend_nfs::client::ClientOptions::default();
-    let default_range = match defaults.write_jobs {
-        treesync_backend_nfs::WriteJobs::Adaptive(a) => a,
-        treesync_backend_nfs::WriteJobs::Fixed(n) => Adaptive { initial: n, min: 1, max: n, ..Adaptive::default() },
-    };
-    let (write_jobs, jobs, decided) = nfs_writes(options, default_range)?;
+    let (write_window, jobs, decided) = nfs_writes(options, defaults.write_window.range())?;
     let o = treesync_backend_nfs::client::ClientOptions {
-        write_jobs,
+        write_window,
         lookup_jobs: options.lookup_jobs.unwrap_or(defaults.lookup_jobs).max(1),
         ..defaults
     };
@@ -406,23 +402,17 @@ pub fn open(target: &Target, options: &TargetOptions) -> Result<Opened, OpenErro
             Opened { backend: Arc::new(b), kind, reason, budgets }
         }
         (BackendKind::Nfs, _) => {
-            let default_range = match treesync_backend_nfs::WriteJobs::default() {
-                treesync_backend_nfs::WriteJobs::Adaptive(a) => a,
-                treesync_backend_nfs::WriteJobs::Fixed(n) => {
-                    Adaptive { initial: n, min: 1, max: n, ..Adaptive::default() }
-                }
-            };
-            let (write_jobs, jobs, decided) = nfs_writes(options, default_range)?;
+            let (write_window, jobs, decided) = nfs_writes(options, treesync_backend_nfs::Window::WRITES.range())?;
             // `lookup_jobs` given bounds the scan too; else the defaults: 1 for a sync's
             // probes, 32 for verify's read-only scan.
             let defaults = treesync_backend_nfs::Options::default();
             let o = treesync_backend_nfs::Options {
-                lookup_jobs: match options.lookup_jobs {
-                    Some(n) => treesync_backend_nfs::LookupJobs::Fixed(n.max(1)),
-                    None => treesync_backend_nfs::LookupJobs::default(),
+                lookup_window: match options.lookup_jobs {
+                    Some(n) => treesync_backend_nfs::Window::Fixed(n.max(1)),
+                    None => defaults.lookup_window,
                 },
                 scan_jobs: options.lookup_jobs.unwrap_or(defaults.scan_jobs).max(1),
-                write_jobs,
+                write_window,
                 fsync: options.fsync,
             };
             let b = treesync_backend_nfs::open(dir_of(target), o);

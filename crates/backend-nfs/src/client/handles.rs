@@ -2,6 +2,7 @@
 //! results by path; directories made by the run are known from their MKDIR replies).
 
 use std::fmt;
+use std::io::ErrorKind;
 use std::sync::Arc;
 
 use nfs3_types::nfs3::{ftype3, nfsstat3};
@@ -30,11 +31,7 @@ impl DirError {
     /// for a removal). Missing and not-a-directory are drift the executor heals.
     pub(super) fn at(self, op: &'static str, path: impl fmt::Display) -> Error {
         match self {
-            DirError::Missing => Error::io(
-                op,
-                path,
-                std::io::Error::new(std::io::ErrorKind::NotFound, "the directory is missing on the server"),
-            ),
+            DirError::Missing => io_error(op, path, ErrorKind::NotFound, "the directory is missing on the server"),
             DirError::NotDir => Error::NotBeneath { path: path.to_string() },
             DirError::Call(e) => nfs_io(op, path, e),
             DirError::Target(e) => e,

@@ -79,6 +79,16 @@ pub(super) fn nfs_io(op: &'static str, path: impl fmt::Display, e: NfsError) -> 
     Error::io(op, path, e.into_io())
 }
 
+/// `op` of `path` failed for what the client found there: an error of `kind` saying `message`.
+pub(super) fn io_error(
+    op: &'static str,
+    path: impl fmt::Display,
+    kind: std::io::ErrorKind,
+    message: impl Into<Box<dyn std::error::Error + Send + Sync>>,
+) -> Error {
+    Error::io(op, path, std::io::Error::new(kind, message))
+}
+
 pub(super) fn is(e: &NfsError, s: nfsstat3) -> bool {
     e.status() == Some(s)
 }

@@ -79,7 +79,7 @@ use inner::*;
 pub use inner::{ClientBackend, LEASE};
 use ops::read_all;
 
-use crate::WriteJobs;
+use crate::Window;
 
 /// Options of [`open`].
 #[derive(Debug, Clone)]
@@ -87,7 +87,7 @@ pub struct ClientOptions {
     /// Directory lookups in flight (default 32: over the built-in client they pipeline).
     pub lookup_jobs: usize,
     /// Ops in flight (default: adaptive from 16, between 1 and 128).
-    pub write_jobs: WriteJobs,
+    pub write_window: Window,
     /// Record every call with its path (tests, `-vv`).
     pub record: bool,
     /// The lock's lease: a lock not renewed for this long is taken over by another sync; a
@@ -100,7 +100,7 @@ impl Default for ClientOptions {
     fn default() -> Self {
         ClientOptions {
             lookup_jobs: 32,
-            write_jobs: WriteJobs::Adaptive(Adaptive { initial: 16, min: 1, max: 128, backoff_latency: 2.0 }),
+            write_window: Window::Adaptive(Adaptive { initial: 16, min: 1, max: 128, backoff_latency: 2.0 }),
             record: false,
             lease: LEASE,
         }
@@ -117,11 +117,7 @@ pub fn open(url: &str, options: ClientOptions) -> Result<Budgets<ClientBackend>,
 
 /// `backend` with the lookup and write budgets of `options`.
 pub(crate) fn with_budgets(backend: ClientBackend, options: &ClientOptions) -> Budgets<ClientBackend> {
-    let writes = match options.write_jobs {
-        WriteJobs::Fixed(n) => Gate::fixed(n.max(1)),
-        WriteJobs::Adaptive(a) => Gate::adaptive(a),
-    };
-    Budgets::new(backend, Gate::fixed(options.lookup_jobs.max(1)), writes)
+    Budgets::new(backend, Gate::fixed(options.lookup_jobs.max(1)), options.write_window.gate())
 }
 
 impl ClientBackend {

@@ -1,12 +1,13 @@
 //! Reaching the export: the portmapper, the MOUNT protocol, the NFS connection and the
 //! target directory's handle.
 
+use std::io::ErrorKind;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use nfs3_types::mount as mountproto;
-use nfs3_types::nfs3::{ftype3, nfsstat3};
+use nfs3_types::nfs3::{fattr3, ftype3, nfsstat3};
 use nfs3_types::xdr_codec::{Opaque, Void};
 use treesync_backend::backend::Error;
 
@@ -177,17 +178,7 @@ impl ClientBackend {
             let last = i + 1 == rest.len();
             match nfs.lookup(&fh, c.as_bytes(), here.as_bytes()).await {
                 Ok((next, attr)) => {
-                    let attr = match attr {
-                        Some(a) => a,
-                        None => nfs.getattr(&next, here.as_bytes()).await.map_err(|e| nfs_io("look up", here, e))?,
-                    };
-                    if attr.type_ != ftype3::NF3DIR {
-                        return Err(Error::io(
-                            "use target",
-                            here,
-                            std::io::Error::new(std::io::ErrorKind::NotADirectory, "it exists and is not a directory"),
-                        ));
-                    }
+                    must_be_dir(nfs, &next, attr, here).await?;
                     fh = next;
                 }
                 Err(e) if is(&e, nfsstat3::NFS3ERR_NOENT) && last && create => {
@@ -198,22 +189,7 @@ impl ClientBackend {
                                 .lookup(&fh, c.as_bytes(), here.as_bytes())
                                 .await
                                 .map_err(|e| nfs_io("create target directory", here, e))?;
-                            let attr = match attr {
-                                Some(a) => a,
-                                None => {
-                                    nfs.getattr(&next, here.as_bytes()).await.map_err(|e| nfs_io("look up", here, e))?
-                                }
-                            };
-                            if attr.type_ != ftype3::NF3DIR {
-                                return Err(Error::io(
-                                    "use target",
-                                    here,
-                                    std::io::Error::new(
-                                        std::io::ErrorKind::NotADirectory,
-                                        "it exists and is not a directory",
-                                    ),
-                                ));
-                            }
+                            must_be_dir(nfs, &next, attr, here).await?;
                             Ok(Some(next))
                         }
                         r => r,
@@ -232,13 +208,9 @@ impl ClientBackend {
     }
 
     pub(super) async fn root_fh(&self) -> Result<Fh, Error> {
-        self.root(false).await?.ok_or_else(|| {
-            Error::io(
-                "open target directory",
-                &self.inner.url,
-                std::io::Error::new(std::io::ErrorKind::NotFound, "it does not exist"),
-            )
-        })
+        self.root(false)
+            .await?
+            .ok_or_else(|| io_error("open target directory", &self.inner.url, ErrorKind::NotFound, "it does not exist"))
     }
 
     pub(super) async fn wtmax(&self) -> u32 {
@@ -254,4 +226,17 @@ impl ClientBackend {
             })
             .await
     }
+}
+
+/// The component of the target's path at `here`, found as `fh` with the attributes its lookup
+/// gave (a GETATTR when it gave none): refused unless it is a directory.
+async fn must_be_dir(nfs: &nfs::Nfs, fh: &Fh, attr: Option<fattr3>, here: &str) -> Result<(), Error> {
+    let attr = match attr {
+        Some(a) => a,
+        None => nfs.getattr(fh, here.as_bytes()).await.map_err(|e| nfs_io("look up", here, e))?,
+    };
+    if attr.type_ != ftype3::NF3DIR {
+        return Err(io_error("use target", here, ErrorKind::NotADirectory, "it exists and is not a directory"));
+    }
+    Ok(())
 }

@@ -1,5 +1,6 @@
 //! Executing a plan's ops: each op is a short chain of NFS calls (see [`super`]).
 
+use std::io::ErrorKind;
 use std::sync::Arc;
 
 use futures::StreamExt;
@@ -254,13 +255,11 @@ impl ClientBackend {
         read.map_err(blob_err)?;
         let verf = nfs.commit(fh, about).await.map_err(|e| nfs_io("write", path, e))?;
         if verfs.iter().any(|v| v.is_some_and(|v| v != verf)) {
-            return Err(Error::io(
+            return Err(io_error(
                 "write",
                 path,
-                std::io::Error::new(
-                    std::io::ErrorKind::Interrupted,
-                    "the NFS server restarted during the write (its write verifier changed); run sync again",
-                ),
+                ErrorKind::Interrupted,
+                "the NFS server restarted during the write (its write verifier changed); run sync again",
             ));
         }
         Ok(())

@@ -2,9 +2,8 @@
 //! fetch`, content compared with what `git lfs smudge` writes.
 
 use std::collections::BTreeMap;
-use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 use sha2::{Digest, Sha256};
 use treesync_core::lfs::{self, Error, Pointer, Store};
@@ -14,30 +13,20 @@ use treesync_core::{ObjectId, Repo};
 /// git with a config of its own: no system or user config (a user's `lfs.*` settings must not
 /// change what the tests see).
 fn git_command(dir: &Path) -> Command {
-    let mut cmd = Command::new("git");
-    cmd.current_dir(dir)
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .env("GIT_CONFIG_GLOBAL", "/dev/null")
-        .env_remove("GIT_ALTERNATE_OBJECT_DIRECTORIES")
-        .args(["-c", "user.name=a", "-c", "user.email=a@b", "-c", "init.defaultBranch=main"]);
+    let mut cmd = treesync_testkit::git_command(dir);
+    cmd.env_remove("GIT_ALTERNATE_OBJECT_DIRECTORIES").args([
+        "-c",
+        "user.name=a",
+        "-c",
+        "user.email=a@b",
+        "-c",
+        "init.defaultBranch=main",
+    ]);
     cmd
 }
 
 fn git_bytes(dir: &Path, args: &[&str], stdin: &[u8]) -> Vec<u8> {
-    let mut child = git_command(dir)
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("git runs");
-    let mut input = child.stdin.take().expect("stdin is piped");
-    let stdin = stdin.to_vec();
-    let writer = std::thread::spawn(move || input.write_all(&stdin));
-    let out = child.wait_with_output().expect("git runs");
-    writer.join().expect("the writer does not panic").expect("git reads its input");
-    assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-    out.stdout
+    treesync_testkit::run_with_input(git_command(dir).args(args), stdin).stdout
 }
 
 fn git(dir: &Path, args: &[&str]) -> String {

@@ -3,11 +3,6 @@
 
 use super::*;
 
-/// A file of `content` (not executable), for the conversion cases.
-fn text(content: &str) -> Entry {
-    Entry::File { content: content.as_bytes().to_vec(), executable: false }
-}
-
 /// Panic with git's own words unless the fixture holds what `git checkout REV` writes
 /// ([`crate::gitcheck::expected`], `.gitattributes` conversions applied), reduced to what the
 /// backend can hold.
@@ -38,27 +33,30 @@ fn assert_matches_checkout_with(h: &History, f: &dyn Fixture, rev: &str, config:
 /// checkout of the commit, and planning again is empty.
 pub async fn conversions_match_git_checkout(f: &dyn Fixture) {
     let root_attributes = "*.bat text eol=crlf\n*.c ident\n*.txt text\n*.u16 text working-tree-encoding=UTF-16LE-BOM\n";
-    let mut a = Model::default();
-    a.insert(".gitattributes", text(root_attributes));
-    a.insert("run.bat", text("@echo off\necho one\necho two\n"));
-    a.insert("src/main.c", text("/* $Id$ */\nint main(void) { return 0; }\n"));
-    a.insert("src/plain.h", text("/* $Id$ stays: no ident here */\n"));
-    a.insert("notes.txt", text("first\nsecond\n"));
-    a.insert("mixed.txt", text("crlf line\r\nlf line\n"));
-    a.insert("greeting.u16", text("h\u{e9}llo\nw\u{f6}rld\n"));
-    a.insert("data.bin", Entry::File { content: b"\0binary\r\nbytes\n".to_vec(), executable: false });
-    let mut b = a.clone();
-    b.insert("run.bat", text("@echo off\necho changed\n"));
-    b.insert("src/main.c", text("/* $Id$ */\nint main(void) { return 1; }\n"));
-    b.insert("docs/.gitattributes", text("*.md text eol=crlf\n*.txt -text\n"));
-    b.insert("docs/guide.md", text("# Guide\n\nline\n"));
-    b.insert("docs/raw.txt", text("kept\nas is\n"));
-    b.insert("docs/more.u16", text("\u{2603} snow\n"));
+    let a = Model::of(&[
+        (".gitattributes", root_attributes),
+        ("run.bat", "@echo off\necho one\necho two\n"),
+        ("src/main.c", "/* $Id$ */\nint main(void) { return 0; }\n"),
+        ("src/plain.h", "/* $Id$ stays: no ident here */\n"),
+        ("notes.txt", "first\nsecond\n"),
+        ("mixed.txt", "crlf line\r\nlf line\n"),
+        ("greeting.u16", "h\u{e9}llo\nw\u{f6}rld\n"),
+        ("data.bin", "\0binary\r\nbytes\n"),
+    ]);
+    let mut b = a.with([
+        ("run.bat", history::file("@echo off\necho changed\n")),
+        ("src/main.c", history::file("/* $Id$ */\nint main(void) { return 1; }\n")),
+        ("docs/.gitattributes", history::file("*.md text eol=crlf\n*.txt -text\n")),
+        ("docs/guide.md", history::file("# Guide\n\nline\n")),
+        ("docs/raw.txt", history::file("kept\nas is\n")),
+        ("docs/more.u16", history::file("\u{2603} snow\n")),
+    ]);
     b.0.remove("notes.txt");
-    let mut c = b.clone();
-    c.insert(".gitattributes", text("*.bat text eol=crlf\n*.c ident\n*.txt text eol=crlf\n"));
-    c.insert("notes.txt", text("back\nagain\n"));
-    c.insert("docs/guide.md", text("# Guide\n\nchanged line\n"));
+    let mut c = b.with([
+        (".gitattributes", history::file("*.bat text eol=crlf\n*.c ident\n*.txt text eol=crlf\n")),
+        ("notes.txt", history::file("back\nagain\n")),
+        ("docs/guide.md", history::file("# Guide\n\nchanged line\n")),
+    ]);
     c.0.remove("greeting.u16");
     let (matrix, _) = crate::oracle::model(crate::oracle::Size::Small);
     let config = [crate::oracle::DRIVER];
@@ -80,25 +78,21 @@ pub async fn conversions_match_git_checkout(f: &dyn Fixture) {
 /// would without attributes.
 pub async fn attribute_changes_rewrite_only_the_affected_files(f: &dyn Fixture) {
     let mut a = Model::default();
-    a.insert(".gitattributes", text("*.c ident\n"));
+    a.insert(".gitattributes", history::file("*.c ident\n"));
     for i in 0..10 {
-        a.insert(&format!("docs/page{i}.txt"), text(&format!("page {i}\nline two\n")));
-        a.insert(&format!("docs/deep/note{i}.txt"), text(&format!("note {i}\nmore\n")));
-        a.insert(&format!("other/page{i}.txt"), text(&format!("other {i}\nline two\n")));
-        a.insert(&format!("src/f{i}.c"), text(&format!("/* $Id$ */\nint f{i};\n")));
+        a.insert(&format!("docs/page{i}.txt"), history::file(format!("page {i}\nline two\n")));
+        a.insert(&format!("docs/deep/note{i}.txt"), history::file(format!("note {i}\nmore\n")));
+        a.insert(&format!("other/page{i}.txt"), history::file(format!("other {i}\nline two\n")));
+        a.insert(&format!("src/f{i}.c"), history::file(format!("/* $Id$ */\nint f{i};\n")));
     }
     // Under docs/, but their bytes do not change with `eol=crlf`: no line end, or not `*.txt`.
-    a.insert("docs/one-line.txt", text("no line end"));
-    a.insert("docs/readme.md", text("stays\nLF\n"));
+    a.insert("docs/one-line.txt", history::file("no line end"));
+    a.insert("docs/readme.md", history::file("stays\nLF\n"));
     // Only the attributes change, in a subdirectory.
-    let mut b = a.clone();
-    b.insert("docs/.gitattributes", text("*.txt eol=crlf\n"));
+    let b = a.with([("docs/.gitattributes", history::file("*.txt eol=crlf\n"))]);
     // K changed files under unchanged attributes: converted ones, and ones without conversion.
-    let mut c = b.clone();
     let changed = ["docs/page3.txt", "docs/deep/note7.txt", "src/f2.c", "other/page5.txt", "docs/new.txt"];
-    for p in changed {
-        c.insert(p, text(&format!("{p} changed\nin commit c\n")));
-    }
+    let c = b.with(changed.map(|p| (p, history::file(format!("{p} changed\nin commit c\n")))));
     let h = History::from_trees(&[a, b, c]);
     sync_to(&h.repo, &h.commits[0], &*f.backend()).await.expect("initial");
     assert_matches_checkout(&h, f, &h.commits[0], "before the attributes change");

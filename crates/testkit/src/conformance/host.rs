@@ -23,7 +23,7 @@ use treesync_core::state::Holder;
 use treesync_core::{Backend, RelPath};
 
 use super::{History, sync_to};
-use crate::history::{Entry, Model};
+use crate::history::{self, Entry, Model};
 use crate::tree::{self, Node};
 
 /// One target of the host under test, in a place of its own.
@@ -45,15 +45,9 @@ pub trait HostFixture: Send + Sync {
 /// Two commits of a few entries each: a file, an executable, a symlink, a nested directory;
 /// the second changes a file, adds one deep and removes the executable.
 fn history() -> History {
-    let file = |s: &str, executable: bool| Entry::File { content: s.as_bytes().to_vec(), executable };
-    let mut a = Model::default();
-    a.insert("a.txt", file("one\n", false));
-    a.insert("run", file("#!/bin/sh\n", true));
-    a.insert("link", Entry::Link { target: "a.txt".into() });
-    a.insert("d/e/f.txt", file("deep\n", false));
-    let mut b = a.clone();
-    b.insert("a.txt", file("two\n", false));
-    b.insert("d/new.txt", file("new\n", false));
+    let a = Model::of(&[("a.txt", "one\n"), ("d/e/f.txt", "deep\n")])
+        .with([("run", history::executable("#!/bin/sh\n")), ("link", Entry::Link { target: "a.txt".into() })]);
+    let mut b = a.with([("a.txt", history::file("two\n")), ("d/new.txt", history::file("new\n"))]);
     b.0.remove("run");
     History::from_trees(&[a, b])
 }
@@ -233,15 +227,7 @@ pub async fn a_link_switch_points_the_target_at_the_slot(f: &dyn HostFixture) {
 /// A reader resolving the target while it is switched from link to link, 20 times, always
 /// reads one whole generation, never nothing.
 pub async fn a_reader_never_sees_the_target_missing_between_links(f: &dyn HostFixture) {
-    let file = |s: &str| Entry::File { content: s.as_bytes().to_vec(), executable: false };
-    let trees: Vec<Model> = ["first\n", "second\n"]
-        .iter()
-        .map(|c| {
-            let mut m = Model::default();
-            m.insert("marker", file(c));
-            m
-        })
-        .collect();
+    let trees: Vec<Model> = ["first\n", "second\n"].iter().map(|c| Model::of(&[("marker", c)])).collect();
     let h = History::from_trees(&trees);
     let host = f.host();
     host.create_home().await.expect("create home");
@@ -406,7 +392,7 @@ macro_rules! host_suite {
             if $crate::conformance::host::skipped(&$skip, stringify!($name)) {
                 return;
             }
-            let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
+            let rt = $crate::runtime();
             let f = $make;
             rt.block_on($crate::conformance::host::$name(&f));
         }

@@ -116,11 +116,7 @@ pub struct History {
 impl History {
     /// A repository with `trees` as its history on `main`.
     pub fn from_trees(trees: &[Model]) -> History {
-        let bare = BareRepo::new();
-        let commits = history::import(&bare.path, "main", trees);
-        assert_eq!(commits.len(), trees.len(), "fast-import made one commit per tree");
-        let repo = Repo::open(&bare.path).expect("open generated repo");
-        History { bare, repo, commits, expected: Default::default() }
+        Self::from_trees_with_config(trees, &[])
     }
 
     /// [`History::from_trees`] in a repository with `config` set (`git config`) before it is
@@ -139,6 +135,35 @@ impl History {
     /// A random history of `n` commits.
     pub fn random(seed: u64, n: usize) -> History {
         Self::from_trees(&history::random_history(seed, n))
+    }
+
+    /// One commit: [`history::wide_tree`] of `files` files.
+    pub fn wide(files: usize, seed: u64) -> History {
+        Self::from_trees(&[history::wide_tree(files, seed)])
+    }
+
+    /// The commits of a walk through this history, by index: forward, `jumps` far jumps at
+    /// random (from `rng`), then backward, every `back`-th commit.
+    pub fn walk_order(&self, rng: &mut Rng, jumps: usize, back: usize) -> Vec<usize> {
+        let n = self.commits.len();
+        let mut order: Vec<usize> = (0..n).collect();
+        order.extend((0..jumps).map(|_| rng.below(n)));
+        order.extend((0..n).rev().step_by(back));
+        order
+    }
+
+    /// Sync `backend` to the commits of `order` one after the other, checking after every step
+    /// that the directory `root` (the target as its storage holds it) is `git archive` of the
+    /// commit. `seed` names the walk in a failure.
+    pub async fn walk_dir(&self, backend: &dyn Backend, root: &std::path::Path, order: &[usize], seed: u64) {
+        for (step, &i) in order.iter().enumerate() {
+            sync_to(&self.repo, &self.commits[i], backend)
+                .await
+                .unwrap_or_else(|e| panic!("seed {seed} step {step}: {e}"));
+            if let Some(d) = tree::diff(&self.expected(i), &tree::read_dir(root)) {
+                panic!("seed {seed} step {step}: target differs from git archive of commit {i}:\n{d}");
+            }
+        }
     }
 
     /// What `git archive` of commit `i` holds.
@@ -242,7 +267,7 @@ macro_rules! conformance_suite {
             if $crate::conformance::skipped(&$skip, "random_walk_matches_git") {
                 return;
             }
-            let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
+            let rt = $crate::runtime();
             for seed in 1..=3 {
                 let f = $make;
                 rt.block_on($crate::conformance::random_walk_matches_git(&f, seed));
@@ -255,7 +280,7 @@ macro_rules! conformance_suite {
             if $crate::conformance::skipped(&$skip, stringify!($name)) {
                 return;
             }
-            let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
+            let rt = $crate::runtime();
             let f = $make;
             rt.block_on($crate::conformance::$name(&f));
         }

@@ -8,11 +8,7 @@ use super::*;
 /// checking the target against `git archive` after every step, and that planning again is empty.
 pub async fn random_walk_matches_git(f: &dyn Fixture, seed: u64) {
     let h = History::random(seed, 24);
-    let mut rng = Rng::new(seed ^ 0xABCD);
-    let n = h.commits.len();
-    let mut order: Vec<usize> = (0..n).collect();
-    order.extend((0..20).map(|_| rng.below(n)));
-    order.extend((0..n).rev());
+    let order = h.walk_order(&mut Rng::new(seed ^ 0xABCD), 20, 1);
     let backend = f.backend();
     for (step, &i) in order.iter().enumerate() {
         sync_to(&h.repo, &h.commits[i], &*backend)
@@ -35,29 +31,22 @@ pub async fn initial_sync_matches_git_archive(f: &dyn Fixture) {
 
 /// File ↔ directory ↔ symlink changes in both directions, gitlinks, exec bits, empty-after-delete.
 pub async fn type_changes_match_git(f: &dyn Fixture) {
-    let file = |s: &str| Entry::File { content: s.as_bytes().to_vec(), executable: false };
-    let mut a = Model::default();
-    a.insert("f2d", file("file"));
-    a.insert("d2f/x", file("x"));
-    a.insert("d2f/sub/y", file("y"));
-    a.insert("l2d", Entry::Link { target: "f2d".into() });
-    a.insert("d2l/z", file("z"));
-    a.insert("f2l", file("f"));
-    a.insert("l2f", Entry::Link { target: "nowhere".into() });
-    a.insert("mode", file("m"));
-    a.insert("gone/deep/only", file("o"));
-    a.insert("sub", Entry::Gitlink { commit: "1111111111111111111111111111111111111111".into() });
-    a.insert("sub2d", Entry::Gitlink { commit: "2222222222222222222222222222222222222222".into() });
-    let mut b = Model::default();
-    b.insert("f2d/inner", file("now a dir"));
-    b.insert("d2f", file("now a file"));
-    b.insert("l2d/x", file("x"));
-    b.insert("d2l", Entry::Link { target: "../escape".into() });
-    b.insert("f2l", Entry::Link { target: "mode".into() });
-    b.insert("l2f", file("file now"));
-    b.insert("mode", Entry::File { content: b"m".to_vec(), executable: true });
-    b.insert("sub", Entry::Gitlink { commit: "3333333333333333333333333333333333333333".into() });
-    b.insert("sub2d/file", file("in dir"));
+    let files = [("f2d", "file"), ("d2f/x", "x"), ("d2f/sub/y", "y"), ("d2l/z", "z"), ("f2l", "f"), ("mode", "m")];
+    let a = Model::of(&files).with([
+        ("gone/deep/only", history::file("o")),
+        ("l2d", Entry::Link { target: "f2d".into() }),
+        ("l2f", Entry::Link { target: "nowhere".into() }),
+        ("sub", Entry::Gitlink { commit: "1111111111111111111111111111111111111111".into() }),
+        ("sub2d", Entry::Gitlink { commit: "2222222222222222222222222222222222222222".into() }),
+    ]);
+    let b =
+        Model::of(&[("f2d/inner", "now a dir"), ("d2f", "now a file"), ("l2d/x", "x"), ("l2f", "file now")]).with([
+            ("d2l", Entry::Link { target: "../escape".into() }),
+            ("f2l", Entry::Link { target: "mode".into() }),
+            ("mode", history::executable("m")),
+            ("sub", Entry::Gitlink { commit: "3333333333333333333333333333333333333333".into() }),
+            ("sub2d/file", history::file("in dir")),
+        ]);
     let h = History::from_trees(&[a, b]);
     let backend = f.backend();
     for (step, i) in [0usize, 1, 0, 1].into_iter().enumerate() {
@@ -141,17 +130,11 @@ pub async fn incremental_sync_touches_only_changed_paths(f: &dyn Fixture) {
     let mut a = Model::default();
     for d in 0..20 {
         for i in 0..50 {
-            a.insert(
-                &format!("d{d}/f{i}"),
-                Entry::File { content: format!("{d}/{i}\n").into_bytes(), executable: false },
-            );
+            a.insert(&format!("d{d}/f{i}"), history::file(format!("{d}/{i}\n")));
         }
     }
-    let mut b = a.clone();
     let changed = ["d1/f1", "d2/f2", "d3/new", "d19/f49"];
-    for p in changed {
-        b.insert(p, Entry::File { content: b"changed\n".to_vec(), executable: false });
-    }
+    let mut b = a.with(changed.map(|p| (p, history::file("changed\n"))));
     b.0.remove("d5/f5");
     let h = History::from_trees(&[a, b]);
     sync_to(&h.repo, &h.commits[0], &*f.backend()).await.expect("initial");
@@ -187,7 +170,7 @@ fn monorepo(models: &[Model]) -> Vec<Model> {
                     m.0.insert(format!("{prefix}/{p}"), e.clone());
                 }
             }
-            m.insert("top.txt", Entry::File { content: format!("commit {i}\n").into_bytes(), executable: false });
+            m.insert("top.txt", history::file(format!("commit {i}\n")));
             m
         })
         .collect()
@@ -258,23 +241,19 @@ pub async fn subtree_syncs_match_git_archive_of_the_tree(f: &dyn Fixture) {
 /// An incremental sync of a subtree costs what its own changes cost: K ops for K changed
 /// paths inside it, none for the many changes outside it.
 pub async fn incremental_subtree_sync_touches_only_changed_paths(f: &dyn Fixture) {
-    let file = |s: String| Entry::File { content: s.into_bytes(), executable: false };
     let mut a = Model::default();
     for d in 0..10 {
         for i in 0..20 {
-            a.insert(&format!("site/d{d}/f{i}"), file(format!("{d}/{i}\n")));
-            a.insert(&format!("src/d{d}/f{i}"), file(format!("src {d}/{i}\n")));
+            a.insert(&format!("site/d{d}/f{i}"), history::file(format!("{d}/{i}\n")));
+            a.insert(&format!("src/d{d}/f{i}"), history::file(format!("src {d}/{i}\n")));
         }
     }
-    let mut b = a.clone();
     let changed = ["d1/f1", "d2/f2", "d3/new", "d9/f19"];
-    for p in changed {
-        b.insert(&format!("site/{p}"), file("changed\n".into()));
-    }
+    let mut b = a.with(changed.map(|p| (format!("site/{p}"), history::file("changed\n"))));
     b.0.remove("site/d5/f5");
     for d in 0..10 {
         for i in 0..10 {
-            b.insert(&format!("src/d{d}/f{i}"), file("outside\n".into()));
+            b.insert(&format!("src/d{d}/f{i}"), history::file("outside\n"));
         }
     }
     let h = History::from_trees(&[a, b]);
@@ -360,15 +339,9 @@ pub async fn slow_and_reordered_ops_change_nothing_but_time(f: &dyn Fixture) {
 /// one overwrite the other is refused before any write, naming both, and the target stays at
 /// the commit it had.
 pub async fn case_collisions_are_refused_where_case_is_not_told_apart(f: &dyn Fixture) {
-    let file = |s: &str| Entry::File { content: s.as_bytes().to_vec(), executable: false };
-    let mut a = Model::default();
-    a.insert("a.txt", file("a\n"));
-    let mut b = a.clone();
-    b.insert("README", file("upper\n"));
-    b.insert("readme", file("lower\n"));
-    let mut c = a.clone();
-    c.insert("Dir/x", file("x\n"));
-    c.insert("dir/y", file("y\n"));
+    let a = Model::of(&[("a.txt", "a\n")]);
+    let b = a.with([("README", history::file("upper\n")), ("readme", history::file("lower\n"))]);
+    let c = a.with([("Dir/x", history::file("x\n")), ("dir/y", history::file("y\n"))]);
     let h = History::from_trees(&[a, b, c]);
     let backend = f.backend();
     sync_to(&h.repo, &h.commits[0], &*backend).await.expect("initial");
@@ -402,11 +375,8 @@ pub async fn case_collisions_are_refused_where_case_is_not_told_apart(f: &dyn Fi
 pub async fn never_writes_through_a_symlink(f: &dyn Fixture) {
     let outside = tempfile::tempdir().expect("tempdir");
     std::fs::write(outside.path().join("x"), b"outside\n").expect("write");
-    let file = |s: &str| Entry::File { content: s.as_bytes().to_vec(), executable: false };
-    let mut a = Model::default();
-    a.insert("d/x", file("x"));
-    let mut b = a.clone();
-    b.insert("d/y", file("y"));
+    let a = Model::of(&[("d/x", "x")]);
+    let b = a.with([("d/y", history::file("y"))]);
     let h = History::from_trees(&[a.clone(), b, a]);
     let backend = f.backend();
     sync_to(&h.repo, &h.commits[0], &*backend).await.expect("first sync");
@@ -440,6 +410,24 @@ pub async fn never_writes_through_a_symlink(f: &dyn Fixture) {
     h.assert_matches(f, 2, "after syncing back over a planted symlink");
 }
 
+/// A target whose `.treesync` someone replaced by a symlink to `outside`, an empty directory
+/// elsewhere (the backends of a shared server, where others can write in the target): the sync
+/// to commit `i` of `h` is refused naming it, and nothing is written where it points. Not a
+/// case of the suite (a local disk is the user's own); returns the error for the caller's
+/// checks.
+pub async fn a_state_folder_that_is_a_symlink_is_refused(
+    f: &dyn Fixture,
+    h: &History,
+    i: usize,
+    outside: &std::path::Path,
+) -> sync::Error {
+    assert!(f.replace_dir_by_symlink(".treesync", outside), "the fixture has symlinks");
+    let err = sync_to(&h.repo, &h.commits[i], &*f.backend()).await.expect_err("refused");
+    assert!(matches!(err, sync::Error::Backend(backend::Error::StateFolder { found: "symlink", .. })), "{err}");
+    assert_eq!(std::fs::read_dir(outside).expect("ls").count(), 0, "nothing written where it points");
+    err
+}
+
 /// Someone changed the target on paths a sync touches: a managed directory deleted, or
 /// replaced by a symlink or a file; a managed file replaced by a directory; a file whose only
 /// change is its mode replaced by a symlink. Each time, with and without an interrupted sync
@@ -449,17 +437,17 @@ pub async fn drift_on_the_paths_a_sync_touches_is_healed(f: &dyn Fixture) {
     use tree::Tamper;
     let outside = tempfile::tempdir().expect("tempdir");
     std::fs::write(outside.path().join("keep"), b"outside\n").expect("write");
-    let file = |s: &str, x: bool| Entry::File { content: s.as_bytes().to_vec(), executable: x };
-    let mut a = Model::default();
-    for (p, c) in [("d/x", "x"), ("d/sub/y", "y"), ("d/sub/z", "z"), ("e/f", "f"), ("k/z", "z"), ("top", "t")] {
-        a.insert(p, file(c, false));
-    }
-    a.insert("m", file("mode only", false));
-    let mut b = a.clone();
-    for (p, c) in [("d/x", "x2"), ("d/sub/y", "y2"), ("d/new", "n"), ("e/f", "f2"), ("k/z2", "z2"), ("top", "t2")] {
-        b.insert(p, file(c, false));
-    }
-    b.insert("m", file("mode only", true));
+    let a = Model::of(&[
+        ("d/x", "x"),
+        ("d/sub/y", "y"),
+        ("d/sub/z", "z"),
+        ("e/f", "f"),
+        ("k/z", "z"),
+        ("top", "t"),
+        ("m", "mode only"),
+    ]);
+    let changed = [("d/x", "x2"), ("d/sub/y", "y2"), ("d/new", "n"), ("e/f", "f2"), ("k/z2", "z2"), ("top", "t2")];
+    let b = a.with(changed.map(|(p, c)| (p, history::file(c)))).with([("m", history::executable("mode only"))]);
     let h = History::from_trees(&[a, b]);
     // A fresh backend for every run, as every run of the CLI has: handles of directories that
     // were tampered with are not kept from one run to the next.

@@ -153,18 +153,18 @@ pub async fn slices_of_a_verify_find_all_drift_exactly_once(f: &dyn Fixture) {
 /// repair writes the converted bytes again (what a fresh `git clone` writes); and a `--force`
 /// sync of the clean managed target writes nothing.
 pub async fn verify_compares_with_converted_bytes(f: &dyn Fixture) {
-    let file = |s: &[u8]| Entry::File { content: s.to_vec(), executable: false };
-    let mut model = Model::default();
-    model.insert(
-        ".gitattributes",
-        file(b"* text=auto\n*.bat text eol=crlf\n*.c ident\n*.u16 text working-tree-encoding=UTF-16LE-BOM\n"),
-    );
-    model.insert("run.bat", file(b"echo one\necho two\n"));
-    model.insert("dir/deep.bat", file(b"x\ny\n"));
-    model.insert("main.c", file(b"/* $Id$ */\nint main(void) { return 0; }\n"));
-    model.insert("notes.u16", file("h\u{e9}llo\nw\u{f6}rld\n".as_bytes()));
-    model.insert("readme.txt", file(b"plain\ntext\n"));
-    model.insert("data.bin", file(b"\x00\x01binary\n\x00"));
+    let model = Model::of(&[
+        (
+            ".gitattributes",
+            "* text=auto\n*.bat text eol=crlf\n*.c ident\n*.u16 text working-tree-encoding=UTF-16LE-BOM\n",
+        ),
+        ("run.bat", "echo one\necho two\n"),
+        ("dir/deep.bat", "x\ny\n"),
+        ("main.c", "/* $Id$ */\nint main(void) { return 0; }\n"),
+        ("notes.u16", "h\u{e9}llo\nw\u{f6}rld\n"),
+        ("readme.txt", "plain\ntext\n"),
+        ("data.bin", "\x00\x01binary\n\x00"),
+    ]);
     let h = History::from_trees(&[model]);
     let commit = h.commits[0].clone();
     let caps = f.capabilities();

@@ -16,7 +16,7 @@ use fuser::{
 };
 
 use super::passthrough::Ticket;
-use super::passthrough::{Inner, Res};
+use super::passthrough::{Inner, Res, SetAttr};
 use super::pool::{Job, lock};
 use super::stats::Op;
 
@@ -153,7 +153,7 @@ impl Filesystem for Daemon {
         self.note(Op::Setattr, ino, None);
         self.run(
             Op::Setattr,
-            move |fs| fs.setattr(ino.0, mode, uid, gid, size, atime, mtime, fh.map(|f| f.0)),
+            move |fs| fs.setattr(ino.0, SetAttr { mode, uid, gid, size, atime, mtime }, fh.map(|f| f.0)),
             reply_attr(reply),
         );
     }
@@ -303,14 +303,7 @@ impl Filesystem for Daemon {
         reply: ReplyEmpty,
     ) {
         self.note(Op::Release, ino, None);
-        self.run(
-            Op::Release,
-            move |fs| {
-                lock(&fs.files).remove(&fh.0);
-                Ok(())
-            },
-            reply_empty(reply),
-        );
+        self.run(Op::Release, move |fs| fs.release(fh.0), reply_empty(reply));
     }
 
     fn fsync(&self, _req: &Request, ino: INodeNo, fh: FileHandle, datasync: bool, reply: ReplyEmpty) {
@@ -345,14 +338,7 @@ impl Filesystem for Daemon {
 
     fn releasedir(&self, _req: &Request, ino: INodeNo, fh: FileHandle, _flags: OpenFlags, reply: ReplyEmpty) {
         self.note(Op::Releasedir, ino, None);
-        self.run(
-            Op::Releasedir,
-            move |fs| {
-                lock(&fs.dirs).remove(&fh.0);
-                Ok(())
-            },
-            reply_empty(reply),
-        );
+        self.run(Op::Releasedir, move |fs| fs.releasedir(fh.0), reply_empty(reply));
     }
 
     fn fsyncdir(&self, _req: &Request, ino: INodeNo, fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {

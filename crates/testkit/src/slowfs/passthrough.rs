@@ -40,6 +40,16 @@ pub(super) struct OpenFile {
     pub(super) file: Arc<File>,
 }
 
+/// What a SETATTR request changes: each of these that is given.
+pub(super) struct SetAttr {
+    pub(super) mode: Option<u32>,
+    pub(super) uid: Option<u32>,
+    pub(super) gid: Option<u32>,
+    pub(super) size: Option<u64>,
+    pub(super) atime: Option<TimeOrNow>,
+    pub(super) mtime: Option<TimeOrNow>,
+}
+
 /// State shared by the request loop, the workers and [`SlowFs`].
 pub(super) struct Inner {
     pub(super) backing: PathBuf,
@@ -314,19 +324,9 @@ impl Inner {
         }
     }
 
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn setattr(
-        &self,
-        ino: u64,
-        mode: Option<u32>,
-        uid: Option<u32>,
-        gid: Option<u32>,
-        size: Option<u64>,
-        atime: Option<TimeOrNow>,
-        mtime: Option<TimeOrNow>,
-        fh: Option<u64>,
-    ) -> Res<FileAttr> {
+    pub(super) fn setattr(&self, ino: u64, change: SetAttr, fh: Option<u64>) -> Res<FileAttr> {
         use std::os::fd::AsRawFd;
+        let SetAttr { mode, uid, gid, size, atime, mtime } = change;
         let file = fh.and_then(|fh| self.open_file(fh));
         // Without an open file: a descriptor of this very inode (a name can be replaced while
         // the request runs), reached again through /proc for what needs a path.
@@ -528,6 +528,12 @@ impl Inner {
         if datasync { file.sync_data() } else { file.sync_all() }.map_err(errno)
     }
 
+    /// Forget the open file `fh`.
+    pub(super) fn release(&self, fh: u64) -> Res<()> {
+        lock(&self.files).remove(&fh);
+        Ok(())
+    }
+
     pub(super) fn opendir(&self, ino: u64) -> Res<u64> {
         let (path, md) = self.resolve(ino)?;
         if !md.is_dir() {
@@ -566,6 +572,12 @@ impl Inner {
         let entries = Arc::new(entries);
         *listing = Some(entries.clone());
         Ok(entries)
+    }
+
+    /// Forget the open directory `fh`.
+    pub(super) fn releasedir(&self, fh: u64) -> Res<()> {
+        lock(&self.dirs).remove(&fh);
+        Ok(())
     }
 
     pub(super) fn fsyncdir(&self, fh: u64) -> Res<()> {

@@ -436,6 +436,19 @@ pub fn run(args: &[String]) -> Result<(), String> {
     Ok(())
 }
 
+/// Remove `p`, a directory tree or a file, if it is there.
+fn rm(p: &Path) {
+    let _ = std::fs::remove_dir_all(p);
+    let _ = std::fs::remove_file(p);
+}
+
+/// Where a git checkout from nothing starts: `work` an empty directory, no `index`.
+fn fresh_checkout(work: &Path, index: &Path) -> Result<(), String> {
+    rm(work);
+    rm(index);
+    std::fs::create_dir(work).map_err(|e| e.to_string())
+}
+
 fn is_mountpoint(p: &Path) -> bool {
     Command::new("mountpoint").arg("-q").arg(p).status().is_ok_and(|s| s.success())
 }
@@ -452,10 +465,6 @@ fn bench(c: &Config, treesync: &Path, has_strace: bool, on_tmpfs: bool) -> Resul
     let ts_target = d.join("ts");
     let git_work = d.join("gitwork");
     let git_index = d.join("git.index");
-    let rm = |p: &Path| {
-        let _ = std::fs::remove_dir_all(p);
-        let _ = std::fs::remove_file(p);
-    };
     let ts = |rev: &str| {
         let mut cmd = Command::new(treesync);
         cmd.args(["sync", "-q", "--repo"]).arg(&repo).args(["--ref", rev, "--target"]).arg(&ts_target);
@@ -467,7 +476,7 @@ fn bench(c: &Config, treesync: &Path, has_strace: bool, on_tmpfs: bool) -> Resul
     let (t, r) = timed(
         c.runs,
         || {
-            let _: () = rm(&ts_target);
+            rm(&ts_target);
             Ok(())
         },
         || ts("A"),
@@ -482,11 +491,7 @@ fn bench(c: &Config, treesync: &Path, has_strace: bool, on_tmpfs: bool) -> Resul
     for (label, workers) in GIT_CHECKOUTS {
         let (t, r) = timed(
             c.runs,
-            || {
-                rm(&git_work);
-                rm(&git_index);
-                std::fs::create_dir(&git_work).map_err(|e| e.to_string())
-            },
+            || fresh_checkout(&git_work, &git_index),
             || git_checkout(&repo, &git_work, &git_index, workers, "A"),
         )?;
         rows.push(Row { what: "initial checkout of A".into(), tool: label.into(), time: t, rss_kib: r, stats: None });

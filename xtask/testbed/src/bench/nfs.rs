@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use treesync_testkit::slowfs::{self, SlowFs};
 
+use super::{fresh_checkout, rm};
 use crate::measure::{fmt_time, measure, median};
 use crate::repo::{GIT_CHECKOUTS, git, git_checkout, make_repo, settle};
 use xtask::util::run_quiet;
@@ -61,11 +62,6 @@ fn timed(
     }
     ops.sort_unstable();
     Ok((median(times), ops[ops.len() / 2]))
-}
-
-fn rm(p: &Path) {
-    let _ = std::fs::remove_dir_all(p);
-    let _ = std::fs::remove_file(p);
 }
 
 pub fn run(c: &Config, dir: &Path, treesync: &Path) -> Result<Tables, String> {
@@ -263,11 +259,7 @@ fn initial(c: &Config, dir: &Path, fs: &SlowFs, treesync: &Path, rows: &mut Vec<
         let (t, ops) = timed(
             fs,
             c.git_runs,
-            || {
-                rm(&back_gi);
-                rm(&index);
-                std::fs::create_dir(&back_gi).map_err(|e| e.to_string())
-            },
+            || fresh_checkout(&back_gi, &index),
             || git_checkout(&repo, &mnt_gi, &index, workers, "A"),
         )?;
         rows.push(Row { case: case.clone(), tool: label.into(), time: t, ops, files: n, note: String::new() });

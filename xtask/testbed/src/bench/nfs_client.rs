@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use treesync_testkit::delay::DelayProxy;
 use treesync_testkit::ganesha::{self, Ganesha};
-use treesync_testkit::history;
+use treesync_testkit::history::{self, Model};
 
 use crate::measure::{fmt_time, median};
 use crate::repo::matches_git_archive;
@@ -164,12 +164,13 @@ struct Bed<'a> {
     ports: (u16, u16),
 }
 
-/// A new bare repository at `path` (whatever was there removed).
-fn bare_repo(path: &Path) -> Result<PathBuf, String> {
+/// A new bare repository at `path` (whatever was there removed) holding `trees` as the history
+/// of `main`: its path and the commits, oldest first.
+fn repo_of(path: &Path, trees: &[Model]) -> Result<(PathBuf, Vec<String>), String> {
     let _ = std::fs::remove_dir_all(path);
     std::fs::create_dir_all(path).map_err(|e| e.to_string())?;
     treesync_testkit::git(path, &["init", "-q", "--bare"]);
-    Ok(path.to_path_buf())
+    Ok((path.to_path_buf(), history::import(path, "main", trees)))
 }
 
 /// `runs` runs of `run` (wall time, NFS calls, calls by procedure) as a row: the median time,
@@ -195,8 +196,7 @@ fn median_row(
 fn initial(bed: &Bed, rows: &mut Vec<Row>) -> Result<(), String> {
     let Bed { c, dir, treesync, server, ports: (np, mp) } = *bed;
     let n = c.initial_files;
-    let repo = bare_repo(&dir.join(format!("nfs-client-{n}.git")))?;
-    let commits = history::import(&repo, "main", &[history::wide_tree(n, 1)]);
+    let (repo, commits) = repo_of(&dir.join(format!("nfs-client-{n}.git")), &[history::wide_tree(n, 1)])?;
     let a = commits.first().ok_or("import made no commit")?.clone();
     let case = format!("initial checkout, N={n}");
     for (label, extra_url, flags, runs) in [
@@ -221,14 +221,13 @@ fn initial(bed: &Bed, rows: &mut Vec<Row>) -> Result<(), String> {
 fn update(bed: &Bed, rows: &mut Vec<Row>) -> Result<(), String> {
     let Bed { c, dir, treesync, server, ports: (np, mp) } = *bed;
     let n = c.update_files;
-    let repo = bare_repo(&dir.join(format!("nfs-client-{n}.git")))?;
     let base = history::wide_tree(n, 2);
     let (next, changed) = history::change_some(&base, 6, 2, 2, 3);
     let k = changed.len();
     if k != CHANGED {
         return Err(format!("change_some changed {k} files, not {CHANGED}"));
     }
-    let commits = history::import(&repo, "main", &[base, next]);
+    let (repo, commits) = repo_of(&dir.join(format!("nfs-client-{n}.git")), &[base, next])?;
     let (a, b) = (commits[0].clone(), commits[1].clone());
     let case = format!("update, N={n}, K={k}");
     eprintln!("{case}: preparing the tree at A…");
@@ -257,8 +256,7 @@ fn update(bed: &Bed, rows: &mut Vec<Row>) -> Result<(), String> {
 fn verify_case(bed: &Bed, rows: &mut Vec<Row>) -> Result<(), String> {
     let Bed { c, dir, treesync, server, ports: (np, mp) } = *bed;
     let n = c.verify_files;
-    let repo = bare_repo(&dir.join(format!("nfs-client-verify-{n}.git")))?;
-    let commits = history::import(&repo, "main", &[history::wide_tree(n, 4)]);
+    let (repo, commits) = repo_of(&dir.join(format!("nfs-client-verify-{n}.git")), &[history::wide_tree(n, 4)])?;
     let a = commits.first().ok_or("import made no commit")?.clone();
     let sub = "verify";
     let _ = std::fs::remove_dir_all(server.dir().join(sub));

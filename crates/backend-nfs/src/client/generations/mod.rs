@@ -25,6 +25,8 @@
 
 mod tree;
 
+use std::io::ErrorKind;
+
 use super::ops::{create_new, read_all, write_all};
 #[allow(clippy::wildcard_imports)]
 use super::*;
@@ -197,13 +199,11 @@ impl ClientHost {
     async fn parent_fh(&self) -> Result<Fh, Error> {
         let places = self.places().await?;
         places.parent.root(false).await?.ok_or_else(|| {
-            Error::io(
+            io_error(
                 "keep generations of",
                 &self.url,
-                std::io::Error::new(
-                    std::io::ErrorKind::NotFound,
-                    "the directory that should hold the target does not exist on the server (create it first)",
-                ),
+                ErrorKind::NotFound,
+                "the directory that should hold the target does not exist on the server (create it first)",
             )
         })
     }
@@ -215,13 +215,9 @@ impl ClientHost {
     }
 
     async fn home_fh_or_missing(&self) -> Result<Fh, Error> {
-        self.home_fh().await?.ok_or_else(|| {
-            Error::io(
-                "use",
-                self.shown(""),
-                std::io::Error::new(std::io::ErrorKind::NotFound, "the home of the generations is gone"),
-            )
-        })
+        self.home_fh()
+            .await?
+            .ok_or_else(|| io_error("use", self.shown(""), ErrorKind::NotFound, "the home of the generations is gone"))
     }
 
     /// Fail when the home's lock was lost (its lease could not be renewed).
@@ -331,13 +327,11 @@ impl Host for ClientHost {
         let shown = self.shown("");
         match lookup_attr(nfs, &parent, self.home_name.as_bytes(), &shown).await {
             Ok((_, a)) if a.type_ == ftype3::NF3DIR => Ok(true),
-            Ok(_) => Err(Error::io(
+            Ok(_) => Err(io_error(
                 "use",
                 &shown,
-                std::io::Error::new(
-                    std::io::ErrorKind::AlreadyExists,
-                    "it is not a directory, but treesync keeps the target's generations there; remove it and run again",
-                ),
+                ErrorKind::AlreadyExists,
+                "it is not a directory, but treesync keeps the target's generations there; remove it and run again",
             )),
             Err(e) if is(&e, nfsstat3::NFS3ERR_NOENT) => Ok(false),
             Err(e) => Err(nfs_io("look up", &shown, e)),
@@ -471,11 +465,7 @@ impl Host for ClientHost {
             }
             AtTarget::Other(what) => {
                 let _ = nfs.remove(&tmp, LINK, about).await;
-                return Err(Error::io(
-                    "switch",
-                    &target,
-                    std::io::Error::new(std::io::ErrorKind::AlreadyExists, format!("it is a {what}")),
-                ));
+                return Err(io_error("switch", &target, ErrorKind::AlreadyExists, format!("it is a {what}")));
             }
         };
         match nfs.rename(&tmp, LINK, &parent, name, target.as_bytes()).await {
@@ -497,18 +487,10 @@ impl Host for ClientHost {
             }
             AtTarget::Missing => {}
             AtTarget::Dir { .. } => {
-                return Err(Error::io(
-                    "restore",
-                    &target,
-                    std::io::Error::new(std::io::ErrorKind::AlreadyExists, "it is a directory already"),
-                ));
+                return Err(io_error("restore", &target, ErrorKind::AlreadyExists, "it is a directory already"));
             }
             AtTarget::Other(what) => {
-                return Err(Error::io(
-                    "restore",
-                    &target,
-                    std::io::Error::new(std::io::ErrorKind::AlreadyExists, format!("it is a {what}")),
-                ));
+                return Err(io_error("restore", &target, ErrorKind::AlreadyExists, format!("it is a {what}")));
             }
         }
         // From here until the RENAME there is no target.

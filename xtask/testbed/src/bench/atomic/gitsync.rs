@@ -12,7 +12,8 @@ use std::process::Command;
 
 use treesync_testkit::slowfs::Stats;
 
-use super::model::{Bed, Case, DiskRow, Figures, Row, Sample, du, kinds, rm};
+use super::model::{Bed, Case, DiskRow, Figures, Row, Sample, du, kinds};
+use crate::bench::rm;
 use xtask::util::run_quiet;
 
 /// A shell running `script` with git's user and system configuration left out.

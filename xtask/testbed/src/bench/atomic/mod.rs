@@ -26,8 +26,9 @@ mod gitsync;
 mod model;
 mod render;
 
+use crate::bench::rm;
 pub use model::Config;
-use model::{Bed, Case, DiskRow, Figures, Row, Sample, du, kinds, rm};
+use model::{Bed, Case, DiskRow, Figures, Row, Sample, du, kinds};
 
 /// Run the benchmark in `dir` (a tmpfs) with the `treesync` binary; the Markdown tables.
 pub fn run(c: &Config, dir: &Path, treesync: &Path) -> Result<String, String> {

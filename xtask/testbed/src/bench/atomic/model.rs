@@ -141,8 +141,3 @@ pub(super) fn du(paths: &[&Path]) -> Result<(u64, u64), String> {
     };
     Ok((total(&[])?, total(&["--count-links"])?))
 }
-
-pub(super) fn rm(p: &Path) {
-    let _ = std::fs::remove_dir_all(p);
-    let _ = std::fs::remove_file(p);
-}
