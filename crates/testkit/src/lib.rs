@@ -4,6 +4,7 @@
 //! with a TCP delay line for latency). A test whose real component is missing fails, naming the
 //! command that provides it ([`missing`]); `cargo xtask test` installs them all.
 
+pub mod bucket;
 pub mod cli;
 pub mod config_file;
 pub mod conformance;

@@ -6,9 +6,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use treesync::Backend;
-use treesync_backend_s3::{Config, Options};
-use treesync_testkit::conformance::{History, reduce};
+use treesync_testkit::conformance::History;
 use treesync_testkit::ganesha::Ganesha;
 use treesync_testkit::s3::Moto;
 use treesync_testkit::tree::{self, Node};
@@ -125,19 +123,6 @@ fn library_syncs_an_s3_url_on_moto() {
         assert!(out.contains("clean"), "{out}");
 
         // Read the prefix back with GETs and compare with git archive.
-        let config = Config {
-            endpoint: Some(moto.endpoint.clone()),
-            allow_http: true,
-            credentials: Some(("testing".into(), "testing".into())),
-            ..Default::default()
-        };
-        let backend = treesync_backend_s3::open(url, &config, Options::default()).expect("open");
-        let rt = tokio::runtime::Runtime::new().expect("runtime");
-        let objects = rt.block_on(backend.read_all()).expect("read back");
-        let actual = tree::read_objects(objects.into_iter().map(|o| (o.path, o.mode, o.data)));
-        let expected = reduce(&h.expected(i), backend.capabilities());
-        if let Some(d) = tree::diff(&expected, &actual) {
-            panic!("the bucket differs from git archive of commit {i}:\n{d}");
-        }
+        moto.assert_bucket_is(url, &h.expected(i), &format!("git archive of commit {i}"));
     }
 }

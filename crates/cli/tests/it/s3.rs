@@ -1,18 +1,14 @@
 //! `treesync` against a real S3 server (moto on 127.0.0.1): request counts by method, bad
 //! buckets, injected throttling, and a sync killed with SIGKILL.
 
-use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::{Command, Output};
 use std::time::Duration;
 
-use treesync_backend_s3::{Config, Options};
-use treesync_core::Backend;
 use treesync_testkit::BareRepo;
-use treesync_testkit::conformance::reduce;
 use treesync_testkit::history::{self, Entry, Model};
 use treesync_testkit::s3::{FaultProxy, Moto};
-use treesync_testkit::tree::{self, Node};
+use treesync_testkit::tree;
 
 fn treesync(moto: &Moto, endpoint: &str, args: &[&str]) -> Output {
     let mut c = Command::new(env!("CARGO_BIN_EXE_treesync"));
@@ -35,30 +31,11 @@ fn assert_ok(o: &Output) {
     assert!(o.status.success(), "treesync failed: {}", String::from_utf8_lossy(&o.stderr));
 }
 
-/// What the bucket holds under `url`, read back with GETs, as a tree; and the backend's
-/// capabilities.
-pub fn bucket(moto: &Moto, url: &str) -> (BTreeMap<String, Node>, treesync_core::backend::Capabilities) {
-    let config = Config {
-        endpoint: Some(moto.endpoint.clone()),
-        allow_http: true,
-        credentials: Some(("testing".into(), "testing".into())),
-        ..Default::default()
-    };
-    let backend = treesync_backend_s3::open(url, &config, Options::default()).expect("open");
-    let rt = tokio::runtime::Runtime::new().expect("runtime");
-    let objects = rt.block_on(backend.read_all()).expect("read back");
-    (tree::read_objects(objects.into_iter().map(|o| (o.path, o.mode, o.data))), backend.capabilities())
-}
-
 /// Read the prefix back with GETs and compare with `git archive` (modes and symlinks included).
 fn assert_bucket_is(moto: &Moto, url: &str, bare: &BareRepo, commit: &str) {
-    let (actual, capabilities) = bucket(moto, url);
     let dir = tempfile::tempdir().expect("tempdir");
     bare.archive(commit, &dir.path().join("x"));
-    let expected = reduce(&tree::read_dir(&dir.path().join("x")), capabilities);
-    if let Some(d) = tree::diff(&expected, &actual) {
-        panic!("bucket differs from git archive {commit}:\n{d}");
-    }
+    moto.assert_bucket_is(url, &tree::read_dir(&dir.path().join("x")), &format!("git archive {commit}"));
 }
 
 fn wide_repo(files: usize, deleted: usize) -> (BareRepo, Vec<String>) {
