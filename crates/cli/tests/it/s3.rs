@@ -6,7 +6,7 @@ use std::process::{Command, Output};
 use std::time::Duration;
 
 use treesync_testkit::BareRepo;
-use treesync_testkit::history::{self, Entry, Model};
+use treesync_testkit::history::{self, Entry, Model, file};
 use treesync_testkit::s3::{FaultProxy, Moto};
 use treesync_testkit::tree;
 
@@ -83,16 +83,8 @@ fn incremental_sync_requests_are_k_puts_one_bulk_delete_and_three_for_state() {
 fn deletes_go_in_bulk_requests_of_up_to_1000_keys() {
     let moto = Moto::start();
     moto.create_bucket("site");
-    let mut a = Model::default();
-    for i in 0..1500 {
-        a.insert(
-            &format!("d{}/f{i}", i % 7),
-            Entry::File { content: format!("{i}\n").into_bytes(), executable: false },
-        );
-    }
-    a.insert("keep", Entry::File { content: b"k\n".to_vec(), executable: false });
-    let mut b = Model::default();
-    b.insert("keep", Entry::File { content: b"k\n".to_vec(), executable: false });
+    let b = Model::of(&[("keep", "k\n")]);
+    let a = b.with((0..1500).map(|i| (format!("d{}/f{i}", i % 7), file(format!("{i}\n")))));
     let bare = BareRepo::new();
     let commits = history::import(&bare.path, "main", &[a, b]);
     assert_ok(&sync(&moto, &bare.path, &commits[0], "s3://site/p"));

@@ -9,8 +9,8 @@ use crate::verify;
 use treesync_testkit::cli::drift_of;
 use treesync_testkit::cli::s;
 use treesync_testkit::cli::temp_target;
-use treesync_testkit::history::file;
 use treesync_testkit::history::{self, Entry, Model};
+use treesync_testkit::history::{executable, file};
 use treesync_testkit::s3::Moto;
 use treesync_testkit::{BareRepo, tree};
 
@@ -19,8 +19,7 @@ fn drift_paths(v: &serde_json::Value) -> Vec<String> {
 }
 
 fn fixture() -> (BareRepo, String, tempfile::TempDir) {
-    let mut m = Model::default();
-    for (p, c) in [
+    let m = Model::of(&[
         ("a.txt", "aaaa\n"),
         ("b.txt", "bbbbbbbb\n"),
         ("b2.txt", "b2\n"),
@@ -28,11 +27,8 @@ fn fixture() -> (BareRepo, String, tempfile::TempDir) {
         ("t.txt", "touch me\n"),
         ("d/e.txt", "eee\n"),
         ("d/keep", "k\n"),
-    ] {
-        m.insert(p, file(c));
-    }
-    m.insert("c.sh", Entry::File { content: b"#!/bin/sh\n".to_vec(), executable: true });
-    m.insert("link", Entry::Link { target: "a.txt".into() });
+    ])
+    .with([("c.sh", executable("#!/bin/sh\n")), ("link", Entry::Link { target: "a.txt".into() })]);
     let bare = BareRepo::new();
     let commits = history::import(&bare.path, "main", &[m]);
     let dir = tempfile::tempdir().expect("tempdir");
@@ -156,11 +152,8 @@ fn git_status_with_treesyncs_index_is_a_second_opinion() {
 fn s3_verify_lists_and_gets_only_what_differs() {
     let moto = Moto::start();
     moto.create_bucket("verify-bucket");
-    let mut m = Model::default();
-    for i in 0..1500 {
-        m.insert(&format!("d{}/f{i}", i % 9), file(format!("content {i}\n")));
-    }
-    m.insert("x", Entry::File { content: b"exe\n".to_vec(), executable: true });
+    let mut m = Model::default().with((0..1500).map(|i| (format!("d{}/f{i}", i % 9), file(format!("content {i}\n")))));
+    m.insert("x", executable("exe\n"));
     m.insert("l", Entry::Link { target: "x".into() });
     let bare = BareRepo::new();
     let commits = history::import(&bare.path, "main", &[m]);
