@@ -8,7 +8,7 @@ use treesync_testkit::assert_target_is;
 use treesync_testkit::cli::s;
 use treesync_testkit::cli::stderr;
 use treesync_testkit::cli::temp_target;
-use treesync_testkit::history::{self, Entry, Model};
+use treesync_testkit::history::{self, Entry, Model, file};
 use treesync_testkit::{BareRepo, git, git_stdin, raw_tree, tree};
 
 fn sync(repo: &Path, rev: &str, target: &Path) -> Output {
@@ -171,11 +171,8 @@ fn symlink_replaced_by_directory_is_like_git_and_writes_nothing_outside() {
     let dir = tempfile::tempdir().expect("tempdir");
     let outside = dir.path().join("outside");
     std::fs::create_dir(&outside).expect("mkdir");
-    let mut a = Model::default();
-    a.insert("a", Entry::Link { target: outside.to_string_lossy().into_owned() });
-    a.insert("keep", Entry::File { content: b"k".to_vec(), executable: false });
-    let mut b = a.clone();
-    b.insert("a/b", Entry::File { content: b"inside\n".to_vec(), executable: false });
+    let a = Model::of(&[("keep", "k")]).with([("a", Entry::Link { target: outside.to_string_lossy().into_owned() })]);
+    let b = a.with([("a/b", file("inside\n"))]);
     let bare = BareRepo::new();
     let commits = history::import(&bare.path, "main", &[a, b]);
     let target = dir.path().join("t");
@@ -304,12 +301,7 @@ fn a_sync_reads_the_mount_table_once() {
 fn deep_trees_sync_or_are_refused_clearly() {
     let bare = BareRepo::new();
     let chain = |levels: usize, content: &[u8]| {
-        let mut m = Model::default();
-        m.insert(
-            &format!("{}/leaf", vec!["d"; levels].join("/")),
-            Entry::File { content: content.to_vec(), executable: false },
-        );
-        m
+        Model::default().with([(format!("{}/leaf", vec!["d"; levels].join("/")), file(content))])
     };
     let commits =
         history::import(&bare.path, "main", &[chain(1000, b"deep\n"), chain(3000, b"x\n"), chain(10_000, b"x\n")]);
@@ -331,10 +323,8 @@ fn deep_trees_sync_or_are_refused_clearly() {
 #[test]
 fn corrupt_objects_are_named_and_nothing_is_written() {
     let bare = BareRepo::new();
-    let mut a = Model::default();
-    a.insert("keep", Entry::File { content: b"keep\n".to_vec(), executable: false });
-    let mut b = a.clone();
-    b.insert("dir/new", Entry::File { content: b"a blob that will vanish\n".to_vec(), executable: false });
+    let a = Model::of(&[("keep", "keep\n")]);
+    let b = a.with([("dir/new", file("a blob that will vanish\n"))]);
     let commits = history::import(&bare.path, "main", &[a, b]);
     let (_dir, target) = temp_target("t");
     assert!(sync(&bare.path, &commits[0], &target).status.success());
@@ -386,11 +376,8 @@ fn corrupt_objects_are_named_and_nothing_is_written() {
 #[test]
 fn odd_names_sync_like_git_and_gitmodules_symlinks_are_refused() {
     let bare = BareRepo::new();
-    let mut m = Model::default();
-    for name in ["new\nline", "tab\there", "esc\u{1b}[31m", "-rf", " spaced ", "back\\slash", "quote\"d", "ünïcødé"]
-    {
-        m.insert(&format!("odd/{name}"), Entry::File { content: name.as_bytes().to_vec(), executable: false });
-    }
+    let names = ["new\nline", "tab\there", "esc\u{1b}[31m", "-rf", " spaced ", "back\\slash", "quote\"d", "ünïcødé"];
+    let m = Model::default().with(names.map(|name| (format!("odd/{name}"), file(name))));
     let commits = history::import(&bare.path, "main", &[m]);
     let (dir, target) = temp_target("t");
     let o = sync(&bare.path, &commits[0], &target);
@@ -411,14 +398,10 @@ fn odd_names_sync_like_git_and_gitmodules_symlinks_are_refused() {
 #[test]
 fn a_truncated_pack_is_a_clear_error_and_the_repaired_repository_syncs() {
     let bare = BareRepo::new();
-    let mut a = Model::default();
-    a.insert("keep", Entry::File { content: b"keep\n".to_vec(), executable: false });
-    let mut b = a.clone();
-    for i in 0..40 {
-        // Incompressible-ish content, so the pack's tail holds these blobs.
-        let content: Vec<u8> = (0..4000u32).map(|j| ((j * 7919 + i * 104_729) % 251) as u8).collect();
-        b.insert(&format!("data/f{i:02}.bin"), Entry::File { content, executable: false });
-    }
+    let a = Model::of(&[("keep", "keep\n")]);
+    // Incompressible-ish content, so the pack's tail holds these blobs.
+    let noise = |i: u32| -> Vec<u8> { (0..4000u32).map(|j| ((j * 7919 + i * 104_729) % 251) as u8).collect() };
+    let b = a.with((0..40).map(|i| (format!("data/f{i:02}.bin"), file(noise(i)))));
     let commits = history::import(&bare.path, "main", &[a, b]);
     git(&bare.path, &["repack", "-adq"]);
     let pack_dir = bare.path.join("objects/pack");

@@ -30,13 +30,9 @@ fn sync_args<'a>(bare: &'a BareRepo, rev: &'a str, target: &'a Path, extra: &[&'
 /// A repository with three commits on `staging` (main points at the first): two files, then
 /// one of them changed, then one added.
 fn repo() -> (BareRepo, Vec<String>) {
-    let mut a = Model::default();
-    a.insert("index.html", file("one\n"));
-    a.insert("css/site.css", file("body {}\n"));
-    let mut b = a.clone();
-    b.insert("index.html", file("two\n"));
-    let mut c = b.clone();
-    c.insert("about.html", file("about\n"));
+    let a = Model::of(&[("index.html", "one\n"), ("css/site.css", "body {}\n")]);
+    let b = a.with([("index.html", file("two\n"))]);
+    let c = b.with([("about.html", file("about\n"))]);
     let bare = BareRepo::new();
     let commits = history::import(&bare.path, "staging", &[a, b, c]);
     git(&bare.path, &["update-ref", "refs/heads/main", &commits[0]]);

@@ -14,8 +14,8 @@ use treesync_testkit::cli::listing;
 use treesync_testkit::cli::s;
 use treesync_testkit::cli::stderr;
 use treesync_testkit::cli::temp_target;
-use treesync_testkit::history::file;
-use treesync_testkit::history::{self, Entry, Model};
+use treesync_testkit::history::{self, Model};
+use treesync_testkit::history::{executable, file};
 use treesync_testkit::{BareRepo, git};
 
 fn sync(repo: &Path, rev: &str, target: &Path, extra: &[&str]) -> Output {
@@ -36,12 +36,8 @@ fn assert_ok(o: &Output) {
 
 /// Two commits: `a` changes, `b` appears.
 fn two_commits() -> (BareRepo, Vec<String>) {
-    let mut one = Model::default();
-    one.insert("a", file("one\n"));
-    one.insert("d/x", file("x\n"));
-    let mut two = one.clone();
-    two.insert("a", file("two\n"));
-    two.insert("d/b", file("b\n"));
+    let one = Model::of(&[("a", "one\n"), ("d/x", "x\n")]);
+    let two = one.with([("a", file("two\n")), ("d/b", file("b\n"))]);
     let bare = BareRepo::new();
     let commits = history::import(&bare.path, "main", &[one, two]);
     (bare, commits)
@@ -119,10 +115,8 @@ fn a_refused_sync_and_status_write_nothing() {
 
 #[test]
 fn a_mode_change_never_changes_a_file_outside_through_a_hard_link() {
-    let mut one = Model::default();
-    one.insert("tool", file("#!/bin/sh\n"));
-    let mut two = one.clone();
-    two.insert("tool", Entry::File { content: b"#!/bin/sh\n".to_vec(), executable: true });
+    let one = Model::of(&[("tool", "#!/bin/sh\n")]);
+    let two = one.with([("tool", executable("#!/bin/sh\n"))]);
     let bare = BareRepo::new();
     let commits = history::import(&bare.path, "main", &[one, two]);
     let (dir, t) = temp_target("t");
