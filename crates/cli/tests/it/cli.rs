@@ -102,8 +102,7 @@ fn bad_input_gets_one_clear_line() {
 #[test]
 fn unwritable_target_is_a_clear_error() {
     let (bare, _) = small_repo();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let ro = dir.path().join("ro");
+    let (_dir, ro) = temp_target("ro");
     std::fs::create_dir(&ro).expect("mkdir");
     // Root ignores permission bits, so use a read-only mount.
     let mounted = Command::new("mount").args(["-t", "tmpfs", "-o", "ro,size=1m", "tmpfs"]).arg(&ro).status();

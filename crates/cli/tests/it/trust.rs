@@ -90,9 +90,8 @@ fn a_planted_symlink_in_the_state_folder_is_refused_naming_it() {
 #[test]
 fn a_refused_sync_and_status_write_nothing() {
     let (bare, commits) = two_commits();
-    let dir = tempfile::tempdir().expect("tempdir");
     // A foreign target: refused, nothing of treesync's appears in it.
-    let t = dir.path().join("t");
+    let (dir, t) = temp_target("t");
     std::fs::create_dir(&t).expect("mkdir");
     std::fs::write(t.join("foreign"), b"mine\n").expect("write");
     let o = sync(&bare.path, &commits[0], &t, &[]);
