@@ -30,17 +30,21 @@ fn fails(args: &[&str], code: i32) -> String {
 /// A monorepo of two commits: `docs/` (with a subdirectory and a symlink), `site/`, a file and
 /// a symlink at the top. The second commit changes one file of `docs/` and much outside it.
 fn monorepo() -> (BareRepo, Vec<String>) {
-    let mut m0 = Model::default();
-    m0.insert("README", file("top\n"));
-    m0.insert("docs/index.md", file("# docs\n"));
-    m0.insert("docs/guide/intro.md", file("intro\n"));
-    m0.insert("docs/latest", Entry::Link { target: "guide/intro.md".into() });
-    m0.insert("site/index.html", file("<html>\n"));
-    m0.insert("link", Entry::Link { target: "docs".into() });
-    let mut m1 = m0.clone();
-    m1.insert("docs/guide/intro.md", file("intro, revised\n"));
-    m1.insert("README", file("top, revised\n"));
-    m1.insert("src/main.rs", file("fn main() {}\n"));
+    let m0 = Model::of(&[
+        ("README", "top\n"),
+        ("docs/index.md", "# docs\n"),
+        ("docs/guide/intro.md", "intro\n"),
+        ("site/index.html", "<html>\n"),
+    ])
+    .with([
+        ("docs/latest", Entry::Link { target: "guide/intro.md".into() }),
+        ("link", Entry::Link { target: "docs".into() }),
+    ]);
+    let m1 = m0.with([
+        ("docs/guide/intro.md", file("intro, revised\n")),
+        ("README", file("top, revised\n")),
+        ("src/main.rs", file("fn main() {}\n")),
+    ]);
     let bare = BareRepo::new();
     let commits = treesync_testkit::history::import(&bare.path, "main", &[m0, m1]);
     (bare, commits)
@@ -63,10 +67,8 @@ fn assert_holds(target: &Path, bare: &BareRepo, treeish: &str) {
 #[test]
 fn ref_with_a_path_and_path_flag_sync_a_directory_as_the_root() {
     let (bare, commits) = monorepo();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let repo = s(&bare.path);
-    let target = dir.path().join("docs");
-    let t = s(&target);
+    let (_dir, target) = temp_target("docs");
+    let (repo, t) = (s(&bare.path), s(&target));
 
     // plan --json of a subtree: the commit, and the subtree's tree.
     let v = json(&["plan", "--repo", repo, "--ref", &format!("{}:docs", commits[0]), "--target", t], PLAN);
@@ -124,10 +126,8 @@ fn ref_with_a_path_and_path_flag_sync_a_directory_as_the_root() {
 #[test]
 fn paths_that_are_not_directories_and_two_spellings_are_refused() {
     let (bare, _) = monorepo();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let repo = s(&bare.path);
-    let target = dir.path().join("t");
-    let t = s(&target);
+    let (dir, target) = temp_target("t");
+    let (repo, t) = (s(&bare.path), s(&target));
 
     let e = fails(&["sync", "--repo", repo, "--ref", "main:README", "--target", t], 2);
     assert!(e.contains("\"README\" of \"main\"") && e.contains("README is a file"), "{e}");
