@@ -2,7 +2,7 @@
 //! what stays atomic without the flag, the config keys, `--json`, `status`, `plan`, `verify
 //! --repair`, `watch --atomic`, and what is refused (and how it is said).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use crate::cli;
@@ -34,7 +34,7 @@ fn history() -> History {
     History::from_trees(&trees)
 }
 
-fn home(target: &Path) -> std::path::PathBuf {
+fn home(target: &Path) -> PathBuf {
     let name = target.file_name().expect("a name").to_str().expect("utf8");
     target.with_file_name(format!(".{name}.treesync"))
 }
@@ -43,6 +43,15 @@ fn sync(h: &History, rev: usize, target: &Path, extra: &[&str]) -> String {
     let mut args = vec!["sync", "--repo", s(&h.bare.path), "--ref", &h.commits[rev], "--target", s(target)];
     args.extend_from_slice(extra);
     cli().ok(&args)
+}
+
+/// A new target synced to each of the first `commits` commits in turn, with `extra` arguments.
+fn synced_through(h: &History, commits: usize, extra: &[&str]) -> (tempfile::TempDir, PathBuf) {
+    let (dir, target) = temp_target("site");
+    for rev in 0..commits {
+        sync(h, rev, &target, extra);
+    }
+    (dir, target)
 }
 
 #[test]
@@ -108,10 +117,7 @@ fn sync_json_says_which_generation_was_prepared_and_how() {
 #[test]
 fn a_mode_change_rewrites_the_file_and_leaves_the_retired_generation_alone() {
     let h = history();
-    let (_dir, target) = temp_target("site");
-    for rev in 0..3 {
-        sync(&h, rev, &target, &["--atomic", "--grace", "0"]);
-    }
+    let (_dir, target) = synced_through(&h, 3, &["--atomic", "--grace", "0"]);
     let out = sync(&h, 3, &target, &["--json"]);
     let v: Value = serde_json::from_str(&out).expect("json");
     assert_eq!(v["applied"]["chmod"], 0, "no chmod of a possibly shared inode: {v:#}");
@@ -125,10 +131,7 @@ fn a_mode_change_rewrites_the_file_and_leaves_the_retired_generation_alone() {
 #[test]
 fn plan_verify_and_repair_understand_generations() {
     let h = history();
-    let (dir, target) = temp_target("site");
-    for rev in 0..2 {
-        sync(&h, rev, &target, &["--atomic", "--switch", "symlink"]);
-    }
+    let (dir, target) = synced_through(&h, 2, &["--atomic", "--switch", "symlink"]);
     let plan = cli().ok(&["plan", "--repo", s(&h.bare.path), "--ref", &h.commits[2], "--target", s(&target)]);
     assert!(plan.contains("planned from the generation at"), "{plan}");
     // Drift in the current generation: verify sees it, --repair prepares the next and switches.
