@@ -11,7 +11,7 @@ use treesync_testkit::cli::s;
 use treesync_testkit::cli::temp_target;
 use treesync_testkit::cli::wait_for;
 use treesync_testkit::config_file::ConfigFile;
-use treesync_testkit::history::{self, Entry};
+use treesync_testkit::history::{self, Model, file};
 use treesync_testkit::matches;
 use treesync_testkit::{BareRepo, git};
 
@@ -25,6 +25,19 @@ fn start_watch(bare: &Path, rev: &str, target: &Path, extra: &[&str]) -> Child {
     start(&[&["watch", "--repo", s(bare), "--ref", rev, "--target", s(target)], extra].concat())
 }
 
+/// A bare repository holding `trees` as commits on `staging`, with `branch` at the first.
+fn staged(trees: &[Model], branch: &str) -> (BareRepo, Vec<String>) {
+    let bare = BareRepo::new();
+    let commits = history::import(&bare.path, "staging", trees);
+    move_ref(&bare, branch, &commits[0]);
+    (bare, commits)
+}
+
+/// Point `branch` of `bare` at `commit`, as a push does.
+fn move_ref(bare: &BareRepo, branch: &str, commit: &str) {
+    git(&bare.path, &["update-ref", &format!("refs/heads/{branch}"), commit]);
+}
+
 /// Send `signal` (`-TERM`, `-INT`) to a watch and collect its output once it exits.
 fn stop(child: Child, signal: &str) -> Output {
     assert!(Command::new("kill").args([signal, &child.id().to_string()]).status().expect("kill").success());
@@ -35,26 +48,18 @@ fn stop(child: Child, signal: &str) -> Output {
 fn watch_follows_pushes_and_stops_cleanly_on_sigterm() {
     let mut trees = history::random_history(77, 4);
     // A last commit big enough that SIGTERM lands in the middle of its sync.
-    let mut big = trees[3].clone();
-    for i in 0..12_000 {
-        big.insert(
-            &format!("bulk/d{}/f{i}", i % 30),
-            Entry::File { content: vec![b'x'; 2000 + i % 7], executable: false },
-        );
-    }
+    let big = trees[3].with((0..12_000).map(|i| (format!("bulk/d{}/f{i}", i % 30), file(vec![b'x'; 2000 + i % 7]))));
     trees.push(big);
-    let bare = BareRepo::new();
-    let commits = history::import(&bare.path, "staging", &trees);
-    git(&bare.path, &["update-ref", "refs/heads/main", &commits[0]]);
+    let (bare, commits) = staged(&trees, "main");
     let (_dir, target) = temp_target("t");
     let child = start_watch(&bare.path, "main", &target, &["--interval", "100ms", "--jobs", "1", "--batch", "1"]);
     wait_for("the first commit", || matches(&bare, &commits[0], &target));
     for c in &commits[1..4] {
-        git(&bare.path, &["update-ref", "refs/heads/main", c]);
+        move_ref(&bare, "main", c);
         wait_for("the pushed commit", || matches(&bare, c, &target));
     }
     // Push the big commit and stop the watcher while it syncs.
-    git(&bare.path, &["update-ref", "refs/heads/main", &commits[4]]);
+    move_ref(&bare, "main", &commits[4]);
     wait_for("the big sync to start", || target.join("bulk").exists());
     let out = stop(child, "-TERM");
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -75,9 +80,7 @@ fn watch_follows_pushes_and_stops_cleanly_on_sigterm() {
 /// what it is (not "couldn't parse revision"), and watch keeps going.
 #[test]
 fn watch_says_when_the_ref_or_the_repository_is_gone() {
-    let bare = BareRepo::new();
-    let commits = history::import(&bare.path, "main", &history::random_history(5, 1));
-    git(&bare.path, &["update-ref", "refs/heads/other", &commits[0]]);
+    let (bare, commits) = staged(&history::random_history(5, 1), "other");
     let (dir, target) = temp_target("t");
     let child = start_watch(&bare.path, "other", &target, &["--interval", "100ms"]);
     wait_for("the first sync", || matches(&bare, &commits[0], &target));
@@ -132,7 +135,7 @@ fn watch_json_reports_failed_tries_with_doubling_waits_and_stops_on_stderr() {
 fn watch_all_follows_every_mirror_and_tags_their_events() {
     let bare = BareRepo::new();
     let commits = history::import(&bare.path, "main", &history::random_history(9, 2));
-    git(&bare.path, &["update-ref", "refs/heads/other", &commits[0]]);
+    move_ref(&bare, "other", &commits[0]);
     let dir = tempfile::tempdir().expect("tempdir");
     let cfg = ConfigFile::new()
         .defaults()
@@ -213,9 +216,7 @@ fn cpu_ticks(pid: u32) -> u64 {
 /// nothing moves — no busy loop, no periodic look.
 #[test]
 fn watch_is_woken_by_pushes_and_idles_without_cpu() {
-    let bare = BareRepo::new();
-    let commits = history::import(&bare.path, "staging", &history::random_history(31, 3));
-    git(&bare.path, &["update-ref", "refs/heads/main", &commits[0]]);
+    let (bare, commits) = staged(&history::random_history(31, 3), "main");
     let (_dir, target) = temp_target("t");
     let child = start_watch(&bare.path, "main", &target, &["--interval", "1h"]);
     wait_for("the first commit", || matches(&bare, &commits[0], &target));
@@ -225,7 +226,7 @@ fn watch_is_woken_by_pushes_and_idles_without_cpu() {
     let before = cpu_ticks(child.id());
     std::thread::sleep(Duration::from_secs(3));
     let idle = cpu_ticks(child.id()) - before;
-    git(&bare.path, &["update-ref", "refs/heads/main", &commits[1]]);
+    move_ref(&bare, "main", &commits[1]);
     wait_for("the updated ref", || matches(&bare, &commits[1], &target));
     let work = tempfile::tempdir().expect("tempdir");
     git(work.path(), &["clone", "-q", "-b", "main", s(&bare.path), "c"]);
@@ -245,9 +246,7 @@ fn watch_is_woken_by_pushes_and_idles_without_cpu() {
 /// hour, a move is not seen.
 #[test]
 fn watch_poll_polls_and_says_so() {
-    let bare = BareRepo::new();
-    let commits = history::import(&bare.path, "staging", &history::random_history(32, 2));
-    git(&bare.path, &["update-ref", "refs/heads/main", &commits[0]]);
+    let (bare, commits) = staged(&history::random_history(32, 2), "main");
     let dir = tempfile::tempdir().expect("tempdir");
     let mirror = ConfigFile::new().mirror("m", &bare.path, "main", dir.path().join("m"));
     let cfg = mirror.key("interval", "1h").key("poll", true).write_in(dir.path());
@@ -255,10 +254,10 @@ fn watch_poll_polls_and_says_so() {
     let flag = ["watch", "--repo", s(&bare.path), "--ref", "main", "--target", s(&f), "--interval", "1h", "--poll"];
     let config = ["--config", s(&cfg), "watch", "m"];
     for (args, target) in [(&flag[..], &f), (&config[..], &m)] {
-        git(&bare.path, &["update-ref", "refs/heads/main", &commits[0]]);
+        move_ref(&bare, "main", &commits[0]);
         let child = start(args);
         wait_for("the first commit", || matches(&bare, &commits[0], target));
-        git(&bare.path, &["update-ref", "refs/heads/main", &commits[1]]);
+        move_ref(&bare, "main", &commits[1]);
         std::thread::sleep(Duration::from_secs(2));
         let out = stop(child, "-TERM");
         let stderr = String::from_utf8_lossy(&out.stderr);
