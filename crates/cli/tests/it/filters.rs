@@ -71,6 +71,22 @@ fn sync_ok(bare: &Path, target: &Path) {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
 }
 
+/// `treesync sync` of main of the repository `bare` into `target`, with `extra` arguments,
+/// which must fail with exit 2 (a file failed); its stderr.
+fn sync_fails(bare: &Path, target: &Path, extra: &[&str]) -> String {
+    let o = treesync(&[&["sync", "--repo", s(bare), "--ref", "main", "--target", s(target)], extra].concat());
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    err
+}
+
+/// Set each `(key, value)` of `config` in the repository `bare`'s config.
+fn configure(bare: &Path, config: &[(&str, &str)]) {
+    for (k, v) in config {
+        git(bare, &["config", k, v]);
+    }
+}
+
 /// `target` holds what git's checkout of `rev` writes with `config` set.
 fn assert_like_git(bare: &Path, rev: &str, config: &[(&str, &str)], target: &Path) {
     let diffs = gitcheck::diff(&gitcheck::expected(bare, rev, config), target);
@@ -102,9 +118,7 @@ fn smudge_and_process_drivers_write_what_a_fresh_clone_writes() {
         ("filter.proc.process", process.as_str()),
         ("filter.proc.required", "true"),
     ];
-    for (k, v) in &config {
-        git(&bare, &["config", k, v]);
-    }
+    configure(&bare, &config);
     let target = dir.path().join("target");
     sync_ok(&bare, &target);
     // git's own checkout, with the same filters (and the same process) configured.
@@ -134,9 +148,7 @@ fn a_required_driver_without_a_command_is_refused_before_any_write() {
     );
     git(&bare, &["config", "filter.must.required", "true"]);
     let target = dir.path().join("target");
-    let o = treesync(&["sync", "--repo", s(&bare), "--ref", "main", "--target", s(&target)]);
-    assert_eq!(o.status.code(), Some(2));
-    let err = String::from_utf8_lossy(&o.stderr);
+    let err = sync_fails(&bare, &target, &[]);
     assert!(
         err.contains("\"must\"")
             && err.contains("one.m")
@@ -158,12 +170,9 @@ fn a_failing_required_driver_fails_the_sync_naming_the_file_and_a_rerun_finishes
     let flag = dir.path().join("broken");
     std::fs::write(&flag, "").expect("flag");
     let smudge = format!("sh -c 'test ! -e {} && cat'", s(&flag));
-    git(&bare, &["config", "filter.flaky.smudge", &smudge]);
-    git(&bare, &["config", "filter.flaky.required", "true"]);
+    configure(&bare, &[("filter.flaky.smudge", &smudge), ("filter.flaky.required", "true")]);
     let target = dir.path().join("target");
-    let o = treesync(&["sync", "--repo", s(&bare), "--ref", "main", "--target", s(&target)]);
-    assert_ne!(o.status.code(), Some(0));
-    let err = String::from_utf8_lossy(&o.stderr);
+    let err = sync_fails(&bare, &target, &[]);
     assert!(err.contains("a.f"), "{err}");
     assert!(!target.join("a.f").exists(), "a failed filter writes no file");
     std::fs::remove_file(&flag).expect("unflag");
@@ -179,13 +188,10 @@ fn a_driver_that_does_not_read_its_input_fails_the_file_not_the_process() {
     let dir = tempfile::tempdir().expect("tempdir");
     let big = "x".repeat(1 << 20);
     let (bare, _) = repo(dir.path(), &[(".gitattributes", "*.f filter=early\n"), ("a.f", &big)]);
-    git(&bare, &["config", "filter.early.smudge", "false"]);
-    git(&bare, &["config", "filter.early.required", "true"]);
+    configure(&bare, &[("filter.early.smudge", "false"), ("filter.early.required", "true")]);
     let target = dir.path().join("target");
     for _ in 0..5 {
-        let o = treesync(&["sync", "--repo", s(&bare), "--ref", "main", "--target", s(&target)]);
-        assert_eq!(o.status.code(), Some(2), "{o:?}");
-        let err = String::from_utf8_lossy(&o.stderr);
+        let err = sync_fails(&bare, &target, &[]);
         assert!(err.contains("a.f") && err.contains("filter=early"), "{err}");
     }
     let mut child = Command::new(env!("CARGO_BIN_EXE_treesync"))
@@ -228,13 +234,9 @@ fn a_filter_bomb_is_cut_at_max_bytes_and_a_raised_limit_finishes_the_sync() {
     git(&tmp, &["push", "-q", "origin", "main"]);
     let head = git(&bare, &["rev-parse", "main"]).trim().to_string();
     let config = [("filter.gunzip.smudge", "gzip -dc"), ("filter.gunzip.clean", "gzip -c")];
-    for (k, v) in &config {
-        git(&bare, &["config", k, v]);
-    }
+    configure(&bare, &config);
     let target = dir.path().join("target");
-    let o = treesync(&["sync", "--repo", s(&bare), "--ref", "main", "--target", s(&target), "--max-bytes", "1MiB"]);
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert_eq!(o.status.code(), Some(2), "{err}");
+    let err = sync_fails(&bare, &target, &["--max-bytes", "1MiB"]);
     assert!(err.contains("bomb.gz") && err.contains("--max-bytes"), "{err}");
     // Nothing past the limit stays behind, not even a temporary.
     let mut big = Vec::new();
@@ -276,9 +278,7 @@ fn a_filter_that_hangs_is_killed_at_the_timeout_naming_the_filter_and_the_file()
     // A child of the filter's shell: the whole process group goes.
     git(&bare, &["config", "filter.stuck.smudge", "sh -c 'sleep 3600.25; cat'"]);
     let target = dir.path().join("target");
-    let o = treesync(&["sync", "--repo", s(&bare), "--ref", "main", "--target", s(&target), "--filter-timeout", "1s"]);
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert_eq!(o.status.code(), Some(2), "{err}");
+    let err = sync_fails(&bare, &target, &["--filter-timeout", "1s"]);
     assert!(err.contains("slow.s") && err.contains("stuck") && err.contains("--filter-timeout"), "{err}");
     let left = running("3600.25");
     assert!(left.is_empty(), "the filter's processes are gone: {left:?}");
@@ -297,9 +297,7 @@ fn a_failing_filter_that_is_not_required_stops_the_sync_and_the_fixed_filter_fin
     let (bare, head) = repo(dir.path(), &[(".gitattributes", "*.f filter=broken\n"), ("a.f", "x\n"), ("b.txt", "y\n")]);
     git(&bare, &["config", "filter.broken.smudge", "false"]);
     let target = dir.path().join("target");
-    let o = treesync(&["sync", "--repo", s(&bare), "--ref", "main", "--target", s(&target)]);
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert_eq!(o.status.code(), Some(2), "{err}");
+    let err = sync_fails(&bare, &target, &[]);
     assert!(err.contains("a.f") && err.contains("filter driver broken") && err.contains("status 1"), "{err}");
     assert!(!target.join("a.f").exists(), "the blob is not written as it is");
     git(&bare, &["config", "filter.broken.smudge", "tr x X"]);
@@ -315,9 +313,7 @@ fn a_required_filter_that_does_not_read_all_its_input_writes_what_git_writes() {
     let big = "x".repeat(1 << 20);
     let (bare, head) = repo(dir.path(), &[(".gitattributes", "*.f filter=short\n"), ("a.f", &big)]);
     let config = [("filter.short.smudge", "echo replaced"), ("filter.short.required", "true")];
-    for (k, v) in &config {
-        git(&bare, &["config", k, v]);
-    }
+    configure(&bare, &config);
     let target = dir.path().join("target");
     sync_ok(&bare, &target);
     assert_like_git(&bare, &head, &config, &target);
@@ -330,13 +326,9 @@ fn a_required_filter_that_does_not_read_all_its_input_writes_what_git_writes() {
 fn a_process_filter_that_hangs_is_killed_at_the_timeout() {
     let dir = tempfile::tempdir().expect("tempdir");
     let (bare, _) = repo(dir.path(), &[(".gitattributes", "*.p filter=hangs\n"), ("a.p", "x\n")]);
-    git(&bare, &["config", "filter.hangs.process", "sh -c 'sleep 3600.75'"]);
-    git(&bare, &["config", "filter.hangs.required", "true"]);
+    configure(&bare, &[("filter.hangs.process", "sh -c 'sleep 3600.75'"), ("filter.hangs.required", "true")]);
     let target = dir.path().join("target");
-    let args = ["sync", "--repo", s(&bare), "--ref", "main", "--target", s(&target), "--filter-timeout", "1s"];
-    let o = treesync(&args);
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert_eq!(o.status.code(), Some(2), "{err}");
+    let err = sync_fails(&bare, &target, &["--filter-timeout", "1s"]);
     assert!(err.contains("a.p") && err.contains("hangs") && err.contains("--filter-timeout"), "{err}");
     let left = running("3600.75");
     assert!(left.is_empty(), "the filter's processes are gone: {left:?}");
