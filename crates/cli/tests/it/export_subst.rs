@@ -60,6 +60,12 @@ impl Repo {
         self.git(&["commit", "-q", "--allow-empty", "-m", message]);
         self.git(&["rev-parse", "HEAD"])
     }
+
+    /// Write `text` to `path` and commit everything as `message`; the commit's id.
+    fn commit_file(&self, path: &str, text: &str, message: &str) -> String {
+        self.write(path, text);
+        self.commit(message)
+    }
 }
 
 /// Sync `rev` with `--export` into `target`, compare with `git archive`; returns how many
@@ -88,18 +94,14 @@ fn tagged_history(dir: &Path, placeholder: &str) -> (Repo, Vec<String>) {
     repo.write("f.txt", "plain $Format:%h$\n");
     let mut commits = vec![repo.commit("one")];
     repo.git(&["tag", "-a", "-m", "1", "v1.0"]);
-    repo.write("g", "x\n");
-    commits.push(repo.commit("two"));
+    commits.push(repo.commit_file("g", "x\n", "two"));
     repo.git(&["tag", "build-light"]);
-    repo.write("g", "y\n");
-    commits.push(repo.commit("three"));
+    commits.push(repo.commit_file("g", "y\n", "three"));
     repo.git(&["tag", "-a", "-m", "rc", "v2.0-rc1"]);
     repo.git(&["tag", "-a", "-m", "2", "v2.0"]);
     repo.git(&["tag", "zz-light"]);
-    repo.write("g", "z\n");
-    commits.push(repo.commit("four"));
-    repo.write("g", "w\n");
-    commits.push(repo.commit("five"));
+    commits.push(repo.commit_file("g", "z\n", "four"));
+    commits.push(repo.commit_file("g", "w\n", "five"));
     repo.git(&["tag", "-a", "-m", "3", "v3.0-beta"]);
     (repo, commits)
 }
@@ -146,11 +148,9 @@ fn setuptools_scm_archival_file_equals_git_archive() {
     repo.write("src/pkg.py", "print('hi')\n");
     let first = repo.commit("first");
     repo.git(&["tag", "release"]); // no digit: not a match
-    repo.write("src/pkg.py", "print('hi 2')\n");
-    let second = repo.commit("second");
+    let second = repo.commit_file("src/pkg.py", "print('hi 2')\n", "second");
     repo.git(&["tag", "1.0.0"]); // lightweight: counts with tags=true
-    repo.write("src/pkg.py", "print('hi 3')\n");
-    let third = repo.commit("third");
+    let third = repo.commit_file("src/pkg.py", "print('hi 3')\n", "third");
     let target = dir.path().join("target");
     for (n, rev) in [&first, &second, &third, &first].iter().enumerate() {
         sync_and_compare(&repo, rev, &target, &format!("step {n}"));
@@ -175,20 +175,16 @@ fn only_the_archives_first_describe_expands_and_follows_it_across_syncs() {
     let mut commits = vec![repo.commit("one")];
     repo.git(&["tag", "-a", "-m", "1", "v1"]);
     // The first placeholder moves: `a.txt` now comes first, and it is malformed (used up, left).
-    repo.write("a.txt", "a $Format:%(describe:bogus)$\n");
-    commits.push(repo.commit("two"));
+    commits.push(repo.commit_file("a.txt", "a $Format:%(describe:bogus)$\n", "two"));
     // It moves further in: `a.txt` gone, `b.txt` loses its placeholder.
     std::fs::remove_file(repo.dir.join("a.txt")).expect("rm");
-    repo.write("b.txt", "b $Format:%H$\n");
-    commits.push(repo.commit("three"));
+    commits.push(repo.commit_file("b.txt", "b $Format:%H$\n", "three"));
     repo.git(&["tag", "light"]);
     // A tag appears between two syncs, and `b.txt` holds it again.
-    repo.write("b.txt", "b $Format:%(describe:tags)$\n");
-    commits.push(repo.commit("four"));
+    commits.push(repo.commit_file("b.txt", "b $Format:%(describe:tags)$\n", "four"));
     repo.git(&["tag", "-a", "-m", "2", "v2"]);
     // `b/` is export-ignore: the first is then `c.txt`.
-    repo.write(".gitattributes", "* export-subst\nb export-ignore\n");
-    commits.push(repo.commit("five"));
+    commits.push(repo.commit_file(".gitattributes", "* export-subst\nb export-ignore\n", "five"));
     let target = dir.path().join("target");
     let order = [0, 1, 2, 3, 4, 2, 0, 4, 1, 3];
     for (step, &i) in order.iter().enumerate() {
