@@ -93,6 +93,18 @@ fn assert_like_git(bare: &Path, rev: &str, config: &[(&str, &str)], target: &Pat
     assert!(diffs.is_empty(), "{}", diffs.join("\n"));
 }
 
+/// [`sync_ok`] of main (commit `head`), then [`assert_like_git`] with `config`.
+fn sync_like_git(bare: &Path, head: &str, config: &[(&str, &str)], target: &Path) {
+    sync_ok(bare, target);
+    assert_like_git(bare, head, config, target);
+}
+
+/// Content more than a pipe holds (1 MiB): a filter that does not read it all makes the write
+/// to it fail.
+fn more_than_a_pipe_holds() -> String {
+    "x".repeat(1 << 20)
+}
+
 #[test]
 fn smudge_and_process_drivers_write_what_a_fresh_clone_writes() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -176,8 +188,7 @@ fn a_failing_required_driver_fails_the_sync_naming_the_file_and_a_rerun_finishes
     assert!(err.contains("a.f"), "{err}");
     assert!(!target.join("a.f").exists(), "a failed filter writes no file");
     std::fs::remove_file(&flag).expect("unflag");
-    sync_ok(&bare, &target);
-    assert_like_git(&bare, &head, &[("filter.flaky.smudge", "cat")], &target);
+    sync_like_git(&bare, &head, &[("filter.flaky.smudge", "cat")], &target);
 }
 
 /// A smudge command that exits without reading its input (the write to it fails with EPIPE)
@@ -186,8 +197,7 @@ fn a_failing_required_driver_fails_the_sync_naming_the_file_and_a_rerun_finishes
 #[test]
 fn a_driver_that_does_not_read_its_input_fails_the_file_not_the_process() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let big = "x".repeat(1 << 20);
-    let (bare, _) = repo(dir.path(), &[(".gitattributes", "*.f filter=early\n"), ("a.f", &big)]);
+    let (bare, _) = repo(dir.path(), &[(".gitattributes", "*.f filter=early\n"), ("a.f", &more_than_a_pipe_holds())]);
     configure(&bare, &[("filter.early.smudge", "false"), ("filter.early.required", "true")]);
     let target = dir.path().join("target");
     for _ in 0..5 {
@@ -301,8 +311,7 @@ fn a_failing_filter_that_is_not_required_stops_the_sync_and_the_fixed_filter_fin
     assert!(err.contains("a.f") && err.contains("filter driver broken") && err.contains("status 1"), "{err}");
     assert!(!target.join("a.f").exists(), "the blob is not written as it is");
     git(&bare, &["config", "filter.broken.smudge", "tr x X"]);
-    sync_ok(&bare, &target);
-    assert_like_git(&bare, &head, &[("filter.broken.smudge", "tr x X")], &target);
+    sync_like_git(&bare, &head, &[("filter.broken.smudge", "tr x X")], &target);
 }
 
 /// Issue 29: a required filter that exits 0 without reading all its input failed the sync
@@ -310,13 +319,12 @@ fn a_failing_filter_that_is_not_required_stops_the_sync_and_the_fixed_filter_fin
 #[test]
 fn a_required_filter_that_does_not_read_all_its_input_writes_what_git_writes() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let big = "x".repeat(1 << 20);
-    let (bare, head) = repo(dir.path(), &[(".gitattributes", "*.f filter=short\n"), ("a.f", &big)]);
+    let (bare, head) =
+        repo(dir.path(), &[(".gitattributes", "*.f filter=short\n"), ("a.f", &more_than_a_pipe_holds())]);
     let config = [("filter.short.smudge", "echo replaced"), ("filter.short.required", "true")];
     configure(&bare, &config);
     let target = dir.path().join("target");
-    sync_ok(&bare, &target);
-    assert_like_git(&bare, &head, &config, &target);
+    sync_like_git(&bare, &head, &config, &target);
     assert_eq!(std::fs::read_to_string(target.join("a.f")).expect("a.f"), "replaced\n");
 }
 
