@@ -37,10 +37,12 @@ struct Repo {
 }
 
 impl Repo {
-    fn new(dir: &Path) -> Repo {
+    /// A new repository in `dir`, its `.gitattributes` (not committed yet) `attributes`.
+    fn new(dir: &Path, attributes: &str) -> Repo {
         let r = Repo { dir: dir.join("repo"), clock: std::cell::Cell::new(1_700_000_000) };
         std::fs::create_dir_all(&r.dir).expect("mkdir");
         r.git(&["init", "-q", "-b", "main"]);
+        r.write(".gitattributes", attributes);
         r
     }
 
@@ -87,8 +89,7 @@ const ARCHIVAL: &str =
 /// and a plain `%(describe)` in `z.txt` (after it: left as it is), with tags of every kind:
 /// annotated at different dates and lightweight ones, several on one commit.
 fn tagged_history(dir: &Path, placeholder: &str) -> (Repo, Vec<String>) {
-    let repo = Repo::new(dir);
-    repo.write(".gitattributes", "*.txt export-subst\n");
+    let repo = Repo::new(dir, "*.txt export-subst\n");
     repo.write(".git_archival.txt", &format!("describe: $Format:{placeholder}$ {placeholder}\n"));
     repo.write("z.txt", "later: $Format:%(describe)$\n");
     repo.write("f.txt", "plain $Format:%h$\n");
@@ -142,8 +143,7 @@ fn describe_options_and_tags_of_every_kind_expand_as_git_archive_does() {
 #[test]
 fn setuptools_scm_archival_file_equals_git_archive() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let repo = Repo::new(dir.path());
-    repo.write(".gitattributes", ".git_archival.txt export-subst\n");
+    let repo = Repo::new(dir.path(), ".git_archival.txt export-subst\n");
     repo.write(".git_archival.txt", ARCHIVAL);
     repo.write("src/pkg.py", "print('hi')\n");
     let first = repo.commit("first");
@@ -165,8 +165,7 @@ fn setuptools_scm_archival_file_equals_git_archive() {
 #[test]
 fn only_the_archives_first_describe_expands_and_follows_it_across_syncs() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let repo = Repo::new(dir.path());
-    repo.write(".gitattributes", "* export-subst\n");
+    let repo = Repo::new(dir.path(), "* export-subst\n");
     // Archive order: depth first, entries in tree order: `b.txt`, then `b/inner.txt` (git sorts
     // a directory as if its name ended in `/`, after `.`), then `c.txt`.
     repo.write("b/inner.txt", "inner $Format:%(describe)$ $Format:%(describe:tags)$\n");
@@ -199,8 +198,7 @@ fn only_the_archives_first_describe_expands_and_follows_it_across_syncs() {
 #[test]
 fn a_placeholder_git_expands_and_treesync_cannot_fails_the_sync_naming_it() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let repo = Repo::new(dir.path());
-    repo.write(".gitattributes", "*.txt export-subst\n");
+    let repo = Repo::new(dir.path(), "*.txt export-subst\n");
     repo.write("wrap.txt", "$Format:%w(20)%B$\n");
     let rev = repo.commit("one");
     let target = dir.path().join("target");
