@@ -25,6 +25,13 @@ fn start_watch(bare: &Path, rev: &str, target: &Path, extra: &[&str]) -> Child {
     start(&[&["watch", "--repo", s(bare), "--ref", rev, "--target", s(target)], extra].concat())
 }
 
+/// [`start_watch`], once the watch has synced `first` into `target`.
+fn start_synced(bare: &BareRepo, rev: &str, first: &str, target: &Path, extra: &[&str]) -> Child {
+    let child = start_watch(&bare.path, rev, target, extra);
+    wait_for("the first commit", || matches(bare, first, target));
+    child
+}
+
 /// A bare repository holding `trees` as commits on `staging`, with `branch` at the first.
 fn staged(trees: &[Model], branch: &str) -> (BareRepo, Vec<String>) {
     let bare = BareRepo::new();
@@ -52,8 +59,8 @@ fn watch_follows_pushes_and_stops_cleanly_on_sigterm() {
     trees.push(big);
     let (bare, commits) = staged(&trees, "main");
     let (_dir, target) = temp_target("t");
-    let child = start_watch(&bare.path, "main", &target, &["--interval", "100ms", "--jobs", "1", "--batch", "1"]);
-    wait_for("the first commit", || matches(&bare, &commits[0], &target));
+    let extra = ["--interval", "100ms", "--jobs", "1", "--batch", "1"];
+    let child = start_synced(&bare, "main", &commits[0], &target, &extra);
     for c in &commits[1..4] {
         move_ref(&bare, "main", c);
         wait_for("the pushed commit", || matches(&bare, c, &target));
@@ -82,8 +89,7 @@ fn watch_follows_pushes_and_stops_cleanly_on_sigterm() {
 fn watch_says_when_the_ref_or_the_repository_is_gone() {
     let (bare, commits) = staged(&history::random_history(5, 1), "other");
     let (dir, target) = temp_target("t");
-    let child = start_watch(&bare.path, "other", &target, &["--interval", "100ms"]);
-    wait_for("the first sync", || matches(&bare, &commits[0], &target));
+    let child = start_synced(&bare, "other", &commits[0], &target, &["--interval", "100ms"]);
     git(&bare.path, &["update-ref", "-d", "refs/heads/other"]);
     std::thread::sleep(Duration::from_millis(400));
     let moved = dir.path().join("moved.git");
@@ -218,8 +224,7 @@ fn cpu_ticks(pid: u32) -> u64 {
 fn watch_is_woken_by_pushes_and_idles_without_cpu() {
     let (bare, commits) = staged(&history::random_history(31, 3), "main");
     let (_dir, target) = temp_target("t");
-    let child = start_watch(&bare.path, "main", &target, &["--interval", "1h"]);
-    wait_for("the first commit", || matches(&bare, &commits[0], &target));
+    let child = start_synced(&bare, "main", &commits[0], &target, &["--interval", "1h"]);
     // Idle: 3 s of nothing moving. 2 ticks (20 ms at USER_HZ 100) is what a loop waking every
     // 50 ms for the interrupt check costs at most; a busy loop takes ~300.
     std::thread::sleep(Duration::from_millis(200));
