@@ -4,7 +4,7 @@
 //! killed runs).
 
 use std::os::unix::fs::PermissionsExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use crate::plan_ops;
@@ -32,6 +32,13 @@ fn synced(bare: &BareRepo, commit: &str, t: &Path, extra: &[&str]) {
 
 fn assert_ok(o: &Output) {
     assert!(o.status.success(), "exit {:?}: {}", o.status.code(), stderr(o));
+}
+
+/// A new target synced to `commit` of `bare`.
+fn target_at(bare: &BareRepo, commit: &str) -> (tempfile::TempDir, PathBuf) {
+    let (dir, t) = temp_target("t");
+    assert_ok(&sync(&bare.path, commit, &t, &[]));
+    (dir, t)
 }
 
 /// Two commits: `a` changes, `b` appears.
@@ -184,8 +191,7 @@ fn a_synced_commit_gone_from_the_repository_says_so_and_force_finishes() {
 #[test]
 fn a_damaged_state_file_says_to_force_and_force_finishes() {
     let (bare, commits) = two_commits();
-    let (_dir, t) = temp_target("t");
-    assert_ok(&sync(&bare.path, &commits[0], &t, &[]));
+    let (_dir, t) = target_at(&bare, &commits[0]);
     let state = t.join(".treesync/state");
     let bytes = std::fs::read(&state).expect("state");
     std::fs::write(&state, &bytes[..bytes.len() / 2]).expect("truncate");
@@ -202,8 +208,7 @@ fn a_damaged_state_file_says_to_force_and_force_finishes() {
 #[test]
 fn repair_removes_temporaries_that_killed_runs_left() {
     let (bare, commits) = two_commits();
-    let (_dir, t) = temp_target("t");
-    assert_ok(&sync(&bare.path, &commits[1], &t, &[]));
+    let (_dir, t) = target_at(&bare, &commits[1]);
     std::fs::write(t.join("d/.treesync-tmp.b"), b"half a file").expect("write");
     std::fs::write(t.join(".treesync-tmp.a"), b"half").expect("write");
     let o = treesync(&["verify", "--repo", s(&bare.path), "--target", s(&t), "--repair"]);
@@ -215,8 +220,7 @@ fn repair_removes_temporaries_that_killed_runs_left() {
 #[test]
 fn verify_compares_an_interrupted_target_with_the_journal_and_repair_finishes_it() {
     let (bare, commits) = two_commits();
-    let (_dir, t) = temp_target("t");
-    assert_ok(&sync(&bare.path, &commits[0], &t, &[]));
+    let (_dir, t) = target_at(&bare, &commits[0]);
     // An interrupted sync to the second commit whose replay meets drift: the directory it
     // writes into was replaced by a file.
     let state = t.join(".treesync/state");
@@ -459,8 +463,7 @@ fn a_target_that_is_a_symlink_is_refused_with_a_hint_that_works() {
 #[test]
 fn sync_waits_for_the_lock_with_wait() {
     let (bare, commits) = two_commits();
-    let (_dir, t) = temp_target("t");
-    assert_ok(&sync(&bare.path, &commits[0], &t, &[]));
+    let (_dir, t) = target_at(&bare, &commits[0]);
     // Another writer holds the lock for a second (flock, like treesync's own lock).
     let mut holder = Command::new("flock")
         .arg(t.join(".treesync/lock"))
