@@ -11,10 +11,14 @@ use crate::treesync;
 use treesync_testkit::cli::s;
 use treesync_testkit::git;
 use treesync_testkit::gitcheck;
+use treesync_testkit::run_with_input;
 use treesync_testkit::tree;
 
-/// A bare repository with one commit of `files`, and that commit.
-fn repo(dir: &Path, files: &[(&str, &str)]) -> (std::path::PathBuf, String) {
+/// A temporary directory holding a bare repository with one commit of `files`; the repository
+/// and that commit.
+fn repo(files: &[(&str, &str)]) -> (tempfile::TempDir, std::path::PathBuf, String) {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path();
     let w = dir.join("w");
     std::fs::create_dir_all(&w).expect("mkdir");
     git(&w, &["init", "-q", "-b", "main"]);
@@ -26,7 +30,7 @@ fn repo(dir: &Path, files: &[(&str, &str)]) -> (std::path::PathBuf, String) {
     let bare = dir.join("bare.git");
     git(dir, &["clone", "-q", "--bare", s(&w), s(&bare)]);
     let head = git(&bare, &["rev-parse", "main"]).trim().to_string();
-    (bare, head)
+    (tmp, bare, head)
 }
 
 /// A long-running filter process speaking git's protocol (pkt-lines; version 2; the `smudge`
@@ -71,6 +75,13 @@ fn sync_ok(bare: &Path, target: &Path) {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
 }
 
+/// Set `key` to `value` in the config of `bare` (the fix for a failed sync), then
+/// [`sync_ok`]: the rerun finishes.
+fn fix_and_sync(bare: &Path, target: &Path, (key, value): (&str, &str)) {
+    git(bare, &["config", key, value]);
+    sync_ok(bare, target);
+}
+
 /// `treesync sync` of main of the repository `bare` into `target`, with `extra` arguments,
 /// which must fail with exit 2 (a file failed); its stderr.
 fn sync_fails(bare: &Path, target: &Path, extra: &[&str]) -> String {
@@ -107,19 +118,15 @@ fn more_than_a_pipe_holds() -> String {
 
 #[test]
 fn smudge_and_process_drivers_write_what_a_fresh_clone_writes() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let (bare, head) = repo(
-        dir.path(),
-        &[
-            (".gitattributes", "*.up filter=upper\n*.pr filter=proc\n*.none filter=unconfigured\n"),
-            ("a.up", "hello\nworld\n"),
-            ("sub/b.up", "more text\n"),
-            ("c.pr", "through the process\n"),
-            ("d/e.pr", "second file, same process\n"),
-            ("f.none", "an unconfigured filter is no filter\n"),
-            ("plain.txt", "untouched\n"),
-        ],
-    );
+    let (dir, bare, head) = repo(&[
+        (".gitattributes", "*.up filter=upper\n*.pr filter=proc\n*.none filter=unconfigured\n"),
+        ("a.up", "hello\nworld\n"),
+        ("sub/b.up", "more text\n"),
+        ("c.pr", "through the process\n"),
+        ("d/e.pr", "second file, same process\n"),
+        ("f.none", "an unconfigured filter is no filter\n"),
+        ("plain.txt", "untouched\n"),
+    ]);
     let script = dir.path().join("filter.py");
     std::fs::write(&script, PROCESS).expect("script");
     let log = dir.path().join("process.log");
@@ -153,11 +160,8 @@ fn smudge_and_process_drivers_write_what_a_fresh_clone_writes() {
 
 #[test]
 fn a_required_driver_without_a_command_is_refused_before_any_write() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let (bare, _) = repo(
-        dir.path(),
-        &[(".gitattributes", "*.m filter=must\n"), ("one.m", "x\n"), ("deep/two.m", "y\n"), ("ok.txt", "z\n")],
-    );
+    let (dir, bare, _) =
+        repo(&[(".gitattributes", "*.m filter=must\n"), ("one.m", "x\n"), ("deep/two.m", "y\n"), ("ok.txt", "z\n")]);
     git(&bare, &["config", "filter.must.required", "true"]);
     let target = dir.path().join("target");
     let err = sync_fails(&bare, &target, &[]);
@@ -170,15 +174,13 @@ fn a_required_driver_without_a_command_is_refused_before_any_write() {
     );
     assert!(!target.exists() || tree::read_dir(&target).is_empty(), "nothing was written");
     // The hint's fix: configure the driver; the sync then goes through.
-    git(&bare, &["config", "filter.must.smudge", "cat"]);
-    sync_ok(&bare, &target);
+    fix_and_sync(&bare, &target, ("filter.must.smudge", "cat"));
     assert_eq!(std::fs::read_to_string(target.join("deep/two.m")).expect("two.m"), "y\n");
 }
 
 #[test]
 fn a_failing_required_driver_fails_the_sync_naming_the_file_and_a_rerun_finishes() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let (bare, head) = repo(dir.path(), &[(".gitattributes", "*.f filter=flaky\n"), ("a.f", "x\n"), ("b.txt", "y\n")]);
+    let (dir, bare, head) = repo(&[(".gitattributes", "*.f filter=flaky\n"), ("a.f", "x\n"), ("b.txt", "y\n")]);
     let flag = dir.path().join("broken");
     std::fs::write(&flag, "").expect("flag");
     let smudge = format!("sh -c 'test ! -e {} && cat'", s(&flag));
@@ -196,8 +198,7 @@ fn a_failing_required_driver_fails_the_sync_naming_the_file_and_a_rerun_finishes
 /// (`treesync plan --json | head -c 1`) ends quietly.
 #[test]
 fn a_driver_that_does_not_read_its_input_fails_the_file_not_the_process() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let (bare, _) = repo(dir.path(), &[(".gitattributes", "*.f filter=early\n"), ("a.f", &more_than_a_pipe_holds())]);
+    let (dir, bare, _) = repo(&[(".gitattributes", "*.f filter=early\n"), ("a.f", &more_than_a_pipe_holds())]);
     configure(&bare, &[("filter.early.smudge", "false"), ("filter.early.required", "true")]);
     let target = dir.path().join("target");
     for _ in 0..5 {
@@ -222,23 +223,11 @@ fn a_driver_that_does_not_read_its_input_fails_the_file_not_the_process() {
 /// The sync stops at the limit, leaves no file past it, and a raised limit finishes it.
 #[test]
 fn a_filter_bomb_is_cut_at_max_bytes_and_a_raised_limit_finishes_the_sync() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let w = dir.path().join("src");
-    std::fs::create_dir_all(&w).expect("mkdir");
-    let mut gz = Command::new("gzip")
-        .args(["-9", "-c"])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .expect("gzip");
-    let mut stdin = gz.stdin.take().expect("stdin");
-    let writer = std::thread::spawn(move || std::io::Write::write_all(&mut stdin, &vec![0u8; 8 << 20]));
-    let out = gz.wait_with_output().expect("gzip ends");
-    writer.join().expect("joined").expect("written");
-    let (bare, _) = repo(dir.path(), &[(".gitattributes", "*.gz filter=gunzip\n"), ("small.txt", "s\n")]);
+    let (dir, bare, _) = repo(&[(".gitattributes", "*.gz filter=gunzip\n"), ("small.txt", "s\n")]);
+    let bomb = run_with_input(Command::new("gzip").args(["-9", "-c"]), &vec![0u8; 8 << 20]).stdout;
     let tmp = dir.path().join("add");
     git(dir.path(), &["clone", "-q", s(&bare), s(&tmp)]);
-    std::fs::write(tmp.join("bomb.gz"), &out.stdout).expect("bomb");
+    std::fs::write(tmp.join("bomb.gz"), &bomb).expect("bomb");
     git(&tmp, &["add", "-A"]);
     git(&tmp, &["-c", "user.name=T", "-c", "user.email=t@t", "commit", "-q", "-m", "bomb"]);
     git(&tmp, &["push", "-q", "origin", "main"]);
@@ -283,8 +272,7 @@ fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
 /// `--filter-timeout`, and the sync fails naming the filter and the file.
 #[test]
 fn a_filter_that_hangs_is_killed_at_the_timeout_naming_the_filter_and_the_file() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let (bare, _) = repo(dir.path(), &[(".gitattributes", "*.s filter=stuck\n"), ("slow.s", "x\n")]);
+    let (dir, bare, _) = repo(&[(".gitattributes", "*.s filter=stuck\n"), ("slow.s", "x\n")]);
     // A child of the filter's shell: the whole process group goes.
     git(&bare, &["config", "filter.stuck.smudge", "sh -c 'sleep 3600.25; cat'"]);
     let target = dir.path().join("target");
@@ -293,8 +281,7 @@ fn a_filter_that_hangs_is_killed_at_the_timeout_naming_the_filter_and_the_file()
     let left = running("3600.25");
     assert!(left.is_empty(), "the filter's processes are gone: {left:?}");
     // A fixed filter finishes the sync.
-    git(&bare, &["config", "filter.stuck.smudge", "cat"]);
-    sync_ok(&bare, &target);
+    fix_and_sync(&bare, &target, ("filter.stuck.smudge", "cat"));
     assert_eq!(std::fs::read_to_string(target.join("slow.s")).expect("slow.s"), "x\n");
 }
 
@@ -303,24 +290,22 @@ fn a_filter_that_hangs_is_killed_at_the_timeout_naming_the_filter_and_the_file()
 /// docs/attributes.md says; once the filter is fixed, a rerun finishes with its new command.
 #[test]
 fn a_failing_filter_that_is_not_required_stops_the_sync_and_the_fixed_filter_finishes_it() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let (bare, head) = repo(dir.path(), &[(".gitattributes", "*.f filter=broken\n"), ("a.f", "x\n"), ("b.txt", "y\n")]);
+    let (dir, bare, head) = repo(&[(".gitattributes", "*.f filter=broken\n"), ("a.f", "x\n"), ("b.txt", "y\n")]);
     git(&bare, &["config", "filter.broken.smudge", "false"]);
     let target = dir.path().join("target");
     let err = sync_fails(&bare, &target, &[]);
     assert!(err.contains("a.f") && err.contains("filter driver broken") && err.contains("status 1"), "{err}");
     assert!(!target.join("a.f").exists(), "the blob is not written as it is");
-    git(&bare, &["config", "filter.broken.smudge", "tr x X"]);
-    sync_like_git(&bare, &head, &[("filter.broken.smudge", "tr x X")], &target);
+    let fix = ("filter.broken.smudge", "tr x X");
+    fix_and_sync(&bare, &target, fix);
+    assert_like_git(&bare, &head, &[fix], &target);
 }
 
 /// Issue 29: a required filter that exits 0 without reading all its input failed the sync
 /// with "Broken pipe"; git ignores that, and so does treesync now.
 #[test]
 fn a_required_filter_that_does_not_read_all_its_input_writes_what_git_writes() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let (bare, head) =
-        repo(dir.path(), &[(".gitattributes", "*.f filter=short\n"), ("a.f", &more_than_a_pipe_holds())]);
+    let (dir, bare, head) = repo(&[(".gitattributes", "*.f filter=short\n"), ("a.f", &more_than_a_pipe_holds())]);
     let config = [("filter.short.smudge", "echo replaced"), ("filter.short.required", "true")];
     configure(&bare, &config);
     let target = dir.path().join("target");
@@ -332,8 +317,7 @@ fn a_required_filter_that_does_not_read_all_its_input_writes_what_git_writes() {
 /// killed with what it started, the sync fails naming it and the file.
 #[test]
 fn a_process_filter_that_hangs_is_killed_at_the_timeout() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let (bare, _) = repo(dir.path(), &[(".gitattributes", "*.p filter=hangs\n"), ("a.p", "x\n")]);
+    let (dir, bare, _) = repo(&[(".gitattributes", "*.p filter=hangs\n"), ("a.p", "x\n")]);
     configure(&bare, &[("filter.hangs.process", "sh -c 'sleep 3600.75'"), ("filter.hangs.required", "true")]);
     let target = dir.path().join("target");
     let err = sync_fails(&bare, &target, &["--filter-timeout", "1s"]);
