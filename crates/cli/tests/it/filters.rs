@@ -184,7 +184,7 @@ fn a_failing_required_driver_fails_the_sync_naming_the_file_and_a_rerun_finishes
     let flag = dir.path().join("broken");
     std::fs::write(&flag, "").expect("flag");
     let smudge = format!("sh -c 'test ! -e {} && cat'", s(&flag));
-    configure(&bare, &[("filter.flaky.smudge", &smudge), ("filter.flaky.required", "true")]);
+    configure(&bare, &[("filter.flaky.smudge", smudge.as_str()), ("filter.flaky.required", "true")]);
     let target = dir.path().join("target");
     let err = sync_fails(&bare, &target, &[]);
     assert!(err.contains("a.f"), "{err}");
