@@ -177,7 +177,7 @@ fn written(plan: &Value) -> Vec<String> {
 }
 
 /// The target's state file.
-fn state(target: &Path) -> Value {
+fn state_of(target: &Path) -> Value {
     serde_json::from_slice(&std::fs::read(target.join(".treesync/state")).expect("state")).expect("json")
 }
 
@@ -187,7 +187,7 @@ fn pointers_mode_equals_a_clone_that_skips_smudging_and_switching_rewrites_only_
     let target = w.target("site");
     let c2 = &w.commits[1];
     w.sync_like_git(c2, &target, &["--lfs=pointers"], SKIP_SMUDGE, "pointers");
-    let state = state(&target);
+    let state = state_of(&target);
     assert_eq!(state["conversions"]["lfs"], "pointers", "{state:#}");
 
     let plan: Value = serde_json::from_str(&ok(&[
@@ -210,7 +210,7 @@ fn pointers_mode_equals_a_clone_that_skips_smudging_and_switching_rewrites_only_
         "each op says why: {plan:#}"
     );
     w.sync_like_git(c2, &target, &["--lfs", "content"], SMUDGE, "content after pointers");
-    let state = state(&target);
+    let state = state_of(&target);
     assert!(state["conversions"].get("lfs").is_none(), "content is the default, not recorded: {state:#}");
 }
 
