@@ -20,6 +20,7 @@ pub mod pack;
 pub mod plant;
 pub mod race;
 pub mod readers;
+pub mod run;
 pub mod s3;
 pub mod schema;
 pub mod slowfs;
@@ -29,9 +30,10 @@ pub mod work;
 
 /// The one `/proc/self/mountinfo` reader (treesync-backend-nfs's), for the testbeds and tests.
 pub use treesync_backend_nfs::mountinfo;
+pub use run::{git_command, run_with_input};
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 /// Run git in `dir` and return its stdout; panics with git's stderr on failure.
 pub fn git(dir: &Path, args: &[&str]) -> String {
@@ -51,30 +53,6 @@ pub fn raw_tree(repo: &Path, entries: &[(&str, &[u8], &str)]) -> String {
 pub fn git_stdin(dir: &Path, args: &[&str], input: &[u8]) -> String {
     let out = run_with_input(git_command(dir).args(args), input);
     String::from_utf8_lossy(&out.stdout).trim().to_string()
-}
-
-/// git in `dir`, without the system's or the user's config (what a test sees must not depend
-/// on the machine's settings).
-pub fn git_command(dir: &Path) -> Command {
-    let mut cmd = Command::new("git");
-    cmd.current_dir(dir).env("GIT_CONFIG_NOSYSTEM", "1").env("GIT_CONFIG_GLOBAL", "/dev/null");
-    cmd
-}
-
-/// Run `cmd` with `input` on its stdin, written from a thread of its own (a large input cannot
-/// block against the output), and its output piped; panics, with its stderr, unless it
-/// succeeds.
-pub fn run_with_input(cmd: &mut Command, input: &[u8]) -> std::process::Output {
-    use std::io::Write;
-    let mut child =
-        cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("the command runs");
-    let mut stdin = child.stdin.take().expect("piped");
-    let input = input.to_vec();
-    let writer = std::thread::spawn(move || stdin.write_all(&input));
-    let out = child.wait_with_output().expect("the command finishes");
-    writer.join().expect("writer thread").expect("stdin written");
-    assert!(out.status.success(), "{cmd:?} failed: {}", String::from_utf8_lossy(&out.stderr));
-    out
 }
 
 /// The runtime tests drive backends with: two worker threads, I/O and timers enabled.

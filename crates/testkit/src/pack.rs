@@ -113,7 +113,7 @@ impl Pack {
         let mut h = gix_hash::hasher(gix_hash::Kind::Sha1);
         h.update(&pack);
         pack.extend_from_slice(h.try_finalize().expect("no collision").as_slice());
-        crate::run_with_input(crate::git_command(repo).args(["index-pack", "--stdin"]), &pack);
+        crate::run::run_with_input(crate::run::git_command(repo).args(["index-pack", "--stdin"]), &pack);
     }
 }
 
