@@ -442,10 +442,14 @@ fn rm(p: &Path) {
     let _ = std::fs::remove_file(p);
 }
 
+/// Remove each of `paths` (see [`rm`]): what a case made, once it is measured.
+fn rm_all(paths: &[&Path]) {
+    paths.iter().for_each(|p| rm(p));
+}
+
 /// Where a git checkout from nothing starts: `work` an empty directory, no `index`.
 fn fresh_checkout(work: &Path, index: &Path) -> Result<(), String> {
-    rm(work);
-    rm(index);
+    rm_all(&[work, index]);
     std::fs::create_dir(work).map_err(|e| e.to_string())
 }
 
@@ -506,8 +510,7 @@ fn bench(c: &Config, treesync: &Path, has_strace: bool, on_tmpfs: bool) -> Resul
     eprintln!("update A→B…");
     let co_work = d.join("gitco");
     let co_index = d.join("gitco.index");
-    rm(&co_work);
-    rm(&co_index);
+    rm_all(&[&co_work, &co_index]);
     std::fs::create_dir(&co_work).map_err(|e| e.to_string())?;
     let read_tree = |from: &str, to: &str| {
         let mut g = git(&repo, &git_work, &git_index);
@@ -571,8 +574,7 @@ fn bench(c: &Config, treesync: &Path, has_strace: bool, on_tmpfs: bool) -> Resul
         rss_kib: co_rss,
         stats,
     });
-    rm(&co_work);
-    rm(&co_index);
+    rm_all(&[&co_work, &co_index]);
 
     // Both trees must be the same in the end.
     run_quiet(&mut ts("B"))?;
@@ -622,10 +624,7 @@ fn bench(c: &Config, treesync: &Path, has_strace: bool, on_tmpfs: bool) -> Resul
             diff.map(|o| String::from_utf8_lossy(&o.stdout).chars().take(2000).collect::<String>()).unwrap_or_default()
         ));
     }
-    rm(&ts_target);
-    rm(&git_work);
-    rm(&git_index);
-    rm(&repo);
+    rm_all(&[&ts_target, &git_work, &git_index, &repo]);
     Ok(render(&rows, c, on_tmpfs))
 }
 
