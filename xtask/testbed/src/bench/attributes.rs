@@ -21,9 +21,8 @@ use treesync_testkit::history::{self, Entry, Model};
 use xtask::util::run_quiet;
 
 use super::trace::{stat_count, strace, timed};
-use super::{rm, rm_all};
 use crate::measure::fmt_time;
-use crate::repo::{git, settle};
+use crate::repo::{git, rm, rm_all, settle};
 
 /// The root `.gitattributes` of the repository with attributes.
 const ROOT_ATTRIBUTES: &str = "* text=auto eol=crlf\n*.bat text eol=crlf\n*.c ident\n";

@@ -18,7 +18,7 @@ mod trace;
 mod watch;
 
 use crate::measure::{fmt_time, measure, median};
-use crate::repo::{GIT_CHECKOUTS, git, git_checkout, make_repo, settle};
+use crate::repo::{GIT_CHECKOUTS, fresh_checkout, git, git_checkout, make_repo, rm, rm_all, settle};
 use trace::{stat_calls, timed};
 use xtask::util::{project_root, run_quiet, run_status};
 
@@ -434,23 +434,6 @@ pub fn run(args: &[String]) -> Result<(), String> {
         eprintln!("BENCHMARKS.md updated");
     }
     Ok(())
-}
-
-/// Remove `p`, a directory tree or a file, if it is there.
-fn rm(p: &Path) {
-    let _ = std::fs::remove_dir_all(p);
-    let _ = std::fs::remove_file(p);
-}
-
-/// Remove each of `paths` (see [`rm`]): what a case made, once it is measured.
-fn rm_all(paths: &[&Path]) {
-    paths.iter().for_each(|p| rm(p));
-}
-
-/// Where a git checkout from nothing starts: `work` an empty directory, no `index`.
-fn fresh_checkout(work: &Path, index: &Path) -> Result<(), String> {
-    rm_all(&[work, index]);
-    std::fs::create_dir(work).map_err(|e| e.to_string())
 }
 
 fn is_mountpoint(p: &Path) -> bool {

@@ -11,9 +11,8 @@ use std::time::Duration;
 
 use treesync_testkit::slowfs::{self, SlowFs};
 
-use super::{fresh_checkout, rm, rm_all};
 use crate::measure::{fmt_time, measure, median};
-use crate::repo::{GIT_CHECKOUTS, git, git_checkout, make_repo, settle};
+use crate::repo::{GIT_CHECKOUTS, fresh_checkout, git, git_checkout, make_repo, rm, rm_all, settle};
 use xtask::util::run_quiet;
 
 pub struct Config {
