@@ -22,20 +22,9 @@ import subprocess
 import threading
 import time
 
+from lib import commit, free_port, git
+
 CLK = os.sysconf("SC_CLK_TCK")
-
-
-def git(*args, cwd=None, env=None, input=None):
-    return subprocess.run(["git", *args], cwd=cwd, env=env, input=input, check=True,
-                          capture_output=True).stdout
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 class CountingProxy:
@@ -159,7 +148,7 @@ def make_repo(root, name, refs, files, namespace="refs/tags/v"):
         with open(os.path.join(d, f"file{i:05}.txt"), "w") as f:
             f.write(f"file {i}\n" + "".join(f"line {j} of file {i}: some text\n" for j in range(120)))
     git("add", "-A", cwd=work)
-    git("-c", "user.name=t", "-c", "user.email=t@e", "commit", "-q", "-m", "initial", cwd=work)
+    commit(work, "-m", "initial")
     head = git("rev-parse", "HEAD", cwd=work).decode().strip()
     # refs-1 more refs: lightweight tags, written in one update-ref transaction.
     git("clone", "-q", "--bare", work, bare)
@@ -176,7 +165,7 @@ def push_change(work, bare, n_files, tag):
         p = os.path.join(work, f"dir{(i * 7) % 40:02}", f"file{i * 7:05}.txt")
         with open(p, "a") as f:
             f.write(f"changed by {tag}\n")
-    git("-c", "user.name=t", "-c", "user.email=t@e", "commit", "-q", "-am", tag, cwd=work)
+    commit(work, "-am", tag)
     git("push", "-q", bare, "main", cwd=work)
 
 

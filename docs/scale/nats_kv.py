@@ -18,7 +18,6 @@ import json
 import os
 import sys
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
@@ -26,13 +25,7 @@ import urllib.request
 
 import nats
 
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
+from lib import commit, free_port, git
 
 
 def varz(mport):
@@ -134,9 +127,8 @@ async def pushes(a, url, got, waiting, done):
     """git push to a bare repository whose post-receive hook puts the new id into the KV."""
     root = tempfile.mkdtemp(prefix="treesync-scale-push-")
     bare, work = os.path.join(root, "site.git"), os.path.join(root, "work")
-    run = lambda *c, cwd=None: subprocess.run(c, cwd=cwd, check=True, capture_output=True)  # noqa: E731
-    run("git", "init", "-q", "--bare", "-b", "main", bare)
-    run("git", "init", "-q", "-b", "main", work)
+    git("init", "-q", "--bare", "-b", "main", bare)
+    git("init", "-q", "-b", "main", work)
     hook = os.path.join(bare, "hooks", "post-receive")
     with open(hook, "w") as f:
         f.write(f"""#!/bin/sh
@@ -151,9 +143,9 @@ done
         for n in range(a.pushes):
             with open(os.path.join(work, "f.txt"), "w") as f:
                 f.write(f"{n}\n")
-            run("git", "add", "-A", cwd=work)
-            run("git", "-c", "user.name=t", "-c", "user.email=t@e", "commit", "-q", "-m", str(n), cwd=work)
-            new = subprocess.run(["git", "rev-parse", "HEAD"], cwd=work, check=True, capture_output=True).stdout.strip()
+            git("add", "-A", cwd=work)
+            commit(work, "-m", str(n))
+            new = git("rev-parse", "HEAD", cwd=work).strip()
             done.clear()
             waiting[0] = new
             t0 = time.perf_counter()

@@ -2,10 +2,9 @@
 # Readers of a bucket written by treesync (docs/scale.md, option b): moto on 127.0.0.1, one
 # `treesync sync` of a repository holding an executable and a symlink, then what s3fs-fuse and
 # rclone show of it. Run as root from the workspace after `cargo build -p treesync-cli`;
-# needs `apt-get install -y s3fs rclone` and moto (TREESYNC_MOTO_SERVER, default below).
+# needs `apt-get install -y s3fs rclone` and moto (TREESYNC_MOTO_SERVER, default in lib.sh).
 set -euo pipefail
-MOTO=${TREESYNC_MOTO_SERVER:-/opt/treesync-moto/bin/moto_server}
-TREESYNC=${TREESYNC:-$PWD/target/debug/treesync}
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 W=${1:-/tmp/treesync-scale-readers}
 PORT=${PORT:-45123}
 fusermount -u "$W/s3fs" 2>/dev/null || true
@@ -13,8 +12,7 @@ fusermount -u "$W/rclone" 2>/dev/null || true
 rm -rf "$W" && mkdir -p "$W"/{s3fs,rclone,copy}
 cd "$W"
 
-"$MOTO" -H 127.0.0.1 -p "$PORT" >moto.log 2>&1 &
-MOTO_PID=$!
+start_moto
 S3FS_PID= RCLONE_PID=
 cleanup() {
   fusermount -u "$W/s3fs" 2>/dev/null || true
@@ -23,8 +21,6 @@ cleanup() {
   kill "$MOTO_PID" 2>/dev/null || true
 }
 trap cleanup EXIT
-for _ in $(seq 100); do curl -s -o /dev/null "http://127.0.0.1:$PORT/" && break; sleep 0.1; done
-curl -s -X PUT "http://127.0.0.1:$PORT/bucket" >/dev/null
 
 # The repository: an executable script, a plain file, a symlink to each, a directory link.
 git init -q -b main repo
@@ -32,10 +28,8 @@ mkdir -p repo/bin repo/docs
 printf '#!/bin/sh\necho hello from run.sh\n' >repo/bin/run.sh && chmod +x repo/bin/run.sh
 echo 'plain text' >repo/docs/readme.txt
 ln -s bin/run.sh repo/run && ln -s ../docs/readme.txt repo/bin/readme && ln -s docs repo/doclink
-git -C repo add -A && git -C repo -c user.name=t -c user.email=t@e commit -qm one
+git -C repo add -A && commit repo -m one
 
-export AWS_ACCESS_KEY_ID=testing AWS_SECRET_ACCESS_KEY=testing AWS_REGION=us-east-1
-export AWS_ENDPOINT_URL=http://127.0.0.1:$PORT
 echo "\$ treesync sync --repo repo --ref main --target s3://bucket/site --allow-http"
 "$TREESYNC" sync --repo repo --ref main --target s3://bucket/site --allow-http
 
@@ -47,10 +41,8 @@ for key in bin/run.sh docs/readme.txt run bin/readme doclink; do
 done
 
 echo; echo "# s3fs-fuse $(s3fs --version 2>&1 | grep -o 'V[0-9.]*' | head -1)"
-echo 'testing:testing' >passwd && chmod 600 passwd
 echo "\$ s3fs bucket:/site s3fs -o url=http://127.0.0.1:$PORT,use_path_request_style,passwd_file=passwd"
-s3fs bucket:/site "$W/s3fs" -o "url=http://127.0.0.1:$PORT,use_path_request_style,passwd_file=$W/passwd"
-for _ in $(seq 100); do mountpoint -q s3fs && break; sleep 0.1; done
+mount_s3fs "$W/s3fs"
 echo "\$ ls -l s3fs s3fs/bin s3fs/docs"
 ls -l s3fs s3fs/bin s3fs/docs | sed 's/ [A-Z][a-z][a-z] .. ..:.. / DATE /'
 echo "\$ s3fs/bin/run.sh; cat s3fs/run; readlink s3fs/run; ls s3fs/doclink/"
@@ -89,7 +81,7 @@ readlink rclone/run || echo "(exit $?)"
 echo; echo "# an update while both are mounted: readme.txt grows, run.sh loses its exec bit, new.txt appears"
 cat s3fs/docs/readme.txt rclone/docs/readme.txt >/dev/null  # both have read it once
 echo 'plain text, second version' >repo/docs/readme.txt && chmod -x repo/bin/run.sh && echo new >repo/new.txt
-git -C repo add -A && git -C repo -c user.name=t -c user.email=t@e commit -qm two
+git -C repo add -A && commit repo -m two
 "$TREESYNC" sync --repo repo --ref main --target s3://bucket/site --allow-http
 for m in s3fs rclone; do
   echo "\$ cat $m/docs/readme.txt; ls -l $m/bin/run.sh; ls $m  (right after the sync)"

@@ -4,30 +4,22 @@
 # (`ls -lR`), a read of every file, the same again warm, and again after a 10-file sync.
 # Run as root from the workspace after `cargo build -p treesync-cli`; needs s3fs and moto.
 set -euo pipefail
-MOTO=${TREESYNC_MOTO_SERVER:-/opt/treesync-moto/bin/moto_server}
-TREESYNC=${TREESYNC:-$PWD/target/debug/treesync}
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 W=${1:-/tmp/treesync-scale-s3fs}
 PORT=${PORT:-45125}
 fusermount -u "$W/mnt" 2>/dev/null || true
 rm -rf "$W" && mkdir -p "$W/mnt" && cd "$W"
-"$MOTO" -H 127.0.0.1 -p "$PORT" >moto.log 2>&1 &
-MOTO_PID=$!
+start_moto
 trap 'fusermount -u "$W/mnt" 2>/dev/null || true; kill $MOTO_PID 2>/dev/null || true' EXIT
-for _ in $(seq 100); do curl -s -o /dev/null "http://127.0.0.1:$PORT/" && break; sleep 0.1; done
-curl -s -X PUT "http://127.0.0.1:$PORT/bucket" >/dev/null
 
 git init -q -b main repo
 for d in $(seq -w 0 9); do
   mkdir -p repo/d$d
   for f in $(seq -w 0 19); do seq 1 200 | sed "s/^/d$d f$f /" >repo/d$d/f$f.txt; done
 done
-git -C repo add -A && git -C repo -c user.name=t -c user.email=t@e commit -qm one
-export AWS_ACCESS_KEY_ID=testing AWS_SECRET_ACCESS_KEY=testing AWS_REGION=us-east-1
-export AWS_ENDPOINT_URL=http://127.0.0.1:$PORT
+git -C repo add -A && commit repo -m one
 "$TREESYNC" sync -q --repo repo --ref main --target s3://bucket/site --allow-http
-echo 'testing:testing' >passwd && chmod 600 passwd
-s3fs bucket:/site "$W/mnt" -o "url=http://127.0.0.1:$PORT,use_path_request_style,passwd_file=$W/passwd"
-for _ in $(seq 100); do mountpoint -q mnt && break; sleep 0.1; done
+mount_s3fs "$W/mnt"
 
 count() { # requests in moto's log since line $1: object HEAD/GET/PUT, listings, others
   tail -n +"$(($1 + 1))" moto.log | sed 's/\x1b\[[0-9;]*m//g' | grep -o '"[A-Z]* /bucket[^ ]*' | awk '
@@ -47,7 +39,7 @@ step "read all 200, cold" "cat mnt/d*/f*.txt"
 step "walk, warm" "ls -lR mnt"
 step "read all 200, warm" "cat mnt/d*/f*.txt"
 for f in $(seq 0 9); do echo changed >>"repo/d$f/f0$f.txt"; done
-git -C repo -c user.name=t -c user.email=t@e commit -qam two
+commit repo -am two
 mark=$(wc -l <moto.log)
 "$TREESYNC" sync -q --repo repo --ref main --target s3://bucket/site --allow-http
 printf '| treesync sync of a 10-file change (the publisher) | | %s |\n' "$(count "$mark")"

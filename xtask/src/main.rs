@@ -8,7 +8,7 @@ mod deb;
 mod dist;
 mod test;
 
-use xtask::util::project_root;
+use xtask::util::{exit_code, project_root};
 
 const HELP: &str = "\
 cargo xtask <task> [options]
@@ -105,13 +105,7 @@ fn main() -> std::process::ExitCode {
         }
         Some(other) => Err(format!("unknown task {other:?}\n\n{HELP}")),
     };
-    match result {
-        Ok(()) => std::process::ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("xtask: error: {e}");
-            std::process::ExitCode::from(2)
-        }
-    }
+    exit_code(result)
 }
 
 /// Build and run `xtask-testbed` with `args`, exiting as it does.
@@ -125,9 +119,6 @@ fn testbed(args: &[String]) -> std::process::ExitCode {
     match status {
         Ok(s) if s.success() => std::process::ExitCode::SUCCESS,
         Ok(s) => std::process::ExitCode::from(s.code().and_then(|c| u8::try_from(c).ok()).unwrap_or(2)),
-        Err(e) => {
-            eprintln!("xtask: error: cannot run cargo to build xtask-testbed: {e}");
-            std::process::ExitCode::from(2)
-        }
+        Err(e) => exit_code(Err(format!("cannot run cargo to build xtask-testbed: {e}"))),
     }
 }

@@ -1,7 +1,8 @@
-//! Helpers shared by the xtask binaries: where the workspace is, and running commands.
+//! Helpers shared by the xtask binaries: where the workspace is, running commands, and how a
+//! task ends (its exit status).
 
 use std::path::PathBuf;
-use std::process::Command;
+use std::process::{Command, ExitCode};
 
 /// The workspace root.
 pub fn project_root() -> PathBuf {
@@ -21,4 +22,15 @@ pub fn run_quiet(cmd: &mut Command) -> Result<String, String> {
         return Err(format!("{cmd:?} failed: {}", String::from_utf8_lossy(&out.stderr)));
     }
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// How a task's binary exits: success, or the error on stderr and status 2.
+pub fn exit_code(result: Result<(), String>) -> ExitCode {
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("xtask: error: {e}");
+            ExitCode::from(2)
+        }
+    }
 }

@@ -101,6 +101,13 @@ fn file_stat(st: &rustix::fs::Stat) -> FileStat {
     }
 }
 
+/// A file to write: its content (which names its path), its exec bit, and where its blob is read.
+struct NewFile<'a> {
+    content: Content<'a>,
+    executable: bool,
+    blobs: &'a dyn BlobSource,
+}
+
 impl Target {
     /// The directory `root`; with `fsync`, files and state are synced before being renamed.
     pub fn new(root: PathBuf, fsync: bool) -> Self {
@@ -374,7 +381,8 @@ impl Target {
                 Err(e) => Err(Error::io("create directory", path, io(e))),
             },
             Op::Write { executable, .. } => {
-                self.write_file(dir, name, op.content().expect("a write has content"), *executable, blobs, path)
+                let content = op.content().expect("a write has content");
+                self.write_file(dir, name, &NewFile { content, executable: *executable, blobs })
             }
             Op::Symlink { target, .. } => {
                 let tmp = Self::sibling_tmp(name.as_bytes());
@@ -411,14 +419,10 @@ impl Target {
                 match fd {
                     Ok(fd) if alone => rustix::fs::fchmod(&fd, Mode::from_raw_mode(self.file_mode(*executable)))
                         .map_err(|e| Error::io("change mode of", path, io(e))),
-                    _ => self.write_file(
-                        dir,
-                        name,
-                        op.content().expect("a mode change has content"),
-                        *executable,
-                        blobs,
-                        path,
-                    ),
+                    _ => {
+                        let content = op.content().expect("a mode change has content");
+                        self.write_file(dir, name, &NewFile { content, executable: *executable, blobs })
+                    }
                 }
             }
             Op::Unlink { .. } => match rustix::fs::unlinkat(dir, name, AtFlags::empty()) {
@@ -434,19 +438,12 @@ impl Target {
         }
     }
 
-    /// Write `blob` as the file `name` of `dir`: a temporary next to it, renamed over it.
-    fn write_file(
-        &self,
-        dir: BorrowedFd<'_>,
-        name: &OsStr,
-        content: Content<'_>,
-        executable: bool,
-        blobs: &dyn BlobSource,
-        path: &RelPath,
-    ) -> Result<(), Error> {
+    /// Write `file` as the entry `name` of `dir`: a temporary next to it, renamed over it.
+    fn write_file(&self, dir: BorrowedFd<'_>, name: &OsStr, file: &NewFile<'_>) -> Result<(), Error> {
+        let path = file.content.path;
         let tmp = Self::sibling_tmp(name.as_bytes());
         let tmp = OsStr::from_bytes(&tmp);
-        let result = self.write_tmp(dir, tmp, content, executable, blobs, path).and_then(|fd| {
+        let result = self.write_tmp(dir, tmp, file).and_then(|fd| {
             rustix::fs::renameat(dir, tmp, dir, name).map(|()| fd).map_err(|e| Error::io("write", path, io(e)))
         });
         let fd = match result {
@@ -514,19 +511,13 @@ impl Target {
         }
     }
 
-    fn write_tmp(
-        &self,
-        dir: BorrowedFd<'_>,
-        tmp: &OsStr,
-        content: Content<'_>,
-        executable: bool,
-        blobs: &dyn BlobSource,
-        path: &RelPath,
-    ) -> Result<OwnedFd, Error> {
-        let fd = Self::create_tmp(dir, tmp, if executable { 0o777 } else { 0o666 })
+    /// Write `file` into the new temporary `tmp` of `dir` (synced with `fsync`); its descriptor.
+    fn write_tmp(&self, dir: BorrowedFd<'_>, tmp: &OsStr, file: &NewFile<'_>) -> Result<OwnedFd, Error> {
+        let path = file.content.path;
+        let fd = Self::create_tmp(dir, tmp, if file.executable { 0o777 } else { 0o666 })
             .map_err(|e| Error::io("write", path, io(e)))?;
-        blobs
-            .read_content(&content, &mut |mut chunk| {
+        file.blobs
+            .read_content(&file.content, &mut |mut chunk| {
                 while !chunk.is_empty() {
                     match rustix::io::write(&fd, chunk) {
                         Ok(n) => chunk = &chunk[n..],

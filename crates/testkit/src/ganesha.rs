@@ -32,7 +32,6 @@
 //! missing, naming the command that provides them (see [`check`]); `cargo xtask test` installs
 //! them.
 
-use std::fmt;
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::os::unix::process::CommandExt;
@@ -59,6 +58,7 @@ pub const TMPFS_SOURCE: &str = "treesync-ganesha";
 const READY_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// A running nfs-ganesha exporting a fresh tmpfs; stopped (SIGKILL) and cleaned up on drop.
+#[derive(Debug)]
 pub struct Ganesha {
     nfs_port: u16,
     mount_port: u16,
@@ -70,16 +70,6 @@ pub struct Ganesha {
     /// Write end of the supervisor's lifeline; dropping it stops the instance.
     lifeline: Option<ChildStdin>,
     ready_after: Duration,
-}
-
-impl fmt::Debug for Ganesha {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Ganesha")
-            .field("nfs_port", &self.nfs_port)
-            .field("mount_port", &self.mount_port)
-            .field("dir", &self.dir)
-            .finish()
-    }
 }
 
 /// The programs an instance needs, found on this machine.

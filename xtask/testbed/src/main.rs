@@ -25,11 +25,5 @@ fn main() -> std::process::ExitCode {
         Some("__measure") => measure::measure_child(&args[1..]),
         other => Err(format!("unknown task {other:?}: run `cargo xtask` for the list")),
     };
-    match result {
-        Ok(()) => std::process::ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("xtask: error: {e}");
-            std::process::ExitCode::from(2)
-        }
-    }
+    xtask::util::exit_code(result)
 }

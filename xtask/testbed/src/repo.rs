@@ -1,6 +1,6 @@
 //! The repositories the benchmarks and the scale runs sync: generated with the testkit's history
-//! model, packed, with tags A and B; git with a separate index for the baselines; and the check
-//! that a target holds exactly `git archive`.
+//! model, packed, with tags A and B; git with a separate index for the baselines; the check
+//! that a target holds exactly `git archive`; and the removal of the trees a run made.
 
 use std::path::Path;
 use std::process::Command;
@@ -25,6 +25,23 @@ pub fn generate(args: &[String]) -> Result<(), String> {
 /// workers (a label, and `checkout.workers`).
 pub const GIT_CHECKOUTS: [(&str, Option<&str>); 2] =
     [("git checkout -f", None), ("git -c checkout.workers=0 checkout -f", Some("0"))];
+
+/// Remove `p`, a directory tree or a file, if it is there.
+pub fn rm(p: &Path) {
+    let _ = std::fs::remove_dir_all(p);
+    let _ = std::fs::remove_file(p);
+}
+
+/// Remove each of `paths` (see [`rm`]): what a case made, once it is measured.
+pub fn rm_all(paths: &[&Path]) {
+    paths.iter().for_each(|p| rm(p));
+}
+
+/// Where a git checkout from nothing starts: `work` an empty directory, no `index`.
+pub fn fresh_checkout(work: &Path, index: &Path) -> Result<(), String> {
+    rm_all(&[work, index]);
+    std::fs::create_dir(work).map_err(|e| e.to_string())
+}
 
 /// `git checkout -q -f --detach REV` into `work`, with `checkout.workers=W` when given.
 pub fn git_checkout(repo: &Path, work: &Path, index: &Path, workers: Option<&str>, rev: &str) -> Command {

@@ -48,6 +48,19 @@ impl std::fmt::Display for Unconverted {
     }
 }
 
+/// One blob to convert: its bytes, where it is written, its id and its conversion.
+#[derive(Clone, Copy)]
+pub struct Input<'a> {
+    /// The blob's bytes, as stored.
+    pub data: &'a [u8],
+    /// The path it is written at (filter drivers and messages are told it).
+    pub path: &'a BStr,
+    /// The blob (`$Id$` expands to it; filter drivers are told it).
+    pub blob: &'a ObjectId,
+    /// How it is converted.
+    pub conversion: &'a Conversion,
+}
+
 impl std::fmt::Debug for Converter {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Converter").field("settings", &self.settings).finish_non_exhaustive()
@@ -167,41 +180,35 @@ impl Converter {
         Pointer::parse(data)
     }
 
-    /// Feed `data` (the blob `blob` at `path`), converted by `conversion`, to `sink`: `$Id$`
-    /// expanded, line ends converted, re-encoded, then the filter driver — git's order. A Git
-    /// LFS pointer ([`Converter::lfs_pointer`]) is replaced by its object, streamed from the
-    /// store in chunks (its size and sha256 checked on the way), as `git lfs smudge` does.
-    /// Then, with `export-subst`, `$Format:…$` is expanded as `git archive` does.
+    /// Feed `input.data`, converted, to `sink`: `$Id$` expanded, line ends converted,
+    /// re-encoded, then the filter driver — git's order. A Git LFS pointer
+    /// ([`Converter::lfs_pointer`]) is replaced by its object, streamed from the store in chunks
+    /// (its size and sha256 checked on the way), as `git lfs smudge` does. Then, with
+    /// `export-subst`, `$Format:…$` is expanded as `git archive` does.
     pub fn convert(
         &self,
-        data: &[u8],
-        path: &BStr,
-        blob: &ObjectId,
-        conversion: &Conversion,
+        input: Input<'_>,
         sink: &mut dyn FnMut(&[u8]) -> std::io::Result<()>,
     ) -> Result<(), ConvertError> {
-        self.convert_within(data, path, blob, conversion, crate::smudge::DEFAULT_TIMEOUT, u64::MAX, sink)
+        self.convert_within(input, crate::smudge::DEFAULT_TIMEOUT, u64::MAX, sink)
     }
 
     /// [`Converter::convert`], a single-file filter driver given `filter_timeout` per file
     /// ([`crate::smudge`]); what is held to expand `export-subst` placeholders (the only
     /// conversion that needs the whole output) is refused past `max_held` bytes.
-    #[allow(clippy::too_many_arguments)] // the inputs of one conversion and its two bounds
     pub fn convert_within(
         &self,
-        data: &[u8],
-        path: &BStr,
-        blob: &ObjectId,
-        conversion: &Conversion,
+        input: Input<'_>,
         filter_timeout: std::time::Duration,
         max_held: u64,
         sink: &mut dyn FnMut(&[u8]) -> std::io::Result<()>,
     ) -> Result<(), ConvertError> {
-        match (&self.commit, conversion.export_subst) {
+        let path = input.path;
+        match (&self.commit, input.conversion.export_subst) {
             (Some(commit), true) => {
-                let mut out = Vec::with_capacity(data.len());
+                let mut out = Vec::with_capacity(input.data.len());
                 // Expanded whole, as `git archive` does; held only up to the bound.
-                self.convert_for_worktree(data, path, blob, conversion, filter_timeout, &mut |chunk| {
+                self.convert_for_worktree(input, filter_timeout, &mut |chunk| {
                     if (out.len() + chunk.len()) as u64 > max_held {
                         return Err(std::io::Error::new(
                             std::io::ErrorKind::FileTooLarge,
@@ -220,7 +227,7 @@ impl Converter {
                     .map_err(|e| ConvertError::Convert(Error::Placeholder(e)))?;
                 sink(&expanded).map_err(ConvertError::Sink)
             }
-            _ => self.convert_for_worktree(data, path, blob, conversion, filter_timeout, sink),
+            _ => self.convert_for_worktree(input, filter_timeout, sink),
         }
     }
 
@@ -229,13 +236,11 @@ impl Converter {
     /// is read in one place.
     fn convert_for_worktree(
         &self,
-        data: &[u8],
-        path: &BStr,
-        blob: &ObjectId,
-        conversion: &Conversion,
+        input: Input<'_>,
         filter_timeout: std::time::Duration,
         sink: &mut dyn FnMut(&[u8]) -> std::io::Result<()>,
     ) -> Result<(), ConvertError> {
+        let Input { data, path, blob, conversion } = input;
         let failed = |message: String| {
             ConvertError::Convert(Error::Convert {
                 path: path.to_str_lossy().into_owned(),
@@ -357,7 +362,7 @@ impl Converter {
         conversion: &Conversion,
     ) -> Result<Vec<u8>, ConvertError> {
         let mut out = Vec::with_capacity(data.len());
-        self.convert(data, path, blob, conversion, &mut |chunk| {
+        self.convert(Input { data, path, blob, conversion }, &mut |chunk| {
             out.extend_from_slice(chunk);
             Ok(())
         })?;

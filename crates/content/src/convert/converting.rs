@@ -78,8 +78,8 @@ impl BlobSource for Converting {
         })?;
         let timeout = self.limits.filter_timeout;
         let left = self.limits.max_bytes.saturating_sub(self.written.load(std::sync::atomic::Ordering::Relaxed));
-        let path = content.path.as_bstr();
-        self.converter.convert_within(&data, path, content.blob, conversion, timeout, left, &mut sink)?;
+        let input = crate::convert::Input { data: &data, path: content.path.as_bstr(), blob: content.blob, conversion };
+        self.converter.convert_within(input, timeout, left, &mut sink)?;
         Ok(())
     }
 }

@@ -30,7 +30,7 @@ mod ident;
 mod settings;
 
 pub use attributes::{AttributeFiles, Resolver};
-pub use converter::{ConvertError, Converter, Unconverted};
+pub use converter::{ConvertError, Converter, Input, Unconverted};
 pub use converting::Converting;
 pub use encoding::Refusal;
 pub use settings::{DriverConfig, Settings};

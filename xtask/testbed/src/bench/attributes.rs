@@ -22,7 +22,7 @@ use xtask::util::run_quiet;
 
 use super::trace::{stat_count, strace, timed};
 use crate::measure::fmt_time;
-use crate::repo::{git, settle};
+use crate::repo::{git, rm, rm_all, settle};
 
 /// The root `.gitattributes` of the repository with attributes.
 const ROOT_ATTRIBUTES: &str = "* text=auto eol=crlf\n*.bat text eol=crlf\n*.c ident\n";
@@ -79,7 +79,7 @@ fn base_tree(files: usize) -> Model {
 
 /// A bare repository at `path` holding `trees` on `main`, tagged with `names`, packed.
 fn make(path: &Path, trees: &[Model], names: &[&str]) -> Result<(), String> {
-    let _ = std::fs::remove_dir_all(path);
+    rm(path);
     std::fs::create_dir_all(path).map_err(|e| format!("{}: {e}", path.display()))?;
     run_quiet(Command::new("git").arg("init").arg("-q").arg("--bare").arg(path))?;
     let commits = history::import(path, "main", trees);
@@ -196,10 +196,7 @@ pub fn run(c: &Config, dir: &Path, treesync: &Path, has_strace: bool) -> Result<
         let work = dir.join(format!("git-{tag}"));
         // Not named like `work` plus a suffix: syscalls are counted by path prefix.
         let index = dir.join(format!("{tag}.git-index"));
-        for p in [&target, &work] {
-            let _ = std::fs::remove_dir_all(p);
-        }
-        let _ = std::fs::remove_file(&index);
+        rm_all(&[&target, &work, &index]);
         std::fs::create_dir_all(&work).map_err(|e| format!("{}: {e}", work.display()))?;
         let ts = |rev: &str, json: bool| {
             let mut cmd = Command::new(treesync);
@@ -261,10 +258,10 @@ pub fn run(c: &Config, dir: &Path, treesync: &Path, has_strace: bool) -> Result<
         run_quiet(&mut ts(last, false))?;
         run_quiet(&mut checkout(last))?;
         let fresh = dir.join(format!("fresh-{tag}"));
-        let _ = std::fs::remove_dir_all(&fresh);
+        rm(&fresh);
         std::fs::create_dir_all(&fresh).map_err(|e| format!("{}: {e}", fresh.display()))?;
         let fresh_index = dir.join(format!("{tag}.fresh-index"));
-        let _ = std::fs::remove_file(&fresh_index);
+        rm(&fresh_index);
         run_quiet(git(repo, &fresh, &fresh_index).args(["checkout", "-q", "-f", "--detach", last]))?;
         let differing = |a: &Path, b: &Path| -> Result<usize, String> {
             let out = Command::new("diff")
@@ -297,14 +294,9 @@ pub fn run(c: &Config, dir: &Path, treesync: &Path, has_strace: bool) -> Result<
         } else if git_off != 0 {
             return Err(format!("git's work tree differs from a fresh checkout of {last} in {git_off} files"));
         }
-        for p in [&target, &work, &fresh] {
-            let _ = std::fs::remove_dir_all(p);
-        }
-        let _ = std::fs::remove_file(&index);
-        let _ = std::fs::remove_file(&fresh_index);
+        rm_all(&[&target, &work, &fresh, &index, &fresh_index]);
     }
-    let _ = std::fs::remove_dir_all(&attr_repo);
-    let _ = std::fs::remove_dir_all(&plain_repo);
+    rm_all(&[&attr_repo, &plain_repo]);
     Ok(render(&rows, c))
 }
 

@@ -18,7 +18,7 @@ mod trace;
 mod watch;
 
 use crate::measure::{fmt_time, measure, median};
-use crate::repo::{GIT_CHECKOUTS, git, git_checkout, make_repo, settle};
+use crate::repo::{GIT_CHECKOUTS, fresh_checkout, git, git_checkout, make_repo, rm, rm_all, settle};
 use trace::{stat_calls, timed};
 use xtask::util::{project_root, run_quiet, run_status};
 
@@ -436,19 +436,6 @@ pub fn run(args: &[String]) -> Result<(), String> {
     Ok(())
 }
 
-/// Remove `p`, a directory tree or a file, if it is there.
-fn rm(p: &Path) {
-    let _ = std::fs::remove_dir_all(p);
-    let _ = std::fs::remove_file(p);
-}
-
-/// Where a git checkout from nothing starts: `work` an empty directory, no `index`.
-fn fresh_checkout(work: &Path, index: &Path) -> Result<(), String> {
-    rm(work);
-    rm(index);
-    std::fs::create_dir(work).map_err(|e| e.to_string())
-}
-
 fn is_mountpoint(p: &Path) -> bool {
     Command::new("mountpoint").arg("-q").arg(p).status().is_ok_and(|s| s.success())
 }
@@ -506,8 +493,7 @@ fn bench(c: &Config, treesync: &Path, has_strace: bool, on_tmpfs: bool) -> Resul
     eprintln!("update A→B…");
     let co_work = d.join("gitco");
     let co_index = d.join("gitco.index");
-    rm(&co_work);
-    rm(&co_index);
+    rm_all(&[&co_work, &co_index]);
     std::fs::create_dir(&co_work).map_err(|e| e.to_string())?;
     let read_tree = |from: &str, to: &str| {
         let mut g = git(&repo, &git_work, &git_index);
@@ -571,8 +557,7 @@ fn bench(c: &Config, treesync: &Path, has_strace: bool, on_tmpfs: bool) -> Resul
         rss_kib: co_rss,
         stats,
     });
-    rm(&co_work);
-    rm(&co_index);
+    rm_all(&[&co_work, &co_index]);
 
     // Both trees must be the same in the end.
     run_quiet(&mut ts("B"))?;
@@ -622,10 +607,7 @@ fn bench(c: &Config, treesync: &Path, has_strace: bool, on_tmpfs: bool) -> Resul
             diff.map(|o| String::from_utf8_lossy(&o.stdout).chars().take(2000).collect::<String>()).unwrap_or_default()
         ));
     }
-    rm(&ts_target);
-    rm(&git_work);
-    rm(&git_index);
-    rm(&repo);
+    rm_all(&[&ts_target, &git_work, &git_index, &repo]);
     Ok(render(&rows, c, on_tmpfs))
 }
 

@@ -11,9 +11,8 @@ use std::time::Duration;
 
 use treesync_testkit::slowfs::{self, SlowFs};
 
-use super::{fresh_checkout, rm};
 use crate::measure::{fmt_time, measure, median};
-use crate::repo::{GIT_CHECKOUTS, git, git_checkout, make_repo, settle};
+use crate::repo::{GIT_CHECKOUTS, fresh_checkout, git, git_checkout, make_repo, rm, rm_all, settle};
 use xtask::util::run_quiet;
 
 pub struct Config {
@@ -155,8 +154,7 @@ fn update(c: &Config, dir: &Path, fs: &SlowFs, treesync: &Path, n: usize, rows: 
     let back_gw = fs.backing().join("gw");
     let mnt_gw = fs.path().join("gw");
     let index = dir.join(format!("nfs-git-{n}.index"));
-    rm(&back_gw);
-    rm(&index);
+    rm_all(&[&back_gw, &index]);
     std::fs::create_dir_all(&back_gw).map_err(|e| e.to_string())?;
     // Put the work tree at A through the backing path, with a settled (non-racy) index.
     let reset = || -> Result<(), String> {
@@ -186,10 +184,7 @@ fn update(c: &Config, dir: &Path, fs: &SlowFs, treesync: &Path, n: usize, rows: 
     run_quiet(git(&repo, &back_gw, &index).args(["checkout", "-q", "-f", "--detach", "B"]))?;
     run_quiet(&mut ts_sync(treesync, &repo, "B", &back_ts, &["--backend", "local"]))?;
     same(&back_ts, &back_gw)?;
-    rm(&back_ts);
-    rm(&back_gw);
-    rm(&index);
-    rm(&repo);
+    rm_all(&[&back_ts, &back_gw, &index, &repo]);
     Ok(())
 }
 
@@ -267,10 +262,7 @@ fn initial(c: &Config, dir: &Path, fs: &SlowFs, treesync: &Path, rows: &mut Vec<
     rm(&back);
     run_quiet(&mut ts_sync(treesync, &repo, "A", &back, &["--backend", "local"]))?;
     same(&back, &back_gi)?;
-    rm(&back);
-    rm(&back_gi);
-    rm(&index);
-    rm(&repo);
+    rm_all(&[&back, &back_gi, &index, &repo]);
     Ok(())
 }
 
@@ -351,9 +343,7 @@ fn verify(dir: &Path, fs: &SlowFs, treesync: &Path, n: usize, rows: &mut Vec<Row
             note: format!("hashed {}, proven by stat {}", r["hashed"], r["proven_by_stat"]),
         });
     }
-    rm(&back);
-    rm(&index);
-    rm(&repo);
+    rm_all(&[&back, &index, &repo]);
     Ok(())
 }
 

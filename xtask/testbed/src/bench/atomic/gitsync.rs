@@ -13,7 +13,7 @@ use std::process::Command;
 use treesync_testkit::slowfs::Stats;
 
 use super::model::{Bed, Case, DiskRow, Figures, Row, Sample, du, kinds};
-use crate::bench::rm;
+use crate::repo::rm;
 use xtask::util::run_quiet;
 
 /// A shell running `script` with git's user and system configuration left out.

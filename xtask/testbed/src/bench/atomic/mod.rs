@@ -26,7 +26,7 @@ mod gitsync;
 mod model;
 mod render;
 
-use crate::bench::rm;
+use crate::repo::rm;
 pub use model::Config;
 use model::{Bed, Case, DiskRow, Figures, Row, Sample, du, kinds};
 
