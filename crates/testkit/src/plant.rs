@@ -114,6 +114,45 @@ fn snapshot(dir: &Path) -> BTreeMap<PathBuf, (u32, Vec<u8>)> {
     out
 }
 
+/// What differs in `dir` from its snapshot `before` (entries added, removed, or with another
+/// mode or content), with `dir` put back as it was, so that one write outside is counted once
+/// and named; `None` when nothing differs.
+fn changed_and_restored(dir: &Path, before: &BTreeMap<PathBuf, (u32, Vec<u8>)>) -> Option<String> {
+    use std::os::unix::fs::PermissionsExt;
+    let now = snapshot(dir);
+    if &now == before {
+        return None;
+    }
+    let mut said = Vec::new();
+    for (path, (mode, content)) in &now {
+        match before.get(path) {
+            None => said.push(format!("{} added (mode {mode:o})", path.display())),
+            Some((was, _)) if was != mode => said.push(format!("{} mode {was:o} -> {mode:o}", path.display())),
+            Some((_, was)) if was != content => said.push(format!("{} content changed", path.display())),
+            Some(_) => {}
+        }
+    }
+    said.extend(before.keys().filter(|p| !now.contains_key(*p)).map(|p| format!("{} removed", p.display())));
+    // Put it back: what was added goes (deepest first); what differs or is gone is written
+    // again (directories before what they hold: the map is in path order).
+    for path in now.keys().rev().filter(|p| !before.contains_key(*p)) {
+        let full = dir.join(path);
+        let _ = std::fs::remove_file(&full).or_else(|_| std::fs::remove_dir_all(&full));
+    }
+    for (path, (mode, content)) in before.iter().filter(|(p, was)| now.get(*p) != Some(*was)) {
+        let full = dir.join(path);
+        if mode & 0o170000 == 0o040000 {
+            let _ = std::fs::remove_file(&full);
+            std::fs::create_dir_all(&full).expect("restore a directory outside");
+        } else {
+            let _ = std::fs::remove_file(&full).or_else(|_| std::fs::remove_dir_all(&full));
+            std::fs::write(&full, content).expect("restore a file outside");
+        }
+        std::fs::set_permissions(&full, std::fs::Permissions::from_mode(mode & 0o7777)).expect("restore its mode");
+    }
+    Some(said.join(", "))
+}
+
 fn slots(home: &Path) -> Vec<PathBuf> {
     let mut v: Vec<PathBuf> = std::fs::read_dir(home)
         .into_iter()
@@ -314,10 +353,9 @@ pub fn run(bin: &Path, site: &Site, outside: &Path, trials: u64, seed: u64, file
             out.status.code(),
             String::from_utf8_lossy(&out.stderr).trim()
         );
-        if snapshot(outside) != before {
+        if let Some(changed) = changed_and_restored(outside, &before) {
             stats.writes_outside += 1;
-            stats.failures.push(format!("{what}: the attacker's directory changed"));
-            std::fs::write(outside.join("precious"), b"the attacker's own file\n").expect("reset");
+            stats.failures.push(format!("{what}: the attacker's directory changed: {changed}"));
         }
         let link = std::fs::read_link(&local_target).ok();
         let made_by_treesync = link.as_ref().is_some_and(|t| {
@@ -386,10 +424,9 @@ pub fn run(bin: &Path, site: &Site, outside: &Path, trials: u64, seed: u64, file
                 atomic = true;
             }
         }
-        if snapshot(outside) != before {
+        if let Some(changed) = changed_and_restored(outside, &before) {
             stats.writes_outside += 1;
-            stats.failures.push(format!("{what}: the attacker's directory changed after the rerun"));
-            std::fs::write(outside.join("precious"), b"the attacker's own file\n").expect("reset");
+            stats.failures.push(format!("{what}: the attacker's directory changed after the rerun: {changed}"));
         }
     }
     stats

@@ -228,8 +228,16 @@ impl Inner {
         Err(last)
     }
 
+    /// The backing path of `name` in the directory `parent`. Like a server that works by file
+    /// handle, it acts on that directory or on nothing: when the directory's backing name now
+    /// leads elsewhere (renamed away, or replaced by a symlink planted in the backing tree), the
+    /// call fails with ESTALE instead of following the new name.
     pub(super) fn child(&self, parent: u64, name: &OsStr) -> Res<PathBuf> {
         let dir = self.path(parent)?;
+        let here = std::fs::symlink_metadata(&dir).map_err(errno)?;
+        if !here.is_dir() || self.fuse_ino(here.ino()) != parent {
+            return Err(Errno::ESTALE);
+        }
         let exact = dir.join(name);
         if !self.case_insensitive || std::fs::symlink_metadata(&exact).is_ok() {
             return Ok(exact);
