@@ -28,9 +28,9 @@ pub mod snapshots;
 pub mod tree;
 pub mod work;
 
+pub use run::{git_command, run_with_input};
 /// The one `/proc/self/mountinfo` reader (treesync-backend-nfs's), for the testbeds and tests.
 pub use treesync_backend_nfs::mountinfo;
-pub use run::{git_command, run_with_input};
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

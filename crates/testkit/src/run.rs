@@ -1,8 +1,8 @@
 //! Running the commands tests check against (git, tar, gzip…): without the machine's git
 //! configuration, with input on stdin.
 
-use std::process::{Command, Stdio};
 use std::path::Path;
+use std::process::{Command, Stdio};
 
 /// git in `dir`, without the system's or the user's config (what a test sees must not depend
 /// on the machine's settings).
