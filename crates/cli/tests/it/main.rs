@@ -21,6 +21,8 @@ mod export_subst;
 mod faithful;
 mod file_url;
 mod filters;
+mod gitsync;
+mod gitsync_run;
 mod hooks;
 mod hostile_shapes;
 mod json;
