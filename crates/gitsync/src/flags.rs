@@ -755,6 +755,28 @@ pub fn help(program: &str) -> String {
     out
 }
 
+/// The table of every flag for `docs/git-sync.md`: flag, environment names, default, and
+/// treesync's support (a test keeps the document equal to it).
+pub fn markdown_table() -> String {
+    let mut out = String::from("| flag | environment | default | treesync |\n|---|---|---|---|\n");
+    for f in FLAGS.iter().filter(|f| !matches!(f.support, Support::Deprecated(_))) {
+        let name = match f.short {
+            Some(c) => format!("`-{c}`, `--{}`", f.name),
+            None => format!("`--{}`", f.name),
+        };
+        let env = if f.env.is_empty() { "—".to_string() } else { f.env.iter().map(|e| format!("`{e}`")).collect::<Vec<_>>().join(", ") };
+        let default = if f.default.is_empty() { "—".to_string() } else { format!("`{}`", f.default) };
+        let support = match f.support {
+            Support::Same => "same".to_string(),
+            Support::Differs(d) => format!("same, except: {d}"),
+            Support::Refused(r) => format!("**refused**: {r}"),
+            Support::Deprecated(_) => unreachable!("filtered"),
+        };
+        out.push_str(&format!("| {name} | {env} | {default} | {support} |\n"));
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -831,5 +853,15 @@ mod tests {
             assert!(help.contains(&format!("--{}", f.name)), "--{} missing from --help", f.name);
         }
         assert!(!help.contains("--sync-hook-command"));
+    }
+
+    #[test]
+    fn docs_list_every_flag_as_declared() {
+        let doc = include_str!("../../../docs/git-sync.md");
+        let table = markdown_table();
+        assert!(
+            doc.contains(&table),
+            "docs/git-sync.md's flag table is not the declared one; put this between its markers:\n{table}"
+        );
     }
 }

@@ -138,7 +138,7 @@ fn each_new_commit_is_the_diff_a_clone_then_a_reused_worktree() {
             .find(|n| Some(n) != previous.last());
         let spare_inodes = spare_before.as_ref().map(|n| inodes(&root.join(".worktrees").join(n)));
         // Three changed files, one added, one removed; an executable bit in round 2.
-        let mut change = vec![
+        let mut change = [
             (format!("d1/f{}.txt", round), format!("changed {round}\n")),
             (format!("d2/f{}.txt", round + 10), format!("changed {round}\n")),
             (format!("d3/f{}.txt", round + 20), format!("changed {round}\n")),
