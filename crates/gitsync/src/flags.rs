@@ -764,7 +764,11 @@ pub fn markdown_table() -> String {
             Some(c) => format!("`-{c}`, `--{}`", f.name),
             None => format!("`--{}`", f.name),
         };
-        let env = if f.env.is_empty() { "—".to_string() } else { f.env.iter().map(|e| format!("`{e}`")).collect::<Vec<_>>().join(", ") };
+        let env = if f.env.is_empty() {
+            "—".to_string()
+        } else {
+            f.env.iter().map(|e| format!("`{e}`")).collect::<Vec<_>>().join(", ")
+        };
         let default = if f.default.is_empty() { "—".to_string() } else { format!("`{}`", f.default) };
         let support = match f.support {
             Support::Same => "same".to_string(),

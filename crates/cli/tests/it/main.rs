@@ -22,6 +22,7 @@ mod faithful;
 mod file_url;
 mod filters;
 mod gitsync;
+mod gitsync_flags;
 mod gitsync_run;
 mod hooks;
 mod hostile_shapes;
