@@ -33,6 +33,9 @@ fn code(c: i32) -> ExitCode {
 
 /// Run git-sync's command line `args` (without the program name), shown as `program`.
 pub(crate) fn main(program: &str, args: &[String]) -> ExitCode {
+    if super::pid1::is_init() {
+        return super::pid1::supervise();
+    }
     let parsed = match flags::parse(args, &|k| std::env::var(k).ok()) {
         Ok(p) => p,
         Err(Stop::Fatal(message)) => {

@@ -6,6 +6,7 @@ pub(crate) mod common;
 pub(crate) mod document;
 pub(crate) mod gitsync;
 pub(crate) mod hooks;
+pub(crate) mod pid1;
 pub(crate) mod plan;
 pub(crate) mod status;
 pub(crate) mod sync;

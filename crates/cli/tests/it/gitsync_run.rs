@@ -264,3 +264,37 @@ fn sigkill_at_random_points_never_leaves_the_link_on_a_partial_worktree() {
     assert_eq!(link_of(&link).0, head);
     assert_like_git(&served.bare, &head, &link);
 }
+
+#[test]
+fn as_pid_1_it_runs_itself_as_a_child_and_passes_its_exit_code_on() {
+    // A new PID namespace (as a container gives): treesync is PID 1 there.
+    let served = Served::new(&[("a.txt", "a\n")]);
+    let dir = served.dir.path();
+    let ps_out = dir.join("ps.out");
+    let script = dir.join("ps.sh");
+    std::fs::write(&script, format!("#!/bin/sh\nps -eo pid,ppid,args > {}\nsleep 0.2 &\nexit 0\n", ps_out.display()))
+        .expect("script");
+    std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).expect("chmod");
+    let in_namespace = |root: &str, hook: &str| -> i32 {
+        std::process::Command::new("unshare")
+            .args(["--pid", "--fork", "--mount-proc", env!("CARGO_BIN_EXE_treesync"), "git-sync"])
+            .args(["--repo", &served.url, "--root", root, "--one-time", "--exechook-command", hook])
+            .stderr(Stdio::null())
+            .status()
+            .expect("unshare (util-linux) runs")
+            .code()
+            .unwrap_or(-1)
+    };
+    assert_eq!(in_namespace(s(&dir.join("r1")), s(&script)), 0);
+    let ps = std::fs::read_to_string(&ps_out).expect("the hook ran");
+    let init = ps.lines().find(|l| l.split_whitespace().next() == Some("1")).expect("PID 1");
+    assert!(init.contains("treesync git-sync"), "{ps}");
+    assert!(
+        ps.lines().any(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            f.get(1) == Some(&"1") && l.contains("git-sync")
+        }),
+        "the syncing process is PID 1's child: {ps}"
+    );
+    assert_eq!(in_namespace(s(&dir.join("r2")), "/bin/false"), 1, "a failed hook's exit code, through PID 1");
+}
