@@ -170,7 +170,11 @@ pub async fn make(
     if how != How::Check {
         write_git_files(layout, &hash)?;
     }
-    let changed = sync_into(&path, repo, &hash, interrupt).await?;
+    // A worktree without treesync's state (one git-sync made, or one cut short before its
+    // first state was written) is taken over: written whole, extras removed — a full pass,
+    // once. With a state, only the difference.
+    let take_over = !has_state(&path);
+    let changed = sync_into(&path, repo, &hash, take_over, interrupt).await?;
     if how != How::Check || changed > 0 {
         let tree = repo.resolve(&hash).map_err(|e| Error::Open { path: hash.clone(), message: e.to_string() })?.tree;
         treesync_core::gitworktree::update_linked(&path, &layout.admin(&hash), repo, commit, tree)?;
@@ -237,8 +241,9 @@ fn replace(path: &Path, bytes: &[u8]) -> Result<(), Error> {
 }
 
 /// Sync `path` to `rev` with treesync (the backend its filesystem calls for), rewriting rather
-/// than changing in place what it touches; how many paths changed.
-async fn sync_into(path: &Path, repo: &Repo, rev: &str, interrupt: &AtomicBool) -> Result<u64, Error> {
+/// than changing in place what it touches; how many paths changed. `take_over`: the directory
+/// has no state of treesync's, and whatever it holds is replaced by the tree.
+async fn sync_into(path: &Path, repo: &Repo, rev: &str, take_over: bool, interrupt: &AtomicBool) -> Result<u64, Error> {
     let shown = path.display().to_string();
     let open = |message: String| Error::Open { path: shown.clone(), message };
     let target = Target::parse(&shown).map_err(|e| open(e.to_string()))?;
@@ -246,8 +251,8 @@ async fn sync_into(path: &Path, repo: &Repo, rev: &str, interrupt: &AtomicBool) 
     let place =
         Place::open(&target, &settings.target.options(), Intent::Write(None)).await.map_err(|e| open(e.to_string()))?;
     let mut options = settings.sync_options(&place.opened).map_err(|e| open(e.to_string()))?;
-    // Its own directory under .worktrees: whatever an interrupted attempt left is taken over.
-    options.force = true;
+    // Its own directory under .worktrees: whatever is there without a state is taken over.
+    options.force = take_over;
     let backend = RewriteModes::new(place.opened.backend.clone());
     let outcome = treesync_core::sync::sync(repo, rev, &backend, &options, &|_| {}, interrupt)
         .await
