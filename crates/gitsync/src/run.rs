@@ -14,7 +14,7 @@ use crate::hooks::{Action, Hook, Sent};
 use crate::layout::{Layout, remove_any};
 use crate::log::{Log, touch};
 use crate::metrics::{Metrics, Status};
-use crate::worktree::{self, How, is_hash};
+use crate::worktree::{self, How};
 
 /// What one successful iteration did.
 #[derive(Debug)]
@@ -315,13 +315,7 @@ impl Syncer {
             .filter(|(_, m)| now.duration_since(*m).unwrap_or_default() >= self.config.stale_worktree_timeout)
             .collect();
         stale.sort_by_key(|(_, m)| *m);
-        let spare = stale
-            .iter()
-            .rev()
-            .find(|(n, _)| {
-                is_hash(n) && self.layout.worktree(n).join(".treesync/state").is_file() && self.layout.admin(n).is_dir()
-            })
-            .map(|(n, _)| n.clone());
+        let spare = stale.iter().rev().find(|(n, _)| worktree::reusable(&self.layout, n)).map(|(n, _)| n.clone());
         let mut removed = 0;
         for (name, _) in stale.iter().filter(|(n, _)| Some(n) != spare.as_ref()) {
             let path = self.layout.worktree(name);

@@ -412,3 +412,44 @@ fn a_sync_after_the_second_costs_the_diff_in_syscalls() {
         }
     }
 }
+
+#[test]
+fn planted_symlinks_in_the_root_send_nothing_outside() {
+    let served = Served::new(&[("a.txt", "a\n"), ("d/b.txt", "b\n")]);
+    let root = served.dir.path().join("root");
+    let outside = served.dir.path().join("outside");
+    std::fs::create_dir_all(outside.join(".treesync")).expect("mkdir");
+    std::fs::write(outside.join(".treesync/state"), "{}").expect("bait");
+    std::fs::write(outside.join("keep"), "keep").expect("keep");
+    let snapshot = || tree::read_dir(&outside);
+    let before = snapshot();
+    let args = ["--repo", &served.url, "--root", s(&root), "--one-time"];
+    exits(&args, 0);
+    served.commit(&[("c.txt", "c\n")]);
+    served.push(&["main"]);
+    exits(&args, 0);
+    // The retired worktree (the one a next sync reuses) swapped for a link to another directory.
+    let (current, _) = link_of(&root.join("site.git"));
+    let retired = std::fs::read_dir(root.join(".worktrees"))
+        .expect("dir")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .find(|n| *n != current)
+        .expect("a retired worktree");
+    std::fs::remove_dir_all(root.join(".worktrees").join(&retired)).expect("rm");
+    std::os::unix::fs::symlink(&outside, root.join(".worktrees").join(&retired)).expect("plant");
+    let next = served.commit(&[("d/b.txt", "changed\n")]);
+    served.push(&["main"]);
+    exits(&args, 0);
+    assert_like_git(&served.bare, &next, &root.join("site.git"));
+    assert_eq!(snapshot(), before, "nothing changed outside the root");
+    assert!(std::fs::symlink_metadata(root.join(".worktrees").join(&retired)).is_err(), "the planted link is removed");
+    // .worktrees itself swapped for a link: refused, naming it, nothing written there.
+    let worktrees = root.join(".worktrees");
+    std::fs::rename(&worktrees, served.dir.path().join("moved")).expect("move");
+    std::os::unix::fs::symlink(&outside, &worktrees).expect("plant");
+    served.commit(&[("e.txt", "e\n")]);
+    served.push(&["main"]);
+    let err = exits(&args, 1);
+    assert!(err.contains("not a directory (a symlink or a file)"), "{err}");
+    assert_eq!(snapshot(), before, "nothing changed outside the root");
+}
