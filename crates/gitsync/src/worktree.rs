@@ -241,6 +241,11 @@ fn write_git_files(layout: &Layout, hash: &str) -> Result<(), Error> {
     let path = layout.worktree(hash);
     let admin = layout.admin(hash);
     std::fs::create_dir_all(&admin).map_err(io("create", &admin))?;
+    // A kill while its index or HEAD was written leaves their lock: no git works in a worktree
+    // LINK does not name yet (and only this process, holding the root's lock, writes it).
+    for lock in ["index.lock", "HEAD.lock"] {
+        remove_any(&admin.join(lock)).map_err(io("remove", &admin.join(lock)))?;
+    }
     replace(&path.join(".git"), format!("gitdir: ../../.git/worktrees/{hash}\n").as_bytes())?;
     replace(&admin.join("gitdir"), format!("{}\n", path.join(".git").display()).as_bytes())?;
     replace(&admin.join("commondir"), b"../..\n")?;

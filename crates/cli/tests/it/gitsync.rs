@@ -453,3 +453,40 @@ fn planted_symlinks_in_the_root_send_nothing_outside() {
     assert!(err.contains("not a directory (a symlink or a file)"), "{err}");
     assert_eq!(snapshot(), before, "nothing changed outside the root");
 }
+
+/// A kill inside the write of a worktree's index or HEAD (their `.lock` made, not yet renamed
+/// over them) leaves the lock in `.git/worktrees/HASH`. No git works in a worktree LINK does
+/// not name yet, so the next run finishes that worktree (and a later one reuses it) instead of
+/// failing on the lock on every try.
+#[test]
+fn a_lock_left_by_a_killed_index_write_does_not_stop_later_syncs() {
+    let served = Served::new(&[("a.txt", "a\n")]);
+    let root = served.dir.path().join("root");
+    let link = root.join("l");
+    let args = ["--repo", &served.url, "--root", s(&root), "--link", "l", "--one-time"];
+    exits(&args, 0);
+    let (first, _) = link_of(&link);
+    let second = served.commit(&[("b.txt", "b\n")]);
+    served.push(&["main"]);
+    exits(&args, 0);
+    // What the kill leaves: LINK still on the first commit, the second's worktree written, and
+    // the locks of its git files.
+    std::os::unix::fs::symlink(Path::new(".worktrees").join(&first), root.join("l.new")).expect("link");
+    std::fs::rename(root.join("l.new"), &link).expect("LINK back on the first commit");
+    let locks = |hash: &str| {
+        for lock in ["index.lock", "HEAD.lock"] {
+            std::fs::write(root.join(".git/worktrees").join(hash).join(lock), "").expect("lock");
+        }
+    };
+    locks(&second);
+    exits(&args, 0);
+    assert_eq!(link_of(&link).0, second);
+    assert_like_git(&served.bare, &second, &link);
+    // The retired worktree, with such locks, reused for the next commit.
+    locks(&first);
+    let third = served.commit(&[("c.txt", "c\n")]);
+    served.push(&["main"]);
+    exits(&args, 0);
+    assert_eq!(link_of(&link).0, third);
+    assert_like_git(&served.bare, &third, &link);
+}
