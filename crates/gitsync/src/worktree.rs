@@ -152,6 +152,16 @@ pub async fn make(
     std::fs::create_dir_all(layout.root.join(".git/worktrees")).map_err(io("create", &layout.root))?;
     let has_state = |p: &Path| p.join(".treesync/state").is_file();
     let (how, from) = if current == Some(hash.as_str()) {
+        // Made again if it is gone (a link in its place, or at its administrative directory,
+        // is removed as a link, never written through).
+        for dir in [&path, &layout.admin(&hash)] {
+            if !is_real_dir(dir) {
+                remove_any(dir).map_err(io("remove", dir))?;
+            }
+        }
+        if !is_real_dir(&path) {
+            std::fs::create_dir(&path).map_err(io("create", &path))?;
+        }
         (How::Check, None)
     } else if is_real_dir(&path) && has_state(&path) && is_real_dir(&layout.admin(&hash)) {
         (How::Resume, None)
@@ -180,15 +190,16 @@ pub async fn make(
             (How::Full, None)
         }
     };
-    if how != How::Check {
-        write_git_files(layout, &hash)?;
-    }
+    // LINK's worktree too: it may have lost its git files (deleted by hand or by a cleaner, and
+    // written again below); those that are as they should be are left alone.
+    let no_index = !layout.admin(&hash).join("index").is_file();
+    write_git_files(layout, &hash, how == How::Check)?;
     // A worktree without treesync's state (one git-sync made, or one cut short before its
     // first state was written) is taken over: written whole, extras removed — a full pass,
     // once. With a state, only the difference.
     let take_over = !has_state(&path);
     let changed = sync_into(&path, repo, &hash, take_over, interrupt).await?;
-    if how != How::Check || changed > 0 {
+    if how != How::Check || changed > 0 || no_index {
         let tree = repo.resolve(&hash).map_err(|e| Error::Open { path: hash.clone(), message: e.to_string() })?.tree;
         treesync_core::gitworktree::update_linked(&path, &layout.admin(&hash), repo, commit, tree)?;
     }
@@ -236,14 +247,15 @@ pub fn is_hash(name: &str) -> bool {
 
 /// The git files of a linked worktree, as `git worktree add` writes them but with a relative
 /// `.git` pointer (as git-sync rewrites it, so the volume can be mounted elsewhere). Each file
-/// is replaced (a temporary renamed over it): a hard-linked copy's `.git` is another inode's.
-fn write_git_files(layout: &Layout, hash: &str) -> Result<(), Error> {
+/// that differs is replaced (a temporary renamed over it): a hard-linked copy's `.git` is
+/// another inode's. `current`: the worktree LINK names, where git may be at work.
+fn write_git_files(layout: &Layout, hash: &str, current: bool) -> Result<(), Error> {
     let path = layout.worktree(hash);
     let admin = layout.admin(hash);
     std::fs::create_dir_all(&admin).map_err(io("create", &admin))?;
     // A kill while its index or HEAD was written leaves their lock: no git works in a worktree
     // LINK does not name yet (and only this process, holding the root's lock, writes it).
-    for lock in ["index.lock", "HEAD.lock"] {
+    for lock in ["index.lock", "HEAD.lock"].into_iter().filter(|_| !current) {
         remove_any(&admin.join(lock)).map_err(io("remove", &admin.join(lock)))?;
     }
     replace(&path.join(".git"), format!("gitdir: ../../.git/worktrees/{hash}\n").as_bytes())?;
@@ -253,6 +265,9 @@ fn write_git_files(layout: &Layout, hash: &str) -> Result<(), Error> {
 }
 
 fn replace(path: &Path, bytes: &[u8]) -> Result<(), Error> {
+    if std::fs::symlink_metadata(path).is_ok_and(|m| m.is_file()) && std::fs::read(path).is_ok_and(|b| b == bytes) {
+        return Ok(());
+    }
     let tmp = path.with_file_name(format!(
         ".{}.tmp",
         path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()

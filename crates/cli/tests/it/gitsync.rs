@@ -490,3 +490,24 @@ fn a_lock_left_by_a_killed_index_write_does_not_stop_later_syncs() {
     assert_eq!(link_of(&link).0, third);
     assert_like_git(&served.bare, &third, &link);
 }
+
+/// LINK's worktree deleted (by hand, a cleaner), or only its git files: a rerun at the same
+/// commit makes it again as a git worktree, not as the files alone without `.git` (where git
+/// would find the root's repository instead).
+#[test]
+fn a_current_worktree_that_lost_its_git_files_is_made_whole_again() {
+    let served = Served::new(&[("a.txt", "a\n"), ("d/b.txt", "b\n")]);
+    let root = served.dir.path().join("root");
+    let link = root.join("l");
+    let args = ["--repo", &served.url, "--root", s(&root), "--link", "l", "--one-time"];
+    exits(&args, 0);
+    let (hash, _) = link_of(&link);
+    std::fs::remove_dir_all(root.join(".worktrees").join(&hash)).expect("rm the worktree");
+    exits(&args, 0);
+    assert_eq!(link_of(&link).0, hash);
+    assert_like_git(&served.bare, &hash, &link);
+    std::fs::remove_file(link.join(".git")).expect("rm .git");
+    std::fs::remove_dir_all(root.join(".git/worktrees").join(&hash)).expect("rm its administrative directory");
+    exits(&args, 0);
+    assert_like_git(&served.bare, &hash, &link);
+}
