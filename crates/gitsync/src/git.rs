@@ -161,6 +161,39 @@ impl Git {
 /// `--cookie-file`'s fixed path.
 pub const COOKIE_FILE: &str = "/etc/git-secret/cookie_file";
 
+/// The private global config file [`use_private_config`] put in this process's environment.
+static PRIVATE_CONFIG: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+
+/// Give this process git-sync's own git configuration, as git-sync does (`os.Setenv`): a new
+/// private global config file ([`global_config_file`]) as `GIT_CONFIG_GLOBAL`, and
+/// `GIT_CONFIG_NOSYSTEM`, in the environment of this process — so that treesync, reading the
+/// repository's settings (line ends, filter drivers, LFS) for the files it writes, reads what
+/// the git it runs reads (git-sync's settings and `--git-config`, which [`crate::run`] writes
+/// there), not the user's `~/.gitconfig` or the system's. Its path.
+///
+/// # Safety
+/// It changes the process's environment: call it while no other thread of the process runs.
+#[allow(unsafe_code)]
+pub unsafe fn use_private_config() -> std::io::Result<PathBuf> {
+    let path = global_config_file()?;
+    // SAFETY: the caller runs this while no other thread reads or writes the environment.
+    unsafe {
+        std::env::set_var("GIT_CONFIG_GLOBAL", &path);
+        std::env::set_var("GIT_CONFIG_NOSYSTEM", "true");
+    }
+    let _ = PRIVATE_CONFIG.set(path.clone());
+    Ok(path)
+}
+
+/// The global config file git runs with: the one [`use_private_config`] gave this process,
+/// else a new one (then only the git children read it, not treesync).
+pub(crate) fn private_config() -> std::io::Result<PathBuf> {
+    match PRIVATE_CONFIG.get() {
+        Some(p) => Ok(p.clone()),
+        None => global_config_file(),
+    }
+}
+
 /// A new, empty global git config file in `$TMPDIR` (`git-sync.gitconfig.*`), kept for the
 /// life of the process, as git-sync keeps it.
 pub fn global_config_file() -> std::io::Result<PathBuf> {

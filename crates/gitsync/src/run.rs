@@ -36,7 +36,8 @@ struct Syncer {
 }
 
 /// Run `treesync git-sync` with `config` until it exits; the exit code. `metrics` is what the
-/// HTTP endpoint (the caller's) shows.
+/// HTTP endpoint (the caller's) shows. Call [`crate::git::use_private_config`] first (before
+/// the runtime's threads start), or treesync reads other git settings than the git it runs.
 pub async fn run(config: Config, metrics: Arc<Metrics>, log: Log) -> i32 {
     rustix::process::umask(rustix::fs::Mode::from_raw_mode(if config.group_write { 0o002 } else { 0o022 }));
     if config.add_user
@@ -45,7 +46,7 @@ pub async fn run(config: Config, metrics: Arc<Metrics>, log: Log) -> i32 {
         log.error("can't add user", &e, &[]);
         return 1;
     }
-    let global = match crate::git::global_config_file() {
+    let global = match crate::git::private_config() {
         Ok(p) => p,
         Err(e) => {
             log.error("can't create the git config file", &e.to_string(), &[]);

@@ -91,6 +91,15 @@ pub(crate) fn main(program: &str, args: &[String]) -> ExitCode {
             ("args", redacted(args)),
         ],
     );
+    // git-sync's private git config in this process's environment, as git-sync sets it, so
+    // that treesync reads the settings the git it runs reads.
+    // SAFETY: no other thread exists yet: the runtime is built below, and nothing before it
+    // in main starts one.
+    #[allow(unsafe_code)]
+    if let Err(e) = unsafe { treesync_gitsync::git::use_private_config() } {
+        log.error("can't create the git config file", &e.to_string(), &[]);
+        return code(1);
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {

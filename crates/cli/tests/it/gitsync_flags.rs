@@ -343,3 +343,34 @@ fn a_root_git_sync_wrote_is_taken_over_and_then_diffed() {
     assert_eq!(link_of(&root.join("site.git")).0, next);
     assert_like_git(&served.bare, &next, &root.join("site.git"));
 }
+
+/// treesync reads the repository's settings (line ends, filter drivers) as the git it runs
+/// reads them: git-sync's private global config with `--git-config`, and neither the user's
+/// `~/.gitconfig` nor the system's config, which that git never sees.
+#[test]
+fn files_are_converted_by_the_config_gits_checkout_reads() {
+    let served = Served::new(&[("t.txt", "a\nb\n")]);
+    let dir = served.dir.path();
+    // --git-config core.autocrlf:true: git checks text files out with CRLF.
+    let home = dir.join("home");
+    std::fs::create_dir(&home).expect("home");
+    let r1 = dir.join("r1");
+    let (code, err) = status(
+        &mut isolated(&home),
+        &["--repo", &served.url, "--root", s(&r1), "--one-time", "--git-config", "core.autocrlf:true"],
+    );
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(std::fs::read(r1.join("site.git/t.txt")).expect("t.txt"), b"a\r\nb\r\n");
+    // core.autocrlf=true in ~/.gitconfig and core.eol=crlf in the system's: git-sync's git reads
+    // neither (GIT_CONFIG_GLOBAL is its own file, GIT_CONFIG_NOSYSTEM), so LF.
+    std::fs::write(home.join(".gitconfig"), "[core]\n\tautocrlf = true\n").expect("gitconfig");
+    let system = dir.join("system.gitconfig");
+    std::fs::write(&system, "[core]\n\teol = crlf\n").expect("system config");
+    let r2 = dir.join("r2");
+    let mut c = isolated(&home);
+    c.env("GIT_CONFIG_SYSTEM", &system).env_remove("GIT_CONFIG_NOSYSTEM");
+    let (code, err) = status(&mut c, &["--repo", &served.url, "--root", s(&r2), "--one-time"]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(std::fs::read(r2.join("site.git/t.txt")).expect("t.txt"), b"a\nb\n");
+    assert_like_git(&served.bare, &git(&served.bare, &["rev-parse", "main"]), &r2.join("site.git"));
+}
