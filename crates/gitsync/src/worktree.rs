@@ -290,6 +290,10 @@ async fn sync_into(path: &Path, repo: &Repo, rev: &str, take_over: bool, interru
     let mut options = settings.sync_options(&place.opened).map_err(|e| open(e.to_string()))?;
     // Its own directory under .worktrees: whatever is there without a state is taken over.
     options.force = take_over;
+    // A file stored with Git LFS is what git's checkout writes: its `lfs` filter when the
+    // config git reads sets one (git-lfs then fetches the object), else the pointer. git-sync
+    // never fetches LFS objects itself, so the repository's LFS store is no source.
+    options.lfs = treesync_core::lfs::LfsMode::Pointers;
     let backend = RewriteModes::new(place.opened.backend.clone());
     let outcome = treesync_core::sync::sync(repo, rev, &backend, &options, &|_| {}, interrupt)
         .await

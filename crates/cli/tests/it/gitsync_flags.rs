@@ -374,3 +374,21 @@ fn files_are_converted_by_the_config_gits_checkout_reads() {
     assert_eq!(std::fs::read(r2.join("site.git/t.txt")).expect("t.txt"), b"a\nb\n");
     assert_like_git(&served.bare, &git(&served.bare, &["rev-parse", "main"]), &r2.join("site.git"));
 }
+
+/// A file stored with Git LFS is checked out as git-sync's git checks it out: its private
+/// config has no `lfs` filter and its fetch brings no LFS object, so the pointer file — not a
+/// sync that fails for want of the object.
+#[test]
+fn a_git_lfs_file_is_the_pointer_git_sync_checks_out() {
+    let pointer = "version https://git-lfs.github.com/spec/v1\noid sha256:4d7a214614ab2935c943f9e0ff69d22eadbb8f32b1258daaa5e2ca24d17e2393\nsize 12345\n";
+    let served =
+        Served::new(&[(".gitattributes", "*.bin filter=lfs diff=lfs merge=lfs -text\n"), ("big.bin", pointer)]);
+    let dir = served.dir.path();
+    let home = dir.join("home");
+    std::fs::create_dir(&home).expect("home");
+    let root = dir.join("r");
+    let (code, err) = status(&mut isolated(&home), &["--repo", &served.url, "--root", s(&root), "--one-time"]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(std::fs::read_to_string(root.join("site.git/big.bin")).expect("big.bin"), pointer);
+    assert_like_git(&served.bare, &git(&served.bare, &["rev-parse", "main"]), &root.join("site.git"));
+}
