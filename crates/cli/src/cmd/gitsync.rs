@@ -133,16 +133,24 @@ pub(crate) fn main(program: &str, args: &[String]) -> ExitCode {
 /// The command line for the log, with passwords hidden.
 fn redacted(args: &[String]) -> String {
     let mut out = Vec::new();
-    let mut hide_next = false;
+    let (mut hide_next, mut credential_next) = (false, false);
     for a in args {
         if hide_next {
             out.push("REDACTED".to_string());
             hide_next = false;
+        } else if credential_next {
+            out.push(hide_passwords(a));
+            credential_next = false;
         } else if a == "--password" {
             out.push(a.clone());
             hide_next = true;
         } else if a.starts_with("--password=") {
             out.push("--password=REDACTED".into());
+        } else if a == "--credential" {
+            out.push(a.clone());
+            credential_next = true;
+        } else if let Some(value) = a.strip_prefix("--credential=") {
+            out.push(format!("--credential={}", hide_passwords(value)));
         } else if let Some((scheme, rest)) = a.split_once("://")
             && let Some((userinfo, host)) = rest.split_once('@')
             && userinfo.contains(':')
@@ -154,4 +162,20 @@ fn redacted(args: &[String]) -> String {
         }
     }
     out.join(" ")
+}
+
+/// A `--credential` value (a JSON object or a list of them) with each `password` shown as
+/// REDACTED, as git-sync logs it; all of it hidden if it is not JSON.
+fn hide_passwords(value: &str) -> String {
+    let Ok(mut v) = serde_json::from_str::<serde_json::Value>(value) else { return "REDACTED".into() };
+    let objects: Vec<&mut serde_json::Value> = match &mut v {
+        serde_json::Value::Array(list) => list.iter_mut().collect(),
+        one => vec![one],
+    };
+    for o in objects {
+        if let Some(p) = o.get_mut("password") {
+            *p = "REDACTED".into();
+        }
+    }
+    v.to_string()
 }

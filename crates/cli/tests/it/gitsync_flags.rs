@@ -344,6 +344,40 @@ fn a_root_git_sync_wrote_is_taken_over_and_then_diffed() {
     assert_like_git(&served.bare, &next, &root.join("site.git"));
 }
 
+/// The log's `starting up` line shows the command line with every password hidden, as
+/// git-sync's `logSafeFlags` does — a `--credential`'s too, in both spellings.
+#[test]
+fn the_log_never_shows_a_credentials_password() {
+    let served = Served::new(&[("a.txt", "a\n")]);
+    let dir = served.dir.path();
+    let home = dir.join("home");
+    std::fs::create_dir(&home).expect("home");
+    let object = r#"{"url":"https://elsewhere.example/x.git","username":"me","password":"pw-in-object"}"#;
+    let list = r#"[{"url":"https://other.example/y.git","username":"me","password":"pw-in-list"}]"#;
+    let (code, err) = status(
+        &mut isolated(&home),
+        &[
+            "--repo",
+            &served.url,
+            "--root",
+            s(&dir.join("r")),
+            "--one-time",
+            "--credential",
+            object,
+            &format!("--credential={list}"),
+            "--git-config",
+            CACHE,
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    let started = lines_with(&err, "starting up");
+    assert_eq!(started.len(), 1, "{err}");
+    assert!(started[0]["args"].as_str().expect("args").contains("--credential"), "{err}");
+    for secret in ["pw-in-object", "pw-in-list"] {
+        assert!(!err.contains(secret), "the password {secret} is in the log: {err}");
+    }
+}
+
 /// treesync reads the repository's settings (line ends, filter drivers) as the git it runs
 /// reads them: git-sync's private global config with `--git-config`, and neither the user's
 /// `~/.gitconfig` nor the system's config, which that git never sees.
