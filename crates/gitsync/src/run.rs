@@ -23,6 +23,8 @@ struct Synced {
     previous: Option<String>,
     /// The link moved (or this is the first sync of the process).
     changed: bool,
+    /// The link moved (the pre-publish hook was sent).
+    published: bool,
 }
 
 /// Everything the loop keeps between iterations.
@@ -138,7 +140,9 @@ pub async fn run(config: Config, metrics: Arc<Metrics>, log: Log) -> i32 {
                 log.clear_error_file();
                 if s.config.one_time {
                     let mut code = 0;
-                    for h in [&exechook, &webhook, &s.pre_publish].into_iter().flatten() {
+                    // The pre-publish hook only if it was sent (the link moved), as git-sync.
+                    let pre_publish = s.pre_publish.as_ref().filter(|_| synced.published);
+                    for h in [exechook.as_ref(), webhook.as_ref(), pre_publish].into_iter().flatten() {
                         if h.wait().await.is_err() {
                             code = 1;
                         }
@@ -249,7 +253,7 @@ impl Syncer {
         if !changed && !first {
             self.log.info(2, "no update required", &[("ref", self.config.rev.clone()), ("hash", hash.clone())]);
             self.layout.mark_clean();
-            return Ok(Synced { hash, previous: current, changed: false });
+            return Ok(Synced { hash, previous: current, changed: false, published: false });
         }
         if changed {
             self.log.info(
@@ -301,7 +305,7 @@ impl Syncer {
                 self.layout.touch_worktree(old);
             }
         }
-        Ok(Synced { hash, previous: current, changed: true })
+        Ok(Synced { hash, previous: current, changed: true, published: changed })
     }
 
     /// Remove what in `.worktrees` is past `--stale-worktree-timeout`, except the most recently

@@ -298,3 +298,35 @@ fn as_pid_1_it_runs_itself_as_a_child_and_passes_its_exit_code_on() {
     );
     assert_eq!(in_namespace(s(&dir.join("r2")), "/bin/false"), 1, "a failed hook's exit code, through PID 1");
 }
+
+/// `--one-time` again on a root LINK already names the remote's commit: nothing is published,
+/// so the pre-publish hook is not sent and not waited for (git-sync waits for it only when the
+/// hash changed); the exechook runs (the first sync of a process) and the run exits 0.
+#[test]
+fn one_time_with_nothing_new_exits_without_waiting_for_the_pre_publish_hook() {
+    let served = Served::new(&[("a.txt", "a\n")]);
+    let dir = served.dir.path();
+    let root = dir.join("root");
+    let (exec_out, pre_out) = (dir.join("exec.out"), dir.join("pre.out"));
+    let exec = hook_script(dir, "exec.sh", &exec_out, 0);
+    let pre = hook_script(dir, "pre.sh", &pre_out, 0);
+    let args = [
+        "--repo",
+        &served.url,
+        "--root",
+        s(&root),
+        "--one-time",
+        "--exechook-command",
+        &exec,
+        "--pre-publish-exechook-command",
+        &pre,
+    ];
+    exits(&args, 0);
+    let mut again = Running::start(&args);
+    wait_for_up_to("the second --one-time run to exit", Duration::from_secs(60), || {
+        again.child.try_wait().expect("wait").is_some()
+    });
+    assert_eq!(again.child.wait().expect("exited").code(), Some(0));
+    let lines = |p: &Path| std::fs::read_to_string(p).expect("hook output").lines().count();
+    assert_eq!((lines(&pre_out), lines(&exec_out)), (1, 2), "pre-publish once, the exechook in each process");
+}
