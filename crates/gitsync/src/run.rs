@@ -134,7 +134,8 @@ pub async fn run(config: Config, metrics: Arc<Metrics>, log: Log) -> i32 {
                 }
                 metrics.sync(if synced.changed { Status::Success } else { Status::Noop }, start.elapsed());
                 metrics.set_ready();
-                s.cleanup(&synced.hash).await;
+                // Within the iteration's --sync-timeout, as git-sync runs it.
+                s.cleanup(&synced.hash, start + s.config.sync_timeout).await;
                 s.layout.mark_clean();
                 (failures, succeeded, check_repo) = (0, true, false);
                 log.clear_error_file();
@@ -268,7 +269,7 @@ impl Syncer {
             self.metrics.fetch();
         }
         self.git.run(&root, &["reset", "--soft", &hash, "--"], d).await.map_err(|e| e.to_string())?;
-        let by_git = worktree::needs_git(&self.config, &self.git, &self.layout, &hash).await;
+        let by_git = worktree::needs_git(&self.config, &self.git, &self.layout, &hash, d).await;
         let made = if by_git {
             if changed || !self.layout.worktree(&hash).join(".git").exists() {
                 worktree::make_with_git(&self.layout, &self.git, &self.config, &hash, d)
@@ -310,8 +311,9 @@ impl Syncer {
 
     /// Remove what in `.worktrees` is past `--stale-worktree-timeout`, except the most recently
     /// retired worktree that a next sync can reuse; then, if anything was removed, prune git's
-    /// records of worktrees and collect garbage as `--git-gc` says. Failures are logged only.
-    async fn cleanup(&self, current: &str) {
+    /// records of worktrees and collect garbage as `--git-gc` says, each git killed at
+    /// `deadline`. Failures are logged only.
+    async fn cleanup(&self, current: &str, deadline: Instant) {
         let now = SystemTime::now();
         let mut stale: Vec<(String, SystemTime)> = self
             .layout
@@ -347,7 +349,7 @@ impl Syncer {
             Gc::Off => {}
         }
         for args in steps {
-            if let Err(e) = self.git.run(root, &args, None).await {
+            if let Err(e) = self.git.run(root, &args, Some(deadline)).await {
                 self.log.error("git cleanup failed", &e.to_string(), &[]);
             }
         }

@@ -114,13 +114,20 @@ fn io<'a>(what: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> 
     move |source| Error::Io { what, path: path.display().to_string(), source }
 }
 
-/// Whether `hash`'s commit has to be checked out git's way (submodules, sparse checkout).
-pub async fn needs_git(config: &Config, git: &Git, layout: &Layout, hash: &str) -> bool {
+/// Whether `hash`'s commit has to be checked out git's way (submodules, sparse checkout); git
+/// is killed at `deadline`.
+pub async fn needs_git(
+    config: &Config,
+    git: &Git,
+    layout: &Layout,
+    hash: &str,
+    deadline: Option<std::time::Instant>,
+) -> bool {
     if config.sparse_checkout_file.is_some() {
         return true;
     }
     config.submodules != Submodules::Off
-        && git.run(&layout.root, &["cat-file", "-e", &format!("{hash}:.gitmodules")], None).await.is_ok()
+        && git.run(&layout.root, &["cat-file", "-e", &format!("{hash}:.gitmodules")], deadline).await.is_ok()
 }
 
 /// Make `ROOT/.worktrees/HASH` hold `commit` (see the [module docs](self)); `current` is the

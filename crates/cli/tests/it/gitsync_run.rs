@@ -330,3 +330,41 @@ fn one_time_with_nothing_new_exits_without_waiting_for_the_pre_publish_hook() {
     let lines = |p: &Path| std::fs::read_to_string(p).expect("hook output").lines().count();
     assert_eq!((lines(&pre_out), lines(&exec_out)), (1, 2), "pre-publish once, the exechook in each process");
 }
+
+/// The cleanup after a sync (`git worktree prune`, `git reflog expire`, `git gc`) runs within
+/// `--sync-timeout`, as git-sync runs it within the iteration's deadline: a `git gc` that
+/// does not end is killed there and logged, and `--one-time` still exits.
+#[test]
+fn the_cleanup_git_runs_is_killed_at_the_sync_timeout() {
+    let served = Served::new(&[("a.txt", "a\n")]);
+    let dir = served.dir.path();
+    let wrapper = dir.join("git-wrapper");
+    std::fs::write(
+        &wrapper,
+        "#!/bin/sh\nfor a in \"$@\"; do [ \"$a\" = gc ] && exec sleep 600; done\nexec git \"$@\"\n",
+    )
+    .expect("wrapper");
+    std::fs::set_permissions(&wrapper, std::os::unix::fs::PermissionsExt::from_mode(0o755)).expect("chmod");
+    let root = dir.join("root");
+    let args = ["--repo", &served.url, "--root", s(&root), "--one-time", "--git", s(&wrapper), "--sync-timeout", "3s"];
+    exits(&args, 0);
+    // A stray entry: the cleanup removes it, then prunes and collects garbage.
+    std::fs::write(root.join(".worktrees/stray"), "x").expect("stray");
+    let mut running =
+        Running { child: git_sync().args(args).stderr(Stdio::piped()).stdout(Stdio::null()).spawn().expect("spawn") };
+    let mut stderr = running.child.stderr.take().expect("stderr");
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut text = String::new();
+        let _ = stderr.read_to_string(&mut text);
+        let _ = tx.send(text);
+    });
+    let err = rx.recv_timeout(Duration::from_secs(60)).expect("the run ends within a minute");
+    assert_eq!(running.child.wait().expect("exited").code(), Some(0), "{err}");
+    let failed = crate::gitsync::lines_with(&err, "git cleanup failed");
+    assert!(
+        failed.iter().any(|l| l["error"].as_str().is_some_and(|e| e.contains("gc") && e.contains("deadline"))),
+        "{err}"
+    );
+    assert!(!root.join(".worktrees/stray").exists());
+}
