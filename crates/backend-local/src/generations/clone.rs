@@ -88,7 +88,10 @@ impl Cloner {
             let mode = mode_of(&s)?;
             let d = create(dst, name, mode)?;
             match rustix::fs::ioctl_ficlone(&d, &s) {
-                Ok(()) => return rustix::fs::fchmod(&d, mode),
+                Ok(()) => {
+                    rustix::fs::fchmod(&d, mode)?;
+                    return keep_times(&s, &d);
+                }
                 Err(_) => {
                     drop(d);
                     rustix::fs::unlinkat(dst, name, AtFlags::empty())?;
@@ -115,8 +118,21 @@ impl Cloner {
         let (mut s, mut d) = (std::fs::File::from(s), std::fs::File::from(d));
         let n = std::io::copy(&mut s, &mut d).map_err(|e| Errno::from_io_error(&e).unwrap_or(Errno::IO))?;
         self.bytes += n;
-        rustix::fs::fchmod(&d, mode)
+        rustix::fs::fchmod(&d, mode)?;
+        keep_times(&s, &d)
     }
+}
+
+/// Give the new file `d` the access and modification times of its source `s`, as a hard link
+/// has them: stat data taken of the source (a git index copied with the tree) still match.
+fn keep_times(s: &impl AsFd, d: &impl AsFd) -> Result<(), Errno> {
+    let st = rustix::fs::fstat(s)?;
+    let at = |sec: i64, nsec: i64| rustix::fs::Timespec { tv_sec: sec, tv_nsec: nsec as _ };
+    let times = rustix::fs::Timestamps {
+        last_access: at(st.st_atime as i64, st.st_atime_nsec as i64),
+        last_modification: at(st.st_mtime as i64, st.st_mtime_nsec as i64),
+    };
+    rustix::fs::futimens(d, &times)
 }
 
 /// The permission bits of an open file or directory.
@@ -269,5 +285,29 @@ mod tests {
             std::fs::metadata(src.join("run")).expect("run").ino()
         );
         assert_eq!(mode(&g2.join("run")), 0o751);
+    }
+
+    /// A reflink or a copy is a new file: it keeps the times of its source, so stat data taken
+    /// of the source (a git index copied with the tree, as `treesync git-sync` copies it) still
+    /// match it, as they match a hard link. Run with TMPDIR on XFS or btrfs for the reflinks.
+    #[test]
+    fn a_clone_keeps_the_times_of_its_files() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let src = dir.path().join("site");
+        std::fs::create_dir(&src).expect("mkdir");
+        let then = std::time::SystemTime::UNIX_EPOCH + std::time::Duration::new(1_000_000_000, 123_456_789);
+        std::fs::File::create(src.join("f"))
+            .and_then(|mut f| std::io::Write::write_all(&mut f, b"content").map(|()| f))
+            .and_then(|f| f.set_times(std::fs::FileTimes::new().set_modified(then).set_accessed(then)))
+            .expect("a file of 2001");
+        let open = |p: &Path| rustix::fs::open(p, OFlags::RDONLY | OFlags::DIRECTORY, Mode::empty()).expect("open");
+        for how in [CloneHow::Reflink, CloneHow::Copy] {
+            let dst = dir.path().join(format!("{how:?}"));
+            std::fs::create_dir(&dst).expect("mkdir");
+            let mut c = Cloner { how, files: 0, dirs: 0, entries: 0, bytes: 0 };
+            c.dir(open(&src).as_fd(), open(&dst).as_fd(), true).expect("clone");
+            let modified = std::fs::metadata(dst.join("f")).and_then(|m| m.modified()).expect("mtime");
+            assert_eq!(modified, then, "{how:?} (made as {:?})", c.how);
+        }
     }
 }
