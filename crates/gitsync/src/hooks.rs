@@ -169,7 +169,7 @@ async fn run(action: &Action, sent: &Sent, log: &Log) -> Result<(), String> {
                 &[("hash", sent.hash.clone()), ("url", w.url.clone()), ("method", w.method.clone())],
             );
             let method = reqwest::Method::from_bytes(w.method.as_bytes()).map_err(|e| format!("bad method: {e}"))?;
-            let response = crate::http_client()?
+            let response = crate::http_client(true)?
                 .request(method, &w.url)
                 .header("Gitsync-Hash", &sent.hash)
                 .timeout(w.timeout)

@@ -40,12 +40,13 @@ pub use metrics::Metrics;
 pub use run::run;
 
 /// The HTTP client of the webhook and `--askpass-url`: rustls with ring (as treesync's other
-/// HTTP clients), redirects not followed for askpass (git-sync's), followed for webhooks.
-pub(crate) fn http_client() -> Result<reqwest::Client, String> {
+/// HTTP clients), redirects not followed for askpass (git-sync's), followed for webhooks (Go's
+/// default client, up to 10, as git-sync's `http.DefaultClient`): `follow` says which.
+pub(crate) fn http_client(follow: bool) -> Result<reqwest::Client, String> {
     let _ = rustls::crypto::ring::default_provider().install_default();
     reqwest::Client::builder()
         .user_agent(concat!("treesync-git-sync/", env!("CARGO_PKG_VERSION")))
-        .redirect(reqwest::redirect::Policy::none())
+        .redirect(if follow { reqwest::redirect::Policy::limited(10) } else { reqwest::redirect::Policy::none() })
         .build()
         .map_err(|e| format!("can't make an HTTP client: {e}"))
 }

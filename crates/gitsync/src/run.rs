@@ -358,7 +358,7 @@ impl Syncer {
 
 /// `--askpass-url`: GET with a 1 s timeout, no redirects; `username=` and `password=` lines.
 async fn askpass(url: &str) -> Result<(String, String), String> {
-    let response = crate::http_client()?
+    let response = crate::http_client(false)?
         .get(url)
         .timeout(Duration::from_secs(1))
         .send()

@@ -368,3 +368,47 @@ fn the_cleanup_git_runs_is_killed_at_the_sync_timeout() {
     );
     assert!(!root.join(".worktrees/stray").exists());
 }
+
+/// The webhook follows redirects, as git-sync's (Go's default HTTP client) does: a URL that
+/// answers 307 with a Location gets the request there, and its 200 is the success.
+#[test]
+fn the_webhook_follows_a_redirect() {
+    let served = Served::new(&[("a.txt", "a\n")]);
+    let head = git(&served.bare, &["rev-parse", "main"]);
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { return };
+            let mut head = Vec::new();
+            let mut buf = [0u8; 1024];
+            while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                match stream.read(&mut buf) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => head.extend_from_slice(&buf[..n]),
+                }
+            }
+            let head = String::from_utf8_lossy(&head).into_owned();
+            let answer = if head.starts_with("POST /moved ") {
+                format!(
+                    "HTTP/1.1 307 X\r\nLocation: http://{addr}/here\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+                )
+            } else {
+                "HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n".to_string()
+            };
+            let _ = stream.write_all(answer.as_bytes());
+            if tx.send(head).is_err() {
+                return;
+            }
+        }
+    });
+    let url = format!("http://{addr}/moved");
+    let root = served.dir.path().join("root");
+    exits(&["--repo", &served.url, "--root", s(&root), "--one-time", "--webhook-url", &url], 0);
+    let first = rx.recv_timeout(Duration::from_secs(10)).expect("the webhook was called");
+    assert!(first.starts_with("POST /moved "), "{first}");
+    let second = rx.recv_timeout(Duration::from_secs(10)).expect("the redirect was followed");
+    assert!(second.starts_with("POST /here "), "{second}");
+    assert!(second.to_ascii_lowercase().contains(&format!("gitsync-hash: {head}")), "{second}");
+}
