@@ -305,6 +305,13 @@ async fn sync_into(path: &Path, repo: &Repo, rev: &str, take_over: bool, interru
     let outcome = treesync_core::sync::sync(repo, rev, &backend, &options, &|_| {}, interrupt)
         .await
         .map_err(|source| Error::Sync { path: shown.clone(), source: Box::new(source) })?;
+    // The stat data the sync appended for a next verify: none verifies a worktree here, and
+    // worktrees are reused in turn for ever, so it would only grow.
+    let state_dir = path.join(treesync_core::path::STATE_DIR);
+    if is_real_dir(&state_dir) {
+        let delta = state_dir.join(treesync_core::index_delta::NAME);
+        remove_any(&delta).map_err(io("remove", &delta))?;
+    }
     Ok(outcome.applied.total())
 }
 

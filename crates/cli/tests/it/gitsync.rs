@@ -511,3 +511,29 @@ fn a_current_worktree_that_lost_its_git_files_is_made_whole_again() {
     exits(&args, 0);
     assert_like_git(&served.bare, &hash, &link);
 }
+
+/// No verify ever reads a git-sync worktree's `.treesync/index-delta` (the stat data each sync
+/// appends for the next verify), and the two worktrees a root keeps are reused in turn for
+/// ever: the delta must not grow with every sync (it held the whole first checkout, then each
+/// sync's files on top).
+#[test]
+fn worktrees_reused_in_turn_keep_no_growing_index_delta() {
+    let files: Vec<(String, String)> = (0..200).map(|i| (format!("d/f{i}"), format!("{i}\n"))).collect();
+    let refs: Vec<(&str, &str)> = files.iter().map(|(p, c)| (p.as_str(), c.as_str())).collect();
+    let served = Served::new(&refs);
+    let root = served.dir.path().join("root");
+    let args = ["--repo", &served.url, "--root", s(&root), "--one-time"];
+    for round in 0..4 {
+        if round > 0 {
+            served.commit(&[(&format!("d/f{round}"), &format!("round {round}\n"))]);
+            served.push(&["main"]);
+        }
+        exits(&args, 0);
+        for e in std::fs::read_dir(root.join(".worktrees")).expect("worktrees") {
+            let delta = e.expect("entry").path().join(".treesync/index-delta");
+            let len = std::fs::metadata(&delta).map(|m| m.len()).unwrap_or(0);
+            assert_eq!(len, 0, "round {round}: {} holds {len} bytes", delta.display());
+        }
+    }
+    assert_like_git(&served.bare, &git(&served.bare, &["rev-parse", "main"]), &root.join("site.git"));
+}
