@@ -25,6 +25,8 @@ struct Synced {
     changed: bool,
     /// The link moved (the pre-publish hook was sent).
     published: bool,
+    /// A retired worktree was reused: its commit's worktree is gone, as after a removal.
+    reused: bool,
 }
 
 /// Everything the loop keeps between iterations.
@@ -135,7 +137,7 @@ pub async fn run(config: Config, metrics: Arc<Metrics>, log: Log) -> i32 {
                 metrics.sync(if synced.changed { Status::Success } else { Status::Noop }, start.elapsed());
                 metrics.set_ready();
                 // Within the iteration's --sync-timeout, as git-sync runs it.
-                s.cleanup(&synced.hash, start + s.config.sync_timeout).await;
+                s.cleanup(&synced.hash, synced.reused, start + s.config.sync_timeout).await;
                 s.layout.mark_clean();
                 (failures, succeeded, check_repo) = (0, true, false);
                 log.clear_error_file();
@@ -254,7 +256,7 @@ impl Syncer {
         if !changed && !first {
             self.log.info(2, "no update required", &[("ref", self.config.rev.clone()), ("hash", hash.clone())]);
             self.layout.mark_clean();
-            return Ok(Synced { hash, previous: current, changed: false, published: false });
+            return Ok(Synced { hash, previous: current, changed: false, published: false, reused: false });
         }
         if changed {
             self.log.info(
@@ -306,14 +308,15 @@ impl Syncer {
                 self.layout.touch_worktree(old);
             }
         }
-        Ok(Synced { hash, previous: current, changed: true, published: changed })
+        Ok(Synced { hash, previous: current, changed: true, published: changed, reused: made.how == How::Reuse })
     }
 
     /// Remove what in `.worktrees` is past `--stale-worktree-timeout`, except the most recently
-    /// retired worktree that a next sync can reuse; then, if anything was removed, prune git's
-    /// records of worktrees and collect garbage as `--git-gc` says, each git killed at
-    /// `deadline`. Failures are logged only.
-    async fn cleanup(&self, current: &str, deadline: Instant) {
+    /// retired worktree that a next sync can reuse; then, if anything was removed or `reused`
+    /// (a retired worktree was brought to the new commit: its old commit has no worktree left,
+    /// as after git-sync's removal), prune git's records of worktrees and collect garbage as
+    /// `--git-gc` says, each git killed at `deadline`. Failures are logged only.
+    async fn cleanup(&self, current: &str, reused: bool, deadline: Instant) {
         let now = SystemTime::now();
         let mut stale: Vec<(String, SystemTime)> = self
             .layout
@@ -336,7 +339,7 @@ impl Syncer {
                 ),
             }
         }
-        if removed == 0 {
+        if removed == 0 && !reused {
             return;
         }
         let root = &self.layout.root;

@@ -426,3 +426,26 @@ fn a_git_lfs_file_is_the_pointer_git_sync_checks_out() {
     assert_eq!(std::fs::read_to_string(root.join("site.git/big.bin")).expect("big.bin"), pointer);
     assert_like_git(&served.bare, &git(&served.bare, &["rev-parse", "main"]), &root.join("site.git"));
 }
+
+/// `--git-gc` (default `always`) runs, as in git-sync, once a worktree of an older commit is
+/// gone — here reused for the new commit, as every sync from the third on reuses one with the
+/// default `--stale-worktree-timeout 0` — so the repository does not keep every fetch's objects
+/// for ever.
+#[test]
+fn git_gc_runs_when_a_worktree_is_reused() {
+    let served = Served::new(&[("a.txt", "a\n")]);
+    let root = served.dir.path().join("r");
+    let args = ["--repo", &served.url, "--root", s(&root), "--one-time", "-v", "1"];
+    exits(&args, 0);
+    for round in 0..3 {
+        served.commit(&[("a.txt", &format!("{round}\n"))]);
+        served.push(&["main"]);
+        let err = exits(&args, 0);
+        let how = lines_with(&err, "worktree ready")[0]["how"].as_str().expect("how").to_string();
+        assert_eq!(how, if round == 0 { "clone" } else { "reuse" }, "{err}");
+    }
+    // git gc packed what the worktrees need and pruned the rest: no loose object is left.
+    let counts = git(&root, &["count-objects", "-v"]);
+    assert!(counts.lines().any(|l| l == "count: 0"), "{counts}");
+    assert_like_git(&served.bare, &git(&served.bare, &["rev-parse", "main"]), &root.join("site.git"));
+}
