@@ -142,19 +142,7 @@ pub async fn make(
 ) -> Result<Made, Error> {
     let hash = commit.to_string();
     let path = layout.worktree(&hash);
-    // The directories everything below goes through are real ones, not links a local user
-    // planted to send the writes elsewhere (the worktree itself is opened without following).
-    for dir in [layout.worktrees(), layout.root.join(".git"), layout.root.join(".git/worktrees")] {
-        if std::fs::symlink_metadata(&dir).is_ok_and(|m| !m.is_dir()) {
-            return Err(Error::Io {
-                what: "refusing to use",
-                path: dir.display().to_string(),
-                source: std::io::Error::other(
-                    "it is not a directory (a symlink or a file): remove it; git-sync's root must be writable only by the user git-sync runs as",
-                ),
-            });
-        }
-    }
+    real_dirs(layout)?;
     std::fs::create_dir_all(layout.worktrees()).map_err(io("create", &layout.worktrees()))?;
     std::fs::create_dir_all(layout.root.join(".git/worktrees")).map_err(io("create", &layout.root))?;
     let has_state = |p: &Path| p.join(".treesync/state").is_file();
@@ -211,6 +199,23 @@ pub async fn make(
         treesync_core::gitworktree::update_linked(&path, &layout.admin(&hash), repo, commit, tree)?;
     }
     Ok(Made { how, changed, from })
+}
+
+/// The directories everything goes through are real ones, not links a local user planted to
+/// send the writes (and removals) elsewhere (a worktree itself is opened without following).
+fn real_dirs(layout: &Layout) -> Result<(), Error> {
+    for dir in [layout.worktrees(), layout.root.join(".git"), layout.root.join(".git/worktrees")] {
+        if std::fs::symlink_metadata(&dir).is_ok_and(|m| !m.is_dir()) {
+            return Err(Error::Io {
+                what: "refusing to use",
+                path: dir.display().to_string(),
+                source: std::io::Error::other(
+                    "it is not a directory (a symlink or a file): remove it; git-sync's root must be writable only by the user git-sync runs as",
+                ),
+            });
+        }
+    }
+    Ok(())
 }
 
 /// The retired worktree to reuse: past the stale timeout, not held open, with treesync's state
@@ -324,8 +329,12 @@ pub async fn make_with_git(
     hash: &str,
     deadline: Option<std::time::Instant>,
 ) -> Result<Made, Error> {
+    real_dirs(layout)?;
     let path = layout.worktree(hash);
     remove_any(&path).map_err(io("remove", &path))?;
+    // Its record too: one a killed `git worktree add` left locked ("initializing") is kept by
+    // `git worktree prune` and refused by `git worktree add --force`.
+    remove_any(&layout.admin(hash)).map_err(io("remove", &layout.admin(hash)))?;
     git.run(&layout.root, &["worktree", "prune", "--verbose"], deadline).await?;
     let shown = path.display().to_string();
     git.run(&layout.root, &["worktree", "add", "--force", "--detach", &shown, hash, "--no-checkout"], deadline).await?;

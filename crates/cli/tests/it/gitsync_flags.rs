@@ -449,3 +449,34 @@ fn git_gc_runs_when_a_worktree_is_reused() {
     assert!(counts.lines().any(|l| l == "count: 0"), "{counts}");
     assert_like_git(&served.bare, &git(&served.bare, &["rev-parse", "main"]), &root.join("site.git"));
 }
+
+/// A kill (SIGKILL, or `--sync-timeout`) inside `git worktree add` leaves the new worktree's
+/// record locked (`.git/worktrees/HASH/locked`, "initializing"), which `git worktree prune`
+/// keeps and `git worktree add --force` refuses: the next run made git's way removes that
+/// record with the worktree, instead of failing on it on every try.
+#[test]
+fn a_worktree_record_left_locked_by_a_killed_git_worktree_add_is_made_again() {
+    let served = Served::new(&[("a.txt", "a\n"), ("b.txt", "b\n")]);
+    let dir = served.dir.path();
+    let sparse = dir.join("sparse");
+    std::fs::write(&sparse, "/a.txt\n").expect("sparse");
+    let root = dir.join("r");
+    let link = root.join("site.git");
+    let args = ["--repo", &served.url, "--root", s(&root), "--one-time", "--sparse-checkout-file", s(&sparse)];
+    exits(&args, 0);
+    let (first, _) = link_of(&link);
+    let second = served.commit(&[("a.txt", "changed\n")]);
+    served.push(&["main"]);
+    exits(&args, 0);
+    // What the kill leaves: LINK on the first commit, the second's record locked, its
+    // worktree cut short.
+    std::os::unix::fs::symlink(Path::new(".worktrees").join(&first), root.join("l.new")).expect("link");
+    std::fs::rename(root.join("l.new"), &link).expect("LINK back");
+    std::fs::write(root.join(".git/worktrees").join(&second).join("locked"), "initializing").expect("locked");
+    std::fs::remove_dir_all(root.join(".worktrees").join(&second)).expect("rm");
+    exits(&args, 0);
+    assert_eq!(link_of(&link).0, second);
+    assert_eq!(std::fs::read_to_string(link.join("a.txt")).expect("a.txt"), "changed\n");
+    assert!(!link.join("b.txt").exists());
+    assert_eq!(git(&link, &["rev-parse", "HEAD"]), second);
+}
