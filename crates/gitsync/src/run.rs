@@ -258,18 +258,17 @@ impl Syncer {
             self.layout.mark_clean();
             return Ok(Synced { hash, previous: current, changed: false, published: false, reused: false });
         }
-        if changed {
-            self.log.info(
-                0,
-                "update required",
-                &[
-                    ("ref", self.config.rev.clone()),
-                    ("local", current.clone().unwrap_or_default()),
-                    ("remote", hash.clone()),
-                ],
-            );
-            self.metrics.fetch();
-        }
+        // A new hash or the first sync of this process: git-sync logs and counts both.
+        self.log.info(
+            0,
+            "update required",
+            &[
+                ("ref", self.config.rev.clone()),
+                ("local", current.clone().unwrap_or_default()),
+                ("remote", hash.clone()),
+            ],
+        );
+        self.metrics.fetch();
         self.git.run(&root, &["reset", "--soft", &hash, "--"], d).await.map_err(|e| e.to_string())?;
         let by_git = worktree::needs_git(&self.config, &self.git, &self.layout, &hash, d).await;
         let made = if by_git {

@@ -412,3 +412,30 @@ fn the_webhook_follows_a_redirect() {
     assert!(second.starts_with("POST /here "), "{second}");
     assert!(second.to_ascii_lowercase().contains(&format!("gitsync-hash: {head}")), "{second}");
 }
+
+/// A process started on a root LINK already names the remote's commit counts its first sync as
+/// git-sync does: `update required` logged and `git_fetch_count_total` 1 (git-sync counts the
+/// first sync of a process as an update, whatever the hash).
+#[test]
+fn the_first_sync_of_a_process_is_counted_as_an_update() {
+    let served = Served::new(&[("a.txt", "a\n")]);
+    let root = served.dir.path().join("root");
+    exits(&["--repo", &served.url, "--root", s(&root), "--one-time"], 0);
+    let addr = format!("127.0.0.1:{}", free_port());
+    let running = Running::start(&[
+        "--repo",
+        &served.url,
+        "--root",
+        s(&root),
+        "--period",
+        "1h",
+        "--http-bind",
+        &addr,
+        "--http-metrics",
+    ]);
+    wait_for("healthy", || std::net::TcpStream::connect(&addr).is_ok() && http_get(&addr, "/").0 == 200);
+    let (_, body) = http_get(&addr, "/metrics");
+    assert!(body.lines().any(|l| l == "git_fetch_count_total 1"), "{body}");
+    assert!(body.lines().any(|l| l == "git_sync_count_total{status=\"success\"} 1"), "{body}");
+    drop(running);
+}
