@@ -582,7 +582,7 @@ mod tests {
 
     #[test]
     fn git_syncs_messages() {
-        let e = |args: &[&str]| config(args, &[]).unwrap_err().message;
+        let e = |args: &[&str]| config(args, &[]).expect_err("refused").message;
         assert_eq!(e(&["--repo", "x"]), "required flag: --root must be specified");
         assert_eq!(e(&["--root", "r"]), "required flag: --repo must be specified");
         assert_eq!(
@@ -642,7 +642,7 @@ mod tests {
         assert_eq!(c.credentials[1].password, Password::File("/work/pf".into()));
         assert!(config(&["--root", "r", "--repo", "x", "--credential", r#"{"url":"u","user":"a"}"#], &[]).is_err());
         assert_eq!(
-            config(&["--root", "r", "--repo", "x", "--password-file", "f"], &[]).unwrap_err().message,
+            config(&["--root", "r", "--repo", "x", "--password-file", "f"], &[]).expect_err("refused").message,
             "invalid flag: --password-file may only be specified when --username is specified"
         );
     }

@@ -831,10 +831,13 @@ mod tests {
 
     #[test]
     fn errors_and_their_exit_classes() {
-        assert_eq!(parse(&args(&["--nope"]), &env_of(&[])).unwrap_err(), Stop::Usage("unknown flag: --nope".into()));
+        assert_eq!(
+            parse(&args(&["--nope"]), &env_of(&[])).expect_err("refused"),
+            Stop::Usage("unknown flag: --nope".into())
+        );
         assert!(matches!(parse(&args(&["--depth", "x"]), &env_of(&[])), Err(Stop::Usage(_))));
         assert!(matches!(parse(&args(&["--repo"]), &env_of(&[])), Err(Stop::Usage(_))));
-        let e = parse(&args(&["--help"]), &env_of(&[("GITSYNC_PERIOD", "10")])).unwrap_err();
+        let e = parse(&args(&["--help"]), &env_of(&[("GITSYNC_PERIOD", "10")])).expect_err("refused");
         assert_eq!(
             e,
             Stop::Fatal(

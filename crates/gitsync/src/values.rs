@@ -233,8 +233,8 @@ mod tests {
         assert_eq!(parse_duration("100ms"), Ok(Duration::from_millis(100)));
         assert_eq!(parse_duration("1.5h"), Ok(Duration::from_secs(5400)));
         assert_eq!(parse_duration("0"), Ok(Duration::ZERO));
-        assert!(parse_duration("10").unwrap_err().contains("missing unit"));
-        assert!(parse_duration("3d").unwrap_err().contains("unknown unit"));
+        assert!(parse_duration("10").expect_err("refused").contains("missing unit"));
+        assert!(parse_duration("3d").expect_err("refused").contains("unknown unit"));
         assert!(parse_duration("").is_err());
     }
 
@@ -256,8 +256,8 @@ mod tests {
                 ("e.f".into(), "x,y".into()),
             ])
         );
-        assert!(parse_git_config("a.b").unwrap_err().contains("no value"));
-        assert!(parse_git_config(r"a.b:\q").unwrap_err().contains("unsupported escape"));
+        assert!(parse_git_config("a.b").expect_err("refused").contains("no value"));
+        assert!(parse_git_config(r"a.b:\q").expect_err("refused").contains("unsupported escape"));
         assert!(parse_git_config(r#"a.b:"v"x"#).is_err());
         assert_eq!(parse_git_config(""), Ok(vec![]));
     }
