@@ -172,7 +172,7 @@ pub const FLAGS: &[Flag] = &[
             "120s",
             "the total time allowed for one complete sync, must be >= 10ms",
         ),
-        "at the deadline git is killed, as in git-sync, and a sync of the files is interrupted between operations and finished by the next attempt from its journal",
+        "at the deadline git is killed, as in git-sync, and a sync of the files is interrupted between operations; the next attempt goes on in the same worktree (no second copy) but applies that sync again from its start, so one that needs longer than the timeout (a large first checkout on a slow disk) never completes, as in git-sync: raise the timeout",
     ),
     flag("one-time", &["GITSYNC_ONE_TIME", "GIT_SYNC_ONE_TIME"], Bool, "false", "exit after the first sync"),
     flag(
