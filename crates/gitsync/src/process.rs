@@ -1,7 +1,10 @@
 //! A child process with its output captured, killed (SIGKILL) if it outlives a deadline —
-//! std's `Command` waited for on tokio's blocking pool.
+//! with what it runs: it leads a process group of its own, and the group is killed (git's ssh
+//! or remote helper would keep the output pipes open, and the wait for them going) — std's
+//! `Command` waited for on tokio's blocking pool.
 
 use std::io::Write;
+use std::os::unix::process::CommandExt;
 use std::process::{Command, Output, Stdio};
 use std::time::Instant;
 
@@ -23,7 +26,8 @@ pub(crate) async fn output(
 ) -> Result<Output, Failed> {
     cmd.stdin(if input.is_some() { Stdio::piped() } else { Stdio::null() })
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
+        .stderr(Stdio::piped())
+        .process_group(0);
     let mut child = cmd.spawn().map_err(Failed::Io)?;
     let pid = child.id();
     let input = input.map(<[u8]>::to_vec);
@@ -38,7 +42,7 @@ pub(crate) async fn output(
             Ok(j) => j,
             Err(_) => {
                 if let Some(pid) = rustix::process::Pid::from_raw(pid as i32) {
-                    let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
+                    let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
                 }
                 return Err(Failed::Deadline);
             }

@@ -439,3 +439,27 @@ fn the_first_sync_of_a_process_is_counted_as_an_update() {
     assert!(body.lines().any(|l| l == "git_sync_count_total{status=\"success\"} 1"), "{body}");
     drop(running);
 }
+
+/// At `--sync-timeout` the whole git command is killed, with the programs it runs (ssh, a
+/// remote helper: here a `sleep` child of the git program), not only git itself: those kept
+/// the output pipes open, and the run waited for them (`--one-time` exited 30 s later).
+#[test]
+fn the_sync_timeout_kills_what_git_runs_too() {
+    let served = Served::new(&[("a.txt", "a\n")]);
+    let dir = served.dir.path();
+    let wrapper = dir.join("git-wrapper");
+    std::fs::write(
+        &wrapper,
+        "#!/bin/sh\nfor a in \"$@\"; do [ \"$a\" = fetch ] && { sleep 30; exit 1; }; done\nexec git \"$@\"\n",
+    )
+    .expect("wrapper");
+    std::fs::set_permissions(&wrapper, std::os::unix::fs::PermissionsExt::from_mode(0o755)).expect("chmod");
+    let root = dir.join("root");
+    let started = std::time::Instant::now();
+    let err = exits(
+        &["--repo", &served.url, "--root", s(&root), "--one-time", "--git", s(&wrapper), "--sync-timeout", "1s"],
+        1,
+    );
+    assert!(err.contains("--sync-timeout"), "{err}");
+    assert!(started.elapsed() < Duration::from_secs(15), "exited after {:?}: {err}", started.elapsed());
+}
