@@ -6,6 +6,7 @@
 
 mod deb;
 mod dist;
+mod image;
 mod test;
 
 use xtask::util::{exit_code, project_root};
@@ -63,6 +64,15 @@ Tasks:
           target/dist/SHA256SUMS, then unpack it and check it: --version, the checksum, the
           man pages, the completions, a sync of HEAD compared with git archive HEAD
           options: --no-test (skip the check)
+  image   Build the OCI image of `treesync git-sync`, a drop-in for git-sync's image (user and
+          group 65533, HOME=/tmp, GITSYNC_ROOT=/git, /git 02775, entrypoint treesync git-sync),
+          without a container daemon or registry: the dist binary, git, ssh and dash with their
+          libraries taken from this Debian host's packages (checked against dpkg's md5sums), a
+          CA bundle; written as the OCI layout target/dist/treesync-VERSION-image/ and the
+          oci-archive target/dist/treesync-VERSION-image.oci.tar (reproducible), then loaded
+          into podman (runc) and run: config, user, git and its transports, two git:// syncs
+          into a mounted /git (needs root, podman and runc)
+          options: --no-test (skip the podman check)  --binary PATH (put this binary in, no build)
   deb     Build the Debian package target/deb/treesync_VERSION_ARCH.deb: the binary (stripped),
           man pages, bash/zsh/fish completions, the systemd unit treesync-watch@.service (one
           instance per mirror of /etc/treesync/treesync.toml), copyright, README, deploy.md and
@@ -97,6 +107,7 @@ fn main() -> std::process::ExitCode {
     let result = match args.first().map(String::as_str) {
         Some("deb") => deb::run(&args[1..]),
         Some("dist") => dist::run(&args[1..]),
+        Some("image") => image::run(&args[1..]),
         Some("test") => test::run(&args[1..]),
         Some(task) if TESTBED_TASKS.contains(&task) => return testbed(&args),
         Some("help" | "--help" | "-h") | None => {
