@@ -168,10 +168,8 @@ mod tests {
         let archive = write(&entries, 1_700_000_000).expect("written");
         assert_eq!(archive.len() % 512, 0);
         // One space between columns (tar pads them).
-        let text: String = listed(&archive)
-            .lines()
-            .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" ") + "\n")
-            .collect();
+        let text: String =
+            listed(&archive).lines().map(|l| l.split_whitespace().collect::<Vec<_>>().join(" ") + "\n").collect();
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(lines.len(), 6, "{text}");
         assert!(lines[0].starts_with("drwxrwsr-x 65533/65533 0 2023-11-14 ") && lines[0].ends_with(" git/"), "{text}");
