@@ -4,8 +4,8 @@
 //! git, ssh and /bin/sh inside, every ELF file's libraries resolved by the image's own loader,
 //! git's file:// and https transports, and a real sync: a repository served by `git daemon` on
 //! 127.0.0.1, synced `--one-time` into a host directory mounted at /git, twice (a second commit
-//! arrives as a diff), with LINK, the worktree's files, git's view of it and an exechook's
-//! output read from the host.
+//! arrives as a diff; the second time with a read-only root filesystem), with LINK, the
+//! worktree's files, git's view of it and an exechook's output read from the host.
 //!
 //! podman runs with a private store in a temporary directory (vfs: no mounts to leave behind)
 //! and the two settings these machines need (`../shared/testbeds/README.md`): `--runtime runc`
@@ -189,13 +189,17 @@ fn sync(podman: &Podman, image: &str, fixture: &Fixture, tmp: &Path) -> Result<(
     run_quiet(Command::new("chmod").arg("755").arg(hooks.join("hook.sh")))?;
 
     let url = format!("git://127.0.0.1:{}/repo.git", daemon.port);
-    let run_once = |what: &str| -> Result<(), String> {
+    // The second run as a pod with `readOnlyRootFilesystem` runs it: only the volume and a
+    // tmpfs on /tmp (HOME) writable.
+    let run_once = |what: &str, read_only: bool| -> Result<(), String> {
         let t = Instant::now();
         let volume = format!("{}:/git", root.display());
         let hook_volume = format!("{}:/hooks:ro", hooks.display());
+        let read_only_flag = format!("--read-only={read_only}");
         podman.ok(&strings(&[
             "run",
             "--rm",
+            &read_only_flag,
             "--network=host",
             "-v",
             &volume,
@@ -211,16 +215,17 @@ fn sync(podman: &Podman, image: &str, fixture: &Fixture, tmp: &Path) -> Result<(
             "/hooks/hook.sh",
         ]))?;
         ok(&format!(
-            "{what}: podman run --network=host -v VOLUME:/git IMAGE --repo {url} --one-time --link current --exechook-command /hooks/hook.sh ({:.1} s)",
+            "{what}: podman run {read_only_flag} --network=host -v VOLUME:/git IMAGE --repo {url} --one-time \
+             --link current --exechook-command /hooks/hook.sh ({:.1} s)",
             t.elapsed().as_secs_f64()
         ));
         Ok(())
     };
-    run_once("first sync")?;
+    run_once("first sync", false)?;
     check_synced(&root, fixture, &fixture.first, tmp)?;
     fixture.second_commit()?;
     let second = fixture.head()?;
-    run_once("second sync")?;
+    run_once("second sync", true)?;
     check_synced(&root, fixture, &second, tmp)?;
     ok(&format!(
         "the volume's current -> .worktrees/{second}, like git archive, a clean git worktree, the exechook ran there"
