@@ -133,9 +133,29 @@ pub(crate) enum Command {
     ///   treesync status --target /mnt/nas/site
     #[command(after_help = EXIT_CODES)]
     Status(StatusArgs),
+    /// A drop-in for kubernetes/git-sync v4: its flags, environment, layout, hooks and metrics.
+    ///
+    /// ROOT/LINK is a relative symlink to ROOT/.worktrees/HASH, a git worktree of the commit,
+    /// switched atomically; each new commit's worktree is made at the cost of the diff. The
+    /// flags are git-sync's (`treesync git-sync --help` lists them, with what differs); the
+    /// binary run under the name `git-sync` behaves the same (docs/git-sync.md).
+    ///
+    /// Examples:
+    ///   treesync git-sync --repo https://github.com/org/site --root /git --link site --period 30s
+    ///   GITSYNC_REPO=git://git.example.org/dags GITSYNC_ROOT=/git treesync git-sync --one-time
+    #[command(name = "git-sync", disable_help_flag = true, verbatim_doc_comment)]
+    GitSync(GitSyncArgs),
     /// Write the man pages and shell completions (for packagers; see `cargo xtask dist`).
     #[command(hide = true)]
     Generate(generate::GenerateArgs),
+}
+
+/// `git-sync`: its flags, parsed by git-sync's own rules (`treesync_gitsync::flags`), not clap's.
+#[derive(Args, Clone)]
+pub(crate) struct GitSyncArgs {
+    /// git-sync's flags (see `treesync git-sync --help`).
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true, value_name = "FLAGS")]
+    pub(crate) args: Vec<String>,
 }
 
 #[derive(Args, Clone)]

@@ -62,6 +62,16 @@ fn fixed_mmap_threshold() {
 fn main() -> ExitCode {
     fixed_mmap_threshold();
     quiet_on_closed_stdout();
+    // git-sync's command line is git-sync's grammar (pflag, its environment), not clap's: run
+    // under the name `git-sync` (an image's entrypoint, a symlink) or as `treesync git-sync`.
+    let argv: Vec<String> = std::env::args_os().map(|a| a.to_string_lossy().into_owned()).collect();
+    let invoked = argv.first().map(|a| a.rsplit('/').next().unwrap_or(a).to_string()).unwrap_or_default();
+    if invoked == "git-sync" {
+        return cmd::gitsync::main("git-sync", &argv[1..]);
+    }
+    if argv.get(1).is_some_and(|a| a == "git-sync") {
+        return cmd::gitsync::main("treesync git-sync", &argv[2..]);
+    }
     let cli = args::Cli::parse();
     init_logging(cli.verbose);
     match cmd::run(cli) {

@@ -139,7 +139,41 @@ pub fn update(worktree: &Path, repo: &Repo, commit: ObjectId, tree: ObjectId) ->
     let (clone, git) = open(worktree)?;
     let head = check_files(&git, worktree)?;
     exclude_in(&git)?;
-    let old = read_index(&git, clone.object_hash(), worktree).ok().flatten();
+    write_index_and_head(&git, clone.object_hash(), worktree, &head, repo, commit, tree)
+}
+
+/// [`update()`] for a linked worktree (`git worktree add`): its files are in `worktree`, its
+/// own git files (`HEAD`, detached, and `index`) in its administrative directory `admin`
+/// (`REPO/.git/worktrees/NAME`), which must be a real directory (its last component is not
+/// followed). The stat data of entries whose blob and mode did not change are kept from the
+/// index already there (a copy of another worktree's, for a worktree started as a copy of
+/// it); the others are taken with `lstat` — work in proportion to the paths that changed.
+pub fn update_linked(
+    worktree: &Path,
+    admin: &Path,
+    repo: &Repo,
+    commit: ObjectId,
+    tree: ObjectId,
+) -> Result<(), Error> {
+    let git = GitDir::open_admin(admin, worktree)?;
+    for file in [INDEX, "HEAD"] {
+        git.check_file(file)?;
+    }
+    write_index_and_head(&git, commit.kind(), worktree, "HEAD", repo, commit, tree)
+}
+
+/// Rewrite the index of `git` for `tree` (keeping the stat data of unchanged entries) and
+/// point `head` (a file below it) at `commit`.
+fn write_index_and_head(
+    git: &GitDir,
+    hash: gix_hash::Kind,
+    worktree: &Path,
+    head: &str,
+    repo: &Repo,
+    commit: ObjectId,
+    tree: ObjectId,
+) -> Result<(), Error> {
+    let old = read_index(git, hash, worktree).ok().flatten();
     let mut state = repo
         .with_objects(|odb| gix_index::State::from_tree(&tree, Objects(odb), Default::default()))
         .map_err(|e| io("build the index", worktree, e))?;
@@ -170,7 +204,7 @@ pub fn update(worktree: &Path, repo: &Repo, commit: ObjectId, tree: ObjectId) ->
         .write_to(&mut bytes, Default::default())
         .map_err(|e| io("write the index", worktree, e))?;
     git.write(INDEX, &bytes)?;
-    git.write(&head, format!("{commit}\n").as_bytes())
+    git.write(head, format!("{commit}\n").as_bytes())
 }
 
 /// Lends a `dyn` object finder to APIs that take `impl Find`.

@@ -24,6 +24,7 @@ pub mod run;
 pub mod s3;
 pub mod schema;
 pub mod slowfs;
+pub mod smarthttp;
 pub mod snapshots;
 pub mod tree;
 pub mod work;

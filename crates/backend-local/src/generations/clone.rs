@@ -140,40 +140,61 @@ impl Inner {
         let to = self.slot_name(to)?;
         let src = self.open_at(from)?;
         let home = self.home()?;
-        let root_mode = mode_of(&src).map_err(|e| Error::io("stat", self.target.display(), io(e)))?;
         rustix::fs::mkdirat(&home, to, Mode::from_raw_mode(0o700))
             .map_err(|e| Error::io("create", self.shown(to), io(e)))?;
         let dst = self.open_at(&At::Slot(to.to_string()))?;
-        let mut c = Cloner { how: CloneHow::Reflink, files: 0, dirs: 0, entries: 0, bytes: 0 };
-        c.dir(src.as_fd(), dst.as_fd(), true).map_err(|(e, p)| {
-            Error::io("copy", Path::new(&self.shown(to)).join(OsStr::from_bytes(&p)).display(), io(e))
-        })?;
-        // Last: the state, as a file of its own (a copy cut short has none).
-        let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-        let state_dir = rustix::fs::openat(&src, STATE_DIR, flags | OFlags::DIRECTORY, Mode::empty());
-        let state = state_dir.as_ref().ok().map(|d| rustix::fs::openat(d, "state", flags, Mode::empty()));
-        match state {
-            None | Some(Err(Errno::NOENT)) => {}
-            Some(Err(e)) => return Err(Error::io("read the state of", self.target.display(), io(e))),
-            Some(Ok(fd)) => {
-                let shown = || format!("{}/{STATE_DIR}/state", self.shown(to));
-                let mut bytes = Vec::new();
-                std::io::Read::read_to_end(&mut std::fs::File::from(fd), &mut bytes)
-                    .map_err(|e| Error::io("read the state of", self.target.display(), e))?;
-                rustix::fs::mkdirat(&dst, STATE_DIR, Mode::from_raw_mode(0o777))
-                    .map_err(|e| Error::io("create", shown(), io(e)))?;
-                let d = rustix::fs::openat(&dst, STATE_DIR, flags | OFlags::DIRECTORY, Mode::empty())
-                    .map_err(|e| Error::io("open", shown(), io(e)))?;
-                let f = create(d.as_fd(), OsStr::new("state"), Mode::from_raw_mode(0o666))
-                    .map_err(|e| Error::io("write", shown(), io(e)))?;
-                lockfile::write_all_at(&f, &bytes).map_err(|e| Error::io("write", shown(), io(e)))?;
-            }
-        }
-        rustix::fs::fchmod(&dst, root_mode).map_err(|e| Error::io("change mode of", self.shown(to), io(e)))?;
-        // Without a file, no method was tried: say the one that would have been (hard links).
-        let how = if c.files == 0 { CloneHow::Hardlink } else { c.how };
-        Ok(Cloned { how, dirs: c.dirs, entries: c.entries, bytes_copied: c.bytes })
+        clone_open(&src, &dst, &self.target.display().to_string(), &self.shown(to))
     }
+}
+
+/// Start `to` (a new directory, which must not exist; its parent must) as a copy of the tree
+/// `from` as [`Host::clone_tree`] makes one: reflinks, else hard links, else byte copies, and
+/// of the state folder only the state, last. Neither path's last component is followed if it
+/// is a symlink. For a tree kept outside a home (`treesync git-sync`'s worktrees); a hard-linked
+/// copy shares its files' inodes with `from`, so it must be synced with
+/// [`treesync_backend::policy::RewriteModes`], as generations are.
+///
+/// [`Host::clone_tree`]: treesync_backend::generation::Host::clone_tree
+pub fn clone_dir(from: &Path, to: &Path) -> Result<Cloned, Error> {
+    let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    let src = rustix::fs::open(from, flags, Mode::empty()).map_err(|e| Error::io("open", from.display(), io(e)))?;
+    rustix::fs::mkdir(to, Mode::from_raw_mode(0o700)).map_err(|e| Error::io("create", to.display(), io(e)))?;
+    let dst = rustix::fs::open(to, flags, Mode::empty()).map_err(|e| Error::io("open", to.display(), io(e)))?;
+    clone_open(&src, &dst, &from.display().to_string(), &to.display().to_string())
+}
+
+/// The copy of the open tree `src` into the open, empty directory `dst` (shown as `from` and
+/// `to` in errors).
+fn clone_open(src: &OwnedFd, dst: &OwnedFd, from: &str, to: &str) -> Result<Cloned, Error> {
+    let root_mode = mode_of(src).map_err(|e| Error::io("stat", from, io(e)))?;
+    let mut c = Cloner { how: CloneHow::Reflink, files: 0, dirs: 0, entries: 0, bytes: 0 };
+    c.dir(src.as_fd(), dst.as_fd(), true)
+        .map_err(|(e, p)| Error::io("copy", Path::new(to).join(OsStr::from_bytes(&p)).display(), io(e)))?;
+    // Last: the state, as a file of its own (a copy cut short has none).
+    let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    let state_dir = rustix::fs::openat(src, STATE_DIR, flags | OFlags::DIRECTORY, Mode::empty());
+    let state = state_dir.as_ref().ok().map(|d| rustix::fs::openat(d, "state", flags, Mode::empty()));
+    match state {
+        None | Some(Err(Errno::NOENT)) => {}
+        Some(Err(e)) => return Err(Error::io("read the state of", from, io(e))),
+        Some(Ok(fd)) => {
+            let shown = || format!("{to}/{STATE_DIR}/state");
+            let mut bytes = Vec::new();
+            std::io::Read::read_to_end(&mut std::fs::File::from(fd), &mut bytes)
+                .map_err(|e| Error::io("read the state of", from, e))?;
+            rustix::fs::mkdirat(dst, STATE_DIR, Mode::from_raw_mode(0o777))
+                .map_err(|e| Error::io("create", shown(), io(e)))?;
+            let d = rustix::fs::openat(dst, STATE_DIR, flags | OFlags::DIRECTORY, Mode::empty())
+                .map_err(|e| Error::io("open", shown(), io(e)))?;
+            let f = create(d.as_fd(), OsStr::new("state"), Mode::from_raw_mode(0o666))
+                .map_err(|e| Error::io("write", shown(), io(e)))?;
+            lockfile::write_all_at(&f, &bytes).map_err(|e| Error::io("write", shown(), io(e)))?;
+        }
+    }
+    rustix::fs::fchmod(dst, root_mode).map_err(|e| Error::io("change mode of", to, io(e)))?;
+    // Without a file, no method was tried: say the one that would have been (hard links).
+    let how = if c.files == 0 { CloneHow::Hardlink } else { c.how };
+    Ok(Cloned { how, dirs: c.dirs, entries: c.entries, bytes_copied: c.bytes })
 }
 
 #[cfg(test)]

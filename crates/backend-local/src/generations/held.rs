@@ -28,7 +28,7 @@ impl Inner {
 /// `/proc/*/fd/*` and `/proc/*/cwd`; processes that cannot be read are skipped. Of this
 /// process, `O_PATH` descriptors and descriptors in a generation's `.treesync` are left out:
 /// they are the roots and state folders treesync's own backends keep open, not readers.
-fn held_under(home: &Path, target: Option<&Path>) -> BTreeMap<String, Vec<u32>> {
+pub(crate) fn held_under(home: &Path, target: Option<&Path>) -> BTreeMap<String, Vec<u32>> {
     let mut out: BTreeMap<String, Vec<u32>> = BTreeMap::new();
     let me = std::process::id();
     let my_exe = std::fs::read_link("/proc/self/exe").ok();
@@ -119,4 +119,12 @@ fn is_o_path(proc: &Path, fd: &OsStr) -> bool {
         .find_map(|l| l.strip_prefix("flags:"))
         .and_then(|f| u32::from_str_radix(f.trim(), 8).ok())
         .is_some_and(|f| f & OFlags::PATH.bits() != 0)
+}
+
+/// The entries of the directory `dir` that some process holds open (a descriptor beneath one,
+/// or its working directory there), with the holders' pids, from `/proc`; for trees kept
+/// outside a home (`treesync git-sync`'s worktrees). `dir` is resolved as the kernel names it.
+pub fn held_in(dir: &Path) -> BTreeMap<String, Vec<u32>> {
+    let real = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
+    held_under(&real, None)
 }

@@ -39,6 +39,8 @@ use treesync_backend::lock::Holder;
 
 use inner::{Inner, io};
 
+pub use clone::clone_dir;
+pub use held::held_in;
 pub use inner::Opener;
 
 /// The generations host of a directory target `PARENT/NAME`: its home is

@@ -4,7 +4,9 @@
 pub(crate) mod adopt;
 pub(crate) mod common;
 pub(crate) mod document;
+pub(crate) mod gitsync;
 pub(crate) mod hooks;
+pub(crate) mod pid1;
 pub(crate) mod plan;
 pub(crate) mod status;
 pub(crate) mod sync;
@@ -71,6 +73,7 @@ pub(crate) fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             })?)
         }
         Command::Adopt(args) => adopt::run(args),
+        Command::GitSync(args) => Ok(gitsync::main("treesync git-sync", &args.args)),
         Command::Generate(args) => generate::run(Cli::command(), &args.what, &args.out_dir).map(|()| ExitCode::SUCCESS),
     }
 }

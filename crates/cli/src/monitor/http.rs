@@ -31,7 +31,7 @@ const TELL_EVERY: Duration = Duration::from_secs(600);
 
 /// Listen on `addr` (bound before this returns: a port in use is an error here, not later)
 /// and answer every connection on its own task, at most [`MAX_CONNECTIONS`] at once.
-pub(crate) async fn serve(addr: SocketAddr, monitor: Arc<Monitor>) -> anyhow::Result<SocketAddr> {
+pub(crate) async fn serve<R: Routes>(addr: SocketAddr, monitor: Arc<R>) -> anyhow::Result<SocketAddr> {
     let listener = TcpListener::bind(addr).await.map_err(|source| BindError { addr, source })?;
     let local = listener.local_addr().context("the metrics listener's address")?;
     tokio::spawn(async move {
@@ -163,7 +163,7 @@ impl std::error::Error for BindError {
 
 /// Read one request head, write one response, close: all within [`REQUEST_TIMEOUT`], unless
 /// the connection is closed to make room for another first.
-async fn answer(mut stream: TcpStream, monitor: Arc<Monitor>, mut slot: Slot) {
+async fn answer<R: Routes>(mut stream: TcpStream, monitor: Arc<R>, mut slot: Slot) {
     let _ = tokio::time::timeout(REQUEST_TIMEOUT, async {
         let head = tokio::select! {
             head = read_head(&mut stream) => head,
@@ -171,7 +171,7 @@ async fn answer(mut stream: TcpStream, monitor: Arc<Monitor>, mut slot: Slot) {
         };
         let Some(head) = head else { return };
         slot.answering();
-        respond(&mut stream, &head, &monitor).await;
+        respond(&mut stream, &head, &*monitor).await;
     })
     .await;
 }
@@ -197,9 +197,9 @@ fn ends_head(head: &[u8]) -> bool {
 }
 
 /// Write the response to `head`, then shut the connection down.
-async fn respond(stream: &mut TcpStream, head: &[u8], monitor: &Monitor) {
+async fn respond<R: Routes>(stream: &mut TcpStream, head: &[u8], monitor: &R) {
     let (status, content_type, body, head_only) = if head.len() > MAX_HEAD {
-        (431, "text/plain; charset=utf-8", "request head too large\n".to_string(), false)
+        (431, PLAIN, "request head too large\n".to_string(), false)
     } else {
         route(head, monitor)
     };
@@ -222,25 +222,39 @@ async fn respond(stream: &mut TcpStream, head: &[u8], monitor: &Monitor) {
     let _ = stream.shutdown().await;
 }
 
+/// What an endpoint answers (`watch`'s monitor, `git-sync`'s health and metrics).
+pub(crate) trait Routes: Send + Sync + 'static {
+    /// The status, content type and body for `method` on `path` (without the query).
+    fn route(&self, method: &str, path: &str) -> (u16, &'static str, String);
+}
+
+/// Plain text, for bodies that are not metrics.
+pub(crate) const PLAIN: &str = "text/plain; charset=utf-8";
+
+impl Routes for Monitor {
+    fn route(&self, method: &str, path: &str) -> (u16, &'static str, String) {
+        if method != "GET" && method != "HEAD" {
+            return (405, PLAIN, "only GET and HEAD\n".into());
+        }
+        match path {
+            "/metrics" => (200, CONTENT_TYPE, self.render(SystemTime::now())),
+            "/healthz" => match self.health() {
+                Ok(body) => (200, PLAIN, body),
+                Err(body) => (503, PLAIN, body),
+            },
+            _ => (404, PLAIN, "not found: try /metrics or /healthz\n".into()),
+        }
+    }
+}
+
 /// The status, content type and body for a request head, and whether only the head is sent.
-fn route(head: &[u8], monitor: &Monitor) -> (u16, &'static str, String, bool) {
+fn route<R: Routes>(head: &[u8], routes: &R) -> (u16, &'static str, String, bool) {
     let text = String::from_utf8_lossy(head);
     let mut first = text.lines().next().unwrap_or_default().split(' ');
     let (method, target) = (first.next().unwrap_or_default(), first.next().unwrap_or_default());
     let path = target.split('?').next().unwrap_or_default();
-    let plain = "text/plain; charset=utf-8";
-    let head_only = method == "HEAD";
-    if method != "GET" && !head_only {
-        return (405, plain, "only GET and HEAD\n".into(), false);
-    }
-    match path {
-        "/metrics" => (200, CONTENT_TYPE, monitor.render(SystemTime::now()), head_only),
-        "/healthz" => match monitor.health() {
-            Ok(body) => (200, plain, body, head_only),
-            Err(body) => (503, plain, body, head_only),
-        },
-        _ => (404, plain, "not found: try /metrics or /healthz\n".into(), head_only),
-    }
+    let (status, content_type, body) = routes.route(method, path);
+    (status, content_type, body, method == "HEAD" && status != 405)
 }
 
 /// `--metrics-addr` and `metrics_addr`: `IP:PORT` (`127.0.0.1:9273`, `[::]:9273`, `0.0.0.0:9273`),

@@ -9,7 +9,7 @@
 //! derived from these signs of life, never from a timer of their own.
 
 pub(crate) mod http;
-mod metrics;
+pub(crate) mod metrics;
 pub(crate) mod notify;
 pub(crate) mod probe;
 mod state;

@@ -74,6 +74,23 @@ impl GitDir {
         Ok(GitDir { fd, path, worktree: worktree.into() })
     }
 
+    /// The administrative directory `admin` of a linked worktree `worktree` (`git worktree
+    /// add`), which must be a real directory: a symlink at its last component is refused.
+    pub(crate) fn open_admin(admin: &Path, worktree: &Path) -> Result<Self, Error> {
+        let fd = rustix::fs::open(
+            admin,
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| match e {
+            Errno::LOOP | Errno::NOTDIR => {
+                Error::Unsafe { path: admin.into(), what: "not a directory", want: "a directory" }
+            }
+            e => Error::NotAWorktree { path: worktree.into(), message: format!("{}: {}", admin.display(), io(e)) },
+        })?;
+        Ok(GitDir { fd, path: admin.into(), worktree: worktree.into() })
+    }
+
     /// `TARGET/.git`.
     pub(crate) fn path(&self) -> &Path {
         &self.path

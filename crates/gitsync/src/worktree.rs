@@ -1,0 +1,292 @@
+//! Making `ROOT/.worktrees/HASH` for a new commit at the cost of the diff.
+//!
+//! git-sync makes every worktree from nothing (`git worktree add` and `git reset --hard`: every
+//! file written, the whole index hashed). Here a new worktree starts as a tree that already
+//! holds a nearby commit, and treesync's sync brings it to the new one by the tree diff, with its
+//! journal and its state (`.treesync/`, excluded from git):
+//!
+//! 1. **reuse**: a worktree retired longer ago than `--stale-worktree-timeout`, that no process
+//!    holds open, renamed to the new hash (its git administrative directory with it);
+//! 2. else **clone** the current worktree (reflinks, else hard links; the sync rewrites rather
+//!    than changes in place any file it touches, so the current worktree never changes);
+//! 3. else (the first sync) write the whole tree.
+//!
+//! The worktree's git files are then made as `git worktree add` makes them (`.git` pointing at
+//! `../../.git/worktrees/HASH`, `gitdir`, `commondir`, a detached `HEAD`) and its index written for
+//! the new tree, keeping the stat data of unchanged entries from the source's index (a copy):
+//! `git status` there is clean and `git log`, `git rev-parse HEAD` work, as in git-sync.
+//!
+//! A commit with submodules (when `--submodules` is not `off`) or a `--sparse-checkout-file`
+//! is made git's way, as git-sync makes it.
+
+use std::path::Path;
+use std::sync::atomic::AtomicBool;
+use std::time::{Duration, SystemTime};
+
+use treesync::core::ObjectId;
+use treesync::{Intent, Place, Repo, Settings, Target};
+use treesync_core::policy::RewriteModes;
+
+use crate::config::{Config, Submodules};
+use crate::git::{Git, GitError};
+use crate::layout::{Layout, remove_any};
+
+/// How a worktree was made.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum How {
+    /// The whole tree written (no worktree to start from).
+    Full,
+    /// A copy of the current worktree brought to the commit by the diff.
+    Clone,
+    /// A retired worktree brought to the commit by the diff.
+    Reuse,
+    /// A worktree left by an interrupted attempt, finished from its journal.
+    Resume,
+    /// The current worktree checked (nothing to do, or a drift repaired).
+    Check,
+    /// git's way: `git worktree add`, `git reset --hard` (submodules, sparse checkout).
+    Git,
+}
+
+impl How {
+    /// The metric label.
+    pub fn label(self) -> &'static str {
+        match self {
+            How::Full => "full",
+            How::Clone => "clone",
+            How::Reuse => "reuse",
+            How::Resume => "resume",
+            How::Check => "check",
+            How::Git => "git",
+        }
+    }
+}
+
+/// What making a worktree did.
+#[derive(Debug, Clone)]
+pub struct Made {
+    /// How.
+    pub how: How,
+    /// Paths written, removed or changed by the sync (0 for [`How::Git`]).
+    pub changed: u64,
+    /// The retired worktree reused, for [`How::Reuse`].
+    pub from: Option<String>,
+}
+
+/// Making a worktree failed.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// git.
+    #[error(transparent)]
+    Git(#[from] GitError),
+    /// Opening the worktree as a target.
+    #[error("can't open worktree {path}: {message}")]
+    Open {
+        /// The worktree.
+        path: String,
+        /// Why.
+        message: String,
+    },
+    /// The sync of the worktree.
+    #[error("can't sync worktree {path}: {source}")]
+    Sync {
+        /// The worktree.
+        path: String,
+        /// Why.
+        source: Box<treesync_core::sync::Error>,
+    },
+    /// Its index and HEAD.
+    #[error(transparent)]
+    Index(#[from] treesync_core::gitworktree::Error),
+    /// A file operation.
+    #[error("{what} {path}: {source}")]
+    Io {
+        /// What.
+        what: &'static str,
+        /// Where.
+        path: String,
+        /// Why.
+        source: std::io::Error,
+    },
+}
+
+fn io<'a>(what: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> Error + 'a {
+    move |source| Error::Io { what, path: path.display().to_string(), source }
+}
+
+/// Whether `hash`'s commit has to be checked out git's way (submodules, sparse checkout).
+pub async fn needs_git(config: &Config, git: &Git, layout: &Layout, hash: &str) -> bool {
+    if config.sparse_checkout_file.is_some() {
+        return true;
+    }
+    config.submodules != Submodules::Off
+        && git.run(&layout.root, &["cat-file", "-e", &format!("{hash}:.gitmodules")], None).await.is_ok()
+}
+
+/// Make `ROOT/.worktrees/HASH` hold `commit` (see the [module docs](self)); `current` is the
+/// worktree LINK points at.
+pub async fn make(
+    layout: &Layout,
+    repo: &Repo,
+    commit: ObjectId,
+    current: Option<&str>,
+    stale: Duration,
+    interrupt: &AtomicBool,
+) -> Result<Made, Error> {
+    let hash = commit.to_string();
+    let path = layout.worktree(&hash);
+    std::fs::create_dir_all(layout.worktrees()).map_err(io("create", &layout.worktrees()))?;
+    std::fs::create_dir_all(layout.root.join(".git/worktrees")).map_err(io("create", &layout.root))?;
+    let has_state = |p: &Path| p.join(".treesync/state").is_file();
+    let (how, from) = if current == Some(hash.as_str()) {
+        (How::Check, None)
+    } else if path.is_dir() && has_state(&path) && layout.admin(&hash).is_dir() {
+        (How::Resume, None)
+    } else {
+        remove_any(&path).map_err(io("remove", &path))?;
+        remove_any(&layout.admin(&hash)).map_err(io("remove", &layout.admin(&hash)))?;
+        if let Some(old) = spare(layout, current, &hash, stale, &has_state) {
+            // The git files first: a crash in between leaves a worktree without them, which is
+            // never reused (and removed once stale), and an administrative directory without a
+            // worktree, which is made again.
+            std::fs::rename(layout.admin(&old), layout.admin(&hash)).map_err(io("rename", &layout.admin(&old)))?;
+            std::fs::rename(layout.worktree(&old), &path).map_err(io("rename", &layout.worktree(&old)))?;
+            (How::Reuse, Some(old))
+        } else if let Some(cur) = current.filter(|c| has_state(&layout.worktree(c))) {
+            treesync_backend_local::generations::clone_dir(&layout.worktree(cur), &path)
+                .map_err(|e| Error::Open { path: path.display().to_string(), message: e.to_string() })?;
+            std::fs::create_dir_all(layout.admin(&hash)).map_err(io("create", &layout.admin(&hash)))?;
+            let index = layout.admin(cur).join("index");
+            if index.is_file() {
+                std::fs::copy(&index, layout.admin(&hash).join("index")).map_err(io("copy", &index))?;
+            }
+            (How::Clone, None)
+        } else {
+            std::fs::create_dir(&path).map_err(io("create", &path))?;
+            std::fs::create_dir_all(layout.admin(&hash)).map_err(io("create", &layout.admin(&hash)))?;
+            (How::Full, None)
+        }
+    };
+    if how != How::Check {
+        write_git_files(layout, &hash)?;
+    }
+    let changed = sync_into(&path, repo, &hash, interrupt).await?;
+    if how != How::Check || changed > 0 {
+        let tree = repo.resolve(&hash).map_err(|e| Error::Open { path: hash.clone(), message: e.to_string() })?.tree;
+        treesync_core::gitworktree::update_linked(&path, &layout.admin(&hash), repo, commit, tree)?;
+    }
+    Ok(Made { how, changed, from })
+}
+
+/// The retired worktree to reuse: past the stale timeout, not held open, with treesync's state
+/// and its git files; the most recently retired of them.
+fn spare(
+    layout: &Layout,
+    current: Option<&str>,
+    hash: &str,
+    stale: Duration,
+    has_state: &dyn Fn(&Path) -> bool,
+) -> Option<String> {
+    let now = SystemTime::now();
+    let mut candidates: Vec<(String, SystemTime)> = layout
+        .others(current.unwrap_or(""))
+        .into_iter()
+        .filter(|(name, mtime)| {
+            name != hash
+                && is_hash(name)
+                && now.duration_since(*mtime).unwrap_or_default() >= stale
+                && has_state(&layout.worktree(name))
+                && layout.admin(name).is_dir()
+        })
+        .collect();
+    if candidates.is_empty() {
+        return None;
+    }
+    let held = treesync_backend_local::generations::held_in(&layout.worktrees());
+    candidates.retain(|(name, _)| !held.contains_key(name));
+    candidates.sort_by_key(|(_, mtime)| *mtime);
+    candidates.pop().map(|(name, _)| name)
+}
+
+/// A commit hash (SHA-1 or SHA-256), as worktrees are named.
+pub fn is_hash(name: &str) -> bool {
+    (name.len() == 40 || name.len() == 64) && name.bytes().all(|b| b.is_ascii_hexdigit())
+}
+
+/// The git files of a linked worktree, as `git worktree add` writes them but with a relative
+/// `.git` pointer (as git-sync rewrites it, so the volume can be mounted elsewhere). Each file
+/// is replaced (a temporary renamed over it): a hard-linked copy's `.git` is another inode's.
+fn write_git_files(layout: &Layout, hash: &str) -> Result<(), Error> {
+    let path = layout.worktree(hash);
+    let admin = layout.admin(hash);
+    std::fs::create_dir_all(&admin).map_err(io("create", &admin))?;
+    replace(&path.join(".git"), format!("gitdir: ../../.git/worktrees/{hash}\n").as_bytes())?;
+    replace(&admin.join("gitdir"), format!("{}\n", path.join(".git").display()).as_bytes())?;
+    replace(&admin.join("commondir"), b"../..\n")?;
+    replace(&admin.join("HEAD"), format!("{hash}\n").as_bytes())
+}
+
+fn replace(path: &Path, bytes: &[u8]) -> Result<(), Error> {
+    let tmp = path.with_file_name(format!(
+        ".{}.tmp",
+        path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
+    ));
+    let _ = std::fs::remove_file(&tmp);
+    std::fs::write(&tmp, bytes).map_err(io("write", &tmp))?;
+    std::fs::rename(&tmp, path).map_err(io("rename", path))
+}
+
+/// Sync `path` to `rev` with treesync (the backend its filesystem calls for), rewriting rather
+/// than changing in place what it touches; how many paths changed.
+async fn sync_into(path: &Path, repo: &Repo, rev: &str, interrupt: &AtomicBool) -> Result<u64, Error> {
+    let shown = path.display().to_string();
+    let open = |message: String| Error::Open { path: shown.clone(), message };
+    let target = Target::parse(&shown).map_err(|e| open(e.to_string()))?;
+    let settings = Settings::default();
+    let place =
+        Place::open(&target, &settings.target.options(), Intent::Write(None)).await.map_err(|e| open(e.to_string()))?;
+    let mut options = settings.sync_options(&place.opened).map_err(|e| open(e.to_string()))?;
+    // Its own directory under .worktrees: whatever an interrupted attempt left is taken over.
+    options.force = true;
+    let backend = RewriteModes::new(place.opened.backend.clone());
+    let outcome = treesync_core::sync::sync(repo, rev, &backend, &options, &|_| {}, interrupt)
+        .await
+        .map_err(|source| Error::Sync { path: shown.clone(), source: Box::new(source) })?;
+    Ok(outcome.applied.total())
+}
+
+/// git's way (git-sync's `configureWorktree`): `git worktree add --no-checkout`, the relative
+/// `.git`, the sparse-checkout file, `git reset --hard`, then the submodules.
+pub async fn make_with_git(
+    layout: &Layout,
+    git: &Git,
+    config: &Config,
+    hash: &str,
+    deadline: Option<std::time::Instant>,
+) -> Result<Made, Error> {
+    let path = layout.worktree(hash);
+    remove_any(&path).map_err(io("remove", &path))?;
+    git.run(&layout.root, &["worktree", "prune", "--verbose"], deadline).await?;
+    let shown = path.display().to_string();
+    git.run(&layout.root, &["worktree", "add", "--force", "--detach", &shown, hash, "--no-checkout"], deadline).await?;
+    replace(&path.join(".git"), format!("gitdir: ../../.git/worktrees/{hash}\n").as_bytes())?;
+    let sparse = layout.admin(hash).join("info/sparse-checkout");
+    if let Some(file) = &config.sparse_checkout_file {
+        std::fs::create_dir_all(layout.admin(hash).join("info")).map_err(io("create", &sparse))?;
+        std::fs::copy(file, &sparse).map_err(io("copy", file))?;
+        git.run(&path, &["sparse-checkout", "init"], deadline).await?;
+    }
+    git.run(&path, &["reset", "--hard", hash, "--"], deadline).await?;
+    if config.submodules != Submodules::Off {
+        let depth = config.depth.to_string();
+        let mut args = vec!["submodule", "update", "--init"];
+        if config.submodules == Submodules::Recursive {
+            args.push("--recursive");
+        }
+        if config.depth != 0 {
+            args.extend(["--depth", &depth]);
+        }
+        git.run(&path, &args, deadline).await?;
+    }
+    Ok(Made { how: How::Git, changed: 0, from: None })
+}
