@@ -270,7 +270,7 @@ impl Side {
     /// Check the root after a sync to `commit`: `current` is a relative link to
     /// `.worktrees/<commit>` (git-sync's contract), the worktree holds exactly `expected` (an
     /// unpacked `git archive` of the commit), its HEAD is the commit and `git status` is clean.
-    fn check(&self, commit: &str, expected: &Path) -> Result<(), String> {
+    fn check(&mut self, commit: &str, expected: &Path) -> Result<(), String> {
         let link = self.root().join("current");
         let target = std::fs::read_link(&link).map_err(|e| format!("{}: {}: {e}", self.label, link.display()))?;
         if target.is_absolute() || target.file_name().and_then(|n| n.to_str()) != Some(commit) {
@@ -283,7 +283,7 @@ impl Side {
         }
         let worktree = self.root().join(&target);
         let diff = Command::new("diff")
-            .args(["-r", "--no-dereference", "-x", ".git"])
+            .args(["-r", "--no-dereference", "-x", ".git", "-x", STATE])
             .arg(expected)
             .arg(&worktree)
             .output()
@@ -291,6 +291,12 @@ impl Side {
         if !diff.status.success() {
             let text = String::from_utf8_lossy(&diff.stdout).chars().take(1500).collect::<String>();
             return Err(format!("{}: the worktree of {commit} differs from git archive: {text}", self.label));
+        }
+        // treesync's state, left out of the comparison as in the other benches; a reader of the
+        // link sees it, which the notes say.
+        let state = format!("its worktrees hold a `{STATE}` entry besides the commit's files (git-sync's do not)");
+        if worktree.join(STATE).symlink_metadata().is_ok() && !self.notes.contains(&state) {
+            self.notes.push(state);
         }
         let git = |args: &[&str]| {
             run_quiet(
@@ -344,6 +350,9 @@ fn load_average() -> f64 {
         .and_then(|l| l.split_whitespace().next().and_then(|v| v.parse().ok()))
         .unwrap_or(f64::NAN)
 }
+
+/// treesync's state in a target (left out when a worktree is compared with `git archive`).
+const STATE: &str = ".treesync";
 
 /// The environment variable that tags the processes of one measured sync.
 const MARKER: &str = "TREESYNC_BENCH_GIT_SYNC_RUN";
@@ -442,7 +451,7 @@ fn scenario_in(
             served.join("repo.git").display(),
             expected.display()
         )))?;
-        for side in &sides {
+        for side in &mut sides {
             side.check(&commit, &expected)?;
         }
     }
