@@ -422,6 +422,10 @@ fn scenario_in(
         sides.push(Side::new("treesync git-sync".into(), path, vec!["git-sync"], base, c.files)?);
     }
     let expected = base.join("expected");
+    // The fetch both tools make, alone, in a scratch repository.
+    let floor_repo = base.join("floor");
+    run_quiet(Command::new("git").args(["init", "-q"]).arg(&floor_repo))?;
+    let mut floor = Vec::new();
     for step in 0..=c.pushes {
         let commit = if step == 0 { a.clone() } else { chain[step - 1].clone() };
         if step > 0 {
@@ -444,6 +448,7 @@ fn scenario_in(
                 s.requests
             );
         }
+        floor.push(fetch_alone(&floor_repo, &daemon, &url)?);
         crate::repo::rm(&expected);
         std::fs::create_dir_all(&expected).map_err(|e| e.to_string())?;
         run_quiet(Command::new("sh").arg("-c").arg(format!(
@@ -466,9 +471,25 @@ fn scenario_in(
         treesync: treesync.map(|(_, v)| v.clone()),
         on_tmpfs,
         devices: sides.iter().map(|s| s.volume.device().to_string()).collect(),
+        floor,
     };
     drop(daemon);
     Ok(report::render(&facts, &sides))
+}
+
+/// `git fetch URL HEAD --depth 1` in `repo`, measured like a sync (writes not measured).
+fn fetch_alone(repo: &Path, daemon: &GitDaemon, url: &str) -> Result<Sample, String> {
+    let requests_before = daemon.requests();
+    let usage = measure_usage(
+        Command::new("git")
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .env("GIT_CONFIG_GLOBAL", "/dev/null")
+            .arg("-C")
+            .arg(repo)
+            .args(["fetch", url, "HEAD", "--no-progress", "--prune", "--no-auto-gc", "--depth", "1"]),
+    )?;
+    let requests = daemon.requests() - requests_before;
+    Ok(Sample { usage, written: 0, requests, outlived: Vec::new(), load: load_average() })
 }
 
 /// `v4.7.1` from git-sync's `--version` line.

@@ -21,7 +21,13 @@ pub(super) struct Facts {
     pub on_tmpfs: bool,
     /// The loop devices of the roots, in the order of the sides.
     pub devices: Vec<String>,
+    /// `git fetch --depth 1` alone after each push, in a scratch repository (written not
+    /// measured): the part of every sync that neither tool can avoid.
+    pub floor: Vec<Sample>,
 }
+
+/// The label of the floor rows.
+const FLOOR: &str = "floor: the same `git fetch --depth 1` alone";
 
 /// Bytes as the tables print them (binary units).
 pub(super) fn fmt_bytes(b: u64) -> String {
@@ -100,6 +106,11 @@ impl Figures {
     }
 
     fn cells(&self) -> String {
+        self.cells_with(true)
+    }
+
+    /// The cells; `written = false` for the floor, whose writes are not measured.
+    fn cells_with(&self, written: bool) -> String {
         let cpu = if self.single {
             format!("{} ({} + {})", fmt_time(self.cpu), fmt_time(self.user), fmt_time(self.sys))
         } else {
@@ -109,7 +120,7 @@ impl Figures {
             "{} | {cpu} | {:.1} MiB | {} | {}",
             fmt_time(self.wall),
             self.rss_kib as f64 / 1024.0,
-            fmt_bytes(self.written),
+            if written { fmt_bytes(self.written) } else { "–".into() },
             self.requests
         )
     }
@@ -183,15 +194,17 @@ pub(super) fn render(f: &Facts, sides: &[Side]) -> String {
          on its own ext4 (a sparse image on {}, loop device, mounted `noatime`), and the device's written sectors \
          (`/sys/block/loopN/stat`) are read after a `syncfs` before and after the sync — data, metadata and \
          journal, written by the tool or by the git it runs; requests = `Request upload-pack` lines in the \
-         daemon's `--verbose` log during the sync (`ls-remote`, `fetch`: one connection each). Medians and \
-         maxima are taken column by column.\n",
+         daemon's `--verbose` log during the sync (`ls-remote`, `fetch`: one connection each). The floor rows \
+         time the fetch both tools make, `git fetch URL HEAD --depth 1`, alone in a scratch repository on \
+         the tmpfs, after the tools' syncs of each push: the server's and the transfer's share of a sync. \
+         Medians and maxima are taken column by column.\n",
         if f.on_tmpfs { "a tmpfs" } else { "the local disk (not tmpfs)" }
     );
     summary(&mut md, f, sides);
     if sides.len() == 2 {
         goals(&mut md, sides);
     }
-    detail(&mut md, sides);
+    detail(&mut md, sides, &f.floor);
     let _ = writeln!(md, "Notes:");
     for (side, dev) in sides.iter().zip(&f.devices) {
         let mut notes = side.notes.clone();
@@ -218,6 +231,7 @@ pub(super) fn render(f: &Facts, sides: &[Side]) -> String {
 }
 
 fn summary(md: &mut String, f: &Facts, sides: &[Side]) {
+    let floor = |pick: &dyn Fn(&[Sample]) -> Figures| (!f.floor.is_empty()).then(|| pick(&f.floor));
     let _ = writeln!(md, "| sync | tool | wall time | CPU (user + sys) | peak RSS | written | git requests |");
     let _ = writeln!(md, "|---|---|---:|---:|---:|---:|---:|");
     let later = if f.pushes == 2 {
@@ -225,22 +239,38 @@ fn summary(md: &mut String, f: &Facts, sides: &[Side]) {
     } else {
         format!("3rd–{}: after pushes 2–{}", ordinal(f.pushes + 1), f.pushes)
     };
-    let groups: Vec<(String, Vec<Figures>)> = vec![
+    let groups: Vec<(String, Vec<Figures>, Option<Figures>)> = vec![
         (
             format!("1st: {} files into an empty root", f.files),
             sides.iter().map(|s| Figures::of(&s.samples[0])).collect(),
+            floor(&|s| Figures::of(&s[0])),
         ),
-        ("2nd: after push 1".into(), sides.iter().map(|s| Figures::of(&s.samples[1])).collect()),
-        (format!("{later}, median"), sides.iter().map(|s| Figures::over(&s.samples[2..], false)).collect()),
-        (format!("{later}, max"), sides.iter().map(|s| Figures::over(&s.samples[2..], true)).collect()),
+        (
+            "2nd: after push 1".into(),
+            sides.iter().map(|s| Figures::of(&s.samples[1])).collect(),
+            floor(&|s| Figures::of(&s[1])),
+        ),
+        (
+            format!("{later}, median"),
+            sides.iter().map(|s| Figures::over(&s.samples[2..], false)).collect(),
+            floor(&|s| Figures::over(&s[2..], false)),
+        ),
+        (
+            format!("{later}, max"),
+            sides.iter().map(|s| Figures::over(&s.samples[2..], true)).collect(),
+            floor(&|s| Figures::over(&s[2..], true)),
+        ),
     ];
-    for (what, figures) in &groups {
+    for (what, figures, floor) in &groups {
         for (i, (side, fig)) in sides.iter().zip(figures).enumerate() {
             let case = if i == 0 { what.as_str() } else { "" };
             let _ = writeln!(md, "| {case} | {} | {} |", side.label, fig.cells());
         }
         if let [g, t] = &figures[..] {
             let _ = writeln!(md, "| | git-sync ÷ treesync | {} |", Figures::ratio_cells(g, t));
+        }
+        if let Some(fl) = floor {
+            let _ = writeln!(md, "| | {FLOOR} | {} |", fl.cells_with(false));
         }
     }
     md.push('\n');
@@ -303,7 +333,7 @@ fn goals(md: &mut String, sides: &[Side]) {
     );
 }
 
-fn detail(md: &mut String, sides: &[Side]) {
+fn detail(md: &mut String, sides: &[Side], floor: &[Sample]) {
     let _ = writeln!(md, "Every sync:\n");
     let _ = writeln!(
         md,
@@ -315,6 +345,9 @@ fn detail(md: &mut String, sides: &[Side]) {
         for side in sides {
             let s = &side.samples[i];
             let _ = writeln!(md, "| {} | {} | {} | {:.2} |", i + 1, side.label, Figures::of(s).cells(), s.load);
+        }
+        if let Some(s) = floor.get(i) {
+            let _ = writeln!(md, "| {} | {FLOOR} | {} | {:.2} |", i + 1, Figures::of(s).cells_with(false), s.load);
         }
     }
     md.push('\n');
