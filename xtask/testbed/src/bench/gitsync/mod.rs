@@ -13,15 +13,19 @@
 //! on its own loop-mounted ext4, see [`volume`]), and requests to the git server (the daemon's
 //! `--verbose` log). After each sync, the link, the worktree and its git state are checked
 //! against the pushed commit, and processes that outlived the sync are counted (and killed).
+//! Then each tool in turn runs long (`--period`, see [`follow`]): its requests and CPU while
+//! nothing changes, and the time from a push to the link switched.
 //!
 //! git-sync itself is built beforehand from its source (`docs/bench/build-git-sync.sh`); the
 //! benchmark never downloads anything.
 
+mod follow;
 mod report;
 mod volume;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::time::Duration;
 
 use treesync_testkit::gitdaemon::GitDaemon;
 use xtask::util::{project_root, run_quiet};
@@ -42,6 +46,11 @@ pub(super) struct Config {
     pub only_git_sync: bool,
     pub dir: PathBuf,
     pub write: bool,
+    /// Pushes per tool in the long-running mode (0: skip it), its `--period`, and the idle
+    /// window measured before the pushes.
+    pub follow_pushes: usize,
+    pub period: Duration,
+    pub idle: Duration,
 }
 
 fn parse(args: &[String]) -> Result<Config, String> {
@@ -54,6 +63,9 @@ fn parse(args: &[String]) -> Result<Config, String> {
         only_git_sync: false,
         dir: PathBuf::from("/tmp/treesync-bench-git-sync"),
         write: true,
+        follow_pushes: 5,
+        period: Duration::from_millis(200),
+        idle: Duration::from_secs(10),
     };
     let mut it = args.iter();
     while let Some(a) = it.next() {
@@ -69,6 +81,16 @@ fn parse(args: &[String]) -> Result<Config, String> {
                 v => return Err(format!("--only {v:?}: only `--only git-sync` (the harness without treesync)")),
             },
             "--dir" => c.dir = PathBuf::from(value()?),
+            "--follow-pushes" => c.follow_pushes = value()?.parse().map_err(|e| format!("--follow-pushes: {e}"))?,
+            "--period" => {
+                let v = value()?;
+                let ms: u64 = v
+                    .strip_suffix("ms")
+                    .and_then(|n| n.parse().ok())
+                    .ok_or_else(|| format!("--period {v:?}: give milliseconds, e.g. 200ms"))?;
+                c.period = Duration::from_millis(ms.max(10));
+            }
+            "--idle-secs" => c.idle = Duration::from_secs(value()?.parse().map_err(|e| format!("--idle-secs: {e}"))?),
             "--no-write" => c.write = false,
             other => return Err(format!("unknown option {other:?} for bench git-sync (see cargo xtask help)")),
         }
@@ -242,12 +264,14 @@ impl Side {
         self.volume.mount.join("root")
     }
 
-    fn sync_command(&self, url: &str, tag: &str) -> Command {
+    /// The tool with the flags both get, then `last` (`--one-time`, or `--period P`).
+    fn command(&self, url: &str, tag: &str, last: &[&str]) -> Command {
         let mut cmd = Command::new(&self.program);
         cmd.args(&self.command)
             .args(["--repo", url, "--root"])
             .arg(self.root())
-            .args(["--link", "current", "--one-time"])
+            .args(["--link", "current"])
+            .args(last)
             .env("TMPDIR", &self.tmp)
             .env("HOME", &self.home)
             .env(MARKER, tag);
@@ -258,7 +282,8 @@ impl Side {
     fn sync(&mut self, daemon: &GitDaemon, url: &str, tag: &str) -> Result<(), String> {
         let bytes_before = self.volume.flushed_bytes()?;
         let requests_before = daemon.requests();
-        let usage = measure_usage(&mut self.sync_command(url, tag)).map_err(|e| format!("{}: {e}", self.label))?;
+        let usage =
+            measure_usage(&mut self.command(url, tag, &["--one-time"])).map_err(|e| format!("{}: {e}", self.label))?;
         let outlived = outlived(tag);
         let written = self.volume.flushed_bytes()? - bytes_before;
         let requests = daemon.requests() - requests_before;
@@ -397,7 +422,9 @@ fn scenario_in(
 ) -> Result<String, String> {
     // The commits: A of N files and a chain of R commits after it, each changing K files.
     let source = base.join("source.git");
-    let (a, chain) = super::watch::repo_with_chain(&source, c.files, c.pushes, c.changed)?;
+    let sides_count = if treesync.is_some() { 2 } else { 1 };
+    let commits = c.pushes + c.follow_pushes * sides_count;
+    let (a, chain) = super::watch::repo_with_chain(&source, c.files, commits, c.changed)?;
     let served = base.join("served");
     std::fs::create_dir_all(&served).map_err(|e| e.to_string())?;
     run_quiet(Command::new("git").args(["init", "-q", "--bare", "-b", "main"]).arg(served.join("repo.git")))?;
@@ -449,16 +476,23 @@ fn scenario_in(
             );
         }
         floor.push(fetch_alone(&floor_repo, &daemon, &url)?);
-        crate::repo::rm(&expected);
-        std::fs::create_dir_all(&expected).map_err(|e| e.to_string())?;
-        run_quiet(Command::new("sh").arg("-c").arg(format!(
-            "git --git-dir '{}' archive {commit} | tar -x -C '{}'",
-            served.join("repo.git").display(),
-            expected.display()
-        )))?;
+        archive(&served.join("repo.git"), &commit, &expected)?;
         for side in &mut sides {
             side.check(&commit, &expected)?;
         }
+    }
+    // The long-running mode, one tool after the other, each with pushes of its own.
+    let mut follows = Vec::new();
+    let mut head = c.pushes;
+    for side in sides.iter_mut().filter(|_| c.follow_pushes > 0) {
+        let current = chain[head - 1].clone();
+        let next = &chain[head..head + c.follow_pushes];
+        eprintln!("git-sync bench: long-running, --period {}ms: {}…", c.period.as_millis(), side.label);
+        follows.push(follow::follow(side, &daemon, &url, &push, &current, next, c.period, c.idle)?);
+        head += c.follow_pushes;
+        let last = &chain[head - 1];
+        archive(&served.join("repo.git"), last, &expected)?;
+        side.check(last, &expected)?;
     }
     for side in &mut sides {
         side.take_notes();
@@ -472,9 +506,23 @@ fn scenario_in(
         on_tmpfs,
         devices: sides.iter().map(|s| s.volume.device().to_string()).collect(),
         floor,
+        follows,
+        period: c.period,
     };
     drop(daemon);
     Ok(report::render(&facts, &sides))
+}
+
+/// Unpack `git archive COMMIT` of `repo` into `dir`, made empty first.
+fn archive(repo: &Path, commit: &str, dir: &Path) -> Result<(), String> {
+    crate::repo::rm(dir);
+    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    run_quiet(Command::new("sh").arg("-c").arg(format!(
+        "git --git-dir '{}' archive {commit} | tar -x -C '{}'",
+        repo.display(),
+        dir.display()
+    )))
+    .map(|_| ())
 }
 
 /// `git fetch URL HEAD --depth 1` in `repo`, measured like a sync (writes not measured).

@@ -6,6 +6,7 @@ use std::fmt::Write as _;
 use std::process::Command;
 use std::time::Duration;
 
+use super::follow::Follow;
 use super::{Sample, Side};
 use crate::measure::fmt_time;
 
@@ -24,6 +25,9 @@ pub(super) struct Facts {
     /// `git fetch --depth 1` alone after each push, in a scratch repository (written not
     /// measured): the part of every sync that neither tool can avoid.
     pub floor: Vec<Sample>,
+    /// The long-running mode, per tool (empty: not run), and its `--period`.
+    pub follows: Vec<Follow>,
+    pub period: Duration,
 }
 
 /// The label of the floor rows.
@@ -205,6 +209,9 @@ pub(super) fn render(f: &Facts, sides: &[Side]) -> String {
         goals(&mut md, sides);
     }
     detail(&mut md, sides, &f.floor);
+    if !f.follows.is_empty() {
+        follow_table(&mut md, f);
+    }
     let _ = writeln!(md, "Notes:");
     for (side, dev) in sides.iter().zip(&f.devices) {
         let mut notes = side.notes.clone();
@@ -349,6 +356,40 @@ fn detail(md: &mut String, sides: &[Side], floor: &[Sample]) {
         if let Some(s) = floor.get(i) {
             let _ = writeln!(md, "| {} | {FLOOR} | {} | {:.2} |", i + 1, Figures::of(s).cells_with(false), s.load);
         }
+    }
+    md.push('\n');
+}
+
+fn follow_table(md: &mut String, f: &Facts) {
+    let _ = writeln!(
+        md,
+        "Long-running (`--period {}ms` instead of `--one-time`, same flags otherwise): each tool in turn, alone, on the \
+         root its one-time syncs left. After the process's first sync, an idle window with nothing pushed; then \
+         pushes of {} files, each timed from `git push` returning until `current` points at the pushed commit \
+         (polled every 2 ms; pushes land at different points of the period); the final worktree checked as above. \
+         CPU = user + system of the tool and the children it waited for (`/proc/PID/stat`).\n",
+        f.period.as_millis(),
+        f.changed
+    );
+    let _ = writeln!(
+        md,
+        "| tool | idle: git requests per minute | idle: CPU per minute | pushes | push → link switched, median | max |"
+    );
+    let _ = writeln!(md, "|---|---:|---:|---:|---:|---:|");
+    for x in &f.follows {
+        let per_min = 60.0 / x.idle.as_secs_f64();
+        let mut l = x.latencies.clone();
+        l.sort();
+        let _ = writeln!(
+            md,
+            "| {} | {:.0} | {} | {} | {} | {} |",
+            x.label,
+            x.idle_requests as f64 * per_min,
+            fmt_time(x.idle_cpu.mul_f64(per_min)),
+            l.len(),
+            l.get(l.len() / 2).map(|d| fmt_time(*d)).unwrap_or_else(|| "–".into()),
+            l.last().map(|d| fmt_time(*d)).unwrap_or_else(|| "–".into()),
+        );
     }
     md.push('\n');
 }
