@@ -79,12 +79,14 @@ impl Layout {
     /// missing root is initialized; one that is not the top of its own repository (inside
     /// another one, or not a repository), whose repository fails `git fsck --connectivity-only`
     /// (when `fsck`), or with a `shallow.lock` left behind, is emptied (the root directory itself
-    /// is kept: it may be a mount point) and initialized. Then the `origin` remote.
+    /// is kept: it may be a mount point) and initialized. Then (when `setup`, or after an
+    /// initialization) the repository's settings and the `origin` remote.
     pub async fn ensure_repo(
         &self,
         git: &Git,
         repo_url: &str,
         fsck: bool,
+        setup: bool,
         deadline: Option<Instant>,
         log: &Log,
     ) -> Result<(), LayoutError> {
@@ -110,6 +112,9 @@ impl Layout {
                     source: std::io::Error::other(problem),
                 });
             }
+        }
+        if !init && !setup {
+            return Ok(());
         }
         // Linked worktrees made by hard links share inodes (a link moves a file's ctime) and,
         // made by reflinks, are new inodes: git compares what a copy keeps (mtime, size, mode).
@@ -137,6 +142,28 @@ impl Layout {
             Err(e) => return Err(e.into()),
         }
         Ok(())
+    }
+
+    /// `ROOT/.git/treesync-clean`: present while the repository is known whole (after a
+    /// successful sync, until the next command that writes it).
+    fn clean_marker(&self) -> PathBuf {
+        self.root.join(".git/treesync-clean")
+    }
+
+    /// Whether the last process left the repository whole (its last git command that writes the
+    /// repository finished and a sync succeeded after it): then `git fsck` at start is skipped.
+    pub fn was_left_clean(&self) -> bool {
+        self.clean_marker().is_file()
+    }
+
+    /// Say the repository is whole (after a successful sync).
+    pub fn mark_clean(&self) {
+        let _ = std::fs::write(self.clean_marker(), b"");
+    }
+
+    /// Before a git command that writes the repository: no longer known whole.
+    pub fn unmark_clean(&self) {
+        let _ = std::fs::remove_file(self.clean_marker());
     }
 
     /// What is wrong with ROOT's repository, if anything.

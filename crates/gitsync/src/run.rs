@@ -14,7 +14,7 @@ use crate::hooks::{Action, Hook, Sent};
 use crate::layout::{Layout, remove_any};
 use crate::log::{Log, touch};
 use crate::metrics::{Metrics, Status};
-use crate::worktree::{self, How, is_hash};
+use crate::worktree::{self, How};
 
 /// What one successful iteration did.
 #[derive(Debug)]
@@ -105,7 +105,9 @@ pub async fn run(config: Config, metrics: Arc<Metrics>, log: Log) -> i32 {
         None => None,
     };
     let mut s = Syncer { config, git, layout, log: log.clone(), metrics: metrics.clone(), pre_publish };
-    let (mut failures, mut succeeded, mut check_repo) = (0i64, false, true);
+    // git fsck at start, unless the last process left the repository whole (a sync succeeded
+    // after its last write); then only after a failure.
+    let (mut failures, mut succeeded, mut check_repo) = (0i64, false, !s.layout.was_left_clean());
     loop {
         let start = Instant::now();
         match s.sync_once(!succeeded, check_repo).await {
@@ -130,6 +132,7 @@ pub async fn run(config: Config, metrics: Arc<Metrics>, log: Log) -> i32 {
                 metrics.sync(if synced.changed { Status::Success } else { Status::Noop }, start.elapsed());
                 metrics.set_ready();
                 s.cleanup(&synced.hash).await;
+                s.layout.mark_clean();
                 (failures, succeeded, check_repo) = (0, true, false);
                 log.clear_error_file();
                 if s.config.one_time {
@@ -222,7 +225,7 @@ impl Syncer {
         }
         self.git.approve(&self.config, &root, d).await?;
         self.layout
-            .ensure_repo(&self.git, &self.config.repo, check_repo, d, &self.log)
+            .ensure_repo(&self.git, &self.config.repo, check_repo, first || check_repo, d, &self.log)
             .await
             .map_err(|e| e.to_string())?;
         let current = self.layout.current().map_err(|e| e.to_string())?;
@@ -236,6 +239,7 @@ impl Syncer {
         {
             fetch.push("--unshallow");
         }
+        self.layout.unmark_clean();
         self.git.run(&root, &fetch, d).await.map_err(|e| e.to_string())?;
         let repo = Repo::open(&root).map_err(|e| format!("can't open the repository in {}: {e}", root.display()))?;
         let commit = repo.resolve("FETCH_HEAD").map_err(|e| format!("can't read FETCH_HEAD: {e}"))?.commit;
@@ -243,6 +247,7 @@ impl Syncer {
         let changed = current.as_deref() != Some(hash.as_str()) || !self.layout.points_at(&hash);
         if !changed && !first {
             self.log.info(2, "no update required", &[("ref", self.config.rev.clone()), ("hash", hash.clone())]);
+            self.layout.mark_clean();
             return Ok(Synced { hash, previous: current, changed: false });
         }
         if changed {
@@ -310,13 +315,7 @@ impl Syncer {
             .filter(|(_, m)| now.duration_since(*m).unwrap_or_default() >= self.config.stale_worktree_timeout)
             .collect();
         stale.sort_by_key(|(_, m)| *m);
-        let spare = stale
-            .iter()
-            .rev()
-            .find(|(n, _)| {
-                is_hash(n) && self.layout.worktree(n).join(".treesync/state").is_file() && self.layout.admin(n).is_dir()
-            })
-            .map(|(n, _)| n.clone());
+        let spare = stale.iter().rev().find(|(n, _)| worktree::reusable(&self.layout, n)).map(|(n, _)| n.clone());
         let mut removed = 0;
         for (name, _) in stale.iter().filter(|(n, _)| Some(n) != spare.as_ref()) {
             let path = self.layout.worktree(name);

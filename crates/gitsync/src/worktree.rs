@@ -135,17 +135,30 @@ pub async fn make(
 ) -> Result<Made, Error> {
     let hash = commit.to_string();
     let path = layout.worktree(&hash);
+    // The directories everything below goes through are real ones, not links a local user
+    // planted to send the writes elsewhere (the worktree itself is opened without following).
+    for dir in [layout.worktrees(), layout.root.join(".git"), layout.root.join(".git/worktrees")] {
+        if std::fs::symlink_metadata(&dir).is_ok_and(|m| !m.is_dir()) {
+            return Err(Error::Io {
+                what: "refusing to use",
+                path: dir.display().to_string(),
+                source: std::io::Error::other(
+                    "it is not a directory (a symlink or a file): remove it; git-sync's root must be writable only by the user git-sync runs as",
+                ),
+            });
+        }
+    }
     std::fs::create_dir_all(layout.worktrees()).map_err(io("create", &layout.worktrees()))?;
     std::fs::create_dir_all(layout.root.join(".git/worktrees")).map_err(io("create", &layout.root))?;
     let has_state = |p: &Path| p.join(".treesync/state").is_file();
     let (how, from) = if current == Some(hash.as_str()) {
         (How::Check, None)
-    } else if path.is_dir() && has_state(&path) && layout.admin(&hash).is_dir() {
+    } else if is_real_dir(&path) && has_state(&path) && is_real_dir(&layout.admin(&hash)) {
         (How::Resume, None)
     } else {
         remove_any(&path).map_err(io("remove", &path))?;
         remove_any(&layout.admin(&hash)).map_err(io("remove", &layout.admin(&hash)))?;
-        if let Some(old) = spare(layout, current, &hash, stale, &has_state) {
+        if let Some(old) = spare(layout, current, &hash, stale) {
             // The git files first: a crash in between leaves a worktree without them, which is
             // never reused (and removed once stale), and an administrative directory without a
             // worktree, which is made again.
@@ -170,7 +183,11 @@ pub async fn make(
     if how != How::Check {
         write_git_files(layout, &hash)?;
     }
-    let changed = sync_into(&path, repo, &hash, interrupt).await?;
+    // A worktree without treesync's state (one git-sync made, or one cut short before its
+    // first state was written) is taken over: written whole, extras removed — a full pass,
+    // once. With a state, only the difference.
+    let take_over = !has_state(&path);
+    let changed = sync_into(&path, repo, &hash, take_over, interrupt).await?;
     if how != How::Check || changed > 0 {
         let tree = repo.resolve(&hash).map_err(|e| Error::Open { path: hash.clone(), message: e.to_string() })?.tree;
         treesync_core::gitworktree::update_linked(&path, &layout.admin(&hash), repo, commit, tree)?;
@@ -180,23 +197,13 @@ pub async fn make(
 
 /// The retired worktree to reuse: past the stale timeout, not held open, with treesync's state
 /// and its git files; the most recently retired of them.
-fn spare(
-    layout: &Layout,
-    current: Option<&str>,
-    hash: &str,
-    stale: Duration,
-    has_state: &dyn Fn(&Path) -> bool,
-) -> Option<String> {
+fn spare(layout: &Layout, current: Option<&str>, hash: &str, stale: Duration) -> Option<String> {
     let now = SystemTime::now();
     let mut candidates: Vec<(String, SystemTime)> = layout
         .others(current.unwrap_or(""))
         .into_iter()
         .filter(|(name, mtime)| {
-            name != hash
-                && is_hash(name)
-                && now.duration_since(*mtime).unwrap_or_default() >= stale
-                && has_state(&layout.worktree(name))
-                && layout.admin(name).is_dir()
+            name != hash && now.duration_since(*mtime).unwrap_or_default() >= stale && reusable(layout, name)
         })
         .collect();
     if candidates.is_empty() {
@@ -206,6 +213,20 @@ fn spare(
     candidates.retain(|(name, _)| !held.contains_key(name));
     candidates.sort_by_key(|(_, mtime)| *mtime);
     candidates.pop().map(|(name, _)| name)
+}
+
+/// Whether the entry `name` of `.worktrees` can be brought to another commit by the diff: a
+/// worktree named by its hash (a real directory) with treesync's state and its git files.
+pub fn reusable(layout: &Layout, name: &str) -> bool {
+    is_hash(name)
+        && is_real_dir(&layout.worktree(name))
+        && layout.worktree(name).join(".treesync/state").is_file()
+        && is_real_dir(&layout.admin(name))
+}
+
+/// A directory, not a symlink to one.
+fn is_real_dir(p: &Path) -> bool {
+    std::fs::symlink_metadata(p).is_ok_and(|m| m.is_dir())
 }
 
 /// A commit hash (SHA-1 or SHA-256), as worktrees are named.
@@ -237,8 +258,9 @@ fn replace(path: &Path, bytes: &[u8]) -> Result<(), Error> {
 }
 
 /// Sync `path` to `rev` with treesync (the backend its filesystem calls for), rewriting rather
-/// than changing in place what it touches; how many paths changed.
-async fn sync_into(path: &Path, repo: &Repo, rev: &str, interrupt: &AtomicBool) -> Result<u64, Error> {
+/// than changing in place what it touches; how many paths changed. `take_over`: the directory
+/// has no state of treesync's, and whatever it holds is replaced by the tree.
+async fn sync_into(path: &Path, repo: &Repo, rev: &str, take_over: bool, interrupt: &AtomicBool) -> Result<u64, Error> {
     let shown = path.display().to_string();
     let open = |message: String| Error::Open { path: shown.clone(), message };
     let target = Target::parse(&shown).map_err(|e| open(e.to_string()))?;
@@ -246,8 +268,8 @@ async fn sync_into(path: &Path, repo: &Repo, rev: &str, interrupt: &AtomicBool) 
     let place =
         Place::open(&target, &settings.target.options(), Intent::Write(None)).await.map_err(|e| open(e.to_string()))?;
     let mut options = settings.sync_options(&place.opened).map_err(|e| open(e.to_string()))?;
-    // Its own directory under .worktrees: whatever an interrupted attempt left is taken over.
-    options.force = true;
+    // Its own directory under .worktrees: whatever is there without a state is taken over.
+    options.force = take_over;
     let backend = RewriteModes::new(place.opened.backend.clone());
     let outcome = treesync_core::sync::sync(repo, rev, &backend, &options, &|_| {}, interrupt)
         .await

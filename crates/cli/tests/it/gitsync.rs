@@ -337,7 +337,143 @@ fn failures_count_to_max_failures_and_write_the_error_file() {
     );
     assert_eq!(lines_with(&err, "error syncing repo, will retry").len(), 1, "{err}");
     assert_eq!(lines_with(&err, "too many failures, aborting").len(), 1, "{err}");
+    // Before the first success --init-max-failures rules, with --init-period between tries.
+    let err = exits(
+        &[
+            "--repo",
+            &served.url,
+            "--ref",
+            "nope",
+            "--root",
+            s(&root),
+            "--max-failures",
+            "-1",
+            "--init-max-failures",
+            "3",
+            "--init-period",
+            "10ms",
+            "--one-time",
+        ],
+        1,
+    );
+    assert_eq!(lines_with(&err, "error syncing repo, will retry").len(), 2, "{err}");
+    // --sync-timeout: git killed at the deadline, the attempt a failure that says so.
+    let err = exits(&["--repo", &served.url, "--root", s(&root), "--sync-timeout", "10ms", "--one-time"], 1);
+    let last = lines_with(&err, "too many failures, aborting");
+    assert!(last[0]["error"].as_str().expect("error").contains("--sync-timeout (10ms)"), "{err}");
     // A success removes the error file.
     exits(&["--repo", &served.url, "--root", s(&root), "--one-time", "--error-file", "err.json"], 0);
     assert!(!root.join("err.json").exists());
+}
+
+/// The calls of `strace -f -y` output on paths or descriptors under `/.worktrees/`, by name.
+fn calls_under_worktrees(log: &Path) -> BTreeMap<String, u64> {
+    let text = std::fs::read_to_string(log).expect("strace log");
+    let mut c = BTreeMap::new();
+    for line in text.lines().filter(|l| l.contains("/.worktrees/")) {
+        let rest = line.split_once(' ').map_or(line, |(_, r)| r).trim_start();
+        if rest.starts_with('<') || rest.starts_with("+++") || rest.starts_with("---") {
+            continue;
+        }
+        if let Some((name, _)) = rest.split_once('(') {
+            *c.entry(name.to_string()).or_default() += 1;
+        }
+    }
+    c
+}
+
+/// From the third commit on, a sync's work on the worktrees grows with the changed paths, not
+/// the tree: `strace -f -y` of a sync of K = 4 changed paths on N = 2,000 files counts the calls
+/// on `.worktrees` (no hard link, a few per changed path, far below N); the second sync, a
+/// copy of the current worktree, makes N hard links (so the count would see a copy).
+#[test]
+fn a_sync_after_the_second_costs_the_diff_in_syscalls() {
+    const N: usize = 2000;
+    let strace = treesync_testkit::missing::require_program("strace", "strace");
+    let files: Vec<(String, String)> =
+        (0..N).map(|i| (format!("d{}/e{}/f{i}", i % 20, i % 7), format!("{i}\n"))).collect();
+    let refs: Vec<(&str, &str)> = files.iter().map(|(p, c)| (p.as_str(), c.as_str())).collect();
+    let served = Served::new(&refs);
+    let root = served.dir.path().join("root");
+    let args = ["git-sync", "--repo", &served.url, "--root", s(&root), "--one-time"];
+    let traced = |name: &str| -> BTreeMap<String, u64> {
+        let log = served.dir.path().join(name);
+        let o = Command::new(&strace)
+            .args(["-f", "-y", "-qq", "-s", "256", "-o"])
+            .arg(&log)
+            .arg(env!("CARGO_BIN_EXE_treesync"))
+            .env_remove("LD_LIBRARY_PATH")
+            .args(args)
+            .output()
+            .expect("strace runs");
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        calls_under_worktrees(&log)
+    };
+    exits(&args[1..], 0);
+    for round in 0..2 {
+        served.commit(&[
+            ("d1/e1/f1", &format!("r{round}\n")),
+            ("d2/e2/f2", &format!("r{round}\n")),
+            (&format!("new{round}"), "n\n"),
+            ("d3/e3/f3", &format!("r{round}\n")),
+        ]);
+        served.push(&["main"]);
+        let c = traced(&format!("strace{round}.txt"));
+        let n = |names: &[&str]| names.iter().map(|s| c.get(*s).copied().unwrap_or(0)).sum::<u64>();
+        let all: u64 = c.values().sum();
+        let head = git(&served.bare, &["rev-parse", "main"]);
+        assert_like_git(&served.bare, &head, &root.join("site.git"));
+        eprintln!("sync {} on N={N}: {all} calls under .worktrees: {c:?}", round + 2);
+        if round == 0 {
+            assert!(n(&["linkat", "link"]) >= N as u64, "the second sync copies the current worktree: {c:?}");
+        } else {
+            // K = 4 from the reused worktree's commit (two pushes: 8 paths at most).
+            assert_eq!(n(&["linkat", "link"]), 0, "{c:?}");
+            assert!(n(&["openat", "openat2", "open"]) <= 80, "{c:?}");
+            assert!(n(&["newfstatat", "statx", "fstat", "lstat", "stat"]) <= 80, "{c:?}");
+            assert!(n(&["getdents64"]) <= 20, "{c:?}");
+            assert!(all < (N / 4) as u64, "{all} calls under .worktrees for K ≤ 8 on N = {N}: {c:?}");
+        }
+    }
+}
+
+#[test]
+fn planted_symlinks_in_the_root_send_nothing_outside() {
+    let served = Served::new(&[("a.txt", "a\n"), ("d/b.txt", "b\n")]);
+    let root = served.dir.path().join("root");
+    let outside = served.dir.path().join("outside");
+    std::fs::create_dir_all(outside.join(".treesync")).expect("mkdir");
+    std::fs::write(outside.join(".treesync/state"), "{}").expect("bait");
+    std::fs::write(outside.join("keep"), "keep").expect("keep");
+    let snapshot = || tree::read_dir(&outside);
+    let before = snapshot();
+    let args = ["--repo", &served.url, "--root", s(&root), "--one-time"];
+    exits(&args, 0);
+    served.commit(&[("c.txt", "c\n")]);
+    served.push(&["main"]);
+    exits(&args, 0);
+    // The retired worktree (the one a next sync reuses) swapped for a link to another directory.
+    let (current, _) = link_of(&root.join("site.git"));
+    let retired = std::fs::read_dir(root.join(".worktrees"))
+        .expect("dir")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .find(|n| *n != current)
+        .expect("a retired worktree");
+    std::fs::remove_dir_all(root.join(".worktrees").join(&retired)).expect("rm");
+    std::os::unix::fs::symlink(&outside, root.join(".worktrees").join(&retired)).expect("plant");
+    let next = served.commit(&[("d/b.txt", "changed\n")]);
+    served.push(&["main"]);
+    exits(&args, 0);
+    assert_like_git(&served.bare, &next, &root.join("site.git"));
+    assert_eq!(snapshot(), before, "nothing changed outside the root");
+    assert!(std::fs::symlink_metadata(root.join(".worktrees").join(&retired)).is_err(), "the planted link is removed");
+    // .worktrees itself swapped for a link: refused, naming it, nothing written there.
+    let worktrees = root.join(".worktrees");
+    std::fs::rename(&worktrees, served.dir.path().join("moved")).expect("move");
+    std::os::unix::fs::symlink(&outside, &worktrees).expect("plant");
+    served.commit(&[("e.txt", "e\n")]);
+    served.push(&["main"]);
+    let err = exits(&args, 1);
+    assert!(err.contains("not a directory (a symlink or a file)"), "{err}");
+    assert_eq!(snapshot(), before, "nothing changed outside the root");
 }
