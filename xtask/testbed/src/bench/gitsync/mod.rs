@@ -525,18 +525,21 @@ fn archive(repo: &Path, commit: &str, dir: &Path) -> Result<(), String> {
     .map(|_| ())
 }
 
-/// `git fetch URL HEAD --depth 1` in `repo`, measured like a sync (writes not measured).
+/// `git fetch URL HEAD --depth 1` in `repo`, measured like a sync (writes not measured); then,
+/// not measured, a branch moved to what was fetched, as both tools do (git-sync's `git reset
+/// --soft`): without a ref, the fetch's connectivity check (`rev-list --objects --not --all`)
+/// would walk the whole new tree instead of stopping at what the repository already has.
 fn fetch_alone(repo: &Path, daemon: &GitDaemon, url: &str) -> Result<Sample, String> {
+    let git = || {
+        let mut cmd = Command::new("git");
+        cmd.env("GIT_CONFIG_NOSYSTEM", "1").env("GIT_CONFIG_GLOBAL", "/dev/null").arg("-C").arg(repo);
+        cmd
+    };
     let requests_before = daemon.requests();
-    let usage = measure_usage(
-        Command::new("git")
-            .env("GIT_CONFIG_NOSYSTEM", "1")
-            .env("GIT_CONFIG_GLOBAL", "/dev/null")
-            .arg("-C")
-            .arg(repo)
-            .args(["fetch", url, "HEAD", "--no-progress", "--prune", "--no-auto-gc", "--depth", "1"]),
-    )?;
+    let usage =
+        measure_usage(git().args(["fetch", url, "HEAD", "--no-progress", "--prune", "--no-auto-gc", "--depth", "1"]))?;
     let requests = daemon.requests() - requests_before;
+    run_quiet(git().args(["update-ref", "refs/heads/floor", "FETCH_HEAD"]))?;
     Ok(Sample { usage, written: 0, requests, outlived: Vec::new(), load: load_average() })
 }
 

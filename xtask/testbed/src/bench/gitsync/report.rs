@@ -200,7 +200,8 @@ pub(super) fn render(f: &Facts, sides: &[Side]) -> String {
          journal, written by the tool or by the git it runs; requests = `Request upload-pack` lines in the \
          daemon's `--verbose` log during the sync (`ls-remote`, `fetch`: one connection each). The floor rows \
          time the fetch both tools make, `git fetch URL HEAD --depth 1`, alone in a scratch repository on \
-         the tmpfs, after the tools' syncs of each push: the server's and the transfer's share of a sync. \
+         the tmpfs (a branch moved to each commit fetched, as the tools do), after the tools' syncs of each \
+         push: the server's and the transfer's share of a sync. \
          Medians and maxima are taken column by column.\n",
         if f.on_tmpfs { "a tmpfs" } else { "the local disk (not tmpfs)" }
     );
