@@ -109,6 +109,13 @@ pub(super) fn follow(
         latencies.push(pushed.elapsed());
         eprintln!("  push {}: link switched after {}", i + 1, crate::measure::fmt_time(pushed.elapsed()));
     }
+    // Let the iteration of the last push finish (its cleanup comes after the switch): the next
+    // fetch starts after it.
+    let r = daemon.requests();
+    let deadline = Instant::now() + Duration::from_secs(600);
+    while daemon.requests() == r && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
     drop(running);
     Ok(Follow { label: side.label.clone(), idle, idle_requests: r2 - r1, idle_cpu: c2.saturating_sub(c1), latencies })
 }
