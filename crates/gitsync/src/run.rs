@@ -264,8 +264,9 @@ impl Syncer {
                     ("remote", hash.clone()),
                 ],
             );
-            self.metrics.fetch();
         }
+        // git-sync counts an update (changed, or the first sync of the process) as its fetch.
+        self.metrics.fetch();
         self.git.run(&root, &["reset", "--soft", &hash, "--"], d).await.map_err(|e| e.to_string())?;
         let by_git = worktree::needs_git(&self.config, &self.git, &self.layout, &hash).await;
         let made = if by_git {
