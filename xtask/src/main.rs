@@ -41,6 +41,22 @@ Tasks:
                    --watch-parts local,nas,fanout,remote (all)
                    --treesync PATH (measure this binary, no release build)
                    --dir DIR (/tmp/treesync-bench)  --no-write (print the tables only)
+  bench git-sync
+          kubernetes/git-sync against `treesync git-sync` (its drop-in): a repository served by
+          `git daemon` on 127.0.0.1, a first sync and R pushes of 10 files, each sync a separate
+          `--one-time` process of each tool with the same flags; per sync wall time, CPU, peak
+          RSS, bytes written to the root (its own loop-mounted ext4) and git-server requests,
+          the goals of issue 32 checked; then each tool long-running (--period): git requests
+          and CPU while idle, push to link switched; rewrite BENCHMARKS.md. Root (loop devices).
+          Not part of a run of all: git-sync is built beforehand from its source, offline
+          (sh docs/bench/build-git-sync.sh SOURCE [REF]; the bench never downloads)
+          options: --files N (100000)  --syncs R (5; pushes after the first sync)
+                   --changed K (10)  --git-sync PATH (target/bench-cache/git-sync)
+                   --treesync PATH (measure this binary, no release build)
+                   --follow-pushes L (5; long-running mode: pushes per tool, 0 skips it)
+                   --period MS (200ms; its --period)  --idle-secs S (10; idle window)
+                   --only git-sync (git-sync alone, to check the harness; writes nothing)
+                   --dir DIR (/tmp/treesync-bench-git-sync)  --no-write
   campaign
           Kill `treesync sync` with SIGKILL at random moments, check that the next sync
           finishes the job like git archive, and record the figures in RELIABILITY.md

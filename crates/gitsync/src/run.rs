@@ -14,7 +14,7 @@ use crate::hooks::{Action, Hook, Sent};
 use crate::layout::{Layout, remove_any};
 use crate::log::{Log, touch};
 use crate::metrics::{Metrics, Status};
-use crate::worktree::{self, How, is_hash};
+use crate::worktree::{self, How};
 
 /// What one successful iteration did.
 #[derive(Debug)]
@@ -23,6 +23,8 @@ struct Synced {
     previous: Option<String>,
     /// The link moved (or this is the first sync of the process).
     changed: bool,
+    /// LINK moved (the pre-publish hook was sent).
+    published: bool,
 }
 
 /// Everything the loop keeps between iterations.
@@ -137,7 +139,9 @@ pub async fn run(config: Config, metrics: Arc<Metrics>, log: Log) -> i32 {
                 log.clear_error_file();
                 if s.config.one_time {
                     let mut code = 0;
-                    for h in [&exechook, &webhook, &s.pre_publish].into_iter().flatten() {
+                    // The pre-publish hook was only sent if the link moved (as git-sync waits).
+                    let pre = s.pre_publish.as_ref().filter(|_| synced.published);
+                    for h in [exechook.as_ref(), webhook.as_ref(), pre].into_iter().flatten() {
                         if h.wait().await.is_err() {
                             code = 1;
                         }
@@ -248,7 +252,7 @@ impl Syncer {
         if !changed && !first {
             self.log.info(2, "no update required", &[("ref", self.config.rev.clone()), ("hash", hash.clone())]);
             self.layout.mark_clean();
-            return Ok(Synced { hash, previous: current, changed: false });
+            return Ok(Synced { hash, previous: current, changed: false, published: false });
         }
         if changed {
             self.log.info(
@@ -260,8 +264,9 @@ impl Syncer {
                     ("remote", hash.clone()),
                 ],
             );
-            self.metrics.fetch();
         }
+        // git-sync counts an update (changed, or the first sync of the process) as its fetch.
+        self.metrics.fetch();
         self.git.run(&root, &["reset", "--soft", &hash, "--"], d).await.map_err(|e| e.to_string())?;
         let by_git = worktree::needs_git(&self.config, &self.git, &self.layout, &hash).await;
         let made = if by_git {
@@ -300,7 +305,7 @@ impl Syncer {
                 self.layout.touch_worktree(old);
             }
         }
-        Ok(Synced { hash, previous: current, changed: true })
+        Ok(Synced { hash, previous: current, changed: true, published: changed })
     }
 
     /// Remove what in `.worktrees` is past `--stale-worktree-timeout`, except the most recently
@@ -315,13 +320,7 @@ impl Syncer {
             .filter(|(_, m)| now.duration_since(*m).unwrap_or_default() >= self.config.stale_worktree_timeout)
             .collect();
         stale.sort_by_key(|(_, m)| *m);
-        let spare = stale
-            .iter()
-            .rev()
-            .find(|(n, _)| {
-                is_hash(n) && self.layout.worktree(n).join(".treesync/state").is_file() && self.layout.admin(n).is_dir()
-            })
-            .map(|(n, _)| n.clone());
+        let spare = stale.iter().rev().find(|(n, _)| worktree::reusable(&self.layout, n)).map(|(n, _)| n.clone());
         let mut removed = 0;
         for (name, _) in stale.iter().filter(|(n, _)| Some(n) != spare.as_ref()) {
             let path = self.layout.worktree(name);

@@ -135,17 +135,30 @@ pub async fn make(
 ) -> Result<Made, Error> {
     let hash = commit.to_string();
     let path = layout.worktree(&hash);
+    // The directories everything below goes through are real ones, not links a local user
+    // planted to send the writes elsewhere (the worktree itself is opened without following).
+    for dir in [layout.worktrees(), layout.root.join(".git"), layout.root.join(".git/worktrees")] {
+        if std::fs::symlink_metadata(&dir).is_ok_and(|m| !m.is_dir()) {
+            return Err(Error::Io {
+                what: "refusing to use",
+                path: dir.display().to_string(),
+                source: std::io::Error::other(
+                    "it is not a directory (a symlink or a file): remove it; git-sync's root must be writable only by the user git-sync runs as",
+                ),
+            });
+        }
+    }
     std::fs::create_dir_all(layout.worktrees()).map_err(io("create", &layout.worktrees()))?;
     std::fs::create_dir_all(layout.root.join(".git/worktrees")).map_err(io("create", &layout.root))?;
     let has_state = |p: &Path| p.join(".treesync/state").is_file();
     let (how, from) = if current == Some(hash.as_str()) {
         (How::Check, None)
-    } else if path.is_dir() && has_state(&path) && layout.admin(&hash).is_dir() {
+    } else if is_real_dir(&path) && has_state(&path) && is_real_dir(&layout.admin(&hash)) {
         (How::Resume, None)
     } else {
         remove_any(&path).map_err(io("remove", &path))?;
         remove_any(&layout.admin(&hash)).map_err(io("remove", &layout.admin(&hash)))?;
-        if let Some(old) = spare(layout, current, &hash, stale, &has_state) {
+        if let Some(old) = spare(layout, current, &hash, stale) {
             // The git files first: a crash in between leaves a worktree without them, which is
             // never reused (and removed once stale), and an administrative directory without a
             // worktree, which is made again.
@@ -184,23 +197,13 @@ pub async fn make(
 
 /// The retired worktree to reuse: past the stale timeout, not held open, with treesync's state
 /// and its git files; the most recently retired of them.
-fn spare(
-    layout: &Layout,
-    current: Option<&str>,
-    hash: &str,
-    stale: Duration,
-    has_state: &dyn Fn(&Path) -> bool,
-) -> Option<String> {
+fn spare(layout: &Layout, current: Option<&str>, hash: &str, stale: Duration) -> Option<String> {
     let now = SystemTime::now();
     let mut candidates: Vec<(String, SystemTime)> = layout
         .others(current.unwrap_or(""))
         .into_iter()
         .filter(|(name, mtime)| {
-            name != hash
-                && is_hash(name)
-                && now.duration_since(*mtime).unwrap_or_default() >= stale
-                && has_state(&layout.worktree(name))
-                && layout.admin(name).is_dir()
+            name != hash && now.duration_since(*mtime).unwrap_or_default() >= stale && reusable(layout, name)
         })
         .collect();
     if candidates.is_empty() {
@@ -210,6 +213,20 @@ fn spare(
     candidates.retain(|(name, _)| !held.contains_key(name));
     candidates.sort_by_key(|(_, mtime)| *mtime);
     candidates.pop().map(|(name, _)| name)
+}
+
+/// Whether the entry `name` of `.worktrees` can be brought to another commit by the diff: a
+/// worktree named by its hash (a real directory) with treesync's state and its git files.
+pub fn reusable(layout: &Layout, name: &str) -> bool {
+    is_hash(name)
+        && is_real_dir(&layout.worktree(name))
+        && layout.worktree(name).join(".treesync/state").is_file()
+        && is_real_dir(&layout.admin(name))
+}
+
+/// A directory, not a symlink to one.
+fn is_real_dir(p: &Path) -> bool {
+    std::fs::symlink_metadata(p).is_ok_and(|m| m.is_dir())
 }
 
 /// A commit hash (SHA-1 or SHA-256), as worktrees are named.

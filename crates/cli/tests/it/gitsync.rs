@@ -337,6 +337,30 @@ fn failures_count_to_max_failures_and_write_the_error_file() {
     );
     assert_eq!(lines_with(&err, "error syncing repo, will retry").len(), 1, "{err}");
     assert_eq!(lines_with(&err, "too many failures, aborting").len(), 1, "{err}");
+    // Before the first success --init-max-failures rules, with --init-period between tries.
+    let err = exits(
+        &[
+            "--repo",
+            &served.url,
+            "--ref",
+            "nope",
+            "--root",
+            s(&root),
+            "--max-failures",
+            "-1",
+            "--init-max-failures",
+            "3",
+            "--init-period",
+            "10ms",
+            "--one-time",
+        ],
+        1,
+    );
+    assert_eq!(lines_with(&err, "error syncing repo, will retry").len(), 2, "{err}");
+    // --sync-timeout: git killed at the deadline, the attempt a failure that says so.
+    let err = exits(&["--repo", &served.url, "--root", s(&root), "--sync-timeout", "10ms", "--one-time"], 1);
+    let last = lines_with(&err, "too many failures, aborting");
+    assert!(last[0]["error"].as_str().expect("error").contains("--sync-timeout (10ms)"), "{err}");
     // A success removes the error file.
     exits(&["--repo", &served.url, "--root", s(&root), "--one-time", "--error-file", "err.json"], 0);
     assert!(!root.join("err.json").exists());
@@ -411,4 +435,45 @@ fn a_sync_after_the_second_costs_the_diff_in_syscalls() {
             assert!(all < (N / 4) as u64, "{all} calls under .worktrees for K ≤ 8 on N = {N}: {c:?}");
         }
     }
+}
+
+#[test]
+fn planted_symlinks_in_the_root_send_nothing_outside() {
+    let served = Served::new(&[("a.txt", "a\n"), ("d/b.txt", "b\n")]);
+    let root = served.dir.path().join("root");
+    let outside = served.dir.path().join("outside");
+    std::fs::create_dir_all(outside.join(".treesync")).expect("mkdir");
+    std::fs::write(outside.join(".treesync/state"), "{}").expect("bait");
+    std::fs::write(outside.join("keep"), "keep").expect("keep");
+    let snapshot = || tree::read_dir(&outside);
+    let before = snapshot();
+    let args = ["--repo", &served.url, "--root", s(&root), "--one-time"];
+    exits(&args, 0);
+    served.commit(&[("c.txt", "c\n")]);
+    served.push(&["main"]);
+    exits(&args, 0);
+    // The retired worktree (the one a next sync reuses) swapped for a link to another directory.
+    let (current, _) = link_of(&root.join("site.git"));
+    let retired = std::fs::read_dir(root.join(".worktrees"))
+        .expect("dir")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .find(|n| *n != current)
+        .expect("a retired worktree");
+    std::fs::remove_dir_all(root.join(".worktrees").join(&retired)).expect("rm");
+    std::os::unix::fs::symlink(&outside, root.join(".worktrees").join(&retired)).expect("plant");
+    let next = served.commit(&[("d/b.txt", "changed\n")]);
+    served.push(&["main"]);
+    exits(&args, 0);
+    assert_like_git(&served.bare, &next, &root.join("site.git"));
+    assert_eq!(snapshot(), before, "nothing changed outside the root");
+    assert!(std::fs::symlink_metadata(root.join(".worktrees").join(&retired)).is_err(), "the planted link is removed");
+    // .worktrees itself swapped for a link: refused, naming it, nothing written there.
+    let worktrees = root.join(".worktrees");
+    std::fs::rename(&worktrees, served.dir.path().join("moved")).expect("move");
+    std::os::unix::fs::symlink(&outside, &worktrees).expect("plant");
+    served.commit(&[("e.txt", "e\n")]);
+    served.push(&["main"]);
+    let err = exits(&args, 1);
+    assert!(err.contains("not a directory (a symlink or a file)"), "{err}");
+    assert_eq!(snapshot(), before, "nothing changed outside the root");
 }

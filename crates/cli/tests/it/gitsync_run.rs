@@ -91,6 +91,26 @@ fn one_time_runs_the_hooks_once_and_their_failure_is_the_exit_code() {
     assert!(request.starts_with("PUT /hook "), "{request}");
     assert!(request.to_ascii_lowercase().contains(&format!("gitsync-hash: {head}")), "{request}");
     assert!(root.join("synced").is_file(), "touch file");
+    // Again with the same hash: the exechook fires again (the first sync of a process), the
+    // pre-publish hook does not (the link did not move), and the run does not wait for it.
+    exits(
+        &[
+            "--repo",
+            &served.url,
+            "--root",
+            s(&root),
+            "--link",
+            "l",
+            "--one-time",
+            "--exechook-command",
+            &exec,
+            "--pre-publish-exechook-command",
+            &pre,
+        ],
+        0,
+    );
+    assert_eq!(std::fs::read_to_string(&exec_out).expect("out").lines().count(), 2);
+    assert_eq!(std::fs::read_to_string(&pre_out).expect("out").lines().count(), 1);
     // A failing exechook: one try, exit 1, the link still published.
     let root2 = dir.join("root2");
     let failing = hook_script(dir, "fail.sh", &dir.join("fail.out"), 3);
