@@ -110,8 +110,10 @@ fn check_in(podman: &Podman, s: &Subject<'_>, tmp: &Path) -> Result<(), String> 
 
 /// One container through /bin/sh: identity, modes, programs, libraries and transports.
 fn probe(podman: &Podman, image: &str, fixture: &Fixture, elf: &[String]) -> Result<(), String> {
-    // ld.so --list on the loader itself is not a question worth asking.
-    let listed: Vec<String> = elf.iter().filter(|p| !p.contains("/ld-linux")).map(|p| format!("/{p}")).collect();
+    // The image's own dynamic loader lists each file's libraries (not itself: nothing to ask).
+    let is_loader = |p: &&String| p.rsplit('/').next().is_some_and(|n| n.starts_with("ld-linux"));
+    let loader = elf.iter().find(is_loader).ok_or("the image has no dynamic loader (ld-linux*)")?;
+    let listed: Vec<String> = elf.iter().filter(|p| !is_loader(p)).map(|p| format!("/{p}")).collect();
     let script = format!(
         r#"while read -r k v rest; do case $k in Uid:) echo "uid=$v";; Gid:) echo "gid=$v";; esac; done </proc/self/status
 echo "home=$HOME"
@@ -124,7 +126,7 @@ test -s /etc/ssl/certs/ca-certificates.crt && echo certs=present
 echo "file=$(git ls-remote file:///srv/repo.git refs/heads/main 2>&1)"
 echo "https=$(git ls-remote https://127.0.0.1:1/repo.git 2>&1)"
 for f in {files}; do
-  out=$(/lib64/ld-linux-x86-64.so.2 --list "$f" 2>&1) || {{ echo "unresolved=$f: $out"; continue; }}
+  out=$(/{loader} --list "$f" 2>&1) || {{ echo "unresolved=$f: $out"; continue; }}
   case "$out" in *"not found"*) echo "unresolved=$f: $out";; esac
 done
 echo done=yes
