@@ -202,7 +202,7 @@ impl Syncer {
         };
         let result = self.sync_within(first, check_repo, deadline, &interrupt).await;
         timer.abort();
-        if interrupt.load(Ordering::SeqCst) && result.is_err() {
+        if (interrupt.load(Ordering::SeqCst) || Instant::now() >= deadline) && result.is_err() {
             return Err(format!(
                 "the sync took longer than --sync-timeout ({:?}): {}",
                 self.config.sync_timeout,
