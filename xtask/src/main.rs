@@ -6,6 +6,7 @@
 
 mod deb;
 mod dist;
+mod image;
 mod test;
 
 use xtask::util::{exit_code, project_root};
@@ -40,6 +41,22 @@ Tasks:
                    --watch-parts local,nas,fanout,remote (all)
                    --treesync PATH (measure this binary, no release build)
                    --dir DIR (/tmp/treesync-bench)  --no-write (print the tables only)
+  bench git-sync
+          kubernetes/git-sync against `treesync git-sync` (its drop-in): a repository served by
+          `git daemon` on 127.0.0.1, a first sync and R pushes of 10 files, each sync a separate
+          `--one-time` process of each tool with the same flags; per sync wall time, CPU, peak
+          RSS, bytes written to the root (its own loop-mounted ext4) and git-server requests,
+          the goals of issue 32 checked; then each tool long-running (--period): git requests
+          and CPU while idle, push to link switched; rewrite BENCHMARKS.md. Root (loop devices).
+          Not part of a run of all: git-sync is built beforehand from its source, offline
+          (sh docs/bench/build-git-sync.sh SOURCE [REF]; the bench never downloads)
+          options: --files N (100000)  --syncs R (5; pushes after the first sync)
+                   --changed K (10)  --git-sync PATH (target/bench-cache/git-sync)
+                   --treesync PATH (measure this binary, no release build)
+                   --follow-pushes L (5; long-running mode: pushes per tool, 0 skips it)
+                   --period MS (200ms; its --period)  --idle-secs S (10; idle window)
+                   --only git-sync (git-sync alone, to check the harness; writes nothing)
+                   --dir DIR (/tmp/treesync-bench-git-sync)  --no-write
   campaign
           Kill `treesync sync` with SIGKILL at random moments, check that the next sync
           finishes the job like git archive, and record the figures in RELIABILITY.md
@@ -63,6 +80,15 @@ Tasks:
           target/dist/SHA256SUMS, then unpack it and check it: --version, the checksum, the
           man pages, the completions, a sync of HEAD compared with git archive HEAD
           options: --no-test (skip the check)
+  image   Build the OCI image of `treesync git-sync`, a drop-in for git-sync's image (user and
+          group 65533, HOME=/tmp, GITSYNC_ROOT=/git, /git 02775, entrypoint treesync git-sync),
+          without a container daemon or registry: the dist binary, git, ssh and dash with their
+          libraries taken from this Debian host's packages (checked against dpkg's md5sums), a
+          CA bundle; written as the OCI layout target/dist/treesync-VERSION-image/ and the
+          oci-archive target/dist/treesync-VERSION-image.oci.tar (reproducible), then loaded
+          into podman (runc) and run: config, user, git and its transports, two git:// syncs
+          into a mounted /git (needs root, podman and runc)
+          options: --no-test (skip the podman check)  --binary PATH (put this binary in, no build)
   deb     Build the Debian package target/deb/treesync_VERSION_ARCH.deb: the binary (stripped),
           man pages, bash/zsh/fish completions, the systemd unit treesync-watch@.service (one
           instance per mirror of /etc/treesync/treesync.toml), copyright, README, deploy.md and
@@ -97,6 +123,7 @@ fn main() -> std::process::ExitCode {
     let result = match args.first().map(String::as_str) {
         Some("deb") => deb::run(&args[1..]),
         Some("dist") => dist::run(&args[1..]),
+        Some("image") => image::run(&args[1..]),
         Some("test") => test::run(&args[1..]),
         Some(task) if TESTBED_TASKS.contains(&task) => return testbed(&args),
         Some("help" | "--help" | "-h") | None => {

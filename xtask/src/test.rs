@@ -1,6 +1,7 @@
 //! `cargo xtask test`: the README's test command. Installs what the tests need where it can (as
 //! root on Debian: apt packages, and `moto[server]` into the project's virtualenv), says exactly
-//! what it installs, then runs every test, the API docs build and the release tarball check.
+//! what it installs, then runs every test, the API docs build, the release tarball check and
+//! the image check (`cargo xtask image`: the dist binary's OCI image, run by podman).
 //!
 //! The tests themselves never skip: a test whose real component is missing fails, naming the
 //! command that provides it (`treesync_testkit::missing`). This command is what provides them.
@@ -24,6 +25,9 @@ const FSAL_VFS: &[&str] = &[
     "/usr/lib/ganesha/libfsalvfs.so",
     "/usr/lib64/ganesha/libfsalvfs.so",
 ];
+
+/// Debian's python3-yaml (the Kubernetes examples' test runs /usr/bin/python3 with it).
+const PYTHON3_YAML: &str = "/usr/lib/python3/dist-packages/yaml/__init__.py";
 
 /// Services the NFS packages enable; disabled so that no rpcbind listens on 0.0.0.0:111 after
 /// a reboot (the tests start their own, in a private namespace).
@@ -128,6 +132,11 @@ fn missing(probe: &Probe) -> Vec<Need> {
         ("dpkg-deb", "dpkg"),
         ("systemd-analyze", "systemd"),
         ("strip", "binutils"),
+        // The image (`cargo xtask image`, run after the dist build): podman with runc loads
+        // and runs it; ssh goes into it.
+        ("podman", "podman"),
+        ("runc", "runc"),
+        ("ssh", "openssh-client"),
     ];
     for (program, package) in programs {
         if probe.program(program).is_none() {
@@ -139,6 +148,10 @@ fn missing(probe: &Probe) -> Vec<Need> {
     }
     if !probe.file("/etc/netconfig").is_file() {
         need("/etc/netconfig", Provider::Apt("libtirpc-common"));
+    }
+    // The Kubernetes examples' test reads YAML with Debian's python3 and its yaml module.
+    if !probe.file(PYTHON3_YAML).is_file() {
+        need("python3's yaml module", Provider::Apt("python3-yaml"));
     }
     if !probe.file("/dev/fuse").exists() {
         need(
@@ -342,8 +355,8 @@ impl Step {
 
 /// What `cargo xtask test` runs. With cargo-nextest the tests of all binaries share the cores
 /// (`cargo test` runs one binary after another, so one slow binary leaves a core idle), and the
-/// doc-tests, which nextest does not run, follow with `cargo test --doc`. The release build and
-/// the docs, which need no test to pass first, build in the background meanwhile.
+/// doc-tests, which nextest does not run, follow with `cargo test --doc`. The release build, its
+/// image and the docs, which need no test to pass first, build in the background meanwhile.
 fn steps(nextest: bool) -> Vec<Step> {
     let step = |args: &[&'static str]| Step { rustdocflags: None, args: args.to_vec(), background: false };
     let mut steps = Vec::new();
@@ -356,6 +369,8 @@ fn steps(nextest: bool) -> Vec<Step> {
     }
     // The release tarball, unpacked and checked (`cargo xtask dist` builds in target/dist).
     steps.push(Step { background: true, ..step(&["xtask", "dist"]) });
+    // The OCI image of the same dist binary (its build is then a no-op), run by podman.
+    steps.push(Step { background: true, ..step(&["xtask", "image"]) });
     // The API docs build without a warning (broken links included). With the dist profile, its
     // dependencies are checked in target/dist (locked apart from the tests' target/debug), and
     // the proc-macros and build scripts are the ones the dist build just made.
@@ -643,8 +658,12 @@ mod tests {
                 "mount",
                 "nfs-ganesha",
                 "nfs-ganesha-vfs",
+                "openssh-client",
+                "podman",
                 "python3-venv",
+                "python3-yaml",
                 "rpcbind",
+                "runc",
                 "strace",
                 "systemd",
                 "tar",
@@ -677,9 +696,13 @@ mod tests {
             "dpkg-deb",
             "systemd-analyze",
             "strip",
+            "podman",
+            "runc",
+            "ssh",
         ] {
             put(&probe.path[0].join(p));
         }
+        put(&probe.root.join(PYTHON3_YAML.trim_start_matches('/')));
         // Found in the sbin directories even when PATH lacks them, as the testkit looks.
         for p in ["usr/sbin/ganesha.nfsd", "usr/sbin/rpcbind", "bin/mount", "bin/umount"] {
             put(&probe.root.join(p));
@@ -736,6 +759,7 @@ mod tests {
             ("cargo nextest run --workspace --no-fail-fast", false),
             ("cargo test --workspace --doc", false),
             ("cargo xtask dist", true),
+            ("cargo xtask image", true),
             ("RUSTDOCFLAGS=\"-D warnings\" cargo doc --no-deps --workspace --quiet --profile dist", true),
         ];
         assert_eq!(shown, expected.map(|(s, b)| (s.to_string(), b)));
@@ -749,7 +773,7 @@ mod tests {
         assert_eq!(args[..2], ["-n", "19"]);
         assert_eq!(args[2], std::env::current_exe().expect("current exe").as_os_str());
         assert_eq!(args[3..], ["dist"]);
-        let doc = steps(true)[3].command(Path::new("/"), std::ffi::OsStr::new("cargo"));
+        let doc = steps(true)[4].command(Path::new("/"), std::ffi::OsStr::new("cargo"));
         assert!(doc.get_envs().any(|(k, v)| k == "RUSTDOCFLAGS" && v == Some("-D warnings".as_ref())));
     }
 

@@ -8,6 +8,7 @@ use gix_hash::ObjectId;
 
 use crate::source::{Repo, Resolved};
 
+mod delta;
 mod error;
 mod gitdir;
 pub use error::Error;
@@ -160,6 +161,84 @@ pub fn update_linked(
         git.check_file(file)?;
     }
     write_index_and_head(&git, commit.kind(), worktree, "HEAD", repo, commit, tree)
+}
+
+/// [`update_linked()`] for a worktree whose index in `admin` is one of `from` (the tree of the
+/// worktree it was copied from, or the tree it held before it was reused): only the entries
+/// that differ between the two trees are changed (their stat data taken with `lstat`), found by
+/// a walk that descends only into subtrees whose ids differ — no tree of the whole commit is
+/// built. Without an index there, the whole index is written as [`update_linked()`] does.
+pub fn update_linked_from(
+    worktree: &Path,
+    admin: &Path,
+    repo: &Repo,
+    from: ObjectId,
+    commit: ObjectId,
+    tree: ObjectId,
+) -> Result<(), Error> {
+    let git = GitDir::open_admin(admin, worktree)?;
+    for file in [INDEX, "HEAD"] {
+        git.check_file(file)?;
+    }
+    let Some(index) = read_index(&git, commit.kind(), worktree)? else {
+        return write_index_and_head(&git, commit.kind(), worktree, "HEAD", repo, commit, tree);
+    };
+    let changes =
+        repo.with_objects(|odb| delta::diff(odb, &from, &tree)).map_err(|e| io("read the trees", worktree, e))?;
+    let (mut state, _) = index.into_parts();
+    let mut set: std::collections::HashMap<Vec<u8>, (ObjectId, gix_index::entry::Mode)> = Default::default();
+    let mut removed: std::collections::HashSet<Vec<u8>> = Default::default();
+    for change in changes {
+        match change {
+            delta::Change::Set(path, id, mode) => {
+                set.insert(path, (id, mode));
+            }
+            delta::Change::Remove(path) => {
+                removed.insert(path);
+            }
+        }
+    }
+    state.remove_entries(|_, path, _| {
+        removed.contains(path.as_ref() as &[u8]) && !set.contains_key(path.as_ref() as &[u8])
+    });
+    let stat_of = |path: &[u8], mode: gix_index::entry::Mode| -> gix_index::entry::Stat {
+        if mode == gix_index::entry::Mode::COMMIT {
+            return gix_index::entry::Stat::default();
+        }
+        let p = worktree.join(String::from_utf8_lossy(path).as_ref());
+        gix_index::fs::Metadata::from_path_no_follow(&p)
+            .ok()
+            .and_then(|m| gix_index::entry::Stat::from_fs(&m).ok())
+            .unwrap_or_default()
+    };
+    // Entries that exist are changed in place while the entries are still sorted (lookups are
+    // binary searches); new ones are appended afterwards, then everything is sorted once.
+    let mut added = Vec::new();
+    for (path, (id, mode)) in &set {
+        let stat = stat_of(path, *mode);
+        match state.entry_mut_by_path_and_stage(path.as_slice().into(), gix_index::entry::Stage::Unconflicted) {
+            Some(e) => {
+                e.id = *id;
+                e.mode = *mode;
+                e.stat = stat;
+            }
+            None => added.push((path, *id, *mode, stat)),
+        }
+    }
+    for (path, id, mode, stat) in added {
+        state.dangerously_push_entry(stat, id, gix_index::entry::Flags::empty(), mode, path.as_slice().into());
+    }
+    state.sort_entries();
+    // The tree cache and the other optional extensions described the old entries.
+    state.remove_tree();
+    state.remove_resolve_undo();
+    let mut bytes = Vec::new();
+    let options = gix_index::write::Options { extensions: gix_index::write::Extensions::None, ..Default::default() };
+    gix_index::File::from_state(state, git.path().join(INDEX))
+        .write_to(&mut bytes, options)
+        .map_err(|e| io("write the index", worktree, e))?;
+    git.write(INDEX, &bytes)?;
+    git.write("HEAD", format!("{commit}\n").as_bytes())
 }
 
 /// Rewrite the index of `git` for `tree` (keeping the stat data of unchanged entries) and

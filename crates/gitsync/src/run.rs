@@ -143,9 +143,9 @@ pub async fn run(config: Config, metrics: Arc<Metrics>, log: Log) -> i32 {
                 log.clear_error_file();
                 if s.config.one_time {
                     let mut code = 0;
-                    // The pre-publish hook only if it was sent (the link moved), as git-sync.
-                    let pre_publish = s.pre_publish.as_ref().filter(|_| synced.published);
-                    for h in [exechook.as_ref(), webhook.as_ref(), pre_publish].into_iter().flatten() {
+                    // The pre-publish hook was only sent if the link moved (as git-sync waits).
+                    let pre = s.pre_publish.as_ref().filter(|_| synced.published);
+                    for h in [exechook.as_ref(), webhook.as_ref(), pre].into_iter().flatten() {
                         if h.wait().await.is_err() {
                             code = 1;
                         }
@@ -206,7 +206,7 @@ impl Syncer {
         };
         let result = self.sync_within(first, check_repo, deadline, &interrupt).await;
         timer.abort();
-        if interrupt.load(Ordering::SeqCst) && result.is_err() {
+        if (interrupt.load(Ordering::SeqCst) || Instant::now() >= deadline) && result.is_err() {
             return Err(format!(
                 "the sync took longer than --sync-timeout ({:?}): {}",
                 self.config.sync_timeout,

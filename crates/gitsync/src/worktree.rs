@@ -174,11 +174,14 @@ pub async fn make(
             treesync_backend_local::generations::clone_dir(&layout.worktree(cur), &path)
                 .map_err(|e| Error::Open { path: path.display().to_string(), message: e.to_string() })?;
             std::fs::create_dir_all(layout.admin(&hash)).map_err(io("create", &layout.admin(&hash)))?;
-            let index = layout.admin(cur).join("index");
-            if index.is_file() {
+            // The index and the marker naming its commit; without the marker, the index is
+            // written whole.
+            let (index, marker) = (layout.admin(cur).join("index"), layout.admin(cur).join(INDEX_OF));
+            if index.is_file() && marker.is_file() {
                 std::fs::copy(&index, layout.admin(&hash).join("index")).map_err(io("copy", &index))?;
+                std::fs::copy(&marker, layout.admin(&hash).join(INDEX_OF)).map_err(io("copy", &marker))?;
             }
-            (How::Clone, None)
+            (How::Clone, Some(cur.to_string()))
         } else {
             std::fs::create_dir(&path).map_err(io("create", &path))?;
             std::fs::create_dir_all(layout.admin(&hash)).map_err(io("create", &layout.admin(&hash)))?;
@@ -195,9 +198,26 @@ pub async fn make(
     let take_over = !has_state(&path);
     let changed = sync_into(&path, repo, &hash, take_over, interrupt).await?;
     if how != How::Check || changed > 0 || no_index {
-        let tree = repo.resolve(&hash).map_err(|e| Error::Open { path: hash.clone(), message: e.to_string() })?.tree;
-        treesync_core::gitworktree::update_linked(&path, &layout.admin(&hash), repo, commit, tree)?;
+        let tree_of = |rev: &str| {
+            repo.resolve(rev).map(|r| r.tree).map_err(|e| Error::Open { path: rev.to_string(), message: e.to_string() })
+        };
+        let (tree, admin) = (tree_of(&hash)?, layout.admin(&hash));
+        // The commit the index there describes, if known for sure (see `INDEX_OF`); the marker
+        // is removed before the index is written and written after it.
+        let marker = admin.join(INDEX_OF);
+        let index_of = std::fs::read_to_string(&marker).ok().map(|s| s.trim().to_string()).filter(|s| is_hash(s));
+        let _ = std::fs::remove_file(&marker);
+        match index_of {
+            // The index is another commit's: change only what differs between the two trees.
+            Some(source) if source != hash => {
+                treesync_core::gitworktree::update_linked_from(&path, &admin, repo, tree_of(&source)?, commit, tree)?
+            }
+            // Unknown, or this commit's already (a drift repaired: the stat data of what changed).
+            _ => treesync_core::gitworktree::update_linked(&path, &admin, repo, commit, tree)?,
+        }
+        std::fs::write(&marker, format!("{hash}\n")).map_err(io("write", &marker))?;
     }
+    let from = if how == How::Reuse { from } else { None };
     Ok(Made { how, changed, from })
 }
 
@@ -251,6 +271,11 @@ pub fn reusable(layout: &Layout, name: &str) -> bool {
 fn is_real_dir(p: &Path) -> bool {
     std::fs::symlink_metadata(p).is_ok_and(|m| m.is_dir())
 }
+
+/// In a worktree's administrative directory: the commit its index was last written for,
+/// removed before each write of the index and written after it, so that an index found
+/// without it (a write cut short) is written whole rather than patched.
+const INDEX_OF: &str = "treesync-index-of";
 
 /// A commit hash (SHA-1 or SHA-256), as worktrees are named.
 pub fn is_hash(name: &str) -> bool {

@@ -114,14 +114,29 @@ pub fn measure_child(args: &[String]) -> Result<(), String> {
 /// CPU time (user + system, all threads) a running process has used so far, from
 /// `/proc/PID/stat`: how busy a server was during a run is the difference of two readings.
 /// `None` when the process is gone or the file cannot be parsed.
-#[allow(unsafe_code)]
 pub fn process_cpu(pid: u32) -> Option<Duration> {
+    stat_cpu(pid, false)
+}
+
+/// Like [`process_cpu`], plus the CPU time of the children the process has waited for
+/// (cutime, cstime): a tool that runs `git` is counted with the gits that finished.
+pub fn process_tree_cpu(pid: u32) -> Option<Duration> {
+    stat_cpu(pid, true)
+}
+
+#[allow(unsafe_code)]
+fn stat_cpu(pid: u32, children: bool) -> Option<Duration> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // The command name (field 2) may hold spaces; the fields after its `)` are fixed.
     let rest = &stat[stat.rfind(')')? + 1..];
     let fields: Vec<&str> = rest.split_whitespace().collect();
-    // utime and stime are fields 14 and 15 of the line, 12 and 13 after the name.
-    let (utime, stime): (u64, u64) = (fields.get(11)?.parse().ok()?, fields.get(12)?.parse().ok()?);
+    // utime, stime, cutime and cstime are fields 14 to 17 of the line, 12 to 15 after the name.
+    let field = |i: usize| fields.get(i).and_then(|f| f.parse::<u64>().ok());
+    let (mut utime, mut stime) = (field(11)?, field(12)?);
+    if children {
+        utime += field(13)?;
+        stime += field(14)?;
+    }
     // SAFETY: sysconf only reads a configuration value.
     let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
     let ticks = u64::try_from(ticks).ok().filter(|&t| t > 0)?;

@@ -2,6 +2,7 @@
 //! rules (`treesync_gitsync::flags`), its messages and exit codes, its HTTP endpoint (health at
 //! every path, `/metrics` with `--http-metrics`), then the library's loop.
 
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::process::ExitCode;
 use std::sync::Arc;
 
@@ -110,15 +111,20 @@ pub(crate) fn main(program: &str, args: &[String]) -> ExitCode {
     let metrics = Arc::new(Metrics::default());
     runtime.block_on(async {
         if let Some(bind) = &config.http_bind {
-            let addr = match tokio::net::lookup_host(bind.as_str()).await.ok().and_then(|mut a| a.next()) {
-                Some(a) => a,
-                None => {
-                    log.error("failed to listen", &format!("can't resolve --http-bind {bind:?}"), &[]);
-                    return code(1);
-                }
-            };
+            let addrs = listen_addresses(bind).await;
+            if addrs.is_empty() {
+                log.error("failed to listen", &format!("can't resolve --http-bind {bind:?}"), &[]);
+                return code(1);
+            }
             let routes = Arc::new(GitSyncRoutes { metrics: metrics.clone(), with_metrics: config.http_metrics });
-            match serve(addr, routes).await {
+            let mut served = Err(anyhow::anyhow!("no address"));
+            for addr in addrs {
+                served = serve(addr, routes.clone()).await;
+                if served.is_ok() {
+                    break;
+                }
+            }
+            match served {
                 Ok(local) => log.info(0, "serving HTTP", &[("endpoint", local.to_string())]),
                 Err(e) => {
                     log.error("failed to listen", &format!("{e:#}"), &[("address", bind.clone())]);
@@ -128,6 +134,17 @@ pub(crate) fn main(program: &str, args: &[String]) -> ExitCode {
         }
         code(treesync_gitsync::run(config, metrics, log).await)
     })
+}
+
+/// Where to listen for `--http-bind`, a Go listen address as git-sync takes it: `HOST:PORT`
+/// resolved, and `:PORT` (no host, the usual form in pod specs) every address, as Go's
+/// `net.Listen` does: `[::]` (IPv4 too, with the kernel's default dual stack), or `0.0.0.0`
+/// where IPv6 is off.
+async fn listen_addresses(bind: &str) -> Vec<SocketAddr> {
+    if let Some(port) = bind.strip_prefix(':').and_then(|p| p.parse::<u16>().ok()) {
+        return vec![SocketAddr::from((Ipv6Addr::UNSPECIFIED, port)), SocketAddr::from((Ipv4Addr::UNSPECIFIED, port))];
+    }
+    tokio::net::lookup_host(bind).await.map(|a| a.collect()).unwrap_or_default()
 }
 
 /// The command line for the log, with passwords hidden.
@@ -178,4 +195,18 @@ fn hide_passwords(value: &str) -> String {
         }
     }
     v.to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_bind_without_host_listens_everywhere_as_in_go() {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+        let every = rt.block_on(listen_addresses(":8081"));
+        assert_eq!(every, ["[::]:8081".parse().expect("v6"), "0.0.0.0:8081".parse().expect("v4")]);
+        assert_eq!(rt.block_on(listen_addresses("127.0.0.1:9")), ["127.0.0.1:9".parse::<SocketAddr>().expect("v4")]);
+        assert!(rt.block_on(listen_addresses(":http")).is_empty(), "a port is a number");
+    }
 }

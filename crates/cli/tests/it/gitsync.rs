@@ -337,6 +337,30 @@ fn failures_count_to_max_failures_and_write_the_error_file() {
     );
     assert_eq!(lines_with(&err, "error syncing repo, will retry").len(), 1, "{err}");
     assert_eq!(lines_with(&err, "too many failures, aborting").len(), 1, "{err}");
+    // Before the first success --init-max-failures rules, with --init-period between tries.
+    let err = exits(
+        &[
+            "--repo",
+            &served.url,
+            "--ref",
+            "nope",
+            "--root",
+            s(&root),
+            "--max-failures",
+            "-1",
+            "--init-max-failures",
+            "3",
+            "--init-period",
+            "10ms",
+            "--one-time",
+        ],
+        1,
+    );
+    assert_eq!(lines_with(&err, "error syncing repo, will retry").len(), 2, "{err}");
+    // --sync-timeout: git killed at the deadline, the attempt a failure that says so.
+    let err = exits(&["--repo", &served.url, "--root", s(&root), "--sync-timeout", "10ms", "--one-time"], 1);
+    let last = lines_with(&err, "too many failures, aborting");
+    assert!(last[0]["error"].as_str().expect("error").contains("--sync-timeout (10ms)"), "{err}");
     // A success removes the error file.
     exits(&["--repo", &served.url, "--root", s(&root), "--one-time", "--error-file", "err.json"], 0);
     assert!(!root.join("err.json").exists());

@@ -91,6 +91,26 @@ fn one_time_runs_the_hooks_once_and_their_failure_is_the_exit_code() {
     assert!(request.starts_with("PUT /hook "), "{request}");
     assert!(request.to_ascii_lowercase().contains(&format!("gitsync-hash: {head}")), "{request}");
     assert!(root.join("synced").is_file(), "touch file");
+    // Again with the same hash: the exechook fires again (the first sync of a process), the
+    // pre-publish hook does not (the link did not move), and the run does not wait for it.
+    exits(
+        &[
+            "--repo",
+            &served.url,
+            "--root",
+            s(&root),
+            "--link",
+            "l",
+            "--one-time",
+            "--exechook-command",
+            &exec,
+            "--pre-publish-exechook-command",
+            &pre,
+        ],
+        0,
+    );
+    assert_eq!(std::fs::read_to_string(&exec_out).expect("out").lines().count(), 2);
+    assert_eq!(std::fs::read_to_string(&pre_out).expect("out").lines().count(), 1);
     // A failing exechook: one try, exit 1, the link still published.
     let root2 = dir.join("root2");
     let failing = hook_script(dir, "fail.sh", &dir.join("fail.out"), 3);
@@ -297,38 +317,6 @@ fn as_pid_1_it_runs_itself_as_a_child_and_passes_its_exit_code_on() {
         "the syncing process is PID 1's child: {ps}"
     );
     assert_eq!(in_namespace(s(&dir.join("r2")), "/bin/false"), 1, "a failed hook's exit code, through PID 1");
-}
-
-/// `--one-time` again on a root LINK already names the remote's commit: nothing is published,
-/// so the pre-publish hook is not sent and not waited for (git-sync waits for it only when the
-/// hash changed); the exechook runs (the first sync of a process) and the run exits 0.
-#[test]
-fn one_time_with_nothing_new_exits_without_waiting_for_the_pre_publish_hook() {
-    let served = Served::new(&[("a.txt", "a\n")]);
-    let dir = served.dir.path();
-    let root = dir.join("root");
-    let (exec_out, pre_out) = (dir.join("exec.out"), dir.join("pre.out"));
-    let exec = hook_script(dir, "exec.sh", &exec_out, 0);
-    let pre = hook_script(dir, "pre.sh", &pre_out, 0);
-    let args = [
-        "--repo",
-        &served.url,
-        "--root",
-        s(&root),
-        "--one-time",
-        "--exechook-command",
-        &exec,
-        "--pre-publish-exechook-command",
-        &pre,
-    ];
-    exits(&args, 0);
-    let mut again = Running::start(&args);
-    wait_for_up_to("the second --one-time run to exit", Duration::from_secs(60), || {
-        again.child.try_wait().expect("wait").is_some()
-    });
-    assert_eq!(again.child.wait().expect("exited").code(), Some(0));
-    let lines = |p: &Path| std::fs::read_to_string(p).expect("hook output").lines().count();
-    assert_eq!((lines(&pre_out), lines(&exec_out)), (1, 2), "pre-publish once, the exechook in each process");
 }
 
 /// The cleanup after a sync (`git worktree prune`, `git reflog expire`, `git gc`) runs within

@@ -27,6 +27,7 @@ mod gitsync_run;
 mod hooks;
 mod hostile_shapes;
 mod json;
+mod kubernetes;
 mod lfs;
 mod memory;
 mod metrics;

@@ -11,6 +11,7 @@ use std::time::Duration;
 
 mod atomic;
 mod attributes;
+mod gitsync;
 mod nfs;
 mod nfs_client;
 mod s3;
@@ -202,6 +203,11 @@ struct Row {
 }
 
 pub fn run(args: &[String]) -> Result<(), String> {
+    // `bench git-sync` has its own options and is not part of a run of all (it needs a git-sync
+    // binary built beforehand).
+    if args.first().is_some_and(|a| a == "git-sync") {
+        return gitsync::run(&args[1..]);
+    }
     let c = parse(args)?;
     let root = project_root();
     // `--treesync PATH`: measure that binary (e.g. a debug build where a release build is too

@@ -85,7 +85,12 @@ pub fn run(c: &Config, dir: &Path, treesync: &Path) -> Result<String, String> {
 /// A bare repository at `repo` whose `main` is commit A of `files` files; returns A and a chain
 /// of `count` commits after A, each modifying `changed` files (spread over the tree). `main`
 /// stays at A.
-fn repo_with_chain(repo: &Path, files: usize, count: usize, changed: usize) -> Result<(String, Vec<String>), String> {
+pub(super) fn repo_with_chain(
+    repo: &Path,
+    files: usize,
+    count: usize,
+    changed: usize,
+) -> Result<(String, Vec<String>), String> {
     crate::repo::make_repo(repo, files)?;
     let git = |args: &[&str]| run_quiet(Command::new("git").arg("--git-dir").arg(repo).args(args));
     let a = git(&["rev-parse", "A^{commit}"])?.trim().to_string();
