@@ -422,12 +422,15 @@ pub const FLAGS: &[Flag] = &[
         "additional git config options in a comma-separated 'key:val' format",
     ),
     flag("git-config-add", &[], List, "", "one additional git config option in 'key:val' format (repeatable)"),
-    flag(
-        "git-gc",
-        &["GITSYNC_GIT_GC", "GIT_SYNC_GIT_GC"],
-        Str,
-        "always",
-        "git garbage collection behavior: one of 'auto', 'always', 'aggressive', or 'off'",
+    differs(
+        flag(
+            "git-gc",
+            &["GITSYNC_GIT_GC", "GIT_SYNC_GIT_GC"],
+            Str,
+            "always",
+            "git garbage collection behavior: one of 'auto', 'always', 'aggressive', or 'off'",
+        ),
+        "runs as git-sync runs it after a worktree was removed; after a retired worktree was reused (every sync from the third, which removes none) git gc --auto runs instead of a full git gc",
     ),
     flag(
         "http-bind",

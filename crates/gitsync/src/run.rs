@@ -344,11 +344,15 @@ impl Syncer {
         let root = &self.layout.root;
         let mut steps: Vec<Vec<&str>> =
             vec![vec!["worktree", "prune", "--verbose"], vec!["reflog", "expire", "--expire-unreachable=all", "--all"]];
-        match self.config.git_gc {
-            Gc::Always => steps.push(vec!["gc"]),
-            Gc::Auto => steps.push(vec!["gc", "--auto"]),
-            Gc::Aggressive => steps.push(vec!["gc", "--aggressive"]),
-            Gc::Off => {}
+        // After a removal, --git-gc as git-sync runs it. After a reuse (every sync from the third,
+        // where git-sync would have removed a worktree and run a full `git gc`), `git gc --auto`:
+        // git collects when loose objects or packs pile up, so the repository stays bounded
+        // without a full repack of every object on every sync.
+        match (self.config.git_gc, removed > 0) {
+            (Gc::Off, _) => {}
+            (_, false) | (Gc::Auto, true) => steps.push(vec!["gc", "--auto"]),
+            (Gc::Always, true) => steps.push(vec!["gc"]),
+            (Gc::Aggressive, true) => steps.push(vec!["gc", "--aggressive"]),
         }
         for args in steps {
             if let Err(e) = self.git.run(root, &args, Some(deadline)).await {
