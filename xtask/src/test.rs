@@ -332,10 +332,12 @@ impl Step {
     }
 
     /// The command; `cargo xtask …` runs this xtask binary itself, since `cargo run` would wait
-    /// for the tests' build to release target/debug.
+    /// for the tests' build to release target/debug. It is reached as `/proc/PID/exe` of this
+    /// process: the tests' build replaces target/debug/xtask (a workspace member) while the
+    /// background steps wait their turn, and a step started later would find its path gone.
     fn command(&self, root: &Path, cargo: &std::ffi::OsStr) -> Command {
         let (program, args) = match self.args.split_first() {
-            Some((&"xtask", rest)) => (std::env::current_exe().expect("the xtask binary").into_os_string(), rest),
+            Some((&"xtask", rest)) => (this_exe(), rest),
             _ => (cargo.to_os_string(), &self.args[..]),
         };
         let mut cmd = if self.background {
@@ -351,6 +353,11 @@ impl Step {
         }
         cmd
     }
+}
+
+/// This running xtask binary, even after its file was replaced: `/proc/PID/exe`.
+fn this_exe() -> std::ffi::OsString {
+    format!("/proc/{}/exe", std::process::id()).into()
 }
 
 /// What `cargo xtask test` runs. With cargo-nextest the tests of all binaries share the cores
@@ -771,7 +778,7 @@ mod tests {
         assert_eq!(dist.get_program(), "nice");
         let args: Vec<_> = dist.get_args().collect();
         assert_eq!(args[..2], ["-n", "19"]);
-        assert_eq!(args[2], std::env::current_exe().expect("current exe").as_os_str());
+        assert_eq!(args[2], this_exe().as_os_str());
         assert_eq!(args[3..], ["dist"]);
         let doc = steps(true)[4].command(Path::new("/"), std::ffi::OsStr::new("cargo"));
         assert!(doc.get_envs().any(|(k, v)| k == "RUSTDOCFLAGS" && v == Some("-D warnings".as_ref())));

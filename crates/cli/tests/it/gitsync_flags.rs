@@ -434,19 +434,42 @@ fn a_git_lfs_file_is_the_pointer_git_sync_checks_out() {
 #[test]
 fn git_gc_runs_when_a_worktree_is_reused() {
     let served = Served::new(&[("a.txt", "a\n")]);
-    let root = served.dir.path().join("r");
-    let args = ["--repo", &served.url, "--root", s(&root), "--one-time", "-v", "1"];
+    let dir = served.dir.path();
+    let root = dir.join("r");
+    // --git: a wrapper recording each command line, then the real git.
+    let log = dir.join("git.log");
+    let wrapper = dir.join("mygit");
+    std::fs::write(&wrapper, format!("#!/bin/sh\necho \"$*\" >> {}\nexec git \"$@\"\n", log.display()))
+        .expect("wrapper");
+    std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let args = ["--repo", &served.url, "--root", s(&root), "--one-time", "-v", "1", "--git", s(&wrapper)];
     exits(&args, 0);
     for round in 0..3 {
         served.commit(&[("a.txt", &format!("{round}\n"))]);
         served.push(&["main"]);
+        std::fs::write(&log, "").expect("clear");
         let err = exits(&args, 0);
         let how = lines_with(&err, "worktree ready")[0]["how"].as_str().expect("how").to_string();
         assert_eq!(how, if round == 0 { "clone" } else { "reuse" }, "{err}");
+        let ran = std::fs::read_to_string(&log).expect("log");
+        if round > 0 {
+            // A reuse removes no worktree: the cleanup runs with `git gc --auto`, which collects
+            // once loose objects or packs pile up (a full gc per sync is what reuse saves).
+            for step in ["worktree prune --verbose", "reflog expire --expire-unreachable=all --all", "gc --auto"] {
+                assert!(ran.lines().any(|l| l == step), "round {round}: no `git {step}`: {ran}");
+            }
+        }
     }
-    // git gc packed what the worktrees need and pruned the rest: no loose object is left.
+    // A removal (a stray entry past the timeout) runs --git-gc as git-sync does: a full gc.
+    std::fs::write(root.join(".worktrees/stray"), "x").expect("stray");
+    served.commit(&[("a.txt", "last\n")]);
+    served.push(&["main"]);
+    std::fs::write(&log, "").expect("clear");
+    exits(&args, 0);
+    let ran = std::fs::read_to_string(&log).expect("log");
+    assert!(ran.lines().any(|l| l == "gc"), "{ran}");
     let counts = git(&root, &["count-objects", "-v"]);
-    assert!(counts.lines().any(|l| l == "count: 0"), "{counts}");
+    assert!(counts.lines().any(|l| l == "count: 0"), "a full gc leaves no loose object: {counts}");
     assert_like_git(&served.bare, &git(&served.bare, &["rev-parse", "main"]), &root.join("site.git"));
 }
 

@@ -26,7 +26,7 @@ fn hook_script(dir: &Path, name: &str, out: &Path, code: i32) -> String {
 
 /// A one-shot HTTP server on 127.0.0.1 answering every request with `status`; each request's
 /// head arrives on the channel.
-fn webhook_server(status: u16) -> (String, mpsc::Receiver<String>) {
+pub(crate) fn webhook_server(status: u16) -> (String, mpsc::Receiver<String>) {
     let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
     let url = format!("http://{}/hook", listener.local_addr().expect("addr"));
     let (tx, rx) = mpsc::channel();

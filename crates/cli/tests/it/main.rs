@@ -23,6 +23,7 @@ mod file_url;
 mod filters;
 mod gitsync;
 mod gitsync_flags;
+mod gitsync_rest;
 mod gitsync_run;
 mod hooks;
 mod hostile_shapes;
