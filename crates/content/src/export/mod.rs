@@ -10,6 +10,7 @@ mod commit;
 mod describe;
 mod format;
 mod person;
+pub use person::civil_from_days;
 #[cfg(test)]
 mod tests;
 

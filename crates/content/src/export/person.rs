@@ -117,7 +117,7 @@ pub(super) fn show_date(time: i64, zone: i32, mode: u8, now: i64) -> String {
 
 /// Year, month (1-12) and day (1-31) of a day counted from 1970-01-01 (the proleptic Gregorian
 /// calendar, as `gmtime` computes it).
-pub(super) fn civil_from_days(days: i64) -> (i64, i64, i64) {
+pub fn civil_from_days(days: i64) -> (i64, i64, i64) {
     let z = days + 719_468;
     let era = z.div_euclid(146_097);
     let doe = z.rem_euclid(146_097);
