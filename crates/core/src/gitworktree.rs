@@ -156,11 +156,42 @@ pub fn update_linked(
     commit: ObjectId,
     tree: ObjectId,
 ) -> Result<(), Error> {
+    let git = open_linked(worktree, admin)?;
+    write_index_and_head(&git, commit.kind(), worktree, "HEAD", repo, commit, tree)
+}
+
+/// A linked worktree's administrative directory, with its `index` and `HEAD` checked to be
+/// regular files or missing (no symlink on the way).
+fn open_linked(worktree: &Path, admin: &Path) -> Result<GitDir, Error> {
     let git = GitDir::open_admin(admin, worktree)?;
     for file in [INDEX, "HEAD"] {
         git.check_file(file)?;
     }
-    write_index_and_head(&git, commit.kind(), worktree, "HEAD", repo, commit, tree)
+    Ok(git)
+}
+
+/// The stat data of `path` in `worktree` as it is now (`lstat`), if it can be read.
+fn stat_now(worktree: &Path, path: &[u8]) -> Option<gix_index::entry::Stat> {
+    let meta =
+        gix_index::fs::Metadata::from_path_no_follow(&worktree.join(String::from_utf8_lossy(path).as_ref())).ok()?;
+    gix_index::entry::Stat::from_fs(&meta).ok()
+}
+
+/// Write `state` as `git`'s index, then point `head` (a file below it) at `commit`.
+fn write_index(
+    git: &GitDir,
+    worktree: &Path,
+    state: gix_index::State,
+    options: gix_index::write::Options,
+    head: &str,
+    commit: ObjectId,
+) -> Result<(), Error> {
+    let mut bytes = Vec::new();
+    gix_index::File::from_state(state, git.path().join(INDEX))
+        .write_to(&mut bytes, options)
+        .map_err(|e| io("write the index", worktree, e))?;
+    git.write(INDEX, &bytes)?;
+    git.write(head, format!("{commit}\n").as_bytes())
 }
 
 /// [`update_linked()`] for a worktree whose index in `admin` is one of `from` (the tree of the
@@ -176,10 +207,7 @@ pub fn update_linked_from(
     commit: ObjectId,
     tree: ObjectId,
 ) -> Result<(), Error> {
-    let git = GitDir::open_admin(admin, worktree)?;
-    for file in [INDEX, "HEAD"] {
-        git.check_file(file)?;
-    }
+    let git = open_linked(worktree, admin)?;
     let Some(index) = read_index(&git, commit.kind(), worktree)? else {
         return write_index_and_head(&git, commit.kind(), worktree, "HEAD", repo, commit, tree);
     };
@@ -201,15 +229,9 @@ pub fn update_linked_from(
     state.remove_entries(|_, path, _| {
         removed.contains(path.as_ref() as &[u8]) && !set.contains_key(path.as_ref() as &[u8])
     });
-    let stat_of = |path: &[u8], mode: gix_index::entry::Mode| -> gix_index::entry::Stat {
-        if mode == gix_index::entry::Mode::COMMIT {
-            return gix_index::entry::Stat::default();
-        }
-        let p = worktree.join(String::from_utf8_lossy(path).as_ref());
-        gix_index::fs::Metadata::from_path_no_follow(&p)
-            .ok()
-            .and_then(|m| gix_index::entry::Stat::from_fs(&m).ok())
-            .unwrap_or_default()
+    let stat_of = |path: &[u8], mode: gix_index::entry::Mode| match mode {
+        gix_index::entry::Mode::COMMIT => gix_index::entry::Stat::default(),
+        _ => stat_now(worktree, path).unwrap_or_default(),
     };
     // Entries that exist are changed in place while the entries are still sorted (lookups are
     // binary searches); new ones are appended afterwards, then everything is sorted once.
@@ -232,13 +254,8 @@ pub fn update_linked_from(
     // The tree cache and the other optional extensions described the old entries.
     state.remove_tree();
     state.remove_resolve_undo();
-    let mut bytes = Vec::new();
     let options = gix_index::write::Options { extensions: gix_index::write::Extensions::None, ..Default::default() };
-    gix_index::File::from_state(state, git.path().join(INDEX))
-        .write_to(&mut bytes, options)
-        .map_err(|e| io("write the index", worktree, e))?;
-    git.write(INDEX, &bytes)?;
-    git.write("HEAD", format!("{commit}\n").as_bytes())
+    write_index(&git, worktree, state, options, "HEAD", commit)
 }
 
 /// Rewrite the index of `git` for `tree` (keeping the stat data of unchanged entries) and
@@ -266,24 +283,15 @@ fn write_index_and_head(
         match old_entries.get(&path) {
             Some((id, mode, stat)) if *id == e.id && *mode == e.mode => e.stat = *stat,
             _ => {
-                if e.mode == gix_index::entry::Mode::COMMIT {
-                    continue;
-                }
-                let p = worktree.join(String::from_utf8_lossy(&path).as_ref());
-                if let Ok(meta) = gix_index::fs::Metadata::from_path_no_follow(&p)
-                    && let Ok(stat) = gix_index::entry::Stat::from_fs(&meta)
+                if e.mode != gix_index::entry::Mode::COMMIT
+                    && let Some(stat) = stat_now(worktree, &path)
                 {
                     e.stat = stat;
                 }
             }
         }
     }
-    let mut bytes = Vec::new();
-    gix_index::File::from_state(state, git.path().join(INDEX))
-        .write_to(&mut bytes, Default::default())
-        .map_err(|e| io("write the index", worktree, e))?;
-    git.write(INDEX, &bytes)?;
-    git.write(head, format!("{commit}\n").as_bytes())
+    write_index(git, worktree, state, Default::default(), head, commit)
 }
 
 /// Lends a `dyn` object finder to APIs that take `impl Find`.
