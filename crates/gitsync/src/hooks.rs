@@ -177,7 +177,7 @@ async fn run(action: &Action, sent: &Sent, log: &Log) -> Result<(), String> {
                 .await
                 .map_err(|e| format!("error sending webhook: {e}"))?;
             let status = response.status().as_u16();
-            let body = response.text().await.unwrap_or_default();
+            let body = crate::body_of(response).await.unwrap_or_default();
             match w.success {
                 Some(want) if want != status => {
                     Err(format!("received response code {status} expected {want}, body: {body:?}"))

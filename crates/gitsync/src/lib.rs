@@ -50,3 +50,19 @@ pub(crate) fn http_client(follow: bool) -> Result<reqwest::Client, String> {
         .build()
         .map_err(|e| format!("can't make an HTTP client: {e}"))
 }
+
+/// The most of a response body read from a webhook or `--askpass-url` server (a server that
+/// sends more is cut off there; the request's timeout bounds the time).
+pub(crate) const MAX_BODY: usize = 64 * 1024;
+
+/// A response's body, at most [`MAX_BODY`] bytes of it, as text.
+pub(crate) async fn body_of(mut response: reqwest::Response) -> Result<String, reqwest::Error> {
+    let mut body = Vec::new();
+    while let Some(chunk) = response.chunk().await? {
+        body.extend_from_slice(&chunk[..chunk.len().min(MAX_BODY - body.len())]);
+        if body.len() >= MAX_BODY {
+            break;
+        }
+    }
+    Ok(String::from_utf8_lossy(&body).into_owned())
+}

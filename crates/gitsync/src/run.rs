@@ -371,7 +371,7 @@ async fn askpass(url: &str) -> Result<(String, String), String> {
         .await
         .map_err(|e| format!("can't access auth URL: {e}"))?;
     let status = response.status().as_u16();
-    let body = response.text().await.map_err(|e| format!("can't read auth response: {e}"))?;
+    let body = crate::body_of(response).await.map_err(|e| format!("can't read auth response: {e}"))?;
     if status != 200 {
         return Err(format!("auth URL returned status {status}, body: {body:?}"));
     }
