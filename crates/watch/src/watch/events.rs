@@ -2,14 +2,17 @@
 //! the `notify` crate) instead of looking every interval.
 //!
 //! When git moves a ref it writes `X.lock` and renames it to `X` (a loose ref under `refs/`),
-//! or rewrites `packed-refs` the same way (`git pack-refs`, `git gc`, a deletion), appends to the
-//! reflog under `logs/` when there is one, and rewrites `HEAD` for a symbolic ref. Those are the
-//! places watched: the repository's directory itself (not recursively: `HEAD`, `packed-refs`,
-//! the top-level pseudo-refs), `refs/` recursively (a directory created later, `refs/heads/team/`,
-//! is watched as it appears; a ref that does not exist yet is seen when it is created), and
-//! `logs/` recursively (armed once it exists). `objects/` is never watched: a push writes many
-//! objects and no ref moves until their refs are written. `*.lock` churn and reads (our own look
-//! at the refs opens them) wake nobody; a burst of changes (a push: reflog, rename) is one wake.
+//! or rewrites `packed-refs` the same way (`git pack-refs`, `git gc`, a deletion), and rewrites
+//! `HEAD` for a symbolic ref. The rename (or the removal of a deleted ref) is the moment the ref
+//! moved: git appends to the reflog before it, so the reflog tells nothing the rename does not.
+//! Those are the places watched: the repository's directory itself (not recursively: `HEAD`,
+//! `packed-refs`, the top-level pseudo-refs) and `refs/` recursively (a directory created later,
+//! `refs/heads/team/`, is watched as it appears; a ref that does not exist yet is seen when it
+//! is created). `objects/` and `logs/` are never watched: a push writes many objects and no ref
+//! moves until their refs are renamed into place. `*.lock` churn and reads (our own look at the
+//! refs opens them) wake nobody. A wake looks at once, without waiting for more changes: the
+//! change that woke it is the ref's last step, and a change made while the look runs wakes the
+//! next wait at once.
 //!
 //! Where events cannot tell of every push, [`Events::open`] refuses with [`NoEvents`], and
 //! [`origin()`] falls back to polling with the reason in its [`describe`](Origin::describe): a
@@ -19,18 +22,13 @@
 
 use std::fmt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use futures::FutureExt;
 use notify::{EventKind, RecursiveMode, Watcher};
 
 use super::origin::{Origin, Poll, sleep};
-
-/// How long a wake waits for the rest of a burst (a push writes the reflog, then renames the
-/// ref's lock): changes in this window are one wake.
-const SETTLE: Duration = Duration::from_millis(10);
 
 /// Why a repository's refs cannot be followed by events (the watch then polls).
 #[derive(Debug, thiserror::Error)]
@@ -121,10 +119,9 @@ pub fn filesystem_of(path: &Path) -> std::io::Result<Option<&'static str>> {
 /// What the watcher's thread shares with [`Events::wait`].
 #[derive(Debug, Default)]
 struct Wake {
-    /// Holds one permit while a change is not yet looked at (a burst is one permit).
+    /// Holds one permit while a change is not yet looked at (changes before the look are one
+    /// permit).
     notify: tokio::sync::Notify,
-    /// `logs/` appeared: watch it at the next wait.
-    logs_appeared: AtomicBool,
     /// Waits ended by a change.
     wakes: AtomicU64,
 }
@@ -132,9 +129,8 @@ struct Wake {
 /// The refs' files of one repository, watched with inotify. See the [module docs](self).
 pub struct Events {
     git_dir: PathBuf,
-    common_dir: PathBuf,
-    watcher: Mutex<notify::RecommendedWatcher>,
-    logs_watched: AtomicBool,
+    /// Kept for its inotify instance: dropped, it stops watching.
+    _watcher: notify::RecommendedWatcher,
     wake: Arc<Wake>,
 }
 
@@ -174,10 +170,7 @@ impl Places {
         if name.ends_with(".lock") {
             return false;
         }
-        let refs = self.common_dir.join("refs");
-        let logs = self.common_dir.join("logs");
-        p.starts_with(&refs)
-            || p.starts_with(&logs)
+        p.starts_with(self.common_dir.join("refs"))
             || ((p.parent() == Some(&self.git_dir) || p.parent() == Some(&self.common_dir))
                 && self.top.iter().any(|t| t == name))
     }
@@ -202,24 +195,14 @@ impl Events {
                 Err(source) => return Err(NoEvents::Statfs { path: dir.clone(), source }),
             }
         }
-        let mut top = vec!["HEAD".to_string(), "packed-refs".to_string(), "refs".to_string(), "logs".to_string()];
+        let mut top = vec!["HEAD".to_string(), "packed-refs".to_string(), "refs".to_string()];
         top.extend(revs.iter().filter(|r| !r.contains('/')).cloned());
         let places = Places { git_dir: git_dir.clone(), common_dir: common_dir.clone(), top };
         let wake = Arc::new(Wake::default());
         let shared = wake.clone();
-        let logs = common_dir.join("logs");
         let handler = move |res: notify::Result<notify::Event>| {
-            let matters = match &res {
-                Ok(event) => {
-                    if matches!(event.kind, EventKind::Create(_)) && event.paths.contains(&logs) {
-                        shared.logs_appeared.store(true, Ordering::SeqCst);
-                    }
-                    places.matters(event)
-                }
-                // The watcher lost track (a queue overflow): look, to be sure.
-                Err(_) => true,
-            };
-            if matters {
+            // An error: the watcher lost track (a queue overflow): look, to be sure.
+            if res.as_ref().map_or(true, |event| places.matters(event)) {
                 shared.notify.notify_one();
             }
         };
@@ -233,47 +216,21 @@ impl Events {
             dirs.push((common_dir.clone(), RecursiveMode::NonRecursive));
         }
         dirs.push((common_dir.join("refs"), RecursiveMode::Recursive));
-        let logs = common_dir.join("logs");
-        let logs_watched = logs.is_dir();
-        if logs_watched {
-            dirs.push((logs, RecursiveMode::Recursive));
-        }
         for (dir, mode) in dirs {
             watcher.watch(&dir, mode).map_err(|e| setup(&dir, e))?;
         }
-        Ok(Events {
-            git_dir,
-            common_dir,
-            watcher: Mutex::new(watcher),
-            logs_watched: AtomicBool::new(logs_watched),
-            wake,
-        })
+        Ok(Events { git_dir, _watcher: watcher, wake })
     }
 
-    /// How many waits a change ended (a burst of changes counts once).
+    /// How many waits a change ended (changes made before the wait looks count once).
     pub fn wakes(&self) -> u64 {
         self.wake.wakes.load(Ordering::SeqCst)
-    }
-
-    /// `logs/` appeared since the watch started (the first reflog written): watch it too. The
-    /// ref files are watched anyway, so a change in between is not missed.
-    fn watch_new_logs(&self) {
-        if self.logs_watched.load(Ordering::SeqCst) || !self.wake.logs_appeared.swap(false, Ordering::SeqCst) {
-            return;
-        }
-        let logs = self.common_dir.join("logs");
-        let mut watcher = self.watcher.lock().expect("the watcher lock is never poisoned: nothing panics under it");
-        match watcher.watch(&logs, RecursiveMode::Recursive) {
-            Ok(()) => self.logs_watched.store(true, Ordering::SeqCst),
-            Err(e) => tracing::warn!("not watching {} (the refs themselves still are): {e}", logs.display()),
-        }
     }
 }
 
 #[async_trait::async_trait]
 impl Origin for Events {
     async fn wait(&self, max: Duration, interrupt: &AtomicBool) {
-        self.watch_new_logs();
         let deadline = tokio::time::Instant::now() + max;
         loop {
             let now = tokio::time::Instant::now();
@@ -282,9 +239,6 @@ impl Origin for Events {
             }
             tokio::select! {
                 _ = self.wake.notify.notified() => {
-                    // The rest of the burst is this wake too.
-                    tokio::time::sleep(SETTLE).await;
-                    let _ = self.wake.notify.notified().now_or_never();
                     self.wake.wakes.fetch_add(1, Ordering::SeqCst);
                     return;
                 }

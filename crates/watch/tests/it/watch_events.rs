@@ -162,9 +162,15 @@ fn lock_files_and_reads_do_not_wake_the_watch() {
     git(&bare.path, &["rev-parse", "main"]);
     rt.block_on(events.wait(Duration::from_millis(500), &stop));
     assert_eq!(events.wakes(), 0, "no change woke the watch");
+    // With a reflog, git appends to it before the rename: the append wakes nobody (a wake
+    // there would look before the ref moved), the rename does, at once.
+    git(&bare.path, &["config", "core.logAllRefUpdates", "always"]);
     git(&bare.path, &["update-ref", "refs/heads/main", &commits[1]]);
+    assert!(bare.path.join("logs/refs/heads/main").is_file(), "git wrote a reflog");
     rt.block_on(events.wait(HOUR, &stop));
     assert_eq!(events.wakes(), 1, "one update-ref (lock, reflog, rename) is one wake");
+    rt.block_on(events.wait(Duration::from_millis(300), &stop));
+    assert_eq!(events.wakes(), 1, "nothing of that update-ref was left to wake a second wait");
 }
 
 /// A repository on a FUSE filesystem (the slow FUSE testbed): events are refused, saying why.
