@@ -14,7 +14,7 @@ mod gitlinks;
 mod kept;
 mod tree;
 pub(crate) use depth::too_deep;
-pub(crate) use function::with_big_stack;
+pub(crate) use function::{BIG_STACK, with_big_stack};
 pub use function::{
     Checkout, Conversions, DEFAULT_MAX_BYTES, DEFAULT_MAX_ENTRIES, ExistingEntry, ExistingKind, Limits, Measured,
     Options, Selecting, check_tree_size, measure_checkout, plan, plan_checkout, plan_takeover, plan_with,

@@ -102,7 +102,7 @@ async fn apply_streamed(
         std::thread::Builder::new()
             .name("treesync-stream-plan".into())
             // As `plan::with_big_stack`: the walk recurses once per tree level.
-            .stack_size(32 << 20)
+            .stack_size(crate::plan::BIG_STACK)
             .spawn(move || {
                 repo.with_objects(|odb| {
                     let resolver = match &s.settings {
