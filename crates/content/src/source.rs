@@ -102,10 +102,11 @@ impl Repo {
     /// A path-valued configuration key (`lfs.storage`) as git reads it (system, global and the
     /// repository's own config, the last value winning), taken verbatim; `None` when unset.
     pub fn config_path(&self, key: &str) -> Option<PathBuf> {
-        let repo = self.shared.to_thread_local();
-        let value = repo.config_snapshot().string(key)?;
-        // Only non-Unicode bytes on Windows fail to be a path; git-lfs could not use them either.
-        Some(gix::path::from_bstr(value).ok()?.into_owned())
+        self.with_repo(|repo| {
+            let value = repo.config_snapshot().string(key)?;
+            // Only non-Unicode bytes on Windows fail to be a path; git-lfs could not use them either.
+            Some(gix::path::from_bstr(value).ok()?.into_owned())
+        })
     }
 
     /// Resolve `rev` (branch, tag, full or short id, `main~3`, …) to a commit and its tree.
@@ -130,7 +131,16 @@ impl Repo {
         }
         let subtree_err =
             |found: String| Error::Subtree { rev: rev.into(), path: path.into(), repo: self.path.clone(), found };
-        let repo = self.shared.to_thread_local();
+        self.with_repo(|repo| self.subtree_in(repo, commit, path, subtree_err))
+    }
+
+    fn subtree_in(
+        &self,
+        repo: &gix::Repository,
+        commit: Resolved,
+        path: &str,
+        subtree_err: impl Fn(String) -> Error,
+    ) -> Result<Resolved, Error> {
         let tree = repo
             .find_object(commit.tree)
             .map_err(|e| Error::Object { what: "tree", id: commit.tree, at: String::new(), source: Cause::gix(e) })?
@@ -168,8 +178,11 @@ impl Repo {
 
     /// Resolve a revision that names a commit.
     fn resolve_commit(&self, rev: &str) -> Result<Resolved, Error> {
+        self.with_repo(|repo| self.resolve_commit_in(repo, rev))
+    }
+
+    fn resolve_commit_in(&self, repo: &gix::Repository, rev: &str) -> Result<Resolved, Error> {
         let err = |source: Cause| Error::Revision { rev: rev.into(), repo: self.path.clone(), source };
-        let repo = self.shared.to_thread_local();
         let id = repo.rev_parse_single(rev).map_err(|e| {
             // Say what is really wrong where the parser only says it could not parse
             // (a long-running `watch` sees repositories and refs go away).
@@ -207,13 +220,20 @@ impl Repo {
 
     /// Run `f` with an object finder for this thread (taken from a pool, returned afterwards).
     pub fn with_objects<T>(&self, f: impl FnOnce(&dyn FindObjectOrHeader) -> T) -> T {
+        self.with_repo(|repo| f(&repo.objects))
+    }
+
+    /// Run `f` with a gitoxide handle taken from the pool (made when none is free) and given
+    /// back afterwards, with its object caches: making a handle costs more than a sync's lookup
+    /// of a ref (its configuration is copied, its caches are new).
+    fn with_repo<T>(&self, f: impl FnOnce(&gix::Repository) -> T) -> T {
         let repo = self
             .pool
             .lock()
             .expect("pool lock is never poisoned: no code panics while holding it")
             .pop()
             .unwrap_or_else(|| self.shared.to_thread_local());
-        let out = f(&repo.objects);
+        let out = f(&repo);
         self.pool.lock().expect("pool lock is never poisoned").push(repo);
         out
     }
