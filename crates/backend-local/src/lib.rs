@@ -94,6 +94,18 @@ impl LocalBackend {
         let inner = self.inner.clone();
         treesync_backend::backend::blocking(move || f(&inner)).await
     }
+
+    /// A few metadata calls on the target's own files (the lock, the state, the auxiliary
+    /// files): made on the calling thread. On a local disk they take microseconds, less than
+    /// handing them to the blocking pool and back (two context switches, and a thread started
+    /// for the first); a sync with nothing to do starts no thread. With `fsync` (a flush takes
+    /// milliseconds) they go to the blocking pool like every write.
+    async fn small<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&fs::Target) -> Result<T, Error> + Send + 'static,
+    ) -> Result<T, Error> {
+        if self.options.fsync { self.blocking(f).await } else { f(&self.inner) }
+    }
 }
 
 impl fmt::Display for LocalBackend {
@@ -129,7 +141,7 @@ impl Backend for LocalBackend {
     }
 
     async fn prepare_target(&self, create: bool) -> Result<TargetState, Error> {
-        self.blocking(move |t| {
+        self.small(move |t| {
             let state = t.prepare(create)?;
             if state == TargetState::Managed {
                 t.probe_case();
@@ -145,17 +157,17 @@ impl Backend for LocalBackend {
     }
 
     async fn load_state(&self) -> Result<Option<Vec<u8>>, Error> {
-        self.blocking(|t| t.load_state()).await
+        self.small(|t| t.load_state()).await
     }
 
     async fn store_state(&self, bytes: &[u8]) -> Result<(), Error> {
         let bytes = bytes.to_vec();
-        self.blocking(move |t| t.store_state(&bytes)).await
+        self.small(move |t| t.store_state(&bytes)).await
     }
 
     async fn lock(&self, holder: &Holder) -> Result<LockGuard, Error> {
         let holder = holder.clone();
-        self.blocking(move |t| {
+        self.small(move |t| {
             let guard = t.lock(&holder)?;
             t.probe_case();
             Ok(guard)
@@ -181,22 +193,22 @@ impl Backend for LocalBackend {
 
     async fn load_aux(&self, name: &str) -> Result<Option<Vec<u8>>, Error> {
         let name = name.to_string();
-        self.blocking(move |t| t.load_aux(&name)).await
+        self.small(move |t| t.load_aux(&name)).await
     }
 
     async fn store_aux(&self, name: &str, bytes: &[u8]) -> Result<(), Error> {
         let (name, bytes) = (name.to_string(), bytes.to_vec());
-        self.blocking(move |t| t.store_aux(&name, &bytes)).await
+        self.small(move |t| t.store_aux(&name, &bytes)).await
     }
 
     async fn append_aux(&self, name: &str, bytes: &[u8]) -> Result<(), Error> {
         let (name, bytes) = (name.to_string(), bytes.to_vec());
-        self.blocking(move |t| t.append_aux(&name, &bytes)).await
+        self.small(move |t| t.append_aux(&name, &bytes)).await
     }
 
     async fn aux_mtime(&self, name: &str) -> Result<Option<(i64, u32)>, Error> {
         let name = name.to_string();
-        self.blocking(move |t| t.aux_mtime(&name)).await
+        self.small(move |t| t.aux_mtime(&name)).await
     }
 
     fn take_written(&self) -> Vec<treesync_backend::backend::Written> {

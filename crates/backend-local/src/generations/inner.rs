@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::ffi::{OsStr, OsString};
 use std::os::fd::OwnedFd;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use rustix::fs::FileType;
@@ -35,6 +35,9 @@ pub(super) struct Inner {
     pub(super) open: Opener,
     pub(super) parent_fd: OnceLock<OwnedFd>,
     pub(super) exchange: OnceLock<bool>,
+    /// The target is on a network mount ([`FsHost::without_exchange`](super::FsHost::without_exchange)):
+    /// every call goes to the blocking pool, none is made on the caller's thread.
+    pub(super) network: AtomicBool,
     pub(super) counter: AtomicU64,
     /// The slots claimed for a generation being prepared (`Host::claim_slot`): the
     /// directory each name held then (device, inode). The switch swaps in that directory or
@@ -89,6 +92,7 @@ impl Inner {
             open,
             parent_fd: OnceLock::new(),
             exchange: OnceLock::new(),
+            network: AtomicBool::new(false),
             claims: Mutex::new(BTreeMap::new()),
             counter: AtomicU64::new(0),
             #[cfg(test)]
@@ -113,6 +117,16 @@ impl Inner {
     ) -> Result<T, Error> {
         let me = self.clone();
         treesync_backend::backend::blocking(move || f(&me)).await
+    }
+
+    /// A look at the home or the target (a lookup or two): made on the calling thread on a
+    /// local disk, where it takes microseconds (less than a handoff to the blocking pool and
+    /// back); on a network mount, in the blocking pool.
+    pub(super) async fn small<T: Send + 'static>(
+        self: &Arc<Self>,
+        f: impl FnOnce(&Inner) -> Result<T, Error> + Send + 'static,
+    ) -> Result<T, Error> {
+        if self.network.load(Ordering::Relaxed) { self.blocking(f).await } else { f(self) }
     }
 }
 

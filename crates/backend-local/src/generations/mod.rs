@@ -59,9 +59,11 @@ impl FsHost {
     /// filesystems, where a reader's open directory keeps its meaning across an exchange only
     /// if the server names files by handle. Many FUSE servers name them by path (the NAS
     /// testbed here does): after an exchange, a reader's directory handle resolves names in the
-    /// other generation. Symlink mode has no such dependence.
+    /// other generation. Symlink mode has no such dependence. Every call of such a host goes to
+    /// the blocking pool (a local one makes its lookups of the home on the caller's thread).
     pub fn without_exchange(self) -> FsHost {
         let _ = self.0.exchange.set(false);
+        self.0.network.store(true, std::sync::atomic::Ordering::Relaxed);
         self
     }
 
@@ -98,12 +100,12 @@ impl Host for FsHost {
     }
 
     async fn at_target(&self) -> Result<AtTarget, Error> {
-        self.0.blocking(|h| h.at_target_blocking()).await
+        self.0.small(|h| h.at_target_blocking()).await
     }
 
     async fn home_exists(&self) -> Result<bool, Error> {
         self.0
-            .blocking(|h| match h.parent_fd() {
+            .small(|h| match h.parent_fd() {
                 // A target with no last component (`/`) has no home (a plain sync says why
                 // it cannot be the target).
                 Err(_) if h.name.is_empty() || h.name == ".." => Ok(false),
