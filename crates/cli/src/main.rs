@@ -74,6 +74,7 @@ fn main() -> ExitCode {
     }
     let cli = args::Cli::parse();
     init_logging(cli.verbose);
+    tracing::trace!("phase: parsed");
     match cmd::run(cli) {
         Ok(code) => code,
         Err(e) => {

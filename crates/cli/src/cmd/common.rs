@@ -64,8 +64,10 @@ pub(crate) fn open(spec: &SyncSpec) -> anyhow::Result<Opened> {
     let rev = source.rev()?;
     let select = source.select()?;
     let repo = open_repo(source.repo(), source.cache.cache_dir.as_deref(), std::slice::from_ref(&rev))?;
+    tracing::trace!("phase: repo opened");
     check_selection(&repo, &rev, &select, source.content.recurse_submodules.unwrap_or_default())?;
     let target = make_backend(&spec.target)?;
+    tracing::trace!("phase: backend made");
     Ok(Opened { rev, repo, target })
 }
 

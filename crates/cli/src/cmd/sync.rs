@@ -18,6 +18,7 @@ pub(crate) fn run(args: SyncArgs) -> anyhow::Result<()> {
     let super::common::Opened { rev, repo, target: chosen } = super::common::open(&args.spec)?;
     let target = treesync::Target::parse(args.spec.target.target())?;
     treesync::check_place(&target, &repo, args.force)?;
+    tracing::trace!("phase: place checked");
     let backend = chosen.backend.clone();
     let options = sync::Options {
         force: args.force,
@@ -71,6 +72,7 @@ pub(crate) fn run(args: SyncArgs) -> anyhow::Result<()> {
         treesync::Intent::Write(args.spec.atomic.wanted()),
         &rt,
     )?;
+    tracing::trace!("phase: place decided");
     anyhow::ensure!(
         !(place.is_atomic() && args.git_worktree),
         "--git-worktree cannot keep a git clone in generations: the clone's .git is in one directory, and --atomic switches the target between several\n  hint: sync the clone without --atomic, or keep a separate target with --atomic"

@@ -45,6 +45,7 @@ pub async fn sync(
     }
     // Resolve first: a typo in the revision must not create the target or its lock.
     let to = repo.resolve(rev)?;
+    tracing::trace!("phase: resolved");
     let path = source::subtree_path(rev);
     let goal = || {
         Some(Goal {
@@ -60,6 +61,7 @@ pub async fn sync(
     // ([`Options::plans`]) share the whole plan of an initial checkout too: planned once.
     let stream = (!options.dry_run && plans.is_none()).then(|| options.stream_chunk.unwrap_or(DEFAULT_STREAM_CHUNK));
     let target = backend.prepare_target(false).await?;
+    tracing::trace!("phase: target prepared");
     let early = if target != TargetState::Managed || options.dry_run {
         let prepared =
             prepare_at(repo, to, goal(), backend, options.force, target, options.limits, plans, stream).await?;
@@ -100,6 +102,7 @@ pub async fn sync(
             }
             None => prepare_at(repo, to, goal(), backend, options.force, target, options.limits, plans, stream).await?,
         };
+        tracing::trace!("phase: prepared");
         let outcome = run_locked(repo, backend, prepared, options, &me, progress, interrupt, start).await?;
         if let Some(clone) = &options.git_worktree {
             // Still under the lock: no other sync moves the files while the index is rewritten.
