@@ -24,8 +24,9 @@ Tasks:
           non-atomic ones and the git-sync way (worktree add + reset --hard + symlink flip),
           with disk use, on tmpfs and the NAS testbed (atomic), `treesync watch` from push to
           synced (events vs polling, tmpfs and the NAS testbed), one `watch --all` for many
-          mirrors vs a process each, and a remote's requests on a git daemon (watch), on
-          generated repositories;
+          mirrors vs a process each, and a remote's requests on a git daemon (watch), one
+          `treesync sync` process next to git checkout (update pairs A→B→A) and git rev-parse
+          (a sync with nothing to do), with their syscalls (oneshot), on generated repositories;
           rewrite BENCHMARKS.md. Without a name, runs all.
           options: --files N (100000)  --runs R (5)  --s3-files N,N (20000)
                    --nfs-files N,N (20000,100000)  --nfs-initial N (2000)  --latency 1ms
@@ -33,7 +34,8 @@ Tasks:
                    --nfs-runs R (3)  --nfs-git-runs R (1)  --nfs-no-slow-git (skip preloadIndex=false)
                    --client-initial N (5000)  --client-files N (20000)
                    --client-delay-ms D (2; each way)  --client-runs R (3)
-                   --attr-files N (10000)  --changed K (14; atomic: paths changed per commit)
+                   --attr-files N (10000)  --changed K (14; atomic, watch: paths changed per commit)
+                   --oneshot-files N,N (100000; oneshot)
                    --switch MODES (auto,symlink; atomic on tmpfs)  --nas-switch MODES (auto)
                    --atomic-on local|nas|both (both)
                    --pushes P (60; watch, events)  --poll-pushes P (50; watch, --poll 5s)

@@ -14,6 +14,7 @@ mod attributes;
 mod gitsync;
 mod nfs;
 mod nfs_client;
+mod oneshot;
 mod s3;
 mod trace;
 mod watch;
@@ -60,6 +61,8 @@ struct Config {
     mirrors: usize,
     fanout_files: usize,
     fanout_pushes: usize,
+    oneshot: bool,
+    oneshot_files: Vec<usize>,
 }
 
 fn parse(args: &[String]) -> Result<Config, String> {
@@ -100,14 +103,17 @@ fn parse(args: &[String]) -> Result<Config, String> {
         mirrors: 100,
         fanout_files: 2_000,
         fanout_pushes: 10,
+        oneshot: true,
+        oneshot_files: vec![100_000],
     };
     let mut args = args;
     // `cargo xtask bench PART …`: that part alone.
-    const PARTS: [&str; 7] = ["local", "s3", "nfs", "nfs-client", "attributes", "atomic", "watch"];
+    const PARTS: [&str; 8] = ["local", "s3", "nfs", "nfs-client", "attributes", "atomic", "watch", "oneshot"];
     if let Some(part) = args.first().filter(|a| PARTS.contains(&a.as_str())) {
         let on = |name: &str| part == name;
         (c.local, c.s3, c.nfs, c.nfs_client) = (on("local"), on("s3"), on("nfs"), on("nfs-client"));
         (c.attributes, c.atomic, c.watch) = (on("attributes"), on("atomic"), on("watch"));
+        c.oneshot = on("oneshot");
         args = &args[1..];
     }
     let mut it = args.iter();
@@ -141,6 +147,12 @@ fn parse(args: &[String]) -> Result<Config, String> {
             "--client-verify" => c.client_verify = value()?.parse().map_err(|e| format!("--client-verify: {e}"))?,
             "--attr-files" => c.attr_files = value()?.parse().map_err(|e| format!("--attr-files: {e}"))?,
             "--treesync" => c.treesync = Some(PathBuf::from(value()?)),
+            "--oneshot-files" => {
+                c.oneshot_files = value()?
+                    .split(',')
+                    .map(|n| n.trim().parse().map_err(|e| format!("--oneshot-files: {e}")))
+                    .collect::<Result<_, _>>()?
+            }
             "--changed" => c.changed = value()?.parse().map_err(|e| format!("--changed: {e}"))?,
             "--pushes" => c.pushes = value()?.parse().map_err(|e| format!("--pushes: {e}"))?,
             "--poll-pushes" => c.poll_pushes = value()?.parse().map_err(|e| format!("--poll-pushes: {e}"))?,
@@ -296,7 +308,7 @@ pub fn run(args: &[String]) -> Result<(), String> {
             let has = |p: &str| c.watch_parts.iter().any(|x| x == p);
             let wc = watch::Config {
                 files: c.files,
-                changed: 10,
+                changed: c.changed,
                 pushes: c.pushes,
                 poll_pushes: c.poll_pushes,
                 poll_interval: Duration::from_secs(5),
@@ -316,8 +328,9 @@ pub fn run(args: &[String]) -> Result<(), String> {
             if c.write {
                 let build = treesync_flag(&c.treesync, &root);
                 let block = format!(
-                    "Reproduce: `cargo xtask bench watch --files {} --pushes {} --poll-pushes {} --latency {}ms --mirrors {} --fanout-files {} --fanout-pushes {} --watch-parts {}{build}` (root: FUSE and the tmpfs mount).\n\n{table}",
+                    "Reproduce: `cargo xtask bench watch --files {} --changed {} --pushes {} --poll-pushes {} --latency {}ms --mirrors {} --fanout-files {} --fanout-pushes {} --watch-parts {}{build}` (root: FUSE and the tmpfs mount).\n\n{table}",
                     c.files,
+                    c.changed,
                     c.pushes,
                     c.poll_pushes,
                     c.nfs_latency.as_secs_f64() * 1000.0,
@@ -327,6 +340,25 @@ pub fn run(args: &[String]) -> Result<(), String> {
                     c.watch_parts.join(",")
                 );
                 bench_md(&root, "watch", "Following a ref: push to synced, fan-out, remote requests", &block)?;
+            }
+        }
+        if c.oneshot {
+            let oc = oneshot::Config { files: c.oneshot_files.clone(), runs: c.runs };
+            let table = oneshot::run(&oc, &c.dir, &treesync)?;
+            println!("{table}");
+            if c.write {
+                let build = treesync_flag(&c.treesync, &root);
+                let sizes = c.oneshot_files.iter().map(usize::to_string).collect::<Vec<_>>().join(",");
+                let block = format!(
+                    "Reproduce: `cargo xtask bench oneshot --oneshot-files {sizes} --runs {}{build}` (root, for the tmpfs mount).\n\n{table}",
+                    c.runs
+                );
+                bench_md(
+                    &root,
+                    "oneshot",
+                    "One-shot syncs: a whole process next to git checkout and git rev-parse",
+                    &block,
+                )?;
             }
         }
         if c.nfs {
