@@ -69,6 +69,10 @@ impl Default for Options {
     }
 }
 
+/// At most this many bytes of content are written on the calling thread ([`Backend::execute_batch`]
+/// of a small phase); more go to the blocking pool.
+const INLINE_BYTES: u64 = 256 << 10;
+
 /// A target directory on a local filesystem. Cheap to clone.
 #[derive(Clone)]
 pub struct LocalBackend {
@@ -136,6 +140,18 @@ impl Backend for LocalBackend {
     }
 
     async fn execute_batch(&self, batch: Batch, blobs: &Arc<dyn BlobSource>) -> Result<(), Error> {
+        // A small phase (an incremental sync of a few files: one batch, nothing beside it) is
+        // written on the calling thread: handing it to the blocking pool would only add a
+        // thread's start and two context switches to what takes microseconds.
+        let bytes: u64 = batch.iter().map(|op| if let Op::Write { size, .. } = op { *size } else { 0 }).sum();
+        // With `fsync` (milliseconds per file) the pool it is.
+        if !self.options.fsync
+            && batch.is_whole_phase()
+            && batch.len() <= self.options.min_batch
+            && bytes <= INLINE_BYTES
+        {
+            return self.inner.run_batch(&batch, &**blobs);
+        }
         let blobs = blobs.clone();
         self.blocking(move |t| t.run_batch(&batch, &*blobs)).await
     }

@@ -102,6 +102,11 @@ impl Batch {
         Batch { ops, range: 0..n }
     }
 
+    /// Whether this batch is all of its phase's ops: nothing of the phase runs beside it.
+    pub fn is_whole_phase(&self) -> bool {
+        self.range == (0..self.ops.len())
+    }
+
     /// The first `n` ops of this batch.
     pub fn prefix(&self, n: usize) -> Batch {
         Batch { ops: self.ops.clone(), range: self.range.start..self.range.start + n.min(self.len()) }
