@@ -59,6 +59,14 @@ Tasks:
                    --period MS (200ms; its --period)  --idle-secs S (10; idle window)
                    --only git-sync (git-sync alone, to check the harness; writes nothing)
                    --dir DIR (/tmp/treesync-bench-git-sync)  --no-write
+  bench jump --jump-repo PATH --jump-from A --jump-to B
+          A big jump of real history on the local disk (issue 33): treesync sync vs git
+          checkout -f between two commits of a real repository (e.g. a bare clone of git/git,
+          v2.26.1 and master), round trips A→B→A, `sync` before each timed run; medians per
+          direction, the ratio, and the system calls of one jump of each (strace -f -c) per
+          file written; rewrite BENCHMARKS.md. Not part of a run of all (it needs the repository)
+          options: --runs R (5)  --dir DIR (/var/tmp/treesync-bench-jump; on the disk measured)
+                   --treesync PATH (measure this binary, no release build)  --no-write
   campaign
           Kill `treesync sync` with SIGKILL at random moments, check that the next sync
           finishes the job like git archive, and record the figures in RELIABILITY.md

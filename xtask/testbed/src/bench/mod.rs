@@ -12,6 +12,7 @@ use std::time::Duration;
 mod atomic;
 mod attributes;
 mod gitsync;
+mod jump;
 mod nfs;
 mod nfs_client;
 mod oneshot;
@@ -219,6 +220,11 @@ pub fn run(args: &[String]) -> Result<(), String> {
     // binary built beforehand).
     if args.first().is_some_and(|a| a == "git-sync") {
         return gitsync::run(&args[1..]);
+    }
+    // `bench jump` needs a real repository the caller has (and the local disk, not the tmpfs
+    // the other parts mount): not part of a run of all either.
+    if args.first().is_some_and(|a| a == "jump") {
+        return jump::run(&args[1..]);
     }
     let c = parse(args)?;
     let root = project_root();
