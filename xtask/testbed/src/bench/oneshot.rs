@@ -10,6 +10,8 @@
 //!   floor of any command that opens the repository. The ratio is treesync's time over git's.
 //! - System calls of one run of each (`strace -f -c`, every kind), so the counts show where a
 //!   difference comes from.
+//!
+//! Each tool's runs come in a block (as hyperfine runs them), not taking turns.
 
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -37,7 +39,7 @@ pub fn run(c: &Config, dir: &Path, treesync: &Path) -> Result<String, String> {
         t.push_str(&size(n, c.runs, dir, treesync)?);
     }
     Ok(format!(
-        "**One-shot syncs** (whole processes on tmpfs; medians of {} pairs, {} no-op runs; B = A with 10 files modified, 2 added, 2 deleted)\n\n{t}\n",
+        "**One-shot syncs** (whole processes on tmpfs, each tool's runs in a block; medians of {} pairs, {} no-op runs; B = A with 10 files modified, 2 added, 2 deleted)\n\n{t}\n",
         c.runs,
         c.runs * 2
     ))
@@ -74,15 +76,20 @@ fn size(n: usize, runs: usize, dir: &Path, treesync: &Path) -> Result<String, St
     eprintln!("oneshot: {n} files, {runs} pairs each…");
     let mut ts_pairs = Vec::new();
     let mut git_pairs = Vec::new();
+    // Each tool's runs in a block, as hyperfine runs them: taking turns with git, whose
+    // checkout walks 100,000 files, every treesync run would start with caches git evicted.
     for _ in 0..runs {
         ts_pairs.push(wall(&mut sync("B"))? + wall(&mut sync("A"))?);
+    }
+    for _ in 0..runs {
         git_pairs.push(wall(&mut checkout("B"))? + wall(&mut checkout("A"))?);
     }
     let mut noop = Vec::new();
     let mut floor = Vec::new();
     for _ in 0..runs * 2 {
         noop.push(wall(&mut sync("A"))?);
-        floor.push(wall(&mut rev_parse())?);
+    }
+    for _ in 0..runs * 4 {
         floor.push(wall(&mut rev_parse())?);
     }
     crate::repo::matches_git_archive(&repo, "A", &target, &dir.join("oneshot-scratch"))?;

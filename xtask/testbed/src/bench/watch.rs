@@ -269,7 +269,8 @@ struct LatencyRow {
 fn latency(c: &Config, dir: &Path, treesync: &Path) -> Result<String, String> {
     let repo = dir.join("watch-repo.git");
     let beds = usize::from(c.latency_local) + usize::from(c.latency_nas);
-    let count = (c.pushes + c.poll_pushes) * beds + 4;
+    // The local bed's `git push` row takes its commits from the same chain.
+    let count = (c.pushes + c.poll_pushes) * beds + usize::from(c.latency_local) * c.pushes + 4;
     eprintln!("watch latency: a repository of {} files and a chain of {count} commits…", c.files);
     let (a, chain) = repo_with_chain(&repo, c.files, count, c.changed)?;
     let mut rows = Vec::new();
@@ -369,6 +370,17 @@ fn latency(c: &Config, dir: &Path, treesync: &Path) -> Result<String, String> {
         }
     }
     drop(beds);
+    let mut push_note = String::new();
+    if c.latency_local {
+        let (row, own) = push_latency(dir, treesync, &repo, &chain[next..next + c.pushes])?;
+        push_note = format!(
+            "With `git push`: each push sends one commit of the chain ({} files changed) from a repository that has it to the bare repository the watch follows (on tmpfs, over the local transport); the time runs from just before `git push` starts. `git push` itself took p50 {} and max {} of it (start to exit; the ref moves before it exits).\n\n",
+            c.changed,
+            fmt_time(own.0),
+            fmt_time(own.1)
+        );
+        rows.push(row);
+    }
     let _ = std::fs::remove_dir_all(&repo);
     let mut t = format!(
         "**Push to synced** ({} files, {} files changed per push; from `git update-ref` until the watch reports the target at the commit)\n\n\
@@ -388,7 +400,70 @@ fn latency(c: &Config, dir: &Path, treesync: &Path) -> Result<String, String> {
         ));
     }
     t.push('\n');
+    t.push_str(&push_note);
     Ok(t)
+}
+
+/// Push to synced with `git push`: `commits` (a chain whose objects are in `source`) are pushed
+/// one by one to a bare repository that starts with the first one's parent, followed by an
+/// event-driven watch on tmpfs. The row, and `git push`'s own p50 and max.
+fn push_latency(
+    dir: &Path,
+    treesync: &Path,
+    source: &Path,
+    commits: &[String],
+) -> Result<(LatencyRow, (Duration, Duration)), String> {
+    let dest = dir.join("watch-push-dest.git");
+    let target = dir.join("watch-push-target");
+    for d in [&dest, &target] {
+        let _ = std::fs::remove_dir_all(d);
+    }
+    run_quiet(Command::new("git").args(["init", "-q", "--bare"]).arg(&dest))?;
+    let first = commits.first().ok_or("no commits to push")?;
+    let start = format!("{first}~1");
+    let push = |rev: &str| {
+        let mut cmd = Command::new("git");
+        cmd.arg("--git-dir").arg(source).arg("push").arg("-q").arg(&dest).arg(format!("{rev}:refs/heads/main"));
+        cmd
+    };
+    run_quiet(&mut push(&start))?;
+    let at = run_quiet(Command::new("git").arg("--git-dir").arg(&dest).args(["rev-parse", "main"]))?.trim().to_string();
+    let mut cmd = Command::new(treesync);
+    cmd.arg("watch").arg("--repo").arg(&dest).args(["--ref", "main", "--target"]).arg(&target);
+    let mut w = Watch::start(cmd)?;
+    w.wait_for(&[None], &at, Duration::from_secs(600))?;
+    let pid = w.pids()[0];
+    let before = cpu(pid);
+    std::thread::sleep(Duration::from_secs(2));
+    let idle_cpu = cpu(pid).saturating_sub(before);
+    eprintln!("watch latency: local tmpfs, git push: {} pushes…", commits.len());
+    let mut rng = Rng(0x2545_f491_4f6c_dd1d);
+    let (mut times, mut own) = (Vec::new(), Vec::new());
+    for commit in commits {
+        std::thread::sleep(Duration::from_millis(50 + rng.below(300)));
+        let t0 = Instant::now();
+        run_quiet(&mut push(commit))?;
+        own.push(t0.elapsed());
+        let done = w.wait_for(&[None], commit, Duration::from_secs(120))?;
+        times.push(done.duration_since(t0));
+    }
+    w.stop();
+    matches_git_archive(&dest, commits.last().expect("pushed"), &target, &dir.join("watch-scratch"))?;
+    for d in [&dest, &target] {
+        let _ = std::fs::remove_dir_all(d);
+    }
+    times.sort();
+    own.sort();
+    let row = LatencyRow {
+        bed: "local tmpfs".into(),
+        mode: "events, `git push`".into(),
+        pushes: commits.len(),
+        p50: percentile(&times, 0.5),
+        p99: percentile(&times, 0.99),
+        max: *times.last().expect("pushes"),
+        idle_cpu,
+    };
+    Ok((row, (percentile(&own, 0.5), *own.last().expect("pushes"))))
 }
 
 // ---------------------------------------------------------------------------------------------
