@@ -274,6 +274,8 @@ fn latency(c: &Config, dir: &Path, treesync: &Path) -> Result<String, String> {
     eprintln!("watch latency: a repository of {} files and a chain of {count} commits…", c.files);
     let (a, chain) = repo_with_chain(&repo, c.files, count, c.changed)?;
     let mut rows = Vec::new();
+    // How long each `git update-ref` process took by itself (start to exit), per row.
+    let mut own: Vec<(String, &str, Duration)> = Vec::new();
     let mut next = 0usize;
     let mut beds: Vec<(String, PathBuf, PathBuf, Option<SlowFs>)> = Vec::new();
     if c.latency_local {
@@ -349,6 +351,7 @@ fn latency(c: &Config, dir: &Path, treesync: &Path) -> Result<String, String> {
                     "refs/heads/main",
                     commit,
                 ]))?;
+                own.push((bed.clone(), mode, t0.elapsed()));
                 let done = w.wait_for(&[None], commit, Duration::from_secs(120))?;
                 times.push(done.duration_since(t0));
             }
@@ -370,10 +373,26 @@ fn latency(c: &Config, dir: &Path, treesync: &Path) -> Result<String, String> {
         }
     }
     drop(beds);
-    let mut push_note = String::new();
+    let mut push_note = String::from("`git update-ref` itself (start to exit, part of each time above):");
+    for r in &rows {
+        let mut mine: Vec<Duration> =
+            own.iter().filter(|(b, m, _)| *b == r.bed && *m == r.mode).map(|(_, _, d)| *d).collect();
+        mine.sort();
+        if let Some(max) = mine.last() {
+            push_note.push_str(&format!(
+                " {}, {}: p50 {}, max {};",
+                r.bed,
+                r.mode,
+                fmt_time(percentile(&mine, 0.5)),
+                fmt_time(*max)
+            ));
+        }
+    }
+    push_note.pop();
+    push_note.push_str(".\n\n");
     if c.latency_local {
         let (row, own) = push_latency(dir, treesync, &repo, &chain[next..next + c.pushes])?;
-        push_note = format!(
+        push_note += &format!(
             "With `git push`: each push sends one commit of the chain ({} files changed) from a repository that has it to the bare repository the watch follows (on tmpfs, over the local transport); the time runs from just before `git push` starts. `git push` itself took p50 {} and max {} of it (start to exit; the ref moves before it exits).\n\n",
             c.changed,
             fmt_time(own.0),
