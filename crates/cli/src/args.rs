@@ -101,7 +101,7 @@ pub(crate) enum Command {
     Verify(VerifyArgs),
     /// Keep the target following a ref: sync every new commit, verify on a schedule.
     ///
-    /// Follows the ref (its loose ref file, packed-refs, HEAD, the reflog; never the target).
+    /// Follows the ref (its loose ref file, packed-refs, HEAD; never the target).
     /// On a local repository it is woken by inotify as soon as a push or `git update-ref`
     /// moves the ref, and uses no CPU in between. Where events cannot see every push (a
     /// repository on NFS, SMB, FUSE or another network filesystem; no inotify; the watch
