@@ -90,7 +90,7 @@ impl Runs {
 pub fn run(args: &[String]) -> Result<(), String> {
     let c = parse(args)?;
     let root = project_root();
-    let treesync = super::treesync_binary(&root, c.treesync.clone())?;
+    let treesync = super::output::treesync_binary(&root, c.treesync.clone())?;
     let d = &c.dir;
     let _ = std::fs::remove_dir_all(d);
     std::fs::create_dir_all(d).map_err(|e| format!("{}: {e}", d.display()))?;
@@ -261,7 +261,7 @@ pub fn run(args: &[String]) -> Result<(), String> {
             c.runs,
             d.display()
         );
-        super::write_section(
+        super::output::write_section(
             &root.join("BENCHMARKS.md"),
             "jump",
             "A big jump of real history on the local disk: treesync vs git checkout",
