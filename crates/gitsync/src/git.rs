@@ -86,9 +86,23 @@ impl Git {
         };
         let mut cmd = std::process::Command::new(&self.program);
         cmd.args(args).current_dir(cwd).envs(self.env.iter().map(|(k, v)| (k, v)));
+        // A second early: file times come from the kernel's coarse clock, which lags the clock
+        // read here by up to a tick, and a lock git takes at once must still count as its own.
+        let started = std::time::SystemTime::now() - std::time::Duration::from_secs(1);
         let out = match crate::process::output(cmd, input, deadline).await {
             Ok(out) => out,
-            Err(crate::process::Failed::Deadline) => return Err(fail("context deadline exceeded".into(), b"", b"")),
+            Err(crate::process::Failed::Deadline) => {
+                // Killed at the deadline: the lock files it took would refuse every later git
+                // command ("could not lock config file .git/config: File exists").
+                for lock in remove_locks_left(cwd, started) {
+                    self.log.info(
+                        1,
+                        "removed a lock file git left when it was killed",
+                        &[("path", lock.display().to_string())],
+                    );
+                }
+                return Err(fail("context deadline exceeded".into(), b"", b""));
+            }
             Err(crate::process::Failed::Io(e)) => return Err(fail(e.to_string(), b"", b"")),
         };
         self.log.info(
@@ -207,4 +221,103 @@ pub fn global_config_file() -> std::io::Result<PathBuf> {
         }
     }
     Err(std::io::Error::other("no free name for the git config file"))
+}
+
+/// Remove the lock files (`*.lock`: `config.lock`, `index.lock`, `HEAD.lock`, `shallow.lock`,
+/// `packed-refs.lock`, a ref's lock under `refs/`) of the repository git ran in at `cwd` that
+/// were made since `since`, when the git process started: a git killed at its deadline leaves
+/// them, and git never removes another process's lock. Older ones are left alone (another
+/// process's, or a stale one git-sync did not make). The removed paths.
+pub(crate) fn remove_locks_left(cwd: &Path, since: std::time::SystemTime) -> Vec<PathBuf> {
+    let dot_git = cwd.join(".git");
+    let git_dir = if dot_git.is_dir() {
+        dot_git
+    } else if let Some(to) = std::fs::read_to_string(&dot_git)
+        .ok()
+        .and_then(|t| t.lines().next().and_then(|l| l.strip_prefix("gitdir:")).map(|p| cwd.join(p.trim())))
+    {
+        to
+    } else if cwd.join("HEAD").is_file() {
+        cwd.to_path_buf()
+    } else {
+        return Vec::new();
+    };
+    let common = std::fs::read_to_string(git_dir.join("commondir"))
+        .ok()
+        .map(|c| git_dir.join(c.trim()))
+        .unwrap_or_else(|| git_dir.clone());
+    let mut found = Vec::new();
+    for dir in [&git_dir, &common] {
+        locks_in(dir, false, &mut found);
+        locks_in(&dir.join("refs"), true, &mut found);
+    }
+    found.sort();
+    found.dedup();
+    found.retain(|p| {
+        let new = std::fs::symlink_metadata(p).and_then(|m| m.modified()).is_ok_and(|m| m >= since);
+        new && std::fs::remove_file(p).is_ok()
+    });
+    found
+}
+
+/// The `*.lock` files of `dir` (and below it, with `deep`; symlinks are not followed).
+fn locks_in(dir: &Path, deep: bool, found: &mut Vec<PathBuf>) {
+    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    for entry in entries.flatten() {
+        let Ok(kind) = entry.file_type() else { continue };
+        let path = entry.path();
+        if kind.is_dir() && deep {
+            locks_in(&path, true, found);
+        } else if kind.is_file() && path.extension().is_some_and(|e| e == "lock") {
+            found.push(path);
+        }
+    }
+}
+
+#[cfg(test)]
+mod lock_tests {
+    use super::*;
+    use std::time::{Duration, SystemTime};
+
+    #[test]
+    fn the_locks_a_killed_git_made_are_removed_and_older_ones_kept() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let root = dir.path();
+        let git = root.join(".git");
+        std::fs::create_dir_all(git.join("refs/heads/team")).expect("mkdir");
+        std::fs::write(git.join("HEAD"), "ref: refs/heads/main\n").expect("HEAD");
+        let old = git.join("index.lock");
+        std::fs::write(&old, "").expect("old lock");
+        let an_hour_ago = SystemTime::now() - Duration::from_secs(3600);
+        std::fs::File::options().write(true).open(&old).and_then(|f| f.set_modified(an_hour_ago)).expect("mtime");
+        let since = SystemTime::now() - Duration::from_secs(1);
+        let new = [git.join("config.lock"), git.join("refs/heads/team/x.lock"), git.join("shallow.lock")];
+        for p in &new {
+            std::fs::write(p, "").expect("lock");
+        }
+        std::fs::write(git.join("config"), "").expect("not a lock");
+        let mut removed = remove_locks_left(root, since);
+        removed.sort();
+        let mut want = new.to_vec();
+        want.sort();
+        assert_eq!(removed, want);
+        assert!(new.iter().all(|p| !p.exists()), "the new locks are gone");
+        assert!(old.exists(), "a lock older than the killed git is left alone");
+        assert!(git.join("config").exists());
+        // A linked worktree: its `.git` file names the admin directory, whose `commondir` is
+        // the repository's.
+        let wt = root.join("wt");
+        let admin = git.join("worktrees/wt");
+        std::fs::create_dir_all(&wt).expect("worktree");
+        std::fs::create_dir_all(&admin).expect("admin");
+        std::fs::write(wt.join(".git"), format!("gitdir: {}\n", admin.display())).expect(".git file");
+        std::fs::write(admin.join("commondir"), "../..\n").expect("commondir");
+        let locks = [admin.join("index.lock"), git.join("packed-refs.lock")];
+        for p in &locks {
+            std::fs::write(p, "").expect("lock");
+        }
+        let removed = remove_locks_left(&wt, since);
+        assert_eq!(removed.len(), 2, "{removed:?}");
+        assert!(locks.iter().all(|p| !p.exists()));
+    }
 }
