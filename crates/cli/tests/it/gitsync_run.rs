@@ -15,13 +15,18 @@ use treesync_testkit::gitdaemon::Served;
 
 use crate::gitsync::{assert_like_git, exits, git_sync, link_of};
 
+/// An executable shell script `dir/name` running `body`.
+fn script(dir: &Path, name: &str, body: &str) -> std::path::PathBuf {
+    let path = dir.join(name);
+    std::fs::write(&path, format!("#!/bin/sh\n{body}")).expect("script");
+    std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o755)).expect("chmod");
+    path
+}
+
 /// A script that appends `GITSYNC_HASH PWD` to `out` and exits `code`.
 fn hook_script(dir: &Path, name: &str, out: &Path, code: i32) -> String {
-    let path = dir.join(name);
-    std::fs::write(&path, format!("#!/bin/sh\necho \"$GITSYNC_HASH $PWD\" >> {}\nexit {code}\n", out.display()))
-        .expect("script");
-    std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o755)).expect("chmod");
-    path.display().to_string()
+    let body = format!("echo \"$GITSYNC_HASH $PWD\" >> {}\nexit {code}\n", out.display());
+    script(dir, name, &body).display().to_string()
 }
 
 /// A one-shot HTTP server on 127.0.0.1 answering every request with `status`; each request's
@@ -291,10 +296,7 @@ fn as_pid_1_it_runs_itself_as_a_child_and_passes_its_exit_code_on() {
     let served = Served::new(&[("a.txt", "a\n")]);
     let dir = served.dir.path();
     let ps_out = dir.join("ps.out");
-    let script = dir.join("ps.sh");
-    std::fs::write(&script, format!("#!/bin/sh\nps -eo pid,ppid,args > {}\nsleep 0.2 &\nexit 0\n", ps_out.display()))
-        .expect("script");
-    std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).expect("chmod");
+    let ps = script(dir, "ps.sh", &format!("ps -eo pid,ppid,args > {}\nsleep 0.2 &\nexit 0\n", ps_out.display()));
     let in_namespace = |root: &str, hook: &str| -> i32 {
         std::process::Command::new("unshare")
             .args(["--pid", "--fork", "--mount-proc", env!("CARGO_BIN_EXE_treesync"), "git-sync"])
@@ -305,7 +307,7 @@ fn as_pid_1_it_runs_itself_as_a_child_and_passes_its_exit_code_on() {
             .code()
             .unwrap_or(-1)
     };
-    assert_eq!(in_namespace(s(&dir.join("r1")), s(&script)), 0);
+    assert_eq!(in_namespace(s(&dir.join("r1")), s(&ps)), 0);
     let ps = std::fs::read_to_string(&ps_out).expect("the hook ran");
     let init = ps.lines().find(|l| l.split_whitespace().next() == Some("1")).expect("PID 1");
     assert!(init.contains("treesync git-sync"), "{ps}");
@@ -326,13 +328,8 @@ fn as_pid_1_it_runs_itself_as_a_child_and_passes_its_exit_code_on() {
 fn the_cleanup_git_runs_is_killed_at_the_sync_timeout() {
     let served = Served::new(&[("a.txt", "a\n")]);
     let dir = served.dir.path();
-    let wrapper = dir.join("git-wrapper");
-    std::fs::write(
-        &wrapper,
-        "#!/bin/sh\nfor a in \"$@\"; do [ \"$a\" = gc ] && exec sleep 600; done\nexec git \"$@\"\n",
-    )
-    .expect("wrapper");
-    std::fs::set_permissions(&wrapper, std::os::unix::fs::PermissionsExt::from_mode(0o755)).expect("chmod");
+    let wrapper =
+        script(dir, "git-wrapper", "for a in \"$@\"; do [ \"$a\" = gc ] && exec sleep 600; done\nexec git \"$@\"\n");
     let root = dir.join("root");
     let args = ["--repo", &served.url, "--root", s(&root), "--one-time", "--git", s(&wrapper), "--sync-timeout", "3s"];
     exits(&args, 0);
@@ -435,13 +432,11 @@ fn the_first_sync_of_a_process_is_counted_as_an_update() {
 fn the_sync_timeout_kills_what_git_runs_too() {
     let served = Served::new(&[("a.txt", "a\n")]);
     let dir = served.dir.path();
-    let wrapper = dir.join("git-wrapper");
-    std::fs::write(
-        &wrapper,
-        "#!/bin/sh\nfor a in \"$@\"; do [ \"$a\" = fetch ] && { sleep 30; exit 1; }; done\nexec git \"$@\"\n",
-    )
-    .expect("wrapper");
-    std::fs::set_permissions(&wrapper, std::os::unix::fs::PermissionsExt::from_mode(0o755)).expect("chmod");
+    let wrapper = script(
+        dir,
+        "git-wrapper",
+        "for a in \"$@\"; do [ \"$a\" = fetch ] && { sleep 30; exit 1; }; done\nexec git \"$@\"\n",
+    );
     let root = dir.join("root");
     let started = std::time::Instant::now();
     let err = exits(
