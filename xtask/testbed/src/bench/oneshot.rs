@@ -19,7 +19,8 @@ use std::time::{Duration, Instant};
 
 use xtask::util::run_quiet;
 
-use super::trace::strace;
+use super::trace::{strace, total_calls};
+use crate::measure::median;
 use crate::repo::{fresh_checkout, git, git_checkout, make_repo, rm_all, settle};
 
 /// What to measure.
@@ -130,18 +131,7 @@ fn wall(cmd: &mut Command) -> Result<Duration, String> {
 
 /// System calls of one run of `cmd` and its children, every kind (`strace -f -c`'s total).
 fn syscalls(cmd: &Command) -> Result<u64, String> {
-    let summary = strace(cmd, &["-f", "-c"])?;
-    summary
-        .lines()
-        .find(|l| l.trim_end().ends_with("total"))
-        .and_then(|l| l.split_whitespace().nth(3))
-        .and_then(|n| n.parse().ok())
-        .ok_or_else(|| format!("no total in strace's summary of {cmd:?}"))
-}
-
-fn median(mut v: Vec<Duration>) -> Duration {
-    v.sort();
-    v[v.len() / 2]
+    total_calls(&strace(cmd, &["-f", "-c"])?).ok_or_else(|| format!("no total in strace's summary of {cmd:?}"))
 }
 
 fn ms(d: Duration) -> String {

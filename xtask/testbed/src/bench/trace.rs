@@ -13,12 +13,12 @@ const STAT_REGEX: &str = "trace=/^(stat|lstat|fstat|newfstatat|statx|fstatat64|s
 /// Stat-family syscalls of `cmd` and its children (`strace -c`'s total).
 pub(super) fn stat_count(cmd: &Command) -> Result<u64, String> {
     let summary = strace(cmd, &["-f", "-c", "-e", STAT_REGEX])?;
-    Ok(summary
-        .lines()
-        .find(|l| l.trim_end().ends_with("total"))
-        .and_then(|l| l.split_whitespace().nth(3))
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(0))
+    Ok(total_calls(&summary).unwrap_or(0))
+}
+
+/// The calls on the `total` line of a `strace -c` summary.
+pub(super) fn total_calls(summary: &str) -> Option<u64> {
+    summary.lines().find(|l| l.trim_end().ends_with("total"))?.split_whitespace().nth(3)?.parse().ok()
 }
 
 /// Stat-family syscalls of the whole process, and syscalls of any kind that name a path or

@@ -227,6 +227,14 @@ fn cpu(pid: u32) -> Duration {
     Duration::from_nanos(ticks * 1_000_000_000 / hz)
 }
 
+/// CPU time a watch uses over two seconds of doing nothing (after its first sync).
+fn idle_cpu(w: &Watch) -> Duration {
+    let pid = w.pids()[0];
+    let before = cpu(pid);
+    std::thread::sleep(Duration::from_secs(2));
+    cpu(pid).saturating_sub(before)
+}
+
 /// Resident set size of `pid` now (KiB).
 fn rss_kib(pid: u32) -> u64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
@@ -331,11 +339,7 @@ fn latency(c: &Config, dir: &Path, treesync: &Path) -> Result<String, String> {
             let mut w = Watch::start(cmd)?;
             // The first look syncs nothing new (the target is at the ref) but reports it.
             w.wait_for(&[None], &at, Duration::from_secs(600))?;
-            // Idle CPU over two seconds, after the first sync.
-            let pid = w.pids()[0];
-            let before = cpu(pid);
-            std::thread::sleep(Duration::from_secs(2));
-            let idle_cpu = cpu(pid).saturating_sub(before);
+            let idle_cpu = idle_cpu(&w);
             let pushes = if polling { c.poll_pushes } else { c.pushes };
             let mut rng = Rng(0x9e37_79b9_7f4a_7c15 ^ next as u64);
             let spread = if polling { c.poll_interval } else { Duration::from_millis(300) };
@@ -451,10 +455,7 @@ fn push_latency(
     cmd.arg("watch").arg("--repo").arg(&dest).args(["--ref", "main", "--target"]).arg(&target);
     let mut w = Watch::start(cmd)?;
     w.wait_for(&[None], &at, Duration::from_secs(600))?;
-    let pid = w.pids()[0];
-    let before = cpu(pid);
-    std::thread::sleep(Duration::from_secs(2));
-    let idle_cpu = cpu(pid).saturating_sub(before);
+    let idle_cpu = idle_cpu(&w);
     eprintln!("watch latency: local tmpfs, git push: {} pushes…", commits.len());
     let mut rng = Rng(0x2545_f491_4f6c_dd1d);
     let (mut times, mut own) = (Vec::new(), Vec::new());
